@@ -1,0 +1,53 @@
+"""Tremula's exception classes, in one place.
+
+Every error names the thing at fault (tensor, vertex, tile, stream, option...), the expected
+and the actual value, so that a user can fix the call without reading Tremula's source.
+Classes subclass the matching built-in exception where one fits, so that code written for
+the real SDK (which catches ``ValueError``, ``TypeError`` ...) keeps working.
+"""
+
+from __future__ import annotations
+
+
+class TremulaError(Exception):
+    """Base class of every error Tremula raises on purpose."""
+
+
+class GraphError(TremulaError, ValueError):
+    """A graph is ill-formed: bad mapping, bad connection, bad shape or type."""
+
+
+class TensorError(GraphError):
+    """A tensor view or tensor operation got arguments it cannot honour."""
+
+
+class CodeletError(GraphError):
+    """A codelet definition or a vertex connection does not match the codelet's fields."""
+
+
+class ProgramError(TremulaError, ValueError):
+    """A control program is ill-formed (wrong operand kinds, shapes or types)."""
+
+
+class VerifyError(GraphError):
+    """``Graph.verify()`` or compilation found the graph or program inconsistent."""
+
+
+class OutOfMemoryError(TremulaError, MemoryError):
+    """The compiled program does not fit in tile memory."""
+
+
+class EngineError(TremulaError, RuntimeError):
+    """The engine was used out of order (run before load) or with bad host buffers."""
+
+
+class StreamError(EngineError, ValueError):
+    """A host stream, host handle or remote buffer was connected or used incorrectly."""
+
+
+class TargetError(TremulaError, ValueError):
+    """A target or device parameter is invalid."""
+
+
+class ProfileError(TremulaError, ValueError):
+    """A profile does not follow the Poplar profile format or breaks one of its invariants."""
