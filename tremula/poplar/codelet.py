@@ -1,0 +1,369 @@
+"""Codelets: how a vertex type is defined in Python.
+
+A codelet is a class deriving from :class:`Codelet`. Its fields are class attributes made
+with :func:`Input`, :func:`Output`, :func:`InOut` (edges connected to tensor regions) and
+:func:`State` (per-vertex values fixed at graph-building time). It gives
+
+* ``compute(v)``: the batched compute of *every* vertex of the type in one compute set.
+  ``v`` is a :class:`Batch`; ``v.x`` is the concatenation of field ``x`` of all the
+  vertices, shaped ``[replica, element]``, and assigning ``v.y = ...`` writes field ``y`` of
+  all of them. Segment helpers (``lengths``, ``offsets``, ``segments``, ``expand``,
+  ``reduce``) handle per-vertex structure without a Python loop.
+* ``cycles(v)``: the cycle estimator, given a :class:`VertexInfo`; returns one estimate
+  per vertex (per-context cycles for worker vertices, tile cycles for supervisor vertices,
+  PopLibs' convention).
+* optionally ``flops(v)``, ``state_bytes(v)`` and the class constants ``code_bytes`` and
+  ``supervisor``.
+
+Template parameters: a codelet with ``templates = ("T",)`` is used as ``"Name<float>"``;
+a field whose dtype is the string ``"T"`` takes the type bound there.
+
+Example::
+
+    class Scale(Codelet):
+        x = Input("T")
+        y = Output("T")
+        a = State(FLOAT)
+        templates = ("T",)
+
+        @staticmethod
+        def compute(v):
+            v.y = v.expand(v.a, "x") * v.x
+
+        @staticmethod
+        def cycles(v):
+            return 20 + 3 * np.ceil(v.lengths("x") / v.vector_width("x"))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tremula.errors import CodeletError
+from tremula.poplar.types import Type, as_type
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared field of a codelet.
+
+    ``direction`` is ``input``, ``output``, ``inout`` (edges) or ``state``. ``kind`` is
+    ``scalar`` (one element), ``vector`` (a 1-D region) or ``vector_list`` (a list of 1-D
+    regions). ``size`` fixes the number of elements of a vector field when given.
+    """
+
+    direction: str
+    dtype: Type | str | None
+    kind: str = "vector"
+    size: int | None = None
+    default: Any = None
+    name: str = ""
+
+    @property
+    def is_edge(self) -> bool:
+        return self.direction != "state"
+
+    @property
+    def reads(self) -> bool:
+        return self.direction in ("input", "inout")
+
+    @property
+    def writes(self) -> bool:
+        return self.direction in ("output", "inout")
+
+
+_KINDS = ("scalar", "vector", "vector_list")
+
+
+def _field(direction: str, dtype: Type | str | None, kind: str, size: int | None,
+           default: Any = None) -> Field:
+    if kind not in _KINDS:
+        raise CodeletError(f"field kind {kind!r} unknown; expected one of {_KINDS}")
+    if dtype is not None and not isinstance(dtype, str):
+        dtype = as_type(dtype)
+    return Field(direction, dtype, kind, size, default)
+
+
+def Input(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+    """An input edge: ``Input<T>`` (kind="scalar"), ``Vector<Input<T>>`` or a vector list."""
+    return _field("input", dtype, kind, size)
+
+
+def Output(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+    """An output edge; every element is written by the vertex."""
+    return _field("output", dtype, kind, size)
+
+
+def InOut(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+    """An edge the vertex reads and writes (in-place)."""
+    return _field("inout", dtype, kind, size)
+
+
+def State(dtype: Type | str, kind: str = "scalar", default: Any = None) -> Field:  # noqa: N802
+    """Per-vertex state: a scalar or a vector of plain values set when the vertex is added."""
+    if kind not in ("scalar", "vector"):
+        raise CodeletError(f"state kind {kind!r} unknown; expected 'scalar' or 'vector'")
+    return _field("state", dtype, kind, None, default)
+
+
+class Codelet:
+    """Base class of vertex types; see the module docstring."""
+
+    name: ClassVar[str] = ""
+    templates: ClassVar[tuple[str, ...]] = ()
+    supervisor: ClassVar[bool] = False
+    code_bytes: ClassVar[int] = 192
+    fields: ClassVar[dict[str, Field]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = dict(getattr(cls, "fields", {}))
+        for attr, value in list(vars(cls).items()):
+            if isinstance(value, Field):
+                fields[attr] = Field(value.direction, value.dtype, value.kind, value.size,
+                                     value.default, attr)
+        cls.fields = fields
+        if not cls.__dict__.get("name"):
+            cls.name = cls.__qualname__.replace(".", "::")
+
+    @staticmethod
+    def compute(v: Batch) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def cycles(v: VertexInfo) -> np.ndarray:
+        """Default estimator: 20 cycles plus one per 64-bit vector of every edge."""
+        total = np.full(v.n, 20.0)
+        for name, f in v.fields.items():
+            if f.is_edge:
+                total += np.ceil(v.lengths(name) / v.vector_width(name))
+        return total
+
+    @staticmethod
+    def flops(v: VertexInfo) -> np.ndarray:
+        return np.zeros(v.n)
+
+
+_TEMPLATE = re.compile(r"^([^<>]+)<(.*)>$")
+
+
+def parse_vertex_type(name: str) -> tuple[str, tuple[str, ...]]:
+    """Split ``"ns::Name<a,b>"`` into ``("ns::Name", ("a", "b"))``."""
+    m = _TEMPLATE.match(name.replace(" ", "")) if "<" in name else None
+    if not m:
+        return name, ()
+    depth, args, cur = 0, [], ""
+    for ch in m.group(2):
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "<") - (ch == ">")
+        cur += ch
+    args.append(cur)
+    return m.group(1), tuple(a for a in args if a)
+
+
+@dataclass(frozen=True)
+class VertexType:
+    """A codelet bound to its template arguments: the unit vertices are grouped by."""
+
+    name: str
+    codelet: type[Codelet]
+    params: dict[str, str]
+
+    def field_dtype(self, field: Field) -> Type | None:
+        if isinstance(field.dtype, str):
+            return as_type(self.params[field.dtype])
+        return field.dtype
+
+
+class CodeletRegistry:
+    """Maps codelet names to classes; ``resolve`` binds template arguments."""
+
+    def __init__(self) -> None:
+        self._codelets: dict[str, type[Codelet]] = {}
+        self._bound: dict[str, VertexType] = {}
+
+    def add(self, codelets: type[Codelet] | Iterable[type[Codelet]] | Any) -> None:
+        """Register codelet classes: a class, an iterable of classes, or a module whose
+        ``CODELETS`` attribute (or public Codelet subclasses) lists them."""
+        if isinstance(codelets, type) and issubclass(codelets, Codelet):
+            items: Iterable[Any] = [codelets]
+        elif hasattr(codelets, "CODELETS"):
+            items = codelets.CODELETS
+        elif hasattr(codelets, "__dict__") and not isinstance(codelets, Iterable):
+            items = [v for v in vars(codelets).values()
+                     if isinstance(v, type) and issubclass(v, Codelet) and v is not Codelet]
+        else:
+            items = codelets
+        for c in items:
+            if not (isinstance(c, type) and issubclass(c, Codelet)):
+                raise CodeletError(f"add_codelets: {c!r} is not a Codelet subclass")
+            existing = self._codelets.get(c.name)
+            if existing is not None and existing is not c:
+                raise CodeletError(f"codelet name {c.name!r} already registered by "
+                                   f"{existing.__module__}.{existing.__qualname__}")
+            self._codelets[c.name] = c
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._codelets
+
+    def resolve(self, name: str) -> VertexType:
+        bound = self._bound.get(name)
+        if bound is not None:
+            return bound
+        base, args = parse_vertex_type(name)
+        codelet = self._codelets.get(base)
+        if codelet is None:
+            known = ", ".join(sorted(self._codelets)) or "none"
+            raise CodeletError(f"vertex type {name!r}: no codelet {base!r} registered "
+                               f"(call graph.add_codelets first); registered: {known}")
+        if len(args) != len(codelet.templates):
+            raise CodeletError(f"vertex type {name!r}: codelet {base!r} takes "
+                               f"{len(codelet.templates)} template argument(s) "
+                               f"{codelet.templates}, got {len(args)}")
+        params = dict(zip(codelet.templates, args))
+        canonical = f"{base}<{','.join(args)}>" if args else base
+        bound = VertexType(canonical, codelet, params)
+        for f in codelet.fields.values():
+            if isinstance(f.dtype, str):
+                if f.dtype not in params:
+                    raise CodeletError(f"codelet {base!r} field {f.name!r}: dtype {f.dtype!r} "
+                                       f"is not one of its templates {codelet.templates}")
+                as_type(params[f.dtype])
+        self._bound[name] = bound
+        return bound
+
+
+class _Segmented:
+    """Per-vertex structure of the fields of one vertex group (shared by Batch and
+    VertexInfo)."""
+
+    def __init__(self, vtype: VertexType, n: int, lengths: dict[str, np.ndarray],
+                 sub_lengths: dict[str, np.ndarray], state: dict[str, np.ndarray],
+                 target: Any) -> None:
+        self.vertex_type = vtype
+        self.n = n
+        self._lengths = lengths
+        self._sub = sub_lengths
+        self._state = state
+        self.target = target
+        self._offsets: dict[str, np.ndarray] = {}
+        self._segments: dict[str, np.ndarray] = {}
+
+    @property
+    def fields(self) -> dict[str, Field]:
+        return self.vertex_type.codelet.fields
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.vertex_type.params
+
+    def dtype(self, name: str) -> Type:
+        return self.vertex_type.field_dtype(self.fields[name])
+
+    def vector_width(self, name: str) -> int:
+        return self.target.vector_width(self.dtype(name).size)
+
+    def lengths(self, name: str) -> np.ndarray:
+        """Elements of field ``name`` per vertex, shape ``[n]``."""
+        return self._lengths[name]
+
+    def sub_lengths(self, name: str) -> np.ndarray:
+        """Lengths of the sub-vectors of a vector-list field, flattened over vertices."""
+        return self._sub[name]
+
+    def sub_counts(self, name: str) -> np.ndarray:
+        """Number of sub-vectors of a vector-list field per vertex."""
+        return self._sub[name + "#count"]
+
+    def offsets(self, name: str) -> np.ndarray:
+        """Start of each vertex's part of the flat field, shape ``[n + 1]``."""
+        off = self._offsets.get(name)
+        if off is None:
+            off = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(self._lengths[name], out=off[1:])
+            self._offsets[name] = off
+        return off
+
+    def segments(self, name: str) -> np.ndarray:
+        """The vertex each flat element of the field belongs to."""
+        seg = self._segments.get(name)
+        if seg is None:
+            seg = np.repeat(np.arange(self.n, dtype=np.int64), self._lengths[name])
+            self._segments[name] = seg
+        return seg
+
+    def expand(self, per_vertex: np.ndarray, name: str) -> np.ndarray:
+        """Repeat one value per vertex to one value per element of field ``name``."""
+        return np.asarray(per_vertex)[..., self.segments(name)]
+
+    def state(self, name: str) -> np.ndarray:
+        return self._state[name]
+
+    def __getattr__(self, name: str) -> Any:
+        state = self.__dict__.get("_state")
+        if state is not None and name in state:
+            return state[name]
+        raise AttributeError(name)
+
+
+class VertexInfo(_Segmented):
+    """What a cycle estimator sees: field lengths and state, no data."""
+
+
+class Batch(_Segmented):
+    """What a codelet's ``compute`` sees: the data of all vertices of one type in a compute
+    set. Edge fields are arrays shaped ``[replica, element]``; state fields are arrays
+    shaped ``[vertex]`` (``[element]`` for vector state)."""
+
+    def __init__(self, vtype: VertexType, n: int, lengths: dict[str, np.ndarray],
+                 sub_lengths: dict[str, np.ndarray], state: dict[str, np.ndarray],
+                 target: Any, data: dict[str, np.ndarray], replicas: int) -> None:
+        super().__init__(vtype, n, lengths, sub_lengths, state, target)
+        self.__dict__["_data"] = data
+        self.replicas = replicas
+
+    def __getattr__(self, name: str) -> Any:
+        data = self.__dict__.get("_data")
+        if data is not None and name in data:
+            return data[name]
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        data = self.__dict__.get("_data")
+        if data is not None and name in data:
+            f = self.fields[name]
+            if not f.writes:
+                raise CodeletError(f"codelet {self.vertex_type.name}: field {name!r} is an "
+                                   f"input and cannot be assigned")
+            data[name][...] = value
+            return
+        super().__setattr__(name, value)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._data[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.__setattr__(name, value)
+
+    def reduce(self, ufunc: Callable[..., Any], values: np.ndarray, name: str) -> np.ndarray:
+        """Reduce ``values`` (laid out like field ``name``) per vertex with ``ufunc``
+        (e.g. ``np.add``); vertices with an empty field get the ufunc's identity."""
+        off = self.offsets(name)
+        lengths = self.lengths(name)
+        out_shape = (*values.shape[:-1], self.n)
+        if values.shape[-1] == 0:
+            return np.full(out_shape, ufunc.identity, dtype=values.dtype)
+        starts = np.minimum(off[:-1], values.shape[-1] - 1)
+        out = ufunc.reduceat(values, starts, axis=-1)
+        empty = lengths == 0
+        if empty.any():
+            out[..., empty] = ufunc.identity
+        return out

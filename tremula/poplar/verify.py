@@ -1,0 +1,88 @@
+"""``Graph.verify``: the graph's well-formedness checks (PyTorch FX's ``lint``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula.errors import VerifyError
+from tremula.poplar.graph import GraphState
+from tremula.poplar.vertices import VertexGroup
+
+
+def _unmapped_variables(state: GraphState) -> list[str]:
+    problems = []
+    for var in state.variables:
+        if var.size == 0:
+            continue
+        tiles = state.space(var.dtype).tile_of[var.start:var.start + var.size]
+        missing = np.flatnonzero(tiles < 0)
+        if missing.size:
+            kind = "constant" if var.is_constant else "variable"
+            problems.append(f"{kind} {var.name!r} {list(var.shape)}: {missing.size} of "
+                            f"{var.size} elements not mapped to a tile (first: flat element "
+                            f"{int(missing[0])}); call graph.set_tile_mapping")
+    return problems
+
+
+def _group_problems(state: GraphState, cs_name: str, g: VertexGroup) -> list[str]:
+    problems = []
+    name = g.vertex_type.name
+    unmapped = np.flatnonzero(g.tiles < 0)
+    if unmapped.size:
+        problems.append(f"compute set {cs_name!r}: {unmapped.size} vertex(es) of type "
+                        f"{name!r} not mapped to a tile; call graph.set_tile_mapping(vertex, "
+                        f"tile)")
+    for fname, f in g.vertex_type.codelet.fields.items():
+        if f.is_edge and fname not in g.edges:
+            problems.append(f"compute set {cs_name!r}: vertex {name!r} field {fname!r} is "
+                            f"not connected")
+        if not f.is_edge and fname not in g.state:
+            problems.append(f"compute set {cs_name!r}: vertex {name!r} state {fname!r} has "
+                            f"no value")
+    return problems
+
+
+def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> list[str]:
+    """Elements written by two vertices, or written by one and read by another."""
+    problems = []
+    by_type: dict = {}
+    for g in groups:
+        for fname, conn in g.edges.items():
+            f = g.vertex_type.codelet.fields[fname]
+            entry = by_type.setdefault(conn.dtype, {"w": [], "r": []})
+            if f.writes:
+                entry["w"].append(conn.addresses)
+            elif f.reads:
+                entry["r"].append(conn.addresses)
+    for dtype, rw in by_type.items():
+        if not rw["w"]:
+            continue
+        space = state.space(dtype)
+        writes = np.concatenate(rw["w"])
+        counts = np.bincount(writes, minlength=space.size)
+        if counts.max(initial=0) > 1:
+            addr = int(np.flatnonzero(counts > 1)[0])
+            var = state.variables[int(space.variable_at(np.array([addr]))[0])]
+            problems.append(f"compute set {cs_name!r} writes element {addr - var.start} of "
+                            f"{var.name!r} from more than one vertex")
+        if rw["r"]:
+            reads = np.concatenate(rw["r"])
+            both = reads[counts[reads] > 0]
+            if both.size:
+                addr = int(both[0])
+                var = state.variables[int(space.variable_at(np.array([addr]))[0])]
+                problems.append(f"compute set {cs_name!r} reads and writes one region: element "
+                                f"{addr - var.start} of {var.name!r} is an input of one vertex "
+                                f"and an output of another")
+    return problems
+
+
+def verify_graph(state: GraphState) -> None:
+    problems = _unmapped_variables(state)
+    for cs, groups in zip(state.compute_sets, state.vertex_groups):
+        for g in groups:
+            problems += _group_problems(state, cs.name, g)
+        problems += _conflicts(state, cs.name, groups)
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise VerifyError("graph verification failed:\n  " + "\n  ".join(problems[:10]) + more)

@@ -1,0 +1,166 @@
+"""Vertex storage: vertices are kept structure-of-arrays, in groups of one vertex type.
+
+``add_vertex`` makes a group of one vertex, the bulk ``add_vertices`` a group of many; the
+engine concatenates the groups of a type within a compute set when it compiles. A field's
+connection is the flat array of element addresses of all the group's vertices plus the
+number of elements per vertex (and, for vector lists, per sub-vector).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tremula.errors import CodeletError
+from tremula.poplar.codelet import Field, VertexType
+from tremula.poplar.handles import ComputeSet
+from tremula.poplar.tensor import Tensor
+from tremula.poplar.types import Type, as_type
+
+
+@dataclass
+class FieldConnection:
+    """Where the field of each vertex of a group points."""
+
+    dtype: Type
+    addresses: np.ndarray  # flat int64, all vertices' elements in vertex order
+    lengths: np.ndarray  # [n] elements per vertex
+    sub_lengths: np.ndarray | None = None  # vector lists: flat sub-vector lengths
+    sub_counts: np.ndarray | None = None  # vector lists: [n] sub-vectors per vertex
+
+
+@dataclass
+class VertexGroup:
+    compute_set: ComputeSet
+    vertex_type: VertexType
+    n: int
+    tiles: np.ndarray  # [n] int32, -1 while unmapped
+    edges: dict[str, FieldConnection] = field(default_factory=dict)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    perf_estimates: np.ndarray | None = None  # [n] float, NaN where not set
+    first_vertex_id: int = 0
+
+
+def _where(vtype: VertexType, name: str) -> str:
+    return f"vertex {vtype.name!r} field {name!r}"
+
+
+def _check_tensor(t: Any, f: Field, vtype: VertexType, expected: Type | None) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise CodeletError(f"{_where(vtype, f.name)}: expected a Tensor, got "
+                           f"{type(t).__name__}")
+    if expected is not None and t.dtype is not expected:
+        raise CodeletError(f"{_where(vtype, f.name)}: expected type {expected}, got tensor of "
+                           f"type {t.dtype} (shape {t.shape})")
+    return t
+
+
+def _check_lengths(lengths: np.ndarray, f: Field, vtype: VertexType) -> None:
+    want = 1 if f.kind == "scalar" else f.size
+    if want is not None and np.any(lengths != want):
+        bad = int(np.flatnonzero(lengths != want)[0])
+        raise CodeletError(f"{_where(vtype, f.name)}: expected {want} element(s) "
+                           f"({f.kind}), got {int(lengths[bad])} for vertex {bad} of the call")
+
+
+def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> FieldConnection:
+    """Connect field ``f`` of ``n`` vertices to ``value`` (see ``Graph.add_vertices``)."""
+    expected = vtype.field_dtype(f)
+    if f.kind == "vector_list":
+        lists = [value] if not bulk else list(value)
+        if len(lists) != n:
+            raise CodeletError(f"{_where(vtype, f.name)}: {len(lists)} lists for {n} vertices")
+        tensors = [[_check_tensor(t, f, vtype, expected) for t in lst] for lst in lists]
+        flat = [t for lst in tensors for t in lst]
+        dtype = expected or (flat[0].dtype if flat else None)
+        if dtype is None:
+            raise CodeletError(f"{_where(vtype, f.name)}: cannot infer the type of an empty list")
+        if any(t.dtype is not dtype for t in flat):
+            raise CodeletError(f"{_where(vtype, f.name)}: sub-vectors of different types")
+        sub = np.array([t.num_elements for t in flat], dtype=np.int64)
+        counts = np.array([len(lst) for lst in tensors], dtype=np.int64)
+        addr = (np.concatenate([t.addresses.reshape(-1) for t in flat]) if flat
+                else np.zeros(0, np.int64))
+        per_vertex = np.add.reduceat(sub, np.r_[0, np.cumsum(counts)[:-1]]) if sub.size else \
+            np.zeros(n, np.int64)
+        per_vertex = np.where(counts == 0, 0, per_vertex) if sub.size else per_vertex
+        return FieldConnection(dtype, addr.astype(np.int64, copy=False), per_vertex, sub, counts)
+    if isinstance(value, Tensor):
+        t = _check_tensor(value, f, vtype, expected)
+        if bulk:
+            if t.rank == 0 or t.shape[0] != n:
+                raise CodeletError(f"{_where(vtype, f.name)}: bulk connection needs a leading "
+                                   f"dimension of {n} (one row per vertex), got shape {t.shape}")
+            per = t.num_elements // n if n else 0
+            lengths = np.full(n, per, dtype=np.int64)
+        else:
+            lengths = np.array([t.num_elements], dtype=np.int64)
+        _check_lengths(lengths, f, vtype)
+        addr = np.ascontiguousarray(t.addresses.reshape(-1), dtype=np.int64)
+        return FieldConnection(t.dtype, addr, lengths)
+    if bulk and isinstance(value, Sequence) and not isinstance(value, str):
+        tensors = [_check_tensor(t, f, vtype, expected) for t in value]
+        if len(tensors) != n:
+            raise CodeletError(f"{_where(vtype, f.name)}: {len(tensors)} tensors for {n} "
+                               f"vertices")
+        dtype = expected or (tensors[0].dtype if tensors else None)
+        if any(t.dtype is not dtype for t in tensors):
+            raise CodeletError(f"{_where(vtype, f.name)}: tensors of different types")
+        lengths = np.array([t.num_elements for t in tensors], dtype=np.int64)
+        _check_lengths(lengths, f, vtype)
+        addr = (np.concatenate([t.addresses.reshape(-1) for t in tensors]) if tensors
+                else np.zeros(0, np.int64))
+        return FieldConnection(dtype, addr.astype(np.int64, copy=False), lengths)
+    raise CodeletError(f"{_where(vtype, f.name)}: expected a Tensor"
+                       f"{' or a list of tensors' if bulk else ''}, got {type(value).__name__}")
+
+
+def connect_state(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> np.ndarray:
+    """Values of state field ``f`` for ``n`` vertices: ``[n]`` for scalars; for vector state
+    an object array of ``n`` 1-D arrays."""
+    dtype = as_type(vtype.field_dtype(f) or np.asarray(value).dtype).numpy
+    try:
+        if f.kind == "scalar":
+            arr = np.asarray(value)
+            if bulk:
+                return np.broadcast_to(arr.astype(dtype), (n,)).copy()
+            if arr.size != 1:
+                raise CodeletError(f"{_where(vtype, f.name)}: scalar state needs one value, "
+                                   f"got shape {arr.shape}")
+            return arr.reshape(1).astype(dtype)
+        rows = list(value) if bulk else [value]
+        if len(rows) != n:
+            raise CodeletError(f"{_where(vtype, f.name)}: {len(rows)} values for {n} vertices")
+        out = np.empty(n, dtype=object)
+        for i, r in enumerate(rows):
+            out[i] = np.asarray(r, dtype=dtype).reshape(-1)
+        return out
+    except (TypeError, ValueError) as err:
+        raise CodeletError(f"{_where(vtype, f.name)}: bad state value {value!r}: {err}") from None
+
+
+def concat_groups(groups: Sequence[VertexGroup]) -> VertexGroup:
+    """One group holding the vertices of ``groups`` (same compute set and type) in order."""
+    if len(groups) == 1:
+        return groups[0]
+    g0 = groups[0]
+    edges = {}
+    for name in g0.edges:
+        conns = [g.edges[name] for g in groups]
+        subs = [c.sub_lengths for c in conns]
+        edges[name] = FieldConnection(
+            conns[0].dtype, np.concatenate([c.addresses for c in conns]),
+            np.concatenate([c.lengths for c in conns]),
+            None if subs[0] is None else np.concatenate(subs),
+            None if subs[0] is None else np.concatenate([c.sub_counts for c in conns]))
+    state = {name: np.concatenate([g.state[name] for g in groups]) for name in g0.state}
+    perf = None
+    if any(g.perf_estimates is not None for g in groups):
+        perf = np.concatenate([g.perf_estimates if g.perf_estimates is not None
+                               else np.full(g.n, np.nan) for g in groups])
+    return VertexGroup(g0.compute_set, g0.vertex_type, sum(g.n for g in groups),
+                       np.concatenate([g.tiles for g in groups]), edges, state, perf,
+                       g0.first_vertex_id)

@@ -1,0 +1,224 @@
+"""The constants of the profile format: field names, enumerations and per-type field tables.
+
+Everything here restates ``FORMAT.md`` as data, so that the validator, the summary and the
+Chrome trace export share one definition. Tuples are in the order FORMAT.md lists them.
+"""
+
+from __future__ import annotations
+
+# -- target ---------------------------------------------------------------------------------
+
+TARGET_TYPES: tuple[str, ...] = ("IPU_MODEL", "IPU", "CPU")
+IPU_VERSIONS: tuple[str, ...] = ("ipu1", "ipu2", "bow", "cpu")
+#: Integer fields of ``target`` (``clockFrequency`` is a float, the rest are checked apart).
+TARGET_INT_FIELDS: tuple[str, ...] = (
+    "bytesPerIPU",
+    "bytesPerTile",
+    "numIPUs",
+    "tilesPerIPU",
+    "numTiles",
+    "totalMemory",
+    "minSyncDelay",
+    "replicationFactor",
+)
+
+# -- graph, compute sets, exchanges ---------------------------------------------------------
+
+GRAPH_COUNT_FIELDS: tuple[str, ...] = ("numComputeSets", "numEdges", "numVars", "numVertices")
+#: Keys of ``computeSets.cycleEstimates`` (present for IPU_MODEL targets).
+CYCLE_ESTIMATE_KEYS: tuple[str, ...] = ("activeCyclesByTile", "activeCyclesByVertexType", "cyclesByTile")
+#: Keys of ``exchanges`` (internal exchanges), each ``[ex][tile]``.
+EXCHANGE_KEYS: tuple[str, ...] = (
+    "bytesReceivedByTile",
+    "bytesSentByTile",
+    "cyclesByTile",
+    "codeBytesByTile",
+)
+#: Keys of ``externalExchanges`` and ``hostExchanges``, each ``[ex][tile]``.
+EXTERNAL_EXCHANGE_KEYS: tuple[str, ...] = (
+    "bytesReceivedByTile",
+    "bytesSentByTile",
+    "estimatedCyclesByTile",
+)
+#: The three exchange tables of the graph profile and their keys.
+EXCHANGE_TABLES: dict[str, tuple[str, ...]] = {
+    "exchanges": EXCHANGE_KEYS,
+    "externalExchanges": EXTERNAL_EXCHANGE_KEYS,
+    "hostExchanges": EXTERNAL_EXCHANGE_KEYS,
+}
+
+# -- programs -------------------------------------------------------------------------------
+
+#: Required fields of each program type (``type`` and the optional ``name`` aside).
+PROGRAM_FIELDS: dict[str, tuple[str, ...]] = {
+    "Sequence": ("children",),
+    "OnTileExecute": ("computeSet",),
+    "DoExchange": ("exchange", "memoryByInstruction"),
+    "GlobalExchange": ("exchange",),
+    "StreamCopy": ("exchange",),
+    "Repeat": ("children", "count"),
+    "RepeatWhileTrue": ("children",),
+    "RepeatWhileFalse": ("children",),
+    "If": ("children",),
+    "IfElse": ("children",),
+    "SetLocalConsensusFromVar": (),
+    "Switch": ("children", "caseValues"),
+    "Sync": ("syncType",),
+    "Call": ("target",),
+    "WriteUndef": (),
+    "CopySharedStructure": (),
+}
+PROGRAM_TYPES: tuple[str, ...] = tuple(PROGRAM_FIELDS)
+#: Allowed number of children per program type: (minimum, maximum or None for no maximum).
+PROGRAM_CHILD_COUNTS: dict[str, tuple[int, int | None]] = {
+    "Sequence": (0, None),
+    "Repeat": (1, 1),
+    "RepeatWhileTrue": (2, 2),
+    "RepeatWhileFalse": (2, 2),
+    "If": (1, 1),
+    "IfElse": (2, 2),
+    "Switch": (1, None),
+}
+#: The exchange table a program's ``exchange`` field indexes, per program type.
+PROGRAM_EXCHANGE_TABLES: dict[str, str] = {
+    "DoExchange": "exchanges",
+    "GlobalExchange": "externalExchanges",
+    "StreamCopy": "hostExchanges",
+}
+#: Keys of a DoExchange program's ``memoryByInstruction``; ``total`` is the sum of the others.
+MEMORY_BY_INSTRUCTION_PARTS: tuple[str, ...] = (
+    "delay",
+    "exchange",
+    "other",
+    "receiveAddress",
+    "receiveFormat",
+    "receiveMux",
+    "send",
+    "sendWithPutAddress",
+    "sendWithPutFormat",
+    "sendWithPutMux",
+)
+MEMORY_BY_INSTRUCTION_KEYS: tuple[str, ...] = (*MEMORY_BY_INSTRUCTION_PARTS, "total")
+SYNC_TYPES: tuple[str, ...] = ("Internal", "External")
+
+# -- memory ---------------------------------------------------------------------------------
+
+MEMORY_REGIONS: tuple[str, ...] = ("interleaved", "nonInterleaved", "overflowed")
+OVERLAP_KINDS: tuple[str, ...] = ("nonOverlapped", "overlapped")
+#: Keys of ``memory.byTile``, each ``[tile]``.
+BY_TILE_KEYS: tuple[str, ...] = (
+    "interleaved",
+    "interleavedIncludingGaps",
+    "nonInterleaved",
+    "nonInterleavedIncludingGaps",
+    "overflowed",
+    "overflowedIncludingGaps",
+    "total",
+    "totalIncludingGaps",
+)
+#: Categories of ``memory.byCategory``, all always present.
+MEMORY_CATEGORIES: tuple[str, ...] = (
+    "constant",
+    "controlCode",
+    "controlId",
+    "controlTable",
+    "copyDescriptor",
+    "globalExchangeCode",
+    "globalExchangePacketHeader",
+    "globalMessage",
+    "hostExchangeCode",
+    "hostExchangePacketHeader",
+    "hostMessage",
+    "instrumentationResults",
+    "internalExchangeCode",
+    "message",
+    "multiple",
+    "outputEdge",
+    "rearrangement",
+    "sharedCodeStorage",
+    "sharedDataStorage",
+    "stack",
+    "variable",
+    "vectorListDescriptor",
+    "vertexCode",
+    "vertexFieldData",
+    "vertexInstanceState",
+)
+#: The parts of ``memory.byComputeSet`` / ``memory.byVertexType``; ``totalBytes`` sums them.
+VERTEX_MEMORY_PARTS: tuple[str, ...] = (
+    "codeBytes",
+    "copyPtrBytes",
+    "descriptorBytes",
+    "edgePtrBytes",
+    "paddingBytes",
+    "vertexDataBytes",
+)
+#: Keys of ``memory.byComputeSet`` (each ``[cs][tile]``) and ``memory.byVertexType``
+#: (each ``[type][tile]``).
+VERTEX_MEMORY_KEYS: tuple[str, ...] = (*VERTEX_MEMORY_PARTS, "totalBytes")
+
+# -- execution profile ----------------------------------------------------------------------
+
+PROFILER_MODES: tuple[str, ...] = (
+    "NONE",
+    "CPU",
+    "IPU_MODEL",
+    "COMPUTE_SETS",
+    "SINGLE_TILE_COMPUTE_SETS",
+    "VERTICES",
+    "EXTERNAL_EXCHANGES",
+    "HOST_EXCHANGES",
+)
+#: Modes whose profile may omit ``programTrace`` and ``simulation``.
+MODES_WITHOUT_TRACE: tuple[str, ...] = ("NONE", "CPU")
+#: Arrays each mode adds to the execution profile.
+MODE_FIELDS: dict[str, tuple[str, ...]] = {
+    "COMPUTE_SETS": ("computeSetCyclesByTile",),
+    "SINGLE_TILE_COMPUTE_SETS": ("computeSetCycles",),
+    "VERTICES": ("vertexCycles", "vertexComputeSet", "vertexType"),
+    "EXTERNAL_EXCHANGES": ("externalExchangeCycles",),
+    "HOST_EXCHANGES": ("hostExchangeCycles",),
+}
+#: Keys of ``simulation.tileCycles``.
+TILE_CYCLES_KEYS: tuple[str, ...] = (
+    "activeCompute",
+    "compute",
+    "copySharedStructure",
+    "doExchange",
+    "globalExchange",
+    "streamCopy",
+    "sync",
+)
+#: The ``tileCycles`` keys that partition tile time (``activeCompute`` is part of ``compute``).
+TILE_CYCLES_PARTITION: tuple[str, ...] = tuple(k for k in TILE_CYCLES_KEYS if k != "activeCompute")
+
+#: Integer fields every step has, besides ``type`` and the optional ``name``.
+STEP_INT_FIELDS: tuple[str, ...] = ("program", "cycles", "cyclesFrom", "cyclesTo", "activeTiles")
+#: Float fields in [0, 1] every step has.
+STEP_BALANCE_FIELDS: tuple[str, ...] = ("tileBalance", "activeTileBalance")
+STEP_COMMON_FIELDS: tuple[str, ...] = ("type", *STEP_INT_FIELDS, *STEP_BALANCE_FIELDS)
+#: Extra fields per step type.
+STEP_FIELDS: dict[str, tuple[str, ...]] = {
+    "OnTileExecute": ("computeSet", "threadBalance", "cyclesOverlapped"),
+    "DoExchange": ("exchange", "totalData", "dataBalance", "cyclesOverlapped"),
+    "GlobalExchange": ("externalExchange", "totalData", "dataBalance"),
+    "StreamCopy": ("hostExchange", "totalData", "dataBalance"),
+    "CopySharedStructure": ("totalData", "dataBalance", "cyclesOverlapped"),
+    "Sync": ("syncType",),
+}
+STEP_TYPES: tuple[str, ...] = tuple(STEP_FIELDS)
+#: Step fields that index a graph-profile table, and the table they index.
+STEP_INDEX_FIELDS: dict[str, str] = {
+    "computeSet": "computeSets",
+    "exchange": "exchanges",
+    "externalExchange": "externalExchanges",
+    "hostExchange": "hostExchanges",
+}
+#: For a step whose program has the step's type: (step field, program field) that must agree.
+STEP_PROGRAM_LINKS: dict[str, tuple[str, str]] = {
+    "OnTileExecute": ("computeSet", "computeSet"),
+    "DoExchange": ("exchange", "exchange"),
+    "GlobalExchange": ("externalExchange", "exchange"),
+    "StreamCopy": ("hostExchange", "exchange"),
+    "Sync": ("syncType", "syncType"),
+}
