@@ -1,0 +1,171 @@
+"""Liveness: linearise the lowered programs into steps, find which variables each step
+reads and writes, and derive live intervals (``shared/spec/profile-and-machine.md`` §5).
+
+A variable is *always live* when its value crosses a program boundary or comes from the
+host: it is a constant, has a host handle or initial value, is read before it is written,
+is used by more than one control program, or is never used. Otherwise it is live from its
+first write to its last access, extended over a whole loop when a loop iteration reads it
+before writing it (its value is carried round the loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tremula.engine import nodes as N
+from tremula.engine.plan import Gather
+from tremula.poplar.graph import GraphState
+
+
+@dataclass
+class Walk:
+    """The result of linearising the programs."""
+
+    num_steps: int = 0
+    acc_step: list[np.ndarray] = field(default_factory=list)
+    acc_var: list[np.ndarray] = field(default_factory=list)
+    acc_kind: list[np.ndarray] = field(default_factory=list)  # 0 read, 1 write, 2 undef
+    acc_prog: list[np.ndarray] = field(default_factory=list)  # control program index
+    loops: list[tuple[int, int]] = field(default_factory=list)
+    calls: dict[int, list[int]] = field(default_factory=dict)  # function id -> body steps
+    loads: dict[int, list[int]] = field(default_factory=dict)  # function id -> load steps
+    leaf_steps: list[tuple[N.Node, int]] = field(default_factory=list)
+    tree: list[dict] = field(default_factory=list)  # per control program: nested ranges
+
+
+class Linearizer:
+    def __init__(self, state: GraphState, function_roots: list[N.Node],
+                 function_ids: dict[int, int]) -> None:
+        self.state = state
+        self.roots = function_roots
+        self.fn_of_pos = {pos: fid for fid, pos in function_ids.items()}
+        self.w = Walk()
+        self._var_cache: dict[int, np.ndarray] = {}
+        self._prog = 0
+        self._fn_stack: list[int] = []
+
+    def variables(self, g: Gather) -> np.ndarray:
+        key = id(g)
+        cached = self._var_cache.get(key)
+        if cached is not None:
+            return cached[1]
+        space = self.state.space(g.dtype)
+        if g.is_view:
+            starts = np.asarray(space.var_starts)
+            p0, p1 = np.searchsorted(starts, [g.index.start, g.index.stop - 1], side="right") - 1
+            ids = np.asarray(space.var_ids, dtype=np.int64)[p0:p1 + 1] if g.size else \
+                np.zeros(0, np.int64)
+        else:
+            ids = np.unique(space.variable_at(g.index))
+        self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
+        return ids
+
+    def add_access(self, step: int, kind: int, g: Gather) -> None:
+        ids = self.variables(g)
+        if ids.size:
+            w = self.w
+            w.acc_step.append(np.full(ids.size, step, np.int64))
+            w.acc_var.append(ids)
+            w.acc_kind.append(np.full(ids.size, kind, np.int64))
+            w.acc_prog.append(np.full(ids.size, self._prog, np.int64))
+
+    def leaf(self, node: N.Node) -> int:
+        step = self.w.num_steps
+        self.w.num_steps += 1
+        self.w.leaf_steps.append((node, step))
+        kinds = {"r": 0, "w": 1, "u": 2}
+        for kind, g in node.accesses():
+            self.add_access(step, kinds[kind], g)
+        for fid in self._fn_stack:
+            self.w.calls.setdefault(fid, []).append(step)
+        if isinstance(node, N.HostNode) and node.action == "code_load":
+            self.w.loads.setdefault(node.function, []).append(step)
+        return step
+
+    def walk(self, node: N.Node) -> dict:
+        """Visit ``node``; returns its tree entry ``{node, first, last, children}``."""
+        entry: dict = {"node": node, "first": self.w.num_steps, "children": []}
+        if isinstance(node, N.CallNode):
+            fid = self.fn_of_pos[node.function]
+            self._fn_stack.append(fid)
+            entry["children"].append(self.walk(node.body))
+            self._fn_stack.pop()
+        elif isinstance(node, (N.RepeatNode, N.RepeatWhileNode)):
+            if isinstance(node, N.RepeatWhileNode):
+                self.leaf(node)  # the predicate read
+            start = self.w.num_steps
+            entry["children"] = [self.walk(c) for c in node.children()]
+            self.w.loops.append((start, max(start, self.w.num_steps - 1)))
+        elif isinstance(node, (N.IfNode, N.SwitchNode)):
+            self.leaf(node)
+            entry["children"] = [self.walk(c) for c in node.children()]
+        elif node.children():
+            entry["children"] = [self.walk(c) for c in node.children()]
+        else:
+            self.leaf(node)
+        entry["last"] = max(entry["first"], self.w.num_steps - 1)
+        return entry
+
+    def run(self, control_roots: list[N.Node]) -> Walk:
+        for i, root in enumerate(control_roots):
+            self._prog = i
+            self.w.tree.append(self.walk(root))
+        return self.w
+
+
+@dataclass
+class Intervals:
+    always_live: np.ndarray  # [num_vars] bool
+    start: np.ndarray  # [num_vars] first live step (valid where not always live)
+    end: np.ndarray  # [num_vars] last live step
+
+
+def intervals(state: GraphState, w: Walk) -> Intervals:
+    nv = len(state.variables)
+    always = np.zeros(nv, dtype=bool)
+    start = np.zeros(nv, dtype=np.int64)
+    end = np.zeros(nv, dtype=np.int64)
+    for v in state.variables:
+        if v.is_constant:
+            always[v.id] = True
+    for handles in (state.host_writes, state.host_reads):
+        for t in handles.values():
+            always[np.unique(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+    for t, _ in state.initial_values:
+        always[np.unique(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+    if not w.acc_step:
+        always[:] = True
+        return Intervals(always, start, end)
+    step = np.concatenate(w.acc_step)
+    var = np.concatenate(w.acc_var)
+    kind = np.concatenate(w.acc_kind)
+    prog = np.concatenate(w.acc_prog)
+    # order accesses by (var, step, kind): reads before writes in one step (conservative)
+    order = np.lexsort((kind, step, var))
+    step, var, kind, prog = step[order], var[order], kind[order], prog[order]
+    used = np.zeros(nv, dtype=bool)
+    used[var] = True
+    always |= ~used
+    first_idx = np.searchsorted(var, np.arange(nv), side="left")
+    last_idx = np.searchsorted(var, np.arange(nv), side="right") - 1
+    u = np.flatnonzero(used)
+    always[u[kind[first_idx[u]] == 0]] = True  # read before written
+    progs_min = np.full(nv, np.iinfo(np.int64).max)
+    progs_max = np.full(nv, -1)
+    np.minimum.at(progs_min, var, prog)
+    np.maximum.at(progs_max, var, prog)
+    always |= used & (progs_min != progs_max)
+    start[u] = step[first_idx[u]]
+    end[u] = step[last_idx[u]]
+    for a, b in w.loops:  # loop-carried values live across the whole loop
+        inside = (step >= a) & (step <= b)
+        if not inside.any():
+            continue
+        lv, lk = var[inside], kind[inside]
+        uniq, first = np.unique(lv, return_index=True)
+        carried = uniq[lk[first] == 0]
+        start[carried] = np.minimum(start[carried], a)
+        end[carried] = np.maximum(end[carried], b)
+    return Intervals(always, start, end)

@@ -1,0 +1,385 @@
+"""Lowering user programs to engine nodes: one rule per program class (a table).
+
+Everything static is decided here, once: compiled compute sets, exchange plans, the cycles of
+every step on every tile, and the profile's program, exchange and compute-set tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tremula.engine import nodes as N
+from tremula.engine.computeset import CompiledComputeSet, compile_compute_set
+from tremula.engine.exchange import ExchangePlan, Transfers, plan_exchange, split_by_ipu, \
+    transfers_for
+from tremula.engine.plan import Gather
+from tremula.engine.timeline import StepInfo
+from tremula.errors import ProgramError
+from tremula.poplar import program as P
+from tremula.poplar.graph import GraphState
+from tremula.poplar.handles import DataStream, Function, FunctionBuffer, RemoteBuffer
+from tremula.poplar.tensor import Tensor
+
+
+@dataclass
+class HostExchange:
+    """One host exchange (a StreamCopy program), for the profile's ``hostExchanges``."""
+
+    bytes_sent: np.ndarray  # device -> host, per tile
+    bytes_received: np.ndarray  # host -> device, per tile
+    cycles_by_tile: np.ndarray
+
+
+def _balance(d: np.ndarray, n: int) -> tuple[float, float]:
+    peak = int(d.max(initial=0))
+    if peak == 0:
+        return 1.0, 1.0
+    active = int(np.count_nonzero(d))
+    return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
+
+
+class Lowering:
+    """Lowers the engine's programs and the functions they call."""
+
+    def __init__(self, state: GraphState) -> None:
+        self.state = state
+        self.target = state.target
+        self.space_ids = {t: i for i, t in enumerate(state.spaces)}
+        self.nodes: list[N.Node] = []
+        self.compute_sets: list[CompiledComputeSet] = [
+            compile_compute_set(state, cs, self.space_ids) for cs in state.compute_sets]
+        self.exchanges: list[ExchangePlan] = []
+        self.external_exchanges: list[ExchangePlan] = []
+        self.host_exchanges: list[HostExchange] = []
+        self.function_roots: list[N.Node] = []  # index = functionPrograms position
+        self.function_index: dict[int, int] = {}  # poplar function id -> position
+        self.function_code: dict[int, np.ndarray] = {}  # function id -> code bytes per tile
+        self._cs_exchanges: dict[int, tuple] = {}
+        self._lowering: set[int] = set()
+        self.control_roots: list[N.Node] = []
+
+    # ---- entry points ----
+    def lower_control(self, program: P.Program) -> N.Node:
+        root = self.lower(program)
+        self.control_roots.append(root)
+        return root
+
+    def lower(self, p: P.Program) -> N.Node:
+        rule = RULES.get(type(p))
+        if rule is None:
+            raise ProgramError(f"cannot lower program of type {type(p).__name__}")
+        node = rule(self, p)
+        if not node.name:
+            node.name = getattr(p, "name", "") or ""
+        return node
+
+    def _add(self, node: N.Node, name: str = "") -> N.Node:
+        node.pid = len(self.nodes)
+        node.name = name or node.name
+        self.nodes.append(node)
+        return node
+
+    # ---- steps ----
+    def _step(self, ptype: str, pid: int, name: str, d: np.ndarray, lockstep: bool,
+              **fields: object) -> StepInfo:
+        tiles = np.flatnonzero(d > 0)
+        tb, atb = _balance(d, self.target.num_tiles)
+        fields.update(tileBalance=tb, activeTiles=int(tiles.size), activeTileBalance=atb)
+        return StepInfo(ptype, pid, name, tiles, d[tiles].astype(np.int64), fields,
+                        lockstep=lockstep)
+
+    def _sync_step(self, pid: int, name: str, sync_type: str) -> StepInfo:
+        info = StepInfo("Sync", pid, name, np.zeros(0, np.int64), np.zeros(0, np.int64),
+                        {"syncType": sync_type}, sync_type=sync_type)
+        return info
+
+    @staticmethod
+    def _data_fields(sent: np.ndarray, recv: np.ndarray) -> dict[str, object]:
+        data = sent + recv
+        peak = int(data.max(initial=0))
+        active = int(np.count_nonzero(data))
+        balance = float(data.sum() / (active * peak)) if peak else 1.0
+        return {"totalData": int(recv.sum() if recv.sum() else sent.sum()),
+                "dataBalance": balance}
+
+    def exchange_node(self, plan: ExchangePlan, name: str,
+                      copy: tuple[Gather, Gather] | None = None) -> N.ExchangeNode:
+        internal = plan.kind == "internal"
+        table = self.exchanges if internal else self.external_exchanges
+        index = len(table)
+        table.append(plan)
+        kind = "DoExchange" if internal else "GlobalExchange"
+        node = N.ExchangeNode(kind, index, None, None, copy)  # type: ignore[arg-type]
+        self._add(node, name)
+        key = "exchange" if internal else "externalExchange"
+        node.step = self._step(kind, node.pid, name, plan.cycles_by_tile, True,
+                               **{key: index},
+                               **self._data_fields(plan.bytes_sent, plan.bytes_received))
+        node.sync = self._sync_step(node.pid, name, "Internal" if internal else "External")
+        if internal:
+            node.instructions = _instructions(plan)
+        return node
+
+    def host_node(self, action: str, name: str, bytes_sent: np.ndarray,
+                  bytes_received: np.ndarray, remote: bool = False, **kw: object) -> N.HostNode:
+        tg = self.target
+        per_tile = bytes_sent + bytes_received
+        bpc = tg.streaming_memory_bytes_per_cycle if remote else tg.host_bytes_per_cycle
+        transfer = max(int(np.ceil(per_tile.sum() / bpc)),
+                       int(-(-per_tile.max(initial=0) // tg.exchange_bytes_per_cycle)))
+        cycles = tg.host_sync_cycles + tg.stream_copy_fixed_cycles + transfer
+        d = np.where(per_tile > 0, cycles, 0).astype(np.int64)
+        if not per_tile.any():
+            d[0] = cycles  # a transfer with no data still costs the host round trip
+        index = len(self.host_exchanges)
+        self.host_exchanges.append(HostExchange(bytes_sent, bytes_received, d))
+        node = N.HostNode(action, index, None, None, **kw)  # type: ignore[arg-type]
+        self._add(node, name)
+        node.step = self._step("StreamCopy", node.pid, name, d, True, hostExchange=index,
+                               **self._data_fields(bytes_sent, bytes_received))
+        node.sync = self._sync_step(node.pid, name, "External")
+        return node
+
+    def bytes_by_tile(self, t: Tensor) -> np.ndarray:
+        tiles = self.state.space(t.dtype).tile_of[t.addresses.reshape(-1)]
+        return (np.bincount(tiles, minlength=self.target.num_tiles) * t.dtype.size).astype(
+            np.int64)
+
+    # ---- compute sets ----
+    def lower_execute(self, p: P.Execute) -> N.Node:
+        ccs = self.compute_sets[p.compute_set.id]
+        pre, post = self._cs_plans(ccs)
+        parts: list[N.Node] = []
+        for plan, suffix in pre:
+            parts.append(self.exchange_node(plan, f"{ccs.name}/{suffix}"))
+        tile = N.OnTileNode(ccs, None)  # type: ignore[arg-type]
+        self._add(tile, ccs.name)
+        tile.step = self._step("OnTileExecute", tile.pid, ccs.name, ccs.cycles_by_tile, False,
+                               computeSet=ccs.id, threadBalance=ccs.thread_balance)
+        tile.step.active_cycles = int(ccs.active_cycles_by_tile.sum())
+        parts.append(tile)
+        for plan, suffix in post:
+            parts.append(self.exchange_node(plan, f"{ccs.name}/{suffix}"))
+        if len(parts) == 1:
+            return tile
+        return self._add(N.SeqNode(parts), p.name or ccs.name)
+
+    def _cs_plans(self, ccs: CompiledComputeSet) -> tuple[list, list]:
+        cached = self._cs_exchanges.get(ccs.id)
+        if cached is None:
+            cached = (self._plans(ccs.pre, "ExchangePre"), self._plans(ccs.post, "ExchangePost"))
+            self._cs_exchanges[ccs.id] = cached
+        return cached
+
+    def _plans(self, t: Transfers, suffix: str) -> list[tuple[ExchangePlan, str]]:
+        internal, external = split_by_ipu(self.target, t)
+        plans = []
+        if len(external):
+            plans.append((plan_exchange(self.target, external, "global"), f"Global{suffix}"))
+        if len(internal):
+            plans.append((plan_exchange(self.target, internal, "internal"), suffix))
+        return plans
+
+    # ---- copies ----
+    def lower_copy(self, p: P.Copy) -> N.Node:
+        s, d = p.src, p.dst
+        name = p.name
+        if isinstance(s, Tensor) and isinstance(d, Tensor):
+            return self._tensor_copy(s, d, name or "Copy")
+        if isinstance(s, DataStream):
+            g = Gather.of(d.dtype, d.addresses)
+            return self.host_node("h2d", name or f"{s.name}/StreamCopy", np.zeros_like(
+                self.bytes_by_tile(d)), self.bytes_by_tile(d), writes=(g,), stream=s,
+                shape=d.shape)
+        if isinstance(d, DataStream):
+            g = Gather.of(s.dtype, s.addresses)
+            return self.host_node("d2h", name or f"{d.name}/StreamCopy", self.bytes_by_tile(s),
+                                  np.zeros_like(self.bytes_by_tile(s)), reads=(g,), stream=d)
+        if isinstance(s, RemoteBuffer) or isinstance(d, RemoteBuffer):
+            return self._remote_copy(p)
+        if isinstance(s, FunctionBuffer) and isinstance(d, Function):
+            return self._code_load(d, name)
+        raise ProgramError(f"Copy from {type(s).__name__} to {type(d).__name__} unsupported")
+
+    def _tensor_copy(self, s: Tensor, d: Tensor, name: str) -> N.Node:
+        src = s.addresses.reshape(-1)
+        dst = d.addresses.reshape(-1)
+        st = self.state
+        ts = st.space(s.dtype).tile_of[src].astype(np.int64)
+        td = st.space(d.dtype).tile_of[dst].astype(np.int64)
+        # an element moving from tile a to tile b, named by its destination address
+        moves = transfers_for(td, ts, dst, self.space_ids[d.dtype], d.dtype.size,
+                              to_other=False)
+        same = ts == td
+        local = np.bincount(td[same], minlength=self.target.num_tiles) * d.dtype.size
+        internal, external = split_by_ipu(self.target, moves)
+        copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
+        nodes: list[N.Node] = []
+        plan = plan_exchange(self.target, internal, "internal", local.astype(np.int64))
+        nodes.append(self.exchange_node(plan, name, copy))
+        if len(external):
+            nodes.append(self.exchange_node(plan_exchange(self.target, external, "global"),
+                                            f"{name}/Global"))
+        return nodes[0] if len(nodes) == 1 else self._add(N.SeqNode(nodes), name)
+
+    def _offset(self, p: P.Copy) -> int | Gather:
+        off = p.offset
+        if isinstance(off, Tensor):
+            return Gather.of(off.dtype, off.addresses)
+        return 0 if off is None else int(off)
+
+    def _remote_copy(self, p: P.Copy) -> N.Node:
+        if isinstance(p.src, RemoteBuffer):
+            buf, t = p.src, p.dst
+            b = self.bytes_by_tile(t)
+            return self.host_node("remote_load", p.name or f"{buf.name}/RemoteLoad",
+                                  np.zeros_like(b), b, remote=True,
+                                  writes=(Gather.of(t.dtype, t.addresses),), buffer=buf,
+                                  offset=self._offset(p))
+        buf, t = p.dst, p.src
+        b = self.bytes_by_tile(t)
+        return self.host_node("remote_store", p.name or f"{buf.name}/RemoteStore", b,
+                              np.zeros_like(b), remote=True,
+                              reads=(Gather.of(t.dtype, t.addresses),), buffer=buf,
+                              offset=self._offset(p))
+
+    def _code_load(self, fn: Function, name: str) -> N.Node:
+        self.function_position(fn)
+        code = self.function_code[fn.id]
+        return self.host_node("code_load", name or f"{fn.name}/CodeLoad", np.zeros_like(code),
+                              code, remote=True, function=fn.id)
+
+    # ---- functions ----
+    def function_position(self, fn: Function) -> int:
+        pos = self.function_index.get(fn.id)
+        if pos is not None:
+            return pos
+        if fn.id in self._lowering:
+            raise ProgramError(f"function {fn.name!r} calls itself: recursion is not allowed")
+        self._lowering.add(fn.id)
+        root = self.lower(fn.program)
+        self._lowering.discard(fn.id)
+        pos = len(self.function_roots)
+        self.function_roots.append(root)
+        self.function_index[fn.id] = pos
+        self.function_code[fn.id] = self.code_bytes(root)
+        return pos
+
+    def code_bytes(self, root: N.Node) -> np.ndarray:
+        """Vertex code of the types used in ``root`` plus its control code, per tile."""
+        tg = self.target
+        code = np.zeros(tg.num_tiles, dtype=np.int64)
+        seen: dict[str, np.ndarray] = {}
+        count = 0
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            count += 1
+            if isinstance(node, N.OnTileNode):
+                for g in node.ccs.groups:
+                    mask = seen.setdefault(g.vertex_type.name, np.zeros(tg.num_tiles, bool))
+                    mask[g.tiles] = True
+            if isinstance(node, N.CallNode):
+                continue
+            stack.extend(node.children())
+        for vname, mask in seen.items():
+            size = self.state.codelets.resolve(vname).codelet.code_bytes
+            code += mask * size
+        return code + count * tg.control_code_bytes_per_program
+
+    def lower_call(self, p: P.Call) -> N.Node:
+        fn = p.function
+        if isinstance(fn, Function):
+            pos = self.function_position(fn)
+            node = N.CallNode(pos, fn.id, self.function_roots[pos])
+            return self._add(node, p.name or f"Call/{fn.name}")
+        ins = tuple(Gather.of(t.dtype, t.addresses) for t in p.inputs)
+        outs = tuple(Gather.of(t.dtype, t.addresses) for t in p.outputs)
+        sent = sum((self.bytes_by_tile(t) for t in p.inputs),
+                   np.zeros(self.target.num_tiles, np.int64))
+        recv = sum((self.bytes_by_tile(t) for t in p.outputs),
+                   np.zeros(self.target.num_tiles, np.int64))
+        return self.host_node("host_call", p.name or f"{fn.name}/HostCall", sent, recv,
+                              reads=ins, writes=outs, host_function=fn)
+
+    # ---- control flow ----
+    def lower_sequence(self, p: P.Sequence) -> N.Node:
+        children = [self.lower(c) for c in p.programs]
+        return self._add(N.SeqNode(children), p.name)
+
+    def lower_repeat(self, p: P.Repeat) -> N.Node:
+        return self._add(N.RepeatNode(int(p.count), self.lower(p.body)), p.name)
+
+    def _pred(self, t: Tensor) -> Gather:
+        return Gather.of(t.dtype, t.addresses)
+
+    def lower_repeat_while(self, p: P._RepeatWhile) -> N.Node:
+        cond, body = self.lower(p.condition), self.lower(p.body)
+        node = N.RepeatWhileNode(cond, self._pred(p.predicate), body, p.until, None)  # type: ignore[arg-type]
+        self._add(node, p.name)
+        node.sync = self._sync_step(node.pid, node.name, "Internal")
+        return node
+
+    def lower_if(self, p: P.If) -> N.Node:
+        then, else_ = self.lower(p.then), self.lower(p.else_)
+        node = N.IfNode(self._pred(p.predicate), then, else_, None)  # type: ignore[arg-type]
+        self._add(node, p.name)
+        node.sync = self._sync_step(node.pid, node.name, "Internal")
+        return node
+
+    def lower_switch(self, p: P.Switch) -> N.Node:
+        cases = [self.lower(c) for _, c in p.cases]
+        default = self.lower(p.default)
+        values = np.array([v for v, _ in p.cases], dtype=np.int64)
+        node = N.SwitchNode(self._pred(p.control), values, cases, default, None)  # type: ignore[arg-type]
+        self._add(node, p.name)
+        node.sync = self._sync_step(node.pid, node.name, "Internal")
+        return node
+
+    def lower_sync(self, p: P.Sync) -> N.Node:
+        kind = "External" if p.sync_type == "external" else "Internal"
+        node = N.SyncNode(None)  # type: ignore[arg-type]
+        self._add(node, p.name)
+        node.step = self._sync_step(node.pid, p.name, kind)
+        return node
+
+    def lower_write_undef(self, p: P.WriteUndef) -> N.Node:
+        return self._add(N.WriteUndefNode((Gather.of(p.tensor.dtype, p.tensor.addresses),)),
+                         p.name)
+
+    def lower_print(self, p: P.PrintTensor) -> N.Node:
+        t = p.tensor
+        b = self.bytes_by_tile(t)
+        return self.host_node("print", p.name or f"{p.title or 'tensor'}/PrintTensor", b,
+                              np.zeros_like(b), reads=(Gather.of(t.dtype, t.addresses),),
+                              title=p.title, shape=t.shape)
+
+
+def _instructions(plan: ExchangePlan) -> dict[str, int]:
+    """Poplar's ``memoryByInstruction`` breakdown of an exchange's code (all tiles)."""
+    total = int(plan.code_bytes.sum())
+    send = min(total, int(np.count_nonzero(plan.bytes_sent)) * 4)
+    rest = total - send
+    return {"delay": 0, "exchange": 0, "other": 0, "receiveAddress": rest // 2,
+            "receiveFormat": 0, "receiveMux": rest - rest // 2, "send": send,
+            "sendWithPutAddress": 0, "sendWithPutFormat": 0, "sendWithPutMux": 0,
+            "total": total}
+
+
+RULES: dict[type, Callable[[Lowering, P.Program], N.Node]] = {
+    P.Sequence: Lowering.lower_sequence,
+    P.Execute: Lowering.lower_execute,
+    P.Repeat: Lowering.lower_repeat,
+    P.RepeatWhileTrue: Lowering.lower_repeat_while,
+    P.RepeatWhileFalse: Lowering.lower_repeat_while,
+    P.If: Lowering.lower_if,
+    P.Switch: Lowering.lower_switch,
+    P.Copy: Lowering.lower_copy,
+    P.Sync: Lowering.lower_sync,
+    P.Call: Lowering.lower_call,
+    P.WriteUndef: Lowering.lower_write_undef,
+    P.PrintTensor: Lowering.lower_print,
+}

@@ -1,0 +1,78 @@
+"""Engine options, with Poplar's names. ``POPLAR_ENGINE_OPTIONS`` (a JSON object) is read
+as Poplar reads it, and overrides the options given in the program."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tremula.errors import EngineError
+
+MODES = {"ipu_model": "IPU_MODEL", "compute_sets": "COMPUTE_SETS",
+         "single_tile_compute_sets": "SINGLE_TILE_COMPUTE_SETS", "vertices": "VERTICES",
+         "external_exchanges": "EXTERNAL_EXCHANGES", "host_exchanges": "HOST_EXCHANGES",
+         "none": "NONE"}
+
+#: options accepted for compatibility that change nothing in the model
+IGNORED = {"debug.instrument", "debug.instrumentCompute", "debug.instrumentExternalExchange",
+           "debug.instrumentControlFlow", "debug.computeInstrumentationLevel",
+           "profiler.format", "profiler.useUnstableFormat", "profiler.includeCycleEstimates",
+           "target.saveArchive", "autoReport.executionProfileProgramRunCount",
+           "autoReport.outputArchive", "autoReport.outputDebugInfo", "opt.enableSwSyncs",
+           "debug.retainDebugInformation", "debug.verify"}
+KNOWN = {"autoReport.all", "autoReport.directory", "autoReport.outputGraphProfile",
+         "autoReport.outputExecutionProfile", "debug.allowOutOfMemory",
+         "debug.executionProfile"} | IGNORED
+
+
+def _flag(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise EngineError(f"engine option {name!r}: expected 'true' or 'false', got {value!r}")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    report_graph: bool = False
+    report_execution: bool = False
+    report_directory: str = "."
+    allow_out_of_memory: bool = False
+    profiler_mode: str = "IPU_MODEL"
+
+    @property
+    def auto_report(self) -> bool:
+        return self.report_graph or self.report_execution
+
+
+def parse_options(options: dict[str, Any] | None, env: dict[str, str] | None = None) -> EngineOptions:
+    merged: dict[str, Any] = dict(options or {})
+    env = os.environ if env is None else env
+    text = env.get("POPLAR_ENGINE_OPTIONS")
+    if text:
+        try:
+            from_env = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise EngineError(f"POPLAR_ENGINE_OPTIONS is not valid JSON: {err}") from None
+        if not isinstance(from_env, dict):
+            raise EngineError("POPLAR_ENGINE_OPTIONS must hold a JSON object")
+        merged.update(from_env)
+    unknown = sorted(set(merged) - KNOWN)
+    if unknown:
+        raise EngineError(f"unknown engine option(s) {unknown}; known: {sorted(KNOWN)}")
+    every = _flag(merged.get("autoReport.all", "false"), "autoReport.all")
+    graph = _flag(merged.get("autoReport.outputGraphProfile", every),
+                  "autoReport.outputGraphProfile")
+    execution = _flag(merged.get("autoReport.outputExecutionProfile", every),
+                      "autoReport.outputExecutionProfile")
+    mode_name = str(merged.get("debug.executionProfile", "ipu_model")).lower()
+    if mode_name not in MODES:
+        raise EngineError(f"engine option 'debug.executionProfile': {mode_name!r} unknown; "
+                          f"expected one of {sorted(MODES)}")
+    return EngineOptions(graph, execution, str(merged.get("autoReport.directory", ".")),
+                         _flag(merged.get("debug.allowOutOfMemory", "false"),
+                               "debug.allowOutOfMemory"), MODES[mode_name])

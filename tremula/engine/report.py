@@ -1,0 +1,197 @@
+"""Building the graph and execution profiles (``tremula/profile/FORMAT.md``) from what the
+engine compiled and what the timeline recorded. Plain JSON-ready dicts: ints, floats,
+strings and lists, in a fixed order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tremula.engine import nodes as N
+from tremula.engine.lower import Lowering
+from tremula.engine.memory import CATEGORIES, REGIONS, MemoryReport
+from tremula.engine.timeline import Timeline
+
+
+def _l(a: np.ndarray) -> list[int]:
+    return [int(x) for x in np.asarray(a).tolist()]
+
+
+def _target(lw: Lowering) -> dict[str, Any]:
+    tg = lw.target
+    return {"type": tg.target_type, "bytesPerIPU": tg.bytes_per_ipu,
+            "bytesPerTile": tg.memory_bytes_per_tile, "clockFrequency": float(tg.tile_clock_frequency),
+            "numIPUs": tg.num_ipus, "tilesPerIPU": tg.tiles_per_ipu, "numTiles": tg.num_tiles,
+            "totalMemory": tg.total_memory,
+            "relativeSyncDelayByTile": _l(tg.relative_sync_delays()),
+            "minSyncDelay": tg.min_sync_delay, "ipuVersion": tg.ipu_version,
+            "replicationFactor": lw.state.replication_factor}
+
+
+def _programs(lw: Lowering) -> list[dict[str, Any]]:
+    out = []
+    for node in lw.nodes:
+        entry: dict[str, Any] = {"type": node.ptype}
+        if node.name:
+            entry["name"] = node.name
+        kids = node.children()
+        if kids and not isinstance(node, N.CallNode):
+            entry["children"] = [k.pid for k in kids]
+        entry.update(node.profile_fields())
+        out.append(entry)
+    return out
+
+
+def _compute_sets(lw: Lowering, types: list[str], cycle_estimates: bool) -> dict[str, Any]:
+    index = {name: i for i, name in enumerate(types)}
+    counts, vtypes, active_by_type = [], [], []
+    for ccs in lw.compute_sets:
+        counts.append([g.n for g in ccs.groups])
+        vtypes.append([index[g.vertex_type.name] for g in ccs.groups])
+        row = [0] * len(types)
+        for name, cyc in ccs.active_cycles_by_type.items():
+            row[index[name]] = int(cyc)
+        active_by_type.append(row)
+    out: dict[str, Any] = {"names": [c.name for c in lw.compute_sets], "vertexCounts": counts,
+                           "vertexTypes": vtypes}
+    if cycle_estimates:
+        out["cycleEstimates"] = {
+            "activeCyclesByTile": [_l(c.active_cycles_by_tile) for c in lw.compute_sets],
+            "activeCyclesByVertexType": active_by_type,
+            "cyclesByTile": [_l(c.cycles_by_tile) for c in lw.compute_sets]}
+    return out
+
+
+def _exchanges(lw: Lowering) -> dict[str, Any]:
+    internal = {"bytesReceivedByTile": [_l(p.bytes_received) for p in lw.exchanges],
+                "bytesSentByTile": [_l(p.bytes_sent) for p in lw.exchanges],
+                "cyclesByTile": [_l(p.cycles_by_tile) for p in lw.exchanges],
+                "codeBytesByTile": [_l(p.code_bytes) for p in lw.exchanges]}
+    external = {"bytesReceivedByTile": [_l(p.bytes_received) for p in lw.external_exchanges],
+                "bytesSentByTile": [_l(p.bytes_sent) for p in lw.external_exchanges],
+                "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in lw.external_exchanges]}
+    host = {"bytesReceivedByTile": [_l(h.bytes_received) for h in lw.host_exchanges],
+            "bytesSentByTile": [_l(h.bytes_sent) for h in lw.host_exchanges],
+            "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in lw.host_exchanges]}
+    return {"exchanges": internal, "externalExchanges": external, "hostExchanges": host}
+
+
+def _by_program(entry: dict, totals: np.ndarray) -> dict[str, Any]:
+    a, b = entry["first"], entry["last"]
+    seg = totals[a:b + 1]
+    return {"program": entry["node"].pid, "bytes": int(seg.max()) if seg.size else 0,
+            "children": [_by_program(c, totals) for c in entry["children"]]}
+
+
+def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
+    by_cat = {}
+    for c in CATEGORIES:
+        regions = mem.by_category[c]
+        total = sum(regions[r][k] for r in REGIONS for k in ("nonOverlapped", "overlapped"))
+        by_cat[c] = {r: {k: _l(regions[r][k]) for k in ("nonOverlapped", "overlapped")}
+                     for r in REGIONS}
+        by_cat[c]["total"] = _l(total)
+    return {
+        "byTile": {k: _l(v) for k, v in sorted(mem.by_tile.items())},
+        "byCategory": by_cat,
+        "byComputeSet": {k: [_l(r) for r in v] for k, v in mem.by_compute_set.items()},
+        "byVertexType": {k: [_l(r) for r in v] for k, v in mem.by_vertex_type.items()},
+        "liveness": {
+            "alwaysLive": {"bytesByTile": _l(mem.always_live), "bytes": int(mem.always_live.sum())},
+            "notAlwaysLive": {
+                "bytesByTile": _l(mem.not_always_live_at_peak),
+                "maxBytesByTile": _l(mem.not_always_live_peak),
+                "maxBytes": int(mem.step_totals.max(initial=0)),
+                "byProgram": [_by_program(t, mem.step_totals) for t in tree]}}}
+
+
+def graph_profile(lw: Lowering, mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
+    st = lw.state
+    num_edges = 0
+    for ccs in lw.compute_sets:
+        for g in ccs.groups:
+            for name in g.gathers:
+                sub = g.batch._sub.get(name + "#count")
+                num_edges += int(sub.sum()) if sub is not None else g.n
+    is_model = lw.target.target_type != "CPU"
+    profile: dict[str, Any] = {
+        "target": _target(lw),
+        "optimizationInfo": {"numPrograms": float(len(lw.nodes)),
+                             "numExchanges": float(len(lw.exchanges)),
+                             "numExternalExchanges": float(len(lw.external_exchanges)),
+                             "numHostExchanges": float(len(lw.host_exchanges)),
+                             "numFunctions": float(len(lw.function_roots))},
+        "graph": {"numComputeSets": len(lw.compute_sets), "numEdges": num_edges,
+                  "numVars": len(st.variables), "numVertices": st.num_vertices},
+        "vertexTypes": {"names": list(mem.vertex_types), "sizes": list(mem.vertex_type_sizes)},
+        "computeSets": _compute_sets(lw, mem.vertex_types, is_model),
+        **_exchanges(lw),
+        "programs": _programs(lw),
+        "controlPrograms": [r.pid for r in lw.control_roots],
+        "functionPrograms": [r.pid for r in lw.function_roots],
+        "memory": _memory(mem, tree),
+    }
+    return profile
+
+
+STEP_KEYS = ("computeSet", "exchange", "externalExchange", "hostExchange", "threadBalance",
+             "totalData", "dataBalance")
+
+
+def _step(info, start: int, end: int, overlapped: int, balance: float | None,
+          num_tiles: int) -> dict[str, Any]:
+    s: dict[str, Any] = {"type": info.type, "program": info.program}
+    if info.name:
+        s["name"] = info.name
+    s.update(cycles=end - start, cyclesFrom=start, cyclesTo=end)
+    f = info.fields
+    if info.type == "Sync":
+        s.update(syncType=info.sync_type, tileBalance=balance, activeTiles=num_tiles,
+                 activeTileBalance=balance)
+        return s
+    s.update(tileBalance=f["tileBalance"], activeTiles=f["activeTiles"],
+             activeTileBalance=f["activeTileBalance"])
+    for k in STEP_KEYS:
+        if k in f:
+            s[k] = f[k]
+    if info.type in ("OnTileExecute", "DoExchange", "CopySharedStructure"):
+        s["cyclesOverlapped"] = overlapped
+    return s
+
+
+def execution_profile(lw: Lowering, tl: Timeline, mode: str, cs_cycles: np.ndarray) -> dict[str, Any]:
+    if mode in ("NONE", "CPU"):
+        return {"profilerMode": mode}
+    T = lw.target.num_tiles
+    steps = [_step(info, start, end, overlapped, balance, T)
+             for info, start, end, overlapped, balance in tl.steps]
+    out: dict[str, Any] = {"profilerMode": mode, "programTrace": list(tl.trace),
+                           "simulation": {"cycles": tl.cycles, "tileCycles": dict(tl.tile_cycles),
+                                          "steps": steps}}
+    if mode == "COMPUTE_SETS":
+        out["computeSetCyclesByTile"] = [_l(r) for r in cs_cycles]
+    elif mode == "SINGLE_TILE_COMPUTE_SETS":
+        out["computeSetCycles"] = _l(cs_cycles.max(axis=1)) if cs_cycles.size else []
+    elif mode == "VERTICES":
+        ids, cycles, css, types = [], [], [], []
+        names = {}
+        for ccs in lw.compute_sets:
+            for g in ccs.groups:
+                idx = names.setdefault(g.vertex_type.name, len(names))
+                ids.append(g.vertex_ids)
+                cycles.append(g.cycles)
+                css.append(np.full(g.n, ccs.id))
+                types.append(np.full(g.n, idx))
+        if ids:
+            order = np.argsort(np.concatenate(ids), kind="stable")
+            out["vertexCycles"] = _l(np.concatenate(cycles)[order])
+            out["vertexComputeSet"] = _l(np.concatenate(css)[order])
+            out["vertexType"] = _l(np.concatenate(types)[order])
+        else:
+            out["vertexCycles"] = out["vertexComputeSet"] = out["vertexType"] = []
+    elif mode == "EXTERNAL_EXCHANGES":
+        out["externalExchangeCycles"] = [_l(p.cycles_by_tile) for p in lw.external_exchanges]
+    elif mode == "HOST_EXCHANGES":
+        out["hostExchangeCycles"] = [_l(h.cycles_by_tile) for h in lw.host_exchanges]
+    return out

@@ -1,0 +1,319 @@
+"""The reference interpreter: one handler per lowered node type (a dispatch table).
+
+State is a :class:`Runtime`: storage for every element type (``[replica, address]``),
+remote buffers (``[replica, row, element]``), stream connections and host-function
+callbacks. Handlers take a replica selection ``rsel``: ``slice(None)`` for all replicas
+(the fast path), or a sorted index array when replicas took different branches. The
+timeline follows replica 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tremula.engine import nodes as N
+from tremula.engine.plan import Gather
+from tremula.engine.timeline import Timeline
+from tremula.errors import EngineError, StreamError
+from tremula.poplar.handles import DataStream
+from tremula.poplar.types import Type
+
+ALL = slice(None)
+
+
+class StreamConnection:
+    """A host buffer consumed (host to device) or filled (device to host) one transfer at a
+    time, circularly, or a callback called once per transfer with a ``[replica, n]`` array
+    (``[n]`` when there is one replica)."""
+
+    def __init__(self, stream: DataStream, source: Any, replicas: int) -> None:
+        self.stream = stream
+        self.replicas = replicas
+        self.pos = np.zeros(replicas, dtype=np.int64)
+        n = stream.num_elements
+        name = stream.name
+        if callable(source):
+            self.callback: Callable[..., Any] | None = source
+            self.buffer = None
+            return
+        self.callback = None
+        if not isinstance(source, np.ndarray):
+            source = np.asarray(source)
+        shared = replicas == 1 or stream.replication_mode == "broadcast"
+        if not stream.is_host_to_device and not source.flags.c_contiguous:
+            raise StreamError(f"stream {name!r}: the host buffer must be C-contiguous so that "
+                              f"the device can fill it in place")
+        if shared:
+            if source.size == 0 or source.size % n:
+                raise StreamError(f"stream {name!r}: host buffer has {source.size} elements; "
+                                  f"expected a positive multiple of {n} (one transfer)")
+            view = source.reshape(1, -1, n)
+        else:
+            if source.ndim < 1 or source.shape[0] != replicas or source.size == 0 or \
+                    (source.size // replicas) % n:
+                raise StreamError(f"stream {name!r}: host buffer of shape {source.shape}; "
+                                  f"expected shape ({replicas}, k * {n}) with a leading "
+                                  f"replica axis")
+            view = source.reshape(replicas, -1, n)
+        if not stream.is_host_to_device and not np.shares_memory(view, source):
+            raise StreamError(f"stream {name!r}: cannot write into the host buffer in place")
+        self.buffer = view
+        self.shared = shared
+
+    def _rows(self, rsel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        reps = np.arange(self.replicas)[rsel]
+        depth = self.buffer.shape[1]
+        pos = self.pos[reps] % depth
+        self.pos[reps] = pos + 1
+        return (np.zeros_like(reps) if self.shared else reps), pos
+
+    def take(self, rsel: slice | np.ndarray, dtype: Type) -> np.ndarray:
+        """The next transfer for each selected replica, ``[replica, n]``."""
+        if self.callback is not None:
+            count = np.arange(self.replicas)[rsel].size
+            out = np.zeros((count, self.stream.num_elements), dtype=dtype.numpy)
+            res = self.callback(out[0] if self.replicas == 1 else out)
+            if res is not None:
+                out[...] = np.asarray(res).reshape(out.shape)
+            return out
+        reps, pos = self._rows(rsel)
+        return self.buffer[reps, pos].astype(dtype.numpy, copy=False)
+
+    def give(self, rsel: slice | np.ndarray, data: np.ndarray) -> None:
+        if self.callback is not None:
+            self.callback(data[0].copy() if self.replicas == 1 else data.copy())
+            return
+        reps, pos = self._rows(rsel)
+        self.buffer[reps, pos] = data
+
+
+class Runtime:
+    """Device state and the interpreter over lowered nodes."""
+
+    def __init__(self, lowering: Any, replicas: int, timeline: Timeline,
+                 record_cs: bool = False) -> None:
+        st = lowering.state
+        self.lowering = lowering
+        self.replicas = replicas
+        self.storage: dict[Type, np.ndarray] = {
+            t: np.zeros((replicas, sp.size), dtype=t.numpy) for t, sp in st.spaces.items()}
+        self.remote = {name: np.zeros((replicas, b.repeats, b.num_elements), dtype=b.dtype.numpy)
+                       for name, b in st.remote_buffers.items()}
+        self.streams: dict[str, StreamConnection] = {}
+        self.host_functions: dict[str, Callable[..., Any]] = {}
+        self.tl = timeline
+        self.record_cs = record_cs
+        self.cs_cycles = np.zeros((len(lowering.compute_sets), st.target.num_tiles), np.int64)
+        self.out = sys.stdout
+
+    def _tl(self, rsel: slice | np.ndarray) -> bool:
+        return isinstance(rsel, slice) or (rsel.size > 0 and rsel[0] == 0)
+
+    def run(self, node: N.Node, rsel: slice | np.ndarray = ALL) -> None:
+        HANDLERS[type(node)](self, node, rsel)
+
+    # ---- helpers ----
+    def scalar(self, g: Gather, rsel: slice | np.ndarray) -> np.ndarray:
+        return g.read(self.storage, rsel)[:, 0]
+
+    def subsets(self, rsel: slice | np.ndarray, keys: np.ndarray) -> list[tuple[Any, Any]]:
+        """Split the selected replicas by ``keys``: ``[(key, rsel_of_key)]``; the fast path
+        keeps ``rsel`` when all agree."""
+        first = keys[0]
+        if np.all(keys == first):
+            return [(first, rsel)]
+        reps = np.arange(self.replicas)[rsel]
+        return [(k, reps[keys == k]) for k in np.unique(keys)]
+
+
+def _seq(rt: Runtime, node: N.SeqNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    for child in node.nodes:
+        rt.run(child, rsel)
+
+
+def _on_tile(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
+    node.ccs.run(rt.storage, rsel, rt.replicas if isinstance(rsel, slice) else rsel.size)
+    if rt._tl(rsel):
+        rt.tl.program(node.pid)
+        rt.tl.run(node.step)
+        if rt.record_cs:
+            rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
+
+
+def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
+    if node.copy is not None:
+        src, dst = node.copy
+        dst.write(rt.storage, rsel, src.read(rt.storage, rsel))
+    if rt._tl(rsel):
+        rt.tl.program(node.pid)
+        rt.tl.run(node.sync)
+        rt.tl.run(node.step)
+
+
+def _remote_rows(rt: Runtime, node: N.HostNode, rsel: Any) -> np.ndarray:
+    buf = node.buffer
+    if isinstance(node.offset, Gather):
+        rows = node.offset.read(rt.storage, rsel).astype(np.int64)
+    else:
+        count = np.arange(rt.replicas)[rsel].size
+        rows = np.full((count, 1), node.offset, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= buf.repeats):
+        bad = int(rows.min() if rows.min() < 0 else rows.max())
+        raise EngineError(f"remote buffer {buf.name!r}: row offset {bad} out of range "
+                          f"[0, {buf.repeats}) in program {node.name!r}")
+    return rows
+
+
+def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    HOST_ACTIONS[node.action](rt, node, rsel)
+    if rt._tl(rsel):
+        rt.tl.program(node.pid)
+        rt.tl.run(node.sync)
+        rt.tl.run(node.step)
+
+
+def _stream(rt: Runtime, node: N.HostNode) -> StreamConnection:
+    conn = rt.streams.get(node.stream.name)
+    if conn is None:
+        raise StreamError(f"stream {node.stream.name!r} is used by program {node.name!r} but "
+                          f"not connected; call engine.connect_stream({node.stream.name!r}, "
+                          f"buffer_or_callback)")
+    return conn
+
+
+def _h2d(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    data = _stream(rt, node).take(rsel, node.stream.dtype)
+    node.writes[0].write(rt.storage, rsel, data)
+
+
+def _d2h(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    _stream(rt, node).give(rsel, node.reads[0].read(rt.storage, rsel))
+
+
+def _remote_load(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    rows = _remote_rows(rt, node, rsel)
+    reps = np.arange(rt.replicas)[rsel]
+    data = rt.remote[node.buffer.name][reps[:, None], rows]  # [replica, k, n]
+    node.writes[0].write(rt.storage, rsel, data.reshape(reps.size, -1))
+
+
+def _remote_store(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    rows = _remote_rows(rt, node, rsel)
+    reps = np.arange(rt.replicas)[rsel]
+    data = node.reads[0].read(rt.storage, rsel).reshape(reps.size, rows.shape[1], -1)
+    rt.remote[node.buffer.name][reps[:, None], rows] = data
+
+
+def _host_call(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    hf = node.host_function
+    fn = rt.host_functions.get(hf.name)
+    if fn is None:
+        raise EngineError(f"host function {hf.name!r} is called by program {node.name!r} but "
+                          f"not connected; call engine.connect_host_function({hf.name!r}, fn)")
+    ins = [g.read(rt.storage, rsel) for g in node.reads]
+    reps = np.arange(rt.replicas)[rsel]
+    outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy)
+            for spec in hf.outputs]
+    for i in range(reps.size):  # host work: one callback per replica, as Poplar does
+        row_outs = [o[i] for o in outs]
+        res = fn([x[i].copy() for x in ins], row_outs)
+        if res is not None:
+            res = [res] if isinstance(res, np.ndarray) else list(res)
+            if len(res) != len(outs):
+                raise EngineError(f"host function {hf.name!r} returned {len(res)} arrays, "
+                                  f"declared {len(outs)} outputs")
+            for o, r in zip(row_outs, res):
+                o[...] = np.asarray(r).reshape(o.shape)
+    for g, o in zip(node.writes, outs):
+        g.write(rt.storage, rsel, o)
+
+
+def _print(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    data = node.reads[0].read(rt.storage, rsel)
+    for i, r in enumerate(np.arange(rt.replicas)[rsel]):
+        prefix = f"{node.title}" + (f" (replica {r})" if rt.replicas > 1 else "")
+        value = np.array2string(data[i].reshape(node.shape), separator=", ")
+        print(f"{prefix}: {value}", file=rt.out)
+
+
+def _code_load(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    return None  # code is immutable; only the time and the liveness change
+
+
+def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    body, run = node.body, HANDLERS[type(node.body)]
+    for _ in range(node.count):
+        run(rt, body, rsel)
+
+
+def _repeat_while(rt: Runtime, node: N.RepeatWhileNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    active = rsel
+    while True:
+        rt.run(node.condition, active)
+        if rt._tl(active):
+            rt.tl.run(node.sync)
+        pred = rt.scalar(node.predicate, active) != 0
+        go = ~pred if node.until else pred
+        if isinstance(active, slice) and go.all():
+            pass
+        else:
+            reps = np.arange(rt.replicas)[active]
+            if not go.any():
+                return
+            active = active if go.all() else reps[go]
+        rt.run(node.body, active)
+
+
+def _if(rt: Runtime, node: N.IfNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    if rt._tl(rsel):
+        rt.tl.run(node.sync)
+    pred = rt.scalar(node.predicate, rsel) != 0
+    for key, sub in rt.subsets(rsel, pred):
+        rt.run(node.then if key else node.else_, sub)
+
+
+def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    if rt._tl(rsel):
+        rt.tl.run(node.sync)
+    control = rt.scalar(node.control, rsel).astype(np.int64)
+    match = (control[:, None] == node.values[None, :])
+    which = np.where(match.any(axis=1), match.argmax(axis=1), -1)
+    for key, sub in rt.subsets(rsel, which):
+        rt.run(node.cases[key] if key >= 0 else node.default, sub)
+
+
+def _sync(rt: Runtime, node: N.SyncNode, rsel: Any) -> None:
+    if rt._tl(rsel):
+        rt.tl.program(node.pid)
+        rt.tl.run(node.step)
+
+
+def _call(rt: Runtime, node: N.CallNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+    rt.run(node.body, rsel)
+
+
+def _write_undef(rt: Runtime, node: N.WriteUndefNode, rsel: Any) -> None:
+    rt.tl.program(node.pid)
+
+
+HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
+    N.SeqNode: _seq, N.OnTileNode: _on_tile, N.ExchangeNode: _exchange, N.HostNode: _host,
+    N.RepeatNode: _repeat, N.RepeatWhileNode: _repeat_while, N.IfNode: _if,
+    N.SwitchNode: _switch, N.SyncNode: _sync, N.CallNode: _call,
+    N.WriteUndefNode: _write_undef,
+}
+
+HOST_ACTIONS: dict[str, Callable[[Runtime, N.HostNode, Any], None]] = {
+    "h2d": _h2d, "d2h": _d2h, "remote_load": _remote_load, "remote_store": _remote_store,
+    "host_call": _host_call, "print": _print, "code_load": _code_load,
+}

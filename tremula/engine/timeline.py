@@ -1,0 +1,136 @@
+"""The BSP timeline: one clock per tile, advanced by compute, exchange, sync and host steps
+(``shared/spec/profile-and-machine.md`` section 4.3). No wall clock is read: the same run
+gives the same cycles.
+
+Each kind of step has static per-tile durations computed at compile time (a
+:class:`StepInfo`); the run only moves the clocks and appends a small record per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tremula.target import Target
+
+#: step type -> tileCycles category
+CATEGORY = {"OnTileExecute": "compute", "DoExchange": "doExchange",
+            "GlobalExchange": "globalExchange", "StreamCopy": "streamCopy", "Sync": "sync",
+            "CopySharedStructure": "copySharedStructure"}
+
+
+@dataclass
+class StepInfo:
+    """What is known about a step before the run: its type, program, and the cycles of each
+    active tile (``tiles`` and ``cycles`` aligned)."""
+
+    type: str
+    program: int
+    name: str
+    tiles: np.ndarray
+    cycles: np.ndarray
+    fields: dict[str, Any] = field(default_factory=dict)  # static profile fields
+    active_cycles: int = 0  # for tileCycles.activeCompute
+    sync_type: str = ""
+    lockstep: bool = False  # statically scheduled: all tiles end together
+
+    def __post_init__(self) -> None:
+        self.total = int(self.cycles.sum())
+
+
+class Timeline:
+    """Per-tile clocks plus the record of steps and of the program trace."""
+
+    def __init__(self, target: Target, record: bool = True) -> None:
+        self.target = target
+        self.t = np.zeros(target.num_tiles, dtype=np.int64)
+        self.record = record
+        self.rel = np.tile(target.relative_sync_delays(), target.num_ipus)
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps: list[tuple[StepInfo, int, int, int, float | None]] = []
+        self.trace: list[int] = []
+        self.tile_cycles = dict.fromkeys(("activeCompute", "compute", "copySharedStructure",
+                                          "doExchange", "globalExchange", "streamCopy",
+                                          "sync"), 0)
+        self.cs_cycles: dict[int, np.ndarray] = {}
+        self.ex_cycles: dict[tuple[str, int], np.ndarray] = {}
+        self.prev_to = 0
+        self.t[:] = 0
+
+    def _push(self, info: StepInfo, start: int, end: int, total: int,
+              balance: float | None = None) -> None:
+        overlapped = max(0, self.prev_to - start)
+        self.prev_to = max(self.prev_to, end)
+        self.tile_cycles[CATEGORY[info.type]] += total
+        if self.record:
+            self.steps.append((info, start, end, overlapped, balance))
+
+    def program(self, pid: int) -> None:
+        if self.record:
+            self.trace.append(pid)
+
+    def compute(self, info: StepInfo) -> None:
+        """Tiles run their vertices; tiles without vertices do not move."""
+        if info.tiles.size == 0:
+            return
+        start = self.t[info.tiles]
+        end = start + info.cycles
+        self.t[info.tiles] = end
+        self._push(info, int(start.min()), int(end.max()), info.total)
+        self.tile_cycles["activeCompute"] += info.active_cycles
+
+    def lockstep(self, info: StepInfo) -> None:
+        """An exchange or host transfer: statically scheduled, so every participating tile
+        ends when the slowest one does."""
+        if info.tiles.size == 0:
+            return
+        start = self.t[info.tiles]
+        end = int((start + info.cycles).max())
+        self.t[info.tiles] = end
+        self._push(info, int(start.min()), end, info.total)
+
+    def sync(self, info: StepInfo) -> None:
+        """Internal: per IPU, every tile waits for the last, then is released after its own
+        sync delay. External: across all IPUs, with the global sync latency."""
+        tg = self.target
+        before = self.t.copy()
+        if info.sync_type == "External":
+            release = int(before.max()) + tg.global_sync_delay
+            self.t[:] = release + self.rel
+        else:
+            per_ipu = before.reshape(tg.num_ipus, tg.tiles_per_ipu).max(axis=1)
+            self.t[:] = np.repeat(per_ipu, tg.tiles_per_ipu) + tg.min_sync_delay + self.rel
+        waited = self.t - before
+        total = int(waited.sum())
+        peak = int(waited.max(initial=0))
+        balance = total / (waited.size * peak) if peak else 1.0
+        self._push(info, int(before.min()), int(self.t.max()), total, balance)
+
+    def run(self, info: StepInfo) -> None:
+        if info.type == "Sync":
+            self.sync(info)
+        elif info.lockstep:
+            self.lockstep(info)
+        else:
+            self.compute(info)
+
+    @property
+    def cycles(self) -> int:
+        return int(self.t.max(initial=0))
+
+
+class NullTimeline(Timeline):
+    """For the CPU target: no cycle model, nothing recorded."""
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(target, record=False)
+
+    def run(self, info: StepInfo) -> None:
+        return None
+
+    def program(self, pid: int) -> None:
+        return None
