@@ -93,27 +93,44 @@ class Target:
 
         if self.ipu_version not in IPU_VERSIONS:
             raise bad("ipu_version", self.ipu_version, f"expected one of {sorted(IPU_VERSIONS)}")
-        for name in ("num_ipus", "tiles_per_ipu", "num_worker_contexts", "memory_bytes_per_tile",
-                     "exchange_bytes_per_cycle", "memcpy_bytes_per_cycle", "data_path_width"):
+        for name in (
+            "num_ipus",
+            "tiles_per_ipu",
+            "num_worker_contexts",
+            "memory_bytes_per_tile",
+            "exchange_bytes_per_cycle",
+            "memcpy_bytes_per_cycle",
+            "data_path_width",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise bad(name, value, "expected a positive integer")
         if self.tile_clock_frequency <= 0:
             raise bad("tile_clock_frequency", self.tile_clock_frequency, "expected > 0 Hz")
         if self.relative_sync_delay_type not in ("AUTO", "NO_DELAY"):
-            raise bad("relative_sync_delay_type", self.relative_sync_delay_type,
-                      "expected 'AUTO' or 'NO_DELAY'")
+            raise bad(
+                "relative_sync_delay_type",
+                self.relative_sync_delay_type,
+                "expected 'AUTO' or 'NO_DELAY'",
+            )
         if self.target_type not in ("IPU_MODEL", "IPU", "CPU"):
             raise bad("target_type", self.target_type, "expected IPU_MODEL, IPU or CPU")
         start = self.interleaved_memory_element_index * self.memory_element_bytes
         if not 0 <= start <= self.memory_bytes_per_tile:
-            raise bad("interleaved_memory_element_index", self.interleaved_memory_element_index,
-                      f"the interleaved region would start at byte {start}, outside the "
-                      f"{self.memory_bytes_per_tile}-byte tile")
+            raise bad(
+                "interleaved_memory_element_index",
+                self.interleaved_memory_element_index,
+                f"the interleaved region would start at byte {start}, outside the "
+                f"{self.memory_bytes_per_tile}-byte tile",
+            )
         if self.relative_sync_delay_by_tile is not None and (
-                len(self.relative_sync_delay_by_tile) != self.tiles_per_ipu):
-            raise bad("relative_sync_delay_by_tile", len(self.relative_sync_delay_by_tile),
-                      f"expected {self.tiles_per_ipu} values (one per tile of an IPU)")
+            len(self.relative_sync_delay_by_tile) != self.tiles_per_ipu
+        ):
+            raise bad(
+                "relative_sync_delay_by_tile",
+                len(self.relative_sync_delay_by_tile),
+                f"expected {self.tiles_per_ipu} values (one per tile of an IPU)",
+            )
 
     # ---- derived values ----
     @property
@@ -157,8 +174,11 @@ class Target:
 
     def max_macs_per_cycle_per_tile(self, in_itemsize: int, partials_itemsize: int = 4) -> int:
         """AMP peak: conv units x input-load elements per cycle (spec section 3.5)."""
-        load = (self.fp16_conv_unit_input_load_elems_per_cycle if in_itemsize <= 2
-                else self.fp32_conv_unit_input_load_elems_per_cycle)
+        load = (
+            self.fp16_conv_unit_input_load_elems_per_cycle
+            if in_itemsize <= 2
+            else self.fp32_conv_unit_input_load_elems_per_cycle
+        )
         return self.conv_units(in_itemsize, partials_itemsize) * load
 
     def peak_flops(self, in_itemsize: int, partials_itemsize: int = 4) -> float:
@@ -220,19 +240,27 @@ class Target:
         return dataclasses.replace(self, **overrides)
 
     def describe(self) -> str:
-        return (f"{IPU_VERSIONS[self.ipu_version]} {self.target_type}: {self.num_ipus} IPU(s) x "
-                f"{self.tiles_per_ipu} tiles x {self.memory_bytes_per_tile // KIB} KiB at "
-                f"{self.tile_clock_frequency / 1e6:.0f} MHz")
+        return (
+            f"{IPU_VERSIONS[self.ipu_version]} {self.target_type}: {self.num_ipus} IPU(s) x "
+            f"{self.tiles_per_ipu} tiles x {self.memory_bytes_per_tile // KIB} KiB at "
+            f"{self.tile_clock_frequency / 1e6:.0f} MHz"
+        )
 
 
 def ipu1(**overrides: Any) -> Target:
     """Mk1 GC2: 1216 tiles x 256 KiB at 1.6 GHz, 8 fp16 / 4 fp32 AMP units."""
     base = Target(
-        ipu_version="ipu1", tiles_per_ipu=1216, memory_bytes_per_tile=256 * KIB,
-        memory_element_bytes=32 * KIB, interleaved_memory_element_index=4,
-        tile_clock_frequency=1.6e9, fp16_in_fp16_out_conv_units_per_tile=8,
-        fp16_in_fp32_out_conv_units_per_tile=8, fp32_in_fp32_out_conv_units_per_tile=4,
-        ipu_links_between_ipus=3)
+        ipu_version="ipu1",
+        tiles_per_ipu=1216,
+        memory_bytes_per_tile=256 * KIB,
+        memory_element_bytes=32 * KIB,
+        interleaved_memory_element_index=4,
+        tile_clock_frequency=1.6e9,
+        fp16_in_fp16_out_conv_units_per_tile=8,
+        fp16_in_fp32_out_conv_units_per_tile=8,
+        fp32_in_fp32_out_conv_units_per_tile=4,
+        ipu_links_between_ipus=3,
+    )
     return base.with_overrides(**overrides)
 
 
@@ -248,9 +276,15 @@ def bow(**overrides: Any) -> Target:
 
 def cpu(**overrides: Any) -> Target:
     """Poplar's CPU target: one tile, one IPU, no cycle fidelity."""
-    base = Target(ipu_version="cpu", tiles_per_ipu=1, memory_bytes_per_tile=2**40,
-                  memory_element_bytes=2**40, interleaved_memory_element_index=1,
-                  target_type="CPU", relative_sync_delay_type="NO_DELAY")
+    base = Target(
+        ipu_version="cpu",
+        tiles_per_ipu=1,
+        memory_bytes_per_tile=2**40,
+        memory_element_bytes=2**40,
+        interleaved_memory_element_index=1,
+        target_type="CPU",
+        relative_sync_delay_type="NO_DELAY",
+    )
     return base.with_overrides(**overrides)
 
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tremula.engine.exchange import Transfers, transfers_for
+from tremula.engine.plan import Gather
 from tremula.errors import CodeletError, VerifyError
 from tremula.poplar.codelet import Batch, VertexInfo, VertexType
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
 from tremula.poplar.vertices import VertexGroup, concat_groups
-from tremula.engine.exchange import Transfers, transfers_for
-from tremula.engine.plan import Gather
 from tremula.target import Target
 
 
@@ -115,8 +115,9 @@ def _edge_memory(vtype: VertexType, group: VertexGroup) -> tuple[np.ndarray, ...
             inst += 8
             vals = group.state.get(name)
             if vals is not None:
-                data += np.array([v.size for v in vals], dtype=np.int64) * \
-                    (vtype.field_dtype(f).size if vtype.field_dtype(f) else 4)
+                data += np.array([v.size for v in vals], dtype=np.int64) * (
+                    vtype.field_dtype(f).size if vtype.field_dtype(f) else 4
+                )
     return inst, desc, data, ptrs
 
 
@@ -124,8 +125,10 @@ def _estimates(vtype: VertexType, info: VertexInfo, group: VertexGroup) -> np.nd
     cyc = np.asarray(vtype.codelet.cycles(info), dtype=np.float64)
     cyc = np.broadcast_to(cyc, (group.n,)).copy() if cyc.ndim == 0 else cyc
     if cyc.shape != (group.n,):
-        raise CodeletError(f"codelet {vtype.name!r}: cycles() returned shape {cyc.shape}, "
-                           f"expected ({group.n},) (one estimate per vertex)")
+        raise CodeletError(
+            f"codelet {vtype.name!r}: cycles() returned shape {cyc.shape}, "
+            f"expected ({group.n},) (one estimate per vertex)"
+        )
     if group.perf_estimates is not None:
         fixed = ~np.isnan(group.perf_estimates)
         cyc[fixed] = group.perf_estimates[fixed]
@@ -145,8 +148,9 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
     states = dict(group.state)
     info = VertexInfo(vtype, group.n, lengths, subs, states, state.target)
     cycles = _estimates(vtype, info, group)
-    flops = np.broadcast_to(np.asarray(vtype.codelet.flops(info), dtype=np.float64),
-                            (group.n,)).copy()
+    flops = np.broadcast_to(
+        np.asarray(vtype.codelet.flops(info), dtype=np.float64), (group.n,)
+    ).copy()
     gathers = {name: Gather.of(c.dtype, c.addresses) for name, c in group.edges.items()}
     fields = vtype.codelet.fields
     reads = tuple(n for n in group.edges if fields[n].reads)
@@ -154,9 +158,23 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
     outputs_only = tuple(n for n in writes if not fields[n].reads)
     inst, desc, data, ptrs = _edge_memory(vtype, group)
     batch = Batch(vtype, group.n, lengths, subs, states, state.target, {}, state.replication_factor)
-    return CompiledGroup(vtype, group.n, group.tiles.astype(np.int64), vertex_ids, gathers,
-                         cycles, flops, inst, desc, data, ptrs, batch, reads, writes,
-                         outputs_only)
+    return CompiledGroup(
+        vtype,
+        group.n,
+        group.tiles.astype(np.int64),
+        vertex_ids,
+        gathers,
+        cycles,
+        flops,
+        inst,
+        desc,
+        data,
+        ptrs,
+        batch,
+        reads,
+        writes,
+        outputs_only,
+    )
 
 
 def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -195,15 +213,38 @@ def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, n
     return cycles.astype(np.int64), active.astype(np.int64), balance
 
 
-def _transfers(state: GraphState, groups: list[CompiledGroup],
-               space_ids: dict) -> tuple[Transfers, Transfers]:
+def _remote_candidates(
+    state: GraphState, g: CompiledGroup, name: str, gather: Gather
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(addresses, their tiles, their vertices' tiles) of the elements of vertices that
+    touch another tile, or None when every vertex's elements are on its own tile."""
+    lengths = g.batch.lengths(name)
+    tile_of = state.space(gather.dtype).tile_of
+    elem = tile_of[gather.index]
+    if elem.size == 0:
+        return None
+    starts = np.minimum(g.batch.offsets(name)[:-1], elem.size - 1)
+    lo = np.minimum.reduceat(elem, starts)
+    hi = np.maximum.reduceat(elem, starts)
+    bad = (lengths > 0) & ((lo != g.tiles) | (hi != g.tiles))
+    if not bad.any():
+        return None
+    mask = np.repeat(bad, lengths)
+    addr = gather.addresses()[mask]
+    return addr, elem[mask].astype(np.int64), np.repeat(g.tiles[bad], lengths[bad])
+
+
+def _transfers(
+    state: GraphState, groups: list[CompiledGroup], space_ids: dict
+) -> tuple[Transfers, Transfers]:
     pre, post = [], []
     for g in groups:
         for name, gather in g.gathers.items():
             f = g.vertex_type.codelet.fields[name]
-            addr = gather.addresses()
-            elem_tiles = state.space(gather.dtype).tile_of[addr].astype(np.int64)
-            vtiles = np.repeat(g.tiles, g.batch.lengths(name))
+            vtiles = _remote_candidates(state, g, name, gather)
+            if vtiles is None:
+                continue
+            addr, elem_tiles, vtiles = vtiles
             sid, size = space_ids[gather.dtype], gather.dtype.size
             if f.reads:
                 pre.append(transfers_for(elem_tiles, vtiles, addr, sid, size, to_other=True))
@@ -219,15 +260,17 @@ def compile_compute_set(state: GraphState, cs: ComputeSet, space_ids: dict) -> C
         by_type.setdefault(g.vertex_type.name, []).append(g)
     groups = []
     for glist in by_type.values():
-        ids = np.concatenate([np.arange(g.first_vertex_id, g.first_vertex_id + g.n)
-                              for g in glist])
+        ids = np.concatenate([np.arange(g.first_vertex_id, g.first_vertex_id + g.n) for g in glist])
         merged = concat_groups(glist)
         if np.any(merged.tiles < 0):
-            raise VerifyError(f"compute set {cs.name!r}: a vertex of type "
-                              f"{merged.vertex_type.name!r} is not mapped to a tile")
+            raise VerifyError(
+                f"compute set {cs.name!r}: a vertex of type "
+                f"{merged.vertex_type.name!r} is not mapped to a tile"
+            )
         groups.append(compile_group(state, merged, ids))
     cycles, active, balance = schedule(state.target, groups)
     by_type_active = {g.vertex_type.name: int(g.cycles.sum()) for g in groups}
     pre, post = _transfers(state, groups, space_ids)
-    return CompiledComputeSet(cs.id, cs.name, groups, cycles, active, by_type_active, balance,
-                              pre, post)
+    return CompiledComputeSet(
+        cs.id, cs.name, groups, cycles, active, by_type_active, balance, pre, post
+    )

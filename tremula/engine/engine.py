@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from tremula import profile as profile_format
 from tremula.engine.liveness import Linearizer, intervals
 from tremula.engine.lower import Lowering
 from tremula.engine.memory import MemoryModel, check_fits
@@ -25,7 +26,6 @@ from tremula.poplar.device import Device
 from tremula.poplar.graph import Graph
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
-from tremula import profile as profile_format
 
 
 class Engine:
@@ -43,8 +43,12 @@ class Engine:
         OutOfMemoryError: a tile does not fit (unless ``debug.allowOutOfMemory``).
     """
 
-    def __init__(self, graph: Graph, programs: Program | Sequence[Program],
-                 options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        programs: Program | Sequence[Program],
+        options: dict[str, Any] | None = None,
+    ) -> None:
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a poplar.Graph, got {type(graph).__name__}")
         progs = [programs] if isinstance(programs, Program) else list(programs)
@@ -79,18 +83,27 @@ class Engine:
         dt, gt = device.target, self.target
         for name in ("tiles_per_ipu", "memory_bytes_per_tile", "ipu_version", "target_type"):
             if getattr(dt, name) != getattr(gt, name):
-                raise EngineError(f"load: device {name} is {getattr(dt, name)!r} but the graph "
-                                  f"was compiled for {getattr(gt, name)!r}")
+                raise EngineError(
+                    f"load: device {name} is {getattr(dt, name)!r} but the graph "
+                    f"was compiled for {getattr(gt, name)!r}"
+                )
         if dt.num_ipus < gt.num_ipus and not gt.is_cpu:
-            raise EngineError(f"load: the device has {dt.num_ipus} IPU(s); the graph needs "
-                              f"{gt.num_ipus} per replica")
-        tl: Timeline = (NullTimeline(gt) if self.mode == "CPU"
-                        else Timeline(gt, record=self.mode != "NONE"))
-        rt = Runtime(self.lowering, self.replicas, tl,
-                     record_cs=self.mode in ("COMPUTE_SETS", "SINGLE_TILE_COMPUTE_SETS"))
+            raise EngineError(
+                f"load: the device has {dt.num_ipus} IPU(s); the graph needs "
+                f"{gt.num_ipus} per replica"
+            )
+        tl: Timeline = (
+            NullTimeline(gt) if self.mode == "CPU" else Timeline(gt, record=self.mode != "NONE")
+        )
+        rt = Runtime(
+            self.lowering,
+            self.replicas,
+            tl,
+            record_cs=self.mode in ("COMPUTE_SETS", "SINGLE_TILE_COMPUTE_SETS"),
+        )
         for var in self.state.variables:
             if var.is_constant:
-                rt.storage[var.dtype][:, var.start:var.start + var.size] = var.constant
+                rt.storage[var.dtype][:, var.start : var.start + var.size] = var.constant
         for t, data in self.state.initial_values:
             Gather.of(t.dtype, t.addresses).write(rt.storage, slice(None), data.reshape(1, -1))
         self._runtime = rt
@@ -98,8 +111,10 @@ class Engine:
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
-            raise EngineError("the engine is not loaded: call engine.load(device) before "
-                              "running programs or moving data")
+            raise EngineError(
+                "the engine is not loaded: call engine.load(device) before "
+                "running programs or moving data"
+            )
         return self._runtime
 
     # ---- running ----
@@ -107,8 +122,10 @@ class Engine:
         """Run program ``index``."""
         rt = self.runtime
         if not 0 <= index < len(self.roots):
-            raise EngineError(f"run: program index {index} out of range; the engine has "
-                              f"{len(self.roots)} program(s)")
+            raise EngineError(
+                f"run: program index {index} out of range; the engine has "
+                f"{len(self.roots)} program(s)"
+            )
         rt.run(self.roots[index])
         if self.options.auto_report:
             self.write_report(self.options.report_directory)
@@ -119,16 +136,19 @@ class Engine:
         circularly) or to a callback called with one transfer's array."""
         stream = self.state.streams.get(name)
         if stream is None:
-            raise StreamError(f"connect_stream: no stream named {name!r}; streams: "
-                              f"{sorted(self.state.streams)}")
+            raise StreamError(
+                f"connect_stream: no stream named {name!r}; streams: {sorted(self.state.streams)}"
+            )
         self.runtime.streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
 
     def connect_host_function(self, name: str, fn: Callable[..., Any]) -> None:
         """``fn(inputs, outputs)`` receives lists of flat arrays; it fills ``outputs`` in
         place or returns them."""
         if name not in self.state.host_functions:
-            raise EngineError(f"connect_host_function: no host function named {name!r}; "
-                              f"host functions: {sorted(self.state.host_functions)}")
+            raise EngineError(
+                f"connect_host_function: no host function named {name!r}; "
+                f"host functions: {sorted(self.state.host_functions)}"
+            )
         if not callable(fn):
             raise EngineError(f"connect_host_function({name!r}): {fn!r} is not callable")
         self.runtime.host_functions[name] = fn
@@ -150,10 +170,13 @@ class Engine:
         elif arr.size == R * n and (R == 1 or arr.shape[0] == R):
             rows = arr.reshape(R, n)
         else:
-            raise StreamError(f"write_tensor({name!r}): data of shape {arr.shape} ({arr.size} "
-                              f"elements); expected {t.shape} or ({R}, *{t.shape})")
-        Gather.of(t.dtype, t.addresses).write(self.runtime.storage, slice(None),
-                                              rows.astype(t.dtype.numpy))
+            raise StreamError(
+                f"write_tensor({name!r}): data of shape {arr.shape} ({arr.size} "
+                f"elements); expected {t.shape} or ({R}, *{t.shape})"
+            )
+        Gather.of(t.dtype, t.addresses).write(
+            self.runtime.storage, slice(None), rows.astype(t.dtype.numpy)
+        )
 
     def read_tensor(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Read a tensor through a ``create_host_read`` handle: the tensor's shape, with a
@@ -164,8 +187,10 @@ class Engine:
         value = data.reshape(shape).copy()
         if out is not None:
             if out.size != value.size:
-                raise StreamError(f"read_tensor({name!r}): output buffer has {out.size} "
-                                  f"elements, tensor has {value.size}")
+                raise StreamError(
+                    f"read_tensor({name!r}): output buffer has {out.size} "
+                    f"elements, tensor has {value.size}"
+                )
             out.reshape(value.shape)[...] = value
             return out
         return value
@@ -173,25 +198,31 @@ class Engine:
     def _remote(self, name: str, row: int, what: str) -> np.ndarray:
         buf = self.runtime.remote.get(name)
         if buf is None:
-            raise StreamError(f"{what}: no remote buffer named {name!r}; remote buffers: "
-                              f"{sorted(self.runtime.remote)}")
+            raise StreamError(
+                f"{what}: no remote buffer named {name!r}; remote buffers: "
+                f"{sorted(self.runtime.remote)}"
+            )
         if not 0 <= row < buf.shape[1]:
-            raise StreamError(f"{what}({name!r}): repeat index {row} out of range "
-                              f"[0, {buf.shape[1]})")
+            raise StreamError(
+                f"{what}({name!r}): repeat index {row} out of range [0, {buf.shape[1]})"
+            )
         return buf
 
-    def copy_to_remote_buffer(self, name: str, data: Any, repeat_index: int = 0,
-                              replica: int | None = None) -> None:
+    def copy_to_remote_buffer(
+        self, name: str, data: Any, repeat_index: int = 0, replica: int | None = None
+    ) -> None:
         buf = self._remote(name, repeat_index, "copy_to_remote_buffer")
         arr = np.asarray(data)
         if arr.size != buf.shape[2]:
-            raise StreamError(f"copy_to_remote_buffer({name!r}): {arr.size} elements, rows have "
-                              f"{buf.shape[2]}")
+            raise StreamError(
+                f"copy_to_remote_buffer({name!r}): {arr.size} elements, rows have {buf.shape[2]}"
+            )
         reps = slice(None) if replica is None else replica
         buf[reps, repeat_index] = arr.reshape(-1)
 
-    def copy_from_remote_buffer(self, name: str, repeat_index: int = 0,
-                                replica: int = 0) -> np.ndarray:
+    def copy_from_remote_buffer(
+        self, name: str, repeat_index: int = 0, replica: int = 0
+    ) -> np.ndarray:
         buf = self._remote(name, repeat_index, "copy_from_remote_buffer")
         return buf[replica, repeat_index].copy()
 
@@ -206,8 +237,10 @@ class Engine:
         return execution_profile(self.lowering, rt.tl, self.mode, rt.cs_cycles)
 
     def get_profile(self) -> dict[str, Any]:
-        return {"graphProfile": self.get_graph_profile(),
-                "executionProfile": self.get_execution_profile()}
+        return {
+            "graphProfile": self.get_graph_profile(),
+            "executionProfile": self.get_execution_profile(),
+        }
 
     def reset_execution_profile(self) -> None:
         rt = self.runtime
@@ -218,16 +251,21 @@ class Engine:
         """Write ``graph.json`` and ``execution.json`` (as autoReport does)."""
         o = self.options
         graph = self.get_graph_profile() if (o.report_graph or not o.auto_report) else None
-        execution = (self.get_execution_profile()
-                     if (o.report_execution or not o.auto_report) and self._runtime else None)
+        execution = (
+            self.get_execution_profile()
+            if (o.report_execution or not o.auto_report) and self._runtime
+            else None
+        )
         profile_format.write_profile(directory, graph, execution)
 
     def profile_summary(self, show_execution_steps: bool = False) -> str:
         execution = self.get_execution_profile() if self._runtime is not None else None
-        return profile_format.summarise(self.get_graph_profile(), execution,
-                                        show_execution_steps=show_execution_steps)
+        return profile_format.summarise(
+            self.get_graph_profile(), execution, show_execution_steps=show_execution_steps
+        )
 
-    def print_profile_summary(self, out: TextIO | None = None,
-                              options: dict[str, str] | None = None) -> None:
+    def print_profile_summary(
+        self, out: TextIO | None = None, options: dict[str, str] | None = None
+    ) -> None:
         steps = str((options or {}).get("showExecutionSteps", "false")).lower() == "true"
         print(self.profile_summary(steps), file=out or sys.stdout)

@@ -38,12 +38,17 @@ class Transfers:
             return Transfers.empty()
         if len(parts) == 1:
             return parts[0]
-        return Transfers(*(np.concatenate([getattr(p, f) for p in parts])
-                           for f in ("src", "dst", "addr", "space", "itemsize")))
+        return Transfers(
+            *(
+                np.concatenate([getattr(p, f) for p in parts])
+                for f in ("src", "dst", "addr", "space", "itemsize")
+            )
+        )
 
     def select(self, mask: np.ndarray) -> Transfers:
-        return Transfers(self.src[mask], self.dst[mask], self.addr[mask], self.space[mask],
-                         self.itemsize[mask])
+        return Transfers(
+            self.src[mask], self.dst[mask], self.addr[mask], self.space[mask], self.itemsize[mask]
+        )
 
     def __len__(self) -> int:
         return int(self.src.size)
@@ -70,8 +75,7 @@ def _unique_bytes(tile: np.ndarray, t: Transfers, num_tiles: int) -> np.ndarray:
     however many tiles receive it, and receives it once however many vertices read it."""
     key = (tile << 45) | (t.space << 40) | t.addr  # tiles < 2^18, spaces < 32, addr < 2^40
     _, first = np.unique(key, return_index=True)
-    return np.bincount(tile[first], weights=t.itemsize[first],
-                       minlength=num_tiles).astype(np.int64)
+    return np.bincount(tile[first], weights=t.itemsize[first], minlength=num_tiles).astype(np.int64)
 
 
 def _region_counts(t: Transfers, num_tiles: int) -> np.ndarray:
@@ -85,24 +89,28 @@ def _region_counts(t: Transfers, num_tiles: int) -> np.ndarray:
     return np.bincount(dst[breaks], minlength=num_tiles).astype(np.int64)
 
 
-def plan_exchange(target: Target, t: Transfers, kind: str = "internal",
-                  local_bytes: np.ndarray | None = None) -> ExchangePlan:
+def plan_exchange(
+    target: Target, t: Transfers, kind: str = "internal", local_bytes: np.ndarray | None = None
+) -> ExchangePlan:
     """The exchange moving ``t``; ``local_bytes`` adds on-tile copying at memcpy speed."""
     n = target.num_tiles
     sent = _unique_bytes(t.src, t, n) if len(t) else np.zeros(n, dtype=np.int64)
     recv = _unique_bytes(t.dst, t, n) if len(t) else np.zeros(n, dtype=np.int64)
     busy = np.maximum(sent, recv)
-    cycles = np.where(busy > 0, target.exchange_fixed_cycles
-                      + -(-busy // target.exchange_bytes_per_cycle), 0)
+    cycles = np.where(
+        busy > 0, target.exchange_fixed_cycles + -(-busy // target.exchange_bytes_per_cycle), 0
+    )
     if local_bytes is not None:
-        cycles = cycles + np.where(local_bytes > 0,
-                                   -(-local_bytes // target.memcpy_bytes_per_cycle), 0)
+        cycles = cycles + np.where(
+            local_bytes > 0, -(-local_bytes // target.memcpy_bytes_per_cycle), 0
+        )
     if kind == "global" and len(t):
         cycles = np.maximum(cycles, _link_cycles(target, t, cycles > 0))
     code = _region_counts(t, n) * target.exchange_code_bytes_per_region
     code = code + np.where(sent > 0, target.exchange_code_bytes_per_region, 0)
-    return ExchangePlan(kind, sent, recv, cycles.astype(np.int64), code.astype(np.int64),
-                        int(recv.sum()))
+    return ExchangePlan(
+        kind, sent, recv, cycles.astype(np.int64), code.astype(np.int64), int(recv.sum())
+    )
 
 
 def _link_cycles(target: Target, t: Transfers, active: np.ndarray) -> np.ndarray:
@@ -110,14 +118,20 @@ def _link_cycles(target: Target, t: Transfers, active: np.ndarray) -> np.ndarray
     per_ipu = target.tiles_per_ipu
     src_ipu, dst_ipu = t.src // per_ipu, t.dst // per_ipu
     pair = src_ipu * target.num_ipus + dst_ipu
-    load = np.bincount(pair, weights=t.itemsize, minlength=target.num_ipus ** 2)
+    load = np.bincount(pair, weights=t.itemsize, minlength=target.num_ipus**2)
     worst = float(load.max(initial=0.0))
     link = int(np.ceil(worst / target.ipu_link_bytes_per_cycle)) + target.exchange_fixed_cycles
     return np.where(active, link, 0)
 
 
-def transfers_for(tiles_of_elem: np.ndarray, other_tiles: np.ndarray, addresses: np.ndarray,
-                  space_id: int, itemsize: int, to_other: bool) -> Transfers:
+def transfers_for(
+    tiles_of_elem: np.ndarray,
+    other_tiles: np.ndarray,
+    addresses: np.ndarray,
+    space_id: int,
+    itemsize: int,
+    to_other: bool,
+) -> Transfers:
     """Moves of the elements whose tile differs from ``other_tiles`` (element-aligned):
     towards ``other_tiles`` when ``to_other``, else from them."""
     remote = tiles_of_elem != other_tiles
@@ -127,8 +141,13 @@ def transfers_for(tiles_of_elem: np.ndarray, other_tiles: np.ndarray, addresses:
     addr = addresses[remote]
     src, dst = (a, b) if to_other else (b, a)
     k = addr.size
-    return Transfers(src.astype(np.int64), dst.astype(np.int64), addr.astype(np.int64),
-                     np.full(k, space_id, dtype=np.int64), np.full(k, itemsize, dtype=np.int64))
+    return Transfers(
+        src.astype(np.int64),
+        dst.astype(np.int64),
+        addr.astype(np.int64),
+        np.full(k, space_id, dtype=np.int64),
+        np.full(k, itemsize, dtype=np.int64),
+    )
 
 
 def split_by_ipu(target: Target, t: Transfers) -> tuple[Transfers, Transfers]:

@@ -36,8 +36,9 @@ class Walk:
 
 
 class Linearizer:
-    def __init__(self, state: GraphState, function_roots: list[N.Node],
-                 function_ids: dict[int, int]) -> None:
+    def __init__(
+        self, state: GraphState, function_roots: list[N.Node], function_ids: dict[int, int]
+    ) -> None:
         self.state = state
         self.roots = function_roots
         self.fn_of_pos = {pos: fid for fid, pos in function_ids.items()}
@@ -55,8 +56,11 @@ class Linearizer:
         if g.is_view:
             starts = np.asarray(space.var_starts)
             p0, p1 = np.searchsorted(starts, [g.index.start, g.index.stop - 1], side="right") - 1
-            ids = np.asarray(space.var_ids, dtype=np.int64)[p0:p1 + 1] if g.size else \
-                np.zeros(0, np.int64)
+            ids = (
+                np.asarray(space.var_ids, dtype=np.int64)[p0 : p1 + 1]
+                if g.size
+                else np.zeros(0, np.int64)
+            )
         else:
             ids = np.unique(space.variable_at(g.index))
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique

@@ -13,8 +13,13 @@ import numpy as np
 
 from tremula.engine import nodes as N
 from tremula.engine.computeset import CompiledComputeSet, compile_compute_set
-from tremula.engine.exchange import ExchangePlan, Transfers, plan_exchange, split_by_ipu, \
-    transfers_for
+from tremula.engine.exchange import (
+    ExchangePlan,
+    Transfers,
+    plan_exchange,
+    split_by_ipu,
+    transfers_for,
+)
 from tremula.engine.plan import Gather
 from tremula.engine.timeline import StepInfo
 from tremula.errors import ProgramError
@@ -50,7 +55,8 @@ class Lowering:
         self.space_ids = {t: i for i, t in enumerate(state.spaces)}
         self.nodes: list[N.Node] = []
         self.compute_sets: list[CompiledComputeSet] = [
-            compile_compute_set(state, cs, self.space_ids) for cs in state.compute_sets]
+            compile_compute_set(state, cs, self.space_ids) for cs in state.compute_sets
+        ]
         self.exchanges: list[ExchangePlan] = []
         self.external_exchanges: list[ExchangePlan] = []
         self.host_exchanges: list[HostExchange] = []
@@ -83,17 +89,26 @@ class Lowering:
         return node
 
     # ---- steps ----
-    def _step(self, ptype: str, pid: int, name: str, d: np.ndarray, lockstep: bool,
-              **fields: object) -> StepInfo:
+    def _step(
+        self, ptype: str, pid: int, name: str, d: np.ndarray, lockstep: bool, **fields: object
+    ) -> StepInfo:
         tiles = np.flatnonzero(d > 0)
         tb, atb = _balance(d, self.target.num_tiles)
         fields.update(tileBalance=tb, activeTiles=int(tiles.size), activeTileBalance=atb)
-        return StepInfo(ptype, pid, name, tiles, d[tiles].astype(np.int64), fields,
-                        lockstep=lockstep)
+        return StepInfo(
+            ptype, pid, name, tiles, d[tiles].astype(np.int64), fields, lockstep=lockstep
+        )
 
     def _sync_step(self, pid: int, name: str, sync_type: str) -> StepInfo:
-        info = StepInfo("Sync", pid, name, np.zeros(0, np.int64), np.zeros(0, np.int64),
-                        {"syncType": sync_type}, sync_type=sync_type)
+        info = StepInfo(
+            "Sync",
+            pid,
+            name,
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            {"syncType": sync_type},
+            sync_type=sync_type,
+        )
         return info
 
     @staticmethod
@@ -102,11 +117,11 @@ class Lowering:
         peak = int(data.max(initial=0))
         active = int(np.count_nonzero(data))
         balance = float(data.sum() / (active * peak)) if peak else 1.0
-        return {"totalData": int(recv.sum() if recv.sum() else sent.sum()),
-                "dataBalance": balance}
+        return {"totalData": int(recv.sum() if recv.sum() else sent.sum()), "dataBalance": balance}
 
-    def exchange_node(self, plan: ExchangePlan, name: str,
-                      copy: tuple[Gather, Gather] | None = None) -> N.ExchangeNode:
+    def exchange_node(
+        self, plan: ExchangePlan, name: str, copy: tuple[Gather, Gather] | None = None
+    ) -> N.ExchangeNode:
         internal = plan.kind == "internal"
         table = self.exchanges if internal else self.external_exchanges
         index = len(table)
@@ -115,21 +130,36 @@ class Lowering:
         node = N.ExchangeNode(kind, index, None, None, copy)  # type: ignore[arg-type]
         self._add(node, name)
         key = "exchange" if internal else "externalExchange"
-        node.step = self._step(kind, node.pid, name, plan.cycles_by_tile, True,
-                               **{key: index},
-                               **self._data_fields(plan.bytes_sent, plan.bytes_received))
+        node.step = self._step(
+            kind,
+            node.pid,
+            name,
+            plan.cycles_by_tile,
+            True,
+            **{key: index},
+            **self._data_fields(plan.bytes_sent, plan.bytes_received),
+        )
         node.sync = self._sync_step(node.pid, name, "Internal" if internal else "External")
         if internal:
             node.instructions = _instructions(plan)
         return node
 
-    def host_node(self, action: str, name: str, bytes_sent: np.ndarray,
-                  bytes_received: np.ndarray, remote: bool = False, **kw: object) -> N.HostNode:
+    def host_node(
+        self,
+        action: str,
+        name: str,
+        bytes_sent: np.ndarray,
+        bytes_received: np.ndarray,
+        remote: bool = False,
+        **kw: object,
+    ) -> N.HostNode:
         tg = self.target
         per_tile = bytes_sent + bytes_received
         bpc = tg.streaming_memory_bytes_per_cycle if remote else tg.host_bytes_per_cycle
-        transfer = max(int(np.ceil(per_tile.sum() / bpc)),
-                       int(-(-per_tile.max(initial=0) // tg.exchange_bytes_per_cycle)))
+        transfer = max(
+            int(np.ceil(per_tile.sum() / bpc)),
+            int(-(-per_tile.max(initial=0) // tg.exchange_bytes_per_cycle)),
+        )
         cycles = tg.host_sync_cycles + tg.stream_copy_fixed_cycles + transfer
         d = np.where(per_tile > 0, cycles, 0).astype(np.int64)
         if not per_tile.any():
@@ -138,15 +168,21 @@ class Lowering:
         self.host_exchanges.append(HostExchange(bytes_sent, bytes_received, d))
         node = N.HostNode(action, index, None, None, **kw)  # type: ignore[arg-type]
         self._add(node, name)
-        node.step = self._step("StreamCopy", node.pid, name, d, True, hostExchange=index,
-                               **self._data_fields(bytes_sent, bytes_received))
+        node.step = self._step(
+            "StreamCopy",
+            node.pid,
+            name,
+            d,
+            True,
+            hostExchange=index,
+            **self._data_fields(bytes_sent, bytes_received),
+        )
         node.sync = self._sync_step(node.pid, name, "External")
         return node
 
     def bytes_by_tile(self, t: Tensor) -> np.ndarray:
         tiles = self.state.space(t.dtype).tile_of[t.addresses.reshape(-1)]
-        return (np.bincount(tiles, minlength=self.target.num_tiles) * t.dtype.size).astype(
-            np.int64)
+        return (np.bincount(tiles, minlength=self.target.num_tiles) * t.dtype.size).astype(np.int64)
 
     # ---- compute sets ----
     def lower_execute(self, p: P.Execute) -> N.Node:
@@ -157,8 +193,15 @@ class Lowering:
             parts.append(self.exchange_node(plan, f"{ccs.name}/{suffix}"))
         tile = N.OnTileNode(ccs, None)  # type: ignore[arg-type]
         self._add(tile, ccs.name)
-        tile.step = self._step("OnTileExecute", tile.pid, ccs.name, ccs.cycles_by_tile, False,
-                               computeSet=ccs.id, threadBalance=ccs.thread_balance)
+        tile.step = self._step(
+            "OnTileExecute",
+            tile.pid,
+            ccs.name,
+            ccs.cycles_by_tile,
+            False,
+            computeSet=ccs.id,
+            threadBalance=ccs.thread_balance,
+        )
         tile.step.active_cycles = int(ccs.active_cycles_by_tile.sum())
         parts.append(tile)
         for plan, suffix in post:
@@ -191,13 +234,25 @@ class Lowering:
             return self._tensor_copy(s, d, name or "Copy")
         if isinstance(s, DataStream):
             g = Gather.of(d.dtype, d.addresses)
-            return self.host_node("h2d", name or f"{s.name}/StreamCopy", np.zeros_like(
-                self.bytes_by_tile(d)), self.bytes_by_tile(d), writes=(g,), stream=s,
-                shape=d.shape)
+            return self.host_node(
+                "h2d",
+                name or f"{s.name}/StreamCopy",
+                np.zeros_like(self.bytes_by_tile(d)),
+                self.bytes_by_tile(d),
+                writes=(g,),
+                stream=s,
+                shape=d.shape,
+            )
         if isinstance(d, DataStream):
             g = Gather.of(s.dtype, s.addresses)
-            return self.host_node("d2h", name or f"{d.name}/StreamCopy", self.bytes_by_tile(s),
-                                  np.zeros_like(self.bytes_by_tile(s)), reads=(g,), stream=d)
+            return self.host_node(
+                "d2h",
+                name or f"{d.name}/StreamCopy",
+                self.bytes_by_tile(s),
+                np.zeros_like(self.bytes_by_tile(s)),
+                reads=(g,),
+                stream=d,
+            )
         if isinstance(s, RemoteBuffer) or isinstance(d, RemoteBuffer):
             return self._remote_copy(p)
         if isinstance(s, FunctionBuffer) and isinstance(d, Function):
@@ -211,8 +266,7 @@ class Lowering:
         ts = st.space(s.dtype).tile_of[src].astype(np.int64)
         td = st.space(d.dtype).tile_of[dst].astype(np.int64)
         # an element moving from tile a to tile b, named by its destination address
-        moves = transfers_for(td, ts, dst, self.space_ids[d.dtype], d.dtype.size,
-                              to_other=False)
+        moves = transfers_for(td, ts, dst, self.space_ids[d.dtype], d.dtype.size, to_other=False)
         same = ts == td
         local = np.bincount(td[same], minlength=self.target.num_tiles) * d.dtype.size
         internal, external = split_by_ipu(self.target, moves)
@@ -221,8 +275,9 @@ class Lowering:
         plan = plan_exchange(self.target, internal, "internal", local.astype(np.int64))
         nodes.append(self.exchange_node(plan, name, copy))
         if len(external):
-            nodes.append(self.exchange_node(plan_exchange(self.target, external, "global"),
-                                            f"{name}/Global"))
+            nodes.append(
+                self.exchange_node(plan_exchange(self.target, external, "global"), f"{name}/Global")
+            )
         return nodes[0] if len(nodes) == 1 else self._add(N.SeqNode(nodes), name)
 
     def _offset(self, p: P.Copy) -> int | Gather:
@@ -235,22 +290,40 @@ class Lowering:
         if isinstance(p.src, RemoteBuffer):
             buf, t = p.src, p.dst
             b = self.bytes_by_tile(t)
-            return self.host_node("remote_load", p.name or f"{buf.name}/RemoteLoad",
-                                  np.zeros_like(b), b, remote=True,
-                                  writes=(Gather.of(t.dtype, t.addresses),), buffer=buf,
-                                  offset=self._offset(p))
+            return self.host_node(
+                "remote_load",
+                p.name or f"{buf.name}/RemoteLoad",
+                np.zeros_like(b),
+                b,
+                remote=True,
+                writes=(Gather.of(t.dtype, t.addresses),),
+                buffer=buf,
+                offset=self._offset(p),
+            )
         buf, t = p.dst, p.src
         b = self.bytes_by_tile(t)
-        return self.host_node("remote_store", p.name or f"{buf.name}/RemoteStore", b,
-                              np.zeros_like(b), remote=True,
-                              reads=(Gather.of(t.dtype, t.addresses),), buffer=buf,
-                              offset=self._offset(p))
+        return self.host_node(
+            "remote_store",
+            p.name or f"{buf.name}/RemoteStore",
+            b,
+            np.zeros_like(b),
+            remote=True,
+            reads=(Gather.of(t.dtype, t.addresses),),
+            buffer=buf,
+            offset=self._offset(p),
+        )
 
     def _code_load(self, fn: Function, name: str) -> N.Node:
         self.function_position(fn)
         code = self.function_code[fn.id]
-        return self.host_node("code_load", name or f"{fn.name}/CodeLoad", np.zeros_like(code),
-                              code, remote=True, function=fn.id)
+        return self.host_node(
+            "code_load",
+            name or f"{fn.name}/CodeLoad",
+            np.zeros_like(code),
+            code,
+            remote=True,
+            function=fn.id,
+        )
 
     # ---- functions ----
     def function_position(self, fn: Function) -> int:
@@ -298,12 +371,21 @@ class Lowering:
             return self._add(node, p.name or f"Call/{fn.name}")
         ins = tuple(Gather.of(t.dtype, t.addresses) for t in p.inputs)
         outs = tuple(Gather.of(t.dtype, t.addresses) for t in p.outputs)
-        sent = sum((self.bytes_by_tile(t) for t in p.inputs),
-                   np.zeros(self.target.num_tiles, np.int64))
-        recv = sum((self.bytes_by_tile(t) for t in p.outputs),
-                   np.zeros(self.target.num_tiles, np.int64))
-        return self.host_node("host_call", p.name or f"{fn.name}/HostCall", sent, recv,
-                              reads=ins, writes=outs, host_function=fn)
+        sent = sum(
+            (self.bytes_by_tile(t) for t in p.inputs), np.zeros(self.target.num_tiles, np.int64)
+        )
+        recv = sum(
+            (self.bytes_by_tile(t) for t in p.outputs), np.zeros(self.target.num_tiles, np.int64)
+        )
+        return self.host_node(
+            "host_call",
+            p.name or f"{fn.name}/HostCall",
+            sent,
+            recv,
+            reads=ins,
+            writes=outs,
+            host_function=fn,
+        )
 
     # ---- control flow ----
     def lower_sequence(self, p: P.Sequence) -> N.Node:
@@ -347,15 +429,20 @@ class Lowering:
         return node
 
     def lower_write_undef(self, p: P.WriteUndef) -> N.Node:
-        return self._add(N.WriteUndefNode((Gather.of(p.tensor.dtype, p.tensor.addresses),)),
-                         p.name)
+        return self._add(N.WriteUndefNode((Gather.of(p.tensor.dtype, p.tensor.addresses),)), p.name)
 
     def lower_print(self, p: P.PrintTensor) -> N.Node:
         t = p.tensor
         b = self.bytes_by_tile(t)
-        return self.host_node("print", p.name or f"{p.title or 'tensor'}/PrintTensor", b,
-                              np.zeros_like(b), reads=(Gather.of(t.dtype, t.addresses),),
-                              title=p.title, shape=t.shape)
+        return self.host_node(
+            "print",
+            p.name or f"{p.title or 'tensor'}/PrintTensor",
+            b,
+            np.zeros_like(b),
+            reads=(Gather.of(t.dtype, t.addresses),),
+            title=p.title,
+            shape=t.shape,
+        )
 
 
 def _instructions(plan: ExchangePlan) -> dict[str, int]:
@@ -363,10 +450,19 @@ def _instructions(plan: ExchangePlan) -> dict[str, int]:
     total = int(plan.code_bytes.sum())
     send = min(total, int(np.count_nonzero(plan.bytes_sent)) * 4)
     rest = total - send
-    return {"delay": 0, "exchange": 0, "other": 0, "receiveAddress": rest // 2,
-            "receiveFormat": 0, "receiveMux": rest - rest // 2, "send": send,
-            "sendWithPutAddress": 0, "sendWithPutFormat": 0, "sendWithPutMux": 0,
-            "total": total}
+    return {
+        "delay": 0,
+        "exchange": 0,
+        "other": 0,
+        "receiveAddress": rest // 2,
+        "receiveFormat": 0,
+        "receiveMux": rest - rest // 2,
+        "send": send,
+        "sendWithPutAddress": 0,
+        "sendWithPutFormat": 0,
+        "sendWithPutMux": 0,
+        "total": total,
+    }
 
 
 RULES: dict[type, Callable[[Lowering, P.Program], N.Node]] = {

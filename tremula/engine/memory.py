@@ -19,15 +19,45 @@ from tremula.engine.lower import Lowering
 from tremula.errors import OutOfMemoryError
 
 CATEGORIES = (
-    "constant", "controlCode", "controlId", "controlTable", "copyDescriptor",
-    "globalExchangeCode", "globalExchangePacketHeader", "globalMessage", "hostExchangeCode",
-    "hostExchangePacketHeader", "hostMessage", "instrumentationResults",
-    "internalExchangeCode", "message", "multiple", "outputEdge", "rearrangement",
-    "sharedCodeStorage", "sharedDataStorage", "stack", "variable", "vectorListDescriptor",
-    "vertexCode", "vertexFieldData", "vertexInstanceState")
-CODE = ("vertexCode", "controlCode", "internalExchangeCode", "globalExchangeCode",
-        "hostExchangeCode", "hostExchangePacketHeader", "stack", "vertexInstanceState",
-        "vectorListDescriptor", "vertexFieldData", "controlId")
+    "constant",
+    "controlCode",
+    "controlId",
+    "controlTable",
+    "copyDescriptor",
+    "globalExchangeCode",
+    "globalExchangePacketHeader",
+    "globalMessage",
+    "hostExchangeCode",
+    "hostExchangePacketHeader",
+    "hostMessage",
+    "instrumentationResults",
+    "internalExchangeCode",
+    "message",
+    "multiple",
+    "outputEdge",
+    "rearrangement",
+    "sharedCodeStorage",
+    "sharedDataStorage",
+    "stack",
+    "variable",
+    "vectorListDescriptor",
+    "vertexCode",
+    "vertexFieldData",
+    "vertexInstanceState",
+)
+CODE = (
+    "vertexCode",
+    "controlCode",
+    "internalExchangeCode",
+    "globalExchangeCode",
+    "hostExchangeCode",
+    "hostExchangePacketHeader",
+    "stack",
+    "vertexInstanceState",
+    "vectorListDescriptor",
+    "vertexFieldData",
+    "controlId",
+)
 REGIONS = ("nonInterleaved", "interleaved", "overflowed")
 
 
@@ -44,21 +74,31 @@ class Entries:
 
     def add(self, tile, start, end, raw, aligned, cat: int) -> None:
         k = np.size(tile)
-        for lst, v in ((self.tile, tile), (self.start, start), (self.end, end),
-                       (self.raw, raw), (self.aligned, aligned), (self.cat, cat)):
+        for lst, v in (
+            (self.tile, tile),
+            (self.start, start),
+            (self.end, end),
+            (self.raw, raw),
+            (self.aligned, aligned),
+            (self.cat, cat),
+        ):
             lst.append(np.broadcast_to(np.asarray(v, dtype=np.int64), (k,)))
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         if not self.tile:
             z = np.zeros(0, dtype=np.int64)
             return z, z, z, z, z, z
-        return tuple(np.concatenate(x) for x in (self.tile, self.start, self.end, self.raw,
-                                                  self.aligned, self.cat))
+        return tuple(
+            np.concatenate(x)
+            for x in (self.tile, self.start, self.end, self.raw, self.aligned, self.cat)
+        )
 
 
 @dataclass
 class MemoryReport:
-    by_category: dict[str, dict[str, dict[str, np.ndarray]]]  # cat -> region -> {nonOverlapped, overlapped}
+    by_category: dict[
+        str, dict[str, dict[str, np.ndarray]]
+    ]  # cat -> region -> {nonOverlapped, overlapped}
     by_tile: dict[str, np.ndarray]
     always_live: np.ndarray
     not_always_live_peak: np.ndarray  # per tile, excluding gaps
@@ -68,6 +108,23 @@ class MemoryReport:
     by_vertex_type: dict[str, list[np.ndarray]]
     vertex_types: list[str]
     vertex_type_sizes: list[int]
+
+
+def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(variable, tile, element count) for every variable's part on every tile, computed on
+    runs of equal tile inside each variable."""
+    tiles = space.tiles()
+    starts = np.asarray(space.var_starts, dtype=np.int64)
+    cuts = np.union1d(np.flatnonzero(np.diff(tiles)) + 1, starts[starts > 0])
+    run_start = np.r_[0, cuts].astype(np.int64)
+    run_len = np.diff(np.r_[run_start, tiles.size])
+    owner = np.asarray(space.var_ids, dtype=np.int64)[
+        np.searchsorted(starts, run_start, side="right") - 1
+    ]
+    key = owner * T + tiles[run_start].astype(np.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    counts = np.bincount(inv, weights=run_len).astype(np.int64)
+    return uniq // T, uniq % T, counts
 
 
 def _align(x: np.ndarray, a: int) -> np.ndarray:
@@ -97,12 +154,7 @@ class MemoryModel:
         for dtype, space in st.spaces.items():
             if space.size == 0:
                 continue
-            tiles = space.tiles().astype(np.int64)
-            owner = np.repeat(np.asarray(space.var_ids, np.int64),
-                              np.diff(np.r_[space.var_starts, space.size]))
-            key = owner * T + tiles
-            uniq, counts = np.unique(key, return_counts=True)
-            var, tile = uniq // T, uniq % T
+            var, tile, counts = _var_tile_counts(space, T)
             raw = counts * dtype.size
             aligned = _align(raw, a)
             const = np.array([st.variables[v].is_constant for v in var], dtype=bool)
@@ -111,22 +163,30 @@ class MemoryModel:
                 self.al_raw[cat] += np.bincount(tile[mask], raw[mask], T).astype(np.int64)
                 self.al_aligned[cat] += np.bincount(tile[mask], aligned[mask], T).astype(np.int64)
             nal = ~always
-            self.nal.add(tile[nal], self.iv.start[var[nal]], self.iv.end[var[nal]], raw[nal],
-                         aligned[nal], CATEGORIES.index("variable"))
+            self.nal.add(
+                tile[nal],
+                self.iv.start[var[nal]],
+                self.iv.end[var[nal]],
+                raw[nal],
+                aligned[nal],
+                CATEGORIES.index("variable"),
+            )
 
     def messages(self) -> None:
         """Receive buffers of compute-set exchanges live around their exchange step."""
         cat = CATEGORIES.index("message")
         for node, step in self.walk.leaf_steps:
             if isinstance(node, N.ExchangeNode) and node.copy is None:
-                plan = (self.lw.exchanges if node.kind == "DoExchange"
-                        else self.lw.external_exchanges)[node.exchange]
+                plan = (
+                    self.lw.exchanges if node.kind == "DoExchange" else self.lw.external_exchanges
+                )[node.exchange]
                 tiles = np.flatnonzero(plan.bytes_received)
                 raw = plan.bytes_received[tiles]
                 post = node.name.endswith("ExchangePost")
                 s0, s1 = (step - 1, step) if post else (step, step + 1)
-                self.nal.add(tiles, max(s0, 0), s1, raw, _align(raw, self.target.alignment_bytes),
-                             cat)
+                self.nal.add(
+                    tiles, max(s0, 0), s1, raw, _align(raw, self.target.alignment_bytes), cat
+                )
 
     # ---- code and state ----
     def code(self) -> None:
@@ -145,7 +205,9 @@ class MemoryModel:
                     m[g.tiles] = True
         for name, m in types_mask.items():
             self.add_always("vertexCode", m * self.state.codelets.resolve(name).codelet.code_bytes)
-        self.add_always("controlCode", np.full(T, program_count * tg.control_code_bytes_per_program))
+        self.add_always(
+            "controlCode", np.full(T, program_count * tg.control_code_bytes_per_program)
+        )
         for plan in lw.exchanges:
             self.add_always("internalExchangeCode", plan.code_bytes)
         for plan in lw.external_exchanges:
@@ -158,12 +220,16 @@ class MemoryModel:
         for ccs in lw.compute_sets:
             for g in ccs.groups:
                 used[g.tiles] = True
-                self.add_always("vertexInstanceState", np.bincount(g.tiles, g.state_bytes, T)
-                                .astype(np.int64))
-                self.add_always("vectorListDescriptor", np.bincount(
-                    g.tiles, g.descriptor_bytes, T).astype(np.int64))
-                self.add_always("vertexFieldData", np.bincount(g.tiles, g.field_data_bytes, T)
-                                .astype(np.int64))
+                self.add_always(
+                    "vertexInstanceState", np.bincount(g.tiles, g.state_bytes, T).astype(np.int64)
+                )
+                self.add_always(
+                    "vectorListDescriptor",
+                    np.bincount(g.tiles, g.descriptor_bytes, T).astype(np.int64),
+                )
+                self.add_always(
+                    "vertexFieldData", np.bincount(g.tiles, g.field_data_bytes, T).astype(np.int64)
+                )
         stack = tg.num_worker_contexts * tg.stack_bytes_per_worker + tg.supervisor_stack_bytes
         self.add_always("stack", used * stack)
         self._function_code(buffered)
@@ -195,12 +261,19 @@ class MemoryModel:
             start = min(loads) if loads else min(steps)
             end = max(steps)
             tiles = np.flatnonzero(code)
-            self.nal.add(tiles, start, end, code[tiles],
-                         _align(code[tiles], self.target.alignment_bytes), cat)
+            self.nal.add(
+                tiles,
+                start,
+                end,
+                code[tiles],
+                _align(code[tiles], self.target.alignment_bytes),
+                cat,
+            )
 
     # ---- combine ----
-    def sweep(self, tile: np.ndarray, start: np.ndarray, end: np.ndarray,
-              amount: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sweep(
+        self, tile: np.ndarray, start: np.ndarray, end: np.ndarray, amount: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Per-tile peak of live bytes, and the step at which each tile peaks."""
         T = self.T
         peak = np.zeros(T, np.int64)
@@ -245,24 +318,35 @@ class MemoryModel:
         np.add.at(diff, np.minimum(end + 1, steps), -raw)
         totals = np.cumsum(diff)[:steps]
         gpeak = int(np.argmax(totals)) if totals.size else 0
-        at_peak = np.bincount(tile[(start <= gpeak) & (gpeak <= end)],
-                              raw[(start <= gpeak) & (gpeak <= end)], T).astype(np.int64)
+        at_peak = np.bincount(
+            tile[(start <= gpeak) & (gpeak <= end)], raw[(start <= gpeak) & (gpeak <= end)], T
+        ).astype(np.int64)
         always = sum(self.al_raw.values())
         bcs, bvt, names, sizes = self._per_cs_and_type()
-        return MemoryReport(by_category, by_tile, always, peak, at_peak, totals, bcs, bvt,
-                            names, sizes)
+        return MemoryReport(
+            by_category, by_tile, always, peak, at_peak, totals, bcs, bvt, names, sizes
+        )
 
     def _regions(self, nal_raw: dict, nal_aligned: dict) -> tuple[dict, dict]:
         tg, T = self.target, self.T
-        order = [(c, False) for c in CODE] + [(c, True) for c in CODE] + \
-            [(c, False) for c in CATEGORIES if c not in CODE] + \
-            [(c, True) for c in CATEGORIES if c not in CODE]
-        by_cat = {c: {r: {"nonOverlapped": np.zeros(T, np.int64),
-                          "overlapped": np.zeros(T, np.int64)} for r in REGIONS}
-                  for c in CATEGORIES}
+        order = (
+            [(c, False) for c in CODE]
+            + [(c, True) for c in CODE]
+            + [(c, False) for c in CATEGORIES if c not in CODE]
+            + [(c, True) for c in CATEGORIES if c not in CODE]
+        )
+        by_cat = {
+            c: {
+                r: {"nonOverlapped": np.zeros(T, np.int64), "overlapped": np.zeros(T, np.int64)}
+                for r in REGIONS
+            }
+            for c in CATEGORIES
+        }
         by_tile = {}
-        for label, al, nal in (("", self.al_raw, nal_raw), ("IncludingGaps", self.al_aligned,
-                                                              nal_aligned)):
+        for label, al, nal in (
+            ("", self.al_raw, nal_raw),
+            ("IncludingGaps", self.al_aligned, nal_aligned),
+        ):
             cap_ni = np.full(T, tg.non_interleaved_bytes, np.int64)
             cap_il = np.full(T, tg.interleaved_bytes, np.int64)
             sums = {r: np.zeros(T, np.int64) for r in REGIONS}
@@ -287,20 +371,27 @@ class MemoryModel:
                 by_tile[r + label] = sums[r]
             if label:
                 il = sums["interleaved"]
-                by_tile["totalIncludingGaps"] = np.where(
-                    il > 0, tg.interleaved_region_start + il, sums["nonInterleaved"]) + \
-                    sums["overflowed"]
+                by_tile["totalIncludingGaps"] = (
+                    np.where(il > 0, tg.interleaved_region_start + il, sums["nonInterleaved"])
+                    + sums["overflowed"]
+                )
             else:
-                by_tile["total"] = sums["nonInterleaved"] + sums["interleaved"] + \
-                    sums["overflowed"]
+                by_tile["total"] = sums["nonInterleaved"] + sums["interleaved"] + sums["overflowed"]
         return by_cat, by_tile
 
     def _per_cs_and_type(self) -> tuple[dict, dict, list[str], list[int]]:
         T = self.T
         names: list[str] = []
         sizes: list[int] = []
-        keys = ("codeBytes", "copyPtrBytes", "descriptorBytes", "edgePtrBytes", "paddingBytes",
-                "vertexDataBytes", "totalBytes")
+        keys = (
+            "codeBytes",
+            "copyPtrBytes",
+            "descriptorBytes",
+            "edgePtrBytes",
+            "paddingBytes",
+            "vertexDataBytes",
+            "totalBytes",
+        )
         by_cs = {k: [] for k in keys}
         by_type: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         type_rows: dict[str, dict[str, np.ndarray]] = {}
@@ -314,10 +405,12 @@ class MemoryModel:
                     type_rows[name] = {k: np.zeros(T, np.int64) for k in keys}
                 code = np.zeros(T, np.int64)
                 code[np.unique(g.tiles)] = g.vertex_type.codelet.code_bytes
-                parts = {"codeBytes": code,
-                         "vertexDataBytes": np.bincount(g.tiles, g.state_bytes, T),
-                         "descriptorBytes": np.bincount(g.tiles, g.descriptor_bytes, T),
-                         "edgePtrBytes": np.bincount(g.tiles, g.edge_ptr_bytes, T)}
+                parts = {
+                    "codeBytes": code,
+                    "vertexDataBytes": np.bincount(g.tiles, g.state_bytes - g.edge_ptr_bytes, T),
+                    "descriptorBytes": np.bincount(g.tiles, g.descriptor_bytes, T),
+                    "edgePtrBytes": np.bincount(g.tiles, g.edge_ptr_bytes, T),
+                }
                 for k, v in parts.items():
                     v = v.astype(np.int64)
                     row[k] += v
@@ -343,14 +436,28 @@ def check_fits(report: MemoryReport, target, top: int = 5) -> None:
     worst = over[np.argsort(-need[over], kind="stable")][:top]
     lines = []
     for t in worst.tolist():
-        cats = sorted(((sum(int(report.by_category[c][r][k][t]) for r in REGIONS
-                            for k in ("nonOverlapped", "overlapped")), c) for c in CATEGORIES),
-                      reverse=True)
+        cats = sorted(
+            (
+                (
+                    sum(
+                        int(report.by_category[c][r][k][t])
+                        for r in REGIONS
+                        for k in ("nonOverlapped", "overlapped")
+                    ),
+                    c,
+                )
+                for c in CATEGORIES
+            ),
+            reverse=True,
+        )
         top_cats = ", ".join(f"{c} {b:,} B" for b, c in cats[:3] if b)
-        lines.append(f"tile {t}: {int(need[t]):,} B needed (including gaps) of "
-                     f"{target.memory_bytes_per_tile:,} B; largest: {top_cats}")
+        lines.append(
+            f"tile {t}: {int(need[t]):,} B needed (including gaps) of "
+            f"{target.memory_bytes_per_tile:,} B; largest: {top_cats}"
+        )
     raise OutOfMemoryError(
         f"out of memory: {over.size} tile(s) exceed {target.memory_bytes_per_tile:,} bytes:\n  "
         + "\n  ".join(lines)
         + "\nSpread the tensors over more tiles, or set the engine option "
-          "debug.allowOutOfMemory=true to get the profile anyway.")
+        "debug.allowOutOfMemory=true to get the profile anyway."
+    )

@@ -10,21 +10,42 @@ from typing import Any
 
 from tremula.errors import EngineError
 
-MODES = {"ipu_model": "IPU_MODEL", "compute_sets": "COMPUTE_SETS",
-         "single_tile_compute_sets": "SINGLE_TILE_COMPUTE_SETS", "vertices": "VERTICES",
-         "external_exchanges": "EXTERNAL_EXCHANGES", "host_exchanges": "HOST_EXCHANGES",
-         "none": "NONE"}
+MODES = {
+    "ipu_model": "IPU_MODEL",
+    "compute_sets": "COMPUTE_SETS",
+    "single_tile_compute_sets": "SINGLE_TILE_COMPUTE_SETS",
+    "vertices": "VERTICES",
+    "external_exchanges": "EXTERNAL_EXCHANGES",
+    "host_exchanges": "HOST_EXCHANGES",
+    "none": "NONE",
+}
 
 #: options accepted for compatibility that change nothing in the model
-IGNORED = {"debug.instrument", "debug.instrumentCompute", "debug.instrumentExternalExchange",
-           "debug.instrumentControlFlow", "debug.computeInstrumentationLevel",
-           "profiler.format", "profiler.useUnstableFormat", "profiler.includeCycleEstimates",
-           "target.saveArchive", "autoReport.executionProfileProgramRunCount",
-           "autoReport.outputArchive", "autoReport.outputDebugInfo", "opt.enableSwSyncs",
-           "debug.retainDebugInformation", "debug.verify"}
-KNOWN = {"autoReport.all", "autoReport.directory", "autoReport.outputGraphProfile",
-         "autoReport.outputExecutionProfile", "debug.allowOutOfMemory",
-         "debug.executionProfile"} | IGNORED
+IGNORED = {
+    "debug.instrument",
+    "debug.instrumentCompute",
+    "debug.instrumentExternalExchange",
+    "debug.instrumentControlFlow",
+    "debug.computeInstrumentationLevel",
+    "profiler.format",
+    "profiler.useUnstableFormat",
+    "profiler.includeCycleEstimates",
+    "target.saveArchive",
+    "autoReport.executionProfileProgramRunCount",
+    "autoReport.outputArchive",
+    "autoReport.outputDebugInfo",
+    "opt.enableSwSyncs",
+    "debug.retainDebugInformation",
+    "debug.verify",
+}
+KNOWN = {
+    "autoReport.all",
+    "autoReport.directory",
+    "autoReport.outputGraphProfile",
+    "autoReport.outputExecutionProfile",
+    "debug.allowOutOfMemory",
+    "debug.executionProfile",
+} | IGNORED
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -49,7 +70,9 @@ class EngineOptions:
         return self.report_graph or self.report_execution
 
 
-def parse_options(options: dict[str, Any] | None, env: dict[str, str] | None = None) -> EngineOptions:
+def parse_options(
+    options: dict[str, Any] | None, env: dict[str, str] | None = None
+) -> EngineOptions:
     merged: dict[str, Any] = dict(options or {})
     env = os.environ if env is None else env
     text = env.get("POPLAR_ENGINE_OPTIONS")
@@ -65,14 +88,22 @@ def parse_options(options: dict[str, Any] | None, env: dict[str, str] | None = N
     if unknown:
         raise EngineError(f"unknown engine option(s) {unknown}; known: {sorted(KNOWN)}")
     every = _flag(merged.get("autoReport.all", "false"), "autoReport.all")
-    graph = _flag(merged.get("autoReport.outputGraphProfile", every),
-                  "autoReport.outputGraphProfile")
-    execution = _flag(merged.get("autoReport.outputExecutionProfile", every),
-                      "autoReport.outputExecutionProfile")
+    graph = _flag(
+        merged.get("autoReport.outputGraphProfile", every), "autoReport.outputGraphProfile"
+    )
+    execution = _flag(
+        merged.get("autoReport.outputExecutionProfile", every), "autoReport.outputExecutionProfile"
+    )
     mode_name = str(merged.get("debug.executionProfile", "ipu_model")).lower()
     if mode_name not in MODES:
-        raise EngineError(f"engine option 'debug.executionProfile': {mode_name!r} unknown; "
-                          f"expected one of {sorted(MODES)}")
-    return EngineOptions(graph, execution, str(merged.get("autoReport.directory", ".")),
-                         _flag(merged.get("debug.allowOutOfMemory", "false"),
-                               "debug.allowOutOfMemory"), MODES[mode_name])
+        raise EngineError(
+            f"engine option 'debug.executionProfile': {mode_name!r} unknown; "
+            f"expected one of {sorted(MODES)}"
+        )
+    return EngineOptions(
+        graph,
+        execution,
+        str(merged.get("autoReport.directory", ".")),
+        _flag(merged.get("debug.allowOutOfMemory", "false"), "debug.allowOutOfMemory"),
+        MODES[mode_name],
+    )

@@ -48,12 +48,11 @@ class Gather:
             return arr[rsel, self.index]
         return arr[rsel][:, self.index]
 
-    def write(self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray,
-              values: np.ndarray) -> None:
+    def write(
+        self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray, values: np.ndarray
+    ) -> None:
         arr = storage[self.dtype]
-        if isinstance(rsel, slice):
-            arr[rsel, self.index] = values
-        elif isinstance(self.index, slice):
+        if isinstance(rsel, slice) or isinstance(self.index, slice):
             arr[rsel, self.index] = values
         else:
             arr[rsel[:, None], self.index[None, :]] = values

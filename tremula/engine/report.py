@@ -20,13 +20,20 @@ def _l(a: np.ndarray) -> list[int]:
 
 def _target(lw: Lowering) -> dict[str, Any]:
     tg = lw.target
-    return {"type": tg.target_type, "bytesPerIPU": tg.bytes_per_ipu,
-            "bytesPerTile": tg.memory_bytes_per_tile, "clockFrequency": float(tg.tile_clock_frequency),
-            "numIPUs": tg.num_ipus, "tilesPerIPU": tg.tiles_per_ipu, "numTiles": tg.num_tiles,
-            "totalMemory": tg.total_memory,
-            "relativeSyncDelayByTile": _l(tg.relative_sync_delays()),
-            "minSyncDelay": tg.min_sync_delay, "ipuVersion": tg.ipu_version,
-            "replicationFactor": lw.state.replication_factor}
+    return {
+        "type": tg.target_type,
+        "bytesPerIPU": tg.bytes_per_ipu,
+        "bytesPerTile": tg.memory_bytes_per_tile,
+        "clockFrequency": float(tg.tile_clock_frequency),
+        "numIPUs": tg.num_ipus,
+        "tilesPerIPU": tg.tiles_per_ipu,
+        "numTiles": tg.num_tiles,
+        "totalMemory": tg.total_memory,
+        "relativeSyncDelayByTile": _l(tg.relative_sync_delays()),
+        "minSyncDelay": tg.min_sync_delay,
+        "ipuVersion": tg.ipu_version,
+        "replicationFactor": lw.state.replication_factor,
+    }
 
 
 def _programs(lw: Lowering) -> list[dict[str, Any]]:
@@ -53,35 +60,48 @@ def _compute_sets(lw: Lowering, types: list[str], cycle_estimates: bool) -> dict
         for name, cyc in ccs.active_cycles_by_type.items():
             row[index[name]] = int(cyc)
         active_by_type.append(row)
-    out: dict[str, Any] = {"names": [c.name for c in lw.compute_sets], "vertexCounts": counts,
-                           "vertexTypes": vtypes}
+    out: dict[str, Any] = {
+        "names": [c.name for c in lw.compute_sets],
+        "vertexCounts": counts,
+        "vertexTypes": vtypes,
+    }
     if cycle_estimates:
         out["cycleEstimates"] = {
             "activeCyclesByTile": [_l(c.active_cycles_by_tile) for c in lw.compute_sets],
             "activeCyclesByVertexType": active_by_type,
-            "cyclesByTile": [_l(c.cycles_by_tile) for c in lw.compute_sets]}
+            "cyclesByTile": [_l(c.cycles_by_tile) for c in lw.compute_sets],
+        }
     return out
 
 
 def _exchanges(lw: Lowering) -> dict[str, Any]:
-    internal = {"bytesReceivedByTile": [_l(p.bytes_received) for p in lw.exchanges],
-                "bytesSentByTile": [_l(p.bytes_sent) for p in lw.exchanges],
-                "cyclesByTile": [_l(p.cycles_by_tile) for p in lw.exchanges],
-                "codeBytesByTile": [_l(p.code_bytes) for p in lw.exchanges]}
-    external = {"bytesReceivedByTile": [_l(p.bytes_received) for p in lw.external_exchanges],
-                "bytesSentByTile": [_l(p.bytes_sent) for p in lw.external_exchanges],
-                "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in lw.external_exchanges]}
-    host = {"bytesReceivedByTile": [_l(h.bytes_received) for h in lw.host_exchanges],
-            "bytesSentByTile": [_l(h.bytes_sent) for h in lw.host_exchanges],
-            "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in lw.host_exchanges]}
+    internal = {
+        "bytesReceivedByTile": [_l(p.bytes_received) for p in lw.exchanges],
+        "bytesSentByTile": [_l(p.bytes_sent) for p in lw.exchanges],
+        "cyclesByTile": [_l(p.cycles_by_tile) for p in lw.exchanges],
+        "codeBytesByTile": [_l(p.code_bytes) for p in lw.exchanges],
+    }
+    external = {
+        "bytesReceivedByTile": [_l(p.bytes_received) for p in lw.external_exchanges],
+        "bytesSentByTile": [_l(p.bytes_sent) for p in lw.external_exchanges],
+        "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in lw.external_exchanges],
+    }
+    host = {
+        "bytesReceivedByTile": [_l(h.bytes_received) for h in lw.host_exchanges],
+        "bytesSentByTile": [_l(h.bytes_sent) for h in lw.host_exchanges],
+        "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in lw.host_exchanges],
+    }
     return {"exchanges": internal, "externalExchanges": external, "hostExchanges": host}
 
 
 def _by_program(entry: dict, totals: np.ndarray) -> dict[str, Any]:
     a, b = entry["first"], entry["last"]
-    seg = totals[a:b + 1]
-    return {"program": entry["node"].pid, "bytes": int(seg.max()) if seg.size else 0,
-            "children": [_by_program(c, totals) for c in entry["children"]]}
+    seg = totals[a : b + 1]
+    return {
+        "program": entry["node"].pid,
+        "bytes": int(seg.max()) if seg.size else 0,
+        "children": [_by_program(c, totals) for c in entry["children"]],
+    }
 
 
 def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
@@ -89,8 +109,9 @@ def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
     for c in CATEGORIES:
         regions = mem.by_category[c]
         total = sum(regions[r][k] for r in REGIONS for k in ("nonOverlapped", "overlapped"))
-        by_cat[c] = {r: {k: _l(regions[r][k]) for k in ("nonOverlapped", "overlapped")}
-                     for r in REGIONS}
+        by_cat[c] = {
+            r: {k: _l(regions[r][k]) for k in ("nonOverlapped", "overlapped")} for r in REGIONS
+        }
         by_cat[c]["total"] = _l(total)
     return {
         "byTile": {k: _l(v) for k, v in sorted(mem.by_tile.items())},
@@ -103,7 +124,10 @@ def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
                 "bytesByTile": _l(mem.not_always_live_at_peak),
                 "maxBytesByTile": _l(mem.not_always_live_peak),
                 "maxBytes": int(mem.step_totals.max(initial=0)),
-                "byProgram": [_by_program(t, mem.step_totals) for t in tree]}}}
+                "byProgram": [_by_program(t, mem.step_totals) for t in tree],
+            },
+        },
+    }
 
 
 def graph_profile(lw: Lowering, mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
@@ -117,13 +141,19 @@ def graph_profile(lw: Lowering, mem: MemoryReport, tree: list[dict]) -> dict[str
     is_model = lw.target.target_type != "CPU"
     profile: dict[str, Any] = {
         "target": _target(lw),
-        "optimizationInfo": {"numPrograms": float(len(lw.nodes)),
-                             "numExchanges": float(len(lw.exchanges)),
-                             "numExternalExchanges": float(len(lw.external_exchanges)),
-                             "numHostExchanges": float(len(lw.host_exchanges)),
-                             "numFunctions": float(len(lw.function_roots))},
-        "graph": {"numComputeSets": len(lw.compute_sets), "numEdges": num_edges,
-                  "numVars": len(st.variables), "numVertices": st.num_vertices},
+        "optimizationInfo": {
+            "numPrograms": float(len(lw.nodes)),
+            "numExchanges": float(len(lw.exchanges)),
+            "numExternalExchanges": float(len(lw.external_exchanges)),
+            "numHostExchanges": float(len(lw.host_exchanges)),
+            "numFunctions": float(len(lw.function_roots)),
+        },
+        "graph": {
+            "numComputeSets": len(lw.compute_sets),
+            "numEdges": num_edges,
+            "numVars": len(st.variables),
+            "numVertices": st.num_vertices,
+        },
         "vertexTypes": {"names": list(mem.vertex_types), "sizes": list(mem.vertex_type_sizes)},
         "computeSets": _compute_sets(lw, mem.vertex_types, is_model),
         **_exchanges(lw),
@@ -135,23 +165,38 @@ def graph_profile(lw: Lowering, mem: MemoryReport, tree: list[dict]) -> dict[str
     return profile
 
 
-STEP_KEYS = ("computeSet", "exchange", "externalExchange", "hostExchange", "threadBalance",
-             "totalData", "dataBalance")
+STEP_KEYS = (
+    "computeSet",
+    "exchange",
+    "externalExchange",
+    "hostExchange",
+    "threadBalance",
+    "totalData",
+    "dataBalance",
+)
 
 
-def _step(info, start: int, end: int, overlapped: int, balance: float | None,
-          num_tiles: int) -> dict[str, Any]:
+def _step(
+    info, start: int, end: int, overlapped: int, balance: float | None, num_tiles: int
+) -> dict[str, Any]:
     s: dict[str, Any] = {"type": info.type, "program": info.program}
     if info.name:
         s["name"] = info.name
     s.update(cycles=end - start, cyclesFrom=start, cyclesTo=end)
     f = info.fields
     if info.type == "Sync":
-        s.update(syncType=info.sync_type, tileBalance=balance, activeTiles=num_tiles,
-                 activeTileBalance=balance)
+        s.update(
+            syncType=info.sync_type,
+            tileBalance=balance,
+            activeTiles=num_tiles,
+            activeTileBalance=balance,
+        )
         return s
-    s.update(tileBalance=f["tileBalance"], activeTiles=f["activeTiles"],
-             activeTileBalance=f["activeTileBalance"])
+    s.update(
+        tileBalance=f["tileBalance"],
+        activeTiles=f["activeTiles"],
+        activeTileBalance=f["activeTileBalance"],
+    )
     for k in STEP_KEYS:
         if k in f:
             s[k] = f[k]
@@ -160,15 +205,21 @@ def _step(info, start: int, end: int, overlapped: int, balance: float | None,
     return s
 
 
-def execution_profile(lw: Lowering, tl: Timeline, mode: str, cs_cycles: np.ndarray) -> dict[str, Any]:
+def execution_profile(
+    lw: Lowering, tl: Timeline, mode: str, cs_cycles: np.ndarray
+) -> dict[str, Any]:
     if mode in ("NONE", "CPU"):
         return {"profilerMode": mode}
     T = lw.target.num_tiles
-    steps = [_step(info, start, end, overlapped, balance, T)
-             for info, start, end, overlapped, balance in tl.steps]
-    out: dict[str, Any] = {"profilerMode": mode, "programTrace": list(tl.trace),
-                           "simulation": {"cycles": tl.cycles, "tileCycles": dict(tl.tile_cycles),
-                                          "steps": steps}}
+    steps = [
+        _step(info, start, end, overlapped, balance, T)
+        for info, start, end, overlapped, balance in tl.steps
+    ]
+    out: dict[str, Any] = {
+        "profilerMode": mode,
+        "programTrace": list(tl.trace),
+        "simulation": {"cycles": tl.cycles, "tileCycles": dict(tl.tile_cycles), "steps": steps},
+    }
     if mode == "COMPUTE_SETS":
         out["computeSetCyclesByTile"] = [_l(r) for r in cs_cycles]
     elif mode == "SINGLE_TILE_COMPUTE_SETS":

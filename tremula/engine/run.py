@@ -45,19 +45,29 @@ class StreamConnection:
             source = np.asarray(source)
         shared = replicas == 1 or stream.replication_mode == "broadcast"
         if not stream.is_host_to_device and not source.flags.c_contiguous:
-            raise StreamError(f"stream {name!r}: the host buffer must be C-contiguous so that "
-                              f"the device can fill it in place")
+            raise StreamError(
+                f"stream {name!r}: the host buffer must be C-contiguous so that "
+                f"the device can fill it in place"
+            )
         if shared:
             if source.size == 0 or source.size % n:
-                raise StreamError(f"stream {name!r}: host buffer has {source.size} elements; "
-                                  f"expected a positive multiple of {n} (one transfer)")
+                raise StreamError(
+                    f"stream {name!r}: host buffer has {source.size} elements; "
+                    f"expected a positive multiple of {n} (one transfer)"
+                )
             view = source.reshape(1, -1, n)
         else:
-            if source.ndim < 1 or source.shape[0] != replicas or source.size == 0 or \
-                    (source.size // replicas) % n:
-                raise StreamError(f"stream {name!r}: host buffer of shape {source.shape}; "
-                                  f"expected shape ({replicas}, k * {n}) with a leading "
-                                  f"replica axis")
+            if (
+                source.ndim < 1
+                or source.shape[0] != replicas
+                or source.size == 0
+                or (source.size // replicas) % n
+            ):
+                raise StreamError(
+                    f"stream {name!r}: host buffer of shape {source.shape}; "
+                    f"expected shape ({replicas}, k * {n}) with a leading "
+                    f"replica axis"
+                )
             view = source.reshape(replicas, -1, n)
         if not stream.is_host_to_device and not np.shares_memory(view, source):
             raise StreamError(f"stream {name!r}: cannot write into the host buffer in place")
@@ -94,15 +104,19 @@ class StreamConnection:
 class Runtime:
     """Device state and the interpreter over lowered nodes."""
 
-    def __init__(self, lowering: Any, replicas: int, timeline: Timeline,
-                 record_cs: bool = False) -> None:
+    def __init__(
+        self, lowering: Any, replicas: int, timeline: Timeline, record_cs: bool = False
+    ) -> None:
         st = lowering.state
         self.lowering = lowering
         self.replicas = replicas
         self.storage: dict[Type, np.ndarray] = {
-            t: np.zeros((replicas, sp.size), dtype=t.numpy) for t, sp in st.spaces.items()}
-        self.remote = {name: np.zeros((replicas, b.repeats, b.num_elements), dtype=b.dtype.numpy)
-                       for name, b in st.remote_buffers.items()}
+            t: np.zeros((replicas, sp.size), dtype=t.numpy) for t, sp in st.spaces.items()
+        }
+        self.remote = {
+            name: np.zeros((replicas, b.repeats, b.num_elements), dtype=b.dtype.numpy)
+            for name, b in st.remote_buffers.items()
+        }
         self.streams: dict[str, StreamConnection] = {}
         self.host_functions: dict[str, Callable[..., Any]] = {}
         self.tl = timeline
@@ -164,8 +178,10 @@ def _remote_rows(rt: Runtime, node: N.HostNode, rsel: Any) -> np.ndarray:
         rows = np.full((count, 1), node.offset, dtype=np.int64)
     if rows.size and (rows.min() < 0 or rows.max() >= buf.repeats):
         bad = int(rows.min() if rows.min() < 0 else rows.max())
-        raise EngineError(f"remote buffer {buf.name!r}: row offset {bad} out of range "
-                          f"[0, {buf.repeats}) in program {node.name!r}")
+        raise EngineError(
+            f"remote buffer {buf.name!r}: row offset {bad} out of range "
+            f"[0, {buf.repeats}) in program {node.name!r}"
+        )
     return rows
 
 
@@ -180,9 +196,11 @@ def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
 def _stream(rt: Runtime, node: N.HostNode) -> StreamConnection:
     conn = rt.streams.get(node.stream.name)
     if conn is None:
-        raise StreamError(f"stream {node.stream.name!r} is used by program {node.name!r} but "
-                          f"not connected; call engine.connect_stream({node.stream.name!r}, "
-                          f"buffer_or_callback)")
+        raise StreamError(
+            f"stream {node.stream.name!r} is used by program {node.name!r} but "
+            f"not connected; call engine.connect_stream({node.stream.name!r}, "
+            f"buffer_or_callback)"
+        )
     return conn
 
 
@@ -213,20 +231,23 @@ def _host_call(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
     hf = node.host_function
     fn = rt.host_functions.get(hf.name)
     if fn is None:
-        raise EngineError(f"host function {hf.name!r} is called by program {node.name!r} but "
-                          f"not connected; call engine.connect_host_function({hf.name!r}, fn)")
+        raise EngineError(
+            f"host function {hf.name!r} is called by program {node.name!r} but "
+            f"not connected; call engine.connect_host_function({hf.name!r}, fn)"
+        )
     ins = [g.read(rt.storage, rsel) for g in node.reads]
     reps = np.arange(rt.replicas)[rsel]
-    outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy)
-            for spec in hf.outputs]
+    outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy) for spec in hf.outputs]
     for i in range(reps.size):  # host work: one callback per replica, as Poplar does
         row_outs = [o[i] for o in outs]
         res = fn([x[i].copy() for x in ins], row_outs)
         if res is not None:
             res = [res] if isinstance(res, np.ndarray) else list(res)
             if len(res) != len(outs):
-                raise EngineError(f"host function {hf.name!r} returned {len(res)} arrays, "
-                                  f"declared {len(outs)} outputs")
+                raise EngineError(
+                    f"host function {hf.name!r} returned {len(res)} arrays, "
+                    f"declared {len(outs)} outputs"
+                )
             for o, r in zip(row_outs, res):
                 o[...] = np.asarray(r).reshape(o.shape)
     for g, o in zip(node.writes, outs):
@@ -285,7 +306,7 @@ def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:
     if rt._tl(rsel):
         rt.tl.run(node.sync)
     control = rt.scalar(node.control, rsel).astype(np.int64)
-    match = (control[:, None] == node.values[None, :])
+    match = control[:, None] == node.values[None, :]
     which = np.where(match.any(axis=1), match.argmax(axis=1), -1)
     for key, sub in rt.subsets(rsel, which):
         rt.run(node.cases[key] if key >= 0 else node.default, sub)
@@ -307,13 +328,25 @@ def _write_undef(rt: Runtime, node: N.WriteUndefNode, rsel: Any) -> None:
 
 
 HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
-    N.SeqNode: _seq, N.OnTileNode: _on_tile, N.ExchangeNode: _exchange, N.HostNode: _host,
-    N.RepeatNode: _repeat, N.RepeatWhileNode: _repeat_while, N.IfNode: _if,
-    N.SwitchNode: _switch, N.SyncNode: _sync, N.CallNode: _call,
+    N.SeqNode: _seq,
+    N.OnTileNode: _on_tile,
+    N.ExchangeNode: _exchange,
+    N.HostNode: _host,
+    N.RepeatNode: _repeat,
+    N.RepeatWhileNode: _repeat_while,
+    N.IfNode: _if,
+    N.SwitchNode: _switch,
+    N.SyncNode: _sync,
+    N.CallNode: _call,
     N.WriteUndefNode: _write_undef,
 }
 
 HOST_ACTIONS: dict[str, Callable[[Runtime, N.HostNode, Any], None]] = {
-    "h2d": _h2d, "d2h": _d2h, "remote_load": _remote_load, "remote_store": _remote_store,
-    "host_call": _host_call, "print": _print, "code_load": _code_load,
+    "h2d": _h2d,
+    "d2h": _d2h,
+    "remote_load": _remote_load,
+    "remote_store": _remote_store,
+    "host_call": _host_call,
+    "print": _print,
+    "code_load": _code_load,
 }

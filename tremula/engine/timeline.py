@@ -16,9 +16,14 @@ import numpy as np
 from tremula.target import Target
 
 #: step type -> tileCycles category
-CATEGORY = {"OnTileExecute": "compute", "DoExchange": "doExchange",
-            "GlobalExchange": "globalExchange", "StreamCopy": "streamCopy", "Sync": "sync",
-            "CopySharedStructure": "copySharedStructure"}
+CATEGORY = {
+    "OnTileExecute": "compute",
+    "DoExchange": "doExchange",
+    "GlobalExchange": "globalExchange",
+    "StreamCopy": "streamCopy",
+    "Sync": "sync",
+    "CopySharedStructure": "copySharedStructure",
+}
 
 
 @dataclass
@@ -53,16 +58,26 @@ class Timeline:
     def reset(self) -> None:
         self.steps: list[tuple[StepInfo, int, int, int, float | None]] = []
         self.trace: list[int] = []
-        self.tile_cycles = dict.fromkeys(("activeCompute", "compute", "copySharedStructure",
-                                          "doExchange", "globalExchange", "streamCopy",
-                                          "sync"), 0)
+        self.tile_cycles = dict.fromkeys(
+            (
+                "activeCompute",
+                "compute",
+                "copySharedStructure",
+                "doExchange",
+                "globalExchange",
+                "streamCopy",
+                "sync",
+            ),
+            0,
+        )
         self.cs_cycles: dict[int, np.ndarray] = {}
         self.ex_cycles: dict[tuple[str, int], np.ndarray] = {}
         self.prev_to = 0
         self.t[:] = 0
 
-    def _push(self, info: StepInfo, start: int, end: int, total: int,
-              balance: float | None = None) -> None:
+    def _push(
+        self, info: StepInfo, start: int, end: int, total: int, balance: float | None = None
+    ) -> None:
         overlapped = max(0, self.prev_to - start)
         self.prev_to = max(self.prev_to, end)
         self.tile_cycles[CATEGORY[info.type]] += total

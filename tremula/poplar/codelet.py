@@ -80,8 +80,9 @@ class Field:
 _KINDS = ("scalar", "vector", "vector_list")
 
 
-def _field(direction: str, dtype: Type | str | None, kind: str, size: int | None,
-           default: Any = None) -> Field:
+def _field(
+    direction: str, dtype: Type | str | None, kind: str, size: int | None, default: Any = None
+) -> Field:
     if kind not in _KINDS:
         raise CodeletError(f"field kind {kind!r} unknown; expected one of {_KINDS}")
     if dtype is not None and not isinstance(dtype, str):
@@ -89,22 +90,22 @@ def _field(direction: str, dtype: Type | str | None, kind: str, size: int | None
     return Field(direction, dtype, kind, size, default)
 
 
-def Input(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+def Input(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:
     """An input edge: ``Input<T>`` (kind="scalar"), ``Vector<Input<T>>`` or a vector list."""
     return _field("input", dtype, kind, size)
 
 
-def Output(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+def Output(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:
     """An output edge; every element is written by the vertex."""
     return _field("output", dtype, kind, size)
 
 
-def InOut(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:  # noqa: N802
+def InOut(dtype: Type | str | None = None, kind: str = "vector", size: int | None = None) -> Field:
     """An edge the vertex reads and writes (in-place)."""
     return _field("inout", dtype, kind, size)
 
 
-def State(dtype: Type | str, kind: str = "scalar", default: Any = None) -> Field:  # noqa: N802
+def State(dtype: Type | str, kind: str = "scalar", default: Any = None) -> Field:
     """Per-vertex state: a scalar or a vector of plain values set when the vertex is added."""
     if kind not in ("scalar", "vector"):
         raise CodeletError(f"state kind {kind!r} unknown; expected 'scalar' or 'vector'")
@@ -125,8 +126,9 @@ class Codelet:
         fields = dict(getattr(cls, "fields", {}))
         for attr, value in list(vars(cls).items()):
             if isinstance(value, Field):
-                fields[attr] = Field(value.direction, value.dtype, value.kind, value.size,
-                                     value.default, attr)
+                fields[attr] = Field(
+                    value.direction, value.dtype, value.kind, value.size, value.default, attr
+                )
         cls.fields = fields
         if not cls.__dict__.get("name"):
             cls.name = cls.__qualname__.replace(".", "::")
@@ -198,8 +200,11 @@ class CodeletRegistry:
         elif hasattr(codelets, "CODELETS"):
             items = codelets.CODELETS
         elif hasattr(codelets, "__dict__") and not isinstance(codelets, Iterable):
-            items = [v for v in vars(codelets).values()
-                     if isinstance(v, type) and issubclass(v, Codelet) and v is not Codelet]
+            items = [
+                v
+                for v in vars(codelets).values()
+                if isinstance(v, type) and issubclass(v, Codelet) and v is not Codelet
+            ]
         else:
             items = codelets
         for c in items:
@@ -207,8 +212,10 @@ class CodeletRegistry:
                 raise CodeletError(f"add_codelets: {c!r} is not a Codelet subclass")
             existing = self._codelets.get(c.name)
             if existing is not None and existing is not c:
-                raise CodeletError(f"codelet name {c.name!r} already registered by "
-                                   f"{existing.__module__}.{existing.__qualname__}")
+                raise CodeletError(
+                    f"codelet name {c.name!r} already registered by "
+                    f"{existing.__module__}.{existing.__qualname__}"
+                )
             self._codelets[c.name] = c
 
     def __contains__(self, name: str) -> bool:
@@ -222,20 +229,26 @@ class CodeletRegistry:
         codelet = self._codelets.get(base)
         if codelet is None:
             known = ", ".join(sorted(self._codelets)) or "none"
-            raise CodeletError(f"vertex type {name!r}: no codelet {base!r} registered "
-                               f"(call graph.add_codelets first); registered: {known}")
+            raise CodeletError(
+                f"vertex type {name!r}: no codelet {base!r} registered "
+                f"(call graph.add_codelets first); registered: {known}"
+            )
         if len(args) != len(codelet.templates):
-            raise CodeletError(f"vertex type {name!r}: codelet {base!r} takes "
-                               f"{len(codelet.templates)} template argument(s) "
-                               f"{codelet.templates}, got {len(args)}")
+            raise CodeletError(
+                f"vertex type {name!r}: codelet {base!r} takes "
+                f"{len(codelet.templates)} template argument(s) "
+                f"{codelet.templates}, got {len(args)}"
+            )
         params = dict(zip(codelet.templates, args))
         canonical = f"{base}<{','.join(args)}>" if args else base
         bound = VertexType(canonical, codelet, params)
         for f in codelet.fields.values():
             if isinstance(f.dtype, str):
                 if f.dtype not in params:
-                    raise CodeletError(f"codelet {base!r} field {f.name!r}: dtype {f.dtype!r} "
-                                       f"is not one of its templates {codelet.templates}")
+                    raise CodeletError(
+                        f"codelet {base!r} field {f.name!r}: dtype {f.dtype!r} "
+                        f"is not one of its templates {codelet.templates}"
+                    )
                 as_type(params[f.dtype])
         self._bound[name] = bound
         return bound
@@ -245,9 +258,15 @@ class _Segmented:
     """Per-vertex structure of the fields of one vertex group (shared by Batch and
     VertexInfo)."""
 
-    def __init__(self, vtype: VertexType, n: int, lengths: dict[str, np.ndarray],
-                 sub_lengths: dict[str, np.ndarray], state: dict[str, np.ndarray],
-                 target: Any) -> None:
+    def __init__(
+        self,
+        vtype: VertexType,
+        n: int,
+        lengths: dict[str, np.ndarray],
+        sub_lengths: dict[str, np.ndarray],
+        state: dict[str, np.ndarray],
+        target: Any,
+    ) -> None:
         self.vertex_type = vtype
         self.n = n
         self._lengths = lengths
@@ -323,9 +342,17 @@ class Batch(_Segmented):
     set. Edge fields are arrays shaped ``[replica, element]``; state fields are arrays
     shaped ``[vertex]`` (``[element]`` for vector state)."""
 
-    def __init__(self, vtype: VertexType, n: int, lengths: dict[str, np.ndarray],
-                 sub_lengths: dict[str, np.ndarray], state: dict[str, np.ndarray],
-                 target: Any, data: dict[str, np.ndarray], replicas: int) -> None:
+    def __init__(
+        self,
+        vtype: VertexType,
+        n: int,
+        lengths: dict[str, np.ndarray],
+        sub_lengths: dict[str, np.ndarray],
+        state: dict[str, np.ndarray],
+        target: Any,
+        data: dict[str, np.ndarray],
+        replicas: int,
+    ) -> None:
         super().__init__(vtype, n, lengths, sub_lengths, state, target)
         self.__dict__["_data"] = data
         self.replicas = replicas
@@ -341,8 +368,10 @@ class Batch(_Segmented):
         if data is not None and name in data:
             f = self.fields[name]
             if not f.writes:
-                raise CodeletError(f"codelet {self.vertex_type.name}: field {name!r} is an "
-                                   f"input and cannot be assigned")
+                raise CodeletError(
+                    f"codelet {self.vertex_type.name}: field {name!r} is an "
+                    f"input and cannot be assigned"
+                )
             data[name][...] = value
             return
         super().__setattr__(name, value)

@@ -16,9 +16,17 @@ import numpy as np
 
 from tremula.errors import CodeletError, GraphError, VerifyError
 from tremula.poplar.codelet import Codelet, CodeletRegistry
-from tremula.poplar.handles import (ComputeSet, DataStream, Function, FunctionBuffer,
-                                    HostFunction, HostFunctionArg, RemoteBuffer, Vertex,
-                                    VertexField)
+from tremula.poplar.handles import (
+    ComputeSet,
+    DataStream,
+    Function,
+    FunctionBuffer,
+    HostFunction,
+    HostFunctionArg,
+    RemoteBuffer,
+    Vertex,
+    VertexField,
+)
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
 from tremula.poplar.types import Type, as_type
@@ -67,7 +75,7 @@ class Space:
         return start
 
     def tiles(self) -> np.ndarray:
-        return self.tile_of[:self.size]
+        return self.tile_of[: self.size]
 
     def variable_at(self, addresses: np.ndarray) -> np.ndarray:
         """The variable id owning each address."""
@@ -110,8 +118,13 @@ class GraphState:
         return [self.variables[int(i)].name for i in ids]
 
     def check_name(self, name: str, what: str) -> None:
-        taken = (set(self.streams) | set(self.remote_buffers) | set(self.host_writes)
-                 | set(self.host_reads) | set(self.host_functions))
+        taken = (
+            set(self.streams)
+            | set(self.remote_buffers)
+            | set(self.host_writes)
+            | set(self.host_reads)
+            | set(self.host_functions)
+        )
         if not name:
             raise GraphError(f"{what}: a handle name must not be empty")
         if name in taken:
@@ -128,12 +141,20 @@ def _shape(shape: Sequence[int] | int, where: str) -> tuple[int, ...]:
 class Graph:
     """A Poplar graph (or a virtual graph over a sub-range of tiles)."""
 
-    def __init__(self, target: Target, replication_factor: int = 1, *,
-                 _state: GraphState | None = None, _tiles: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        replication_factor: int = 1,
+        *,
+        _state: GraphState | None = None,
+        _tiles: tuple[int, int] | None = None,
+    ) -> None:
         if _state is None:
             if int(replication_factor) != replication_factor or replication_factor < 1:
-                raise GraphError(f"Graph: replication_factor must be a positive integer, got "
-                                 f"{replication_factor!r}")
+                raise GraphError(
+                    f"Graph: replication_factor must be a positive integer, got "
+                    f"{replication_factor!r}"
+                )
             target = _per_replica_target(target, int(replication_factor))
             _state = GraphState(target, int(replication_factor))
             _tiles = (0, target.num_tiles)
@@ -174,23 +195,29 @@ class Graph:
     def create_virtual_graph(self, lower_tile: int, upper_tile: int) -> Graph:
         """A graph over tiles ``[lower_tile, upper_tile)`` of this graph, numbered from 0."""
         if not 0 <= lower_tile < upper_tile <= self.num_tiles:
-            raise GraphError(f"create_virtual_graph: tiles [{lower_tile}, {upper_tile}) outside "
-                             f"this graph's {self.num_tiles} tiles")
-        return Graph(self.target, _state=self._state,
-                     _tiles=(self._lo + lower_tile, self._lo + upper_tile))
+            raise GraphError(
+                f"create_virtual_graph: tiles [{lower_tile}, {upper_tile}) outside "
+                f"this graph's {self.num_tiles} tiles"
+            )
+        return Graph(
+            self.target, _state=self._state, _tiles=(self._lo + lower_tile, self._lo + upper_tile)
+        )
 
     def get_ipu_graph(self, ipu: int) -> Graph:
         """The virtual graph of IPU ``ipu`` on a multi-IPU target."""
         per = self._state.target.tiles_per_ipu
         if self.num_tiles % per or not 0 <= ipu < self.num_tiles // per:
-            raise GraphError(f"get_ipu_graph: IPU {ipu} outside this graph's "
-                             f"{self.num_tiles // per} IPU(s)")
+            raise GraphError(
+                f"get_ipu_graph: IPU {ipu} outside this graph's {self.num_tiles // per} IPU(s)"
+            )
         return self.create_virtual_graph(ipu * per, (ipu + 1) * per)
 
     def _tile(self, tile: int, what: str) -> int:
         if int(tile) != tile or not 0 <= tile < self.num_tiles:
-            raise GraphError(f"{what}: tile {tile} is out of range: this graph has "
-                             f"{self.num_tiles} tiles (0..{self.num_tiles - 1})")
+            raise GraphError(
+                f"{what}: tile {tile} is out of range: this graph has "
+                f"{self.num_tiles} tiles (0..{self.num_tiles - 1})"
+            )
         return int(tile) + self._lo
 
     def _own(self, t: Tensor, what: str) -> Tensor:
@@ -204,15 +231,26 @@ class Graph:
         self._state.generation += 1
 
     # ---- variables and constants ----
-    def add_variable(self, dtype: Type | str, shape: Sequence[int] | int, name: str = "",
-                     mapping: str | None = None) -> Tensor:
+    def add_variable(
+        self,
+        dtype: Type | str,
+        shape: Sequence[int] | int,
+        name: str = "",
+        mapping: str | None = None,
+    ) -> Tensor:
         """A new variable; ``mapping="linear"`` maps it with ``map_tensor_linearly``."""
         dtype = as_type(dtype)
         shape = _shape(shape, f"add_variable {name!r}")
         return self._new_variable(dtype, shape, name, None, mapping)
 
-    def _new_variable(self, dtype: Type, shape: tuple[int, ...], name: str,
-                      constant: np.ndarray | None, mapping: str | None) -> Tensor:
+    def _new_variable(
+        self,
+        dtype: Type,
+        shape: tuple[int, ...],
+        name: str,
+        constant: np.ndarray | None,
+        mapping: str | None,
+    ) -> Tensor:
         st = self._state
         vid = len(st.variables)
         n = int(np.prod(shape, dtype=np.int64))
@@ -222,21 +260,25 @@ class Graph:
         self._changed()
         if mapping == "linear":
             from tremula.poplar.mapping import map_tensor_linearly
+
             map_tensor_linearly(self, t)
         elif mapping is not None:
             raise GraphError(f"add_variable {name!r}: mapping {mapping!r} unknown; use 'linear'")
         return t
 
-    def add_constant(self, dtype: Type | str, shape: Sequence[int] | int, value: Any,
-                     name: str = "") -> Tensor:
+    def add_constant(
+        self, dtype: Type | str, shape: Sequence[int] | int, value: Any, name: str = ""
+    ) -> Tensor:
         """A constant of ``shape`` holding ``value`` (broadcast to the shape)."""
         dtype = as_type(dtype)
         shape = _shape(shape, f"add_constant {name!r}")
         try:
             data = np.broadcast_to(np.asarray(value, dtype=dtype.numpy), shape)
         except ValueError:
-            raise GraphError(f"add_constant {name!r}: value of shape {np.shape(value)} does "
-                             f"not broadcast to {shape}") from None
+            raise GraphError(
+                f"add_constant {name!r}: value of shape {np.shape(value)} does "
+                f"not broadcast to {shape}"
+            ) from None
         return self._new_variable(dtype, shape, name or "constant", data.reshape(-1).copy(), None)
 
     def clone(self, t: Tensor, name: str = "") -> Tensor:
@@ -257,8 +299,10 @@ class Graph:
         try:
             data = np.broadcast_to(np.asarray(value, dtype=t.dtype.numpy), t.shape).copy()
         except ValueError:
-            raise GraphError(f"set_initial_value: value of shape {np.shape(value)} does not fit "
-                             f"tensor of shape {t.shape}") from None
+            raise GraphError(
+                f"set_initial_value: value of shape {np.shape(value)} does not fit "
+                f"tensor of shape {t.shape}"
+            ) from None
         self._state.initial_values.append((t, data))
 
     # ---- tile mapping ----
@@ -279,8 +323,10 @@ class Graph:
             tiles = mapping.astype(np.int64)
             if tiles.size and (tiles.min() < 0 or tiles.max() >= self.num_tiles):
                 bad = int(tiles.max() if tiles.max() >= self.num_tiles else tiles.min())
-                raise GraphError(f"set_tile_mapping({t!r}): tile {bad} is out of range: this "
-                                 f"graph has {self.num_tiles} tiles")
+                raise GraphError(
+                    f"set_tile_mapping({t!r}): tile {bad} is out of range: this "
+                    f"graph has {self.num_tiles} tiles"
+                )
             space.tile_of[t.addresses] = tiles + self._lo
         else:
             self._set_interval_mapping(t, space, mapping)
@@ -290,17 +336,23 @@ class Graph:
         flat = t.addresses.reshape(-1)
         tiles = np.full(flat.size, -1, dtype=np.int64)
         if len(mapping) > self.num_tiles:
-            raise GraphError(f"set_tile_mapping({t!r}): mapping lists {len(mapping)} tiles, "
-                             f"graph has {self.num_tiles}")
+            raise GraphError(
+                f"set_tile_mapping({t!r}): mapping lists {len(mapping)} tiles, "
+                f"graph has {self.num_tiles}"
+            )
         for tile, intervals in enumerate(mapping):
             for begin, end in intervals:
                 if not 0 <= begin <= end <= flat.size:
-                    raise GraphError(f"set_tile_mapping({t!r}): interval [{begin}, {end}) on "
-                                     f"tile {tile} outside the tensor's {flat.size} elements")
+                    raise GraphError(
+                        f"set_tile_mapping({t!r}): interval [{begin}, {end}) on "
+                        f"tile {tile} outside the tensor's {flat.size} elements"
+                    )
                 tiles[begin:end] = tile + self._lo
         space.tile_of[flat[tiles >= 0]] = tiles[tiles >= 0]
 
-    def get_tile_mapping(self, t: Tensor, check_complete: bool = True) -> list[list[tuple[int, int]]]:
+    def get_tile_mapping(
+        self, t: Tensor, check_complete: bool = True
+    ) -> list[list[tuple[int, int]]]:
         """Poplar's mapping of ``t``: for each tile of this graph, the ``(begin, end)``
         intervals of the flattened tensor it holds."""
         t = self._own(t, "get_tile_mapping")
@@ -338,15 +390,26 @@ class Graph:
         """Register codelet classes (a class, a list of classes or a module)."""
         self._state.codelets.add(codelets)
 
-    def add_vertex(self, cs: ComputeSet, vertex_type: str,
-                   fields: dict[str, Any] | None = None, tile: int | None = None) -> Vertex:
+    def add_vertex(
+        self,
+        cs: ComputeSet,
+        vertex_type: str,
+        fields: dict[str, Any] | None = None,
+        tile: int | None = None,
+    ) -> Vertex:
         """Add one vertex; ``fields`` connects edges to tensors and sets state values."""
-        group = self._add_group(cs, vertex_type, 1, fields or {}, bulk=False,
-                                tiles=None if tile is None else [tile])
+        group = self._add_group(
+            cs, vertex_type, 1, fields or {}, bulk=False, tiles=None if tile is None else [tile]
+        )
         return Vertex(cs, len(self._state.vertex_groups[cs.id]) - 1, 0, group.vertex_type.name)
 
-    def add_vertices(self, cs: ComputeSet, vertex_type: str, fields: dict[str, Any],
-                     tiles: Sequence[int] | np.ndarray) -> list[Vertex]:
+    def add_vertices(
+        self,
+        cs: ComputeSet,
+        vertex_type: str,
+        fields: dict[str, Any],
+        tiles: Sequence[int] | np.ndarray,
+    ) -> list[Vertex]:
         """Add ``len(tiles)`` vertices at once. Each edge value is a tensor with a leading
         dimension of one row per vertex, or a list of one tensor per vertex (one list of
         tensors per vertex for vector lists); state values are one per vertex or one for
@@ -356,19 +419,31 @@ class Graph:
         gid = len(self._state.vertex_groups[cs.id]) - 1
         return [Vertex(cs, gid, i, group.vertex_type.name) for i in range(group.n)]
 
-    def _add_group(self, cs: ComputeSet, vertex_type: str, n: int, fields: dict[str, Any],
-                   bulk: bool, tiles: Any) -> VertexGroup:
+    def _add_group(
+        self,
+        cs: ComputeSet,
+        vertex_type: str,
+        n: int,
+        fields: dict[str, Any],
+        bulk: bool,
+        tiles: Any,
+    ) -> VertexGroup:
         st = self._state
-        if not isinstance(cs, ComputeSet) or cs.id >= len(st.compute_sets) or \
-                st.compute_sets[cs.id] is not cs:
-            raise GraphError(f"add_vertex({vertex_type!r}): {cs!r} is not a compute set of "
-                             f"this graph")
+        if (
+            not isinstance(cs, ComputeSet)
+            or cs.id >= len(st.compute_sets)
+            or st.compute_sets[cs.id] is not cs
+        ):
+            raise GraphError(
+                f"add_vertex({vertex_type!r}): {cs!r} is not a compute set of this graph"
+            )
         vtype = st.codelets.resolve(vertex_type)
         declared = vtype.codelet.fields
         unknown = sorted(set(fields) - set(declared))
         if unknown:
-            raise CodeletError(f"vertex {vtype.name!r}: unknown field(s) {unknown}; declared: "
-                               f"{sorted(declared)}")
+            raise CodeletError(
+                f"vertex {vtype.name!r}: unknown field(s) {unknown}; declared: {sorted(declared)}"
+            )
         tile_arr = np.full(n, -1, dtype=np.int32)
         if tiles is not None:
             for i, tile in enumerate(np.asarray(tiles).reshape(-1).tolist()):
@@ -408,8 +483,9 @@ class Graph:
             return
         if group.n != 1:
             raise GraphError("connect: use add_vertices' fields to connect bulk-added vertices")
-        group.edges[vf.name] = connect_edge(group.vertex_type, f, self._owned_value(value), 1,
-                                            False)
+        group.edges[vf.name] = connect_edge(
+            group.vertex_type, f, self._owned_value(value), 1, False
+        )
         self._changed()
 
     def _group_of(self, vf: VertexField) -> VertexGroup:
@@ -422,12 +498,14 @@ class Graph:
         group = self._group_of(vf)
         f = group.vertex_type.codelet.fields.get(vf.name)
         if f is None or f.is_edge:
-            raise CodeletError(f"vertex {group.vertex_type.name!r}: {vf.name!r} is not a state "
-                               f"field")
+            raise CodeletError(
+                f"vertex {group.vertex_type.name!r}: {vf.name!r} is not a state field"
+            )
         vals = connect_state(group.vertex_type, f, value, 1, False)
         if vf.name not in group.state:
-            group.state[vf.name] = connect_state(group.vertex_type, f, vals[0] if f.kind ==
-                                                 "scalar" else [vals[0]], group.n, True)
+            group.state[vf.name] = connect_state(
+                group.vertex_type, f, vals[0] if f.kind == "scalar" else [vals[0]], group.n, True
+            )
         group.state[vf.name][vf.vertex.index] = vals[0]
         self._changed()
 
@@ -442,37 +520,47 @@ class Graph:
         self._changed()
 
     def set_field_size(self, vf: VertexField, size: int) -> None:
-        raise GraphError("set_field_size: vector fields take their size from the connected "
-                         "tensor in Tremula; connect a tensor of the wanted size")
+        raise GraphError(
+            "set_field_size: vector fields take their size from the connected "
+            "tensor in Tremula; connect a tensor of the wanted size"
+        )
 
     # ---- streams, remote buffers, host handles ----
-    def add_host_to_device_fifo(self, name: str, dtype: Type | str, num_elements: int,
-                                replication_mode: str = "replicate") -> DataStream:
+    def add_host_to_device_fifo(
+        self, name: str, dtype: Type | str, num_elements: int, replication_mode: str = "replicate"
+    ) -> DataStream:
         return self._add_stream(name, dtype, num_elements, "host_to_device", replication_mode)
 
-    def add_device_to_host_fifo(self, name: str, dtype: Type | str,
-                                num_elements: int) -> DataStream:
+    def add_device_to_host_fifo(
+        self, name: str, dtype: Type | str, num_elements: int
+    ) -> DataStream:
         return self._add_stream(name, dtype, num_elements, "device_to_host", "replicate")
 
-    def _add_stream(self, name: str, dtype: Type | str, n: int, direction: str,
-                    mode: str) -> DataStream:
+    def _add_stream(
+        self, name: str, dtype: Type | str, n: int, direction: str, mode: str
+    ) -> DataStream:
         self._state.check_name(name, f"add stream {name!r}")
         if int(n) != n or n < 1:
             raise GraphError(f"stream {name!r}: num_elements must be a positive integer, got {n}")
         if mode not in ("replicate", "broadcast"):
-            raise GraphError(f"stream {name!r}: replication_mode {mode!r} unknown; expected "
-                             f"'replicate' or 'broadcast'")
+            raise GraphError(
+                f"stream {name!r}: replication_mode {mode!r} unknown; expected "
+                f"'replicate' or 'broadcast'"
+            )
         s = DataStream(name, as_type(dtype), int(n), direction, mode)
         self._state.streams[name] = s
         self._changed()
         return s
 
-    def add_remote_buffer(self, name: str, dtype: Type | str, num_elements: int,
-                          repeats: int = 1) -> RemoteBuffer:
+    def add_remote_buffer(
+        self, name: str, dtype: Type | str, num_elements: int, repeats: int = 1
+    ) -> RemoteBuffer:
         self._state.check_name(name, f"add_remote_buffer {name!r}")
         if int(num_elements) != num_elements or num_elements < 1 or repeats < 1:
-            raise GraphError(f"remote buffer {name!r}: num_elements ({num_elements}) and "
-                             f"repeats ({repeats}) must be positive")
+            raise GraphError(
+                f"remote buffer {name!r}: num_elements ({num_elements}) and "
+                f"repeats ({repeats}) must be positive"
+            )
         rb = RemoteBuffer(name, as_type(dtype), int(num_elements), int(repeats))
         self._state.remote_buffers[name] = rb
         self._changed()
@@ -513,12 +601,19 @@ class Graph:
         self._changed()
         return fb
 
-    def add_host_function(self, name: str, inputs: Sequence[tuple[Type | str, int]],
-                          outputs: Sequence[tuple[Type | str, int]]) -> HostFunction:
+    def add_host_function(
+        self,
+        name: str,
+        inputs: Sequence[tuple[Type | str, int]],
+        outputs: Sequence[tuple[Type | str, int]],
+    ) -> HostFunction:
         """A host function taking and returning flat arrays of the given (type, size)."""
         self._state.check_name(name, f"add_host_function {name!r}")
-        hf = HostFunction(name, tuple(HostFunctionArg(as_type(d), int(n)) for d, n in inputs),
-                          tuple(HostFunctionArg(as_type(d), int(n)) for d, n in outputs))
+        hf = HostFunction(
+            name,
+            tuple(HostFunctionArg(as_type(d), int(n)) for d, n in inputs),
+            tuple(HostFunctionArg(as_type(d), int(n)) for d, n in outputs),
+        )
         self._state.host_functions[name] = hf
         self._changed()
         return hf
@@ -529,6 +624,7 @@ class Graph:
         compute set writing an element twice or reading what it writes. Raises
         :class:`VerifyError` naming the first problems found."""
         from tremula.poplar.verify import verify_graph
+
         verify_graph(self._state)
 
 
@@ -538,8 +634,10 @@ def _per_replica_target(target: Target, replicas: int) -> Target:
     if replicas == 1 or target.num_ipus == 1:
         return target
     if target.num_ipus % replicas:
-        raise GraphError(f"Graph: replication_factor {replicas} does not divide the target's "
-                         f"{target.num_ipus} IPUs")
+        raise GraphError(
+            f"Graph: replication_factor {replicas} does not divide the target's "
+            f"{target.num_ipus} IPUs"
+        )
     return target.with_overrides(num_ipus=target.num_ipus // replicas)
 
 

@@ -76,8 +76,10 @@ class RemoteBuffer:
     repeats: int = 1
 
     def __repr__(self) -> str:
-        return (f"RemoteBuffer({self.name!r}, {self.dtype}, {self.num_elements}, "
-                f"repeats={self.repeats})")
+        return (
+            f"RemoteBuffer({self.name!r}, {self.dtype}, {self.num_elements}, "
+            f"repeats={self.repeats})"
+        )
 
 
 @dataclass(frozen=True, eq=False)

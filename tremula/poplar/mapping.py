@@ -9,8 +9,9 @@ from tremula.poplar.graph import Graph
 from tremula.poplar.tensor import Tensor
 
 
-def linear_tiles(num_elements: int, num_tiles: int, min_elements_per_tile: int = 0,
-                 grain_size: int = 1) -> np.ndarray:
+def linear_tiles(
+    num_elements: int, num_tiles: int, min_elements_per_tile: int = 0, grain_size: int = 1
+) -> np.ndarray:
     """The tile of each element under poputil's linear mapping.
 
     Elements are cut into grains of ``grain_size``; every tile but the last used ones gets
@@ -18,19 +19,27 @@ def linear_tiles(num_elements: int, num_tiles: int, min_elements_per_tile: int =
     in order from tile 0. Returns an ``int64`` array of ``num_elements`` tiles.
     """
     if grain_size < 1 or min_elements_per_tile < 0:
-        raise GraphError(f"linear mapping: grain_size ({grain_size}) must be >= 1 and "
-                         f"min_elements_per_tile ({min_elements_per_tile}) >= 0")
+        raise GraphError(
+            f"linear mapping: grain_size ({grain_size}) must be >= 1 and "
+            f"min_elements_per_tile ({min_elements_per_tile}) >= 0"
+        )
     grains = -(-num_elements // grain_size)
     per_tile = max(-(-grains // num_tiles), -(-min_elements_per_tile // grain_size), 1)
     return (np.arange(num_elements, dtype=np.int64) // grain_size) // per_tile
 
 
-def calc_linear_tile_mapping(graph: Graph, shape_or_tensor: Tensor | tuple[int, ...],
-                             min_elements_per_tile: int = 0,
-                             grain_size: int = 1) -> list[list[tuple[int, int]]]:
+def calc_linear_tile_mapping(
+    graph: Graph,
+    shape_or_tensor: Tensor | tuple[int, ...],
+    min_elements_per_tile: int = 0,
+    grain_size: int = 1,
+) -> list[list[tuple[int, int]]]:
     """Poplar-style mapping (per tile, a list of ``(begin, end)``) of a linear mapping."""
-    n = (shape_or_tensor.num_elements if isinstance(shape_or_tensor, Tensor)
-         else int(np.prod(shape_or_tensor)))
+    n = (
+        shape_or_tensor.num_elements
+        if isinstance(shape_or_tensor, Tensor)
+        else int(np.prod(shape_or_tensor))
+    )
     tiles = linear_tiles(n, graph.num_tiles, min_elements_per_tile, grain_size)
     out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tiles)]
     if n:
@@ -41,8 +50,9 @@ def calc_linear_tile_mapping(graph: Graph, shape_or_tensor: Tensor | tuple[int, 
     return out
 
 
-def map_tensor_linearly(graph: Graph, t: Tensor, min_elements_per_tile: int = 0,
-                        grain_size: int = 1) -> None:
+def map_tensor_linearly(
+    graph: Graph, t: Tensor, min_elements_per_tile: int = 0, grain_size: int = 1
+) -> None:
     """Spread ``t`` evenly over the graph's tiles in its flattened order (poputil)."""
     tiles = linear_tiles(t.num_elements, graph.num_tiles, min_elements_per_tile, grain_size)
     graph.set_tile_mapping(t, tiles.reshape(t.shape))

@@ -7,13 +7,19 @@ checked here, when the node is built.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence as Seq
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Union
 
 from tremula.errors import ProgramError
-from tremula.poplar.handles import (ComputeSet, DataStream, Function, FunctionBuffer,
-                                    HostFunction, RemoteBuffer)
+from tremula.poplar.handles import (
+    ComputeSet,
+    DataStream,
+    Function,
+    FunctionBuffer,
+    HostFunction,
+    RemoteBuffer,
+)
 from tremula.poplar.tensor import Tensor
 
 
@@ -60,8 +66,9 @@ class Execute(Program):
 
     def __post_init__(self) -> None:
         if not isinstance(self.compute_set, ComputeSet):
-            raise ProgramError(f"Execute: expected a ComputeSet, got "
-                               f"{type(self.compute_set).__name__}")
+            raise ProgramError(
+                f"Execute: expected a ComputeSet, got {type(self.compute_set).__name__}"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +81,7 @@ class Repeat(Program):
 
     def __post_init__(self) -> None:
         if int(self.count) != self.count or self.count < 0:
-            raise ProgramError(f"Repeat: count must be a non-negative integer, got "
-                               f"{self.count!r}")
+            raise ProgramError(f"Repeat: count must be a non-negative integer, got {self.count!r}")
         _check_program(self.body, "Repeat body")
 
     def children(self) -> tuple[Program, ...]:
@@ -147,8 +153,13 @@ class Switch(Program):
     default: Program = field(default_factory=lambda: Sequence())
     name: str = ""
 
-    def __init__(self, control: Tensor, cases: Seq[tuple[int, Program]] = (),
-                 default: Program | None = None, name: str = "") -> None:
+    def __init__(
+        self,
+        control: Tensor,
+        cases: Seq[tuple[int, Program]] = (),
+        default: Program | None = None,
+        name: str = "",
+    ) -> None:
         _check_predicate(control, "Switch")
         if not control.dtype.is_integral:
             raise ProgramError(f"Switch: control must be an integer tensor, got {control.dtype}")
@@ -156,8 +167,9 @@ class Switch(Program):
         if len(set(values)) != len(values):
             raise ProgramError(f"Switch: duplicate case values in {values}")
         object.__setattr__(self, "control", control)
-        object.__setattr__(self, "cases", tuple((int(v), _check_program(p, f"Switch case {v}"))
-                                                for v, p in cases))
+        object.__setattr__(
+            self, "cases", tuple((int(v), _check_program(p, f"Switch case {v}")) for v, p in cases)
+        )
         object.__setattr__(self, "default", default if default is not None else Sequence())
         object.__setattr__(self, "name", name)
 
@@ -169,7 +181,7 @@ class Switch(Program):
         return (*(p for _, p in self.cases), self.default)
 
 
-Copyable = Union[Tensor, DataStream, RemoteBuffer, FunctionBuffer, Function]
+Copyable = Tensor | DataStream | RemoteBuffer | FunctionBuffer | Function
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,8 +202,7 @@ class Copy(Program):
             if s.dtype is not d.dtype:
                 raise ProgramError(f"Copy: source type {s.dtype} != destination type {d.dtype}")
             if s.shape != d.shape and s.num_elements != d.num_elements:
-                raise ProgramError(f"Copy: source shape {s.shape} != destination shape "
-                                   f"{d.shape}")
+                raise ProgramError(f"Copy: source shape {s.shape} != destination shape {d.shape}")
         elif isinstance(s, DataStream) and isinstance(d, Tensor):
             self._check_stream(s, d, "host_to_device")
         elif isinstance(s, Tensor) and isinstance(d, DataStream):
@@ -208,31 +219,41 @@ class Copy(Program):
 
     def _check_stream(self, stream: DataStream, t: Tensor, direction: str) -> None:
         if stream.direction != direction:
-            raise ProgramError(f"Copy: stream {stream.name!r} is {stream.direction}, "
-                               f"used as {direction}")
+            raise ProgramError(
+                f"Copy: stream {stream.name!r} is {stream.direction}, used as {direction}"
+            )
         if stream.dtype is not t.dtype:
-            raise ProgramError(f"Copy: stream {stream.name!r} has type {stream.dtype}, "
-                               f"tensor has {t.dtype}")
+            raise ProgramError(
+                f"Copy: stream {stream.name!r} has type {stream.dtype}, tensor has {t.dtype}"
+            )
         if stream.num_elements != t.num_elements:
-            raise ProgramError(f"Copy: stream {stream.name!r} carries {stream.num_elements} "
-                               f"elements, tensor has {t.num_elements} (shape {t.shape})")
+            raise ProgramError(
+                f"Copy: stream {stream.name!r} carries {stream.num_elements} "
+                f"elements, tensor has {t.num_elements} (shape {t.shape})"
+            )
 
     def _check_remote(self, buf: RemoteBuffer, t: Tensor) -> None:
         if buf.dtype is not t.dtype:
-            raise ProgramError(f"Copy: remote buffer {buf.name!r} has type {buf.dtype}, "
-                               f"tensor has {t.dtype}")
+            raise ProgramError(
+                f"Copy: remote buffer {buf.name!r} has type {buf.dtype}, tensor has {t.dtype}"
+            )
         off = self.offset
         rows = 1 if off is None or isinstance(off, int) else off.num_elements
         if isinstance(off, Tensor) and not off.dtype.is_integral:
-            raise ProgramError(f"Copy: remote buffer offset must be an integer tensor, got "
-                               f"{off.dtype}")
+            raise ProgramError(
+                f"Copy: remote buffer offset must be an integer tensor, got {off.dtype}"
+            )
         if isinstance(off, int) and not 0 <= off < buf.repeats:
-            raise ProgramError(f"Copy: offset {off} out of range for remote buffer "
-                               f"{buf.name!r} with {buf.repeats} repeats")
+            raise ProgramError(
+                f"Copy: offset {off} out of range for remote buffer "
+                f"{buf.name!r} with {buf.repeats} repeats"
+            )
         if t.num_elements != rows * buf.num_elements:
-            raise ProgramError(f"Copy: remote buffer {buf.name!r} rows have "
-                               f"{buf.num_elements} elements; {rows} row(s) need "
-                               f"{rows * buf.num_elements}, tensor has {t.num_elements}")
+            raise ProgramError(
+                f"Copy: remote buffer {buf.name!r} rows have "
+                f"{buf.num_elements} elements; {rows} row(s) need "
+                f"{rows * buf.num_elements}, tensor has {t.num_elements}"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,8 +266,9 @@ class Sync(Program):
     def __post_init__(self) -> None:
         st = str(self.sync_type).lower()
         if st not in ("internal", "external", "global"):
-            raise ProgramError(f"Sync: sync type {self.sync_type!r} unknown; expected "
-                               f"'internal' or 'external'")
+            raise ProgramError(
+                f"Sync: sync type {self.sync_type!r} unknown; expected 'internal' or 'external'"
+            )
         object.__setattr__(self, "sync_type", "external" if st == "global" else st)
 
 
@@ -265,8 +287,13 @@ class Call(Program):
     outputs: tuple[Tensor, ...] = ()
     name: str = ""
 
-    def __init__(self, function: Function | HostFunction, inputs: Seq[Tensor] = (),
-                 outputs: Seq[Tensor] = (), name: str = "") -> None:
+    def __init__(
+        self,
+        function: Function | HostFunction,
+        inputs: Seq[Tensor] = (),
+        outputs: Seq[Tensor] = (),
+        name: str = "",
+    ) -> None:
         object.__setattr__(self, "function", function)
         object.__setattr__(self, "inputs", tuple(inputs))
         object.__setattr__(self, "outputs", tuple(outputs))
@@ -278,21 +305,26 @@ class Call(Program):
             self._check_args("input", function.inputs, self.inputs, function.name)
             self._check_args("output", function.outputs, self.outputs, function.name)
         else:
-            raise ProgramError(f"Call: expected a Function or HostFunction, got "
-                               f"{type(function).__name__}")
+            raise ProgramError(
+                f"Call: expected a Function or HostFunction, got {type(function).__name__}"
+            )
 
     @staticmethod
     def _check_args(kind: str, specs: tuple, tensors: tuple, name: str) -> None:
         if len(specs) != len(tensors):
-            raise ProgramError(f"Call host function {name!r}: {len(specs)} {kind}(s) declared, "
-                               f"{len(tensors)} given")
+            raise ProgramError(
+                f"Call host function {name!r}: {len(specs)} {kind}(s) declared, "
+                f"{len(tensors)} given"
+            )
         for i, (spec, t) in enumerate(zip(specs, tensors)):
             if not isinstance(t, Tensor):
                 raise ProgramError(f"Call host function {name!r}: {kind} {i} is not a Tensor")
             if spec.dtype is not t.dtype or spec.num_elements != t.num_elements:
-                raise ProgramError(f"Call host function {name!r}: {kind} {i} declared "
-                                   f"{spec.dtype}[{spec.num_elements}], got "
-                                   f"{t.dtype}[{t.num_elements}]")
+                raise ProgramError(
+                    f"Call host function {name!r}: {kind} {i} declared "
+                    f"{spec.dtype}[{spec.num_elements}], got "
+                    f"{t.dtype}[{t.num_elements}]"
+                )
 
 
 @dataclass(frozen=True, eq=False)

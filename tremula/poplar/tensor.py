@@ -89,18 +89,21 @@ class Tensor:
         try:
             return self._view(self._addr[key])
         except (IndexError, TypeError) as err:
-            raise TensorError(f"cannot index tensor of shape {self.shape} with {key!r}: "
-                              f"{err}") from None
+            raise TensorError(
+                f"cannot index tensor of shape {self.shape} with {key!r}: {err}"
+            ) from None
 
-    def slice(self, begin: int | Sequence[int], end: int | Sequence[int],
-              dim: int | None = None) -> Tensor:
+    def slice(
+        self, begin: int | Sequence[int], end: int | Sequence[int], dim: int | None = None
+    ) -> Tensor:
         """Poplar's ``slice``: ``[begin, end)`` along ``dim`` (default 0), or per dimension
         when ``begin`` and ``end`` are sequences."""
         if isinstance(begin, (int, np.integer)):
             d = _norm_dim(0 if dim is None else dim, self.rank, "slice")
             if not 0 <= begin <= end <= self.shape[d]:
-                raise TensorError(f"slice [{begin}, {end}) out of range for dimension {d} "
-                                  f"of size {self.shape[d]}")
+                raise TensorError(
+                    f"slice [{begin}, {end}) out of range for dimension {d} of size {self.shape[d]}"
+                )
             key = [slice(None)] * self.rank
             key[d] = slice(int(begin), int(end))
             return self._view(self._addr[tuple(key)])
@@ -123,8 +126,10 @@ class Tensor:
     def reshape(self, shape: Sequence[int]) -> Tensor:
         shape = tuple(int(s) for s in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.num_elements:
-            raise TensorError(f"cannot reshape tensor of shape {self.shape} "
-                              f"({self.num_elements} elements) to {shape}")
+            raise TensorError(
+                f"cannot reshape tensor of shape {self.shape} "
+                f"({self.num_elements} elements) to {shape}"
+            )
         return self._view(self._addr.reshape(shape))
 
     def flatten(self, start: int | None = None, end: int | None = None) -> Tensor:
@@ -140,8 +145,7 @@ class Tensor:
     def dim_shuffle(self, permutation: Sequence[int]) -> Tensor:
         perm = tuple(int(p) for p in permutation)
         if sorted(perm) != list(range(self.rank)):
-            raise TensorError(f"dim_shuffle: {perm} is not a permutation of "
-                              f"0..{self.rank - 1}")
+            raise TensorError(f"dim_shuffle: {perm} is not a permutation of 0..{self.rank - 1}")
         return self._view(self._addr.transpose(perm))
 
     def transpose(self) -> Tensor:
@@ -226,8 +230,12 @@ class Tensor:
         return bool(np.unique(flat).size != flat.size)
 
     def same_as(self, other: Tensor) -> bool:
-        return (other.graph is self.graph and other.dtype is self.dtype
-                and other.shape == self.shape and bool(np.all(other._addr == self._addr)))
+        return (
+            other.graph is self.graph
+            and other.dtype is self.dtype
+            and other.shape == self.shape
+            and bool(np.all(other._addr == self._addr))
+        )
 
     T = property(lambda self: self.transpose())
 
@@ -242,8 +250,7 @@ def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         if t.graph is not first.graph:
             raise TensorError(f"concat: tensor {i} belongs to another graph")
         if t.dtype is not first.dtype:
-            raise TensorError(f"concat: tensor {i} has type {t.dtype}, tensor 0 has "
-                              f"{first.dtype}")
+            raise TensorError(f"concat: tensor {i} has type {t.dtype}, tensor 0 has {first.dtype}")
     dim = _norm_dim(dim, first.rank, "concat")
     try:
         addr = np.concatenate([t._addr for t in tensors], axis=dim)

@@ -58,8 +58,21 @@ BOOL = _t("bool", np.bool_, 1)
 LONGLONG = _t("long long", np.int64, 8)
 UNSIGNED_LONGLONG = _t("unsigned long long", np.uint64, 8)
 
-ALL_TYPES = (FLOAT, HALF, DOUBLE, INT, UNSIGNED_INT, SHORT, UNSIGNED_SHORT, CHAR, SIGNED_CHAR,
-             UNSIGNED_CHAR, BOOL, LONGLONG, UNSIGNED_LONGLONG)
+ALL_TYPES = (
+    FLOAT,
+    HALF,
+    DOUBLE,
+    INT,
+    UNSIGNED_INT,
+    SHORT,
+    UNSIGNED_SHORT,
+    CHAR,
+    SIGNED_CHAR,
+    UNSIGNED_CHAR,
+    BOOL,
+    LONGLONG,
+    UNSIGNED_LONGLONG,
+)
 _NAMES = {t.name: repr(t).removeprefix("poplar.") for t in ALL_TYPES}
 _BY_NAME = {t.name: t for t in ALL_TYPES}
 _BY_NUMPY = {t.numpy: t for t in reversed(ALL_TYPES)}  # first wins: int8 -> CHAR

@@ -6,6 +6,7 @@ import numpy as np
 
 from tremula.errors import VerifyError
 from tremula.poplar.graph import GraphState
+from tremula.poplar.intervals import first_overlap, runs, union_runs
 from tremula.poplar.vertices import VertexGroup
 
 
@@ -14,13 +15,15 @@ def _unmapped_variables(state: GraphState) -> list[str]:
     for var in state.variables:
         if var.size == 0:
             continue
-        tiles = state.space(var.dtype).tile_of[var.start:var.start + var.size]
+        tiles = state.space(var.dtype).tile_of[var.start : var.start + var.size]
         missing = np.flatnonzero(tiles < 0)
         if missing.size:
             kind = "constant" if var.is_constant else "variable"
-            problems.append(f"{kind} {var.name!r} {list(var.shape)}: {missing.size} of "
-                            f"{var.size} elements not mapped to a tile (first: flat element "
-                            f"{int(missing[0])}); call graph.set_tile_mapping")
+            problems.append(
+                f"{kind} {var.name!r} {list(var.shape)}: {missing.size} of "
+                f"{var.size} elements not mapped to a tile (first: flat element "
+                f"{int(missing[0])}); call graph.set_tile_mapping"
+            )
     return problems
 
 
@@ -29,21 +32,26 @@ def _group_problems(state: GraphState, cs_name: str, g: VertexGroup) -> list[str
     name = g.vertex_type.name
     unmapped = np.flatnonzero(g.tiles < 0)
     if unmapped.size:
-        problems.append(f"compute set {cs_name!r}: {unmapped.size} vertex(es) of type "
-                        f"{name!r} not mapped to a tile; call graph.set_tile_mapping(vertex, "
-                        f"tile)")
+        problems.append(
+            f"compute set {cs_name!r}: {unmapped.size} vertex(es) of type "
+            f"{name!r} not mapped to a tile; call graph.set_tile_mapping(vertex, "
+            f"tile)"
+        )
     for fname, f in g.vertex_type.codelet.fields.items():
         if f.is_edge and fname not in g.edges:
-            problems.append(f"compute set {cs_name!r}: vertex {name!r} field {fname!r} is "
-                            f"not connected")
+            problems.append(
+                f"compute set {cs_name!r}: vertex {name!r} field {fname!r} is not connected"
+            )
         if not f.is_edge and fname not in g.state:
-            problems.append(f"compute set {cs_name!r}: vertex {name!r} state {fname!r} has "
-                            f"no value")
+            problems.append(
+                f"compute set {cs_name!r}: vertex {name!r} state {fname!r} has no value"
+            )
     return problems
 
 
 def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> list[str]:
-    """Elements written by two vertices, or written by one and read by another."""
+    """Elements written by two vertices, or written by one and read by another (checked
+    on runs of consecutive addresses, not element by element)."""
     problems = []
     by_type: dict = {}
     for g in groups:
@@ -51,30 +59,35 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
             f = g.vertex_type.codelet.fields[fname]
             entry = by_type.setdefault(conn.dtype, {"w": [], "r": []})
             if f.writes:
-                entry["w"].append(conn.addresses)
+                entry["w"].append(runs(conn.addresses))
             elif f.reads:
-                entry["r"].append(conn.addresses)
+                entry["r"].append(runs(conn.addresses))
     for dtype, rw in by_type.items():
         if not rw["w"]:
             continue
         space = state.space(dtype)
-        writes = np.concatenate(rw["w"])
-        counts = np.bincount(writes, minlength=space.size)
-        if counts.max(initial=0) > 1:
-            addr = int(np.flatnonzero(counts > 1)[0])
-            var = state.variables[int(space.variable_at(np.array([addr]))[0])]
-            problems.append(f"compute set {cs_name!r} writes element {addr - var.start} of "
-                            f"{var.name!r} from more than one vertex")
-        if rw["r"]:
-            reads = np.concatenate(rw["r"])
-            both = reads[counts[reads] > 0]
-            if both.size:
-                addr = int(both[0])
-                var = state.variables[int(space.variable_at(np.array([addr]))[0])]
-                problems.append(f"compute set {cs_name!r} reads and writes one region: element "
-                                f"{addr - var.start} of {var.name!r} is an input of one vertex "
-                                f"and an output of another")
+        ws, we, overlap = union_runs(rw["w"])
+        if overlap:
+            i = int(np.flatnonzero(ws[1:] < np.maximum.accumulate(we)[:-1])[0]) + 1
+            problems.append(
+                f"compute set {cs_name!r} writes {_where(state, space, int(ws[i]))} "
+                f"from more than one vertex"
+            )
+            continue
+        rs, re, _ = union_runs(rw["r"])
+        hit = first_overlap((rs, re), (ws, we))
+        if hit is not None:
+            problems.append(
+                f"compute set {cs_name!r} reads and writes one region: "
+                f"{_where(state, space, hit)} is an input of one vertex and an "
+                f"output of another"
+            )
     return problems
+
+
+def _where(state: GraphState, space, addr: int) -> str:
+    var = state.variables[int(space.variable_at(np.array([addr]))[0])]
+    return f"element {addr - var.start} of {var.name!r}"
 
 
 def verify_graph(state: GraphState) -> None:

@@ -50,11 +50,12 @@ def _where(vtype: VertexType, name: str) -> str:
 
 def _check_tensor(t: Any, f: Field, vtype: VertexType, expected: Type | None) -> Tensor:
     if not isinstance(t, Tensor):
-        raise CodeletError(f"{_where(vtype, f.name)}: expected a Tensor, got "
-                           f"{type(t).__name__}")
+        raise CodeletError(f"{_where(vtype, f.name)}: expected a Tensor, got {type(t).__name__}")
     if expected is not None and t.dtype is not expected:
-        raise CodeletError(f"{_where(vtype, f.name)}: expected type {expected}, got tensor of "
-                           f"type {t.dtype} (shape {t.shape})")
+        raise CodeletError(
+            f"{_where(vtype, f.name)}: expected type {expected}, got tensor of "
+            f"type {t.dtype} (shape {t.shape})"
+        )
     return t
 
 
@@ -62,8 +63,10 @@ def _check_lengths(lengths: np.ndarray, f: Field, vtype: VertexType) -> None:
     want = 1 if f.kind == "scalar" else f.size
     if want is not None and np.any(lengths != want):
         bad = int(np.flatnonzero(lengths != want)[0])
-        raise CodeletError(f"{_where(vtype, f.name)}: expected {want} element(s) "
-                           f"({f.kind}), got {int(lengths[bad])} for vertex {bad} of the call")
+        raise CodeletError(
+            f"{_where(vtype, f.name)}: expected {want} element(s) "
+            f"({f.kind}), got {int(lengths[bad])} for vertex {bad} of the call"
+        )
 
 
 def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> FieldConnection:
@@ -82,18 +85,26 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
             raise CodeletError(f"{_where(vtype, f.name)}: sub-vectors of different types")
         sub = np.array([t.num_elements for t in flat], dtype=np.int64)
         counts = np.array([len(lst) for lst in tensors], dtype=np.int64)
-        addr = (np.concatenate([t.addresses.reshape(-1) for t in flat]) if flat
-                else np.zeros(0, np.int64))
-        per_vertex = np.add.reduceat(sub, np.r_[0, np.cumsum(counts)[:-1]]) if sub.size else \
-            np.zeros(n, np.int64)
+        addr = (
+            np.concatenate([t.addresses.reshape(-1) for t in flat])
+            if flat
+            else np.zeros(0, np.int64)
+        )
+        per_vertex = (
+            np.add.reduceat(sub, np.r_[0, np.cumsum(counts)[:-1]])
+            if sub.size
+            else np.zeros(n, np.int64)
+        )
         per_vertex = np.where(counts == 0, 0, per_vertex) if sub.size else per_vertex
         return FieldConnection(dtype, addr.astype(np.int64, copy=False), per_vertex, sub, counts)
     if isinstance(value, Tensor):
         t = _check_tensor(value, f, vtype, expected)
         if bulk:
             if t.rank == 0 or t.shape[0] != n:
-                raise CodeletError(f"{_where(vtype, f.name)}: bulk connection needs a leading "
-                                   f"dimension of {n} (one row per vertex), got shape {t.shape}")
+                raise CodeletError(
+                    f"{_where(vtype, f.name)}: bulk connection needs a leading "
+                    f"dimension of {n} (one row per vertex), got shape {t.shape}"
+                )
             per = t.num_elements // n if n else 0
             lengths = np.full(n, per, dtype=np.int64)
         else:
@@ -104,18 +115,22 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
     if bulk and isinstance(value, Sequence) and not isinstance(value, str):
         tensors = [_check_tensor(t, f, vtype, expected) for t in value]
         if len(tensors) != n:
-            raise CodeletError(f"{_where(vtype, f.name)}: {len(tensors)} tensors for {n} "
-                               f"vertices")
+            raise CodeletError(f"{_where(vtype, f.name)}: {len(tensors)} tensors for {n} vertices")
         dtype = expected or (tensors[0].dtype if tensors else None)
         if any(t.dtype is not dtype for t in tensors):
             raise CodeletError(f"{_where(vtype, f.name)}: tensors of different types")
         lengths = np.array([t.num_elements for t in tensors], dtype=np.int64)
         _check_lengths(lengths, f, vtype)
-        addr = (np.concatenate([t.addresses.reshape(-1) for t in tensors]) if tensors
-                else np.zeros(0, np.int64))
+        addr = (
+            np.concatenate([t.addresses.reshape(-1) for t in tensors])
+            if tensors
+            else np.zeros(0, np.int64)
+        )
         return FieldConnection(dtype, addr.astype(np.int64, copy=False), lengths)
-    raise CodeletError(f"{_where(vtype, f.name)}: expected a Tensor"
-                       f"{' or a list of tensors' if bulk else ''}, got {type(value).__name__}")
+    raise CodeletError(
+        f"{_where(vtype, f.name)}: expected a Tensor"
+        f"{' or a list of tensors' if bulk else ''}, got {type(value).__name__}"
+    )
 
 
 def connect_state(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> np.ndarray:
@@ -128,8 +143,9 @@ def connect_state(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -
             if bulk:
                 return np.broadcast_to(arr.astype(dtype), (n,)).copy()
             if arr.size != 1:
-                raise CodeletError(f"{_where(vtype, f.name)}: scalar state needs one value, "
-                                   f"got shape {arr.shape}")
+                raise CodeletError(
+                    f"{_where(vtype, f.name)}: scalar state needs one value, got shape {arr.shape}"
+                )
             return arr.reshape(1).astype(dtype)
         rows = list(value) if bulk else [value]
         if len(rows) != n:
@@ -152,15 +168,28 @@ def concat_groups(groups: Sequence[VertexGroup]) -> VertexGroup:
         conns = [g.edges[name] for g in groups]
         subs = [c.sub_lengths for c in conns]
         edges[name] = FieldConnection(
-            conns[0].dtype, np.concatenate([c.addresses for c in conns]),
+            conns[0].dtype,
+            np.concatenate([c.addresses for c in conns]),
             np.concatenate([c.lengths for c in conns]),
             None if subs[0] is None else np.concatenate(subs),
-            None if subs[0] is None else np.concatenate([c.sub_counts for c in conns]))
+            None if subs[0] is None else np.concatenate([c.sub_counts for c in conns]),
+        )
     state = {name: np.concatenate([g.state[name] for g in groups]) for name in g0.state}
     perf = None
     if any(g.perf_estimates is not None for g in groups):
-        perf = np.concatenate([g.perf_estimates if g.perf_estimates is not None
-                               else np.full(g.n, np.nan) for g in groups])
-    return VertexGroup(g0.compute_set, g0.vertex_type, sum(g.n for g in groups),
-                       np.concatenate([g.tiles for g in groups]), edges, state, perf,
-                       g0.first_vertex_id)
+        perf = np.concatenate(
+            [
+                g.perf_estimates if g.perf_estimates is not None else np.full(g.n, np.nan)
+                for g in groups
+            ]
+        )
+    return VertexGroup(
+        g0.compute_set,
+        g0.vertex_type,
+        sum(g.n for g in groups),
+        np.concatenate([g.tiles for g in groups]),
+        edges,
+        state,
+        perf,
+        g0.first_vertex_id,
+    )

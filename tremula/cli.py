@@ -1,0 +1,41 @@
+"""The ``tremula`` command, thin over the Python API.
+
+tremula demo [--tiles N] [--report DIR] [--steps]
+tremula profile summary DIR [--steps]
+tremula profile validate DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "profile":
+        from tremula.profile.cli import main as profile_main
+
+        return profile_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="tremula",
+        description=("Tremula: the IPU programming stack in Python. Commands: demo, profile."),
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run an example program on the Mk2 IPU Model")
+    demo.add_argument("--tiles", type=int, default=1472, help="tiles per IPU (default 1472)")
+    demo.add_argument("--report", metavar="DIR", help="write graph.json / execution.json here")
+    demo.add_argument("--steps", action="store_true", help="list every execution step")
+    commands.add_parser(
+        "profile", help="summarise or validate a profile (see: tremula profile --help)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from tremula.demo import main as demo_main
+
+        return demo_main(args.tiles, args.report, args.steps)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

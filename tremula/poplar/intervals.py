@@ -1,0 +1,46 @@
+"""Run-length views of address arrays: most tensors are a few contiguous runs, so checks over
+intervals cost far less than checks over elements."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def runs(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` of the maximal runs of consecutive addresses, in array order."""
+    a = np.asarray(addresses, dtype=np.int64).reshape(-1)
+    if a.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z
+    brk = np.flatnonzero(np.diff(a) != 1) + 1
+    first = np.r_[0, brk]
+    last = np.r_[brk - 1, a.size - 1]
+    return a[first], a[last] + 1
+
+
+def union_runs(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Sorted runs of several run lists, and whether any two of them overlap."""
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z, False
+    starts = np.concatenate([p[0] for p in parts])
+    ends = np.concatenate([p[1] for p in parts])
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    overlap = bool(np.any(starts[1:] < np.maximum.accumulate(ends)[:-1])) if starts.size else False
+    return starts, ends, overlap
+
+
+def first_overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int | None:
+    """An address in both run sets (``b`` sorted and disjoint), or None."""
+    (s, e), (bs, be) = a, b
+    if s.size == 0 or bs.size == 0:
+        return None
+    # for each run of a, the last run of b starting before its end
+    j = np.searchsorted(bs, e, side="left") - 1
+    ok = j >= 0
+    hit = ok & (be[np.maximum(j, 0)] > s)
+    if not hit.any():
+        return None
+    i = int(np.flatnonzero(hit)[0])
+    return int(max(s[i], bs[j[i]]))
