@@ -127,6 +127,10 @@ class Runtime:
     def _tl(self, rsel: slice | np.ndarray) -> bool:
         return isinstance(rsel, slice) or (rsel.size > 0 and rsel[0] == 0)
 
+    def trace(self, pid: int, rsel: slice | np.ndarray) -> None:
+        if self._tl(rsel):
+            self.tl.program(pid)
+
     def run(self, node: N.Node, rsel: slice | np.ndarray = ALL) -> None:
         HANDLERS[type(node)](self, node, rsel)
 
@@ -145,7 +149,7 @@ class Runtime:
 
 
 def _seq(rt: Runtime, node: N.SeqNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     for child in node.nodes:
         rt.run(child, rsel)
 
@@ -267,14 +271,14 @@ def _code_load(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
 
 
 def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     body, run = node.body, HANDLERS[type(node.body)]
     for _ in range(node.count):
         run(rt, body, rsel)
 
 
 def _repeat_while(rt: Runtime, node: N.RepeatWhileNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     active = rsel
     while True:
         rt.run(node.condition, active)
@@ -282,18 +286,15 @@ def _repeat_while(rt: Runtime, node: N.RepeatWhileNode, rsel: Any) -> None:
             rt.tl.run(node.sync)
         pred = rt.scalar(node.predicate, active) != 0
         go = ~pred if node.until else pred
-        if isinstance(active, slice) and go.all():
-            pass
-        else:
-            reps = np.arange(rt.replicas)[active]
-            if not go.any():
-                return
-            active = active if go.all() else reps[go]
+        if not go.any():
+            return
+        if not go.all():  # replicas leave the loop one by one
+            active = np.arange(rt.replicas)[active][go]
         rt.run(node.body, active)
 
 
 def _if(rt: Runtime, node: N.IfNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     if rt._tl(rsel):
         rt.tl.run(node.sync)
     pred = rt.scalar(node.predicate, rsel) != 0
@@ -302,7 +303,7 @@ def _if(rt: Runtime, node: N.IfNode, rsel: Any) -> None:
 
 
 def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     if rt._tl(rsel):
         rt.tl.run(node.sync)
     control = rt.scalar(node.control, rsel).astype(np.int64)
@@ -319,12 +320,12 @@ def _sync(rt: Runtime, node: N.SyncNode, rsel: Any) -> None:
 
 
 def _call(rt: Runtime, node: N.CallNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
     rt.run(node.body, rsel)
 
 
 def _write_undef(rt: Runtime, node: N.WriteUndefNode, rsel: Any) -> None:
-    rt.tl.program(node.pid)
+    rt.trace(node.pid, rsel)
 
 
 HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
