@@ -44,3 +44,29 @@ def test_demo_numbers_and_profile() -> None:
         "StreamCopy",
         "Sync",
     }
+
+
+def test_codelet_state_bytes_override_reaches_the_profile() -> None:
+    class Wide(poplar.Codelet):
+        name = "tiny::Wide"
+        x = poplar.InOut(poplar.FLOAT)
+
+        @staticmethod
+        def compute(v: poplar.Batch) -> None:
+            v.x = v.x + 1
+
+        @staticmethod
+        def state_bytes(v: poplar.VertexInfo) -> np.ndarray:
+            return np.full(v.n, 40)
+
+    device = poplar.IPUModel(tiles_per_ipu=2).create_device()
+    graph = poplar.Graph(device.target)
+    graph.add_codelets(Wide)
+    x = graph.add_variable(poplar.FLOAT, (2, 3), "x", mapping="linear")
+    cs = graph.add_compute_set("wide")
+    graph.add_vertices(cs, "tiny::Wide", {"x": x}, [0, 1])
+    engine = poplar.Engine(graph, poplar.Execute(cs))
+    profile = engine.get_graph_profile()
+    assert profile["vertexTypes"]["sizes"] == [40]
+    state = profile["memory"]["byCategory"]["vertexInstanceState"]["total"]
+    assert state == [40, 40]

@@ -157,6 +157,14 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
     writes = tuple(n for n in group.edges if fields[n].writes)
     outputs_only = tuple(n for n in writes if not fields[n].reads)
     inst, desc, data, ptrs = _edge_memory(vtype, group)
+    custom = getattr(vtype.codelet, "state_bytes", None)
+    if custom is not None:  # the codelet states its instance size (edge pointers included)
+        inst = np.broadcast_to(np.asarray(custom(info), dtype=np.int64), (group.n,)).copy()
+        if np.any(inst < ptrs):
+            raise CodeletError(
+                f"codelet {vtype.name!r}: state_bytes() is smaller than the {int(ptrs.max())} "
+                f"bytes of edge pointers its fields need"
+            )
     batch = Batch(vtype, group.n, lengths, subs, states, state.target, {}, state.replication_factor)
     return CompiledGroup(
         vtype,

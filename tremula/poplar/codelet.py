@@ -12,8 +12,9 @@ with :func:`Input`, :func:`Output`, :func:`InOut` (edges connected to tensor reg
 * ``cycles(v)``: the cycle estimator, given a :class:`VertexInfo`; returns one estimate
   per vertex (per-context cycles for worker vertices, tile cycles for supervisor vertices,
   PopLibs' convention).
-* optionally ``flops(v)``, ``state_bytes(v)`` and the class constants ``code_bytes`` and
-  ``supervisor``.
+* optionally ``flops(v)``, ``state_bytes(v)`` (the size of one vertex instance in bytes,
+  edge pointers included; by default derived from the fields) and the class constants
+  ``code_bytes`` and ``supervisor``.
 
 Template parameters: a codelet with ``templates = ("T",)`` is used as ``"Name<float>"``;
 a field whose dtype is the string ``"T"`` takes the type bound there.

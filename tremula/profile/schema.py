@@ -26,7 +26,11 @@ TARGET_INT_FIELDS: tuple[str, ...] = (
 
 GRAPH_COUNT_FIELDS: tuple[str, ...] = ("numComputeSets", "numEdges", "numVars", "numVertices")
 #: Keys of ``computeSets.cycleEstimates`` (present for IPU_MODEL targets).
-CYCLE_ESTIMATE_KEYS: tuple[str, ...] = ("activeCyclesByTile", "activeCyclesByVertexType", "cyclesByTile")
+CYCLE_ESTIMATE_KEYS: tuple[str, ...] = (
+    "activeCyclesByTile",
+    "activeCyclesByVertexType",
+    "cyclesByTile",
+)
 #: Keys of ``exchanges`` (internal exchanges), each ``[ex][tile]``.
 EXCHANGE_KEYS: tuple[str, ...] = (
     "bytesReceivedByTile",

@@ -1,0 +1,139 @@
+"""Reading and writing profiles as JSON files.
+
+A report directory holds ``graph.json`` and ``execution.json`` (each profile unwrapped). A
+single file holds either ``{"graphProfile": ..., "executionProfile": ...}`` or a bare graph
+profile. Files are written with sorted keys and a two-space indent plus a final newline, so
+that equal profiles are equal bytes and reading then writing a file reproduces it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tremula.errors import ProfileError
+
+GRAPH_FILE = "graph.json"
+EXECUTION_FILE = "execution.json"
+COMBINED_FILE = "profile.json"
+
+Profile = dict[str, Any]
+
+
+def dumps(profile: Mapping[str, Any]) -> str:
+    """Serialise a profile the way the files are written (NumPy values become plain ones).
+
+    Raises:
+        ProfileError: If the profile holds a value JSON cannot represent (NaN, an object...).
+    """
+    try:
+        text = json.dumps(profile, sort_keys=True, indent=2, allow_nan=False, default=_plain)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"profile cannot be written as JSON: {exc}") from exc
+    return text + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """``json.dumps`` fallback: NumPy scalars and arrays become Python numbers and lists."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def write_profile(
+    directory: str | Path, graph: Mapping[str, Any], execution: Mapping[str, Any] | None
+) -> None:
+    """Write ``graph.json`` and ``execution.json`` into ``directory``, creating it if needed.
+
+    Args:
+        directory: The report directory.
+        graph: The graph profile.
+        execution: The execution profile, or None to write the graph profile only.
+
+    Raises:
+        ProfileError: If a profile is not JSON-serialisable or a file cannot be written.
+    """
+    directory = Path(directory)
+    files = [(GRAPH_FILE, graph)]
+    if execution is not None:
+        files.append((EXECUTION_FILE, execution))
+    texts = [(directory / name, dumps(profile)) for name, profile in files]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in texts:
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"cannot write the profile to {directory}: {exc}") from exc
+
+
+def read_profile(path: str | Path) -> tuple[Profile, Profile | None]:
+    """Read a profile from a report directory or a single JSON file.
+
+    A directory must hold ``graph.json`` (and may hold ``execution.json``), or else
+    ``profile.json``. A file may hold ``{"graphProfile": ..., "executionProfile": ...}``
+    (the execution profile may be absent) or a bare graph profile.
+
+    Args:
+        path: The directory or file.
+
+    Returns:
+        ``(graph, execution)``; ``execution`` is None when the source has none.
+
+    Raises:
+        ProfileError: If the path, or a file it needs, is missing, unreadable, not JSON, or
+            not shaped like a profile. The message names the path.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _read_directory(path)
+    return _split(_load(path), path)
+
+
+def _read_directory(directory: Path) -> tuple[Profile, Profile | None]:
+    graph_path = directory / GRAPH_FILE
+    if not graph_path.exists() and (directory / COMBINED_FILE).exists():
+        return _split(_load(directory / COMBINED_FILE), directory / COMBINED_FILE)
+    graph = _object(_load(graph_path), graph_path, "graph profile")
+    execution_path = directory / EXECUTION_FILE
+    if not execution_path.exists():
+        return graph, None
+    return graph, _object(_load(execution_path), execution_path, "execution profile")
+
+
+def _load(path: Path) -> Any:
+    """Parse a JSON file; any failure becomes a ProfileError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ProfileError(f"{path}: no such profile file or directory") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read the profile: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def _object(value: Any, path: Path, what: str) -> Profile:
+    if not isinstance(value, dict):
+        raise ProfileError(f"{path}: a {what} is a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _split(data: Any, path: Path) -> tuple[Profile, Profile | None]:
+    """Split a single file's content into (graph, execution)."""
+    data = _object(data, path, "profile")
+    if "graphProfile" in data:
+        graph = _object(data["graphProfile"], path, "graphProfile")
+        execution = data.get("executionProfile")
+        return graph, None if execution is None else _object(execution, path, "executionProfile")
+    if "target" in data:
+        return data, None
+    raise ProfileError(
+        f"{path}: neither {{'graphProfile': ..., 'executionProfile': ...}} "
+        "nor a graph profile (no 'graphProfile' or 'target' key)"
+    )
