@@ -59,7 +59,8 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 class Checker:
-    """Collects problems; each ``check`` method returns the checked value or None if bad."""
+    """Collects problems. The checking methods return the value checked, or None if it is bad
+    (the problem is then recorded), so that callers check further only what is usable."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
@@ -93,11 +94,9 @@ class Checker:
                 self.add(f"{path}.{key}", "missing")
             return None
         value = obj[key]
-        test, name = _KINDS[kind]
-        if test(value):
+        if _KINDS[kind][0](value):  # the common case: no path string to build
             return value
-        self.add(f"{path}.{key}", f"expected {name}, got {show(value)}")
-        return None
+        return self.kind(value, f"{path}.{key}", kind)
 
     def count(
         self,
@@ -153,13 +152,9 @@ class Checker:
         bad = arr >= size
         if not bad.any():
             return True
-        first = tuple(np.argwhere(bad)[0])
-        more = int(bad.sum()) - 1
-        tail = f" (and {more} more)" if more else ""
-        self.add(
-            f"{path}{index_text(first)}",
-            f"{arr[first]} is not a valid index into {table} ({size} entries){tail}",
-        )
+        first, tail = _first_failure(bad)
+        message = f"{arr[first]} is not a valid index into {table} ({size} entries){tail}"
+        self.add(f"{path}{index_text(first)}", message)
         return False
 
     def equal(self, path: str, actual: Any, expected: Any, expected_text: str) -> bool:
@@ -217,11 +212,8 @@ class Checker:
         bad = ~test(lhs, rhs)
         if not bad.any():
             return True
-        first = tuple(np.argwhere(bad)[0])
-        rhs_value = np.broadcast_to(rhs, lhs.shape)[first]
-        where = "" if rhs_is_value else f" = {rhs_value}"
-        more = int(bad.sum()) - 1
-        tail = f" (and {more} more)" if more else ""
+        first, tail = _first_failure(bad)
+        where = "" if rhs_is_value else f" = {np.broadcast_to(rhs, lhs.shape)[first]}"
         self.add(f"{path}{index_text(first)}", f"{lhs[first]} {symbol} {rhs_text}{where}{tail}")
         return False
 
@@ -245,6 +237,13 @@ class Checker:
                 self.add(f"{path}[{i}]", f"{len(row)} entries != {what} = {expected}")
                 return False
         return True
+
+
+def _first_failure(bad: np.ndarray) -> tuple[tuple[int, ...], str]:
+    """The index of the first True of ``bad``, and `` (and N more)`` for the others."""
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    more = int(bad.sum()) - 1
+    return first, f" (and {more} more)" if more else ""
 
 
 def _empty_shape(value: Any, dims: Sequence[Dim]) -> tuple[int, ...]:

@@ -48,12 +48,7 @@ def check_execution(c: Checker, e: Any, dims: Dims, path: str = "executionProfil
     if mode == "VERTICES":
         _check_vertex_mode(c, e, path, dims)
     elif mode in schema.MODE_FIELDS:
-        (key,) = schema.MODE_FIELDS[mode]
-        table, per_tile = _MODE_ARRAY_SHAPES[key]
-        value = c.field(e, key, path, "list")
-        if value is not None:
-            shape = [dims.of(table), dims.tiles()] if per_tile else [dims.of(table)]
-            c.array(value, f"{path}.{key}", shape)
+        _check_mode_array(c, e, path, dims, mode)
     optional = mode is None or mode in schema.MODES_WITHOUT_TRACE
     trace = c.field(e, "programTrace", path, "list", optional=optional)
     if trace is not None:
@@ -63,6 +58,16 @@ def check_execution(c: Checker, e: Any, dims: Dims, path: str = "executionProfil
     simulation = c.field(e, "simulation", path, "dict", optional=optional)
     if simulation is not None:
         _check_simulation(c, simulation, f"{path}.simulation", dims)
+
+
+def _check_mode_array(c: Checker, e: Mapping[str, Any], path: str, dims: Dims, mode: str) -> None:
+    """The one array of a per-compute-set or per-exchange mode, one row per table entry."""
+    (key,) = schema.MODE_FIELDS[mode]
+    table, per_tile = _MODE_ARRAY_SHAPES[key]
+    value = c.field(e, key, path, "list")
+    if value is not None:
+        shape = [dims.of(table), dims.tiles()] if per_tile else [dims.of(table)]
+        c.array(value, f"{path}.{key}", shape)
 
 
 def _check_vertex_mode(c: Checker, e: Mapping[str, Any], path: str, dims: Dims) -> None:

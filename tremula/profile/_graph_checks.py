@@ -189,7 +189,7 @@ def _check_children(c: Checker, p: Mapping, path: str, dims: Dims, ptype: str) -
 def _check_case_values(c: Checker, p: Mapping, path: str, dims: Dims, ptype: str) -> None:
     values = c.field(p, "caseValues", path, "list")
     children = p.get("children")
-    if values is None or c.array(values, f"{path}.caseValues", [(None, "")], None) is None:
+    if values is None or c.array(values, f"{path}.caseValues", [(None, "")], minimum=None) is None:
         return
     if isinstance(children, list) and children:
         c.equal(f"{path}.caseValues", len(values), len(children) - 1, "len(children) - 1")

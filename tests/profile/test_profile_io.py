@@ -1,0 +1,116 @@
+"""Reading and writing profiles: directories and single files, byte-exact round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tremula.errors import ProfileError
+from tremula.profile import read_profile, write_profile
+
+
+def _canonical(profile: dict) -> str:
+    return json.dumps(profile, sort_keys=True, indent=2) + "\n"
+
+
+def test_write_creates_the_directory_and_both_files(
+    tmp_path: Path, graph: dict, execution: dict
+) -> None:
+    directory = tmp_path / "a" / "report"
+    write_profile(directory, graph, execution)
+    assert sorted(p.name for p in directory.iterdir()) == ["execution.json", "graph.json"]
+    assert (directory / "graph.json").read_text() == _canonical(graph)
+    assert (directory / "execution.json").read_text() == _canonical(execution)
+
+
+def test_round_trip_is_byte_identical(tmp_path: Path, graph: dict, execution: dict) -> None:
+    write_profile(tmp_path / "one", graph, execution)
+    graph_back, execution_back = read_profile(tmp_path / "one")
+    assert (graph_back, execution_back) == (graph, execution)
+    write_profile(tmp_path / "two", graph_back, execution_back)
+    for name in ("graph.json", "execution.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+def test_graph_only(tmp_path: Path, graph: dict) -> None:
+    write_profile(tmp_path, graph, None)
+    assert not (tmp_path / "execution.json").exists()
+    assert read_profile(tmp_path) == (graph, None)
+
+
+def test_numpy_values_are_written_as_plain_json(tmp_path: Path, graph: dict) -> None:
+    expected = _canonical(graph)
+    graph["target"]["numTiles"] = np.int64(4)
+    graph["memory"]["byTile"]["total"] = np.array([488, 488, 284, 284])
+    write_profile(tmp_path, graph, None)
+    assert (tmp_path / "graph.json").read_text() == expected
+
+
+def test_unserialisable_profile(tmp_path: Path, graph: dict) -> None:
+    graph["target"]["clockFrequency"] = float("nan")
+    with pytest.raises(ProfileError, match="cannot be written as JSON"):
+        write_profile(tmp_path, graph, None)
+
+
+def test_combined_file(tmp_path: Path, graph: dict, execution: dict) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"graphProfile": graph, "executionProfile": execution}))
+    assert read_profile(path) == (graph, execution)
+    assert read_profile(tmp_path) == (graph, execution)  # a directory with only profile.json
+
+
+def test_combined_file_without_execution(tmp_path: Path, graph: dict) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"graphProfile": graph}))
+    assert read_profile(path) == (graph, None)
+
+
+def test_bare_graph_file(tmp_path: Path, graph: dict) -> None:
+    path = tmp_path / "graph_only.json"
+    path.write_text(json.dumps(graph))
+    assert read_profile(str(path)) == (graph, None)
+
+
+def test_missing_path_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ProfileError, match="nowhere: no such profile file or directory"):
+        read_profile(missing)
+
+
+def test_directory_without_graph_json(tmp_path: Path, execution: dict) -> None:
+    (tmp_path / "execution.json").write_text(json.dumps(execution))
+    with pytest.raises(ProfileError, match=r"graph\.json: no such profile file"):
+        read_profile(tmp_path)
+
+
+def test_invalid_json_is_named(tmp_path: Path, graph: dict) -> None:
+    write_profile(tmp_path, graph, None)
+    (tmp_path / "execution.json").write_text("{not json")
+    with pytest.raises(ProfileError, match=r"execution\.json: not valid JSON"):
+        read_profile(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2]", "a profile is a JSON object, got list"),
+        ('{"profilerMode": "NONE"}', "neither"),
+        ('{"graphProfile": 3}', "a graphProfile is a JSON object, got int"),
+    ],
+)
+def test_wrong_shapes_are_named(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(content)
+    with pytest.raises(ProfileError, match=message) as caught:
+        read_profile(path)
+    assert str(path) in str(caught.value)
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.json"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ProfileError, match=r"binary\.json: cannot read the profile"):
+        read_profile(path)
