@@ -68,6 +68,7 @@ from tremula.poplar.types import (
     Type,
     as_type,
 )
+from tremula.poplar.vertices import Segments
 
 __all__ = [
     "BOOL",
@@ -108,6 +109,7 @@ __all__ = [
     "Repeat",
     "RepeatWhileFalse",
     "RepeatWhileTrue",
+    "Segments",
     "Sequence",
     "State",
     "Switch",

@@ -30,7 +30,7 @@ from tremula.poplar.handles import (
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
 from tremula.poplar.types import Type, as_type
-from tremula.poplar.vertices import VertexGroup, connect_edge, connect_state
+from tremula.poplar.vertices import Segments, VertexGroup, connect_edge, connect_state
 from tremula.target import Target
 
 
@@ -411,9 +411,9 @@ class Graph:
         tiles: Sequence[int] | np.ndarray,
     ) -> list[Vertex]:
         """Add ``len(tiles)`` vertices at once. Each edge value is a tensor with a leading
-        dimension of one row per vertex, or a list of one tensor per vertex (one list of
-        tensors per vertex for vector lists); state values are one per vertex or one for
-        all."""
+        dimension of one row per vertex, a list of one tensor per vertex (one list of
+        tensors per vertex for vector lists), or :class:`Segments` (consecutive parts of one
+        tensor); state values are one per vertex or one for all."""
         tiles = np.asarray(tiles, dtype=np.int64).reshape(-1)
         group = self._add_group(cs, vertex_type, tiles.size, fields, bulk=True, tiles=tiles)
         gid = len(self._state.vertex_groups[cs.id]) - 1
@@ -464,6 +464,9 @@ class Graph:
         return group
 
     def _owned_value(self, value: Any) -> Any:
+        if isinstance(value, Segments):
+            self._own(value.tensor, "add_vertex")
+            return value
         items = value if isinstance(value, (list, tuple)) else [value]
         for t in items:
             if isinstance(t, Tensor):

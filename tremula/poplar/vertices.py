@@ -69,9 +69,50 @@ def _check_lengths(lengths: np.ndarray, f: Field, vtype: VertexType) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Segments:
+    """A bulk connection without a tensor per vertex: vertex ``i`` gets the next
+    ``lengths[i]`` elements of ``tensor`` (flattened, in order); for a vector-list field,
+    ``sub_counts[i]`` sub-vectors of the next ``lengths`` (one length per sub-vector)."""
+
+    tensor: Tensor
+    lengths: Any
+    sub_counts: Any = None
+
+
+def _connect_segments(
+    vtype: VertexType, f: Field, seg: Segments, n: int, expected: Type | None
+) -> FieldConnection:
+    t = _check_tensor(seg.tensor, f, vtype, expected)
+    lengths = np.asarray(seg.lengths, dtype=np.int64).reshape(-1)
+    if np.any(lengths < 0) or lengths.sum() != t.num_elements:
+        raise CodeletError(
+            f"{_where(vtype, f.name)}: segment lengths sum to "
+            f"{int(lengths.sum())}, the tensor has {t.num_elements} elements"
+        )
+    addr = np.ascontiguousarray(t.addresses.reshape(-1), dtype=np.int64)
+    if f.kind != "vector_list":
+        if lengths.size != n:
+            raise CodeletError(f"{_where(vtype, f.name)}: {lengths.size} segments for {n} vertices")
+        _check_lengths(lengths, f, vtype)
+        return FieldConnection(t.dtype, addr, lengths)
+    counts = np.asarray(seg.sub_counts, dtype=np.int64).reshape(-1)
+    if counts.size != n or counts.sum() != lengths.size:
+        raise CodeletError(
+            f"{_where(vtype, f.name)}: sub_counts must have {n} entries summing "
+            f"to the {lengths.size} sub-vector lengths"
+        )
+    bounds = np.r_[0, np.cumsum(counts)]
+    per_vertex = np.add.reduceat(np.r_[lengths, 0], bounds[:-1])
+    per_vertex = np.where(counts == 0, 0, per_vertex)
+    return FieldConnection(t.dtype, addr, per_vertex, lengths, counts)
+
+
 def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> FieldConnection:
     """Connect field ``f`` of ``n`` vertices to ``value`` (see ``Graph.add_vertices``)."""
     expected = vtype.field_dtype(f)
+    if isinstance(value, Segments):
+        return _connect_segments(vtype, f, value, n, expected)
     if f.kind == "vector_list":
         lists = [value] if not bulk else list(value)
         if len(lists) != n:
