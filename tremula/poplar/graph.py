@@ -319,8 +319,14 @@ class Graph:
         space = self._state.space(t.dtype)
         if isinstance(mapping, (int, np.integer)):
             space.tile_of[t.addresses] = self._tile(mapping, f"set_tile_mapping({t!r})")
-        elif isinstance(mapping, np.ndarray) and mapping.shape == t.shape:
-            tiles = mapping.astype(np.int64)
+        elif isinstance(mapping, np.ndarray):
+            if mapping.size != t.num_elements:
+                raise GraphError(
+                    f"set_tile_mapping({t!r}): an array of tiles must have one "
+                    f"entry per element ({t.num_elements}), got shape "
+                    f"{mapping.shape}"
+                )
+            tiles = mapping.reshape(t.shape).astype(np.int64)
             if tiles.size and (tiles.min() < 0 or tiles.max() >= self.num_tiles):
                 bad = int(tiles.max() if tiles.max() >= self.num_tiles else tiles.min())
                 raise GraphError(

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tremula.errors import ProgramError
 from tremula.poplar.handles import (
     ComputeSet,
@@ -201,7 +203,7 @@ class Copy(Program):
         if isinstance(s, Tensor) and isinstance(d, Tensor):
             if s.dtype is not d.dtype:
                 raise ProgramError(f"Copy: source type {s.dtype} != destination type {d.dtype}")
-            if s.shape != d.shape and s.num_elements != d.num_elements:
+            if s.shape != d.shape:
                 raise ProgramError(f"Copy: source shape {s.shape} != destination shape {d.shape}")
         elif isinstance(s, DataStream) and isinstance(d, Tensor):
             self._check_stream(s, d, "host_to_device")
@@ -238,6 +240,14 @@ class Copy(Program):
                 f"Copy: remote buffer {buf.name!r} has type {buf.dtype}, tensor has {t.dtype}"
             )
         off = self.offset
+        if isinstance(off, (int, np.integer)) and not isinstance(off, bool):
+            off = int(off)
+            object.__setattr__(self, "offset", off)
+        elif off is not None and not isinstance(off, Tensor):
+            raise ProgramError(
+                f"Copy: remote buffer offset must be an int or an integer tensor, got "
+                f"{type(off).__name__}"
+            )
         rows = 1 if off is None or isinstance(off, int) else off.num_elements
         if isinstance(off, Tensor) and not off.dtype.is_integral:
             raise ProgramError(

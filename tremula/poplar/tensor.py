@@ -156,21 +156,26 @@ class Tensor:
 
     def dim_roll(self, dim: int, new_pos: int = 0) -> Tensor:
         dim = _norm_dim(dim, self.rank, "dim_roll")
+        new_pos = _norm_dim(new_pos, self.rank, "dim_roll (new position)")
         return self._view(np.moveaxis(self._addr, dim, new_pos))
 
     def expand(self, dims: Sequence[int]) -> Tensor:
-        """Insert singleton dimensions at the given positions (Poplar's ``expand``)."""
-        addr = self._addr
-        for d in sorted(int(x) for x in dims):
-            if not 0 <= d <= addr.ndim:
-                raise TensorError(f"expand: position {d} out of range for rank {addr.ndim}")
-            addr = np.expand_dims(addr, d)
-        return self._view(addr)
+        """Insert singleton dimensions *before* the given dimensions of this tensor
+        (Poplar's ``expand``); an index equal to the rank appends at the end, and a
+        repeated index inserts several singletons at that place."""
+        positions = sorted(int(x) for x in dims)
+        for d in positions:
+            if not 0 <= d <= self.rank:
+                raise TensorError(f"expand: index {d} out of range for rank {self.rank}")
+        axes = [d + k for k, d in enumerate(positions)]
+        return self._view(np.expand_dims(self._addr, axes) if axes else self._addr)
 
     def squeeze(self, dims: Sequence[int] | None = None) -> Tensor:
         if dims is None:
             return self._view(np.squeeze(self._addr))
         dims = tuple(_norm_dim(d, self.rank, "squeeze") for d in dims)
+        if len(set(dims)) != len(dims):
+            raise TensorError(f"squeeze: repeated dimension in {dims}")
         for d in dims:
             if self.shape[d] != 1:
                 raise TensorError(f"squeeze: dimension {d} has size {self.shape[d]}, not 1")
@@ -210,6 +215,8 @@ class Tensor:
 
     def upsample(self, scale: int, dim: int) -> Tensor:
         dim = _norm_dim(dim, self.rank, "upsample")
+        if scale < 1:
+            raise TensorError(f"upsample: scale {scale} must be >= 1")
         return self._view(np.repeat(self._addr, scale, axis=dim))
 
     # ---- queries ----

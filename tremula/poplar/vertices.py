@@ -102,10 +102,14 @@ def _connect_segments(
             f"{_where(vtype, f.name)}: sub_counts must have {n} entries summing "
             f"to the {lengths.size} sub-vector lengths"
         )
+    return FieldConnection(t.dtype, addr, _sum_per_vertex(lengths, counts), lengths, counts)
+
+
+def _sum_per_vertex(sub_lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Elements per vertex of a vector list: the sum of its sub-vector lengths."""
+    ends = np.cumsum(np.r_[0, sub_lengths])
     bounds = np.r_[0, np.cumsum(counts)]
-    per_vertex = np.add.reduceat(np.r_[lengths, 0], bounds[:-1])
-    per_vertex = np.where(counts == 0, 0, per_vertex)
-    return FieldConnection(t.dtype, addr, per_vertex, lengths, counts)
+    return (ends[bounds[1:]] - ends[bounds[:-1]]).astype(np.int64)
 
 
 def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> FieldConnection:
@@ -131,12 +135,7 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
             if flat
             else np.zeros(0, np.int64)
         )
-        per_vertex = (
-            np.add.reduceat(sub, np.r_[0, np.cumsum(counts)[:-1]])
-            if sub.size
-            else np.zeros(n, np.int64)
-        )
-        per_vertex = np.where(counts == 0, 0, per_vertex) if sub.size else per_vertex
+        per_vertex = _sum_per_vertex(sub, counts)
         return FieldConnection(dtype, addr.astype(np.int64, copy=False), per_vertex, sub, counts)
     if isinstance(value, Tensor):
         t = _check_tensor(value, f, vtype, expected)
