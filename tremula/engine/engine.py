@@ -195,6 +195,16 @@ class Engine:
             return out
         return value
 
+    def _replica(self, replica: int | None, what: str, name: str) -> int | slice:
+        if replica is None:
+            return slice(None)
+        if not 0 <= replica < self.replicas:
+            raise StreamError(
+                f"{what}({name!r}): replica {replica} out of range; the graph has "
+                f"{self.replicas} replica(s)"
+            )
+        return int(replica)
+
     def _remote(self, name: str, row: int, what: str) -> np.ndarray:
         buf = self.runtime.remote.get(name)
         if buf is None:
@@ -217,14 +227,13 @@ class Engine:
             raise StreamError(
                 f"copy_to_remote_buffer({name!r}): {arr.size} elements, rows have {buf.shape[2]}"
             )
-        reps = slice(None) if replica is None else replica
-        buf[reps, repeat_index] = arr.reshape(-1)
+        buf[self._replica(replica, "copy_to_remote_buffer", name), repeat_index] = arr.reshape(-1)
 
     def copy_from_remote_buffer(
         self, name: str, repeat_index: int = 0, replica: int = 0
     ) -> np.ndarray:
         buf = self._remote(name, repeat_index, "copy_from_remote_buffer")
-        return buf[replica, repeat_index].copy()
+        return buf[self._replica(replica, "copy_from_remote_buffer", name), repeat_index].copy()
 
     # ---- profiles ----
     def get_graph_profile(self) -> dict[str, Any]:

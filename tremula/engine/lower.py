@@ -406,7 +406,9 @@ class Lowering:
         return node
 
     def lower_if(self, p: P.If) -> N.Node:
-        then, else_ = self.lower(p.then), self.lower(p.else_)
+        then = self.lower(p.then)
+        empty_else = isinstance(p.else_, P.Sequence) and not p.else_.programs
+        else_ = None if empty_else else self.lower(p.else_)
         node = N.IfNode(self._pred(p.predicate), then, else_, None)  # type: ignore[arg-type]
         self._add(node, p.name)
         node.sync = self._sync_step(node.pid, node.name, "Internal")

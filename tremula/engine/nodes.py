@@ -164,14 +164,14 @@ class RepeatWhileNode(Node):
 class IfNode(Node):
     predicate: Gather
     then: Node
-    else_: Node
+    else_: Node | None  # None: no else branch (Poplar's If; IfElse otherwise)
     sync: StepInfo
 
     def __post_init__(self) -> None:
-        self.ptype = "If"
+        self.ptype = "If" if self.else_ is None else "IfElse"
 
     def children(self) -> tuple[Node, ...]:
-        return (self.then, self.else_)
+        return (self.then,) if self.else_ is None else (self.then, self.else_)
 
     def accesses(self) -> list[tuple[str, Gather]]:
         return [("r", self.predicate)]

@@ -42,9 +42,8 @@ def _programs(lw: Lowering) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"type": node.ptype}
         if node.name:
             entry["name"] = node.name
-        kids = node.children()
-        if kids and not isinstance(node, N.CallNode):
-            entry["children"] = [k.pid for k in kids]
+        if not isinstance(node, N.CallNode) and (node.children() or isinstance(node, N.SeqNode)):
+            entry["children"] = [k.pid for k in node.children()]
         entry.update(node.profile_fields())
         out.append(entry)
     return out

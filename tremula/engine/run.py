@@ -299,7 +299,9 @@ def _if(rt: Runtime, node: N.IfNode, rsel: Any) -> None:
         rt.tl.run(node.sync)
     pred = rt.scalar(node.predicate, rsel) != 0
     for key, sub in rt.subsets(rsel, pred):
-        rt.run(node.then if key else node.else_, sub)
+        branch = node.then if key else node.else_
+        if branch is not None:
+            rt.run(branch, sub)
 
 
 def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:

@@ -389,11 +389,11 @@ class Batch(_Segmented):
         off = self.offsets(name)
         lengths = self.lengths(name)
         out_shape = (*values.shape[:-1], self.n)
-        if values.shape[-1] == 0:
-            return np.full(out_shape, ufunc.identity, dtype=values.dtype)
-        starts = np.minimum(off[:-1], values.shape[-1] - 1)
-        out = ufunc.reduceat(values, starts, axis=-1)
-        empty = lengths == 0
-        if empty.any():
-            out[..., empty] = ufunc.identity
+        if self.n == 0:
+            return np.zeros(out_shape, dtype=values.dtype)
+        if np.all(lengths > 0):  # starts strictly increase and stay inside ``values``
+            return ufunc.reduceat(values, off[:-1], axis=-1)
+        pad = np.full((*values.shape[:-1], 1), ufunc.identity, dtype=values.dtype)
+        out = ufunc.reduceat(np.concatenate([values, pad], axis=-1), off[:-1], axis=-1)
+        out[..., lengths == 0] = ufunc.identity
         return out

@@ -80,6 +80,11 @@ class Tensor:
             raise TensorError("len() of a scalar tensor")
         return self.shape[0]
 
+    def __iter__(self):
+        """The sub-tensors along the first dimension."""
+        for i in range(len(self)):
+            yield self[i]
+
     def _view(self, addr: np.ndarray) -> Tensor:
         return Tensor(self.graph, self.dtype, addr)
 

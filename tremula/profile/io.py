@@ -45,20 +45,22 @@ def _plain(value: Any) -> Any:
 
 
 def write_profile(
-    directory: str | Path, graph: Mapping[str, Any], execution: Mapping[str, Any] | None
+    directory: str | Path,
+    graph: Mapping[str, Any] | None,
+    execution: Mapping[str, Any] | None,
 ) -> None:
     """Write ``graph.json`` and ``execution.json`` into ``directory``, creating it if needed.
 
     Args:
         directory: The report directory.
-        graph: The graph profile.
+        graph: The graph profile, or None to write the execution profile only.
         execution: The execution profile, or None to write the graph profile only.
 
     Raises:
         ProfileError: If a profile is not JSON-serialisable or a file cannot be written.
     """
     directory = Path(directory)
-    files = [(GRAPH_FILE, graph)]
+    files = [] if graph is None else [(GRAPH_FILE, graph)]
     if execution is not None:
         files.append((EXECUTION_FILE, execution))
     texts = [(directory / name, dumps(profile)) for name, profile in files]
