@@ -12,8 +12,9 @@ from tremula_tests_engine_codelets import const, execute, increment, make_engine
 
 from tremula import poplar
 
-HYP = settings(max_examples=20, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture])
+HYP = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def trace_types(engine: poplar.Engine) -> list[str]:
@@ -28,11 +29,19 @@ def test_sequence_of_executes_chains_codelets():
     y, z = var(g, 8, tile=None), var(g, 8, tile=None, read="z")
     s = var(g, (), tile=2, read="s")
     cs1 = g.add_compute_set("scale")
-    g.add_vertices(cs1, "Scale<float>", {"x": x.reshape((4, 2)), "y": y.reshape((4, 2)),
-                                         "a": [1.0, 2.0, 3.0, 4.0]}, tiles=range(4))
-    prog = poplar.Sequence([poplar.Execute(cs1),
-                            execute(g, "Add<float>", {"a": x, "b": y, "out": z}, tile=1),
-                            execute(g, "Sum<float>", {"x": z, "out": s}, tile=2)])
+    g.add_vertices(
+        cs1,
+        "Scale<float>",
+        {"x": x.reshape((4, 2)), "y": y.reshape((4, 2)), "a": [1.0, 2.0, 3.0, 4.0]},
+        tiles=range(4),
+    )
+    prog = poplar.Sequence(
+        [
+            poplar.Execute(cs1),
+            execute(g, "Add<float>", {"a": x, "b": y, "out": z}, tile=1),
+            execute(g, "Sum<float>", {"x": z, "out": s}, tile=2),
+        ]
+    )
     e = make_engine(g, prog, device=dev)
     xs = np.arange(8, dtype=np.float32)
     e.write_tensor("x", xs)
@@ -128,8 +137,10 @@ def test_switch_runs_the_matching_case_or_the_default(control, want):
     g, dev = new_graph()
     c = var(g, (), dtype=poplar.INT, write="c")
     x = var(g, 3, tile=1, read="x")
-    cases = [(v, poplar.Copy(const(g, np.full(3, w, np.float32), tile=v % 4), x))
-             for v, w in ((0, 10), (5, 20), (-3, 30))]
+    cases = [
+        (v, poplar.Copy(const(g, np.full(3, w, np.float32), tile=v % 4), x))
+        for v, w in ((0, 10), (5, 20), (-3, 30))
+    ]
     default = poplar.Copy(const(g, np.full(3, 99, np.float32)), x)
     e = make_engine(g, poplar.Switch(c, cases, default), device=dev)
     e.write_tensor("c", control)
@@ -179,9 +190,13 @@ def test_copy_through_transposes_slices_and_reshapes():
     a = var(g, (3, 4), tile=None, write="a")
     b = var(g, (4, 3), tile=2, write="b", read="b_out")
     c = var(g, (2, 6), tile=3, read="c")
-    prog = poplar.Sequence([poplar.Copy(a.transpose(), b),
-                            poplar.Copy(a[1:3, ::2], b[0:2, 1:3].transpose()),
-                            poplar.Copy(a.reverse(1).reshape((2, 6)), c)])
+    prog = poplar.Sequence(
+        [
+            poplar.Copy(a.transpose(), b),
+            poplar.Copy(a[1:3, ::2], b[0:2, 1:3].transpose()),
+            poplar.Copy(a.reverse(1).reshape((2, 6)), c),
+        ]
+    )
     e = make_engine(g, prog, device=dev)
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     e.write_tensor("a", data)
@@ -221,8 +236,13 @@ def test_copy_from_a_broadcast_view_repeats_elements():
 
 
 @HYP
-@given(rows=st.integers(1, 5), cols=st.integers(1, 5), transpose=st.booleans(),
-       reverse=st.booleans(), data=st.data())
+@given(
+    rows=st.integers(1, 5),
+    cols=st.integers(1, 5),
+    transpose=st.booleans(),
+    reverse=st.booleans(),
+    data=st.data(),
+)
 def test_copy_of_any_view_matches_numpy(rows, cols, transpose, reverse, data):
     g, dev = new_graph()
     a = var(g, (rows, cols), tile=None, write="a")
@@ -246,8 +266,9 @@ def test_copy_of_any_view_matches_numpy(rows, cols, transpose, reverse, data):
 def test_sync_is_a_barrier_that_keeps_values(kind):
     g, dev = new_graph()
     x = var(g, 4, write="x", read="x_out")
-    e = make_engine(g, poplar.Sequence([increment(g, x), poplar.Sync(kind), increment(g, x)]),
-                    device=dev)
+    e = make_engine(
+        g, poplar.Sequence([increment(g, x), poplar.Sync(kind), increment(g, x)]), device=dev
+    )
     e.write_tensor("x", [1, 2, 3, 4])
     e.run()
     np.testing.assert_array_equal(e.read_tensor("x_out"), [3, 4, 5, 6])
@@ -279,8 +300,9 @@ def test_write_undef_keeps_the_program_running():
     x = var(g, 4, tile=None)
     h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 4)
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 4)
-    prog = poplar.Sequence([poplar.WriteUndef(x), poplar.Copy(h2d, x), increment(g, x),
-                            poplar.Copy(x, d2h)])
+    prog = poplar.Sequence(
+        [poplar.WriteUndef(x), poplar.Copy(h2d, x), increment(g, x), poplar.Copy(x, d2h)]
+    )
     e = make_engine(g, prog, device=dev)
     out = np.zeros(4, np.float32)
     e.connect_stream("in", np.arange(4, dtype=np.float32))
@@ -293,8 +315,9 @@ def test_write_undef_keeps_the_program_running():
 def test_print_tensor_prints_title_and_value():
     g, dev = new_graph()
     x = var(g, (2, 3), tile=None, write="x")
-    prog = poplar.Sequence([poplar.PrintTensor("x", x), increment(g, x[1], tile=1),
-                            poplar.PrintTensor(x.transpose())])
+    prog = poplar.Sequence(
+        [poplar.PrintTensor("x", x), increment(g, x[1], tile=1), poplar.PrintTensor(x.transpose())]
+    )
     e = make_engine(g, prog, device=dev)
     e.runtime.out = io.StringIO()
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -302,6 +325,32 @@ def test_print_tensor_prints_title_and_value():
     e.run()
     after = data.copy()
     after[1] += 1
-    want = (f"x: {np.array2string(data, separator=', ')}\n"
-            f": {np.array2string(after.T, separator=', ')}\n")
+    want = (
+        f"x: {np.array2string(data, separator=', ')}\n"
+        f": {np.array2string(after.T, separator=', ')}\n"
+    )
     assert e.runtime.out.getvalue() == want
+
+
+def test_cross_replica_copy_rotates_values_between_replicas():
+    from tremula.profile import validate
+
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target, replication_factor=4)
+    x = g.add_variable(poplar.FLOAT, (6,), "x", mapping="linear")
+    y = g.add_variable(poplar.FLOAT, (6,), "y", mapping="linear")
+    g.create_host_write("x", x)
+    g.create_host_write("y", y)
+    g.create_host_read("y_out", y)
+    engine = poplar.Engine(g, poplar.CrossReplicaCopy(x, y, {0: 1, 1: 2, 2: 0}))
+    engine.load(device)
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    engine.write_tensor("x", data)
+    engine.write_tensor("y", np.full(6, -1.0))
+    engine.run(0)
+    expected = np.stack([data[2], data[0], data[1], np.full(6, -1.0)])
+    np.testing.assert_array_equal(engine.read_tensor("y_out"), expected)
+    execution = engine.get_execution_profile()
+    validate(engine.get_graph_profile(), execution)
+    assert [s["type"] for s in execution["simulation"]["steps"]] == ["Sync", "GlobalExchange"]
+    assert engine.get_graph_profile()["externalExchanges"]["bytesSentByTile"][0] == [8, 8, 8, 0]

@@ -387,6 +387,58 @@ class Lowering:
             host_function=fn,
         )
 
+    def lower_cross_replica(self, p: P.CrossReplicaCopy) -> N.Node:
+        tg = self.target
+        replicas = self.state.replication_factor
+        for s, d in p.replica_map:
+            if not (0 <= s < replicas and 0 <= d < replicas):
+                raise ProgramError(
+                    f"CrossReplicaCopy {p.name!r}: replica pair ({s}, {d}) out "
+                    f"of range for {replicas} replica(s)"
+                )
+        sent = self.bytes_by_tile(p.src)
+        recv = self.bytes_by_tile(p.dst)
+        busy = np.maximum(sent, recv)
+        link = int(np.ceil(busy.sum() / tg.ipu_link_bytes_per_cycle))
+        cycles = np.where(
+            busy > 0,
+            tg.exchange_fixed_cycles + np.maximum(-(-busy // tg.exchange_bytes_per_cycle), link),
+            0,
+        ).astype(np.int64)
+        plan = ExchangePlan(
+            "global",
+            sent,
+            recv,
+            cycles,
+            np.where(busy > 0, tg.exchange_code_bytes_per_region, 0),
+            int(recv.sum()),
+        )
+        index = len(self.external_exchanges)
+        self.external_exchanges.append(plan)
+        pairs = np.array(p.replica_map, dtype=np.int64).reshape(-1, 2)
+        node = N.CrossReplicaNode(
+            index,
+            None,
+            None,
+            Gather.of(p.src.dtype, p.src.addresses),  # type: ignore[arg-type]
+            Gather.of(p.dst.dtype, p.dst.addresses),
+            pairs[:, 0],
+            pairs[:, 1],
+        )
+        name = p.name or "CrossReplicaCopy"
+        self._add(node, name)
+        node.step = self._step(
+            "GlobalExchange",
+            node.pid,
+            name,
+            cycles,
+            True,
+            externalExchange=index,
+            **self._data_fields(sent, recv),
+        )
+        node.sync = self._sync_step(node.pid, name, "External")
+        return node
+
     # ---- control flow ----
     def lower_sequence(self, p: P.Sequence) -> N.Node:
         children = [self.lower(c) for c in p.programs]
@@ -476,6 +528,7 @@ RULES: dict[type, Callable[[Lowering, P.Program], N.Node]] = {
     P.If: Lowering.lower_if,
     P.Switch: Lowering.lower_switch,
     P.Copy: Lowering.lower_copy,
+    P.CrossReplicaCopy: Lowering.lower_cross_replica,
     P.Sync: Lowering.lower_sync,
     P.Call: Lowering.lower_call,
     P.WriteUndef: Lowering.lower_write_undef,

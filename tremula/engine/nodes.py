@@ -96,6 +96,28 @@ class ExchangeNode(Node):
 
 
 @dataclass(eq=False)
+class CrossReplicaNode(Node):
+    """A copy between replicas over the IPU-links (a GlobalExchange)."""
+
+    exchange: int
+    step: StepInfo
+    sync: StepInfo
+    src: Gather
+    dst: Gather
+    sources: np.ndarray  # replica ids
+    dests: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.ptype = "GlobalExchange"
+
+    def profile_fields(self) -> dict[str, Any]:
+        return {"exchange": self.exchange}
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return [("r", self.src), ("w", self.dst)]
+
+
+@dataclass(eq=False)
 class HostNode(Node):
     """A host exchange (StreamCopy): stream copies, remote-buffer copies, host-function
     calls, tensor prints and code loads. ``action`` selects the run handler."""

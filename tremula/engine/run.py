@@ -173,6 +173,15 @@ def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
         rt.tl.run(node.step)
 
 
+def _cross_replica(rt: Runtime, node: N.CrossReplicaNode, rsel: Any) -> None:
+    src = node.src.read(rt.storage, node.sources)  # [pairs, n], a copy (fancy index)
+    node.dst.write(rt.storage, node.dests, src)
+    if rt._tl(rsel):
+        rt.tl.program(node.pid)
+        rt.tl.run(node.sync)
+        rt.tl.run(node.step)
+
+
 def _remote_rows(rt: Runtime, node: N.HostNode, rsel: Any) -> np.ndarray:
     buf = node.buffer
     if isinstance(node.offset, Gather):
@@ -332,6 +341,7 @@ def _write_undef(rt: Runtime, node: N.WriteUndefNode, rsel: Any) -> None:
 
 HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
     N.SeqNode: _seq,
+    N.CrossReplicaNode: _cross_replica,
     N.OnTileNode: _on_tile,
     N.ExchangeNode: _exchange,
     N.HostNode: _host,

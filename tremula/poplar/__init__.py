@@ -37,6 +37,7 @@ from tremula.poplar.mapping import calc_linear_tile_mapping, linear_tiles, map_t
 from tremula.poplar.program import (
     Call,
     Copy,
+    CrossReplicaCopy,
     Execute,
     If,
     PrintTensor,
@@ -89,6 +90,7 @@ __all__ = [
     "Codelet",
     "ComputeSet",
     "Copy",
+    "CrossReplicaCopy",
     "DataStream",
     "Device",
     "Engine",

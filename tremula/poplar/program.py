@@ -267,6 +267,37 @@ class Copy(Program):
 
 
 @dataclass(frozen=True, eq=False)
+class CrossReplicaCopy(Program):
+    """Copy ``src`` on replica ``s`` to ``dst`` on replica ``replica_map[s]`` for every
+    entry of the map (Poplar's ``CrossReplicaCopy``); other replicas' ``dst`` is unchanged.
+    It crosses the IPU-links, so it is costed and profiled as a global exchange."""
+
+    src: Tensor
+    dst: Tensor
+    replica_map: tuple[tuple[int, int], ...]
+    name: str = ""
+
+    def __init__(
+        self, src: Tensor, dst: Tensor, replica_map: dict[int, int], name: str = ""
+    ) -> None:
+        if not isinstance(src, Tensor) or not isinstance(dst, Tensor):
+            raise ProgramError("CrossReplicaCopy: source and destination must be tensors")
+        if src.dtype is not dst.dtype or src.shape != dst.shape:
+            raise ProgramError(
+                f"CrossReplicaCopy: source {src.dtype}{list(src.shape)} and "
+                f"destination {dst.dtype}{list(dst.shape)} differ"
+            )
+        pairs = tuple(sorted((int(s), int(d)) for s, d in dict(replica_map).items()))
+        dests = [d for _, d in pairs]
+        if len(set(dests)) != len(dests):
+            raise ProgramError(f"CrossReplicaCopy: two sources copy to one replica in {pairs}")
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "replica_map", pairs)
+        object.__setattr__(self, "name", name)
+
+
+@dataclass(frozen=True, eq=False)
 class Sync(Program):
     """A barrier: ``internal`` (the tiles of an IPU) or ``external`` (all IPUs and replicas)."""
 
