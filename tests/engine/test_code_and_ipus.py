@@ -1,0 +1,80 @@
+"""Function code loaded from streaming memory, and exchanges between IPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula import poplar
+from tremula.demo import SquarePlusOne
+from tremula.profile import validate
+
+
+def _function_program(buffered: bool):
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets(SquarePlusOne)
+    x = g.add_variable(poplar.FLOAT, (4, 8), "x", mapping="linear")
+    y = g.add_variable(poplar.FLOAT, (4, 8), "y", mapping="linear")
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    cs = g.add_compute_set("square")
+    g.add_vertices(cs, "demo::SquarePlusOne", {"x": x, "y": y}, range(4))
+    fn = g.add_function(poplar.Execute(cs), "square_fn")
+    steps = [poplar.Call(fn)]
+    if buffered:
+        steps.insert(0, poplar.Copy(g.add_function_buffer(fn), fn))
+    engine = poplar.Engine(g, poplar.Sequence(steps))
+    engine.load(device)
+    engine.write_tensor("x", np.arange(32.0))
+    engine.run(0)
+    np.testing.assert_allclose(engine.read_tensor("y").reshape(-1), np.arange(32.0) ** 2 + 1)
+    validate(engine.get_graph_profile(), engine.get_execution_profile())
+    return engine
+
+
+def test_remote_code_is_not_always_live_and_costs_a_load():
+    plain, loaded = _function_program(False), _function_program(True)
+    code = SquarePlusOne.code_bytes
+    mem_plain = plain.get_graph_profile()["memory"]
+    mem_loaded = loaded.get_graph_profile()["memory"]
+    vc_plain = mem_plain["byCategory"]["vertexCode"]["nonInterleaved"]
+    vc_loaded = mem_loaded["byCategory"]["vertexCode"]["nonInterleaved"]
+    assert vc_plain["nonOverlapped"] == [code] * 4 and vc_plain["overlapped"] == [0] * 4
+    # with a function buffer the vertex code (and the function's control code) is
+    # not-always-live: it occupies tile memory only from the load to the call
+    assert vc_loaded["nonOverlapped"] == [0] * 4
+    assert all(b >= code for b in vc_loaded["overlapped"])
+    always_plain = mem_plain["liveness"]["alwaysLive"]["bytesByTile"]
+    always_loaded = mem_loaded["liveness"]["alwaysLive"]["bytesByTile"]
+    assert all(a < b for a, b in zip(always_loaded, always_plain))
+    steps = loaded.get_execution_profile()["simulation"]["steps"]
+    names = [s.get("name", "") for s in steps if s["type"] == "StreamCopy"]
+    assert names == ["square_fn/CodeLoad"]
+
+
+def test_vertex_reading_another_ipu_gets_a_global_exchange():
+    device = poplar.IPUModel(tiles_per_ipu=2, num_ipus=2).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets(SquarePlusOne)
+    x = g.add_variable(poplar.FLOAT, (6,), "x")
+    y = g.add_variable(poplar.FLOAT, (6,), "y")
+    g.set_tile_mapping(x, 0)  # IPU 0
+    g.set_tile_mapping(y, 3)  # IPU 1
+    cs = g.add_compute_set("square")
+    g.add_vertex(cs, "demo::SquarePlusOne", {"x": x, "y": y}, tile=3)
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    engine = poplar.Engine(g, poplar.Execute(cs))
+    engine.load(device)
+    engine.write_tensor("x", np.arange(6.0))
+    engine.run(0)
+    np.testing.assert_allclose(engine.read_tensor("y"), np.arange(6.0) ** 2 + 1)
+    graph, execution = engine.get_graph_profile(), engine.get_execution_profile()
+    validate(graph, execution)
+    external = graph["externalExchanges"]
+    assert external["bytesSentByTile"] == [[24, 0, 0, 0]]
+    assert external["bytesReceivedByTile"] == [[0, 0, 0, 24]]
+    kinds = [s["type"] for s in execution["simulation"]["steps"]]
+    assert kinds == ["Sync", "GlobalExchange", "OnTileExecute"]
+    sync = execution["simulation"]["steps"][0]
+    assert sync["syncType"] == "External"
