@@ -82,6 +82,12 @@ class Lowering:
             node.name = getattr(p, "name", "") or ""
         return node
 
+    @property
+    def next_pid(self) -> int:
+        """The program id the next node added will get (nodes whose steps name their own
+        program id are built after reading it, then added)."""
+        return len(self.nodes)
+
     def _add(self, node: N.Node, name: str = "") -> N.Node:
         node.pid = len(self.nodes)
         node.name = name or node.name
@@ -90,19 +96,33 @@ class Lowering:
 
     # ---- steps ----
     def _step(
-        self, ptype: str, pid: int, name: str, d: np.ndarray, lockstep: bool, **fields: object
+        self,
+        ptype: str,
+        name: str,
+        d: np.ndarray,
+        lockstep: bool,
+        active_cycles: int = 0,
+        **fields: object,
     ) -> StepInfo:
+        """The static step of the next node: per-tile cycles ``d`` and balances."""
         tiles = np.flatnonzero(d > 0)
         tb, atb = _balance(d, self.target.num_tiles)
         fields.update(tileBalance=tb, activeTiles=int(tiles.size), activeTileBalance=atb)
         return StepInfo(
-            ptype, pid, name, tiles, d[tiles].astype(np.int64), fields, lockstep=lockstep
+            ptype,
+            self.next_pid,
+            name,
+            tiles,
+            d[tiles].astype(np.int64),
+            fields,
+            active_cycles=active_cycles,
+            lockstep=lockstep,
         )
 
-    def _sync_step(self, pid: int, name: str, sync_type: str) -> StepInfo:
+    def _sync_step(self, name: str, sync_type: str) -> StepInfo:
         info = StepInfo(
             "Sync",
-            pid,
+            self.next_pid,
             name,
             np.zeros(0, np.int64),
             np.zeros(0, np.int64),
@@ -127,21 +147,19 @@ class Lowering:
         index = len(table)
         table.append(plan)
         kind = "DoExchange" if internal else "GlobalExchange"
-        node = N.ExchangeNode(kind, index, None, None, copy)  # type: ignore[arg-type]
-        self._add(node, name)
         key = "exchange" if internal else "externalExchange"
-        node.step = self._step(
+        step = self._step(
             kind,
-            node.pid,
             name,
             plan.cycles_by_tile,
             True,
             **{key: index},
             **self._data_fields(plan.bytes_sent, plan.bytes_received),
         )
-        node.sync = self._sync_step(node.pid, name, "Internal" if internal else "External")
-        if internal:
-            node.instructions = _instructions(plan)
+        sync = self._sync_step(name, "Internal" if internal else "External")
+        instructions = _instructions(plan) if internal else None
+        node = N.ExchangeNode(kind, index, step, sync, copy, instructions)
+        self._add(node, name)
         return node
 
     def host_node(
@@ -166,18 +184,16 @@ class Lowering:
             d[0] = cycles  # a transfer with no data still costs the host round trip
         index = len(self.host_exchanges)
         self.host_exchanges.append(HostExchange(bytes_sent, bytes_received, d))
-        node = N.HostNode(action, index, None, None, **kw)  # type: ignore[arg-type]
-        self._add(node, name)
-        node.step = self._step(
+        step = self._step(
             "StreamCopy",
-            node.pid,
             name,
             d,
             True,
             hostExchange=index,
             **self._data_fields(bytes_sent, bytes_received),
         )
-        node.sync = self._sync_step(node.pid, name, "External")
+        node = N.HostNode(action, index, step, self._sync_step(name, "External"), **kw)  # type: ignore[arg-type]
+        self._add(node, name)
         return node
 
     def bytes_by_tile(self, t: Tensor) -> np.ndarray:
@@ -191,18 +207,17 @@ class Lowering:
         parts: list[N.Node] = []
         for plan, suffix in pre:
             parts.append(self.exchange_node(plan, f"{ccs.name}/{suffix}"))
-        tile = N.OnTileNode(ccs, None)  # type: ignore[arg-type]
-        self._add(tile, ccs.name)
-        tile.step = self._step(
+        step = self._step(
             "OnTileExecute",
-            tile.pid,
             ccs.name,
             ccs.cycles_by_tile,
             False,
+            active_cycles=int(ccs.active_cycles_by_tile.sum()),
             computeSet=ccs.id,
             threadBalance=ccs.thread_balance,
         )
-        tile.step.active_cycles = int(ccs.active_cycles_by_tile.sum())
+        tile = N.OnTileNode(ccs, step)
+        self._add(tile, ccs.name)
         parts.append(tile)
         for plan, suffix in post:
             parts.append(self.exchange_node(plan, f"{ccs.name}/{suffix}"))
@@ -416,27 +431,25 @@ class Lowering:
         index = len(self.external_exchanges)
         self.external_exchanges.append(plan)
         pairs = np.array(p.replica_map, dtype=np.int64).reshape(-1, 2)
-        node = N.CrossReplicaNode(
-            index,
-            None,
-            None,
-            Gather.of(p.src.dtype, p.src.addresses),  # type: ignore[arg-type]
-            Gather.of(p.dst.dtype, p.dst.addresses),
-            pairs[:, 0],
-            pairs[:, 1],
-        )
         name = p.name or "CrossReplicaCopy"
-        self._add(node, name)
-        node.step = self._step(
+        step = self._step(
             "GlobalExchange",
-            node.pid,
             name,
             cycles,
             True,
             externalExchange=index,
             **self._data_fields(sent, recv),
         )
-        node.sync = self._sync_step(node.pid, name, "External")
+        node = N.CrossReplicaNode(
+            index,
+            step,
+            self._sync_step(name, "External"),
+            Gather.of(p.src.dtype, p.src.addresses),
+            Gather.of(p.dst.dtype, p.dst.addresses),
+            pairs[:, 0],
+            pairs[:, 1],
+        )
+        self._add(node, name)
         return node
 
     # ---- control flow ----
@@ -452,35 +465,27 @@ class Lowering:
 
     def lower_repeat_while(self, p: P._RepeatWhile) -> N.Node:
         cond, body = self.lower(p.condition), self.lower(p.body)
-        node = N.RepeatWhileNode(cond, self._pred(p.predicate), body, p.until, None)  # type: ignore[arg-type]
-        self._add(node, p.name)
-        node.sync = self._sync_step(node.pid, node.name, "Internal")
-        return node
+        sync = self._sync_step(p.name, "Internal")
+        node = N.RepeatWhileNode(cond, self._pred(p.predicate), body, p.until, sync)
+        return self._add(node, p.name)
 
     def lower_if(self, p: P.If) -> N.Node:
         then = self.lower(p.then)
         empty_else = isinstance(p.else_, P.Sequence) and not p.else_.programs
         else_ = None if empty_else else self.lower(p.else_)
-        node = N.IfNode(self._pred(p.predicate), then, else_, None)  # type: ignore[arg-type]
-        self._add(node, p.name)
-        node.sync = self._sync_step(node.pid, node.name, "Internal")
-        return node
+        sync = self._sync_step(p.name, "Internal")
+        return self._add(N.IfNode(self._pred(p.predicate), then, else_, sync), p.name)
 
     def lower_switch(self, p: P.Switch) -> N.Node:
         cases = [self.lower(c) for _, c in p.cases]
         default = self.lower(p.default)
         values = np.array([v for v, _ in p.cases], dtype=np.int64)
-        node = N.SwitchNode(self._pred(p.control), values, cases, default, None)  # type: ignore[arg-type]
-        self._add(node, p.name)
-        node.sync = self._sync_step(node.pid, node.name, "Internal")
-        return node
+        sync = self._sync_step(p.name, "Internal")
+        return self._add(N.SwitchNode(self._pred(p.control), values, cases, default, sync), p.name)
 
     def lower_sync(self, p: P.Sync) -> N.Node:
         kind = "External" if p.sync_type == "external" else "Internal"
-        node = N.SyncNode(None)  # type: ignore[arg-type]
-        self._add(node, p.name)
-        node.step = self._sync_step(node.pid, p.name, kind)
-        return node
+        return self._add(N.SyncNode(self._sync_step(p.name, kind)), p.name)
 
     def lower_write_undef(self, p: P.WriteUndef) -> N.Node:
         return self._add(N.WriteUndefNode((Gather.of(p.tensor.dtype, p.tensor.addresses),)), p.name)
