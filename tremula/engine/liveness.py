@@ -84,8 +84,8 @@ class Linearizer:
             self.add_access(step, kinds[kind], g)
         for fid in self._fn_stack:
             self.w.calls.setdefault(fid, []).append(step)
-        if isinstance(node, N.HostNode) and node.action == "code_load":
-            self.w.loads.setdefault(node.function, []).append(step)
+        if isinstance(node, N.HostNode) and isinstance(node.action, N.CodeLoad):
+            self.w.loads.setdefault(node.action.function, []).append(step)
         return step
 
     def walk(self, node: N.Node) -> dict:

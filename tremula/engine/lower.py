@@ -164,12 +164,11 @@ class Lowering:
 
     def host_node(
         self,
-        action: str,
+        action: N.HostAction,
         name: str,
         bytes_sent: np.ndarray,
         bytes_received: np.ndarray,
         remote: bool = False,
-        **kw: object,
     ) -> N.HostNode:
         tg = self.target
         per_tile = bytes_sent + bytes_received
@@ -192,7 +191,7 @@ class Lowering:
             hostExchange=index,
             **self._data_fields(bytes_sent, bytes_received),
         )
-        node = N.HostNode(action, index, step, self._sync_step(name, "External"), **kw)  # type: ignore[arg-type]
+        node = N.HostNode(action, index, step, self._sync_step(name, "External"))
         self._add(node, name)
         return node
 
@@ -247,27 +246,14 @@ class Lowering:
         name = p.name
         if isinstance(s, Tensor) and isinstance(d, Tensor):
             return self._tensor_copy(s, d, name or "Copy")
-        if isinstance(s, DataStream):
-            g = Gather.of(d.dtype, d.addresses)
-            return self.host_node(
-                "h2d",
-                name or f"{s.name}/StreamCopy",
-                np.zeros_like(self.bytes_by_tile(d)),
-                self.bytes_by_tile(d),
-                writes=(g,),
-                stream=s,
-                shape=d.shape,
-            )
-        if isinstance(d, DataStream):
-            g = Gather.of(s.dtype, s.addresses)
-            return self.host_node(
-                "d2h",
-                name or f"{d.name}/StreamCopy",
-                self.bytes_by_tile(s),
-                np.zeros_like(self.bytes_by_tile(s)),
-                reads=(g,),
-                stream=d,
-            )
+        if isinstance(s, DataStream) and isinstance(d, Tensor):
+            b = self.bytes_by_tile(d)
+            action = N.StreamIn(s, Gather.of(d.dtype, d.addresses))
+            return self.host_node(action, name or f"{s.name}/StreamCopy", np.zeros_like(b), b)
+        if isinstance(d, DataStream) and isinstance(s, Tensor):
+            b = self.bytes_by_tile(s)
+            action = N.StreamOut(d, Gather.of(s.dtype, s.addresses))
+            return self.host_node(action, name or f"{d.name}/StreamCopy", b, np.zeros_like(b))
         if isinstance(s, RemoteBuffer) or isinstance(d, RemoteBuffer):
             return self._remote_copy(p)
         if isinstance(s, FunctionBuffer) and isinstance(d, Function):
@@ -302,42 +288,26 @@ class Lowering:
         return 0 if off is None else int(off)
 
     def _remote_copy(self, p: P.Copy) -> N.Node:
-        if isinstance(p.src, RemoteBuffer):
+        offset = self._offset(p)
+        if isinstance(p.src, RemoteBuffer) and isinstance(p.dst, Tensor):
             buf, t = p.src, p.dst
             b = self.bytes_by_tile(t)
-            return self.host_node(
-                "remote_load",
-                p.name or f"{buf.name}/RemoteLoad",
-                np.zeros_like(b),
-                b,
-                remote=True,
-                writes=(Gather.of(t.dtype, t.addresses),),
-                buffer=buf,
-                offset=self._offset(p),
-            )
-        buf, t = p.dst, p.src
-        b = self.bytes_by_tile(t)
-        return self.host_node(
-            "remote_store",
-            p.name or f"{buf.name}/RemoteStore",
-            b,
-            np.zeros_like(b),
-            remote=True,
-            reads=(Gather.of(t.dtype, t.addresses),),
-            buffer=buf,
-            offset=self._offset(p),
-        )
+            action: N.HostAction = N.RemoteLoad(buf, Gather.of(t.dtype, t.addresses), offset)
+            name = p.name or f"{buf.name}/RemoteLoad"
+            return self.host_node(action, name, np.zeros_like(b), b, remote=True)
+        if isinstance(p.dst, RemoteBuffer) and isinstance(p.src, Tensor):
+            buf, t = p.dst, p.src
+            b = self.bytes_by_tile(t)
+            action = N.RemoteStore(buf, Gather.of(t.dtype, t.addresses), offset)
+            name = p.name or f"{buf.name}/RemoteStore"
+            return self.host_node(action, name, b, np.zeros_like(b), remote=True)
+        raise ProgramError(f"Copy {p.name!r}: a remote buffer copies to or from a tensor")
 
     def _code_load(self, fn: Function, name: str) -> N.Node:
         self.function_position(fn)
         code = self.function_code[fn.id]
         return self.host_node(
-            "code_load",
-            name or f"{fn.name}/CodeLoad",
-            np.zeros_like(code),
-            code,
-            remote=True,
-            function=fn.id,
+            N.CodeLoad(fn.id), name or f"{fn.name}/CodeLoad", np.zeros_like(code), code, remote=True
         )
 
     # ---- functions ----
@@ -386,21 +356,11 @@ class Lowering:
             return self._add(node, p.name or f"Call/{fn.name}")
         ins = tuple(Gather.of(t.dtype, t.addresses) for t in p.inputs)
         outs = tuple(Gather.of(t.dtype, t.addresses) for t in p.outputs)
-        sent = sum(
-            (self.bytes_by_tile(t) for t in p.inputs), np.zeros(self.target.num_tiles, np.int64)
-        )
-        recv = sum(
-            (self.bytes_by_tile(t) for t in p.outputs), np.zeros(self.target.num_tiles, np.int64)
-        )
-        return self.host_node(
-            "host_call",
-            p.name or f"{fn.name}/HostCall",
-            sent,
-            recv,
-            reads=ins,
-            writes=outs,
-            host_function=fn,
-        )
+        zero = np.zeros(self.target.num_tiles, np.int64)
+        sent = sum((self.bytes_by_tile(t) for t in p.inputs), zero)
+        recv = sum((self.bytes_by_tile(t) for t in p.outputs), zero)
+        name = p.name or f"{fn.name}/HostCall"
+        return self.host_node(N.HostCall(fn, ins, outs), name, sent, recv)
 
     def lower_cross_replica(self, p: P.CrossReplicaCopy) -> N.Node:
         tg = self.target
@@ -492,15 +452,11 @@ class Lowering:
 
     def lower_print(self, p: P.PrintTensor) -> N.Node:
         t = p.tensor
+        assert t is not None  # PrintTensor's constructor requires it
         b = self.bytes_by_tile(t)
+        action = N.Print(p.title, Gather.of(t.dtype, t.addresses), t.shape)
         return self.host_node(
-            "print",
-            p.name or f"{p.title or 'tensor'}/PrintTensor",
-            b,
-            np.zeros_like(b),
-            reads=(Gather.of(t.dtype, t.addresses),),
-            title=p.title,
-            shape=t.shape,
+            action, p.name or f"{p.title or 'tensor'}/PrintTensor", b, np.zeros_like(b)
         )
 
 

@@ -117,24 +117,99 @@ class CrossReplicaNode(Node):
         return [("r", self.src), ("w", self.dst)]
 
 
+@dataclass(frozen=True)
+class StreamIn:
+    """Host to device: the next transfer of ``stream`` into ``dst``."""
+
+    stream: DataStream
+    dst: Gather
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return [("w", self.dst)]
+
+
+@dataclass(frozen=True)
+class StreamOut:
+    """Device to host: ``src`` into the next transfer of ``stream``."""
+
+    stream: DataStream
+    src: Gather
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return [("r", self.src)]
+
+
+@dataclass(frozen=True)
+class RemoteLoad:
+    """Rows ``offset`` of a remote buffer into ``dst``."""
+
+    buffer: RemoteBuffer
+    dst: Gather
+    offset: int | Gather
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        out = [("w", self.dst)]
+        return out + ([("r", self.offset)] if isinstance(self.offset, Gather) else [])
+
+
+@dataclass(frozen=True)
+class RemoteStore:
+    """``src`` into rows ``offset`` of a remote buffer."""
+
+    buffer: RemoteBuffer
+    src: Gather
+    offset: int | Gather
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        out = [("r", self.src)]
+        return out + ([("r", self.offset)] if isinstance(self.offset, Gather) else [])
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """A host function called with ``inputs``, filling ``outputs``."""
+
+    function: HostFunction
+    inputs: tuple[Gather, ...]
+    outputs: tuple[Gather, ...]
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return [("r", g) for g in self.inputs] + [("w", g) for g in self.outputs]
+
+
+@dataclass(frozen=True)
+class Print:
+    """``PrintTensor``: ``src`` shown on the host as ``title: value``."""
+
+    title: str
+    src: Gather
+    shape: tuple[int, ...]
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return [("r", self.src)]
+
+
+@dataclass(frozen=True)
+class CodeLoad:
+    """A function's code copied from its function buffer into tile memory."""
+
+    function: int  # the poplar Function id
+
+    def accesses(self) -> list[tuple[str, Gather]]:
+        return []
+
+
+HostAction = StreamIn | StreamOut | RemoteLoad | RemoteStore | HostCall | Print | CodeLoad
+
+
 @dataclass(eq=False)
 class HostNode(Node):
-    """A host exchange (StreamCopy): stream copies, remote-buffer copies, host-function
-    calls, tensor prints and code loads. ``action`` selects the run handler."""
+    """A host exchange (a StreamCopy program) performing ``action``."""
 
-    action: str  # h2d, d2h, remote_load, remote_store, host_call, print, code_load
+    action: HostAction
     exchange: int
     step: StepInfo
     sync: StepInfo
-    reads: tuple[Gather, ...] = ()
-    writes: tuple[Gather, ...] = ()
-    stream: DataStream | None = None
-    buffer: RemoteBuffer | None = None
-    offset: int | Gather | None = None
-    host_function: HostFunction | None = None
-    title: str = ""
-    shape: tuple[int, ...] = ()
-    function: int = -1
 
     def __post_init__(self) -> None:
         self.ptype = "StreamCopy"
@@ -143,10 +218,7 @@ class HostNode(Node):
         return {"exchange": self.exchange}
 
     def accesses(self) -> list[tuple[str, Gather]]:
-        out = [("r", g) for g in self.reads] + [("w", g) for g in self.writes]
-        if isinstance(self.offset, Gather):
-            out.append(("r", self.offset))
-        return out
+        return self.action.accesses()
 
 
 @dataclass(eq=False)

@@ -182,73 +182,74 @@ def _cross_replica(rt: Runtime, node: N.CrossReplicaNode, rsel: Any) -> None:
         rt.tl.run(node.step)
 
 
-def _remote_rows(rt: Runtime, node: N.HostNode, rsel: Any) -> np.ndarray:
-    buf = node.buffer
-    if isinstance(node.offset, Gather):
-        rows = node.offset.read(rt.storage, rsel).astype(np.int64)
+def _remote_rows(
+    rt: Runtime, action: N.RemoteLoad | N.RemoteStore, rsel: Any, where: str
+) -> np.ndarray:
+    buf, offset = action.buffer, action.offset
+    if isinstance(offset, Gather):
+        rows = offset.read(rt.storage, rsel).astype(np.int64)
     else:
         count = np.arange(rt.replicas)[rsel].size
-        rows = np.full((count, 1), node.offset, dtype=np.int64)
+        rows = np.full((count, 1), offset, dtype=np.int64)
     if rows.size and (rows.min() < 0 or rows.max() >= buf.repeats):
         bad = int(rows.min() if rows.min() < 0 else rows.max())
         raise EngineError(
             f"remote buffer {buf.name!r}: row offset {bad} out of range "
-            f"[0, {buf.repeats}) in program {node.name!r}"
+            f"[0, {buf.repeats}) in program {where!r}"
         )
     return rows
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    HOST_ACTIONS[node.action](rt, node, rsel)
+    HOST_ACTIONS[type(node.action)](rt, node.action, rsel, node.name)
     if rt._tl(rsel):
         rt.tl.program(node.pid)
         rt.tl.run(node.sync)
         rt.tl.run(node.step)
 
 
-def _stream(rt: Runtime, node: N.HostNode) -> StreamConnection:
-    conn = rt.streams.get(node.stream.name)
+def _stream(rt: Runtime, stream: DataStream, where: str) -> StreamConnection:
+    conn = rt.streams.get(stream.name)
     if conn is None:
         raise StreamError(
-            f"stream {node.stream.name!r} is used by program {node.name!r} but "
-            f"not connected; call engine.connect_stream({node.stream.name!r}, "
-            f"buffer_or_callback)"
+            f"stream {stream.name!r} is used by program {where!r} but not connected; call "
+            f"engine.connect_stream({stream.name!r}, buffer_or_callback)"
         )
     return conn
 
 
-def _h2d(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    data = _stream(rt, node).take(rsel, node.stream.dtype)
-    node.writes[0].write(rt.storage, rsel, data)
+def _stream_in(rt: Runtime, a: N.StreamIn, rsel: Any, where: str) -> None:
+    data = _stream(rt, a.stream, where).take(rsel, a.stream.dtype)
+    a.dst.write(rt.storage, rsel, data)
 
 
-def _d2h(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    _stream(rt, node).give(rsel, node.reads[0].read(rt.storage, rsel))
+def _stream_out(rt: Runtime, a: N.StreamOut, rsel: Any, where: str) -> None:
+    _stream(rt, a.stream, where).give(rsel, a.src.read(rt.storage, rsel))
 
 
-def _remote_load(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    rows = _remote_rows(rt, node, rsel)
+def _remote_load(rt: Runtime, a: N.RemoteLoad, rsel: Any, where: str) -> None:
+    rows = _remote_rows(rt, a, rsel, where)
     reps = np.arange(rt.replicas)[rsel]
-    data = rt.remote[node.buffer.name][reps[:, None], rows]  # [replica, k, n]
-    node.writes[0].write(rt.storage, rsel, data.reshape(reps.size, -1))
+    data = rt.remote[a.buffer.name][reps[:, None], rows]  # [replica, k, n]
+    a.dst.write(rt.storage, rsel, data.reshape(reps.size, -1))
 
 
-def _remote_store(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    rows = _remote_rows(rt, node, rsel)
+def _remote_store(rt: Runtime, a: N.RemoteStore, rsel: Any, where: str) -> None:
+    rows = _remote_rows(rt, a, rsel, where)
     reps = np.arange(rt.replicas)[rsel]
-    data = node.reads[0].read(rt.storage, rsel).reshape(reps.size, rows.shape[1], -1)
-    rt.remote[node.buffer.name][reps[:, None], rows] = data
+    data = a.src.read(rt.storage, rsel).reshape(reps.size, rows.shape[1], -1)
+    rt.remote[a.buffer.name][reps[:, None], rows] = data
 
 
-def _host_call(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    hf = node.host_function
+def _host_call(rt: Runtime, a: N.HostCall, rsel: Any, where: str) -> None:
+    hf = a.function
     fn = rt.host_functions.get(hf.name)
     if fn is None:
         raise EngineError(
-            f"host function {hf.name!r} is called by program {node.name!r} but "
-            f"not connected; call engine.connect_host_function({hf.name!r}, fn)"
+            f"host function {hf.name!r} is called by program {where!r} but not connected; "
+            f"call engine.connect_host_function({hf.name!r}, fn)"
         )
-    ins = [g.read(rt.storage, rsel) for g in node.reads]
+    ins = [g.read(rt.storage, rsel) for g in a.inputs]
     reps = np.arange(rt.replicas)[rsel]
     outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy) for spec in hf.outputs]
     for i in range(reps.size):  # host work: one callback per replica, as Poplar does
@@ -258,24 +259,24 @@ def _host_call(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
             res = [res] if isinstance(res, np.ndarray) else list(res)
             if len(res) != len(outs):
                 raise EngineError(
-                    f"host function {hf.name!r} returned {len(res)} arrays, "
-                    f"declared {len(outs)} outputs"
+                    f"host function {hf.name!r} returned {len(res)} arrays, declared "
+                    f"{len(outs)} outputs"
                 )
             for o, r in zip(row_outs, res):
                 o[...] = np.asarray(r).reshape(o.shape)
-    for g, o in zip(node.writes, outs):
+    for g, o in zip(a.outputs, outs):
         g.write(rt.storage, rsel, o)
 
 
-def _print(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    data = node.reads[0].read(rt.storage, rsel)
+def _print(rt: Runtime, a: N.Print, rsel: Any, where: str) -> None:
+    data = a.src.read(rt.storage, rsel)
     for i, r in enumerate(np.arange(rt.replicas)[rsel]):
-        prefix = f"{node.title}" + (f" (replica {r})" if rt.replicas > 1 else "")
-        value = np.array2string(data[i].reshape(node.shape), separator=", ")
+        prefix = a.title + (f" (replica {r})" if rt.replicas > 1 else "")
+        value = np.array2string(data[i].reshape(a.shape), separator=", ")
         print(f"{prefix}: {value}", file=rt.out)
 
 
-def _code_load(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+def _code_load(rt: Runtime, a: N.CodeLoad, rsel: Any, where: str) -> None:
     return None  # code is immutable; only the time and the liveness change
 
 
@@ -354,12 +355,12 @@ HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
     N.WriteUndefNode: _write_undef,
 }
 
-HOST_ACTIONS: dict[str, Callable[[Runtime, N.HostNode, Any], None]] = {
-    "h2d": _h2d,
-    "d2h": _d2h,
-    "remote_load": _remote_load,
-    "remote_store": _remote_store,
-    "host_call": _host_call,
-    "print": _print,
-    "code_load": _code_load,
+HOST_ACTIONS: dict[type, Callable[[Runtime, Any, Any, str], None]] = {
+    N.StreamIn: _stream_in,
+    N.StreamOut: _stream_out,
+    N.RemoteLoad: _remote_load,
+    N.RemoteStore: _remote_store,
+    N.HostCall: _host_call,
+    N.Print: _print,
+    N.CodeLoad: _code_load,
 }
