@@ -41,8 +41,11 @@ class CompiledGroup:
     writes: tuple[str, ...]
     outputs_only: tuple[str, ...]
 
-    def run(self, storage: dict, rsel: slice | np.ndarray, replicas: int) -> None:
+    def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
+        """Run every vertex of the group on the replicas ``replica_ids`` (``rsel`` selects
+        their rows: ``slice(None)`` when all replicas run)."""
         full = isinstance(rsel, slice)
+        replicas = replica_ids.size
         data = self.batch._data
         for name in self.reads:
             g = self.gathers[name]
@@ -58,6 +61,7 @@ class CompiledGroup:
             else:
                 data[name] = np.zeros((replicas, g.size), dtype=g.dtype.numpy)
         self.batch.replicas = replicas
+        self.batch.replica_ids = replica_ids
         self.vertex_type.codelet.compute(self.batch)
         for name in self.writes:
             g = self.gathers[name]
@@ -80,9 +84,9 @@ class CompiledComputeSet:
     post: Transfers = field(default_factory=Transfers.empty)
     generated: bool = False
 
-    def run(self, storage: dict, rsel: slice | np.ndarray, replicas: int) -> None:
+    def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
         for g in self.groups:
-            g.run(storage, rsel, replicas)
+            g.run(storage, rsel, replica_ids)
 
     @property
     def num_vertices(self) -> int:

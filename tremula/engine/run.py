@@ -119,6 +119,7 @@ class Runtime:
         }
         self.streams: dict[str, StreamConnection] = {}
         self.host_functions: dict[str, Callable[..., Any]] = {}
+        self.replica_ids = np.arange(replicas)
         self.tl = timeline
         self.record_cs = record_cs
         self.cs_cycles = np.zeros((len(lowering.compute_sets), st.target.num_tiles), np.int64)
@@ -155,7 +156,7 @@ def _seq(rt: Runtime, node: N.SeqNode, rsel: Any) -> None:
 
 
 def _on_tile(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
-    node.ccs.run(rt.storage, rsel, rt.replicas if isinstance(rsel, slice) else rsel.size)
+    node.ccs.run(rt.storage, rsel, rt.replica_ids[rsel])
     if rt._tl(rsel):
         rt.tl.program(node.pid)
         rt.tl.run(node.step)

@@ -341,7 +341,8 @@ class VertexInfo(_Segmented):
 class Batch(_Segmented):
     """What a codelet's ``compute`` sees: the data of all vertices of one type in a compute
     set. Edge fields are arrays shaped ``[replica, element]``; state fields are arrays
-    shaped ``[vertex]`` (``[element]`` for vector state)."""
+    shaped ``[vertex]`` (``[element]`` for vector state). ``replica_ids`` names the replica
+    of each row (all replicas, unless replicas took different branches of a program)."""
 
     def __init__(
         self,
@@ -357,6 +358,7 @@ class Batch(_Segmented):
         super().__init__(vtype, n, lengths, sub_lengths, state, target)
         self.__dict__["_data"] = data
         self.replicas = replicas
+        self.replica_ids = np.arange(replicas)
 
     def __getattr__(self, name: str) -> Any:
         data = self.__dict__.get("_data")
