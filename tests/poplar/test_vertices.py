@@ -258,3 +258,11 @@ def test_verify_conflicts_match_an_element_count(data, n, vertices):
         g.verify()
     element = int(re.search(r"element (\d+) of 'v'", str(info.value)).group(1))
     assert element in (twice if twice.size else both)
+
+
+def test_template_arguments_keep_inner_spaces():
+    from tremula.poplar.codelet import parse_vertex_type
+
+    assert parse_vertex_type("ns::V<unsigned int, float>") == ("ns::V", ("unsigned int", "float"))
+    assert parse_vertex_type(" ns::V< ADD ,half> ") == ("ns::V", ("ADD", "half"))
+    assert parse_vertex_type("Plain") == ("Plain", ())

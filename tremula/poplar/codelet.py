@@ -156,10 +156,11 @@ _TEMPLATE = re.compile(r"^([^<>]+)<(.*)>$")
 
 
 def parse_vertex_type(name: str) -> tuple[str, tuple[str, ...]]:
-    """Split ``"ns::Name<a,b>"`` into ``("ns::Name", ("a", "b"))``."""
-    m = _TEMPLATE.match(name.replace(" ", "")) if "<" in name else None
+    """Split ``"ns::Name<a, b>"`` into ``("ns::Name", ("a", "b"))``; spaces inside an
+    argument are kept (``"unsigned int"``)."""
+    m = _TEMPLATE.match(name.strip()) if "<" in name else None
     if not m:
-        return name, ()
+        return name.strip(), ()
     depth, args, cur = 0, [], ""
     for ch in m.group(2):
         if ch == "," and depth == 0:
@@ -169,7 +170,7 @@ def parse_vertex_type(name: str) -> tuple[str, tuple[str, ...]]:
         depth += (ch == "<") - (ch == ">")
         cur += ch
     args.append(cur)
-    return m.group(1), tuple(a for a in args if a)
+    return m.group(1).strip(), tuple(a.strip() for a in args if a.strip())
 
 
 @dataclass(frozen=True)

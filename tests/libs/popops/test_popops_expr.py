@@ -1,0 +1,152 @@
+"""Expressions: operators and named constructors, canonical strings, structural equality,
+and type inference against the op table."""
+
+from __future__ import annotations
+
+import pytest
+
+from tremula import poplar
+from tremula.libs.popops import expr as E
+from tremula.libs.popops import ops
+from tremula.libs.popops.elementwise_plan import infer
+from tremula.libs.popops.expr import (
+    BinaryOpType,
+    Cast,
+    Const,
+    ExprError,
+    PlaceHolder,
+    TernaryOpType,
+    UnaryOpType,
+    _1,
+    _2,
+    _3,
+)
+
+
+def test_operators_build_the_poplibs_nodes():
+    cases = {
+        _1 + _2: "ADD(_1,_2)",
+        _1 - 2: "SUBTRACT(_1,2)",
+        2.5 * _1: "MULTIPLY(2.5,_1)",
+        _1 / _2: "DIVIDE(_1,_2)",
+        _1 % 3: "REMAINDER(_1,3)",
+        _1**_2: "POWER(_1,_2)",
+        1 - _1: "SUBTRACT(1,_1)",
+        -_1: "NEGATE(_1)",
+        abs(_1): "ABSOLUTE(_1)",
+        ~_1: "BITWISE_NOT(_1)",
+        _1 & _2: "BITWISE_AND(_1,_2)",
+        _1 | 1: "BITWISE_OR(_1,1)",
+        _1 ^ _2: "BITWISE_XOR(_1,_2)",
+        _1 << 2: "SHIFT_LEFT(_1,2)",
+        _1 >> 2: "SHIFT_RIGHT(_1,2)",
+        _1 < _2: "LESS_THAN(_1,_2)",
+        _1 <= 0: "LESS_THAN_EQUAL(_1,0)",
+        _1 > _2: "GREATER_THAN(_1,_2)",
+        _1 >= True: "GREATER_THAN_EQUAL(_1,true)",
+    }
+    for e, text in cases.items():
+        assert e.canonical == text
+
+
+def test_named_constructors_equal_operator_forms():
+    assert E.Add(_1, E.Mul(_2, 3)) == _1 + _2 * 3
+    assert E.Select(_1, _2, _3).canonical == "SELECT(_1,_2,_3)"
+    assert E.Clamp(_1, 0, 1).canonical == "CLAMP(_1,0,1)"
+    assert E.Exp(E.Neg(_1)) == E.Exp(-_1)
+    assert E.Div is E.Divide and E.Equal(_1, _2).canonical == "EQUAL(_1,_2)"
+
+
+def test_every_op_type_has_a_table_record_and_a_constructor():
+    ctors = {
+        getattr(E, n).__doc__.strip("`").split("(")[0]
+        for n in dir(E)
+        if n[:1].isupper() and callable(getattr(E, n)) and (getattr(E, n).__doc__ or "")[:2] == "``"
+    }
+    for kind in (UnaryOpType, BinaryOpType, TernaryOpType):
+        for op in kind:
+            assert op in ops.BY_OP, op
+            assert op.name in ctors, op
+
+
+def test_structural_equality_hash_and_truth_value():
+    a, b = _1 * 2 + _2, E.Add(E.Mul(PlaceHolder(1), Const(2)), _2)
+    assert a == b and hash(a) == hash(b) and a != _1 * 2
+    assert {a: 1}[b] == 1
+    with pytest.raises(ExprError, match="truth value"):
+        bool(_1 < _2)
+    assert repr(-_1) == "expr<NEGATE(_1)>"
+
+
+def test_constants_canonical_forms():
+    assert Const(3).canonical == "3" and Const(2.0).canonical == "2.0"
+    assert Const(True).canonical == "true" and Const(float("nan")).canonical == "nan"
+    assert Const(1.5, poplar.HALF).canonical == "half:1.5"
+    assert Const(1, poplar.UNSIGNED_INT).canonical == "uint32:1"
+    assert Cast(_1, "unsigned int").canonical == "CAST<uint32>(_1)"
+    assert Const(3) != Const(3.0)
+
+
+def test_bad_nodes():
+    with pytest.raises(ExprError, match="index"):
+        PlaceHolder(0)
+    with pytest.raises(ExprError, match="dict"):
+        _1 + {1: 2}
+    with pytest.raises(ExprError, match="takes 2"):
+        E.make(BinaryOpType.ADD, _1)
+    with pytest.raises(ExprError, match="not a bool"):
+        Const("x")
+
+
+def test_helpers():
+    e = E.Select(_3 + 1, _1, _2 < 0)
+    assert E.placeholders(e) == {1, 2, 3}
+    assert E.count_ops(e) == 3
+    assert E.substitute(e, {3: 1, 1: 3}).canonical == "SELECT(ADD(_1,1),_3,LESS_THAN(_2,0))"
+
+
+# ---- type inference ----
+
+F, H, I, B, U = poplar.FLOAT, poplar.HALF, poplar.INT, poplar.BOOL, poplar.UNSIGNED_INT
+
+
+@pytest.mark.parametrize(
+    "e, types, want",
+    [
+        (_1 + _2, (F, F), F),
+        (_1 + 1, (H,), H),
+        (_1 < 0.5, (H,), B),
+        (E.Select(_1, 0, _2), (I, B), I),
+        (E.Select(1.5, 2, _1), (B,), F),
+        (E.IsFinite(_1), (H,), B),
+        (E.Cast(_1, H) * 2, (I,), H),
+        (E.And(_1 < _2, E.Not(_3)), (F, F, B), B),
+        (_1 >> 3, (U,), U),
+        (Const(1) + Const(2), (), I),
+    ],
+)
+def test_infer_result_types(e, types, want):
+    assert infer(e, types).dtype is want
+
+
+def test_constants_become_scalars_of_the_operand_type():
+    typed = infer(_1 * 0.1, (H,))
+    const = typed.args[1]
+    assert const.value.dtype == H.numpy and float(const.value) == float(H.numpy.type(0.1))
+
+
+@pytest.mark.parametrize(
+    "e, types, match",
+    [
+        (_1 + _2, (F, H), "operand 2"),
+        (E.Exp(_1), (I,), "not supported"),
+        (E.Select(_1, _2, _3), (F, F, F), "condition is bool"),
+        (_1 + 2.5, (I,), "2.5"),
+        (_1 + 256, (poplar.UNSIGNED_CHAR,), "256"),
+        (_1 + _3, (F, F), "_3"),
+        (E.And(_1, _2), (F, F), "LOGICAL_AND"),
+    ],
+)
+def test_infer_errors(e, types, match):
+    with pytest.raises(ExprError, match=match):
+        infer(e, types)

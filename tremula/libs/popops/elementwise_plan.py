@@ -1,0 +1,201 @@
+"""Typing and evaluating expressions: the part of ``popops.map`` that knows no graph.
+
+:func:`infer` gives every node of an expression its type for given input types (checking
+operand types against the op table) and turns constants into NumPy scalars of their type;
+:func:`evaluate` runs a typed expression on arrays (the codelets' compute); the cost
+helpers sum the table's cycles over a fused expression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from tremula.libs.popops import ops
+from tremula.libs.popops.elementwise_math import convert
+from tremula.libs.popops.expr import Cast, Const, Expr, ExprError, PlaceHolder
+from tremula.poplar.types import BOOL, FLOAT, INT, Type
+
+
+@dataclass(frozen=True, eq=False)
+class Typed:
+    """An expression node with its result type; ``op`` and ``in_type`` (the type its
+    operands share) for operations, ``value`` for constants, ``index`` (0-based) for
+    placeholders."""
+
+    expr: Expr
+    dtype: Type
+    args: tuple[Typed, ...] = ()
+    op: ops.Op | None = None
+    in_type: Type | None = None
+    value: Any = None
+    index: int = -1
+
+    def nodes(self) -> list[Typed]:
+        """This node and all below it, children first."""
+        out: list[Typed] = []
+        for a in self.args:
+            out.extend(a.nodes())
+        out.append(self)
+        return out
+
+
+def _default_type(value: bool | int | float) -> Type:
+    if isinstance(value, bool):
+        return BOOL
+    return INT if isinstance(value, int) else FLOAT
+
+
+def scalar_value(value: bool | int | float | np.generic, t: Type, what: str) -> np.generic:
+    """``value`` as a NumPy scalar of ``t``; integer and bool types must hold it exactly.
+
+    Raises:
+        ExprError: ``value`` is not integral or out of range for an integer type, or not
+            0 / 1 for bool (``what`` names the value in the message).
+    """
+    v: bool | int | float = value.item() if isinstance(value, np.generic) else value
+    kind = t.numpy.kind
+    exact = True
+    if kind in "iu":
+        info = np.iinfo(t.numpy)
+        exact = float(v).is_integer() and info.min <= v <= info.max
+    elif kind == "b":
+        exact = v in (0, 1)
+    if not exact:
+        raise ExprError(f"{what}: {value!r} does not fit type {t}")
+    with np.errstate(all="ignore"):
+        return t.numpy.type(v)
+
+
+def _natural(e: Expr, types: Sequence[Type]) -> Type | None:
+    """The type of ``e`` from its inputs and typed constants alone (None when only untyped
+    constants decide it)."""
+    if isinstance(e, PlaceHolder):
+        return types[e.index - 1] if e.index <= len(types) else None
+    if isinstance(e, Const):
+        return e.dtype
+    if isinstance(e, Cast):
+        return e.dtype
+    rec = ops.BY_OP[e.op]  # type: ignore[attr-defined]
+    if rec.result == "bool":
+        return BOOL
+    for i, c in enumerate(e.children):
+        if i != rec.cond:
+            t = _natural(c, types)
+            if t is not None:
+                return t
+    return None
+
+
+def _infer_op(e: Expr, types: Sequence[Type], hint: Type | None) -> Typed:
+    rec = ops.BY_OP[e.op]  # type: ignore[attr-defined]
+    kids = e.children
+    shared = [i for i in range(len(kids)) if i != rec.cond]
+    t = next((x for i in shared if (x := _natural(kids[i], types)) is not None), None)
+    if t is None:
+        t = hint if rec.result == "same" and hint is not None else None
+    if t is None:
+        t = _infer(kids[shared[0]], types, None).dtype
+    args = tuple(_infer(k, types, BOOL if i == rec.cond else t) for i, k in enumerate(kids))
+    for i, a in enumerate(args):
+        want = BOOL if i == rec.cond else t
+        if a.dtype is not want:
+            raise ExprError(
+                f"{rec.op.name} in {e.canonical}: operand {i + 1} ({a.expr.canonical}) has "
+                f"type {a.dtype}, expected {want}"
+                + (" (the condition is bool)" if i == rec.cond else " (operands share a type)")
+            )
+    if not rec.supports(t):
+        raise ExprError(
+            f"{rec.op.name} in {e.canonical}: operands of type {t} are not supported; "
+            f"supported type families: {sorted(rec.costs)}"
+        )
+    return Typed(e, rec.result_type(t), args, rec, t)
+
+
+def _infer(e: Expr, types: Sequence[Type], hint: Type | None) -> Typed:
+    if isinstance(e, PlaceHolder):
+        if e.index > len(types):
+            raise ExprError(f"placeholder {e.canonical} used with only {len(types)} input(s)")
+        return Typed(e, types[e.index - 1], index=e.index - 1)
+    if isinstance(e, Const):
+        t = e.dtype or hint or _default_type(e.value)
+        what = f"constant {e.canonical} (meeting an operand of type {t})"
+        return Typed(e, t, value=scalar_value(e.value, t, what))
+    if isinstance(e, Cast):
+        arg = _infer(e.a, types, None)
+        return Typed(e, e.dtype, (arg,), None, arg.dtype)
+    return _infer_op(e, types, hint)
+
+
+@lru_cache(maxsize=4096)
+def infer(expr: Expr, types: tuple[Type, ...]) -> Typed:
+    """Type ``expr`` for inputs of ``types`` (``_1`` has ``types[0]``).
+
+    Raises:
+        ExprError: a placeholder beyond the inputs, operands of different types, an op
+            that does not support its operand type, or a constant that does not fit.
+    """
+    return _infer(expr, types, None)
+
+
+def _eval(
+    t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray | None
+) -> tuple[np.ndarray, bool]:
+    """(value, whether it is a temporary of this evaluation). An op whose operand is a
+    temporary of the result's shape and type writes into it: a fused expression allocates
+    about one array, not one per op."""
+    if t.op is not None:
+        vals = [_eval(a, inputs, None) for a in t.args]
+        args = [v for v, _ in vals]
+        if out is None:
+            shape = np.broadcast_shapes(*(np.shape(v) for v in args))
+            want = t.dtype.numpy
+            out = next((v for v, own in vals if own and v.shape == shape and v.dtype == want), None)
+        return ops.apply(t.op, t.in_type, args, out), True  # type: ignore[arg-type]
+    if t.index >= 0:
+        return inputs[t.index], False
+    if t.args:  # a cast
+        value, _ = _eval(t.args[0], inputs, None)
+        converted = convert(value, t.dtype)
+        return converted, converted is not value
+    return t.value, False
+
+
+def evaluate(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> None:
+    """Write ``t`` evaluated on ``inputs`` (arrays broadcastable to ``out``) into ``out``.
+
+    ``out`` may be one of the inputs (in place): only the last op writes it, after all its
+    operands are computed."""
+    result, _ = _eval(t, inputs, out)
+    if result is not out:
+        out[...] = result
+
+
+def cycles_per_vector(t: Typed, vector_width: int, natural: Callable[[Type], int]) -> float:
+    """Cycles of a fused loop iteration over ``vector_width`` elements: the table's cycles
+    per element of every op (and cast), times the width. ``natural(type)`` is the natural
+    vector width of a type."""
+    total = 0.0
+    for node in t.nodes():
+        if node.op is not None:
+            cost = node.op.cost(node.in_type)  # type: ignore[arg-type]
+        elif node.args:
+            cost = ops.cast_cost(node.in_type, node.dtype)  # type: ignore[arg-type]
+        else:
+            continue
+        total += cost.per_element(natural(node.in_type)) * vector_width  # type: ignore[arg-type]
+    return total
+
+
+def flops_per_element(t: Typed) -> int:
+    """Floating-point operations per element (ops on float or half operands)."""
+    return sum(
+        n.op.flops
+        for n in t.nodes()
+        if n.op is not None and n.in_type is not None and n.in_type.is_float
+    )
