@@ -73,20 +73,26 @@ class ExchangePlan:
 def _unique_bytes(tile: np.ndarray, t: Transfers, num_tiles: int) -> np.ndarray:
     """Bytes per tile counting each (tile, element) once: a tile sends an element once
     however many tiles receive it, and receives it once however many vertices read it."""
-    key = (tile << 45) | (t.space << 40) | t.addr  # tiles < 2^18, spaces < 32, addr < 2^40
-    _, first = np.unique(key, return_index=True)
-    return np.bincount(tile[first], weights=t.itemsize[first], minlength=num_tiles).astype(np.int64)
+    one_space = t.space.strides == (0,) or bool(np.all(t.space == t.space[0]))
+    if t.addr.size < 2 or (one_space and bool(np.all(np.diff(t.addr) > 0))):
+        first: slice | np.ndarray = slice(None)  # increasing addresses: no element repeats
+    else:
+        key = (tile << 45) | (t.space << 40) | t.addr  # tiles < 2^18, spaces < 32, addr < 2^40
+        _, first = np.unique(key, return_index=True)
+    counts = np.bincount(tile[first], weights=t.itemsize[first], minlength=num_tiles)
+    return counts.astype(np.int64)
 
 
 def _region_counts(t: Transfers, num_tiles: int) -> np.ndarray:
-    """Contiguous runs of received addresses per tile: a proxy for exchange instructions."""
+    """Runs of consecutive received addresses per tile, in transfer order: a proxy for the
+    number of exchange instructions."""
     if not len(t):
         return np.zeros(num_tiles, dtype=np.int64)
-    order = np.lexsort((t.addr, t.space, t.dst))
-    dst, space, addr = t.dst[order], t.space[order], t.addr[order]
-    breaks = np.ones(dst.size, dtype=bool)
-    breaks[1:] = (dst[1:] != dst[:-1]) | (space[1:] != space[:-1]) | (addr[1:] != addr[:-1] + 1)
-    return np.bincount(dst[breaks], minlength=num_tiles).astype(np.int64)
+    breaks = np.ones(t.dst.size, dtype=bool)
+    breaks[1:] = (
+        (t.dst[1:] != t.dst[:-1]) | (t.space[1:] != t.space[:-1]) | (t.addr[1:] != t.addr[:-1] + 1)
+    )
+    return np.bincount(t.dst[breaks], minlength=num_tiles).astype(np.int64)
 
 
 def plan_exchange(
@@ -137,16 +143,18 @@ def transfers_for(
     remote = tiles_of_elem != other_tiles
     if not remote.any():
         return Transfers.empty()
-    a, b = tiles_of_elem[remote], other_tiles[remote]
-    addr = addresses[remote]
+    if remote.all():  # no selection copies
+        a, b, addr = tiles_of_elem, other_tiles, addresses
+    else:
+        a, b, addr = tiles_of_elem[remote], other_tiles[remote], addresses[remote]
     src, dst = (a, b) if to_other else (b, a)
     k = addr.size
     return Transfers(
-        src.astype(np.int64),
-        dst.astype(np.int64),
-        addr.astype(np.int64),
-        np.full(k, space_id, dtype=np.int64),
-        np.full(k, itemsize, dtype=np.int64),
+        src.astype(np.int64, copy=False),
+        dst.astype(np.int64, copy=False),
+        addr.astype(np.int64, copy=False),
+        np.broadcast_to(np.int64(space_id), (k,)),  # constant columns cost no memory
+        np.broadcast_to(np.int64(itemsize), (k,)),
     )
 
 

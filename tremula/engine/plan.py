@@ -44,9 +44,9 @@ class Gather:
     def read(self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray) -> np.ndarray:
         """``[replica, element]``; a view when possible (do not write to it)."""
         arr = storage[self.dtype]
-        if isinstance(rsel, slice):
+        if isinstance(rsel, slice) or isinstance(self.index, slice):
             return arr[rsel, self.index]
-        return arr[rsel][:, self.index]
+        return arr[rsel[:, None], self.index[None, :]]
 
     def write(
         self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray, values: np.ndarray

@@ -1,0 +1,38 @@
+"""GCL on the engine: collectives across the replicas of a replicated graph, over replica
+groups, and the replica-grouping representation shared by PopXL and PopART.
+
+``from tremula.libs import gcl``; then, with a ``prog = poplar.Sequence()``::
+
+    out = gcl.all_reduce(graph, t, gcl.CollectiveOperator.ADD, prog, group=None)
+
+See ``OVERVIEW.md``.
+"""
+
+from tremula.libs.gcl.collectives import (
+    all_gather,
+    all_reduce,
+    all_reduce_in_place,
+    all_to_all,
+    broadcast,
+    reduce_scatter,
+    resolve_group,
+)
+from tremula.libs.gcl.errors import CollectiveError, GroupingError
+from tremula.libs.gcl.grouping import CommGroup, CommGroupType, ReplicaGrouping
+from tremula.libs.gcl.operators import CollectiveOperator
+
+__all__ = [
+    "CollectiveError",
+    "CollectiveOperator",
+    "CommGroup",
+    "CommGroupType",
+    "GroupingError",
+    "ReplicaGrouping",
+    "all_gather",
+    "all_reduce",
+    "all_reduce_in_place",
+    "all_to_all",
+    "broadcast",
+    "reduce_scatter",
+    "resolve_group",
+]

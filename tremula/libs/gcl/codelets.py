@@ -1,0 +1,170 @@
+"""The vertices of the ring collectives.
+
+Every collective keeps a *work* buffer of ``G`` chunks of ``C`` columns, laid out in blocks
+``[C / L, G, L]`` (``ring.Layout``: a block of ``L`` columns of every chunk on one tile), and
+moves one chunk ``[C]`` per ring step. Which chunk a replica touches in a step
+depends on its index in its group: ``k = (index + shift) mod G``, with ``index = (replica //
+stride) mod G`` for a constant grouping. The vertices read the replica index from the
+replica they run on (Poplar's replication index constant): a vertex field is
+``[replica, element]``, so row ``r`` is replica ``r``; they refuse to run on a subset of the
+replicas (a collective inside control flow on which the replicas disagree).
+
+* ``gcl::SelectChunk<OP,T>``: ``out = pre(work[:, k])`` (OP's pre-map, e.g. the square of
+  SQUARE_ADD; identity otherwise).
+* ``gcl::CombineChunk<OP,T>``: ``out = combine(acc, pre(work[:, k])) * scale`` (scale is
+  ``1 / G`` in MEAN's last step, else 1).
+* ``gcl::PlaceChunk<T>``: ``work[:, k] = chunk``.
+
+Estimators ([proposal]) follow popops' 2D worker shapes (per-context cycles): an overhead
+plus cycles per 64-bit vector (integer arithmetic per element).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula import poplar
+from tremula.errors import EngineError
+from tremula.libs import util
+from tremula.libs.gcl.operators import RULES, CollectiveOperator, element_kind
+
+
+class _RingVertex(poplar.Codelet):
+    """State shared by the ring vertices: the grouping and the chunk shift of the step."""
+
+    num_replicas = poplar.State(poplar.INT)
+    stride = poplar.State(poplar.INT)
+    group_size = poplar.State(poplar.INT)
+    block = poplar.State(poplar.INT)
+    shift = poplar.State(poplar.INT)
+
+
+def chunk_index(v: poplar.Batch) -> tuple[np.ndarray, int]:
+    """``([replica] chunk index, G)`` for the vertices of ``v`` (one step: same state)."""
+    R = int(v.num_replicas[0])
+    if v.replicas != R:
+        raise EngineError(
+            f"{v.vertex_type.name}: a collective ran on {v.replicas} of the {R} replicas; "
+            f"every replica must execute a collective (do not place it under control flow "
+            f"on which the replicas disagree)"
+        )
+    S, G, shift = int(v.stride[0]), int(v.group_size[0]), int(v.shift[0])
+    return ((np.arange(R) // S) % G + shift) % G, G
+
+
+def _blocks(v: poplar.Batch) -> tuple[np.ndarray, np.ndarray]:
+    """``([replica] chunk index, [replica, chunk, block, L] view of the work field)``."""
+    k, G = chunk_index(v)
+    L = int(v.block[0])
+    return k, v.work.reshape(v.replicas, -1, G, L).transpose(0, 2, 1, 3)
+
+
+def _own(v: poplar.Batch, n: int) -> np.ndarray:
+    """Chunk ``k`` of the work field for the ``n`` columns of the vertices:
+    ``[replica, n]``."""
+    k, blocks = _blocks(v)
+    return blocks[np.arange(v.replicas), k].reshape(v.replicas, -1)[:, :n]
+
+
+def _op(v: poplar.Batch | poplar.VertexInfo) -> CollectiveOperator:
+    return CollectiveOperator[v.params["OP"]]
+
+
+class SelectChunk(_RingVertex):
+    """``out = pre(work[:, k])``."""
+
+    name = "gcl::SelectChunk"
+    templates = ("OP", "T")
+    work = poplar.Input("T")
+    out = poplar.Output("T")
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        if v.n == 0:
+            return
+        own = _own(v, v.out.shape[1])
+        pre = RULES[_op(v)].pre
+        v.out = own if pre is None else pre(own)
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        per_vector = 1 if RULES[_op(v)].pre is None else 2
+        return util.worker_cycles(v.lengths("out"), v.vector_width("out"), per_vector, 20)
+
+
+class CombineChunk(_RingVertex):
+    """``out = combine(acc, pre(work[:, k])) * scale``."""
+
+    name = "gcl::CombineChunk"
+    templates = ("OP", "T")
+    work = poplar.Input("T")
+    acc = poplar.Input("T")
+    out = poplar.Output("T")
+    scale = poplar.State(poplar.FLOAT, default=1.0)
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        if v.n == 0:
+            return
+        rule = RULES[_op(v)]
+        assert rule.combine is not None  # LOCAL never combines
+        own = _own(v, v.out.shape[1])
+        if rule.pre is not None:
+            own = rule.pre(own)
+        res = rule.combine(v.acc, own)
+        scale = float(v.scale[0])
+        if scale != 1.0:
+            res = res * np.asarray(scale, dtype=res.dtype)
+        v.out = res
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        rule = RULES[_op(v)]
+        n = v.lengths("out")
+        if element_kind(v.dtype("out")) == "i":
+            return 15 + n * rule.int_cycles
+        return util.worker_cycles(n, v.vector_width("out"), rule.cycles_per_vector, 15)
+
+    @staticmethod
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        if element_kind(v.dtype("out")) != "f":
+            return np.zeros(v.n)
+        per = 2 if RULES[_op(v)].pre is not None else 1
+        return per * v.lengths("out").astype(np.float64)
+
+
+class PlaceChunk(_RingVertex):
+    """``work[:, k] = chunk``."""
+
+    name = "gcl::PlaceChunk"
+    templates = ("T",)
+    work = poplar.InOut("T")
+    chunk = poplar.Input("T")
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        if v.n == 0:
+            return
+        k, blocks = _blocks(v)
+        R, n = v.chunk.shape
+        values = v.chunk
+        padded = blocks.shape[2] * blocks.shape[3]
+        if padded != n:  # the last block is partial: its tail is never read
+            values = np.zeros((R, padded), dtype=values.dtype)
+            values[:, :n] = v.chunk
+        blocks[np.arange(R), k] = values.reshape(R, *blocks.shape[2:])
+        if not np.may_share_memory(blocks, v.work):
+            v.work = blocks.transpose(0, 2, 1, 3).reshape(R, -1)
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        return util.worker_cycles(v.lengths("chunk"), v.vector_width("chunk"), 1, 20)
+
+
+CODELETS = (SelectChunk, CombineChunk, PlaceChunk)
+
+
+def type_arg(dtype: poplar.Type) -> str:
+    """A template argument naming ``dtype`` (NumPy's name for multi-word Poplar names,
+    which the template parser cannot split yet)."""
+    return dtype.name if " " not in dtype.name else dtype.numpy.name
