@@ -78,3 +78,43 @@ def test_vertex_reading_another_ipu_gets_a_global_exchange():
     assert kinds == ["Sync", "GlobalExchange", "OnTileExecute"]
     sync = execution["simulation"]["steps"][0]
     assert sync["syncType"] == "External"
+
+
+def test_empty_variable_last_in_its_space_compiles():
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_variable(poplar.FLOAT, (4,), "x", mapping="linear")
+    g.add_variable(poplar.FLOAT, (0,), "empty")
+    engine = poplar.Engine(g, poplar.Sequence())
+    total = engine.get_graph_profile()["memory"]["byCategory"]["variable"]["total"]
+    assert total == [4, 4, 4, 4]
+
+
+def test_super_tile_pair_receives_shared_data_at_twice_the_rate():
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets(SquarePlusOne)
+    x = g.add_variable(poplar.FLOAT, (400,), "x")
+    g.set_tile_mapping(x, 3)
+    cs = g.add_compute_set("both")
+    for tile in (0, 2):  # tiles 0 and 2 are on different super-tiles; then 0 and 1 share one
+        y = g.add_variable(poplar.FLOAT, (400,), f"y{tile}")
+        g.set_tile_mapping(y, tile)
+        g.add_vertex(cs, "demo::SquarePlusOne", {"x": x, "y": y}, tile=tile)
+    apart = poplar.Engine(g, poplar.Execute(cs)).get_graph_profile()["exchanges"]
+    fixed, bpc = device.target.exchange_fixed_cycles, device.target.exchange_bytes_per_cycle
+    assert apart["cyclesByTile"][0][:3] == [fixed + 1600 // bpc, 0, fixed + 1600 // bpc]
+
+    g2 = poplar.Graph(device.target)
+    g2.add_codelets(SquarePlusOne)
+    x2 = g2.add_variable(poplar.FLOAT, (400,), "x")
+    g2.set_tile_mapping(x2, 3)
+    cs2 = g2.add_compute_set("pair")
+    for tile in (0, 1):
+        y = g2.add_variable(poplar.FLOAT, (400,), f"y{tile}")
+        g2.set_tile_mapping(y, tile)
+        g2.add_vertex(cs2, "demo::SquarePlusOne", {"x": x2, "y": y}, tile=tile)
+    pair = poplar.Engine(g2, poplar.Execute(cs2)).get_graph_profile()["exchanges"]
+    assert pair["bytesReceivedByTile"][0][:2] == [1600, 1600]  # bytes are still bytes
+    assert pair["cyclesByTile"][0][:2] == [fixed + 800 // bpc] * 2  # at twice the rate
+    assert pair["bytesSentByTile"][0][3] == 1600  # one send feeds both

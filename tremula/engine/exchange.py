@@ -103,6 +103,8 @@ def plan_exchange(
     sent = _unique_bytes(t.src, t, n) if len(t) else np.zeros(n, dtype=np.int64)
     recv = _unique_bytes(t.dst, t, n) if len(t) else np.zeros(n, dtype=np.int64)
     busy = np.maximum(sent, recv)
+    if kind == "internal" and len(t) and target.supports_super_tile_send_receive:
+        busy = np.maximum(sent, recv - _super_tile_shared(target, t) // 2)
     cycles = np.where(
         busy > 0, target.exchange_fixed_cycles + -(-busy // target.exchange_bytes_per_cycle), 0
     )
@@ -117,6 +119,24 @@ def plan_exchange(
     return ExchangePlan(
         kind, sent, recv, cycles.astype(np.int64), code.astype(np.int64), int(recv.sum())
     )
+
+
+def _super_tile_shared(target: Target, t: Transfers) -> np.ndarray:
+    """Bytes each tile receives that the other tile of its super-tile also receives: the
+    pair shares one receive bus and takes such data at twice the rate (spec section 4.1)."""
+    n, pair = target.num_tiles, target.tiles_per_super_tile
+    one_space = t.space.strides == (0,) or bool(np.all(t.space == t.space[0]))
+    if pair < 2 or (one_space and bool(np.all(np.diff(t.addr) > 0))):
+        return np.zeros(n, dtype=np.int64)  # no element reaches two tiles
+    key = (t.dst << 45) | (t.space << 40) | t.addr
+    key, first = np.unique(key, return_index=True)  # each (tile, element) once
+    dst = t.dst[first]
+    _, inverse, counts = np.unique(
+        (dst // pair << 45) | (key & ((1 << 45) - 1)), return_inverse=True, return_counts=True
+    )
+    shared = counts[inverse] == pair
+    out = np.bincount(dst[shared], weights=t.itemsize[first][shared], minlength=n)
+    return out.astype(np.int64)
 
 
 def _link_cycles(target: Target, t: Transfers, active: np.ndarray) -> np.ndarray:

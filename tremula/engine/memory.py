@@ -115,7 +115,8 @@ def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     runs of equal tile inside each variable."""
     tiles = space.tiles()
     starts = np.asarray(space.var_starts, dtype=np.int64)
-    cuts = np.union1d(np.flatnonzero(np.diff(tiles)) + 1, starts[starts > 0])
+    inner = starts[(starts > 0) & (starts < tiles.size)]  # empty variables start at the end
+    cuts = np.union1d(np.flatnonzero(np.diff(tiles)) + 1, inner)
     run_start = np.r_[0, cuts].astype(np.int64)
     run_len = np.diff(np.r_[run_start, tiles.size])
     owner = np.asarray(space.var_ids, dtype=np.int64)[
