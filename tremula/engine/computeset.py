@@ -8,6 +8,7 @@ Running it (:meth:`CompiledComputeSet.run`) is a few NumPy calls per vertex type
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from tremula.errors import CodeletError, VerifyError
 from tremula.poplar.codelet import Batch, VertexInfo, VertexType
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
+from tremula.poplar.tensor import affine_layout
 from tremula.poplar.vertices import VertexGroup, concat_groups
 from tremula.target import Target
 
@@ -40,33 +42,70 @@ class CompiledGroup:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     outputs_only: tuple[str, ...]
+    sources: dict[str, np.ndarray] = field(default_factory=dict)  # N-d address views
+    roots: dict[int, int] = field(default_factory=dict)  # variable aranges (GraphState)
+    _layouts: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
 
     def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
         """Run every vertex of the group on the replicas ``replica_ids`` (``rsel`` selects
-        their rows: ``slice(None)`` when all replicas run)."""
-        full = isinstance(rsel, slice)
-        replicas = replica_ids.size
-        data = self.batch._data
-        for name in self.reads:
-            g = self.gathers[name]
-            arr = g.read(storage, rsel)
-            if name not in self.writes:
-                arr = arr.view()
-                arr.flags.writeable = False
-            data[name] = arr
-        for name in self.outputs_only:
-            g = self.gathers[name]
-            if full and g.is_view:
-                data[name] = storage[g.dtype][:, g.index]
-            else:
-                data[name] = np.zeros((replicas, g.size), dtype=g.dtype.numpy)
-        self.batch.replicas = replicas
-        self.batch.replica_ids = replica_ids
-        self.vertex_type.codelet.compute(self.batch)
-        for name in self.writes:
-            g = self.gathers[name]
-            if not (full and g.is_view):
-                g.write(storage, rsel, data[name])
+        their rows: ``slice(None)`` when all replicas run). Fields are gathered when the
+        codelet first touches them; output buffers that are not storage views are scattered
+        back afterwards."""
+        batch = self.batch
+        batch._begin(self, storage, rsel, replica_ids)
+        self.vertex_type.codelet.compute(batch)
+        for name in batch._scatter:
+            self.gathers[name].write(storage, rsel, batch._data[name])
+
+    def materialize(
+        self, name: str, storage: dict, rsel: slice | np.ndarray, replicas: int
+    ) -> tuple[np.ndarray, bool]:
+        """Field ``name`` of all vertices, ``[replica, element]``, and whether it must be
+        scattered back after the compute (a buffer that is not a view of storage)."""
+        g = self.gathers[name]
+        direct = isinstance(rsel, slice) and g.is_view
+        if name not in self.writes:
+            arr = g.read(storage, rsel).view()
+            arr.flags.writeable = False
+            return arr, False
+        if direct:
+            return storage[g.dtype][:, g.index], False
+        if name in self.outputs_only:
+            return np.zeros((replicas, g.size), dtype=g.dtype.numpy), True
+        return g.read(storage, rsel), True
+
+    def strided(
+        self, name: str, shape: tuple[int, ...], storage: dict, rsel: slice | np.ndarray
+    ) -> np.ndarray | None:
+        """Field ``name`` as ``[replica, *shape]``, a zero-copy strided view of storage,
+        when the connected tensor's addresses reshape to ``shape`` as an affine view of one
+        variable (decided once per shape and cached); None otherwise."""
+        key = (name, shape)
+        if key not in self._layouts:
+            self._layouts[key] = self._affine(name, shape)
+        layout = self._layouts[key]
+        if layout is None or not isinstance(rsel, slice):
+            return None
+        start, strides = layout
+        arr = storage[self.gathers[name].dtype]
+        item = arr.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            arr[:, start:],
+            shape=(arr.shape[0], *shape),
+            strides=(arr.strides[0], *(s * item for s in strides)),
+            writeable=name in self.writes,
+        )
+        return view
+
+    def _affine(self, name: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+        source = self.sources.get(name)
+        if source is None or int(np.prod(shape, dtype=np.int64)) != source.size:
+            return None
+        try:
+            addresses = source.reshape(shape)  # a view when NumPy can, else a copy
+        except ValueError:
+            return None
+        return affine_layout(addresses, self.roots)
 
 
 @dataclass
@@ -186,6 +225,8 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
         reads,
         writes,
         outputs_only,
+        {name: c.source for name, c in group.edges.items() if c.source is not None},
+        state.address_roots,
     )
 
 

@@ -341,9 +341,11 @@ class VertexInfo(_Segmented):
 
 class Batch(_Segmented):
     """What a codelet's ``compute`` sees: the data of all vertices of one type in a compute
-    set. Edge fields are arrays shaped ``[replica, element]``; state fields are arrays
-    shaped ``[vertex]`` (``[element]`` for vector state). ``replica_ids`` names the replica
-    of each row (all replicas, unless replicas took different branches of a program)."""
+    set. Edge fields are arrays shaped ``[replica, element]`` (gathered on first use);
+    ``view(name, shape)`` gives a field as ``[replica, *shape]``, zero-copy when the
+    connected tensor allows it. State fields are arrays shaped ``[vertex]`` (``[element]``
+    for vector state). ``replica_ids`` names the replica of each row (all replicas, unless
+    replicas took different branches of a program)."""
 
     def __init__(
         self,
@@ -358,33 +360,64 @@ class Batch(_Segmented):
     ) -> None:
         super().__init__(vtype, n, lengths, sub_lengths, state, target)
         self.__dict__["_data"] = data
+        self.__dict__["_scatter"] = set()
+        self.__dict__["_ctx"] = None
         self.replicas = replicas
         self.replica_ids = np.arange(replicas)
 
+    def _begin(self, group: Any, storage: dict, rsel: Any, replica_ids: np.ndarray) -> None:
+        """Called by the engine before each compute: a fresh set of lazily gathered fields."""
+        self._data.clear()
+        self._scatter.clear()
+        self.__dict__["_ctx"] = (group, storage, rsel)
+        self.replicas = int(replica_ids.size)
+        self.replica_ids = replica_ids
+
+    def _field(self, name: str) -> np.ndarray:
+        data = self._data
+        if name not in data:
+            group, storage, rsel = self._ctx
+            data[name], scatter = group.materialize(name, storage, rsel, self.replicas)
+            if scatter:
+                self._scatter.add(name)
+        return data[name]
+
     def __getattr__(self, name: str) -> Any:
-        data = self.__dict__.get("_data")
-        if data is not None and name in data:
-            return data[name]
+        ctx = self.__dict__.get("_ctx")
+        if ctx is not None and name in ctx[0].gathers:
+            return self._field(name)
         return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        data = self.__dict__.get("_data")
-        if data is not None and name in data:
-            f = self.fields[name]
-            if not f.writes:
+        ctx = self.__dict__.get("_ctx")
+        if ctx is not None and name in ctx[0].gathers:
+            if not self.fields[name].writes:
                 raise CodeletError(
                     f"codelet {self.vertex_type.name}: field {name!r} is an "
                     f"input and cannot be assigned"
                 )
-            data[name][...] = value
+            self._field(name)[...] = value
             return
         super().__setattr__(name, value)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._data[name]
+        return self._field(name)
 
     def __setitem__(self, name: str, value: Any) -> None:
         self.__setattr__(name, value)
+
+    def view(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """Field ``name`` of all vertices as ``[replica, *shape]`` (``shape`` covers the
+        field's elements in vertex order). When the tensor connected in bulk reshapes to
+        ``shape`` as a view of one variable, this is a zero-copy strided view of device
+        memory (writes to an output land directly); otherwise the gathered field reshaped.
+        Use either views or the flat field for one output, not both."""
+        group, storage, rsel = self._ctx
+        shape = tuple(int(s) for s in shape)
+        strided = group.strided(name, shape, storage, rsel)
+        if strided is not None:
+            return strided
+        return self._field(name).reshape(self.replicas, *shape)
 
     def reduce(self, ufunc: Callable[..., Any], values: np.ndarray, name: str) -> np.ndarray:
         """Reduce ``values`` (laid out like field ``name``) per vertex with ``ufunc``

@@ -42,6 +42,7 @@ class VariableInfo:
     shape: tuple[int, ...]
     start: int  # first address in the space of dtype
     constant: np.ndarray | None = None  # value of a constant (flat)
+    addresses: np.ndarray | None = None  # the arange every view of the variable derives from
 
     @property
     def size(self) -> int:
@@ -103,6 +104,7 @@ class GraphState:
         self.host_writes: dict[str, Tensor] = {}
         self.host_reads: dict[str, Tensor] = {}
         self.initial_values: list[tuple[Tensor, np.ndarray]] = []
+        self.address_roots: dict[int, int] = {}  # id(variable arange) -> its first address
         self.generation = 0  # bumped on every change; engines compile one generation
 
     def space(self, dtype: Type) -> Space:
@@ -255,8 +257,12 @@ class Graph:
         vid = len(st.variables)
         n = int(np.prod(shape, dtype=np.int64))
         start = st.space(dtype).allocate(n, vid)
-        st.variables.append(VariableInfo(vid, name or f"var{vid}", dtype, shape, start, constant))
-        t = Tensor(st, dtype, np.arange(start, start + n, dtype=np.int64).reshape(shape))
+        root = np.arange(start, start + n, dtype=np.int64)
+        st.address_roots[id(root)] = start
+        st.variables.append(
+            VariableInfo(vid, name or f"var{vid}", dtype, shape, start, constant, root)
+        )
+        t = Tensor(st, dtype, root.reshape(shape))
         self._changed()
         if mapping == "linear":
             from tremula.poplar.mapping import map_tensor_linearly

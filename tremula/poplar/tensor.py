@@ -252,6 +252,23 @@ class Tensor:
     T = property(lambda self: self.transpose())
 
 
+def affine_layout(
+    addresses: np.ndarray, roots: dict[int, int]
+) -> tuple[int, tuple[int, ...]] | None:
+    """``(first address, element strides)`` when ``addresses`` is a NumPy view of one
+    variable's address ``arange`` (so address ``[i, j, ...] = first + i*s0 + j*s1 + ...``),
+    else None (the addresses were copied: a concatenation or an integer-array index)."""
+    root = addresses
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    start = roots.get(id(root))
+    if start is None:
+        return None
+    size = root.itemsize
+    offset = addresses.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return start + offset // size, tuple(s // size for s in addresses.strides)
+
+
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate tensors of one graph and element type along ``dim``."""
     tensors = list(tensors)

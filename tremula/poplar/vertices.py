@@ -30,6 +30,8 @@ class FieldConnection:
     lengths: np.ndarray  # [n] elements per vertex
     sub_lengths: np.ndarray | None = None  # vector lists: flat sub-vector lengths
     sub_counts: np.ndarray | None = None  # vector lists: [n] sub-vectors per vertex
+    source: np.ndarray | None = None  # the connected tensor's address view (flat order =
+    # ``addresses``), kept so that the engine can serve N-d strided views of the field
 
 
 @dataclass
@@ -95,14 +97,15 @@ def _connect_segments(
         if lengths.size != n:
             raise CodeletError(f"{_where(vtype, f.name)}: {lengths.size} segments for {n} vertices")
         _check_lengths(lengths, f, vtype)
-        return FieldConnection(t.dtype, addr, lengths)
+        return FieldConnection(t.dtype, addr, lengths, source=t.addresses)
     counts = np.asarray(seg.sub_counts, dtype=np.int64).reshape(-1)
     if counts.size != n or counts.sum() != lengths.size:
         raise CodeletError(
             f"{_where(vtype, f.name)}: sub_counts must have {n} entries summing "
             f"to the {lengths.size} sub-vector lengths"
         )
-    return FieldConnection(t.dtype, addr, _sum_per_vertex(lengths, counts), lengths, counts)
+    per_vertex = _sum_per_vertex(lengths, counts)
+    return FieldConnection(t.dtype, addr, per_vertex, lengths, counts, t.addresses)
 
 
 def _sum_per_vertex(sub_lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -151,7 +154,7 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
             lengths = np.array([t.num_elements], dtype=np.int64)
         _check_lengths(lengths, f, vtype)
         addr = np.ascontiguousarray(t.addresses.reshape(-1), dtype=np.int64)
-        return FieldConnection(t.dtype, addr, lengths)
+        return FieldConnection(t.dtype, addr, lengths, source=t.addresses)
     if bulk and isinstance(value, Sequence) and not isinstance(value, str):
         tensors = [_check_tensor(t, f, vtype, expected) for t in value]
         if len(tensors) != n:

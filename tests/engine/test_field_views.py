@@ -1,0 +1,70 @@
+"""``Batch.view``: a field as an N-d array, zero-copy when the connected tensor is an affine
+view of one variable, gathered otherwise; results are the same either way."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula import poplar
+from tremula.profile import validate
+
+SEEN: dict[str, bool] = {}
+
+
+class BlockProduct(poplar.Codelet):
+    """out[v] = a[v] @ b[v] for blocks of 2x3 and 3x2, via N-d views of the fields."""
+
+    name = "views::BlockProduct"
+    supervisor = True
+    a = poplar.Input(poplar.FLOAT)
+    b = poplar.Input(poplar.FLOAT)
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        a = v.view("a", (v.n, 2, 3))
+        b = v.view("b", (v.n, 3, 2))
+        out = v.view("out", (v.n, 2, 2))
+        SEEN["a_zero_copy"] = not a.flags.owndata and a.base is not None and a.strides[1] == 0
+        SEEN["out_writeable"] = out.flags.writeable
+        out[...] = np.matmul(a, b)
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        return np.full(v.n, 50)
+
+
+def _run(a_field_of):
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets(BlockProduct)
+    a = g.add_variable(poplar.FLOAT, (2, 3), "a")
+    b = g.add_variable(poplar.FLOAT, (4, 3, 2), "b", mapping="linear")
+    out = g.add_variable(poplar.FLOAT, (4, 2, 2), "out", mapping="linear")
+    g.set_tile_mapping(a, 0)
+    cs = g.add_compute_set("blocks")
+    g.add_vertices(cs, "views::BlockProduct", {"a": a_field_of(a), "b": b, "out": out}, range(4))
+    for name, t in (("a", a), ("b", b)):
+        g.create_host_write(name, t)
+    g.create_host_read("out", out)
+    engine = poplar.Engine(g, poplar.Execute(cs))
+    engine.load(device)
+    rng = np.random.default_rng(3)
+    av, bv = rng.standard_normal((2, 3)), rng.standard_normal((4, 3, 2))
+    engine.write_tensor("a", av)
+    engine.write_tensor("b", bv)
+    engine.run(0)
+    validate(engine.get_graph_profile(), engine.get_execution_profile())
+    return engine.read_tensor("out"), np.matmul(av.astype(np.float32), bv.astype(np.float32))
+
+
+def test_broadcast_block_is_served_as_a_zero_copy_view():
+    got, want = _run(lambda a: a.expand([0]).broadcast(4, 0))  # every vertex reads all of a
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert SEEN["a_zero_copy"] and SEEN["out_writeable"]
+
+
+def test_concatenated_field_falls_back_to_a_gather():
+    got, want = _run(lambda a: poplar.concat([a.expand([0])] * 4, 0))  # addresses copied
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not SEEN["a_zero_copy"]
