@@ -458,8 +458,11 @@ class Graph:
             )
         tile_arr = np.full(n, -1, dtype=np.int32)
         if tiles is not None:
-            for i, tile in enumerate(np.asarray(tiles).reshape(-1).tolist()):
-                tile_arr[i] = self._tile(tile, f"add_vertex({vtype.name!r})")
+            given = np.asarray(tiles).reshape(-1)
+            bad = (given < 0) | (given >= self.num_tiles) | (given != np.round(given))
+            if bad.any():  # the first offender gets the usual message
+                self._tile(given[np.flatnonzero(bad)[0]].item(), f"add_vertex({vtype.name!r})")
+            tile_arr[: given.size] = given.astype(np.int64) + self._lo
         group = VertexGroup(cs, vtype, n, tile_arr, first_vertex_id=st.num_vertices)
         for name, value in fields.items():
             f = declared[name]
