@@ -39,9 +39,16 @@ class Partition:
         reordered by vertex."""
         return t.flatten()[self.order]
 
+    @property
+    def identity(self) -> bool:
+        """True when vertices take the elements in the tensor's own flattened order (a
+        linear mapping): connections can keep the tensor's shape (see ``segments``)."""
+        return bool(np.all(self.order == np.arange(self.order.size)))
+
     def segments(self, t: poplar.Tensor) -> poplar.Segments:
-        """A bulk connection giving each vertex its elements of ``t``."""
-        return poplar.Segments(self.view(t), self.lengths)
+        """A bulk connection giving each vertex its elements of ``t``. In identity order
+        ``t`` keeps its shape, so codelets may view the field N-d (``Batch.view``)."""
+        return poplar.Segments(t if self.identity else self.view(t), self.lengths)
 
 
 def split_counts(

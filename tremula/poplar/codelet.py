@@ -406,6 +406,12 @@ class Batch(_Segmented):
     def __setitem__(self, name: str, value: Any) -> None:
         self.__setattr__(name, value)
 
+    def source_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of the tensor field ``name`` was connected to in bulk (its flat order
+        is the field's), or None (lists of tensors, several ``add_vertices`` calls)."""
+        source = self._ctx[0].sources.get(name)
+        return None if source is None else tuple(source.shape)
+
     def view(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Field ``name`` of all vertices as ``[replica, *shape]`` (``shape`` covers the
         field's elements in vertex order). When the tensor connected in bulk reshapes to

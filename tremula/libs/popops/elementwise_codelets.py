@@ -60,14 +60,17 @@ def type_arg(t: Type) -> str:
     return t.name if " " not in t.name else t.numpy.name
 
 
+def _uniform(arr: np.ndarray) -> bool:
+    """Every vertex holds the same value (NaN counts as equal)."""
+    first = arr[..., :1]
+    return bool(np.all((arr == first) | (arr != arr)))
+
+
 def _scalar_operand(v: poplar.Batch, arr: np.ndarray, like: str) -> np.ndarray:
     """A one-element-per-vertex field as an operand: broadcast when every vertex holds the
     same value (the usual case: one scalar tensor), else expanded per element."""
-    if arr.shape[-1] == 0:
-        return arr
-    first = arr[..., :1]
-    if bool(np.all((arr == first) | (arr != arr))):
-        return first
+    if arr.shape[-1] == 0 or _uniform(arr):
+        return arr[..., :1]
     return v.expand(arr, like)
 
 
@@ -87,6 +90,21 @@ class Elementwise(poplar.Codelet):
     @classmethod
     def compute(cls, v: poplar.Batch) -> None:  # type: ignore[override]
         typed = cls.typed(v.params)
+        shape = v.source_shape(cls.output)
+        pairs = list(zip(cls.inputs, cls.scalars))
+        if (
+            shape is not None
+            and all(v.source_shape(f) == shape for f, s in pairs if not s)
+            and all(_uniform(v[f]) for f, s in pairs if s)
+        ):
+            # every operand connected with the output's shape: N-d views (zero-copy where
+            # possible: broadcast operands keep their stride-0 axes instead of a gather)
+            ones = (1,) * len(shape)
+            args = [
+                v[f][:, :1].reshape(v.replicas, *ones) if s else v.view(f, shape) for f, s in pairs
+            ]
+            evaluate(typed, args, v.view(cls.output, shape))
+            return
         args = [
             _scalar_operand(v, v[f], cls.output) if s else v[f]
             for f, s in zip(cls.inputs, cls.scalars)
