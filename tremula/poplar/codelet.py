@@ -362,6 +362,7 @@ class Batch(_Segmented):
         self.__dict__["_data"] = data
         self.__dict__["_scatter"] = set()
         self.__dict__["_ctx"] = None
+        self.__dict__["_cache"] = {}
         self.replicas = replicas
         self.replica_ids = np.arange(replicas)
 
@@ -405,6 +406,14 @@ class Batch(_Segmented):
 
     def __setitem__(self, name: str, value: Any) -> None:
         self.__setattr__(name, value)
+
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()`` once per vertex group, kept across runs: for index tables and plans
+        a codelet derives from its vertices' structure (not from data)."""
+        cache = self._cache
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
 
     def source_shape(self, name: str) -> tuple[int, ...] | None:
         """The shape of the tensor field ``name`` was connected to in bulk (its flat order

@@ -158,9 +158,7 @@ class _Generator(poplar.Codelet):
     def compute(cls, v: poplar.Batch) -> None:  # type: ignore[override]
         if v.n == 0:
             return
-        plan = v.__dict__.get("_poprand_plan")
-        if plan is None:  # static: built on the first run, kept with the batch
-            plan = v.__dict__["_poprand_plan"] = _plan(v, cls.per_block(v))
+        plan = v.cached("poprand", lambda: _plan(v, cls.per_block(v)))
         stream = cls.unit(v, draw_blocks(v, plan)).reshape(v.replicas, -1)
         v.out = cls.values(v, stream[:, plan["elements"]])
 

@@ -1,0 +1,304 @@
+"""Reduce codelets: the stage-1 block reduction and the later-stage partials reduction,
+each with an ``...Update`` variant (``out += scale * r``) for ``reduce_with_output``.
+
+``popops::ReduceBlock<OP,TIN,TOUT>`` (supervisor): field ``partials`` is a
+``[groups, outer, N, inner]`` block (``N = len(out) / groups``); ``out[g * N + k]`` is
+``scale * OP`` over ``a, c`` of ``partials[g, a, k, c]``. The batched compute takes the
+fastest path that fits every vertex of the compute set: one reshape and reduction when all
+have the same ``(outer, N, inner)``; one ``reduceat`` over runs of ``inner`` when all have
+``outer == 1`` (a full or innermost reduction); a reduction over whole rows of a 2-D
+view when all have the same ``N`` and ``inner`` (strided reductions: one reshape per distinct
+row count); otherwise runs, then a permutation and a second ``reduceat``.
+
+``popops::ReducePartials<OP,TIN,TOUT>`` (supervisor): ``out`` is a vector list of output
+regions; region ``g`` is the element-wise reduction of the next ``counts[g]`` sub-vectors
+(pieces) of ``partials``, the identity if there are none. One ``reduceat`` (scalar regions),
+one reshape (regions of one length and count), or one gather-and-combine pass per piece
+rank (at most the fan-in).
+
+The index arrays of each path are built once per compiled compute set and cached on the
+batch. Half and float data accumulate in float, other types in their own type. Estimators
+follow spec section 3.4 (see :func:`block_cycles` and :func:`partials_cycles`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs.popops.reduce_ops import (
+    SPECS,
+    Operation,
+    identity,
+    prepare,
+    reduce_axes,
+    reduce_runs,
+)
+
+_MAX_CLASSES = 8  # distinct row counts the strided path handles one reshape each
+
+
+def accumulator(dtype: np.dtype) -> np.dtype:
+    """The type a vertex accumulates ``dtype`` in."""
+    return np.dtype(np.float32) if np.dtype(dtype).kind == "f" else np.dtype(dtype)
+
+
+def _finish(v: poplar.Batch, r: np.ndarray) -> None:
+    """Scale, cast and store (or accumulate into) ``out``."""
+    out_t = v.dtype("out").numpy
+    scale = v.cached("scale", lambda: None if np.all(v.scale == 1) else v.expand(v.scale, "out"))
+    if scale is not None:
+        r = r.astype(np.float64) * scale if out_t.kind in "iu" else r * scale.astype(r.dtype)
+    if v.fields["out"].direction == "inout":
+        if out_t.kind == "f":
+            r = v.out.astype(np.float32) + r
+        else:
+            r = v.out + r.astype(out_t)
+    v.out = r.astype(out_t, copy=False)
+
+
+def _block_layout(v: poplar.Batch) -> dict[str, Any]:
+    """Index structure of a batch of ReduceBlock vertices (built once): the fastest path
+    that fits every vertex, and its arrays."""
+    G = v.groups.astype(np.int64)
+    O = v.outer.astype(np.int64)
+    I = v.inner.astype(np.int64)
+    N = v.lengths("out") // np.maximum(G, 1)
+    if np.all(O[0] == O) and np.all(N[0] == N) and np.all(I[0] == I):
+        return {"path": "uniform", "shape": (int(O[0]), int(N[0]), int(I[0]))}
+    if np.all(O == 1):
+        run_len = np.repeat(I, G * N)
+        return {"path": "runs", "lengths": run_len, "starts": _starts(run_len)}
+    unit_rows = np.repeat(O, G)
+    values = np.unique(unit_rows)
+    if np.all(N[0] == N) and np.all(I[0] == I) and values.size <= _MAX_CLASSES:
+        first_row = _starts(unit_rows)
+        classes = []
+        for o in values.tolist():  # a few distinct row counts, not one per vertex
+            units = np.flatnonzero(unit_rows == o)
+            rows = (first_row[units][:, None] + np.arange(o)).reshape(-1)
+            classes.append((o, units, rows))
+        return {
+            "path": "rows",
+            "row": (int(N[0]), int(I[0])),
+            "classes": classes,
+            "units": unit_rows.size,
+        }
+    # general: reduce runs of ``inner``, then regroup runs (v, g, a, k) as (v, g, k, a)
+    runs_per = G * O * N
+    run_len = np.repeat(I, runs_per)
+    vid = np.repeat(np.arange(v.n), runs_per)
+    first = np.repeat(_starts(runs_per), runs_per)
+    j = np.arange(vid.size, dtype=np.int64) - first
+    On, Nn = O[vid], N[vid]
+    dest = first + (j // (On * Nn)) * On * Nn + (j % Nn) * On + (j // Nn) % On
+    perm = np.empty_like(dest)
+    perm[dest] = np.arange(dest.size, dtype=np.int64)
+    outer_runs = np.repeat(O, G * N)
+    return {
+        "path": "general",
+        "runs": None if np.all(I == 1) else (run_len, _starts(run_len)),
+        "perm": perm,
+        "outer": (outer_runs, _starts(outer_runs)),
+    }
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(lengths.size, dtype=np.int64)
+    if lengths.size > 1:
+        np.cumsum(lengths[:-1], out=out[1:])
+    return out
+
+
+def _block_compute(v: poplar.Batch) -> None:
+    op = Operation[v.params["OP"]]
+    x = prepare(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=True)
+    lay = v.cached("block", lambda: _block_layout(v))
+    R, later = x.shape[0], SPECS[op].then
+    if lay["path"] == "uniform":
+        O, N, I = lay["shape"]
+        r = reduce_axes(op, x.reshape(R, -1, O, N, I), (2, 4)).reshape(R, -1)
+    elif lay["path"] == "runs":
+        r = reduce_runs(op, x, lay["lengths"], lay["starts"])
+    elif lay["path"] == "rows":
+        N, I = lay["row"]
+        rows = x.reshape(R, -1, N * I)
+        r = np.empty((R, lay["units"], N * I), dtype=x.dtype)
+        for o, units, idx in lay["classes"]:
+            r[:, units] = reduce_axes(op, rows[:, idx].reshape(R, -1, o, N * I), (2,))
+        if I > 1:
+            r = reduce_axes(later, r.reshape(R, -1, N, I), (3,))
+        r = r.reshape(R, -1)
+    else:
+        r = x
+        if lay["runs"] is not None:
+            r = reduce_runs(op, r, *lay["runs"])
+            op = later
+        r = reduce_runs(op, r[:, lay["perm"]], *lay["outer"])
+    _finish(v, r)
+
+
+def _partials_layout(v: poplar.Batch) -> dict[str, Any]:
+    """Index structure of a batch of ReducePartials vertices (built once)."""
+    L = v.sub_lengths("out").astype(np.int64)
+    C = np.concatenate([np.asarray(c, dtype=np.int64) for c in v.counts]) if v.n else L
+    if np.all(L == 1):
+        return {"path": "runs", "lengths": C, "starts": _starts(C)}
+    if C.size and np.all(L[0] == L) and np.all(C[0] == C) and C[0] > 0:
+        return {"path": "uniform", "shape": (int(C[0]), int(L[0]))}
+    # general: one pass per piece rank (at most the fan-in): piece p of every group with
+    # more than p pieces is combined into that group's outputs
+    out_start = _starts(L)
+    piece_start = _starts(C * L)
+    passes = []
+    for p in range(int(C.max(initial=0))):
+        groups = np.flatnonzero(p < C)
+        n = L[groups]
+        within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(_starts(n), n)
+        src = np.repeat(piece_start[groups] + p * n, n) + within
+        full = groups.size == C.size  # every output takes part: no scatter needed
+        passes.append((src, None if full else np.repeat(out_start[groups], n) + within))
+    return {"path": "passes", "passes": passes, "size": int(L.sum())}
+
+
+def _partials_compute(v: poplar.Batch) -> None:
+    op = Operation[v.params["OP"]]
+    x = prepare(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=False)
+    lay = v.cached("partials", lambda: _partials_layout(v))
+    if lay["path"] == "runs":
+        r = reduce_runs(op, x, lay["lengths"], lay["starts"])
+    elif lay["path"] == "uniform":
+        C, L = lay["shape"]
+        r = reduce_axes(op, x.reshape(x.shape[0], -1, C, L), (2,)).reshape(x.shape[0], -1)
+    else:
+        r = np.full((x.shape[0], lay["size"]), identity(op, x.dtype), dtype=x.dtype)
+        for p, (src, dst) in enumerate(lay["passes"]):
+            piece = np.take(x, src, axis=1)
+            if dst is None:
+                r = piece if p == 0 else _combine(op, r, piece)
+            else:
+                r[:, dst] = _combine(op, r[:, dst], piece)
+    _finish(v, r)
+
+
+def _combine(op: Operation, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op`` applied element-wise to two partial values."""
+    ufunc = SPECS[op].ufunc
+    return np.logaddexp(a, b) if ufunc is None else ufunc(a, b)
+
+
+def op_vector(op: Operation, itemsize: int, target: Any) -> tuple[int, float]:
+    """(elements per vector, cycles per vector) of ``op`` on accumulators of ``itemsize``."""
+    spec = SPECS[op]
+    if spec.op is Operation.LOG_ADD:
+        return (2, 23.0) if itemsize == 4 else (4, 13.0)
+    if spec.op in (Operation.LOGICAL_AND, Operation.LOGICAL_OR):
+        return 1, spec.cycles_per_vector
+    if spec.accumulating and itemsize <= 4:
+        return (4 if itemsize == 4 else 8), spec.cycles_per_vector
+    return target.vector_width(itemsize), spec.cycles_per_vector
+
+
+def block_cycles(v: poplar.VertexInfo) -> np.ndarray:
+    """Tile cycles of ReduceBlock vertices: ``11 + W x worker`` with the continuous-reduce
+    worker shape ``17 + 12 x outputs + cycles x vectors`` when the runs are contiguous
+    (``inner > 1``), else the strided shape ``33 + outputVectors x (6 + outer x
+    (vw / loadWidth + 1))`` (spec 3.4)."""
+    W = v.target.num_worker_contexts
+    op = Operation[v.params["OP"]]
+    in_size = v.dtype("partials").size
+    acc_size = 4 if v.dtype("partials").is_float else in_size
+    vw, cpv = op_vector(op, acc_size, v.target)
+    load = min(vw, max(1, v.target.data_path_width // (8 * in_size)))
+    G = v.groups.astype(np.int64)
+    O = v.outer.astype(np.int64)
+    I = v.inner.astype(np.int64)
+    n_out = v.lengths("out").astype(np.int64)
+    elems = v.lengths("partials").astype(np.int64)
+    per_worker = -(-elems // W)
+    contiguous = 17 + 12 * -(-n_out // W) + (cpv + vw / load) * -(-per_worker // vw)
+    out_vecs = G * -(-(n_out // np.maximum(G, 1)) // vw)
+    strided = 33 + -(-out_vecs // W) * (6 + O * (vw / load + 1))
+    worker = np.where(I > 1, contiguous, strided)
+    update = 1 if v.fields["out"].direction == "inout" else 0
+    return 11 + W * worker + 3 * update * n_out
+
+
+def partials_cycles(v: poplar.VertexInfo) -> np.ndarray:
+    """Tile cycles of ReducePartials vertices, the generic Reduce vertex of spec 3.4 with
+    the work shared by the workers: ``11 + W x 33 + sum over groups of (28 + 10 x pieces +
+    outputVectors x (6 + pieces x (vw / loadWidth + 3)))``."""
+    W = v.target.num_worker_contexts
+    op = Operation[v.params["OP"]]
+    in_type = v.dtype("partials")
+    vw, _ = op_vector(op, 4 if in_type.is_float else in_type.size, v.target)
+    load = min(vw, max(1, v.target.data_path_width // (8 * in_type.size)))
+    L = v.sub_lengths("out").astype(np.int64)
+    n_groups = v.sub_counts("out").astype(np.int64)
+    C = np.concatenate([np.asarray(c, dtype=np.int64) for c in v.counts]) if v.n else L
+    per_group = 28 + 10 * C + -(-L // vw) * (6 + C * (vw / load + 3))
+    owner = np.repeat(np.arange(v.n), n_groups)
+    per = np.bincount(owner, weights=per_group, minlength=v.n)
+    update = 1 if v.fields["out"].direction == "inout" else 0
+    return 11 + W * 33 + per + 3 * update * v.lengths("out")
+
+
+def _flops(v: poplar.VertexInfo) -> np.ndarray:
+    op = Operation[v.params["OP"]]
+    return v.lengths("partials") * (2.0 if SPECS[op].square else 1.0)
+
+
+class ReduceBlock(poplar.Codelet):
+    """Stage 1: reduce a ``[groups, outer, N, inner]`` block into ``groups * N`` values."""
+
+    name = "popops::ReduceBlock"
+    templates = ("OP", "TIN", "TOUT")
+    supervisor = True
+    code_bytes = 640
+    partials = poplar.Input("TIN")
+    out = poplar.Output("TOUT")
+    groups = poplar.State(poplar.UNSIGNED_INT)
+    outer = poplar.State(poplar.UNSIGNED_INT)
+    inner = poplar.State(poplar.UNSIGNED_INT)
+    scale = poplar.State(poplar.FLOAT)
+
+    compute = staticmethod(_block_compute)
+    cycles = staticmethod(block_cycles)
+    flops = staticmethod(_flops)
+
+
+class ReduceBlockUpdate(ReduceBlock):
+    """``ReduceBlock`` accumulating into its output: ``out += scale * r``."""
+
+    name = "popops::ReduceBlockUpdate"
+    out = poplar.InOut("TOUT")
+
+
+class ReducePartials(poplar.Codelet):
+    """Later stages: output region ``g`` (sub-vector ``g`` of ``out``) is the element-wise
+    reduction of the next ``counts[g]`` sub-vectors of ``partials`` (the identity if none)."""
+
+    name = "popops::ReducePartials"
+    templates = ("OP", "TIN", "TOUT")
+    supervisor = True
+    code_bytes = 512
+    partials = poplar.Input("TIN", kind="vector_list")
+    out = poplar.Output("TOUT", kind="vector_list")
+    counts = poplar.State(poplar.UNSIGNED_INT, kind="vector")
+    scale = poplar.State(poplar.FLOAT)
+
+    compute = staticmethod(_partials_compute)
+    cycles = staticmethod(partials_cycles)
+    flops = staticmethod(_flops)
+
+
+class ReducePartialsUpdate(ReducePartials):
+    """``ReducePartials`` accumulating into its output: ``out += scale * r``."""
+
+    name = "popops::ReducePartialsUpdate"
+    out = poplar.InOut("TOUT", kind="vector_list")
+
+
+CODELETS = (ReduceBlock, ReduceBlockUpdate, ReducePartials, ReducePartialsUpdate)
