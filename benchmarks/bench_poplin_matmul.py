@@ -1,0 +1,164 @@
+"""poplin.matmul benchmarks (issue 3, PopLibs: poplin).
+
+1. Planning time of a 1024 x 1024 x 1024 float matmul on the Mk2 model (cache cleared;
+   target: under 100 ms).
+2. Wall-clock time of one ``engine.run`` of a 1024^3 float32 matmul on the Mk2 model
+   (1472 tiles) against ``numpy.matmul`` of the same operands in the same run (target: at
+   most 2x), for operands from ``create_matmul_input_*`` and for plain linearly mapped
+   ones. Each round takes the best of ``--repeat`` runs of each; the rounds give a range
+   (the host may be shared).
+3. Simulated performance (SIMULATED: cycles of the execution profile) of float and half
+   matmuls on the Mk2 model, as TFLOP/s and as a share of the AMP peak
+   (``Target.peak_flops``), with the planner's estimate beside it.
+4. The planner's ESTIMATES for larger shapes (the engine keeps per-element arrays for every
+   operand element a tile receives, so these do not compile on a small host; the estimate
+   equals the simulation within a few cycles where both exist, see
+   ``tests/libs/poplin/test_poplin_plan.py``).
+
+Run: ``python benchmarks/bench_poplin_matmul.py [--size 1024] [--repeat 5] [--rounds 5]
+[--simulate 512x512x512,1024x1024x1024] [--estimate 2048,4096,8192] [--partials float,half]``;
+``--simulate 1536x1024x1024`` is about the largest half matmul that compiles in 8 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs import poplin
+from tremula.libs.poplin import plan as plan_mod
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def planning_time(n: int, repeat: int) -> float:
+    target = poplar.IPUModel().create_target()
+
+    def plan() -> None:
+        plan_mod._plan.cache_clear()
+        poplin.matmul_plan(target, poplar.FLOAT, (n, n), (n, n))
+
+    return best(plan, repeat)
+
+
+def build(shape: tuple[int, int, int], dtype: poplar.Type, created: bool, opts=None) -> tuple:
+    """A loaded engine computing ``c = a @ b`` on the Mk2 model, and the operands."""
+    m, k, n = shape
+    device = poplar.IPUModel().create_device()
+    graph = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    if created:
+        a = poplin.create_matmul_input_lhs(graph, dtype, (m, k), (k, n), "a", opts)
+        b = poplin.create_matmul_input_rhs(graph, dtype, (m, k), (k, n), "b", opts)
+    else:
+        a = graph.add_variable(dtype, (m, k), "a", mapping="linear")
+        b = graph.add_variable(dtype, (k, n), "b", mapping="linear")
+    c = poplin.matmul(graph, a, b, prog, options=opts)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    graph.create_host_read("c", c)
+    engine = poplar.Engine(graph, prog)
+    engine.load(device)
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((m, k)).astype(dtype.numpy)
+    B = rng.standard_normal((k, n)).astype(dtype.numpy)
+    engine.write_tensor("a", A)
+    engine.write_tensor("b", B)
+    return engine, device.target, A, B
+
+
+def run_ratio(n: int, repeat: int, rounds: int, created: bool) -> None:
+    start = time.perf_counter()
+    engine, _, A, B = build((n, n, n), poplar.FLOAT, created)
+    built = time.perf_counter() - start
+    engine.run()
+    ours, ref = [], []
+    for _ in range(rounds):
+        ours.append(best(engine.run, repeat))
+        ref.append(best(lambda: np.matmul(A, B), repeat))
+    ratios = np.array(ours) / np.array(ref)
+    got = engine.read_tensor("c")
+    err = float(np.abs(got - A.astype(np.float64) @ B).max() / np.abs(got).max())
+    kind = "created" if created else "linear"
+    print(
+        f"run {n}^3 float32 on Mk2, {kind} operands: engine.run {min(ours) * 1e3:.1f} ms, "
+        f"numpy.matmul {min(ref) * 1e3:.1f} ms, ratio {min(ours) / min(ref):.2f} (rounds "
+        f"{ratios.min():.2f}-{ratios.max():.2f}; target <= 2); build+compile {built:.1f} s; "
+        f"max relative error {err:.1e}"
+    )
+
+
+def efficiency(target: poplar.Target, plan: poplin.Plan, cycles: float) -> tuple[float, float]:
+    p = plan.params
+    flops = 2.0 * p.groups * p.m * p.k * p.n
+    seconds = cycles / target.tile_clock_frequency
+    peak = target.peak_flops(poplar.as_type(p.in_type).size, 4)
+    return flops / seconds / 1e12, flops / seconds / peak
+
+
+def simulated(shape: tuple[int, int, int], dtype: poplar.Type, partials: str) -> None:
+    m, k, n = shape
+    opts = {"partialsType": partials}
+    start = time.perf_counter()
+    engine, target, _, _ = build(shape, dtype, True, opts)
+    built = time.perf_counter() - start
+    engine.reset_execution_profile()
+    engine.run()
+    cycles = engine.get_execution_profile()["simulation"]["cycles"]
+    plan = poplin.matmul_plan(target, dtype, (m, k), (k, n), options=opts)
+    tflops, share = efficiency(target, plan, cycles)
+    print(
+        f"SIMULATED {m}x{k}x{n} {dtype} ({partials} partials) on Mk2: {cycles} cycles "
+        f"(estimate {plan.cycles}), "
+        f"{tflops:.1f} TFLOP/s, {100 * share:.1f} % of the AMP peak "
+        f"({target.peak_flops(dtype.size, 4) / 1e12:.1f} TFLOP/s); build+compile {built:.0f} s"
+    )
+
+
+def estimated(n: int, dtype: poplar.Type, partials: str) -> None:
+    target = poplar.IPUModel().create_target()
+    opts = {"partialsType": partials}
+    plan = poplin.matmul_plan(target, dtype, (n, n), (n, n), options=opts)
+    tflops, share = efficiency(target, plan, plan.cycles)
+    print(
+        f"ESTIMATED {n}^3 {dtype} ({partials} partials) on Mk2: {plan.cycles} cycles, "
+        f"{tflops:.1f} TFLOP/s, {100 * share:.1f} % of the AMP peak\n    {plan.describe()}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--simulate", default="512x512x512,1024x1024x1024")
+    parser.add_argument("--estimate", default="2048,4096,8192")
+    parser.add_argument("--partials", default="float", help="partials types of simulated half")
+    args = parser.parse_args()
+    print(f"planning {args.size}^3: {planning_time(args.size, args.repeat) * 1e3:.1f} ms "
+          f"(target < 100 ms)")  # fmt: skip
+    for created in (True, False):
+        run_ratio(args.size, args.repeat, args.rounds, created)
+    for text in filter(None, args.simulate.split(",")):
+        shape = tuple(int(x) for x in text.split("x"))
+        simulated(shape, poplar.FLOAT, "float")  # type: ignore[arg-type]
+        for partials in args.partials.split(","):
+            simulated(shape, poplar.HALF, partials)  # type: ignore[arg-type]
+    for n in (int(x) for x in args.estimate.split(",") if x):
+        estimated(n, poplar.FLOAT, "float")
+        for partials in ("float", "half"):
+            estimated(n, poplar.HALF, partials)
+
+
+if __name__ == "__main__":
+    main()

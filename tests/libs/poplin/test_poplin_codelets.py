@@ -1,0 +1,176 @@
+"""poplin's codelets used directly: block products over grids of vertices (zero-copy views
+and gathered fields give the same numbers), accumulation, reductions, estimators and FLOPs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tremula import poplar
+from tremula import target as targets
+from tremula.libs import poplin, util
+from tremula.libs.poplin import codelets as cl
+from tremula.libs.poplin import estimators as est
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records the ``a`` operand of every whole-matrix product (the zero-copy path)."""
+    seen: list[np.ndarray] = []
+    real = cl._whole_products
+
+    def record(a, *args):
+        seen.append(a)
+        return real(a, *args)
+
+    monkeypatch.setattr(cl, "_whole_products", record)
+    return seen
+
+
+def _grid_products(s, grid, block, connect, acc_steps=1, states=None):
+    """Vertices computing the block products of ``A [I*m, Kn*k] @ B [Kn*k, J*n]`` over a
+    grid ``(1, I, J, Kn)`` into partials ``[Kn, I*m, J*n]``; ``connect(a, b, c)`` gives the
+    three fields from the grid views; ``states`` the grid states (default: ``grid``).
+    Returns the partials after ``acc_steps`` runs of the products (the first plain, the
+    others accumulating), and what they should be."""
+    _, I, J, Kn = grid
+    m, k, n = block
+    g = s.graph
+    util.ensure_codelets(g, poplin.CODELETS)
+    A = g.add_variable(poplar.HALF, (I * m, Kn * k), "a", mapping="linear")
+    B = g.add_variable(poplar.HALF, (Kn * k, J * n), "b", mapping="linear")
+    P = g.add_variable(poplar.FLOAT, (Kn, I * m, J * n), "p", mapping="linear")
+    a = A.reshape((1, I, m, Kn, k)).dim_shuffle((0, 1, 3, 2, 4)).expand([2]).broadcast(J, 2)
+    b = B.reshape((1, Kn, k, J, n)).dim_shuffle((0, 3, 1, 2, 4)).expand([1]).broadcast(I, 1)
+    c = P.reshape((Kn, 1, I, m, J, n)).dim_shuffle((1, 2, 4, 0, 3, 5))
+    fields = connect(a, b, c)  # [G, I, J, Kn, rows, cols] views, G = 1
+    fields.update(zip(cl.GRID, states or grid))
+    tiles = np.arange(I * J * Kn) % s.graph.target.num_tiles
+    for step in range(acc_steps):
+        cs = g.add_compute_set(f"step{step}")
+        base = "poplin::AmpPartialAcc" if step else "poplin::AmpPartial"
+        g.add_vertices(cs, f"{base}<half,float,1x{m}x{k}x{n}>", fields, tiles)
+        s.prog.add(poplar.Execute(cs))
+    av = RNG.standard_normal((I * m, Kn * k)).astype(np.float16)
+    bv = RNG.standard_normal((Kn * k, J * n)).astype(np.float16)
+    got = s.run({"a": (A, av), "b": (B, bv)}, {"p": P})["p"]
+    a64, b64 = av.astype(np.float64), bv.astype(np.float64)
+    want = np.stack([a64[:, i * k : (i + 1) * k] @ b64[i * k : (i + 1) * k] for i in range(Kn)])
+    return got, acc_steps * want
+
+
+def _segments(a, b, c):
+    per = [int(np.prod(t.shape[4:])) for t in (a, b, c)]
+    n = int(np.prod(a.shape[:4]))
+    return {name: poplar.Segments(t, [p] * n) for name, t, p in zip("abc", (a, b, c), per)}
+
+
+def _concatenated(a, b, c):
+    """The same fields as concatenations of per-vertex blocks: gathered, not viewed."""
+    out = {}
+    for name, t in zip("abc", (a, b, c)):
+        per = int(np.prod(t.shape[4:]))
+        blocks = list(t.reshape((t.num_elements // per, per)))
+        out[name] = poplar.Segments(poplar.concat(blocks, 0), [blocks[0].shape[0]] * len(blocks))
+    return out
+
+
+@pytest.mark.parametrize("grid", [(1, 2, 3, 2), (1, 1, 4, 1), (1, 3, 1, 2)])
+def test_block_products_of_a_grid_run_zero_copy(session, spy, grid):
+    got, want = _grid_products(session(tiles=16), grid, (5, 16, 8), _segments)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (a,) = spy
+    assert a.base is not None and not a.flags.owndata  # a view of device memory
+    J = a.shape[3]
+    assert J == 1 or a.strides[3] == 0  # every A block read in place by its J readers
+
+
+def test_gathered_fields_and_accumulation_give_the_same_numbers(session, spy):
+    got, want = _grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), _concatenated, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not spy  # copies of the blocks: stacked products, no whole-matrix product
+
+
+def test_a_grid_state_that_does_not_match_still_computes_every_block(session):
+    """The grid states are a hint: wrong ones make each vertex a product of its own."""
+    s = session(tiles=16)
+    got, want = _grid_products(s, (1, 2, 3, 2), (4, 16, 8), _segments, states=(1, 1, 1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_partials_over_a_grid_with_cast_and_accumulate(session):
+    """Pieces of 3 rows of ``[2, 6, 4]`` partials of a ``[6, 4]`` output; a second type
+    (``.1``) adds ``scale`` times the sums to an accumulator."""
+    s = session(tiles=4)
+    g = s.graph
+    util.ensure_codelets(g, poplin.CODELETS)
+    p = g.add_variable(poplar.FLOAT, (2, 6, 4), "p", mapping="linear")
+    out = g.add_variable(poplar.HALF, (6, 4), "out", mapping="linear")
+    acc = g.add_variable(poplar.FLOAT, (6, 4), "acc", mapping="linear")
+    pieces = p.reshape((2, 2, 3, 4)).dim_shuffle((1, 0, 2, 3))  # [piece, partial, 3, 4]
+    cs = g.add_compute_set("reduce")
+    grid = dict(zip(cl.GRID, (1, 1, 1, 2)))
+    for vtype, dst, extra in (
+        ("poplin::ReducePartials<float,half,2x1x3x4>", out, {}),
+        ("poplin::ReducePartialsAcc<float,float,2x1x3x4.1>", acc, {"scale": [0.5, -2.0]}),
+    ):
+        fields = {
+            "partials": poplar.Segments(pieces, [24, 24]),
+            "out": poplar.Segments(dst.reshape((2, 3, 4)), [12, 12]),
+            **grid,
+            **extra,
+        }
+        g.add_vertices(cs, vtype, fields, [0, 3])
+    s.prog.add(poplar.Execute(cs))
+    P = RNG.standard_normal((2, 6, 4)).astype(np.float32)
+    ACC = RNG.standard_normal((6, 4)).astype(np.float32)
+    got = s.run({"p": (p, P), "acc": (acc, ACC)}, {"out": out, "acc": acc})
+    sums = P.sum(axis=0)
+    np.testing.assert_allclose(got["out"], sums.astype(np.float16), rtol=1e-3, atol=1e-3)
+    scale = np.repeat([0.5, -2.0], 3)[:, None]
+    np.testing.assert_allclose(got["acc"], ACC + scale * sums, rtol=1e-6, atol=1e-6)
+
+
+sizes = st.integers(1, 700)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 4),
+    sizes,
+    sizes,
+    sizes,
+    st.sampled_from([(2, 4), (2, 2), (4, 4)]),
+    st.sampled_from(["ipu1", "ipu2", "bow"]),
+)
+def test_amp_estimator_never_beats_the_peak_and_grows_with_work(g, m, k, n, types, version):
+    t = targets.preset(version)
+    in_size, p_size = types
+    cyc = int(est.amp_cycles(t, in_size, p_size, g, m, k, n))
+    assert cyc >= g * m * k * n / t.max_macs_per_cycle_per_tile(in_size, p_size)
+    for dm, dk, dn in ((1, 0, 0), (0, 16, 0), (0, 0, 16)):
+        assert est.amp_cycles(t, in_size, p_size, g, m + dm, k + dk, n + dn) >= cyc
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes, sizes, sizes, st.sampled_from([2, 4]))
+def test_mac_estimator_is_slower_than_the_amp_peak(m, k, n, in_size):
+    t = targets.ipu2()
+    cyc = int(est.mac_cycles(t, in_size, False, 1, m, k, n))
+    assert cyc >= m * k * n / t.max_macs_per_cycle_per_tile(in_size)
+
+
+def test_flops_in_the_profile(session):
+    s = session(tiles=16)
+    a = s.graph.add_variable(poplar.FLOAT, (24, 40), "a", mapping="linear")
+    b = s.graph.add_variable(poplar.FLOAT, (40, 16), "b", mapping="linear")
+    c = poplin.matmul(s.graph, a, b, s.prog)
+    s.run({}, {"c": c})
+    lw = s.engine.lowering
+    groups = [grp for ccs in lw.compute_sets for grp in ccs.groups]
+    amp = sum(float(grp.flops.sum()) for grp in groups if "Partial<" in grp.vertex_type.name)
+    assert amp == 2 * 24 * 40 * 16

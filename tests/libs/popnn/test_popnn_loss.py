@@ -1,0 +1,189 @@
+"""popnn losses: calc_loss (cross entropy, sum squared) and nll_loss against NumPy, with
+deltas and model-output scales as numbers and tensors, label edge cases (masked, out of
+range, negative), deltas against finite differences of the loss of the logits, half, the
+estimator and bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tremula.libs import popnn, util
+from tremula.libs.popnn import LossType, PopnnError
+
+
+def _helpers():
+    name = "tremula_tests_popnn_helpers"
+    if name not in sys.modules:
+        path = Path(__file__).with_name("popnn_helpers.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+H = _helpers()
+Rig = H.Rig
+RNG = np.random.default_rng(3)
+EPS = 1e-7
+
+
+def ce_ref(p, labels, ds=1.0, mos=1.0):
+    hot = H.one_hot(labels, p.shape[1])
+    p = p.astype(np.float64)
+    picked = (p * hot).sum(1)
+    loss = np.where(hot.any(1), -(np.log(picked + EPS) - np.log(mos)), 0.0)
+    return loss, ds * (p / mos - hot)
+
+
+def sse_ref(p, labels, ds=1.0, mos=1.0):
+    d = p.astype(np.float64) / mos - H.one_hot(labels, p.shape[1])
+    return 0.5 * (d * d).sum(1), ds * d
+
+
+@pytest.mark.parametrize("label_type", [np.uint32, np.int32])
+@pytest.mark.parametrize("kind", ["CROSS_ENTROPY_LOSS", "SUM_SQUARED_LOSS"])
+def test_calc_loss_matches_numpy(kind: str, label_type) -> None:
+    rig = Rig(tiles=4)
+    n, c = 7, 13
+    p = H.softmax(RNG.standard_normal((n, c))).astype(np.float32)
+    labels = RNG.integers(0, c, n).astype(label_type)
+    tp = rig.input(p, mapping=RNG.integers(0, 4, (n, c)))  # rows spread over tiles
+    tl = rig.input(labels)
+    ds_t = rig.input(np.array([0.25], np.float32), mapping=2)
+    l1, d1 = popnn.calc_loss(rig.graph, tp, tl, kind, rig.prog)
+    l2, d2 = popnn.calc_loss(rig.graph, tp, tl, LossType[kind], rig.prog, ds_t, 2.0)
+    got = rig.run([l1, d1, l2, d2])
+    ref = ce_ref if kind.startswith("CROSS") else sse_ref
+    for (loss, deltas), (want_l, want_d) in zip(
+        [got[:2], got[2:]], [ref(p, labels), ref(p, labels, 0.25, 2.0)]
+    ):
+        np.testing.assert_allclose(loss, want_l, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(deltas, want_d, rtol=1e-5, atol=1e-7)
+    assert l1.shape == (n,) and d1.shape == (n, c)
+    assert np.array_equal(rig.graph.tiles_of(d1), rig.graph.tiles_of(tp))
+
+
+def test_label_edge_cases_give_a_zero_loss_row() -> None:
+    rig = Rig()
+    c = 5
+    p = H.softmax(RNG.standard_normal((6, c))).astype(np.float32)
+    labels_u = np.array([0, c - 1, c, popnn.MASKED_LABEL_CODE, 2, 10**6], np.uint32)
+    labels_i = np.array([0, -1, c, -(2**31), 4, 3], np.int32)
+    tp = rig.input(p)
+    outs = []
+    for labels in (labels_u, labels_i):
+        tl = rig.input(labels)
+        outs += popnn.calc_loss(rig.graph, tp, tl, "CROSS_ENTROPY_LOSS", rig.prog, 3.0)
+        outs += popnn.nll_loss(rig.graph, tp, tl, rig.prog)
+    got = rig.run(outs)
+    for k, labels in enumerate((labels_u, labels_i)):
+        loss, deltas, nll, _ = got[4 * k : 4 * k + 4]
+        valid = (labels.astype(np.int64) >= 0) & (labels.astype(np.int64) < c)
+        want_l, want_d = ce_ref(p, labels, 3.0)
+        np.testing.assert_allclose(loss, want_l, rtol=1e-5)
+        np.testing.assert_allclose(deltas, want_d, rtol=1e-5, atol=1e-7)
+        assert np.all(loss[~valid] == 0) and np.all(nll[~valid] == 0)
+        np.testing.assert_allclose(deltas[~valid], 3.0 * p[~valid], rtol=1e-6)
+
+
+def test_cross_entropy_deltas_are_the_gradient_of_the_logits() -> None:
+    rig = Rig()
+    z = RNG.standard_normal((4, 6))
+    labels = np.array([1, 0, 5, 3], np.uint32)
+    tz = rig.input(z.astype(np.float32))
+    tl = rig.input(labels)
+    probs = popnn.softmax(rig.graph, tz, rig.prog)
+    ce_loss, ce_d = popnn.calc_loss(rig.graph, probs, tl, "CROSS_ENTROPY_LOSS", rig.prog)
+    nll, nll_d = popnn.nll_loss(rig.graph, popnn.log_softmax(rig.graph, tz, rig.prog), tl, rig.prog)
+    got_l, got_d, got_nll, got_nd = rig.run([ce_loss, ce_d, nll, nll_d])
+    total = lambda zz: float(-np.sum(H.log_softmax(zz)[np.arange(4), labels]))  # noqa: E731
+    fd = H.finite_diff(total, z)
+    np.testing.assert_allclose(got_d, fd, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got_nd, fd, rtol=1e-4, atol=1e-6)
+    want = -H.log_softmax(z)[np.arange(4), labels]
+    np.testing.assert_allclose(got_l, want, rtol=1e-5)
+    np.testing.assert_allclose(got_nll, want, rtol=1e-5)
+
+
+def test_model_output_scaling_cancels_in_the_loss() -> None:
+    rig = Rig()
+    p = H.softmax(RNG.standard_normal((3, 4)))
+    labels = np.array([0, 1, 2], np.uint32)
+    scaled = rig.input((p * 1000).astype(np.float32))
+    mos = rig.input(np.array([1000.0], np.float32))
+    tl = rig.input(labels)
+    loss, deltas = popnn.calc_loss(rig.graph, scaled, tl, "CROSS_ENTROPY_LOSS", rig.prog, 1.0, mos)
+    got_l, got_d = rig.run([loss, deltas])
+    np.testing.assert_allclose(got_l, -np.log(p[np.arange(3), labels]), rtol=1e-5)
+    np.testing.assert_allclose(got_d, p - H.one_hot(labels, 4), rtol=1e-5, atol=1e-6)
+
+
+def test_half_losses() -> None:
+    rig = Rig()
+    p = H.softmax(RNG.standard_normal((5, 9))).astype(np.float16)
+    labels = RNG.integers(0, 9, 5).astype(np.uint32)
+    tp, tl = rig.input(p), rig.input(labels)
+    ds = rig.input(np.array([0.5], np.float16))
+    outs = [
+        *popnn.calc_loss(rig.graph, tp, tl, "CROSS_ENTROPY_LOSS", rig.prog, ds),
+        *popnn.calc_loss(rig.graph, tp, tl, "SUM_SQUARED_LOSS", rig.prog),
+    ]
+    ce_l, ce_d, sq_l, sq_d = rig.run(outs)
+    assert ce_l.dtype == np.float16 and sq_d.dtype == np.float16
+    want = ce_ref(p, labels, 0.5)
+    np.testing.assert_allclose(ce_l, want[0], rtol=2e-3)
+    np.testing.assert_allclose(ce_d, want[1], rtol=2e-3, atol=1e-3)
+    want = sse_ref(p, labels)
+    np.testing.assert_allclose(sq_l, want[0], rtol=2e-3)
+    np.testing.assert_allclose(sq_d, want[1], rtol=2e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows", [1, 13])
+def test_estimate_shape(rows: int) -> None:
+    """``30 + rows x (40 + ceil(C / vw) x 4)`` per cross-entropy vertex; a tile's rows are
+    split over at most six vertices."""
+    rig = Rig()
+    c = 11
+    tp = rig.input(np.full((rows, c), 1 / c, np.float32), mapping=0)
+    tl = rig.input(np.zeros(rows, np.uint32), mapping=0)
+    popnn.calc_loss(rig.graph, tp, tl, "CROSS_ENTROPY_LOSS", rig.prog, name="ce")
+    rig.run([])
+    _, sizes = util.split_counts(np.array([rows]), 6)
+    _, by_type = H.cs_estimates(rig.engine, "ce/")
+    want = sum(30 + int(r) * (40 + math.ceil(c / 2) * 4) for r in sizes)
+    assert by_type == {"popnn::LossCrossEntropyRows<float,uint32>": want}
+
+
+def test_bad_input() -> None:
+    rig = Rig()
+    g, prog = rig.graph, rig.prog
+    p = rig.input(np.ones((3, 4), np.float32))
+    ph = rig.input(np.ones((3, 4), np.float16))
+    pi = rig.input(np.ones((3, 4), np.int32))
+    lab = rig.input(np.zeros(3, np.uint32))
+    lab_f = rig.input(np.zeros(3, np.float32))
+    lab_4 = rig.input(np.zeros(4, np.uint32))
+    ce, sq = "CROSS_ENTROPY_LOSS", "SUM_SQUARED_LOSS"
+    before = H.graph_size(g)
+    cases = [
+        (lambda: popnn.calc_loss(g, p, lab_f, ce, prog), "expected must be class indices"),
+        (lambda: popnn.calc_loss(g, p, lab_4, ce, prog), r"expected has shape \(4,\)"),
+        (lambda: popnn.calc_loss(g, p[0], lab, ce, prog), "model_outputs must be"),
+        (lambda: popnn.calc_loss(g, p, lab, "HINGE", prog), "loss_type 'HINGE'"),
+        (lambda: popnn.calc_loss(g, p, lab, sq, prog, ph[0, :1]), "deltas_scale"),
+        (lambda: popnn.calc_loss(g, p, lab, sq, prog, p[0]), "deltas_scale"),
+        (lambda: popnn.calc_loss(g, p, lab, sq, prog, 1.0, 0.0), "must be > 0"),
+        (lambda: popnn.calc_loss(g, p, lab, sq, prog, float("nan")), "finite"),
+        (lambda: popnn.nll_loss(g, pi, lab, prog), "log_probs must be float"),
+        (lambda: popnn.nll_loss(g, p, lab.reshape([3, 1]), prog), "labels has shape"),
+    ]  # fmt: skip
+    for call, text in cases:
+        with pytest.raises(PopnnError, match=text):
+            call()
+    assert H.graph_size(g) == before

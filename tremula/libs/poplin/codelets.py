@@ -1,0 +1,252 @@
+"""poplin's codelets: block products (AMP and dot-product) and the reduction of partials.
+
+Each vertex type is specialised for one block shape, its last template argument ``SHAPE``
+(like PopLibs' vertices specialised on compile-time constants), so that all vertices of a
+type in a compute set have equal fields (a ``.i`` suffix, e.g. ``4x1x23x32.1``, tells apart
+groups of equal shape in one compute set):
+
+* ``poplin::AmpPartial<IN,P,GxMxKxN>`` / ``poplin::MacPartial<IN,P,GxMxKxN>``: ``c = a @ b``
+  for a vertex's ``G`` products of an ``[M, K]`` block of A (row-major, groups outermost) by
+  a ``[K, N]`` block of B, into a ``[G, M, N]`` block of partials. The ``...Acc`` variants
+  add to ``c`` (serial steps after the first). They differ only in their cycle estimators.
+* ``poplin::ReducePartials<P,OUT,PxGxRxC>``: a vertex's ``P`` partials (one ``[G, R, C]``
+  slab each, one after the other) summed into its ``[G, R, C]`` outputs and cast to
+  ``OUT``; ``poplin::ReducePartialsAcc`` adds ``scale`` times the sum to the output
+  (``matmul_acc``). With a single partial this is the output cast.
+
+State ``grid_g, grid_m, grid_n, grid_k`` tells the batched compute how the vertices of the
+type are arranged: a row-major grid of that many blocks along ``G``, ``M``, ``N`` and the
+K slices (for a reduction: the pieces of a block). It only changes how fast the vertices
+run, never what they compute: each field is viewed as ``[*grid, *block]`` (zero-copy when
+the engine can, see ``Batch.view``) and every vertex's block product is part of one
+``np.matmul``. When the A blocks repeat along ``N`` and the B blocks along ``M`` (stride-0
+views: the vertices of a grid read the operands' blocks in place) that product is, per K
+slice, one matrix product of whole operands writing all the partials of the slice (BLAS's
+summation order inside a block); otherwise a stacked product of the blocks. A grid that
+does not match the vertex count counts as one row of blocks. Products and sums of floats
+are computed in float32 (the AMP's and the reduction's accumulators), of ints in their type
+(wrapping like the IPU's).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs.poplin import estimators as est
+
+GRID = ("grid_g", "grid_m", "grid_n", "grid_k")
+
+
+def shape_arg(sizes: tuple[int, ...]) -> str:
+    """The ``SHAPE`` template argument of a block shape."""
+    return "x".join(str(int(s)) for s in sizes)
+
+
+def _shape(v: poplar.VertexInfo) -> tuple[int, ...]:
+    return tuple(int(s) for s in v.vertex_type.params["SHAPE"].split(".")[0].split("x"))
+
+
+def _math_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype.kind == "f" else np.dtype(dtype)
+
+
+def _grid(v: poplar.Batch) -> tuple[int, int, int, int]:
+    """The vertices' grid (a single row of blocks when the states do not describe one)."""
+    if v.n == 0:
+        return (1, 1, 1, 0)
+    rows = [v.state(name) for name in GRID]
+    grid = tuple(int(r[0]) for r in rows)
+    if all(np.all(r == r[0]) for r in rows) and int(np.prod(grid)) == v.n:
+        return grid  # type: ignore[return-value]
+    return (1, 1, 1, v.n)
+
+
+def _no_copy(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    try:
+        return np.reshape(x, shape, copy=False)
+    except ValueError:
+        return None
+
+
+class _Partial(poplar.Codelet):
+    """Block products; see the module docstring."""
+
+    templates = ("IN", "P", "SHAPE")
+    supervisor = True
+    a = poplar.Input("IN")
+    b = poplar.Input("IN")
+    c = poplar.Output("P")
+    grid_g = poplar.State(poplar.UNSIGNED_INT)
+    grid_m = poplar.State(poplar.UNSIGNED_INT)
+    grid_n = poplar.State(poplar.UNSIGNED_INT)
+    grid_k = poplar.State(poplar.UNSIGNED_INT)
+    accumulate: ClassVar[bool] = False
+
+    @classmethod
+    def compute(cls, v: poplar.Batch) -> None:
+        g, m, k, n = _shape(v)
+        grid = _grid(v)
+        a = v.view("a", (*grid, g, m, k))
+        b = v.view("b", (*grid, g, k, n))
+        c = v.view("c", (*grid, g, m, n))
+        if a.size == 0 or c.size == 0:
+            return
+        math = _math_dtype(a.dtype)
+        if (grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0):
+            _whole_products(a, b, c, math, cls.accumulate)
+            return
+        prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
+        if cls.accumulate:
+            prod += c
+        c[...] = prod
+
+    @staticmethod
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        return np.full(v.n, 2.0 * float(np.prod(_shape(v))))
+
+    @classmethod
+    def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
+        return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _whole_products(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, math: np.dtype, accumulate: bool
+) -> None:
+    """``c = a @ b`` over a grid whose A blocks do not change along ``N`` and B blocks
+    along ``M``: per replica and K slice, one product of the A rows by the B columns of the
+    grid, written into the partials of the slice (in place when they form a matrix)."""
+    R, Ig, Im, In, Ik, g, m, k = a.shape
+    n = b.shape[-1]
+    G, M, N = Ig * g, Im * m, In * n
+    # [R, Ik, G, M, k] and [R, Ik, G, k, N]: the grid's A rows and B columns per K slice
+    whole_a = a[:, :, :, 0].transpose(0, 3, 1, 4, 2, 5, 6).reshape(R, Ik, G, M, k)
+    whole_b = b[:, :, 0].transpose(0, 3, 1, 4, 5, 2, 6).reshape(R, Ik, G, k, N)
+    whole_a, whole_b = whole_a.astype(math, copy=False), whole_b.astype(math, copy=False)
+    c_t = c.transpose(0, 4, 1, 5, 2, 6, 3, 7)  # [R, Ik, Ig, g, Im, m, In, n]
+    whole_c = _no_copy(c_t, (R, Ik, G, M, N))
+    if whole_c is not None and whole_c.dtype == math and not accumulate:
+        np.matmul(whole_a, whole_b, out=whole_c)
+        return
+    prod = np.matmul(whole_a, whole_b)
+    target = whole_c if whole_c is not None else c_t
+    prod = prod.reshape(target.shape)
+    if accumulate:
+        prod += target
+    target[...] = prod
+
+
+class AmpPartial(_Partial):
+    """Block products on the AMP (ConvPartial1x1Out estimator, spec 3.5)."""
+
+    name = "poplin::AmpPartial"
+    code_bytes = 1024
+
+    @classmethod
+    def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
+        in_size, p_size, (g, m, k, n) = cls._sizes(v)
+        return np.full(v.n, est.amp_cycles(v.target, in_size, p_size, g, m, k, n))
+
+
+class AmpPartialAcc(AmpPartial):
+    """:class:`AmpPartial` adding to the partials (serial steps after the first)."""
+
+    name = "poplin::AmpPartialAcc"
+    c = poplar.InOut("P")
+    accumulate = True
+
+
+class MacPartial(_Partial):
+    """Block products as dot products, one 64-bit vector per cycle (no AMP)."""
+
+    name = "poplin::MacPartial"
+    code_bytes = 384
+
+    @classmethod
+    def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
+        in_size, _, (g, m, k, n) = cls._sizes(v)
+        integral = v.dtype("a").is_integral
+        return np.full(v.n, est.mac_cycles(v.target, in_size, integral, g, m, k, n))
+
+
+class MacPartialAcc(MacPartial):
+    """:class:`MacPartial` adding to the partials."""
+
+    name = "poplin::MacPartialAcc"
+    c = poplar.InOut("P")
+    accumulate = True
+
+
+class ReducePartials(poplar.Codelet):
+    """Sum of partials per output element, cast to the output type."""
+
+    name = "poplin::ReducePartials"
+    templates = ("P", "OUT", "SHAPE")
+    supervisor = True
+    code_bytes = 512
+    partials = poplar.Input("P")
+    out = poplar.Output("OUT")
+    grid_g = poplar.State(poplar.UNSIGNED_INT)
+    grid_m = poplar.State(poplar.UNSIGNED_INT)
+    grid_n = poplar.State(poplar.UNSIGNED_INT)
+    grid_k = poplar.State(poplar.UNSIGNED_INT)
+    accumulate: ClassVar[bool] = False
+
+    @classmethod
+    def compute(cls, v: poplar.Batch) -> None:
+        p, g, r, c = _shape(v)
+        grid = _grid(v)
+        out = v.view("out", (*grid, g, r, c))
+        if out.size == 0:
+            return
+        parts = v.view("partials", (*grid, p, g, r, c))
+        math = np.dtype(np.float32) if parts.dtype.kind == "f" else np.dtype(np.int64)
+        if cls.accumulate:
+            scale = v.state("scale").astype(math).reshape(1, *grid, 1, 1, 1)
+            sums = np.add.reduce(parts, axis=5, dtype=math)
+            out[...] = out.astype(math) + scale * sums
+        elif out.dtype == math and parts.dtype == math:
+            np.add.reduce(parts, axis=5, out=out)
+        else:
+            out[...] = np.add.reduce(parts, axis=5, dtype=math)
+
+    @classmethod
+    def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
+        p, g, r, c = _shape(v)
+        sizes = (v.dtype("partials").size, v.dtype("out").size)
+        return np.full(v.n, est.reduce_cycles(v.target, g * r * c, p, *sizes, cls.accumulate))
+
+    @classmethod
+    def flops(cls, v: poplar.VertexInfo) -> np.ndarray:
+        p, g, r, c = _shape(v)
+        outs = float(g * r * c)
+        return np.full(v.n, max(p - 1, 0) * outs + (2.0 * outs if cls.accumulate else 0.0))
+
+
+class ReducePartialsAcc(ReducePartials):
+    """``out += scale * sum(partials)`` per output element."""
+
+    name = "poplin::ReducePartialsAcc"
+    out = poplar.InOut("OUT")
+    scale = poplar.State(poplar.FLOAT)
+    accumulate = True
+
+
+CODELETS = (
+    AmpPartial,
+    AmpPartialAcc,
+    MacPartial,
+    MacPartialAcc,
+    ReducePartials,
+    ReducePartialsAcc,
+)
+
+#: Vertex type of the block product, by (method, accumulate).
+PARTIAL_TYPES = {
+    ("amp", False): AmpPartial.name,
+    ("amp", True): AmpPartialAcc.name,
+    ("mac", False): MacPartial.name,
+    ("mac", True): MacPartialAcc.name,
+}

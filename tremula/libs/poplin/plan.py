@@ -1,0 +1,467 @@
+"""The matmul planner: a pure function from the problem, its types, the options and the
+target to a :class:`Plan`, cached.
+
+A plan splits the (possibly grouped) product ``C[G, M, N] = A[G, M, K] @ B[G, K, N]`` into
+blocks, one block product per tile and serial step:
+
+* ``G``, ``M`` and ``N`` are cut into blocks of ``block_g``, ``block_m``, ``block_n``
+  elements (the last block of a dimension may be shorter); every output block is computed on
+  ``blocks_k`` tiles, one per slice of ``K``;
+* ``K`` is cut into chunks of ``step_k``; in serial step ``s`` (one compute set each, the
+  partials accumulated in place) the ``j``-th tile of a block multiplies chunk
+  ``s * blocks_k + j``, so a step's operand blocks plus the partials fit the memory the plan
+  may use;
+* stage 2 sums the ``blocks_k`` partials of each output element on one of the tiles holding
+  them (each tile of a block reduces one piece of it, cut along ``split``) and casts them to
+  the output type; it is skipped when there is a single partial of the output type.
+
+``swap`` plans compute ``C^T = B^T A^T`` instead (the planned frame has ``M`` and ``N``
+exchanged), which the AMP prefers when ``N`` offers more output positions than ``M``.
+``method`` is ``amp`` (the accumulating matrix product units, for half and float when the
+target has them) or ``mac`` (a dot-product vertex, for ints or where the AMP loses).
+
+Tile numbering puts the two tiles of a super-tile on blocks that read the same operand block
+(``share``: ``"a"``, neighbouring ``N`` blocks read one ``A`` block; ``"b"``, neighbouring
+``M`` blocks read one ``B`` block), which then reaches both at twice the rate (spec section
+4.1, the engine's rule); ``""`` when neither pairing is complete.
+
+Each candidate is costed like the engine runs it, for operands laid out by
+``create_matmul_input_*`` (each operand block spread in equal pieces over the tiles reading
+it): per serial step the sync and exchange of the operand blocks a tile does not hold
+(``max(sent, received - shared / 2) / exchangeBytesPerCycle``), plus the on-tile estimate
+(the AMP or dot-product estimator); then stage 2's exchange (each tile receives the other
+partials of its piece and sends those of the other pieces) and reduction. Its temporary
+memory is a step's received operand blocks plus the partials, or the partials plus the
+stage-2 receive buffer. The cheapest fitting candidates are costed again with shorter K
+steps (see :func:`_refine`). The planner picks the cheapest candidate whose temporaries fit
+``availableMemoryProportion`` of a tile, breaking ties deterministically (fewer bytes, fewer
+tiles, AMP first, no swap first, then the splits); if none fits it picks the one that needs
+the least memory.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs.poplin import estimators as est
+from tremula.target import Target
+
+METHODS = ("amp", "mac")
+SHARES = ("", "a", "b")
+SPLITS = ("m", "n")
+
+
+@dataclass(frozen=True)
+class MatMulParams:
+    """What a plan depends on besides the target (a hashable cache key)."""
+
+    groups: int
+    m: int
+    k: int
+    n: int
+    in_type: str
+    partials_type: str
+    out_type: str
+    available_memory_proportion: float = 0.6
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a matmul runs; sizes are in the planned frame (``M`` and ``N`` exchanged when
+    ``swap``). ``cycles`` is the estimate and ``exchange_cycles + compute_cycles +
+    reduce_cycles == cycles``."""
+
+    params: MatMulParams
+    method: str
+    swap: bool
+    share: str
+    split: str
+    block_g: int
+    block_m: int
+    block_n: int
+    step_k: int
+    blocks_g: int
+    blocks_m: int
+    blocks_n: int
+    blocks_k: int
+    serial: int
+    stage2: bool
+    tiles: int
+    cycles: int
+    exchange_cycles: int
+    compute_cycles: int
+    reduce_cycles: int
+    temp_bytes: int
+    fits: bool
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        """``(G, M, K, N)`` of the planned frame."""
+        p = self.params
+        return (p.groups, p.n, p.k, p.m) if self.swap else (p.groups, p.m, p.k, p.n)
+
+    @property
+    def k_chunks(self) -> int:
+        """Chunks of ``step_k`` covering ``K``: chunk ``s * blocks_k + j`` runs in serial
+        step ``s`` on the ``j``-th tile of its block."""
+        return -(-self.params.k // self.step_k)
+
+    def describe(self) -> str:
+        g, m, k, n = self.dims
+        share = {"a": ", pairs share A", "b": ", pairs share B", "": ""}[self.share]
+        return (
+            f"{self.method}{' (swapped)' if self.swap else ''}: blocks "
+            f"{self.block_g}x{self.block_m}x{self.block_n} of {g}x{m}x{k}x{n} x "
+            f"{self.blocks_k} K slice(s) on {self.tiles} tiles{share}, {self.serial} serial "
+            f"step(s) of K={self.step_k}, stage 2 split along {self.split}; ~{self.cycles} "
+            f"cycles ({self.exchange_cycles} exchange, {self.compute_cycles} compute, "
+            f"{self.reduce_cycles} reduction), {self.temp_bytes} B temporaries per tile"
+        )
+
+
+def plan_matmul(params: MatMulParams, target: Target) -> Plan:
+    """The plan for ``params`` on ``target`` (cached: equal arguments give the same object).
+
+    Requires ``groups, m, k, n >= 1``.
+    """
+    return _plan(params, target)
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(params: MatMulParams, target: Target) -> Plan:
+    in_t = poplar.as_type(params.in_type)
+    methods = ["mac"]
+    if in_t.is_float and target.conv_units(in_t.size, _size(params.partials_type)) > 0:
+        methods.insert(0, "amp")
+    cands = [
+        _candidates(params, target, method, swap) for method in methods for swap in (False, True)
+    ]
+    table = _shortlist(_concat(cands))
+    return _choose(params, _concat([table, _refine(params, target, table)]))
+
+
+def _concat(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {key: np.concatenate([t[key] for t in tables]) for key in tables[0]}
+
+
+#: Candidates whose K step is revisited, and the smallest step tried (share of the largest).
+REFINE_CANDIDATES = 16
+REFINE_MIN_STEP = 0.5
+
+
+def _shortlist(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The candidates that may still win: when some fit, the fitting ones no slower than
+    the :data:`REFINE_CANDIDATES`-th fastest (ties included); else all of them."""
+    fits = table["fits"] == 1
+    if not fits.any():
+        return table
+    cycles = table["cycles"][fits]
+    bound = np.partition(cycles, min(REFINE_CANDIDATES, cycles.size) - 1)[
+        min(REFINE_CANDIDATES, cycles.size) - 1
+    ]
+    keep = np.flatnonzero(fits & (table["cycles"] <= bound))
+    return {key: a[keep] for key, a in table.items()}
+
+
+def _refine(
+    params: MatMulParams, target: Target, table: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The cheapest fitting candidates again with every shorter K step down to half the
+    longest that fits: fewer, longer steps save per-step overheads, but a step that
+    divides the tile's share of ``K`` evenly wastes no work on a short last chunk."""
+    fits = np.flatnonzero(table["fits"] == 1)
+    best = fits[np.argsort(table["cycles"][fits], kind="stable")[:REFINE_CANDIDATES]]
+    out = []
+    for method in np.unique(table["method"][best]):
+        rows = best[table["method"][best] == method]
+        grain = est.AMP_IN_CHANS if METHODS[method] == "amp" else 1
+        units = _cdiv(table["step"][rows], grain)
+        lo = np.maximum(1, (units * REFINE_MIN_STEP).astype(np.int64))
+        count = units - lo + 1
+        row = np.repeat(rows, count)
+        unit = np.repeat(units, count) - (
+            np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+        )
+        block = tuple(table[key][row] for key in ("bg", "bm", "bn", "bkt"))
+        blocks = tuple(table[key][row] for key in ("ng", "nm", "nn"))
+        step = np.minimum(unit * grain, block[3])
+        cost = _cost(params, target, METHODS[method], block, blocks, step)
+        cost["method"], cost["swap"] = table["method"][row], table["swap"][row]
+        out.append(cost)
+    return _concat(out) if out else {key: a[:0] for key, a in table.items()}
+
+
+def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+    return -(-np.asarray(a) // b)
+
+
+def _size(type_name: str) -> int:
+    return poplar.as_type(type_name).size
+
+
+def block_sizes(d: int, grain: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct block sizes for a dimension of ``d`` elements cut in multiples of ``grain``
+    (the last block may be shorter), with their block counts, at most ``limit`` blocks."""
+    units = -(-d // grain)
+    counts = np.arange(1, units + 1, dtype=np.int64)
+    sizes = np.unique(np.minimum(_cdiv(units, counts) * grain, d))
+    blocks = _cdiv(d, sizes)
+    keep = blocks <= limit
+    return sizes[keep], blocks[keep]
+
+
+def _combos(counts: list[np.ndarray], limit: int) -> list[np.ndarray]:
+    """Index tuples into ``counts`` whose product of counts is at most ``limit``."""
+    idx = [np.arange(counts[0].size)]
+    prod = counts[0]
+    for c in counts[1:]:
+        p2 = prod[:, None] * c[None, :]
+        r, j = np.nonzero(p2 <= limit)
+        idx = [i[r] for i in idx] + [j]
+        prod = p2[r, j]
+    return idx
+
+
+def _candidates(
+    params: MatMulParams, target: Target, method: str, swap: bool
+) -> dict[str, np.ndarray]:
+    in_size, p_size = _size(params.in_type), _size(params.partials_type)
+    pm, pn = (params.n, params.m) if swap else (params.m, params.n)
+    amp = method == "amp"
+    n_grain = est.amp_out_chans(target, in_size, p_size) if amp else 1
+    k_grain = est.AMP_IN_CHANS if amp else 1
+    T = target.num_tiles
+    dims = [(params.groups, 1), (pm, 1), (pn, n_grain), (params.k, k_grain)]
+    sizes = [block_sizes(d, grain, T) for d, grain in dims]
+    idx = _combos([s[1] for s in sizes], T)
+    bg, bm, bn, bkt = (sizes[d][0][idx[d]] for d in range(4))
+    ng, nm, nn, nk = (sizes[d][1][idx[d]] for d in range(4))
+    step = _fit_step(params, target, (bg, bm, bn, bkt), (nm, nn, nk), k_grain)
+    out = _cost(params, target, method, (bg, bm, bn, bkt), (ng, nm, nn), step)
+    out["method"] = np.full(bg.size, METHODS.index(method))
+    out["swap"] = np.full(bg.size, int(swap))
+    return out
+
+
+def _cost(
+    params: MatMulParams,
+    target: Target,
+    method: str,
+    block: tuple[np.ndarray, ...],
+    blocks: tuple[np.ndarray, ...],
+    step: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Cycles and temporary bytes per tile of each candidate (vectorised), for K steps of
+    ``step`` and a tile's share of ``K`` of about ``bkt``."""
+    bg, bm, bn, bkt = block
+    ng, nm, nn = blocks
+    serial = _cdiv(bkt, step)
+    nk = _cdiv(_cdiv(params.k, step), serial)
+    serial = _cdiv(_cdiv(params.k, step), nk)
+    temp = _temp_bytes(params, (bg, bm, bn, step), (nm, nn, nk))
+    budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
+    exchange, share = _step_exchange(params, target, (bg, bm, bn, step), (nm, nn))
+    compute = _step_compute(params, target, method, (bg, bm, bn, step))
+    reduce, split = _reduce(params, target, (bg, bm, bn), nk)
+    return {
+        "bg": bg, "bm": bm, "bn": bn, "bkt": bkt, "step": step, "ng": ng, "nm": nm,
+        "nn": nn, "nk": nk, "serial": serial, "share": share, "split": split,
+        "stage2": _stage2(params, nk).astype(np.int64), "tiles": ng * nm * nn * nk,
+        "cycles": serial * (exchange + compute) + reduce, "exchange": serial * exchange,
+        "compute": serial * compute, "reduce": reduce, "temp": temp,
+        "fits": (temp <= budget).astype(np.int64),
+    }  # fmt: skip
+
+
+def _fit_step(
+    params: MatMulParams,
+    target: Target,
+    block: tuple[np.ndarray, ...],
+    blocks: tuple[np.ndarray, ...],
+    k_grain: int,
+) -> np.ndarray:
+    """The K step giving the fewest serial steps whose received operand blocks and
+    partials fit the memory budget, for a tile owning about ``bkt`` of ``K`` (rounded up to
+    whole grains; one grain when nothing fits)."""
+    bg, bm, bn, bkt = block
+    nm, nn, nk = blocks
+    in_size = _size(params.in_type)
+    budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
+    per_k = in_size * (bg * bm * (nn - 1) / nn + bg * bn * (nm - 1) / nm)  # received bytes
+    part, red = _partials_bytes(params, (bg, bm, bn), nk)
+    room = np.maximum(budget - part, 0)
+    max_k = np.where(per_k > 0, room // np.maximum(per_k, 1e-9), bkt).astype(np.int64)
+    max_k = np.minimum(max_k, bkt) // k_grain * k_grain
+    fits = (max_k >= np.minimum(bkt, k_grain)) & (part + red <= budget)
+    step = np.where(fits, np.minimum(bkt, np.maximum(max_k, 1)), np.minimum(bkt, k_grain))
+    serial = _cdiv(bkt, step)
+    return np.minimum(_cdiv(_cdiv(bkt, serial), k_grain) * k_grain, bkt)
+
+
+def _temp_bytes(
+    params: MatMulParams, block: tuple[np.ndarray, ...], blocks: tuple[np.ndarray, ...]
+) -> np.ndarray:
+    """Temporary bytes per tile: the partials plus a step's received operand blocks, or
+    plus the stage-2 receive buffer."""
+    bg, bm, bn, step = block
+    nm, nn, nk = blocks
+    part, red = _partials_bytes(params, (bg, bm, bn), nk)
+    recv = _operand_recv_bytes((bg, bm, bn, step), (nm, nn), _size(params.in_type))
+    return np.maximum(part + recv, part + red)
+
+
+def _pieces(d: np.ndarray | int, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """Largest and smallest of ``n`` near-equal pieces of ``d`` (offset ``* n // d``)."""
+    return _cdiv(d, n), np.asarray(d) // n
+
+
+def _operand_recv_bytes(
+    block: tuple[np.ndarray, ...], blocks: tuple[np.ndarray, ...], in_size: int
+) -> np.ndarray:
+    """Most operand bytes a tile receives in one step: its A and B blocks but the pieces it
+    holds (a created operand spreads a block over the tiles that read it)."""
+    bg, bm, bn, step = block
+    nm, nn = blocks
+    a_blk, b_blk = bg * bm * step, bg * step * bn
+    return (a_blk - _pieces(a_blk, nn)[1] + b_blk - _pieces(b_blk, nm)[1]) * in_size
+
+
+def _step_exchange(
+    params: MatMulParams,
+    target: Target,
+    block: tuple[np.ndarray, ...],
+    blocks: tuple[np.ndarray, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cycles of one serial step's operand exchange (with the sync before it) on the
+    busiest tile, and the super-tile pairing used (an index into :data:`SHARES`).
+
+    A tile receives its A block but its own piece, and its B block likewise, and sends its
+    pieces. When the two tiles of a super-tile read the same A block (``share`` "a": every
+    row of ``N`` blocks pairs up) they take what both receive at twice the rate: the busy
+    bytes are ``received - shared / 2``, ``shared`` being the A block but both pieces.
+    """
+    bg, bm, bn, step = block
+    nm, nn = blocks
+    s = _size(params.in_type)
+    a_blk, b_blk = bg * bm * step, bg * step * bn
+    a_big, a_small = _pieces(a_blk, nn)
+    b_big, b_small = _pieces(b_blk, nm)
+    a_recv = np.where(nn > 1, a_blk - a_small, 0) * s
+    b_recv = np.where(nm > 1, b_blk - b_small, 0) * s
+    sent = (np.where(nn > 1, a_big, 0) + np.where(nm > 1, b_big, 0)) * s
+    pairs = target.tiles_per_super_tile == 2 and target.supports_super_tile_send_receive
+    alone = np.maximum(sent, a_recv + b_recv)
+    busy = [alone]
+    for mine, other, partner, count in ((a_recv, b_recv, a_big, nn), (b_recv, a_recv, b_big, nm)):
+        shared = np.maximum(mine - partner * s, 0)  # what the partner receives too
+        paired = np.maximum(sent, mine - shared // 2 + other)
+        busy.append(np.where(pairs & (count % 2 == 0), paired, alone))
+    stacked = np.stack(busy)
+    share = np.argmin(stacked, axis=0)
+    return est.exchange_cycles(target, stacked.min(axis=0)), share
+
+
+def _step_compute(
+    params: MatMulParams, target: Target, method: str, block: tuple[np.ndarray, ...]
+) -> np.ndarray:
+    """On-tile cycles of one serial step's block product, with the compute-set launch."""
+    bg, bm, bn, step = block
+    in_size, p_size = _size(params.in_type), _size(params.partials_type)
+    if method == "amp":
+        compute = est.amp_cycles(target, in_size, p_size, bg, bm, step, bn)
+    else:
+        integral = poplar.as_type(params.in_type).is_integral
+        compute = est.mac_cycles(target, in_size, integral, bg, bm, step, bn)
+    return compute + target.compute_set_launch_cycles
+
+
+def reduce_pieces(bm: np.ndarray, bn: np.ndarray, nk: np.ndarray) -> np.ndarray:
+    """The stage-2 split of an output block over its ``nk`` tiles: along ``m`` (rows)
+    unless cutting along ``n`` gives a smaller largest piece (an index into
+    :data:`SPLITS`)."""
+    by_m = _cdiv(bm, nk) * bn
+    by_n = bm * _cdiv(bn, nk)
+    return (by_n < by_m).astype(np.int64)
+
+
+def _piece_range(
+    block: tuple[np.ndarray, ...], nk: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(split, largest piece, smallest piece) of the stage-2 pieces of a full block."""
+    bg, bm, bn = block
+    split = reduce_pieces(bm, bn, nk)
+    d, other = np.where(split == 0, bm, bn), bg * np.where(split == 0, bn, bm)
+    big, small = _pieces(d, nk)
+    return split, big * other, small * other
+
+
+def _reduce(
+    params: MatMulParams, target: Target, block: tuple[np.ndarray, ...], nk: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stage-2 cycles (exchange with its sync, launch, reduction) and its split."""
+    bg, bm, bn = block
+    p_size, out_size = _size(params.partials_type), _size(params.out_type)
+    split, big, small = _piece_range(block, nk)
+    received = (nk - 1) * big * p_size  # the other tiles' partials of its piece
+    sent = (bg * bm * bn - small) * p_size  # its partials of the other pieces
+    cycles = est.exchange_cycles(target, np.maximum(received, sent))
+    cycles = cycles + target.compute_set_launch_cycles
+    cycles = cycles + est.reduce_cycles(target, big, nk, p_size, out_size, False)
+    return np.where(_stage2(params, nk), cycles, 0), split
+
+
+def _stage2(params: MatMulParams, nk: np.ndarray) -> np.ndarray:
+    """A stage 2 runs when there are several partials or they need a cast."""
+    return (np.asarray(nk) > 1) | (params.partials_type != params.out_type)
+
+
+def _partials_bytes(
+    params: MatMulParams, block: tuple[np.ndarray, ...], nk: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(partials, stage-2 receive) bytes per tile: partials exist when there is a stage 2;
+    a tile receives the other tiles' partials of its piece of the block."""
+    bg, bm, bn = block
+    p_size = _size(params.partials_type)
+    part = np.where(_stage2(params, nk), bg * bm * bn * p_size, 0)
+    _, big, _ = _piece_range(block, nk)
+    return part, (nk - 1) * big * p_size
+
+
+def _choose(params: MatMulParams, t: dict[str, np.ndarray]) -> Plan:
+    """The cheapest fitting candidate (or the smallest if none fits), ties broken by the
+    keys listed in the module docstring."""
+    fits = t["fits"].astype(bool)
+    pool = np.flatnonzero(fits) if fits.any() else np.arange(fits.size)
+    first, second = (t["cycles"], t["temp"]) if fits.any() else (t["temp"], t["cycles"])
+    pool = pool[first[pool] == first[pool].min()]
+    keys = (t["nk"], t["nn"], t["nm"], t["ng"], t["swap"], t["method"], t["tiles"], second)
+    i = int(pool[np.lexsort(tuple(k[pool] for k in keys))[0]])
+    v = {k: int(a[i]) for k, a in t.items()}
+    return Plan(
+        params=params,
+        method=METHODS[v["method"]],
+        swap=bool(v["swap"]),
+        share=SHARES[v["share"]],
+        split=SPLITS[v["split"]],
+        block_g=v["bg"],
+        block_m=v["bm"],
+        block_n=v["bn"],
+        step_k=v["step"],
+        blocks_g=v["ng"],
+        blocks_m=v["nm"],
+        blocks_n=v["nn"],
+        blocks_k=v["nk"],
+        serial=v["serial"],
+        stage2=bool(v["stage2"]),
+        tiles=v["tiles"],
+        cycles=v["cycles"],
+        exchange_cycles=v["exchange"],
+        compute_cycles=v["compute"],
+        reduce_cycles=v["reduce"],
+        temp_bytes=v["temp"],
+        fits=bool(v["fits"]),
+    )

@@ -1,0 +1,184 @@
+"""popnn's codelets: non-linearities and their gradients (one class each, the type a
+template argument dispatched through ``nonlinearity_table``), and the fused loss vertices
+(one-hot encoding, the loss transform, its row sum and the deltas in one pass).
+
+All are worker vertices (at most six per tile), like popops' element-wise codelets: their
+estimates are per-context cycles; the tile's cycles are 6 x its busiest context plus the
+compute-set launch, which stands for PopLibs' supervisor overhead.
+
+Estimators (``n`` elements, ``vw`` the 64-bit vector width: float 2, half 4):
+
+* ``popnn::NonLinearity1D<T,NL>`` (in place): ``20 + ceil(n / vw) x (cpv + 4)``, ``cpv``
+  the table's forward cycles per vector.
+* ``popnn::NonLinearityGrad1D<T,NL>``: ``29 + ceil(n / vw) x (cpv + 5)``, ``cpv`` the
+  table's gradient cycles (the derivative and the product with the incoming gradient).
+* ``popnn::Loss<KIND>Rows<T,L>`` over ``r`` rows of ``C`` classes [proposal]:
+  ``30 + r x (row + ceil(C / vw) x cpv)``: per row the label check, the scale and (for the
+  logarithmic losses) one log or exp of the label's element; per vector the deltas
+  (``cpv`` 4 for cross entropy, 6 for sum squared, 10 for NLL, which takes an exp per
+  element).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tremula import poplar
+from tremula.errors import CodeletError
+from tremula.libs.popnn.nonlinearity_table import TABLE, NonLinearity, NonLinearityType
+from tremula.libs.util import worker_cycles
+
+#: A floor added inside the cross-entropy log (PopLibs adds an epsilon to the probability).
+LOG_EPSILON = np.float32(1e-7)
+
+
+def _nl(v: poplar.VertexInfo | poplar.Batch) -> NonLinearity:
+    return TABLE[NonLinearityType[v.params["NL"]]]
+
+
+def _half(v: poplar.VertexInfo | poplar.Batch) -> bool:
+    return v.params["T"] == "half"
+
+
+class NonLinearity1D(poplar.Codelet):
+    """``data = f(data)`` in place for the non-linearity ``NL`` (PopLibs'
+    ``popnn::NonLinearity1D``)."""
+
+    name = "popnn::NonLinearity1D"
+    templates = ("T", "NL")
+    data = poplar.InOut("T")
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        rec = _nl(v)
+        with np.errstate(all="ignore"):
+            v.data = rec.forward(np.asarray(v.data, dtype=np.float32))
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        cpv = _nl(v).cycles_per_vector(_half(v), grad=False)
+        return worker_cycles(v.lengths("data"), v.vector_width("data"), cpv + 4, 20)
+
+    @staticmethod
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        return v.lengths("data") * float(_nl(v).fwd_flops)
+
+
+class NonLinearityGrad1D(poplar.Codelet):
+    """``inGrad = outGrad * f'(...)`` from the forward output or input ``act`` (PopLibs'
+    ``popnn::NonLinearityGrad1D``; which one: ``nonlinearity_table``)."""
+
+    name = "popnn::NonLinearityGrad1D"
+    templates = ("T", "NL")
+    outGrad = poplar.Input("T")
+    act = poplar.Input("T")
+    inGrad = poplar.Output("T")
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        rec = _nl(v)
+        with np.errstate(all="ignore"):
+            d = rec.derivative(np.asarray(v.act, dtype=np.float32))
+            v.inGrad = np.asarray(v.outGrad, dtype=np.float32) * d
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        cpv = _nl(v).cycles_per_vector(_half(v), grad=True)
+        return worker_cycles(v.lengths("inGrad"), v.vector_width("inGrad"), cpv + 5, 29)
+
+    @staticmethod
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        return v.lengths("inGrad") * float(_nl(v).grad_flops)
+
+
+# ---- losses ----
+
+
+@dataclass(frozen=True)
+class LossKind:
+    """One fused loss: ``row`` cycles per row and ``cpv`` per vector [proposal]."""
+
+    name: str
+    row: float
+    cpv: float
+
+
+def _rows(v: poplar.Batch) -> tuple[int, int]:
+    """(rows, classes) of a loss vertex batch: every vertex holds whole rows of one width."""
+    classes = np.unique(v.numClasses)
+    if classes.size > 1:
+        raise CodeletError(
+            f"{v.vertex_type.name}: vertices of one compute set differ in classes {classes}"
+        )
+    return int(v.labels.shape[-1]), int(classes[0]) if classes.size else 1
+
+
+def _loss_compute(kind: str, v: poplar.Batch) -> None:
+    """Deltas and loss per row without materialising the one-hot rows: the label's
+    element is gathered and corrected by fancy indexing."""
+    rows, c = _rows(v)
+    p = np.asarray(v.probs, dtype=np.float32).reshape(v.replicas, rows, c)
+    lab = np.asarray(v.labels).astype(np.int64)
+    valid = (lab >= 0) & (lab < c)
+    at = (np.arange(v.replicas)[:, None], np.arange(rows)[None, :], np.where(valid, lab, 0))
+    ds = np.asarray(v.expand(v.deltasScale, "labels"), dtype=np.float32)
+    mos = np.asarray(v.expand(v.modelOutputScaling, "labels"), dtype=np.float32)
+    picked = np.where(valid, p[at], np.float32(0))
+    with np.errstate(all="ignore"):
+        y = np.exp(p) if kind == "NllLog" else p / mos[..., None]
+        d = y * ds[..., None]
+        d[at] -= np.where(valid, ds, np.float32(0))
+        v.deltas = d.reshape(v.replicas, -1)
+        if kind == "NllLog":
+            v.loss = -picked
+        elif kind == "SumSquared":
+            y_label = picked / mos
+            v.loss = 0.5 * (np.sum(y * y, axis=-1) - 2 * y_label + valid)
+        else:
+            v.loss = np.where(valid, -(np.log(picked + LOG_EPSILON) - np.log(mos)), 0)
+
+
+def _loss_class(kind: LossKind) -> type[poplar.Codelet]:
+    def compute(v: poplar.Batch) -> None:
+        _loss_compute(kind.name, v)
+
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        rows = v.lengths("labels")
+        c = np.asarray(v.numClasses, dtype=np.int64)
+        vw = v.vector_width("probs")
+        return 30 + rows * (kind.row + (-(-c // vw)) * kind.cpv)
+
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        return 3.0 * v.lengths("probs")
+
+    attrs = {
+        "name": f"popnn::Loss{kind.name}Rows",
+        "__doc__": f"Fused {kind.name} loss over whole rows: deltas and the loss per row.",
+        "templates": ("T", "L"),
+        "probs": poplar.Input("T"),
+        "labels": poplar.Input("L"),
+        "deltasScale": poplar.Input("T", kind="scalar"),
+        "modelOutputScaling": poplar.Input("T", kind="scalar"),
+        "deltas": poplar.Output("T"),
+        "loss": poplar.Output("T"),
+        "numClasses": poplar.State(poplar.UNSIGNED_INT),
+        "compute": staticmethod(compute),
+        "cycles": staticmethod(cycles),
+        "flops": staticmethod(flops),
+    }
+    return type(f"Loss{kind.name}Rows", (poplar.Codelet,), attrs)
+
+
+LOSS_KINDS = {
+    k.name: k
+    for k in (
+        LossKind("CrossEntropy", 40, 4),
+        LossKind("SumSquared", 12, 6),
+        LossKind("NllLog", 14, 10),
+    )
+}
+LOSS_CODELETS = {name: _loss_class(k) for name, k in LOSS_KINDS.items()}
+
+CODELETS: list[type[poplar.Codelet]] = [NonLinearity1D, NonLinearityGrad1D, *LOSS_CODELETS.values()]
