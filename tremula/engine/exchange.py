@@ -4,6 +4,12 @@ Costs follow ``shared/spec/profile-and-machine.md`` section 4: an internal excha
 ``fixed + ceil(max(sent, received) / exchangeBytesPerCycle)`` cycles on each active tile,
 and, being statically scheduled, ends on every participating tile at once; a global
 (inter-IPU) exchange is also bounded by the IPU-link bandwidth between each pair of IPUs.
+
+Moves are kept as *runs*: consecutive addresses going from one tile to another. All the
+counting (an element sent once per tile however many tiles receive it, received once per
+tile however many vertices read it, shared by the two tiles of a super-tile, exchange
+instructions per contiguous region) is interval arithmetic on runs, so compile time and
+memory grow with the number of runs, not of elements.
 """
 
 from __future__ import annotations
@@ -14,22 +20,26 @@ import numpy as np
 
 from tremula.target import Target
 
+_SPAN = np.int64(1) << 41  # addresses are < 2^41: one span per (tile, space) key
+_FIELDS = ("src", "dst", "start", "length", "space", "itemsize")
+
 
 @dataclass(frozen=True)
 class Transfers:
-    """Element moves: element ``addr`` (of a space of ``itemsize``-byte elements, id
-    ``space``) goes from tile ``src`` to tile ``dst``."""
+    """Runs of element moves: ``length`` consecutive elements from address ``start`` of
+    space ``space`` (elements of ``itemsize`` bytes) go from tile ``src`` to tile ``dst``."""
 
     src: np.ndarray
     dst: np.ndarray
-    addr: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
     space: np.ndarray
     itemsize: np.ndarray
 
     @staticmethod
     def empty() -> Transfers:
         z = np.zeros(0, dtype=np.int64)
-        return Transfers(z, z, z, z, z)
+        return Transfers(z, z, z, z, z, z)
 
     @staticmethod
     def concat(parts: list[Transfers]) -> Transfers:
@@ -38,20 +48,17 @@ class Transfers:
             return Transfers.empty()
         if len(parts) == 1:
             return parts[0]
-        return Transfers(
-            *(
-                np.concatenate([getattr(p, f) for p in parts])
-                for f in ("src", "dst", "addr", "space", "itemsize")
-            )
-        )
+        return Transfers(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
     def select(self, mask: np.ndarray) -> Transfers:
-        return Transfers(
-            self.src[mask], self.dst[mask], self.addr[mask], self.space[mask], self.itemsize[mask]
-        )
+        return Transfers(*(getattr(self, f)[mask] for f in _FIELDS))
 
     def __len__(self) -> int:
         return int(self.src.size)
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return self.length * self.itemsize
 
 
 @dataclass(frozen=True)
@@ -70,29 +77,59 @@ class ExchangePlan:
         return np.flatnonzero(self.cycles_by_tile > 0)
 
 
-def _unique_bytes(tile: np.ndarray, t: Transfers, num_tiles: int) -> np.ndarray:
-    """Bytes per tile counting each (tile, element) once: a tile sends an element once
-    however many tiles receive it, and receives it once however many vertices read it."""
-    one_space = t.space.strides == (0,) or bool(np.all(t.space == t.space[0]))
-    if t.addr.size < 2 or (one_space and bool(np.all(np.diff(t.addr) > 0))):
-        first: slice | np.ndarray = slice(None)  # increasing addresses: no element repeats
-    else:
-        key = (tile << 45) | (t.space << 40) | t.addr  # tiles < 2^18, spaces < 32, addr < 2^40
-        _, first = np.unique(key, return_index=True)
-    counts = np.bincount(tile[first], weights=t.itemsize[first], minlength=num_tiles)
-    return counts.astype(np.int64)
+@dataclass(frozen=True)
+class _Union:
+    """The union of the runs of each (tile, space): the merged intervals, in key order."""
+
+    tile: np.ndarray
+    space: np.ndarray
+    start: np.ndarray  # offset by key * _SPAN, so keys never overlap
+    end: np.ndarray
+    itemsize: np.ndarray
+
+    def bytes_by_tile(self, num_tiles: int) -> np.ndarray:
+        weights = (self.end - self.start) * self.itemsize
+        return np.bincount(self.tile, weights=weights, minlength=num_tiles).astype(np.int64)
 
 
-def _region_counts(t: Transfers, num_tiles: int) -> np.ndarray:
-    """Runs of consecutive received addresses per tile, in transfer order: a proxy for the
-    number of exchange instructions."""
-    if not len(t):
-        return np.zeros(num_tiles, dtype=np.int64)
-    breaks = np.ones(t.dst.size, dtype=bool)
-    breaks[1:] = (
-        (t.dst[1:] != t.dst[:-1]) | (t.space[1:] != t.space[:-1]) | (t.addr[1:] != t.addr[:-1] + 1)
+def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
+    key = tile * num_spaces + t.space
+    order = np.lexsort((t.start, key))
+    k = key[order]
+    s = t.start[order] + k * _SPAN
+    e = s + t.length[order]
+    reach = np.maximum.accumulate(e)
+    before = np.r_[np.int64(-1), reach[:-1]]
+    heads = np.flatnonzero(s > before)  # each starts a merged interval (touching runs merge)
+    ends = reach[np.r_[heads[1:] - 1, s.size - 1]] if s.size else reach
+    idx = order[heads]
+    return _Union(tile[idx], t.space[idx], s[heads], ends, t.itemsize[idx])
+
+
+def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndarray:
+    """Bytes each tile receives that the other tile of its super-tile also receives: the
+    pair shares one receive bus and takes such data at twice the rate (spec section 4.1).
+    Computed as the length covered twice by the two tiles' merged intervals."""
+    n, pair = target.num_tiles, target.tiles_per_super_tile
+    if pair < 2 or recv.tile.size < 2:
+        return np.zeros(n, dtype=np.int64)
+    group = recv.tile // pair
+    key = group * num_spaces + recv.space
+    offset = (key - (recv.tile * num_spaces + recv.space)) * _SPAN  # re-key by the pair
+    pos = np.r_[recv.start + offset, recv.end + offset]
+    delta = np.r_[np.ones(recv.start.size, np.int64), -np.ones(recv.end.size, np.int64)]
+    keys = np.r_[key, key]
+    item = np.r_[recv.itemsize, recv.itemsize]
+    order = np.lexsort((delta, pos, keys))  # at one position, ends before starts
+    pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
+    cover = np.cumsum(delta)
+    twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
+    shared = np.bincount(keys[:-1][twice], weights=(np.diff(pos) * item[:-1])[twice])
+    per_group = np.bincount(
+        np.arange(shared.size) // num_spaces, weights=shared, minlength=n // pair + 1
     )
-    return np.bincount(t.dst[breaks], minlength=num_tiles).astype(np.int64)
+    out = np.repeat(per_group, pair)[:n]
+    return out.astype(np.int64)
 
 
 def plan_exchange(
@@ -100,11 +137,18 @@ def plan_exchange(
 ) -> ExchangePlan:
     """The exchange moving ``t``; ``local_bytes`` adds on-tile copying at memcpy speed."""
     n = target.num_tiles
-    sent = _unique_bytes(t.src, t, n) if len(t) else np.zeros(n, dtype=np.int64)
-    recv = _unique_bytes(t.dst, t, n) if len(t) else np.zeros(n, dtype=np.int64)
-    busy = np.maximum(sent, recv)
-    if kind == "internal" and len(t) and target.supports_super_tile_send_receive:
-        busy = np.maximum(sent, recv - _super_tile_shared(target, t) // 2)
+    zero = np.zeros(n, dtype=np.int64)
+    if len(t):
+        spaces = int(t.space.max()) + 1
+        sent_u, recv_u = _union(t.src, t, spaces), _union(t.dst, t, spaces)
+        sent, recv = sent_u.bytes_by_tile(n), recv_u.bytes_by_tile(n)
+        regions = np.bincount(recv_u.tile, minlength=n).astype(np.int64)
+        effective = recv
+        if kind == "internal" and target.supports_super_tile_send_receive:
+            effective = recv - _super_tile_shared(target, recv_u, spaces) // 2
+    else:
+        sent = recv = regions = effective = zero
+    busy = np.maximum(sent, effective)
     cycles = np.where(
         busy > 0, target.exchange_fixed_cycles + -(-busy // target.exchange_bytes_per_cycle), 0
     )
@@ -114,37 +158,18 @@ def plan_exchange(
         )
     if kind == "global" and len(t):
         cycles = np.maximum(cycles, _link_cycles(target, t, cycles > 0))
-    code = _region_counts(t, n) * target.exchange_code_bytes_per_region
+    code = regions * target.exchange_code_bytes_per_region
     code = code + np.where(sent > 0, target.exchange_code_bytes_per_region, 0)
     return ExchangePlan(
         kind, sent, recv, cycles.astype(np.int64), code.astype(np.int64), int(recv.sum())
     )
 
 
-def _super_tile_shared(target: Target, t: Transfers) -> np.ndarray:
-    """Bytes each tile receives that the other tile of its super-tile also receives: the
-    pair shares one receive bus and takes such data at twice the rate (spec section 4.1)."""
-    n, pair = target.num_tiles, target.tiles_per_super_tile
-    one_space = t.space.strides == (0,) or bool(np.all(t.space == t.space[0]))
-    if pair < 2 or (one_space and bool(np.all(np.diff(t.addr) > 0))):
-        return np.zeros(n, dtype=np.int64)  # no element reaches two tiles
-    key = (t.dst << 45) | (t.space << 40) | t.addr
-    key, first = np.unique(key, return_index=True)  # each (tile, element) once
-    dst = t.dst[first]
-    _, inverse, counts = np.unique(
-        (dst // pair << 45) | (key & ((1 << 45) - 1)), return_inverse=True, return_counts=True
-    )
-    shared = counts[inverse] == pair
-    out = np.bincount(dst[shared], weights=t.itemsize[first][shared], minlength=n)
-    return out.astype(np.int64)
-
-
 def _link_cycles(target: Target, t: Transfers, active: np.ndarray) -> np.ndarray:
     """Inter-IPU traffic is limited by the links between each pair of IPUs."""
     per_ipu = target.tiles_per_ipu
-    src_ipu, dst_ipu = t.src // per_ipu, t.dst // per_ipu
-    pair = src_ipu * target.num_ipus + dst_ipu
-    load = np.bincount(pair, weights=t.itemsize, minlength=target.num_ipus**2)
+    pair = (t.src // per_ipu) * target.num_ipus + t.dst // per_ipu
+    load = np.bincount(pair, weights=t.bytes, minlength=target.num_ipus**2)
     worst = float(load.max(initial=0.0))
     link = int(np.ceil(worst / target.ipu_link_bytes_per_cycle)) + target.exchange_fixed_cycles
     return np.where(active, link, 0)
@@ -159,7 +184,8 @@ def transfers_for(
     to_other: bool,
 ) -> Transfers:
     """Moves of the elements whose tile differs from ``other_tiles`` (element-aligned):
-    towards ``other_tiles`` when ``to_other``, else from them."""
+    towards ``other_tiles`` when ``to_other``, else from them, as runs of consecutive
+    addresses between one pair of tiles."""
     remote = tiles_of_elem != other_tiles
     if not remote.any():
         return Transfers.empty()
@@ -167,14 +193,20 @@ def transfers_for(
         a, b, addr = tiles_of_elem, other_tiles, addresses
     else:
         a, b, addr = tiles_of_elem[remote], other_tiles[remote], addresses[remote]
+    brk = np.ones(addr.size, dtype=bool)
+    brk[1:] = (addr[1:] != addr[:-1] + 1) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    first = np.flatnonzero(brk)
+    length = np.diff(np.r_[first, addr.size]).astype(np.int64)
+    a, b = a[first].astype(np.int64), b[first].astype(np.int64)
     src, dst = (a, b) if to_other else (b, a)
-    k = addr.size
+    k = first.size
     return Transfers(
-        src.astype(np.int64, copy=False),
-        dst.astype(np.int64, copy=False),
-        addr.astype(np.int64, copy=False),
-        np.broadcast_to(np.int64(space_id), (k,)),  # constant columns cost no memory
-        np.broadcast_to(np.int64(itemsize), (k,)),
+        src,
+        dst,
+        addr[first].astype(np.int64),
+        length,
+        np.full(k, space_id, dtype=np.int64),
+        np.full(k, itemsize, dtype=np.int64),
     )
 
 
