@@ -44,26 +44,39 @@ def mapped(g: poplar.Graph, shape, name: str, dtype=poplar.FLOAT) -> poplar.Tens
     return g.add_variable(dtype, shape, name, mapping="linear")
 
 
-@pytest.mark.parametrize(("vertex_type", "fields", "message"), [
-    ("Scale<float>", {"x": "x0", "z": "y0"},
-     "vertex 'Scale<float>': unknown field(s) ['z']"),
-    ("Scale<float>", {"x": "h"},
-     "vertex 'Scale<float>' field 'x': expected type float, got tensor of type half"),
-    ("Sum", {"xs": ["x0"], "s": "s2"},
-     "vertex 'Sum' field 's': expected 1 element(s) (scalar), got 2"),
-    ("Scale<float>", {"a": [1.0, 2.0]},
-     "vertex 'Scale<float>' field 'a': bad state value"),
-    ("Nope", {}, "vertex type 'Nope': no codelet 'Nope' registered"),
-    ("Scale", {}, "vertex type 'Scale': codelet 'Scale' takes 1 template argument(s)"),
-    ("Scale<float,half>", {}, "codelet 'Scale' takes 1 template argument(s) ('T',), got 2"),
-    ("Scale<quad>", {}, "unknown element type 'quad'"),
-])
+@pytest.mark.parametrize(
+    ("vertex_type", "fields", "message"),
+    [
+        ("Scale<float>", {"x": "x0", "z": "y0"}, "vertex 'Scale<float>': unknown field(s) ['z']"),
+        (
+            "Scale<float>",
+            {"x": "h"},
+            "vertex 'Scale<float>' field 'x': expected type float, got tensor of type half",
+        ),
+        (
+            "Sum",
+            {"xs": ["x0"], "s": "s2"},
+            "vertex 'Sum' field 's': expected 1 element(s) (scalar), got 2",
+        ),
+        ("Scale<float>", {"a": [1.0, 2.0]}, "vertex 'Scale<float>' field 'a': bad state value"),
+        ("Nope", {}, "vertex type 'Nope': no codelet 'Nope' registered"),
+        ("Scale", {}, "vertex type 'Scale': codelet 'Scale' takes 1 template argument(s)"),
+        ("Scale<float,half>", {}, "codelet 'Scale' takes 1 template argument(s) ('T',), got 2"),
+        ("Scale<quad>", {}, "unknown element type 'quad'"),
+    ],
+)
 def test_bad_vertices_raise_codelet_error(vertex_type, fields, message):
     g = new_graph()
-    tensors = {"x0": mapped(g, 3, "x0"), "y0": mapped(g, 3, "y0"),
-               "h": mapped(g, 3, "h", poplar.HALF), "s2": mapped(g, 2, "s2")}
-    fields = {k: [tensors.get(i, i) for i in v] if isinstance(v, list) else tensors.get(v, v)
-              for k, v in fields.items()}
+    tensors = {
+        "x0": mapped(g, 3, "x0"),
+        "y0": mapped(g, 3, "y0"),
+        "h": mapped(g, 3, "h", poplar.HALF),
+        "s2": mapped(g, 2, "s2"),
+    }
+    fields = {
+        k: [tensors.get(i, i) for i in v] if isinstance(v, list) else tensors.get(v, v)
+        for k, v in fields.items()
+    }
     with pytest.raises(GraphError, match=re.escape(message)) as info:
         g.add_vertex(g.add_compute_set("cs"), vertex_type, fields, tile=0)
     if vertex_type != "Scale<quad>":
@@ -101,8 +114,11 @@ def test_add_vertices_with_leading_vertex_dimension():
     np.testing.assert_array_equal(gr.state["a"], [1, 2, 3, 4])
     np.testing.assert_array_equal(gr.tiles, [0, 1, 2, 3])
     g.verify()
-    with pytest.raises(CodeletError, match=r"field 'x': bulk connection needs a leading "
-                       r"dimension of 3 \(one row per vertex\), got shape \(4, 3\)"):
+    with pytest.raises(
+        CodeletError,
+        match=r"field 'x': bulk connection needs a leading "
+        r"dimension of 3 \(one row per vertex\), got shape \(4, 3\)",
+    ):
         g.add_vertices(g.add_compute_set(), "Scale<float>", {"x": x}, [0, 1, 2])
 
 
@@ -110,8 +126,9 @@ def test_add_vertices_with_ragged_lists():
     g = new_graph()
     x, y = mapped(g, (2, 3), "x"), mapped(g, (2, 3), "y")
     cs = g.add_compute_set("cs")
-    g.add_vertices(cs, "Scale<float>", {"x": [x[0], x[1, :2]], "y": [y[0], y[1, 1:]], "a": 2.0},
-                   [1, 2])
+    g.add_vertices(
+        cs, "Scale<float>", {"x": [x[0], x[1, :2]], "y": [y[0], y[1, 1:]], "a": 2.0}, [1, 2]
+    )
     gr = group(g, cs)
     np.testing.assert_array_equal(gr.edges["y"].lengths, [3, 2])
     np.testing.assert_array_equal(gr.edges["y"].addresses, y.addresses.reshape(-1)[[0, 1, 2, 4, 5]])
@@ -125,8 +142,9 @@ def test_add_vertices_with_vector_lists():
     g = new_graph()
     x, s = mapped(g, (3, 2), "x"), mapped(g, 3, "s")
     cs = g.add_compute_set("cs")
-    g.add_vertices(cs, "Sum", {"xs": [[x[0], x[1]], [], [x[2, :1]]], "s": [s[0], s[1], s[2]]},
-                   [0, 1, 2])
+    g.add_vertices(
+        cs, "Sum", {"xs": [[x[0], x[1]], [], [x[2, :1]]], "s": [s[0], s[1], s[2]]}, [0, 1, 2]
+    )
     conn = group(g, cs).edges["xs"]
     np.testing.assert_array_equal(conn.lengths, [4, 0, 1])
     np.testing.assert_array_equal(conn.sub_lengths, [2, 2, 1])
@@ -139,8 +157,9 @@ def test_add_vertices_vector_list_last_empty():
     g = new_graph()
     x, s = mapped(g, (3, 2), "x"), mapped(g, 3, "s")
     cs = g.add_compute_set("cs")
-    g.add_vertices(cs, "Sum", {"xs": [[x[0], x[1]], [x[2]], []], "s": [s[0], s[1], s[2]]},
-                   [0, 1, 2])
+    g.add_vertices(
+        cs, "Sum", {"xs": [[x[0], x[1]], [x[2]], []], "s": [s[0], s[1], s[2]]}, [0, 1, 2]
+    )
     np.testing.assert_array_equal(group(g, cs).edges["xs"].lengths, [4, 2, 0])
 
 
@@ -167,15 +186,18 @@ def test_verify_passes_on_a_good_graph():
     x, y = mapped(g, (4, 3), "x"), mapped(g, (4, 3), "y")
     g.set_tile_mapping(g.add_constant(poplar.INT, (), 7, "seven"), 1)
     g.add_variable(poplar.FLOAT, (0, 3), "empty")  # nothing to map
-    g.add_vertices(g.add_compute_set("fwd"), "Scale<float>", {"x": x, "y": y, "a": 1.0},
-                   [0, 1, 2, 3])
-    g.add_vertices(g.add_compute_set("bwd"), "Scale<float>", {"x": y, "y": x, "a": 1.0},
-                   [0, 1, 2, 3])
+    g.add_vertices(
+        g.add_compute_set("fwd"), "Scale<float>", {"x": x, "y": y, "a": 1.0}, [0, 1, 2, 3]
+    )
+    g.add_vertices(
+        g.add_compute_set("bwd"), "Scale<float>", {"x": y, "y": x, "a": 1.0}, [0, 1, 2, 3]
+    )
     g.verify()
 
 
 def broken_graphs():
     """(graph builder, message pattern) of each problem verify must catch."""
+
     def unmapped_variable(g):
         g.add_variable(poplar.FLOAT, (2, 3), "lonely")
         g.set_tile_mapping(g.add_variable(poplar.FLOAT, 2, "fine"), 0)
@@ -184,16 +206,24 @@ def broken_graphs():
         g.add_constant(poplar.FLOAT, 3, 1.0, "k")
 
     def unmapped_vertex(g):
-        g.add_vertex(g.add_compute_set("step"), "Scale<float>",
-                     {"x": mapped(g, 3, "x"), "y": mapped(g, 3, "y"), "a": 1})
+        g.add_vertex(
+            g.add_compute_set("step"),
+            "Scale<float>",
+            {"x": mapped(g, 3, "x"), "y": mapped(g, 3, "y"), "a": 1},
+        )
 
     def unconnected(g):
-        g.add_vertex(g.add_compute_set("step"), "Scale<float>", {"x": mapped(g, 3, "x"), "a": 1},
-                     tile=0)
+        g.add_vertex(
+            g.add_compute_set("step"), "Scale<float>", {"x": mapped(g, 3, "x"), "a": 1}, tile=0
+        )
 
     def no_state(g):
-        g.add_vertex(g.add_compute_set("step"), "Scale<float>",
-                     {"x": mapped(g, 3, "x"), "y": mapped(g, 3, "y")}, tile=0)
+        g.add_vertex(
+            g.add_compute_set("step"),
+            "Scale<float>",
+            {"x": mapped(g, 3, "x"), "y": mapped(g, 3, "y")},
+            tile=0,
+        )
 
     def two_writers(g):
         x, y, cs = mapped(g, 4, "x"), mapped(g, 4, "y"), g.add_compute_set("step")
@@ -208,8 +238,11 @@ def broken_graphs():
     return [
         (unmapped_variable, r"variable 'lonely' \[2, 3\]: 6 of 6 elements not mapped"),
         (unmapped_constant, r"constant 'k' \[3\]: 3 of 3 elements not mapped"),
-        (unmapped_vertex, r"compute set 'step': 1 vertex\(es\) of type 'Scale<float>' not "
-                          r"mapped to a tile"),
+        (
+            unmapped_vertex,
+            r"compute set 'step': 1 vertex\(es\) of type 'Scale<float>' not "
+            r"mapped to a tile",
+        ),
         (unconnected, r"compute set 'step': vertex 'Scale<float>' field 'y' is not connected"),
         (no_state, r"compute set 'step': vertex 'Scale<float>' state 'a' has no value"),
         (two_writers, r"compute set 'step' writes element 2 of 'y' from more than one vertex"),
@@ -217,8 +250,9 @@ def broken_graphs():
     ]
 
 
-@pytest.mark.parametrize(("build", "message"), broken_graphs(),
-                         ids=[b.__name__ for b, _ in broken_graphs()])
+@pytest.mark.parametrize(
+    ("build", "message"), broken_graphs(), ids=[b.__name__ for b, _ in broken_graphs()]
+)
 def test_verify_catches(build, message):
     g = new_graph()
     build(g)
@@ -266,3 +300,25 @@ def test_template_arguments_keep_inner_spaces():
     assert parse_vertex_type("ns::V<unsigned int, float>") == ("ns::V", ("unsigned int", "float"))
     assert parse_vertex_type(" ns::V< ADD ,half> ") == ("ns::V", ("ADD", "half"))
     assert parse_vertex_type("Plain") == ("Plain", ())
+
+
+def test_affine_connections_stay_compact():
+    """A bulk connection to a view of one variable keeps its layout: runs come from the
+    strides, and no per-element address array is built until something asks for it."""
+    from tremula.poplar.addresses import AddressList
+
+    g = poplar.Graph(poplar.IPUModel(tiles_per_ipu=4).create_device().target)
+    a = g.add_variable(poplar.FLOAT, (6, 8), "a")
+    view = a.reshape((3, 2, 8)).dim_shuffle([1, 0, 2]).expand([0]).broadcast(5, 0)  # stride 0
+    addrs = AddressList(view.addresses, g.state.address_roots)
+    assert addrs.layout is not None and addrs._flat is None
+    starts, lengths = addrs.runs()
+    assert addrs._flat is None  # derived from the layout alone
+    flat = view.addresses.reshape(-1)
+    np.testing.assert_array_equal(
+        np.repeat(starts, lengths)
+        + (np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)),
+        flat,
+    )
+    assert starts.size == 5 * 2 * 3  # one run per row of 8 (rows 0,2,4 / 1,3,5 not adjacent)
+    np.testing.assert_array_equal(addrs.flat(), flat)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.engine.exchange import Transfers, transfers_for
+from tremula.engine.exchange import Transfers
 from tremula.engine.plan import Gather
 from tremula.errors import CodeletError, VerifyError
 from tremula.poplar.codelet import Batch, VertexInfo, VertexType
@@ -194,7 +194,7 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
     flops = np.broadcast_to(
         np.asarray(vtype.codelet.flops(info), dtype=np.float64), (group.n,)
     ).copy()
-    gathers = {name: Gather.of(c.dtype, c.addresses) for name, c in group.edges.items()}
+    gathers = {name: Gather(c.dtype, c.addrs) for name, c in group.edges.items()}
     fields = vtype.codelet.fields
     reads = tuple(n for n in group.edges if fields[n].reads)
     writes = tuple(n for n in group.edges if fields[n].writes)
@@ -266,47 +266,80 @@ def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, n
     return cycles.astype(np.int64), active.astype(np.int64), balance
 
 
-def _remote_candidates(
-    state: GraphState, g: CompiledGroup, name: str, gather: Gather
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(addresses, their tiles, their vertices' tiles) of the elements of vertices that
-    touch another tile, or None when every vertex's elements are on its own tile."""
-    lengths = g.batch.lengths(name)
-    tile_of = state.space(gather.dtype).tile_of
-    elem = tile_of[gather.index]
-    if elem.size == 0:
+def split_runs(
+    pos: np.ndarray, length: np.ndarray, cuts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split intervals ``[pos, pos + length)`` at the sorted ``cuts``: the pieces' starts,
+    lengths, and the interval each comes from."""
+    if cuts.size == 0 or pos.size == 0:
+        return pos, length, np.arange(pos.size)
+    end = pos + length
+    lo = np.searchsorted(cuts, pos, side="right")
+    hi = np.searchsorted(cuts, end, side="left")
+    pieces = np.maximum(hi - lo, 0) + 1
+    run = np.repeat(np.arange(pos.size), pieces)
+    j = np.arange(run.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    last = cuts.size - 1
+    begin = np.where(j == 0, pos[run], cuts[np.minimum(lo[run] + j - 1, last)])
+    stop = np.where(j == pieces[run] - 1, end[run], cuts[np.minimum(lo[run] + j, last)])
+    return begin, stop - begin, run
+
+
+def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> np.ndarray:
+    """Addresses of a space where the tile changes (computed once per compile)."""
+    cuts = cache.get(dtype)
+    if cuts is None:
+        tiles = state.space(dtype).tiles()
+        cuts = cache[dtype] = np.flatnonzero(tiles[1:] != tiles[:-1]).astype(np.int64) + 1
+    return cuts
+
+
+def _remote_pieces(
+    state: GraphState, g: CompiledGroup, name: str, gather: Gather, cache: dict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Pieces of field ``name`` (runs of consecutive addresses within one vertex and one
+    tile) whose tile is not their vertex's: ``(start, length, element tile, vertex tile)``,
+    or None when every vertex's elements are on its own tile."""
+    starts, lengths = gather.runs()
+    if starts.size == 0:
         return None
-    starts = np.minimum(g.batch.offsets(name)[:-1], elem.size - 1)
-    lo = np.minimum.reduceat(elem, starts)
-    hi = np.maximum.reduceat(elem, starts)
-    bad = (lengths > 0) & ((lo != g.tiles) | (hi != g.tiles))
-    if not bad.any():
+    flat = np.r_[0, np.cumsum(lengths)[:-1]]
+    offsets = g.batch.offsets(name)
+    pflat, plen, run = split_runs(flat, lengths, np.unique(offsets[1:-1]))
+    paddr = starts[run] + (pflat - flat[run])
+    addr, length, piece = split_runs(paddr, plen, tile_cuts(state, gather.dtype, cache))
+    qflat = pflat[piece] + (addr - paddr[piece])
+    elem = state.space(gather.dtype).tile_of[addr].astype(np.int64)
+    vtile = g.tiles[np.searchsorted(offsets, qflat, side="right") - 1]
+    remote = elem != vtile
+    if not remote.any():
         return None
-    mask = np.repeat(bad, lengths)
-    addr = gather.addresses()[mask]
-    return addr, elem[mask].astype(np.int64), np.repeat(g.tiles[bad], lengths[bad])
+    return addr[remote], length[remote], elem[remote], vtile[remote]
 
 
 def _transfers(
-    state: GraphState, groups: list[CompiledGroup], space_ids: dict
+    state: GraphState, groups: list[CompiledGroup], space_ids: dict, cache: dict
 ) -> tuple[Transfers, Transfers]:
     pre, post = [], []
     for g in groups:
         for name, gather in g.gathers.items():
             f = g.vertex_type.codelet.fields[name]
-            vtiles = _remote_candidates(state, g, name, gather)
-            if vtiles is None:
+            found = _remote_pieces(state, g, name, gather, cache)
+            if found is None:
                 continue
-            addr, elem_tiles, vtiles = vtiles
-            sid, size = space_ids[gather.dtype], gather.dtype.size
+            start, length, elem, vtile = found
+            sid = np.full(start.size, space_ids[gather.dtype], dtype=np.int64)
+            size = np.full(start.size, gather.dtype.size, dtype=np.int64)
             if f.reads:
-                pre.append(transfers_for(elem_tiles, vtiles, addr, sid, size, to_other=True))
+                pre.append(Transfers(elem, vtile, start, length, sid, size))
             if f.writes:
-                post.append(transfers_for(elem_tiles, vtiles, addr, sid, size, to_other=False))
+                post.append(Transfers(vtile, elem, start, length, sid, size))
     return Transfers.concat(pre), Transfers.concat(post)
 
 
-def compile_compute_set(state: GraphState, cs: ComputeSet, space_ids: dict) -> CompiledComputeSet:
+def compile_compute_set(
+    state: GraphState, cs: ComputeSet, space_ids: dict, cache: dict | None = None
+) -> CompiledComputeSet:
     """Merge the compute set's vertex groups by type (first-appearance order) and compile."""
     by_type: dict[str, list[VertexGroup]] = {}
     for g in state.vertex_groups[cs.id]:
@@ -323,7 +356,7 @@ def compile_compute_set(state: GraphState, cs: ComputeSet, space_ids: dict) -> C
         groups.append(compile_group(state, merged, ids))
     cycles, active, balance = schedule(state.target, groups)
     by_type_active = {g.vertex_type.name: int(g.cycles.sum()) for g in groups}
-    pre, post = _transfers(state, groups, space_ids)
+    pre, post = _transfers(state, groups, space_ids, {} if cache is None else cache)
     return CompiledComputeSet(
         cs.id, cs.name, groups, cycles, active, by_type_active, balance, pre, post
     )

@@ -53,16 +53,17 @@ class Linearizer:
         if cached is not None:
             return cached[1]
         space = self.state.space(g.dtype)
-        if g.is_view:
-            starts = np.asarray(space.var_starts)
-            p0, p1 = np.searchsorted(starts, [g.index.start, g.index.stop - 1], side="right") - 1
-            ids = (
-                np.asarray(space.var_ids, dtype=np.int64)[p0 : p1 + 1]
-                if g.size
-                else np.zeros(0, np.int64)
-            )
-        else:
-            ids = np.unique(space.variable_at(g.index))
+        run_starts, lengths = g.runs()
+        var_starts = np.asarray(space.var_starts)
+        p0 = np.searchsorted(var_starts, run_starts, side="right") - 1
+        p1 = np.searchsorted(var_starts, run_starts + lengths - 1, side="right") - 1
+        count = p1 - p0 + 1  # variables a run crosses (usually one)
+        pos = (
+            np.repeat(p0, count)
+            + np.arange(count.sum())
+            - np.repeat(np.cumsum(count) - count, count)
+        )
+        ids = np.unique(np.asarray(space.var_ids, dtype=np.int64)[pos])
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
         return ids
 

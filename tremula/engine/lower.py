@@ -53,9 +53,11 @@ class Lowering:
         self.state = state
         self.target = state.target
         self.space_ids = {t: i for i, t in enumerate(state.spaces)}
+        self._tile_cuts: dict = {}
         self.nodes: list[N.Node] = []
         self.compute_sets: list[CompiledComputeSet] = [
-            compile_compute_set(state, cs, self.space_ids) for cs in state.compute_sets
+            compile_compute_set(state, cs, self.space_ids, self._tile_cuts)
+            for cs in state.compute_sets
         ]
         self.exchanges: list[ExchangePlan] = []
         self.external_exchanges: list[ExchangePlan] = []

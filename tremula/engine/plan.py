@@ -6,40 +6,52 @@ index array. Compile builds them once; the run path only replays them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from tremula.poplar.addresses import AddressList
 from tremula.poplar.types import Type
 
 
-@dataclass(frozen=True)
 class Gather:
-    """Elements ``addresses`` of the space of ``dtype``, in order."""
+    """Elements ``addrs`` of the space of ``dtype``, in order. The index used at run time
+    (a slice when the addresses are consecutive, else an index array) is built on first
+    use; compile-time questions (size, runs) need no per-element array."""
 
-    dtype: Type
-    index: slice | np.ndarray
-    size: int
+    __slots__ = ("_index", "addrs", "dtype")
+
+    def __init__(self, dtype: Type, addrs: AddressList) -> None:
+        self.dtype = dtype
+        self.addrs = addrs
+        self._index: slice | np.ndarray | None = None
 
     @staticmethod
-    def of(dtype: Type, addresses: np.ndarray) -> Gather:
-        addr = np.asarray(addresses, dtype=np.int64).reshape(-1)
-        n = addr.size
-        if n == 0:
-            return Gather(dtype, slice(0, 0), 0)
-        lo = int(addr[0])
-        if int(addr[-1]) - lo == n - 1 and (n == 1 or bool(np.all(np.diff(addr) == 1))):
-            return Gather(dtype, slice(lo, lo + n), n)
-        return Gather(dtype, addr, n)
+    def of(dtype: Type, addresses: np.ndarray | AddressList) -> Gather:
+        return Gather(dtype, AddressList.of(addresses))
+
+    @property
+    def size(self) -> int:
+        return self.addrs.size
+
+    @property
+    def index(self) -> slice | np.ndarray:
+        if self._index is None:
+            if self.addrs.is_consecutive():
+                lo = self.addrs.first() if self.size else 0
+                self._index = slice(lo, lo + self.size)
+            else:
+                self._index = self.addrs.flat()
+        return self._index
 
     @property
     def is_view(self) -> bool:
-        return isinstance(self.index, slice)
+        return self.addrs.is_consecutive()
 
     def addresses(self) -> np.ndarray:
-        if isinstance(self.index, slice):
-            return np.arange(self.index.start, self.index.stop, dtype=np.int64)
-        return self.index
+        return self.addrs.flat()
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, lengths)`` of the runs of consecutive addresses."""
+        return self.addrs.runs()
 
     def read(self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray) -> np.ndarray:
         """``[replica, element]``; a view when possible (do not write to it)."""

@@ -467,7 +467,9 @@ class Graph:
         for name, value in fields.items():
             f = declared[name]
             if f.is_edge:
-                group.edges[name] = connect_edge(vtype, f, self._owned_value(value), n, bulk)
+                group.edges[name] = connect_edge(
+                    vtype, f, self._owned_value(value), n, bulk, self._state.address_roots
+                )
             else:
                 group.state[name] = connect_state(vtype, f, value, n, bulk)
         for name, f in declared.items():

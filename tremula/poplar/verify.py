@@ -6,7 +6,7 @@ import numpy as np
 
 from tremula.errors import VerifyError
 from tremula.poplar.graph import GraphState
-from tremula.poplar.intervals import first_overlap, runs, union_runs
+from tremula.poplar.intervals import first_overlap, union_runs
 from tremula.poplar.vertices import VertexGroup
 
 
@@ -58,10 +58,11 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
         for fname, conn in g.edges.items():
             f = g.vertex_type.codelet.fields[fname]
             entry = by_type.setdefault(conn.dtype, {"w": [], "r": []})
+            starts, lengths = conn.addrs.runs()
             if f.writes:
-                entry["w"].append(runs(conn.addresses))
+                entry["w"].append((starts, starts + lengths))
             elif f.reads:
-                entry["r"].append(runs(conn.addresses))
+                entry["r"].append((starts, starts + lengths))
     for dtype, rw in by_type.items():
         if not rw["w"]:
             continue

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import CodeletError
+from tremula.poplar.addresses import AddressList
 from tremula.poplar.codelet import Field, VertexType
 from tremula.poplar.handles import ComputeSet
 from tremula.poplar.tensor import Tensor
@@ -23,15 +24,25 @@ from tremula.poplar.types import Type, as_type
 
 @dataclass
 class FieldConnection:
-    """Where the field of each vertex of a group points."""
+    """Where the field of each vertex of a group points: ``addrs`` lists all vertices'
+    elements in vertex order (compactly, when the connection is a view of one variable)."""
 
     dtype: Type
-    addresses: np.ndarray  # flat int64, all vertices' elements in vertex order
+    addrs: AddressList
     lengths: np.ndarray  # [n] elements per vertex
     sub_lengths: np.ndarray | None = None  # vector lists: flat sub-vector lengths
     sub_counts: np.ndarray | None = None  # vector lists: [n] sub-vectors per vertex
-    source: np.ndarray | None = None  # the connected tensor's address view (flat order =
-    # ``addresses``), kept so that the engine can serve N-d strided views of the field
+    bulk_view: bool = False  # connected to one tensor in bulk: ``addrs.source`` is its view
+
+    @property
+    def addresses(self) -> np.ndarray:
+        """The flat address array (materialised on first use)."""
+        return self.addrs.flat()
+
+    @property
+    def source(self) -> np.ndarray | None:
+        """The connected tensor's N-d address view, for strided field views."""
+        return self.addrs.source if self.bulk_view else None
 
 
 @dataclass
@@ -83,7 +94,7 @@ class Segments:
 
 
 def _connect_segments(
-    vtype: VertexType, f: Field, seg: Segments, n: int, expected: Type | None
+    vtype: VertexType, f: Field, seg: Segments, n: int, expected: Type | None, roots: dict
 ) -> FieldConnection:
     t = _check_tensor(seg.tensor, f, vtype, expected)
     lengths = np.asarray(seg.lengths, dtype=np.int64).reshape(-1)
@@ -92,12 +103,12 @@ def _connect_segments(
             f"{_where(vtype, f.name)}: segment lengths sum to "
             f"{int(lengths.sum())}, the tensor has {t.num_elements} elements"
         )
-    addr = np.ascontiguousarray(t.addresses.reshape(-1), dtype=np.int64)
+    addrs = AddressList(t.addresses, roots)
     if f.kind != "vector_list":
         if lengths.size != n:
             raise CodeletError(f"{_where(vtype, f.name)}: {lengths.size} segments for {n} vertices")
         _check_lengths(lengths, f, vtype)
-        return FieldConnection(t.dtype, addr, lengths, source=t.addresses)
+        return FieldConnection(t.dtype, addrs, lengths, bulk_view=True)
     counts = np.asarray(seg.sub_counts, dtype=np.int64).reshape(-1)
     if counts.size != n or counts.sum() != lengths.size:
         raise CodeletError(
@@ -105,7 +116,7 @@ def _connect_segments(
             f"to the {lengths.size} sub-vector lengths"
         )
     per_vertex = _sum_per_vertex(lengths, counts)
-    return FieldConnection(t.dtype, addr, per_vertex, lengths, counts, t.addresses)
+    return FieldConnection(t.dtype, addrs, per_vertex, lengths, counts, bulk_view=True)
 
 
 def _sum_per_vertex(sub_lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -115,11 +126,15 @@ def _sum_per_vertex(sub_lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return (ends[bounds[1:]] - ends[bounds[:-1]]).astype(np.int64)
 
 
-def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -> FieldConnection:
-    """Connect field ``f`` of ``n`` vertices to ``value`` (see ``Graph.add_vertices``)."""
+def connect_edge(
+    vtype: VertexType, f: Field, value: Any, n: int, bulk: bool, roots: dict | None = None
+) -> FieldConnection:
+    """Connect field ``f`` of ``n`` vertices to ``value`` (see ``Graph.add_vertices``);
+    ``roots`` (the graph's variable aranges) lets views of one variable stay compact."""
     expected = vtype.field_dtype(f)
+    roots = {} if roots is None else roots
     if isinstance(value, Segments):
-        return _connect_segments(vtype, f, value, n, expected)
+        return _connect_segments(vtype, f, value, n, expected, roots)
     if f.kind == "vector_list":
         lists = [value] if not bulk else list(value)
         if len(lists) != n:
@@ -139,7 +154,7 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
             else np.zeros(0, np.int64)
         )
         per_vertex = _sum_per_vertex(sub, counts)
-        return FieldConnection(dtype, addr.astype(np.int64, copy=False), per_vertex, sub, counts)
+        return FieldConnection(dtype, AddressList.of(addr), per_vertex, sub, counts)
     if isinstance(value, Tensor):
         t = _check_tensor(value, f, vtype, expected)
         if bulk:
@@ -153,8 +168,7 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
         else:
             lengths = np.array([t.num_elements], dtype=np.int64)
         _check_lengths(lengths, f, vtype)
-        addr = np.ascontiguousarray(t.addresses.reshape(-1), dtype=np.int64)
-        return FieldConnection(t.dtype, addr, lengths, source=t.addresses)
+        return FieldConnection(t.dtype, AddressList(t.addresses, roots), lengths, bulk_view=True)
     if bulk and isinstance(value, Sequence) and not isinstance(value, str):
         tensors = [_check_tensor(t, f, vtype, expected) for t in value]
         if len(tensors) != n:
@@ -169,7 +183,7 @@ def connect_edge(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) ->
             if tensors
             else np.zeros(0, np.int64)
         )
-        return FieldConnection(dtype, addr.astype(np.int64, copy=False), lengths)
+        return FieldConnection(dtype, AddressList.of(addr), lengths)
     raise CodeletError(
         f"{_where(vtype, f.name)}: expected a Tensor"
         f"{' or a list of tensors' if bulk else ''}, got {type(value).__name__}"
@@ -212,7 +226,7 @@ def concat_groups(groups: Sequence[VertexGroup]) -> VertexGroup:
         subs = [c.sub_lengths for c in conns]
         edges[name] = FieldConnection(
             conns[0].dtype,
-            np.concatenate([c.addresses for c in conns]),
+            AddressList.of(np.concatenate([c.addresses for c in conns])),
             np.concatenate([c.lengths for c in conns]),
             None if subs[0] is None else np.concatenate(subs),
             None if subs[0] is None else np.concatenate([c.sub_counts for c in conns]),

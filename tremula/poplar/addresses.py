@@ -1,0 +1,86 @@
+"""Ordered lists of element addresses that stay compact.
+
+A vertex field connected in bulk to a view of one variable (a slice, a transpose, a
+broadcast with stride 0 ...) has addresses ``first + i*s0 + j*s1 + ...``: an affine layout.
+:class:`AddressList` keeps such a list as that layout and answers what compilation asks
+(its runs of consecutive addresses, its size) without materialising one address per
+element; the flat array is built only if something needs it, once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula.poplar.intervals import runs as runs_of
+from tremula.poplar.tensor import affine_layout
+
+
+class AddressList:
+    """Element addresses in order: an N-d address view (``source``) whose C-order
+    flattening is the list, with its affine layout when it has one, or a flat array."""
+
+    __slots__ = ("_flat", "_runs", "layout", "source")
+
+    def __init__(self, source: np.ndarray, roots: dict[int, int] | None = None) -> None:
+        self.source = source
+        self.layout = affine_layout(source, roots) if roots is not None else None
+        self._flat: np.ndarray | None = None
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None
+        if source.ndim == 1 and source.dtype == np.int64 and source.flags.c_contiguous:
+            self._flat = source
+
+    @staticmethod
+    def of(addresses: np.ndarray | AddressList) -> AddressList:
+        if isinstance(addresses, AddressList):
+            return addresses
+        return AddressList(np.ascontiguousarray(np.asarray(addresses, np.int64).reshape(-1)))
+
+    @property
+    def size(self) -> int:
+        return int(self.source.size)
+
+    def flat(self) -> np.ndarray:
+        """The addresses as one int64 array (built on first use)."""
+        if self._flat is None:
+            self._flat = np.ascontiguousarray(self.source.reshape(-1), dtype=np.int64)
+        return self._flat
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, lengths)`` of the maximal runs of consecutive addresses, in order."""
+        if self._runs is None:
+            self._runs = self._affine_runs() if self._flat is None and self.layout else None
+            if self._runs is None:
+                starts, ends = runs_of(self.flat())
+                self._runs = (starts, ends - starts)
+        return self._runs
+
+    def _affine_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        assert self.layout is not None
+        first, strides = self.layout
+        shape = self.source.shape
+        if self.size == 0:
+            z = np.zeros(0, np.int64)
+            return z, z
+        inner, k = 1, len(shape)
+        while k > 0 and (shape[k - 1] == 1 or strides[k - 1] == inner):
+            inner *= shape[k - 1]
+            k -= 1
+        if inner == 1:
+            return None  # no contiguous axis: runs of one element, as cheap from the array
+        outer = np.full((1,) * k, first, dtype=np.int64)
+        for d in range(k):
+            axis = np.arange(shape[d], dtype=np.int64) * strides[d]
+            outer = outer + axis.reshape((1,) * d + (-1,) + (1,) * (k - d - 1))
+        starts = outer.reshape(-1)
+        join = np.ones(starts.size, dtype=bool)  # merge runs that continue each other
+        join[1:] = starts[1:] != starts[:-1] + inner
+        heads = np.flatnonzero(join)
+        lengths = np.diff(np.r_[heads, starts.size]) * inner
+        return starts[heads], lengths.astype(np.int64)
+
+    def is_consecutive(self) -> bool:
+        """One run (or empty): the list is ``range(first, first + size)``."""
+        return self.size == 0 or self.runs()[0].size == 1
+
+    def first(self) -> int:
+        return int(self.runs()[0][0])
