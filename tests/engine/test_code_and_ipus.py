@@ -118,3 +118,21 @@ def test_super_tile_pair_receives_shared_data_at_twice_the_rate():
     assert pair["bytesReceivedByTile"][0][:2] == [1600, 1600]  # bytes are still bytes
     assert pair["cyclesByTile"][0][:2] == [fixed + 800 // bpc] * 2  # at twice the rate
     assert pair["bytesSentByTile"][0][3] == 1600  # one send feeds both
+
+
+def test_exchange_regions_follow_tile_memory_not_logical_order():
+    """Rows 0, 2, 4 of a matrix on tile 1 are one region in tile 1's memory (a tile stores
+    its share of a variable contiguously), so receiving them takes one exchange region."""
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets(SquarePlusOne)
+    m = g.add_variable(poplar.FLOAT, (6, 4), "m")
+    g.set_tile_mapping(m, np.repeat([1, 2, 1, 2, 1, 2], 4).reshape(6, 4))
+    y = g.add_variable(poplar.FLOAT, (3, 4), "y")
+    g.set_tile_mapping(y, 0)
+    cs = g.add_compute_set("gather_rows")
+    g.add_vertex(cs, "demo::SquarePlusOne", {"x": m[::2], "y": y}, tile=0)
+    code = poplar.Engine(g, poplar.Execute(cs)).get_graph_profile()["exchanges"]
+    per_region = device.target.exchange_code_bytes_per_region
+    assert code["bytesReceivedByTile"][0][0] == 48
+    assert code["codeBytesByTile"][0][0] == per_region  # one region, not three

@@ -132,17 +132,74 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
     return out.astype(np.int64)
 
 
+@dataclass(frozen=True)
+class TileLayout:
+    """Where elements sit in tile memory: a tile stores the elements of a space that it holds
+    in address order, one after another (Poplar lays each tile's share out contiguously).
+    Per space id: the starts of the runs of equal tile, and each run's offset on its tile."""
+
+    seg_start: tuple[np.ndarray, ...]
+    seg_local: tuple[np.ndarray, ...]
+
+    @staticmethod
+    def build(tiles_by_space: list[np.ndarray]) -> TileLayout:
+        starts, locals_ = [], []
+        for tiles in tiles_by_space:
+            cut = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1
+            seg = np.r_[0, cut].astype(np.int64) if tiles.size else np.zeros(0, np.int64)
+            length = np.diff(np.r_[seg, tiles.size])
+            owner = tiles[seg] if tiles.size else seg
+            order = np.argsort(owner, kind="stable")
+            before = np.cumsum(length[order]) - length[order]  # elements earlier in order
+            head = np.r_[True, owner[order][1:] != owner[order][:-1]] if seg.size else seg
+            base = np.maximum.accumulate(np.where(head, before, 0)) if seg.size else seg
+            local = np.empty_like(seg)
+            local[order] = before - base  # offset within the tile's own share
+            starts.append(seg)
+            locals_.append(local)
+        return TileLayout(tuple(starts), tuple(locals_))
+
+    def local(self, space: np.ndarray, addr: np.ndarray) -> np.ndarray:
+        """The position of each address in its tile's memory (runs never cross tiles)."""
+        out = np.empty_like(addr)
+        for sid in np.unique(space).tolist():
+            m = space == sid
+            seg_start, seg_local = self.seg_start[sid], self.seg_local[sid]
+            seg = np.searchsorted(seg_start, addr[m], side="right") - 1
+            out[m] = seg_local[seg] + addr[m] - seg_start[seg]
+        return out
+
+
+def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndarray:
+    """Exchange regions each tile receives: maximal runs contiguous in the sending tile's
+    memory (in logical address order when no layout is given)."""
+    start = t.start if layout is None else layout.local(t.space, t.start)
+    span = np.int64(1) << (41 if layout is None else 30)
+    spaces = int(t.space.max()) + 1
+    key = (t.dst * num_tiles + t.src) * spaces + t.space
+    order = np.lexsort((start, key))
+    s = start[order] + key[order] * span
+    reach = np.maximum.accumulate(s + t.length[order])
+    heads = s > np.r_[np.int64(-1), reach[:-1]]
+    return np.bincount(t.dst[order][heads], minlength=num_tiles).astype(np.int64)
+
+
 def plan_exchange(
-    target: Target, t: Transfers, kind: str = "internal", local_bytes: np.ndarray | None = None
+    target: Target,
+    t: Transfers,
+    kind: str = "internal",
+    local_bytes: np.ndarray | None = None,
+    layout: TileLayout | None = None,
 ) -> ExchangePlan:
-    """The exchange moving ``t``; ``local_bytes`` adds on-tile copying at memcpy speed."""
+    """The exchange moving ``t``; ``local_bytes`` adds on-tile copying at memcpy speed;
+    ``layout`` places elements in tile memory (for counting exchange code regions)."""
     n = target.num_tiles
     zero = np.zeros(n, dtype=np.int64)
     if len(t):
         spaces = int(t.space.max()) + 1
         sent_u, recv_u = _union(t.src, t, spaces), _union(t.dst, t, spaces)
         sent, recv = sent_u.bytes_by_tile(n), recv_u.bytes_by_tile(n)
-        regions = np.bincount(recv_u.tile, minlength=n).astype(np.int64)
+        regions = _regions(t, layout, n)
         effective = recv
         if kind == "internal" and target.supports_super_tile_send_receive:
             effective = recv - _super_tile_shared(target, recv_u, spaces) // 2

@@ -15,6 +15,7 @@ from tremula.engine import nodes as N
 from tremula.engine.computeset import CompiledComputeSet, compile_compute_set
 from tremula.engine.exchange import (
     ExchangePlan,
+    TileLayout,
     Transfers,
     plan_exchange,
     split_by_ipu,
@@ -54,6 +55,7 @@ class Lowering:
         self.target = state.target
         self.space_ids = {t: i for i, t in enumerate(state.spaces)}
         self._tile_cuts: dict = {}
+        self.layout = TileLayout.build([sp.tiles() for sp in state.spaces.values()])
         self.nodes: list[N.Node] = []
         self.compute_sets: list[CompiledComputeSet] = [
             compile_compute_set(state, cs, self.space_ids, self._tile_cuts)
@@ -237,9 +239,16 @@ class Lowering:
         internal, external = split_by_ipu(self.target, t)
         plans = []
         if len(external):
-            plans.append((plan_exchange(self.target, external, "global"), f"Global{suffix}"))
+            plans.append(
+                (
+                    plan_exchange(self.target, external, "global", layout=self.layout),
+                    f"Global{suffix}",
+                )
+            )
         if len(internal):
-            plans.append((plan_exchange(self.target, internal, "internal"), suffix))
+            plans.append(
+                (plan_exchange(self.target, internal, "internal", layout=self.layout), suffix)
+            )
         return plans
 
     # ---- copies ----
@@ -275,11 +284,14 @@ class Lowering:
         internal, external = split_by_ipu(self.target, moves)
         copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
         nodes: list[N.Node] = []
-        plan = plan_exchange(self.target, internal, "internal", local.astype(np.int64))
+        plan = plan_exchange(self.target, internal, "internal", local.astype(np.int64), self.layout)
         nodes.append(self.exchange_node(plan, name, copy))
         if len(external):
             nodes.append(
-                self.exchange_node(plan_exchange(self.target, external, "global"), f"{name}/Global")
+                self.exchange_node(
+                    plan_exchange(self.target, external, "global", layout=self.layout),
+                    f"{name}/Global",
+                )
             )
         return nodes[0] if len(nodes) == 1 else self._add(N.SeqNode(nodes), name)
 
