@@ -17,34 +17,9 @@ from tremula.engine import nodes as N
 from tremula.engine.liveness import Intervals, Walk
 from tremula.engine.lower import Lowering
 from tremula.errors import OutOfMemoryError
+from tremula.profile.schema import MEMORY_CATEGORIES
 
-CATEGORIES = (
-    "constant",
-    "controlCode",
-    "controlId",
-    "controlTable",
-    "copyDescriptor",
-    "globalExchangeCode",
-    "globalExchangePacketHeader",
-    "globalMessage",
-    "hostExchangeCode",
-    "hostExchangePacketHeader",
-    "hostMessage",
-    "instrumentationResults",
-    "internalExchangeCode",
-    "message",
-    "multiple",
-    "outputEdge",
-    "rearrangement",
-    "sharedCodeStorage",
-    "sharedDataStorage",
-    "stack",
-    "variable",
-    "vectorListDescriptor",
-    "vertexCode",
-    "vertexFieldData",
-    "vertexInstanceState",
-)
+CATEGORIES = MEMORY_CATEGORIES  # the profile format's list, in its order
 CODE = (
     "vertexCode",
     "controlCode",
