@@ -37,5 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def run() -> int:
+    """Entry point of the ``tremula`` script: ``main`` that exits quietly when the reader of
+    its output goes away (``tremula demo | head``)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stdout = None  # type: ignore[assignment]  # nothing more can be written
+        return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())
