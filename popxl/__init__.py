@@ -1,0 +1,39 @@
+"""``popxl``: an alias of :mod:`tremula.popxl`, so existing PopXL programs run unmodified.
+
+``popxl.X`` and ``popxl.X.Y`` are the modules ``tremula.popxl.X`` and ``tremula.popxl.X.Y``
+(one module object under two names, so ``isinstance`` checks and module state agree).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from types import ModuleType
+
+_PREFIX = "popxl."
+_TARGET = "tremula.popxl."
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname: str, path: object, target: object = None):
+        if not fullname.startswith(_PREFIX):
+            return None
+        real = _TARGET + fullname[len(_PREFIX) :]
+        if importlib.util.find_spec(real) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(_TARGET + spec.name[len(_PREFIX) :])
+
+    def exec_module(self, module: ModuleType) -> None:
+        return None
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AliasFinder())
+
+from tremula.popxl import *  # noqa: E402, F403
+from tremula.popxl import __all__, __version__  # noqa: E402, F401

@@ -1,0 +1,170 @@
+"""The lowering driver: a PopXL Ir becomes a Poplar graph and one control program.
+
+Each op type has one lowering rule (``RULES``, filled by the modules that mirror
+``popxl/ops``). A rule reads the Poplar tensors of the op's inputs from the environment,
+appends programs, and binds its outputs. The main graph lowers into the control program; a
+subgraph lowers once into a Poplar function with its own input and output tensors, called
+from each call site with copies in and out (pass-by-value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tremula import poplar
+from tremula.popxl.graph import Graph
+from tremula.popxl.ops.base import Op
+from tremula.popxl.tensor import Constant, Tensor, Variable
+
+Rule = Callable[["Lowerer", Op, "Env", poplar.Sequence], None]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*op_types: str) -> Callable[[Rule], Rule]:
+    """Register a lowering rule for op types (one rule per op family)."""
+
+    def register(fn: Rule) -> Rule:
+        for t in op_types:
+            if t in RULES:
+                raise ValueError(f"op type {t!r} already has a lowering rule")
+            RULES[t] = fn
+        return fn
+
+    return register
+
+
+class Env(dict):
+    """IR tensor -> Poplar tensor, for the graph being lowered."""
+
+    def __missing__(self, t: Tensor) -> poplar.Tensor:
+        raise KeyError(
+            f"lowering: tensor {t.id!r} has no Poplar tensor yet (an op uses it "
+            f"before it is produced?)"
+        )
+
+
+@dataclass
+class LoweredGraph:
+    """A subgraph as a Poplar function with its input and output tensors."""
+
+    function: poplar.Function
+    inputs: list[poplar.Tensor]
+    outputs: list[poplar.Tensor]
+    code_buffer: poplar.FunctionBuffer | None = None
+
+
+@dataclass
+class VariableHandles:
+    tensor: poplar.Tensor
+    write: str
+    read: str
+
+
+@dataclass
+class Lowerer:
+    """Lowers one Ir onto a Poplar graph."""
+
+    graph: poplar.Graph
+    ir: Any
+    variables: dict[Variable, VariableHandles] = field(default_factory=dict)
+    functions: dict[Graph, LoweredGraph] = field(default_factory=dict)
+    h2d: dict[Any, poplar.DataStream] = field(default_factory=dict)
+    d2h: dict[Any, poplar.DataStream] = field(default_factory=dict)
+    remote: dict[Any, poplar.RemoteBuffer] = field(default_factory=dict)
+    code_loaded: set[Graph] = field(default_factory=set)
+    _names: dict[str, int] = field(default_factory=dict)
+
+    # ---- tensors ----
+    def name(self, base: str) -> str:
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return base if n == 0 else f"{base}#{n}"
+
+    def new_tensor(
+        self,
+        t: Tensor | None,
+        dtype: poplar.Type | None = None,
+        shape: tuple[int, ...] | None = None,
+        name: str = "",
+    ) -> poplar.Tensor:
+        """A fresh Poplar variable for ``t`` (or the given type and shape), mapped linearly
+        with a grain of the vector width."""
+        dtype = dtype or t.dtype.as_poplar()  # type: ignore[union-attr]
+        shape = t.shape if shape is None else shape  # type: ignore[union-attr]
+        v = self.graph.add_variable(
+            dtype, shape, self.name(name or (t.id if t is not None else "tmp"))
+        )
+        grain = self.graph.target.vector_width(dtype.size)
+        poplar.map_tensor_linearly(self.graph, v, grain_size=grain)
+        return v
+
+    def constant(self, c: Constant) -> poplar.Tensor:
+        dtype = c.dtype.as_poplar()
+        v = self.graph.add_constant(dtype, c.shape, c._data, self.name(c.id))
+        poplar.map_tensor_linearly(
+            self.graph, v, grain_size=self.graph.target.vector_width(dtype.size)
+        )
+        return v
+
+    def variable(self, v: Variable) -> poplar.Tensor:
+        handles = self.variables.get(v)
+        if handles is None:
+            t = self.new_tensor(v, name=v.id)
+            handles = VariableHandles(t, f"write/{v.id}", f"read/{v.id}")
+            self.graph.create_host_write(handles.write, t)
+            self.graph.create_host_read(handles.read, t)
+            self.variables[v] = handles
+        return handles.tensor
+
+    def bind_leaves(self, graph: Graph, env: Env) -> None:
+        """Variables (main graph) and constants of ``graph`` get their Poplar tensors."""
+        for t in graph.tensors:
+            if isinstance(t, Variable):
+                env[t] = self.variable(t)
+            elif isinstance(t, Constant):
+                env[t] = self.constant(t)
+
+    # ---- graphs ----
+    def lower_ops(self, graph: Graph, env: Env, prog: poplar.Sequence) -> None:
+        for op in graph.ops:
+            fn = RULES.get(op.type)
+            if fn is None:
+                raise NotImplementedError(f"lowering: no rule for op type {op.type!r} ({op!r})")
+            fn(self, op, env, prog)
+
+    def lower_main(self) -> poplar.Sequence:
+        env = Env()
+        self.bind_leaves(self.ir.main_graph, env)
+        prog = poplar.Sequence(name="main")
+        self.lower_ops(self.ir.main_graph, env, prog)
+        return prog
+
+    def subgraph(self, graph: Graph) -> LoweredGraph:
+        """``graph`` as a Poplar function (lowered once, called from every site)."""
+        done = self.functions.get(graph)
+        if done is not None:
+            return done
+        env = Env()
+        self.bind_leaves(graph, env)
+        inputs = [self.new_tensor(t, name=t.id) for t in graph.inputs]
+        env.update(zip(graph.inputs, inputs))
+        body = poplar.Sequence(name=graph.name)
+        self.lower_ops(graph, env, body)
+        outputs = [env[t] for t in graph.outputs]
+        fn = self.graph.add_function(body, graph.name)
+        lowered = LoweredGraph(fn, inputs, outputs)
+        self.functions[graph] = lowered
+        return lowered
+
+    def copy(self, src: poplar.Tensor, dst: poplar.Tensor, prog: poplar.Sequence) -> None:
+        if src is dst or (src.shape == dst.shape and src.same_as(dst)):
+            return
+        prog.add(poplar.Copy(src, dst))
+
+
+def as_numpy_dtype(t: Tensor) -> np.dtype:
+    return t.dtype.as_numpy()

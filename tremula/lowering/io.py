@@ -1,0 +1,82 @@
+"""Lowering of ``popxl/ops/io.py``: host streams and remote buffers become Poplar streams
+and remote buffers; ``remote_code_load`` becomes a function-buffer load."""
+
+from __future__ import annotations
+
+import math
+
+from tremula import poplar
+from tremula.lowering.context import Env, Lowerer, rule
+from tremula.popxl.ops.base import Op
+
+
+@rule("HostLoad")
+def host_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    stream = op.attrs["stream"]
+    fifo = lw.h2d.get(stream)
+    if fifo is None:
+        fifo = lw.graph.add_host_to_device_fifo(
+            stream.tensor_id, stream.dtype.as_poplar(), max(1, math.prod(stream.shape))
+        )
+        lw.h2d[stream] = fifo
+    t = lw.new_tensor(op.outputs[0])
+    prog.add(
+        poplar.Copy(fifo, t.reshape((t.num_elements,)) if t.rank != 1 else t, name=op.outputs[0].id)
+    )
+    env[op.outputs[0]] = t
+
+
+@rule("HostStore")
+def host_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    stream = op.attrs["stream"]
+    fifo = lw.d2h.get(stream)
+    if fifo is None:
+        fifo = lw.graph.add_device_to_host_fifo(
+            stream.tensor_id, stream.dtype.as_poplar(), max(1, math.prod(stream.shape))
+        )
+        lw.d2h[stream] = fifo
+    src = env[op.inputs[0]]
+    prog.add(poplar.Copy(src.flatten(), fifo))
+
+
+def _buffer(lw: Lowerer, buf: object) -> poplar.RemoteBuffer:
+    rb = lw.remote.get(buf)
+    if rb is None:
+        rb = lw.graph.add_remote_buffer(
+            lw.name(f"remote{buf.remote_buffer_id}"),
+            buf.tensor_dtype.as_poplar(),  # type: ignore[attr-defined]
+            max(1, math.prod(buf.tensor_shape)),
+            buf.entries,
+        )  # type: ignore[attr-defined]
+        lw.remote[buf] = rb
+    return rb
+
+
+def _offset(lw: Lowerer, op: Op, env: Env, index: int) -> int | poplar.Tensor:
+    off = op.attrs["offset"]
+    return off if off is not None else env[op.inputs[index]].flatten()
+
+
+@rule("RemoteLoad", "RemoteLoadInplace")
+def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    rb = _buffer(lw, op.attrs["buffer"])
+    inplace = op.type == "RemoteLoadInplace"
+    t = env[op.inputs[0]] if inplace else lw.new_tensor(op.outputs[0])
+    offset = _offset(lw, op, env, 1 if inplace else 0)
+    prog.add(poplar.Copy(rb, t.flatten(), offset))
+    env[op.outputs[0]] = t
+
+
+@rule("RemoteStore")
+def remote_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    rb = _buffer(lw, op.attrs["buffer"])
+    prog.add(poplar.Copy(env[op.inputs[0]].flatten(), rb, _offset(lw, op, env, 1)))
+
+
+@rule("RemoteCodeLoad")
+def remote_code_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    graph = op.attrs["graphs"][0]
+    lowered = lw.subgraph(graph)
+    if lowered.code_buffer is None:
+        lowered.code_buffer = lw.graph.add_function_buffer(lowered.function)
+    prog.add(poplar.Copy(lowered.code_buffer, lowered.function))

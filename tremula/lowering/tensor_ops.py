@@ -1,0 +1,100 @@
+"""Lowering of ``popxl/ops/tensor_ops.py`` and ``var_updates``: matmul through poplin, views
+and copies, init, cast and the variable updates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs import poplin, popops
+from tremula.lowering.context import Env, Lowerer, rule
+from tremula.popxl.ops.base import Op
+
+
+def _copy_of(lw: Lowerer, op: Op, env: Env, view: poplar.Tensor, prog: poplar.Sequence) -> None:
+    out = lw.new_tensor(op.outputs[0])
+    prog.add(poplar.Copy(view, out))
+    env[op.outputs[0]] = out
+
+
+def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
+    base = op.type.removesuffix("Inplace")
+    if base == "Reshape":
+        return t.reshape(op.attrs["shape"])
+    if base == "Transpose":
+        return t.dim_shuffle(op.attrs["permutation"])
+    return t[op.attrs["key"]]
+
+
+@rule("Reshape", "Transpose", "Slice")
+def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    _copy_of(lw, op, env, _view(op, env[op.inputs[0]]), prog)
+
+
+@rule("ReshapeInplace", "TransposeInplace", "SliceInplace")
+def view_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    env[op.outputs[0]] = _view(op, env[op.inputs[0]])  # aliases the input: writes reach it
+
+
+@rule("Identity", "Detach")
+def identity(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    _copy_of(lw, op, env, env[op.inputs[0]], prog)
+
+
+@rule("Init")
+def init(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t = lw.new_tensor(op.outputs[0])
+    if op.attrs["init_type"] == "zero":
+        popops.zero(lw.graph, t, prog)
+    else:
+        prog.add(poplar.WriteUndef(t))
+    env[op.outputs[0]] = t
+
+
+@rule("Cast")
+def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    env[op.outputs[0]] = popops.cast(
+        lw.graph, env[op.inputs[0]], op.attrs["dtype"].as_poplar(), prog
+    )
+
+
+@rule("CopyVarUpdate")
+def copy_var_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t = env[op.inputs[0]]
+    prog.add(poplar.Copy(env[op.inputs[1]], t))
+    env[op.outputs[0]] = t
+
+
+@rule("Accumulate")
+def accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t, x, f = (env[i] for i in op.inputs)
+    popops.scaled_add_to(lw.graph, t, x, f, prog)
+    env[op.outputs[0]] = t
+
+
+@rule("MatMul")
+def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    a_ir, b_ir = op.inputs
+    a, b = env[a_ir], env[b_ir]
+    a2 = a.expand([0]) if a.rank == 1 else a
+    b2 = b.expand([1]) if b.rank == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    g = int(np.prod(batch))
+    ga = a2.broadcast_to((*batch, m, k)).reshape((g, m, k)) if batch else a2.expand([0])
+    gb = b2.broadcast_to((*batch, k, n)).reshape((g, k, n)) if batch else b2.expand([0])
+    out_type = op.outputs[0].dtype.as_poplar()
+    options = {}
+    if op.attrs.get("available_memory_proportion") is not None:
+        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
+    if op.attrs.get("partials_type") is not None:
+        options["partialsType"] = op.attrs["partials_type"].name.replace("float32", "float")
+    if g == 1:
+        c = poplin.matmul(
+            lw.graph, ga[0], gb[0], prog, out_type, name=op.outputs[0].id, options=options
+        )
+    else:
+        c = poplin.matmul_grouped(
+            lw.graph, ga, gb, prog, out_type, name=op.outputs[0].id, options=options
+        )
+    env[op.outputs[0]] = c.reshape(op.outputs[0].shape)

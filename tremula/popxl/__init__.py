@@ -1,0 +1,113 @@
+"""Tremula's PopXL-compatible frontend. ``import popxl`` resolves here (see the ``popxl``
+alias package); ``import popxl.ops as ops`` gives :mod:`tremula.popxl.ops`."""
+
+from tremula.popxl import dtypes, transforms
+from tremula.popxl.context import (
+    gcg,
+    get_current_graph,
+    get_ir,
+    get_main_graph,
+    gir,
+    gmg,
+    in_sequence,
+    io_tiles,
+    ipu,
+    name_scope,
+)
+from tremula.popxl.dtypes import (
+    bool,
+    complex64,
+    complex128,
+    double,
+    dtype,
+    float,
+    float8_143,
+    float8_152,
+    float16,
+    float32,
+    float64,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from tremula.popxl.graph import Graph
+from tremula.popxl.ir import Ir
+from tremula.popxl.module import Module
+from tremula.popxl.remote_buffer import RemoteBuffer, remote_buffer
+from tremula.popxl.replica_grouping import ReplicaGrouping
+from tremula.popxl.session import Session
+from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
+from tremula.popxl.tensor import (
+    Constant,
+    Tensor,
+    TensorByRef,
+    TensorSpec,
+    Variable,
+    constant,
+    graph_input,
+    graph_output,
+    variable,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Constant",
+    "DeviceToHostStream",
+    "Graph",
+    "HostToDeviceStream",
+    "Ir",
+    "Module",
+    "RemoteBuffer",
+    "ReplicaGrouping",
+    "Session",
+    "Tensor",
+    "TensorByRef",
+    "TensorSpec",
+    "Variable",
+    "bool",
+    "complex64",
+    "complex128",
+    "constant",
+    "d2h_stream",
+    "double",
+    "dtype",
+    "dtypes",
+    "float",
+    "float8_143",
+    "float8_152",
+    "float16",
+    "float32",
+    "float64",
+    "gcg",
+    "get_current_graph",
+    "get_ir",
+    "get_main_graph",
+    "gir",
+    "gmg",
+    "graph_input",
+    "graph_output",
+    "h2d_stream",
+    "half",
+    "in_sequence",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "io_tiles",
+    "ipu",
+    "name_scope",
+    "remote_buffer",
+    "transforms",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "variable",
+]

@@ -1,0 +1,163 @@
+"""PopXL graphs: the main graph and subgraphs of an Ir, holding tensors and ops in creation
+order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tremula.popxl.context import get_current_context
+from tremula.popxl.tensor import Constant, Tensor, Variable
+
+if TYPE_CHECKING:
+    from tremula.popxl.ir import Ir
+    from tremula.popxl.ops.base import Op
+
+_TOKEN = object()
+
+
+class Graph:
+    """A graph of an Ir. Made by ``Ir`` (``ir.main_graph``, ``ir.create_graph``), never
+    directly. ``with graph:`` makes it the graph new ops go into."""
+
+    def __init__(self, ir: Ir, name: str, graph_id: int, _token: object = None) -> None:
+        if _token is not _TOKEN:
+            raise TypeError(
+                "Graph cannot be constructed directly: use ir.main_graph, "
+                "ir.create_graph(fn, ...) or ir.create_empty_graph()"
+            )
+        self._ir = ir
+        self._name = name
+        self._id = graph_id
+        self._ops: list[Op] = []
+        self._tensors: dict[str, Tensor] = {}
+        self._inputs: list[Tensor] = []
+        self._outputs: list[Tensor] = []
+        self._by_ref_inputs: set[Tensor] = set()
+        self._hooks: dict[int, Callable[[Op], Any]] = {}
+        self._next_hook = 0
+
+    # ---- properties ----
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def ir(self) -> Ir:
+        return self._ir
+
+    @property
+    def main_graph(self) -> Graph:
+        return self._ir.main_graph
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def inputs_by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self._inputs}
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._outputs)
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return tuple(self._tensors.values())
+
+    @property
+    def variables(self) -> tuple[Variable, ...]:
+        return tuple(t for t in self._tensors.values() if isinstance(t, Variable))
+
+    @property
+    def constants(self) -> tuple[Constant, ...]:
+        return tuple(t for t in self._tensors.values() if isinstance(t, Constant))
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(self._ops)
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        seen: dict[int, Graph] = {}
+        for op in self._ops:
+            for g in op.called_graphs:
+                seen.setdefault(g.id, g)
+        return tuple(seen.values())
+
+    def get_tensor(self, tensor_id: str) -> Tensor:
+        try:
+            return self._tensors[tensor_id]
+        except KeyError:
+            raise KeyError(f"graph {self._name!r} has no tensor {tensor_id!r}") from None
+
+    # ---- context ----
+    def __enter__(self) -> Graph:
+        get_current_context().push_graph(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        get_current_context().pop_graph(self)
+
+    # ---- comparisons ----
+    def __contains__(self, t: object) -> bool:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"`in` on a graph needs a Tensor, got {type(t).__name__}")
+        return self._tensors.get(t.id) is t
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            raise TypeError(f"cannot compare a Graph with {type(other).__name__}")
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash((id(self._ir), self._id))
+
+    def __repr__(self) -> str:
+        return f"Graph[id={self._id} name={self._name}]"
+
+    # ---- hooks ----
+    def register_op_created_hook(self, fn: Callable[[Op], Any]) -> int:
+        handle = self._next_hook
+        self._next_hook += 1
+        self._hooks[handle] = fn
+        return handle
+
+    def remove_op_created_hook(self, handle: int) -> None:
+        if handle not in self._hooks:
+            raise ValueError(f"no op-created hook with handle {handle} in {self!r}")
+        del self._hooks[handle]
+
+    # ---- building (used by tensors and ops) ----
+    def _unique_id(self, name: str) -> str:
+        base = name if self is self._ir.main_graph else f"{self._name}/{name}"
+        candidate, n = base, 0
+        while candidate in self._tensors:
+            n += 1
+            candidate = f"{base}_{n}"
+        return candidate
+
+    def _add_tensor(self, t: Tensor) -> None:
+        self._tensors[t.id] = t
+
+    def _add_input(self, t: Tensor, by_ref: bool) -> None:
+        self._inputs.append(t)
+        if by_ref:
+            self._by_ref_inputs.add(t)
+
+    def _add_output(self, t: Tensor) -> None:
+        self._outputs.append(t)
+
+    def _add_op(self, op: Op) -> None:
+        self._ops.append(op)
+        for hook in list(self._hooks.values()):
+            hook(op)
+
+
+def new_graph(ir: Ir, name: str, graph_id: int) -> Graph:
+    return Graph(ir, name, graph_id, _TOKEN)

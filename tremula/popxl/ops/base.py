@@ -1,0 +1,127 @@
+"""Op records and the op table.
+
+An op in a graph is an :class:`Op` record: its type, inputs, outputs and attributes. Each
+op type is defined once, by an :class:`OpDef` in :data:`OPS`: its output rule (specs from
+input specs and attributes), its NumPy reference, and which inputs it modifies in place.
+Gradient rules (``transforms/autodiff``) and lowering rules (``tremula/lowering``) are
+tables keyed by the same type name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tremula.popxl.context import get_current_context, get_current_graph
+from tremula.popxl.tensor import Tensor, TensorSpec
+
+if TYPE_CHECKING:
+    from tremula.popxl.graph import Graph
+
+Infer = Callable[[Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
+
+
+@dataclass(eq=False)
+class Op:
+    """One op of a graph."""
+
+    id: int
+    type: str
+    graph: Graph
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...] = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
+    modified: tuple[int, ...] = ()  # indices of inputs written in place
+    ipu: int | None = None
+    tile_set: str = "compute"
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        return tuple(self.attrs.get("graphs", ()))
+
+    def __repr__(self) -> str:
+        return f"Op[{self.type} #{self.id} in {self.graph.name}]"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The definition of an op type."""
+
+    type: str
+    infer: Infer
+    reference: Callable[..., Any] | None = None  # (input arrays, attrs) -> output arrays
+    modifies: tuple[int, ...] = ()  # inputs written in place
+    differentiable: bool = True
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def defop(
+    op_type: str,
+    infer: Infer,
+    reference: Callable[..., Any] | None = None,
+    modifies: tuple[int, ...] = (),
+    differentiable: bool = True,
+) -> OpDef:
+    """Register an op type (once)."""
+    if op_type in OPS:
+        raise ValueError(f"op type {op_type!r} is already defined")
+    d = OpDef(op_type, infer, reference, modifies, differentiable)
+    OPS[op_type] = d
+    return d
+
+
+_next_op_id = [0]
+
+
+def create_op(
+    op_type: str,
+    inputs: Sequence[Tensor],
+    attrs: dict[str, Any] | None = None,
+    names: Sequence[str | None] | None = None,
+    graph: Graph | None = None,
+) -> tuple[Tensor, ...]:
+    """Add an op of a defined type to the current graph and return its outputs. Inputs must
+    belong to that graph (``ValueError`` naming the tensor otherwise)."""
+    from tremula.popxl.tensor import _new_id
+
+    d = OPS.get(op_type)
+    if d is None:
+        raise ValueError(f"unknown op type {op_type!r}")
+    graph = get_current_graph() if graph is None else graph
+    attrs = dict(attrs or {})
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op_type}: input {i} must be a Tensor, got {type(t).__name__}")
+        if t.graph is not graph:
+            raise ValueError(
+                f"{op_type}: input {i} {t.id!r} belongs to graph "
+                f"{t.graph.name!r}, not to the current graph {graph.name!r}"
+            )
+    specs = d.infer([t.spec for t in inputs], attrs)
+    ctx = get_current_context()
+    op = Op(
+        _next_op_id[0],
+        op_type,
+        graph,
+        tuple(inputs),
+        (),
+        attrs,
+        d.modifies,
+        ctx.ipu,
+        "io" if ctx.io_tiles else "compute",
+    )
+    _next_op_id[0] += 1
+    names = list(names or [])
+    outputs = []
+    for k, spec in enumerate(specs):
+        name = names[k] if k < len(names) else None
+        tid, short = _new_id(graph, name, op_type.lower())
+        t = Tensor(graph, tid, short, spec, op)
+        graph._add_tensor(t)
+        outputs.append(t)
+    op.outputs = tuple(outputs)
+    graph._add_op(op)
+    return op.outputs

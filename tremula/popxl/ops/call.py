@@ -1,0 +1,211 @@
+"""Calling subgraphs: ``call``, ``call_with_info`` (with :class:`CallSiteInfo`), ``repeat``,
+``repeat_with_info``.
+
+Inputs are passed by value: the subgraph works on copies, and the parent sees a modification
+only for inputs marked by-ref in the subgraph or with ``set_parent_input_modified``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tremula.popxl.context import get_current_graph
+from tremula.popxl.graph import Graph
+from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.tensor import Tensor, TensorSpec, constant
+
+
+def _graph_outputs(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    return [t.spec for t in attrs["graphs"][0].outputs]
+
+
+defop("Call", _graph_outputs)
+defop("Repeat", _graph_outputs)
+
+
+class CallSiteInfo:
+    """A call site: which parent tensors feed which subgraph inputs, and which subgraph
+    outputs become which parent tensors (for ``call`` the indices are the identity)."""
+
+    def __init__(self, op: Op) -> None:
+        self._op = op
+
+    @property
+    def called_graph(self) -> Graph:
+        return self._op.attrs["graphs"][0]
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return self._op.inputs
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return self._op.outputs
+
+    def graph_to_parent_input_index(self, index: int) -> int:
+        return index
+
+    def parent_to_graph_input_index(self, index: int) -> int:
+        return index
+
+    def graph_to_parent_output_index(self, index: int) -> int:
+        return index
+
+    def parent_to_graph_output_index(self, index: int) -> int:
+        return index
+
+    def parent_input(self, index: int) -> Tensor:
+        return self._op.inputs[index]
+
+    def parent_output(self, index: int) -> Tensor:
+        return self._op.outputs[index]
+
+    def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        """The parent tensor of a subgraph input or output."""
+        g = self.called_graph
+        for i, t in enumerate(g.inputs):
+            if t is graph_tensor:
+                return self._op.inputs[i]
+        for i, t in enumerate(g.outputs):
+            if t is graph_tensor:
+                return self._op.outputs[i]
+        raise ValueError(f"{graph_tensor!r} is not an input or output of {g.name!r}")
+
+    def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
+        """The subgraph input fed by ``parent_tensor`` (its first occurrence)."""
+        for i, t in enumerate(self._op.inputs):
+            if t is parent_tensor:
+                return self.called_graph.inputs[i]
+        raise ValueError(f"{parent_tensor!r} is not an input of this call site")
+
+    def set_parent_input_modified(
+        self, parent_tensor: Tensor, infer_modified_regions: bool = False
+    ) -> None:
+        """The subgraph's changes to this input reach the parent tensor."""
+        indices = [i for i, t in enumerate(self._op.inputs) if t is parent_tensor]
+        if not indices:
+            raise ValueError(
+                f"set_parent_input_modified: {parent_tensor!r} is not an input of this call site"
+            )
+        self._op.modified = tuple(sorted(set(self._op.modified) | set(indices)))
+
+
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out.extend(_flatten(v))
+        else:
+            out.append(v)
+    return out
+
+
+def _connect(
+    graph: Graph, inputs: Sequence[Any], inputs_dict: Mapping[Tensor, Any] | None, what: str
+) -> list[Tensor]:
+    """Parent tensors for each input of ``graph``, in its input order."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{what}: expected a Graph, got {type(graph).__name__}")
+    parent = get_current_graph()
+    g_inputs = graph.inputs
+    values = _flatten(inputs)
+    if len(values) > len(g_inputs):
+        raise ValueError(
+            f"{what}: {len(values)} inputs given, graph {graph.name!r} takes {len(g_inputs)}"
+        )
+    chosen: dict[int, Any] = dict(enumerate(values))
+    for g_t, v in (inputs_dict or {}).items():
+        idx = next((i for i, t in enumerate(g_inputs) if t is g_t), None)
+        if idx is None:
+            raise ValueError(
+                f"{what}: {g_t!r} in inputs_dict is not an input of graph {graph.name!r}"
+            )
+        if idx in chosen:
+            raise ValueError(f"{what}: input {g_t.name!r} of graph {graph.name!r} is given twice")
+        chosen[idx] = v
+    missing = [g_inputs[i].name for i in range(len(g_inputs)) if i not in chosen]
+    if missing:
+        raise ValueError(f"{what}: graph {graph.name!r} inputs {missing} are not given")
+    out = []
+    for i, g_t in enumerate(g_inputs):
+        v = chosen[i]
+        if not isinstance(v, Tensor):
+            try:
+                v = constant(v, g_t.dtype)
+            except (TypeError, ValueError) as err:
+                raise TypeError(
+                    f"{what}: value for input {g_t.name!r} cannot become a "
+                    f"{g_t.dtype} tensor: {err}"
+                ) from None
+        if v.graph is not parent:
+            raise ValueError(
+                f"{what}: {v.id!r} for input {g_t.name!r} is not in the calling "
+                f"graph {parent.name!r}"
+            )
+        if v.shape != g_t.shape or v.dtype != g_t.dtype:
+            raise ValueError(
+                f"{what}: {v.id!r} ({v.dtype} {v.shape}) does not match input "
+                f"{g_t.name!r} ({g_t.dtype} {g_t.shape}) of {graph.name!r}"
+            )
+        out.append(v)
+    return out
+
+
+def call_with_info(
+    graph: Graph,
+    *inputs: Any,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
+    check_inputs: bool = True,
+) -> CallSiteInfo:
+    """Call ``graph`` and return the call site."""
+    parents = _connect(graph, inputs, inputs_dict, "call")
+    create_op("Call", parents, {"graphs": (graph,)})
+    op = get_current_graph().ops[-1]
+    by_ref = [i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs]
+    op.modified = tuple(by_ref)
+    return CallSiteInfo(op)
+
+
+def call(
+    graph: Graph, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
+) -> tuple[Tensor, ...]:
+    """Run ``graph`` on copies of the inputs; returns its outputs (as a tuple)."""
+    return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
+
+
+def repeat_with_info(
+    graph: Graph,
+    repeat_count: int,
+    *inputs: Any,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
+    check_inputs: bool = True,
+) -> CallSiteInfo:
+    """Run ``graph`` ``repeat_count`` times; output ``i`` feeds input ``i`` of the next
+    iteration (loop-carried), the other inputs stay; returns the call site."""
+    if int(repeat_count) != repeat_count or repeat_count < 0:
+        raise ValueError(
+            f"repeat: repeat_count must be a non-negative integer, got {repeat_count!r}"
+        )
+    if len(graph.outputs) > len(graph.inputs):
+        raise ValueError(
+            f"repeat: graph {graph.name!r} has {len(graph.outputs)} outputs but "
+            f"only {len(graph.inputs)} inputs; loop-carried outputs need inputs"
+        )
+    for i, (o, t) in enumerate(zip(graph.outputs, graph.inputs)):
+        if o.shape != t.shape or o.dtype != t.dtype:
+            raise ValueError(
+                f"repeat: output {i} ({o.dtype} {o.shape}) of {graph.name!r} "
+                f"does not match input {i} ({t.dtype} {t.shape})"
+            )
+    parents = _connect(graph, inputs, inputs_dict, "repeat")
+    create_op("Repeat", parents, {"graphs": (graph,), "count": int(repeat_count)})
+    op = get_current_graph().ops[-1]
+    op.modified = tuple(i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs)
+    return CallSiteInfo(op)
+
+
+def repeat(
+    graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
+) -> tuple[Tensor, ...]:
+    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs

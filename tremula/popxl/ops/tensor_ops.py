@@ -1,0 +1,207 @@
+"""Matmul, shape and identity ops, ``init``, and the variable updates' core."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl import dtypes
+from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.elementwise import broadcast_shape
+from tremula.popxl.tensor import Tensor, TensorSpec
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if not a or not b:
+        raise ValueError("matmul: operands must have at least one dimension")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"matmul: inner dimensions differ: {a} @ {b}")
+    batch = broadcast_shape([a2[:-2], b2[:-2]], "matmul")
+    out = (*batch, a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _infer_matmul(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    a, b = specs
+    if a.dtype != b.dtype:
+        raise TypeError(f"matmul: operand dtypes differ: {a.dtype} and {b.dtype}")
+    out_type = attrs.get("output_type") or a.dtype
+    return [TensorSpec(_matmul_shape(a.shape, b.shape), out_type)]
+
+
+def _same(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    return [specs[0]]
+
+
+def _reshape_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    return [TensorSpec(attrs["shape"], specs[0].dtype)]
+
+
+def _transpose_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    perm = attrs["permutation"]
+    return [TensorSpec(tuple(specs[0].shape[p] for p in perm), specs[0].dtype)]
+
+
+def _slice_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    shape = np.empty(specs[0].shape, dtype=np.bool_)[attrs["key"]].shape
+    return [TensorSpec(shape, specs[0].dtype)]
+
+
+defop("MatMul", _infer_matmul, lambda x, a: [np.matmul(*x)])
+defop("Identity", _same, lambda x, a: [np.array(x[0])])
+defop("Detach", _same, lambda x, a: [np.array(x[0])], differentiable=False)
+defop("Reshape", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
+defop("ReshapeInplace", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
+defop("Transpose", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
+defop("TransposeInplace", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
+defop("Slice", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
+defop("SliceInplace", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
+defop(
+    "Init",
+    lambda specs, a: [TensorSpec(a["shape"], a["dtype"], a.get("meta_shape", ()))],
+    differentiable=False,
+)
+defop(
+    "Cast",
+    lambda specs, a: [TensorSpec(specs[0].shape, a["dtype"])],
+    lambda x, a: [x[0].astype(a["dtype"].as_numpy())],
+)
+defop("CopyVarUpdate", _same, lambda x, a: [np.array(x[1])], modifies=(0,))
+defop("Accumulate", _same, modifies=(0,))
+
+
+def matmul(
+    lhs: Tensor,
+    rhs: Tensor,
+    available_memory_proportion: float | None = None,
+    output_type: dtypes.dtype | None = None,
+    partials_type: dtypes.dtype | None = None,
+) -> Tensor:
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands)."""
+    attrs = {
+        "available_memory_proportion": available_memory_proportion,
+        "output_type": output_type,
+        "partials_type": partials_type,
+    }
+    (out,) = create_op("MatMul", [lhs, rhs], attrs)
+    return out
+
+
+def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
+    shape = tuple(int(s) for s in (shape if isinstance(shape, Sequence) else (shape,)))
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: at most one -1 in {shape}")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        if known == 0 or t.nelms % known:
+            raise ValueError(f"reshape: cannot reshape {t.shape} to {shape}")
+        shape = tuple(t.nelms // known if s == -1 else s for s in shape)
+    if int(np.prod(shape)) != t.nelms:
+        raise ValueError(
+            f"reshape: {t.id!r} of shape {t.shape} ({t.nelms} elements) cannot become {shape}"
+        )
+    return shape
+
+
+def reshape(t: Tensor, shape: Sequence[int]) -> Tensor:
+    (out,) = create_op("Reshape", [t], {"shape": _target_shape(t, shape)})
+    return out
+
+
+def reshape_(t: Tensor, shape: Sequence[int]) -> Tensor:
+    """A view of ``t`` with another shape: writes to it reach ``t``."""
+    (out,) = create_op("ReshapeInplace", [t], {"shape": _target_shape(t, shape)})
+    return out
+
+
+def flatten(t: Tensor) -> Tensor:
+    return reshape(t, (t.nelms,))
+
+
+def flatten_(t: Tensor) -> Tensor:
+    return reshape_(t, (t.nelms,))
+
+
+def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
+    perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(permutation)
+    if sorted(perm) != list(range(t.rank)):
+        raise ValueError(f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}")
+    return perm
+
+
+def transpose(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
+    (out,) = create_op("Transpose", [t], {"permutation": _perm(t, permutation)})
+    return out
+
+
+def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
+    (out,) = create_op("TransposeInplace", [t], {"permutation": _perm(t, permutation)})
+    return out
+
+
+def getitem(t: Tensor, key: Any) -> Tensor:
+    """Basic indexing (ints, slices, ``...``, ``None``) as a ``Slice`` op."""
+    key = key if isinstance(key, tuple) else (key,)
+    for k in key:
+        if isinstance(k, (Tensor, list, np.ndarray)):
+            raise TypeError(f"indexing {t.id!r} with {type(k).__name__}: use ops.gather")
+        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice))):
+            raise TypeError(f"cannot index tensor {t.id!r} with {k!r}")
+    try:
+        np.empty(t.shape, dtype=np.bool_)[key]
+    except IndexError as err:
+        raise IndexError(
+            f"index {key!r} out of range for {t.id!r} of shape {t.shape}: {err}"
+        ) from None
+    (out,) = create_op("Slice", [t], {"key": key})
+    return out
+
+
+def identity(t: Tensor, output_name: str | None = None) -> Tensor:
+    (out,) = create_op("Identity", [t], {}, [output_name])
+    return out
+
+
+rename = identity
+
+
+def detach(t: Tensor) -> Tensor:
+    (out,) = create_op("Detach", [t])
+    return out
+
+
+def detach_(t: Tensor) -> Tensor:
+    return detach(t)
+
+
+def cast(t: Tensor, dtype: dtypes.dtype) -> Tensor:
+    (out,) = create_op("Cast", [t], {"dtype": dtypes.dtype.as_dtype(dtype)})
+    return out
+
+
+def init(
+    shape: Sequence[int],
+    dtype: dtypes.dtype,
+    name: str | None = None,
+    init_type: str = "zero",
+    meta_shape: Sequence[int] | None = None,
+) -> Tensor:
+    """A new tensor filled with zeros (``init_type="zero"``) or left undefined ("undef")."""
+    if init_type not in ("zero", "undef"):
+        raise ValueError(f"init: init_type must be 'zero' or 'undef', got {init_type!r}")
+    attrs = {
+        "shape": tuple(int(s) for s in shape),
+        "dtype": dtypes.dtype.as_dtype(dtype),
+        "init_type": init_type,
+        "meta_shape": tuple(meta_shape or ()),
+    }
+    (out,) = create_op("Init", [], attrs, [name])
+    return out

@@ -1,0 +1,68 @@
+"""Remote buffers: storage outside tile memory with ``entries`` slots of one tensor shape."""
+
+from __future__ import annotations
+
+from tremula.popxl import dtypes
+from tremula.popxl.context import get_current_graph
+from tremula.popxl.tensor import Tensor
+
+
+class RemoteBuffer:
+    """``entries`` slots of ``tensor_shape`` x ``tensor_dtype`` in streaming memory."""
+
+    def __init__(
+        self, tensor_shape: tuple[int, ...], tensor_dtype: dtypes.dtype, entries: int = 1
+    ) -> None:
+        if int(entries) != entries or entries < 1:
+            raise ValueError(f"RemoteBuffer: entries must be an integer >= 1, got {entries!r}")
+        self._current_ir = get_current_graph().ir
+        self.remote_buffer_id = self._current_ir._next_remote_buffer_id()
+        self._shape = tuple(int(s) for s in tensor_shape)
+        self._dtype = dtypes.dtype.as_dtype(tensor_dtype)
+        self._entries = int(entries)
+        self.meta_shape: tuple[int, ...] = ()
+        self._current_ir._remote_buffers.append(self)
+
+    @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def tensor_dtype(self) -> dtypes.dtype:
+        return self._dtype
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: int) -> None:
+        if int(value) != value or value < 1:
+            raise ValueError(f"RemoteBuffer: entries must be an integer >= 1, got {value!r}")
+        self._entries = int(value)
+
+    def set_remote_buffer_info(
+        self, tensor_dtype: dtypes.dtype, tensor_shape: tuple[int, ...], entries: int
+    ) -> None:
+        self._dtype = dtypes.dtype.as_dtype(tensor_dtype)
+        self._shape = tuple(tensor_shape)
+        self.entries = entries
+
+    def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:
+        if t.dtype != self._dtype or t.shape != self._shape:
+            raise ValueError(
+                f"tensor {t.id!r} ({t.dtype} {t.shape}) does not match remote "
+                f"buffer {self.remote_buffer_id} ({self._dtype} {self._shape})"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteBuffer[id={self.remote_buffer_id} {self._dtype} {self._shape} "
+            f"entries={self._entries}]"
+        )
+
+
+def remote_buffer(
+    tensor_shape: tuple[int, ...], tensor_dtype: dtypes.dtype, entries: int = 1
+) -> RemoteBuffer:
+    return RemoteBuffer(tensor_shape, tensor_dtype, entries)

@@ -1,0 +1,67 @@
+"""Host streams: ``h2d_stream`` / ``d2h_stream`` (always in the main graph)."""
+
+from __future__ import annotations
+
+from tremula.popxl import dtypes
+from tremula.popxl.context import get_current_graph
+from tremula.popxl.tensor import TensorSpec
+
+
+class _Stream:
+    def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str) -> None:
+        self._spec = TensorSpec(tuple(shape), dtype)
+        self._name = name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._spec.shape
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        return self._spec.dtype
+
+    @property
+    def spec(self) -> TensorSpec:
+        return self._spec
+
+    @property
+    def tensor_id(self) -> str:
+        return self._name
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}[{self._name} {self.dtype} {self.shape}]"
+
+
+class HostToDeviceStream(_Stream):
+    """A stream from the host: ``ops.host_load`` pops its next slice."""
+
+
+class DeviceToHostStream(_Stream):
+    """A stream to the host: ``ops.host_store`` pushes its next slice."""
+
+
+def _make(
+    cls: type, shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
+) -> _Stream:
+    ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
+    stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
+    ir._streams.append(stream)
+    return stream
+
+
+def h2d_stream(
+    shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None = None
+) -> HostToDeviceStream:
+    return _make(HostToDeviceStream, shape, dtype, name, "h2d")  # type: ignore[return-value]
+
+
+def d2h_stream(
+    shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None = None
+) -> DeviceToHostStream:
+    return _make(DeviceToHostStream, shape, dtype, name, "d2h")  # type: ignore[return-value]

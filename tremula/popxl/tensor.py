@@ -1,0 +1,471 @@
+"""PopXL tensors: ``Tensor`` (an activation, produced by an op), ``Variable`` (state that
+persists across runs), ``Constant``; ``TensorSpec``; and the factories ``variable``,
+``constant``, ``graph_input``, ``graph_output``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+import numpy as np
+
+from tremula.popxl import dtypes
+from tremula.popxl.context import get_current_context
+
+if TYPE_CHECKING:
+    from tremula.popxl.graph import Graph
+    from tremula.popxl.ir import Ir
+    from tremula.popxl.ops.base import Op
+    from tremula.popxl.replica_grouping import ReplicaGrouping
+
+
+class TensorSpec(Mapping):
+    """Shape, dtype and meta shape of a tensor; a Mapping so that ``**spec`` works."""
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()
+    ) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtypes.dtype.as_dtype(dtype)
+        self.meta_shape = tuple(int(s) for s in meta_shape)
+
+    def _dict(self) -> dict[str, Any]:
+        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return 3
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorSpec) and self._dict() == other._dict()
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype.name, self.meta_shape))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
+
+
+class Tensor:
+    """A tensor of a graph. Identity semantics: ``==`` and ``hash`` compare identity (use
+    ``ops.equal`` for element-wise comparison)."""
+
+    __array_ufunc__ = None  # NumPy defers to our reflected operators
+
+    def __init__(
+        self, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, producer: Op | None = None
+    ) -> None:
+        self._graph = graph
+        self._id = tensor_id
+        self._name = name
+        self._spec = spec
+        self._producer = producer
+        ctx = get_current_context()
+        self._ipu = ctx.ipu
+        self._tile_set = "io" if ctx.io_tiles else "compute"
+
+    # ---- identity and description ----
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def scope(self) -> str:
+        return self._id[: -len(self._name)].rstrip("/") if self._id.endswith(self._name) else ""
+
+    @property
+    def graph(self) -> Graph:
+        return self._graph
+
+    @property
+    def ir(self) -> Ir:
+        return self._graph.ir
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        return self._spec.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._spec.shape
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        return self._spec.meta_shape
+
+    @property
+    def spec(self) -> TensorSpec:
+        return self._spec
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nelms(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ipu(self) -> int:
+        if self._ipu is None:
+            raise ValueError(f"tensor {self._id!r} has no IPU assigned (use popxl.ipu)")
+        return self._ipu
+
+    @property
+    def tile_set(self) -> str:
+        return self._tile_set
+
+    @property
+    def location_info(self) -> None:
+        return None
+
+    @property
+    def in_sync_with_ipu(self) -> bool:
+        return True
+
+    @property
+    def producer(self) -> Op | None:
+        return self._producer
+
+    def strides(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """Byte strides of a C-ordered array of ``shape`` (default: this tensor's)."""
+        shape = self.shape if shape is None else tuple(shape)
+        return np.empty(shape, dtype=self.dtype.as_numpy()).strides if shape else ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}[{self._id} {self.dtype} {self.shape}]"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise ValueError(f"len() of the scalar tensor {self._id!r}")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(f"tensor {self._id!r} is not iterable (index it instead)")
+
+    def __contains__(self, item: object) -> bool:
+        raise TypeError("`in` is not supported on tensors")
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"the truth value of tensor {self._id!r} is undefined on the host")
+
+    # ---- operators (ops imported on use: the op layer builds on this module) ----
+    def _ops(self) -> Any:
+        from tremula.popxl import ops
+
+        return ops
+
+    def _ensure(self, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        data = np.asarray(value)
+        if data.size == 0:
+            raise ValueError(f"cannot combine tensor {self._id!r} with an empty value")
+        return constant(data, dtype=self.dtype)
+
+    def __add__(self, o: Any) -> Tensor:
+        return self._ops().add(self, self._ensure(o))
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._ops().add(self._ensure(o), self)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self._ops().sub(self, self._ensure(o))
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return self._ops().sub(self._ensure(o), self)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self._ops().mul(self, self._ensure(o))
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._ops().mul(self._ensure(o), self)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self._ops().div(self, self._ensure(o))
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return self._ops().div(self._ensure(o), self)
+
+    def __pow__(self, o: Any) -> Tensor:
+        return self._ops().pow(self, self._ensure(o))
+
+    def __rpow__(self, o: Any) -> Tensor:
+        return self._ops().pow(self._ensure(o), self)
+
+    def __mod__(self, o: Any) -> Tensor:
+        return self._ops().fmod(self, self._ensure(o))
+
+    def __rmod__(self, o: Any) -> Tensor:
+        return self._ops().fmod(self._ensure(o), self)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        return self._ops().matmul(self, self._ensure(o))
+
+    def __rmatmul__(self, o: Any) -> Tensor:
+        return self._ops().matmul(self._ensure(o), self)
+
+    def __neg__(self) -> Tensor:
+        return self._ops().negate(self)
+
+    def __and__(self, o: Any) -> Tensor:
+        return self._ops().logical_and(self, self._ensure(o))
+
+    def __rand__(self, o: Any) -> Tensor:
+        return self._ops().logical_and(self._ensure(o), self)
+
+    def __or__(self, o: Any) -> Tensor:
+        return self._ops().logical_or(self, self._ensure(o))
+
+    def __ror__(self, o: Any) -> Tensor:
+        return self._ops().logical_or(self._ensure(o), self)
+
+    def __invert__(self) -> Tensor:
+        return self._ops().logical_not(self)
+
+    def __iadd__(self, o: Any) -> Tensor:
+        self._ops().add_(self, self._ensure(o))
+        return self
+
+    def __getitem__(self, key: Any) -> Tensor:
+        return self._ops().getitem(self, key)
+
+    # ---- shape methods ----
+    def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        return self._ops().reshape(self, shape)
+
+    def reshape_(self, shape: tuple[int, ...]) -> Tensor:
+        return self._ops().reshape_(self, shape)
+
+    def flatten(self) -> Tensor:
+        return self._ops().flatten(self)
+
+    def flatten_(self) -> Tensor:
+        return self._ops().flatten_(self)
+
+    def transpose(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        return self._ops().transpose(self, permutation)
+
+    def transpose_(self, permutation: tuple[int, ...] | None = None) -> Tensor:
+        return self._ops().transpose_(self, permutation)
+
+    def detach(self) -> Tensor:
+        return self._ops().detach(self)
+
+    def detach_(self) -> Tensor:
+        return self._ops().detach_(self)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    @property
+    def T_(self) -> Tensor:
+        return self.transpose_()
+
+    def diag(self) -> Tensor:
+        if self.rank != 2:
+            raise ValueError(f"diag: tensor {self._id!r} must be 2-D, has shape {self.shape}")
+        n = min(self.shape)
+        return self.flatten()[0 : n * self.shape[1] : self.shape[1] + 1]
+
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+        return self._ops().ipu_copy(self, destination, source)
+
+
+class Variable(Tensor):
+    """A tensor whose value persists across runs: initialised from host data, read back with
+    ``Session.get_tensor_data``."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        tensor_id: str,
+        name: str,
+        spec: TensorSpec,
+        data: np.ndarray,
+        replica_grouping: ReplicaGrouping,
+        retrieval_mode: str,
+    ) -> None:
+        super().__init__(graph, tensor_id, name, spec)
+        self._data = data  # host data: shape_on_host (the initial value, then the host copy)
+        self._replica_grouping = replica_grouping
+        self._retrieval_mode = retrieval_mode
+        self._remote: tuple[Any, int] | None = None  # (RemoteBuffer, entry)
+        self._shard: tuple[Any, int] | None = None  # (shard tensor, shard_over)
+
+    @property
+    def replica_grouping(self) -> ReplicaGrouping:
+        return self._replica_grouping
+
+    @property
+    def retrieval_mode(self) -> str:
+        return self._retrieval_mode
+
+    @property
+    def shape_on_replica(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def shape_on_host(self) -> tuple[int, ...]:
+        groups = self._replica_grouping.num_groups
+        return (groups, *self.shape) if groups > 1 else self.shape
+
+
+class Constant(Tensor):
+    """A tensor with a value fixed when the graph is built."""
+
+    def __init__(
+        self, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
+    ) -> None:
+        super().__init__(graph, tensor_id, name, spec)
+        self._data = data
+
+
+#: Annotate a ``create_graph`` function parameter to pass that input by reference.
+TensorByRef = Annotated[Tensor, "TensorByRef"]
+
+
+def to_numpy(data: Any, dtype: dtypes.dtype | None = None, downcast: bool = True) -> np.ndarray:
+    """Host data as a NumPy array (PopXL's ``utils.to_numpy``): 64-bit types become 32-bit
+    unless ``downcast`` is False or ``dtype`` is given."""
+    if hasattr(data, "detach") and hasattr(data, "numpy"):  # a torch tensor
+        data = data.detach().cpu().numpy()
+    if isinstance(data, np.memmap):
+        arr = data
+    else:
+        arr = np.asarray(data)
+    if dtype is not None:
+        return arr.astype(dtypes.dtype.as_dtype(dtype).as_numpy(), copy=False)
+    if downcast:
+        down = {
+            np.dtype(np.float64): np.float32,
+            np.dtype(np.int64): np.int32,
+            np.dtype(np.uint64): np.uint32,
+        }
+        if arr.dtype in down:
+            return arr.astype(down[arr.dtype])
+    return arr
+
+
+def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:
+    scope = get_current_context().name_scope
+    base = name or default
+    full = f"{scope}/{base}" if scope else base
+    return graph._unique_id(full), full
+
+
+def constant(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Constant:
+    """A constant in the current graph."""
+    from tremula.popxl.context import get_current_graph
+
+    arr = to_numpy(data, dtype, downcast)
+    graph = get_current_graph()
+    tid, short = _new_id(graph, name, "c")
+    t = Constant(
+        graph,
+        tid,
+        short,
+        TensorSpec(arr.shape, dtypes.dtype.as_dtype(arr.dtype)),
+        np.array(arr, order="C"),
+    )
+    graph._add_tensor(t)
+    return t
+
+
+def variable(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Variable:
+    """A variable in the main graph (``ValueError`` elsewhere). With a grouping of several
+    groups, ``data`` has a leading axis of one row per group."""
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    if graph is not graph.ir.main_graph:
+        raise ValueError(f"variables can only be created in the main graph, not in {graph!r}")
+    rg = replica_grouping if replica_grouping is not None else graph.ir.replica_grouping()
+    mode = retrieval_mode or "one_per_group"
+    if mode not in ("one_per_group", "all_replicas"):
+        raise ValueError(
+            f"variable {name!r}: retrieval_mode must be 'one_per_group' or "
+            f"'all_replicas', got {retrieval_mode!r}"
+        )
+    arr = to_numpy(data, dtype, downcast)
+    if isinstance(data, np.memmap) and dtype is None:
+        arr = data
+    shape = arr.shape
+    if rg.num_groups > 1:
+        if not shape or shape[0] != rg.num_groups:
+            raise ValueError(
+                f"variable {name!r}: a grouping with {rg.num_groups} groups needs "
+                f"data with a leading axis of {rg.num_groups}, got shape {shape}"
+            )
+        shape = shape[1:]
+    tid, short = _new_id(graph, name, "t")
+    t = Variable(
+        graph, tid, short, TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype)), arr, rg, mode
+    )
+    graph._add_tensor(t)
+    return t
+
+
+def graph_input(
+    shape: tuple[int, ...],
+    dtype: dtypes.dtype,
+    name: str | None = None,
+    by_ref: bool = False,
+    meta_shape: tuple[int, ...] | None = None,
+) -> Tensor:
+    """A new input of the current graph."""
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    tid, short = _new_id(graph, name, "input")
+    t = Tensor(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
+    graph._add_tensor(t)
+    graph._add_input(t, by_ref)
+    return t
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark ``t`` as an output of the current graph (``ValueError`` if it is not in it)."""
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    if not isinstance(t, Tensor) or t.graph is not graph:
+        where = t.graph.name if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(
+            f"graph_output: {t!r} is not a tensor of the current graph "
+            f"{graph.name!r} (it belongs to {where!r})"
+        )
+    graph._add_output(t)

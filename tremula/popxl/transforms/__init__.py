@@ -1,0 +1,1 @@
+"""PopXL transforms (autodiff and the numerically transparent ones) will live here."""
