@@ -29,8 +29,10 @@ class Walk:
     acc_kind: list[np.ndarray] = field(default_factory=list)  # 0 read, 1 write, 2 undef
     acc_prog: list[np.ndarray] = field(default_factory=list)  # control program index
     loops: list[tuple[int, int]] = field(default_factory=list)
-    calls: dict[int, list[int]] = field(default_factory=dict)  # function id -> body steps
-    loads: dict[int, list[int]] = field(default_factory=dict)  # function id -> load steps
+    # function id -> call sites (first step, last step, branch path) and code loads
+    # (step, branch path); a branch path names the If/Switch branches a step lies in
+    calls: dict[int, list[tuple[int, int, tuple[int, ...]]]] = field(default_factory=dict)
+    loads: dict[int, list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
     leaf_steps: list[tuple[N.Node, int]] = field(default_factory=list)
     tree: list[dict] = field(default_factory=list)  # per control program: nested ranges
 
@@ -45,7 +47,8 @@ class Linearizer:
         self.w = Walk()
         self._var_cache: dict[int, np.ndarray] = {}
         self._prog = 0
-        self._fn_stack: list[int] = []
+        self._branches: list[int] = []
+        self._branch_ids = 0
 
     def variables(self, g: Gather) -> np.ndarray:
         key = id(g)
@@ -83,10 +86,8 @@ class Linearizer:
         kinds = {"r": 0, "w": 1, "u": 2}
         for kind, g in node.accesses():
             self.add_access(step, kinds[kind], g)
-        for fid in self._fn_stack:
-            self.w.calls.setdefault(fid, []).append(step)
         if isinstance(node, N.HostNode) and isinstance(node.action, N.CodeLoad):
-            self.w.loads.setdefault(node.action.function, []).append(step)
+            self.w.loads.setdefault(node.action.function, []).append((step, tuple(self._branches)))
         return step
 
     def walk(self, node: N.Node) -> dict:
@@ -94,9 +95,10 @@ class Linearizer:
         entry: dict = {"node": node, "first": self.w.num_steps, "children": []}
         if isinstance(node, N.CallNode):
             fid = self.fn_of_pos[node.function]
-            self._fn_stack.append(fid)
+            first = self.w.num_steps
             entry["children"].append(self.walk(node.body))
-            self._fn_stack.pop()
+            site = (first, max(first, self.w.num_steps - 1), tuple(self._branches))
+            self.w.calls.setdefault(fid, []).append(site)
         elif isinstance(node, (N.RepeatNode, N.RepeatWhileNode)):
             if isinstance(node, N.RepeatWhileNode):
                 self.leaf(node)  # the predicate read
@@ -105,13 +107,21 @@ class Linearizer:
             self.w.loops.append((start, max(start, self.w.num_steps - 1)))
         elif isinstance(node, (N.IfNode, N.SwitchNode)):
             self.leaf(node)
-            entry["children"] = [self.walk(c) for c in node.children()]
+            entry["children"] = [self._branch(c) for c in node.children()]
         elif node.children():
             entry["children"] = [self.walk(c) for c in node.children()]
         else:
             self.leaf(node)
         entry["last"] = max(entry["first"], self.w.num_steps - 1)
         return entry
+
+    def _branch(self, node: N.Node) -> dict:
+        self._branch_ids += 1
+        self._branches.append(self._branch_ids)
+        try:
+            return self.walk(node)
+        finally:
+            self._branches.pop()
 
     def run(self, control_roots: list[N.Node]) -> Walk:
         for i, root in enumerate(control_roots):

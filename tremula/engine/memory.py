@@ -103,6 +103,17 @@ def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return uniq // T, uniq % T, counts
 
 
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping ``[start, end]`` step spans merged into disjoint ones."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
 def _align(x: np.ndarray, a: int) -> np.ndarray:
     return -(-x // a) * a
 
@@ -225,26 +236,33 @@ class MemoryModel:
         return out
 
     def _function_code(self, buffered: set[int]) -> None:
-        """Code of a function kept in streaming memory is live from its first load to its
-        last call (dead before the load); a function never loaded is live where called."""
+        """Code kept in streaming memory (a function with a function buffer) is live from
+        the latest load before each call to that call, dead in between (seeds/
+        popxl-graphs.txt 9.7). A load inside an If/Switch branch counts only for calls in
+        that branch: after the branches merge the compiler must assume it did not happen
+        (the pessimistic rule). A call with no load before it has the code live from the
+        start."""
         cat = CATEGORIES.index("vertexCode")
         for fid in sorted(buffered):
             code = self.lw.function_code.get(fid)
-            steps = self.walk.calls.get(fid, []) + self.walk.loads.get(fid, [])
-            if code is None or not steps:
+            sites = self.walk.calls.get(fid, [])
+            if code is None or not sites:
                 continue
             loads = self.walk.loads.get(fid, [])
-            start = min(loads) if loads else min(steps)
-            end = max(steps)
+            spans = []
+            for first, last, path in sites:
+                valid = [s for s, p in loads if s <= first and path[: len(p)] == p]
+                spans.append((max(valid) if valid else 0, last))
             tiles = np.flatnonzero(code)
-            self.nal.add(
-                tiles,
-                start,
-                end,
-                code[tiles],
-                _align(code[tiles], self.target.alignment_bytes),
-                cat,
-            )
+            for start, end in _merge(spans):
+                self.nal.add(
+                    tiles,
+                    start,
+                    end,
+                    code[tiles],
+                    _align(code[tiles], self.target.alignment_bytes),
+                    cat,
+                )
 
     # ---- combine ----
     def sweep(
