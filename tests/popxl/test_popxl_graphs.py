@@ -4,10 +4,10 @@ call_with_info with set_parent_input_modified, repeat; run on the IPU Model."""
 from __future__ import annotations
 
 import numpy as np
-import popxl.ops as ops
 import pytest
 
 import popxl
+import popxl.ops as ops
 
 
 def _run(ir, inputs=None, device="ipu_model"):
