@@ -45,6 +45,7 @@ class CompiledGroup:
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # N-d address views
     roots: dict[int, int] = field(default_factory=dict)  # variable aranges (GraphState)
     _layouts: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
+    _views: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
 
     def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
         """Run every vertex of the group on the replicas ``replica_ids`` (``rsel`` selects
@@ -79,15 +80,19 @@ class CompiledGroup:
     ) -> np.ndarray | None:
         """Field ``name`` as ``[replica, *shape]``, a zero-copy strided view of storage,
         when the connected tensor's addresses reshape to ``shape`` as an affine view of one
-        variable (decided once per shape and cached); None otherwise."""
+        variable (decided once per shape); None otherwise. Views of a storage array are made
+        once and reused by later runs (storage lives as long as the loaded engine)."""
         key = (name, shape)
         if key not in self._layouts:
             self._layouts[key] = self._affine(name, shape)
         layout = self._layouts[key]
         if layout is None or not isinstance(rsel, slice):
             return None
-        start, strides = layout
         arr = storage[self.gathers[name].dtype]
+        cached = self._views.get(key)
+        if cached is not None and cached[0] is arr:
+            return cached[1]
+        start, strides = layout
         item = arr.itemsize
         view = np.lib.stride_tricks.as_strided(
             arr[:, start:],
@@ -95,6 +100,7 @@ class CompiledGroup:
             strides=(arr.strides[0], *(s * item for s in strides)),
             writeable=name in self.writes,
         )
+        self._views[key] = (arr, view)
         return view
 
     def _affine(self, name: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:

@@ -21,13 +21,20 @@ RNG = np.random.default_rng(7)
 def spy(monkeypatch):
     """Records the ``a`` operand of every whole-matrix product (the zero-copy path)."""
     seen: list[np.ndarray] = []
-    real = cl._whole_products
+    real_products, real_views = cl._whole_products, cl._whole_views
 
     def record(a, *args):
         seen.append(a)
-        return real(a, *args)
+        return real_products(a, *args)
+
+    def record_views(a, *args):  # the same path with views prepared once and reused
+        views = real_views(a, *args)
+        if views is not None:
+            seen.append(a)
+        return views
 
     monkeypatch.setattr(cl, "_whole_products", record)
+    monkeypatch.setattr(cl, "_whole_views", record_views)
     return seen
 
 

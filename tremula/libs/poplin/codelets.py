@@ -87,8 +87,8 @@ class _Partial(poplar.Codelet):
 
     @classmethod
     def compute(cls, v: poplar.Batch) -> None:
-        g, m, k, n = _shape(v)
-        grid = _grid(v)
+        g, m, k, n = v.cached("shape", lambda: _shape(v))
+        grid = v.cached("grid", lambda: _grid(v))
         a = v.view("a", (*grid, g, m, k))
         b = v.view("b", (*grid, g, k, n))
         c = v.view("c", (*grid, g, m, n))
@@ -96,7 +96,12 @@ class _Partial(poplar.Codelet):
             return
         math = _math_dtype(a.dtype)
         if (grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0):
-            _whole_products(a, b, c, math, cls.accumulate)
+            # the whole-matrix views depend only on the field views: prepared once
+            views = v.cached(("whole", id(a), id(b), id(c)), lambda: _whole_views(a, b, c))
+            if views is not None:
+                _products(*views, math, cls.accumulate)
+            else:
+                _whole_products(a, b, c, math, cls.accumulate)
             return
         prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
         if cls.accumulate:
@@ -110,6 +115,40 @@ class _Partial(poplar.Codelet):
     @classmethod
     def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
         return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _whole_views(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
+    """The views ``_whole_products`` works on, when reshaping needs no copy (so that they
+    stay views of device memory and can be reused by later runs); else None."""
+    R, Ig, Im, In, Ik, g, m, k = a.shape
+    n = b.shape[-1]
+    G, M, N = Ig * g, Im * m, In * n
+    whole_a = _no_copy(a[:, :, :, 0].transpose(0, 3, 1, 4, 2, 5, 6), (R, Ik, G, M, k))
+    whole_b = _no_copy(b[:, :, 0].transpose(0, 3, 1, 4, 5, 2, 6), (R, Ik, G, k, N))
+    c_t = c.transpose(0, 4, 1, 5, 2, 6, 3, 7)
+    if whole_a is None or whole_b is None:
+        return None
+    return whole_a, whole_b, _no_copy(c_t, (R, Ik, G, M, N)), c_t
+
+
+def _products(
+    whole_a: np.ndarray,
+    whole_b: np.ndarray,
+    whole_c: np.ndarray | None,
+    c_t: np.ndarray,
+    math: np.dtype,
+    accumulate: bool,
+) -> None:
+    whole_a, whole_b = whole_a.astype(math, copy=False), whole_b.astype(math, copy=False)
+    if whole_c is not None and whole_c.dtype == math and not accumulate:
+        np.matmul(whole_a, whole_b, out=whole_c)
+        return
+    prod = np.matmul(whole_a, whole_b)
+    target = whole_c if whole_c is not None else c_t
+    prod = prod.reshape(target.shape)
+    if accumulate:
+        prod += target
+    target[...] = prod
 
 
 def _whole_products(
