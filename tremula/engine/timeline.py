@@ -111,19 +111,21 @@ class Timeline:
     def sync(self, info: StepInfo) -> None:
         """Internal: per IPU, every tile waits for the last, then is released after its own
         sync delay. External: across all IPUs, with the global sync latency."""
-        tg = self.target
-        before = self.t.copy()
-        if info.sync_type == "External":
-            release = int(before.max()) + tg.global_sync_delay
-            self.t[:] = release + self.rel
+        tg, t = self.target, self.t
+        lo, before_sum = int(t.min()), int(t.sum())
+        if info.sync_type == "External" or tg.num_ipus == 1:
+            delay = tg.global_sync_delay if info.sync_type == "External" else tg.min_sync_delay
+            release = int(t.max()) + delay
+            peak = release + int((self.rel - t).max())
+            np.add(self.rel, release, out=t)
         else:
+            before = t.copy()
             per_ipu = before.reshape(tg.num_ipus, tg.tiles_per_ipu).max(axis=1)
-            self.t[:] = np.repeat(per_ipu, tg.tiles_per_ipu) + tg.min_sync_delay + self.rel
-        waited = self.t - before
-        total = int(waited.sum())
-        peak = int(waited.max(initial=0))
-        balance = total / (waited.size * peak) if peak else 1.0
-        self._push(info, int(before.min()), int(self.t.max()), total, balance)
+            t[:] = np.repeat(per_ipu, tg.tiles_per_ipu) + tg.min_sync_delay + self.rel
+            peak = int((t - before).max(initial=0))
+        total = int(t.sum()) - before_sum
+        balance = total / (t.size * peak) if peak else 1.0
+        self._push(info, lo, int(t.max()), total, balance)
 
     def run(self, info: StepInfo) -> None:
         if info.type == "Sync":

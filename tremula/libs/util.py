@@ -52,7 +52,7 @@ class Partition:
 
 
 def split_counts(
-    counts: np.ndarray, max_parts: int, grain: int = 1
+    counts: np.ndarray, max_parts: int | np.ndarray, grain: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split ``counts[i]`` elements into at most ``max_parts`` parts whose sizes are
     multiples of ``grain`` (but the last), as even as possible.
@@ -77,14 +77,27 @@ def split_counts(
 def partition(
     graph: poplar.Graph, t: poplar.Tensor, grain: int = 1, workers: int | None = None
 ) -> Partition:
-    """One vertex per worker context (at most) on every tile holding elements of ``t``,
-    splitting each tile's elements (in ``t``'s flattened order) into even parts that are
-    multiples of ``grain`` elements."""
+    """Worker vertices on every tile holding elements of ``t``, each taking a part (a
+    multiple of ``grain`` elements) of its tile's elements.
+
+    When the elements form few runs of one tile in ``t``'s flattened order (a linear or a
+    blocked mapping), vertices take the runs in that order (each run split into at most
+    ``workers // runs on its tile`` parts), so the connections keep ``t``'s order and
+    codelets can view fields N-d without gathering. Otherwise (interleaved mappings) each
+    tile's elements are gathered together and split into at most ``workers`` parts."""
     tiles = graph.tiles_of(t).reshape(-1)
     if tiles.size and tiles.min() < 0:
         first = int(np.flatnonzero(tiles < 0)[0])
         raise GraphError(f"partition: element {first} (flat) of {t!r} is not mapped to a tile")
     workers = workers or graph.target.num_worker_contexts
+    starts = np.r_[0, np.flatnonzero(tiles[1:] != tiles[:-1]) + 1] if tiles.size else tiles
+    run_tiles = tiles[starts]
+    per_tile = np.bincount(run_tiles, minlength=graph.num_tiles)
+    if starts.size and starts.size <= 4 * workers * np.count_nonzero(per_tile):
+        lengths = np.diff(np.r_[starts, tiles.size])
+        parts = np.maximum(1, workers // per_tile[run_tiles])
+        owner, sizes = split_counts(lengths, parts, grain)
+        return Partition(np.arange(tiles.size), run_tiles[owner], sizes)
     order = np.argsort(tiles, kind="stable")
     counts = np.bincount(tiles, minlength=graph.num_tiles)
     used = np.flatnonzero(counts)
