@@ -36,4 +36,8 @@ if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _AliasFinder())
 
 from tremula.popxl import *  # noqa: E402, F403
-from tremula.popxl import __all__, __version__  # noqa: E402, F401
+from tremula.popxl import (  # noqa: E402, F401
+    __all__,
+    __version__,
+    replica_sharded_buffer,
+)

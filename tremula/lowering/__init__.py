@@ -1,7 +1,23 @@
 """PopXL IR -> Poplar graph and programs, one rule per op, in files mirroring
 ``tremula/popxl/ops``."""
 
-from tremula.lowering import call, elementwise, io, tensor_ops  # noqa: F401  (register rules)
+from tremula.lowering import (  # noqa: F401  (register rules)
+    call,
+    collectives,
+    control,
+    conv,
+    debug,
+    elementwise,
+    gather,
+    io,
+    misc,
+    nn,
+    random,
+    reduce,
+    resize,
+    shape,
+    tensor_ops,
+)
 from tremula.lowering.context import RULES, Lowerer
 
 __all__ = ["RULES", "Lowerer"]

@@ -124,7 +124,8 @@ class Lowerer:
         """Variables (main graph) and constants of ``graph`` get their Poplar tensors."""
         for t in graph.tensors:
             if isinstance(t, Variable):
-                env[t] = self.variable(t)
+                if t._remote is None:  # remote variables live in their remote buffer
+                    env[t] = self.variable(t)
             elif isinstance(t, Constant):
                 env[t] = self.constant(t)
 

@@ -39,6 +39,7 @@ from tremula.popxl.dtypes import (
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
 from tremula.popxl.module import Module
+from tremula.popxl.ops.random import create_seeds
 from tremula.popxl.remote_buffer import RemoteBuffer, remote_buffer
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.session import Session
@@ -52,7 +53,13 @@ from tremula.popxl.tensor import (
     constant,
     graph_input,
     graph_output,
+    remote_replica_sharded_variable,
+    remote_variable,
+    replica_sharded_variable,
     variable,
+)
+from tremula.popxl.tensor import (
+    replica_sharded_buffer as replica_sharded_buffer,  # not in __all__, as in PopXL
 )
 
 __version__ = "0.1.0"
@@ -75,6 +82,7 @@ __all__ = [
     "complex64",
     "complex128",
     "constant",
+    "create_seeds",
     "d2h_stream",
     "double",
     "dtype",
@@ -104,6 +112,9 @@ __all__ = [
     "ipu",
     "name_scope",
     "remote_buffer",
+    "remote_replica_sharded_variable",
+    "remote_variable",
+    "replica_sharded_variable",
     "transforms",
     "uint8",
     "uint16",

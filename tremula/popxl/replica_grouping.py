@@ -1,10 +1,18 @@
 """PopXL's ``ReplicaGrouping``: a grouping of an Ir's replicas (made by
 ``ir.replica_grouping`` / ``ir.replica_grouping_from_assignments``), backed by the one
-grouping representation in :mod:`tremula.libs.gcl.grouping`."""
+grouping representation in :mod:`tremula.libs.gcl.grouping`.
+
+Also the host layouts of grouped variables (``spec/popxl.md`` 2.5), as pure NumPy functions
+used by ``Session``: host data (``shape_on_host``) to one row per replica and back, and the
+replica-sharded (RTS) form of a value.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tremula.libs.gcl.errors import GroupingError
 from tremula.libs.gcl.grouping import ReplicaGrouping as Grouping
@@ -51,6 +59,21 @@ class ReplicaGrouping:
     @property
     def grouping(self) -> Grouping:
         """The framework-neutral grouping (for gcl collectives and lowering)."""
+        return self._g
+
+    @property
+    def _pb_replica_grouping(self) -> Grouping:
+        """The grouping collectives run over (PopXL's C++ ``ReplicaGrouping``).
+
+        Raises:
+            NotImplementedError: the grouping is not constant (collectives need groups
+                ``r0, r0 + stride, ...``).
+        """
+        if not self._g.is_const:
+            raise NotImplementedError(
+                f"{self!r} is not a constant-stride grouping: collectives need groups "
+                f"r0, r0 + stride, ... (use a grouping from ir.replica_grouping)"
+            )
         return self._g
 
     @property
@@ -109,3 +132,71 @@ class ReplicaGrouping:
             f"ReplicaGrouping(num_replicas={self.num_replicas}, stride={self.stride}, "
             f"group_size={self.group_size}, num_groups={self.num_groups})"
         )
+
+
+# ---- host layouts of grouped variables (spec/popxl.md 2.2 and 2.5) ----
+
+
+def _by_group(rg: ReplicaGrouping, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Host data (``shape_on_host``) as ``[num_groups, *shape]``."""
+    return np.asarray(data).reshape(rg.num_groups, *shape)
+
+
+def replica_rows(rg: ReplicaGrouping, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``[R, *shape]``: the value of each replica, its group's row of the host data.
+
+    A non-constant grouping keeps its values under ``const_rg``: the host data is first
+    expanded to one row per constant group with ``to_device_map``.
+    """
+    values = _by_group(rg, data, shape)
+    if not rg.is_const:
+        values = values[np.asarray(rg.to_device_map)]
+    return values[rg.const_rg.grouping.assignment_array]
+
+
+def group_rows(rg: ReplicaGrouping, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Host data (``shape_on_host``) from ``[R, *shape]`` per-replica values: the row of the
+    first (lowest) replica of each group (of each constant group, then ``to_host_map``)."""
+    const = rg.const_rg.grouping
+    values = np.asarray(rows).reshape(rg.num_replicas, *shape)[const.group_matrix[:, 0]]
+    if not rg.is_const:
+        values = values[np.asarray(rg.to_host_map)]
+    return values if rg.num_groups > 1 else values[0]
+
+
+def shard_size(shape: tuple[int, ...], shard_over: int) -> int:
+    """Elements per replica of a value of ``shape`` sharded over ``shard_over`` replicas."""
+    return -(-math.prod(shape) // shard_over)
+
+
+def shard_index(rg: ReplicaGrouping, shard_over: int) -> np.ndarray:
+    """``[R]``: the shard each replica holds. A group's value is sharded once over members
+    ``0..shard_over-1``, once over the next ``shard_over`` members, and so on (members of a
+    group of ``const_rg``, in replica order)."""
+    return rg.const_rg.grouping.indices_in_group % shard_over
+
+
+def shard_rows(
+    rg: ReplicaGrouping, shard_over: int, data: np.ndarray, shape: tuple[int, ...]
+) -> np.ndarray:
+    """``[R, ceil(nelms / shard_over)]``: each replica's shard of its group's value (the
+    value flattened and zero-padded to ``shard_over`` equal shards)."""
+    R, n, c = rg.num_replicas, math.prod(shape), shard_size(shape, shard_over)
+    flat = np.zeros((R, shard_over * c), dtype=np.asarray(data).dtype)
+    flat[:, :n] = replica_rows(rg, data, shape).reshape(R, n)
+    return flat.reshape(R, shard_over, c)[np.arange(R), shard_index(rg, shard_over)]
+
+
+def unshard_rows(
+    rg: ReplicaGrouping, shard_over: int, rows: np.ndarray, shape: tuple[int, ...]
+) -> np.ndarray:
+    """Host data (``shape_on_host``) from ``[R, shard]`` per-replica shards: each group's
+    value from the first ``shard_over`` members of its first constant group."""
+    const = rg.const_rg.grouping
+    first = const.group_matrix[:, :shard_over]  # [const groups, shard_over] replicas
+    rows = np.asarray(rows).reshape(rg.num_replicas, -1)
+    n = math.prod(shape)
+    values = rows[first].reshape(len(first), -1)[:, :n].reshape(len(first), *shape)
+    if not rg.is_const:
+        values = values[np.asarray(rg.to_host_map)]
+    return values if rg.num_groups > 1 else values[0]

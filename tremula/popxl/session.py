@@ -13,16 +13,33 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tremula import poplar
 from tremula.popxl.ir import Ir
+from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Constant, Tensor, Variable, to_numpy
 
+if TYPE_CHECKING:
+    from tremula.lowering.context import VariableHandles
+
 _DEVICES = ("ipu_model", "cpu", "ipu_hw")
+
+
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is at the time (so redirection and capture work)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_STDERR = _Stderr()
 _HW_WARNED = [False]
 
 
@@ -39,8 +56,11 @@ def _device(desc: str, ir: Ir) -> poplar.Device:
     if desc == "ipu_hw" and not _HW_WARNED[0]:
         print("Tremula: 'ipu_hw' runs on the IPU Model (there is no hardware)", file=sys.stderr)
         _HW_WARNED[0] = True
-    ipus = 2 ** math.ceil(math.log2(max(1, ir.replication_factor)))
-    return poplar.IPUModel(num_ipus=ipus).create_device()
+    # PopXL's 2 ** ceil(log2(replicas)) IPUs (one per replica): replicas that are not a power
+    # of two get one IPU each on the model rather than a count they do not divide
+    R = ir.replication_factor
+    ipus = 2 ** math.ceil(math.log2(R))
+    return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else R).create_device()
 
 
 class Session:
@@ -65,6 +85,11 @@ class Session:
         self._attached = False
         self._depth = 0
         self._host_stale = False  # device weights newer than the host copies
+        self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
+            v._shard[0]: v
+            for v in ir.main_graph.variables
+            if v._shard is not None and v._shard[0] is not None
+        }
 
     # ---- properties ----
     @property
@@ -97,6 +122,7 @@ class Session:
     def _attach(self) -> None:
         if not self._loaded:
             self._engine.load(self._device)
+            self._engine.runtime.out = _STDERR  # PopXL prints tensors to stderr
             self._loaded = True
         self._attached = True
 
@@ -107,61 +133,137 @@ class Session:
             )
 
     # ---- weights ----
-    def _variables(self) -> list[Variable]:
-        return list(self._lowerer.variables)
+    # Device variables have a Poplar tensor (with host write/read handles); remote variables
+    # live in a remote-buffer entry; a replica-sharded variable's shard is a device variable
+    # whose rows are the shards of the full variable (its host copy). Host copies hold
+    # ``shape_on_host``; ``replica_grouping.py`` maps them to one row per replica and back.
+    def _device_variables(self) -> list[tuple[Variable, VariableHandles]]:
+        return [(v, h) for v, h in self._lowerer.variables.items() if v._remote is None]
 
-    def _replica_rows(self, v: Variable, data: np.ndarray) -> np.ndarray:
-        """Host data (``shape_on_host``) as one row per replica."""
-        rg = v.replica_grouping
-        R = self._ir.replication_factor
-        if rg.num_groups == 1:
-            return np.broadcast_to(data.reshape(1, *v.shape), (R, *v.shape))
-        groups = np.asarray(rg.assignment)
-        return data[groups]
+    def _remote_variables(self) -> list[Variable]:
+        return [v for v in self._ir.main_graph.variables if v._remote is not None]
+
+    def _shard_owner(self, v: object) -> Variable | None:
+        """The replica-sharded variable whose on-device shard ``v`` is (else None)."""
+        return self._shards.get(v) if isinstance(v, Variable) else None
+
+    @staticmethod
+    def _host_array(v: Variable) -> np.ndarray:
+        return np.asarray(v._data).astype(v.dtype.as_numpy(), copy=False)
+
+    def _rows(self, v: Variable) -> np.ndarray:
+        """``[R, ...]``: each replica's value of ``v`` (its shard, for a sharded variable)."""
+        if v._shard is not None:
+            return shard_rows(v.replica_grouping, v._shard[1], self._host_array(v), v.shape)
+        return replica_rows(v.replica_grouping, self._host_array(v), v.shape)
+
+    def _from_rows(self, v: Variable, rows: np.ndarray) -> np.ndarray:
+        """``v``'s host data from ``[R, ...]`` per-replica values (or shards)."""
+        if v._shard is not None:
+            return unshard_rows(v.replica_grouping, v._shard[1], rows, v.shape)
+        return group_rows(v.replica_grouping, rows, v.shape)
+
+    def _remote_entry(self, v: Variable) -> tuple[str, int] | None:
+        """(Poplar remote buffer name, entry) of a remote variable whose buffer the program
+        uses (None if no op uses it: the host copy is then its only copy)."""
+        buffer, entry = v._remote  # type: ignore[misc]
+        rb = self._lowerer.remote.get(buffer)
+        return None if rb is None else (rb.name, entry)
 
     def weights_from_host(self) -> None:
-        """Write every variable's host copy to the device."""
+        """Write every variable's host copy to the device (remote variables to their
+        remote-buffer entries, replica-sharded ones to their shards)."""
         self._require_attached("weights_from_host")
-        for v, h in self._lowerer.variables.items():
-            data = np.asarray(v._data).astype(v.dtype.as_numpy(), copy=False)
-            self._engine.write_tensor(h.write, self._replica_rows(v, data))
+        for v, h in self._device_variables():
+            owner = self._shard_owner(v)
+            self._engine.write_tensor(h.write, self._rows(v if owner is None else owner))
+        for v in self._remote_variables():
+            where = self._remote_entry(v)
+            if where is not None:
+                same = v.replica_grouping.num_groups == 1 and v._shard is None
+                self._write_entry(where, self._rows(v), same)
         self._host_stale = False
 
     def weights_to_host(self) -> None:
-        """Read every variable from the device into its host copy."""
+        """Read every variable from the device into its host copy (a replica-sharded
+        variable from its shards, which are also stored back to its remote buffer)."""
         self._require_attached("weights_to_host")
-        for v, h in self._lowerer.variables.items():
-            rows = self._engine.read_tensor(h.read)
-            if self._ir.replication_factor == 1:
-                rows = rows.reshape(1, *v.shape)
-            self._store_host(v, rows)
+        R = self._ir.replication_factor
+        synced = set()
+        for v, h in self._device_variables():
+            rows = self._engine.read_tensor(h.read).reshape(R, *v.shape)
+            owner = self._shard_owner(v)
+            if owner is None:
+                self._store_host(v, group_rows(v.replica_grouping, rows, v.shape))
+                continue
+            self._store_host(owner, self._from_rows(owner, rows))
+            synced.add(owner)
+            where = self._remote_entry(owner)
+            if where is not None:  # the shard is stored back to its remote buffer
+                self._write_entry(where, rows, R == 1)
+        for v in self._remote_variables():
+            where = self._remote_entry(v)
+            if v in synced or where is None:
+                continue
+            rows = np.stack(
+                [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(R)]
+            )
+            self._store_host(v, self._from_rows(v, rows))
         self._host_stale = False
 
-    def _store_host(self, v: Variable, rows: np.ndarray) -> None:
-        rg = v.replica_grouping
-        if rg.num_groups == 1:
-            value = rows[0]
-        else:
-            first = [rg.assignment.index(g) for g in range(rg.num_groups)]
-            value = rows[first]
+    def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
+        """Write ``[R, ...]`` rows to a remote-buffer entry of every replica (one transfer
+        to all of them when every replica gets the same value)."""
+        name, entry = where
+        if same:
+            self._engine.copy_to_remote_buffer(name, rows[0], entry)
+            return
+        for r in range(self._ir.replication_factor):
+            self._engine.copy_to_remote_buffer(name, rows[r], entry, r)
+
+    def _store_host(self, v: Variable, value: np.ndarray) -> None:
+        """Set ``v``'s host copy (``shape_on_host``); a memmap is written and flushed, a
+        read-only one left as it is."""
         if isinstance(v._data, np.memmap):
-            v._data[...] = value
-            v._data.flush()
+            if v._data.flags.writeable:
+                v._data[...] = value
+                v._data.flush()
         else:
             v._data = np.array(value)
 
     def get_tensor_data(self, t: Tensor) -> np.ndarray:
-        """A variable's or constant's value (syncing from the device if it ran since)."""
+        """A variable's or constant's value (syncing from the device if it ran since).
+
+        Raises:
+            TypeError: ``t`` is not a Variable or Constant.
+        """
         return self.get_tensors_data([t])[t]
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        """The values of variables and constants: ``shape_on_host`` for ``"one_per_group"``
+        variables (the first replica of each group), ``(R, *shape)`` for ``"all_replicas"``
+        ones of groups of several replicas. Syncs from the device once if it ran since.
+
+        Raises:
+            TypeError: a tensor is not a Variable or Constant.
+        """
         tensors = list(tensors)
         for t in tensors:
-            if not isinstance(t, (Variable, Constant)):
-                raise TypeError(f"get_tensor_data: {t!r} is not a Variable or Constant")
+            self._check_variable(t, "get_tensor_data", (Variable, Constant))
         if self._attached and self._host_stale:
             self.weights_to_host()
         return {t: self._host_value(t) for t in tensors}
+
+    def _check_variable(self, t: Any, what: str, kinds: tuple[type, ...]) -> None:
+        names = " or ".join(k.__name__ for k in kinds)
+        if not isinstance(t, kinds):
+            raise TypeError(f"{what}: {t!r} is not a {names}")
+        owner = self._shard_owner(t)
+        if owner is not None:
+            raise TypeError(
+                f"{what}: {t!r} is the on-device shard of the replica-sharded variable "
+                f"{owner.id!r}; use that variable"
+            )
 
     def _host_value(self, t: Tensor) -> np.ndarray:
         if isinstance(t, Constant):
@@ -170,83 +272,127 @@ class Session:
         data = np.array(v._data)
         rg = v.replica_grouping
         if v.retrieval_mode == "all_replicas" and rg.group_size > 1:
-            return np.asarray(self._replica_rows(v, data)).copy()
+            return replica_rows(rg, data, v.shape)
         return data
 
     def write_variable_data(self, var: Variable, data: Any) -> None:
+        """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`."""
         self.write_variables_data({var: data})
 
     def write_variables_data(self, values: Mapping[Variable, Any]) -> None:
-        for var, data in values.items():
-            if not isinstance(var, Variable):
-                raise TypeError(f"write_variable_data: {var!r} is not a Variable")
-            if var.retrieval_mode == "all_replicas" and var.replica_grouping.group_size > 1:
-                raise NotImplementedError(
-                    "write_variable_data: 'all_replicas' variables with "
-                    "groups of more than one replica"
-                )
-            arr = np.asarray(data)
-            if arr.dtype != var.dtype.as_numpy() and not np.isscalar(data):
-                raise TypeError(
-                    f"write_variable_data: {var.id!r} is {var.dtype}, got data of type {arr.dtype}"
-                )
-            arr = arr.astype(var.dtype.as_numpy())
-            if arr.shape != var.shape_on_host:
-                raise ValueError(
-                    f"write_variable_data: {var.id!r} needs shape "
-                    f"{var.shape_on_host}, got {arr.shape}"
-                )
-        for var, data in values.items():
-            self._store_host(
-                var, self._replica_rows(var, np.asarray(data).astype(var.dtype.as_numpy()))
-            )
+        """Set variables' values. Each value must have the variable's ``shape_on_host`` and
+        exactly its dtype (Python numbers and lists are converted). The host copies are
+        updated; when attached, the device too (other weights keep their device values).
+
+        Raises:
+            TypeError: not a Variable, or a dtype mismatch.
+            ValueError: a shape other than ``shape_on_host``.
+            NotImplementedError: an ``"all_replicas"`` variable of groups of several
+                replicas.
+        """
+        checked = {var: self._checked_value(var, data) for var, data in values.items()}
+        if self._attached and self._host_stale:
+            self.weights_to_host()  # keep the device values of the other weights
+        for var, arr in checked.items():
+            self._store_host(var, arr)
         if self._attached:
-            if self._host_stale:  # keep the device's other weights: read them first
-                self.weights_to_host()
-                for var, data in values.items():
-                    self._store_host(
-                        var, self._replica_rows(var, np.asarray(data).astype(var.dtype.as_numpy()))
-                    )
             self.weights_from_host()
 
+    def _checked_value(self, var: Any, data: Any) -> np.ndarray:
+        self._check_variable(var, "write_variable_data", (Variable,))
+        if var.retrieval_mode == "all_replicas" and var.replica_grouping.group_size > 1:
+            raise NotImplementedError(
+                f"write_variable_data: {var.id!r} has retrieval_mode 'all_replicas' with "
+                f"groups of {var.replica_grouping.group_size} replicas; only 'one_per_group' "
+                f"variables can be written"
+            )
+        want = var.dtype.as_numpy()
+        if isinstance(data, np.ndarray):
+            if data.dtype != want:
+                raise TypeError(
+                    f"write_variable_data: {var.id!r} is {var.dtype}, got data of type {data.dtype}"
+                )
+            arr = data
+        else:
+            arr = np.asarray(data, dtype=want)
+        if arr.shape != var.shape_on_host:
+            raise ValueError(
+                f"write_variable_data: {var.id!r} needs data of shape_on_host "
+                f"{var.shape_on_host}, got {arr.shape}"
+            )
+        return np.array(arr)
+
     # ---- running ----
+    # Host buffers are [num_host_transfers if > 1] + [replicas if > 1] + stream shape; the
+    # engine's per-replica stream buffers are [replica, transfers * elements].
     def _lead(self) -> tuple[int, ...]:
         nht, R = self._ir.num_host_transfers, self._ir.replication_factor
         return tuple(d for d in (nht, R) if d > 1)
 
+    def _host_shape(self, s: Any) -> tuple[int, ...]:
+        return self._lead() + tuple(s.shape)
+
+    def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
+        nht, R = self._ir.num_host_transfers, self._ir.replication_factor
+        return ValueError(
+            f"{what}: the array for stream {s.tensor_id!r} has shape {shape}; expected "
+            f"{self._host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R} if "
+            f"> 1] + stream shape {tuple(s.shape)})"
+        )
+
+    def _fits(self, s: Any, shape: tuple[int, ...]) -> bool:
+        """The array shape for stream ``s``: exact, or any all-ones shape (a scalar too)
+        when the expected shape is all ones."""
+        want = self._host_shape(s)
+        return shape == want or (all(d == 1 for d in want) and all(d == 1 for d in shape))
+
     def expected_inputs(self) -> set[HostToDeviceStream]:
+        """The host-to-device streams a run needs (those some executed host_load reads)."""
         return set(self._lowerer.h2d)
 
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
+        """Zeroed output arrays, ``[num_host_transfers?, replicas?] + stream.shape``."""
         return {
-            s: np.zeros(self._lead() + s.shape, dtype=s.dtype.as_numpy()) for s in self._lowerer.d2h
+            s: np.zeros(self._host_shape(s), dtype=s.dtype.as_numpy()) for s in self._lowerer.d2h
         }
 
-    def _check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> dict[Any, np.ndarray]:
-        given, wanted = set(inputs), set(self._lowerer.h2d)
+    @staticmethod
+    def _stream_sets(given: set[Any], wanted: set[Any], what: str, kind: str) -> None:
         if given != wanted:
-            extra = sorted(s.tensor_id for s in given - wanted)
+            extra = sorted(getattr(s, "tensor_id", repr(s)) for s in given - wanted)
             missing = sorted(s.tensor_id for s in wanted - given)
             raise ValueError(
-                f"Session.run: unexpected input streams {extra}, missing input streams {missing}"
+                f"{what}: unexpected {kind} streams {extra}, missing {kind} streams {missing}"
             )
+
+    def _check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> dict[Any, np.ndarray]:
+        self._stream_sets(set(inputs), set(self._lowerer.h2d), "Session.run", "input")
         out = {}
         for s, value in inputs.items():
-            arr = to_numpy(value, s.dtype if not downcast else None, downcast)
+            arr = to_numpy(value, None if downcast else s.dtype, downcast)
             arr = np.ascontiguousarray(arr, dtype=s.dtype.as_numpy())
-            want = self._lead() + s.shape
-            squeezed = tuple(d for d in arr.shape if d != 1)
-            if arr.shape != want and squeezed != tuple(d for d in want if d != 1):
-                raise ValueError(
-                    f"Session.run: input for stream {s.tensor_id!r} has shape "
-                    f"{arr.shape}; expected {want}"
-                )
-            out[s] = arr.reshape(want)
+            if not self._fits(s, arr.shape):
+                raise self._shape_error("Session.run", s, arr.shape)
+            out[s] = arr.reshape(self._host_shape(s))
         return out
+
+    def _check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> None:
+        what = "Session.run_with_outputs"
+        self._stream_sets(set(outputs), set(self._lowerer.d2h), what, "output")
+        for s, arr in outputs.items():
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(
+                    f"{what}: the output for stream {s.tensor_id!r} must be a NumPy array, "
+                    f"got {type(arr).__name__}"
+                )
+            if not self._fits(s, arr.shape):
+                raise self._shape_error(what, s, arr.shape)
 
     def run(
         self, inputs: Mapping[Any, Any] | None = None, downcast_inputs: bool = True
     ) -> dict[DeviceToHostStream, np.ndarray]:
+        """Run the program once: ``inputs`` maps each h2d stream to its host array; returns
+        an array per d2h stream (see :meth:`run_with_outputs`)."""
         outputs = self.create_host_outputs()
         self.run_with_outputs(inputs, outputs, downcast_inputs)
         return outputs
@@ -257,24 +403,40 @@ class Session:
         outputs: Mapping[DeviceToHostStream, np.ndarray],
         downcast_inputs: bool = True,
     ) -> None:
+        """Run the program once, filling ``outputs``.
+
+        Every array is ``[num_host_transfers if > 1] + [replicas if > 1] + stream.shape``
+        (any all-ones shape where that is all ones). Each executed ``host_load`` takes the
+        next slice of its stream (per replica), each ``host_store`` writes the next one;
+        slices not written keep their values.
+
+        Raises:
+            ValueError: not attached, streams missing or unexpected, or a wrong shape.
+            TypeError: an output that is not a NumPy array.
+        """
         self._require_attached("run")
         arrays = self._check_inputs(inputs or {}, downcast_inputs)
+        self._check_outputs(outputs)
         nht, R = self._ir.num_host_transfers, self._ir.replication_factor
         for s, arr in arrays.items():
-            full = arr.reshape(nht, R, -1)
-            host = full[:, 0].reshape(-1) if R == 1 else full.transpose(1, 0, 2).reshape(R, -1)
-            self._engine.connect_stream(s.tensor_id, np.ascontiguousarray(host))
+            self._engine.connect_stream(s.tensor_id, self._to_engine(arr, nht, R))
         buffers = {}
         for s in self._lowerer.d2h:
-            if s not in outputs:
-                raise ValueError(f"run_with_outputs: no output array for stream {s.tensor_id!r}")
-            n = max(1, math.prod(s.shape))
-            buf = np.zeros((R, nht * n) if R > 1 else (nht * n,), dtype=s.dtype.as_numpy())
-            buffers[s] = buf
-            self._engine.connect_stream(s.tensor_id, buf)
+            start = np.asarray(outputs[s]).astype(s.dtype.as_numpy()).reshape(self._host_shape(s))
+            buffers[s] = self._to_engine(start, nht, R).copy()
+            self._engine.connect_stream(s.tensor_id, buffers[s])
         self._engine.run(0)
         self._host_stale = True
         for s, buf in buffers.items():
             n = max(1, math.prod(s.shape))
             arr = buf.reshape(R, nht, n).transpose(1, 0, 2)
-            outputs[s][...] = arr.reshape(self._lead() + s.shape)
+            outputs[s][...] = arr.reshape(outputs[s].shape)
+
+    @staticmethod
+    def _to_engine(arr: np.ndarray, nht: int, R: int) -> np.ndarray:
+        """A host array ``[nht, R, ...]`` (ones omitted) as the engine's stream buffer:
+        ``[nht * n]`` for one replica, ``[R, nht * n]`` for several."""
+        full = arr.reshape(nht, R, -1)
+        if R == 1:
+            return np.ascontiguousarray(full[:, 0].reshape(-1))
+        return np.ascontiguousarray(full.transpose(1, 0, 2).reshape(R, -1))

@@ -1,10 +1,12 @@
 """PopXL tensors: ``Tensor`` (an activation, produced by an op), ``Variable`` (state that
 persists across runs), ``Constant``; ``TensorSpec``; and the factories ``variable``,
-``constant``, ``graph_input``, ``graph_output``."""
+``constant``, ``remote_variable``, ``remote_replica_sharded_variable``,
+``replica_sharded_buffer``, ``replica_sharded_variable``, ``graph_input``, ``graph_output``."""
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -396,6 +398,87 @@ def constant(
     return t
 
 
+def _main_graph(what: str) -> Graph:
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    if graph is not graph.ir.main_graph:
+        raise ValueError(
+            f"{what}: variables can only be created in the main graph, not in {graph!r}"
+        )
+    return graph
+
+
+def _grouping(graph: Graph, replica_grouping: ReplicaGrouping | None, what: str) -> ReplicaGrouping:
+    from tremula.popxl.replica_grouping import ReplicaGrouping
+
+    if replica_grouping is None:
+        return graph.ir.replica_grouping()
+    if not isinstance(replica_grouping, ReplicaGrouping):
+        raise TypeError(
+            f"{what}: replica_grouping must be a popxl.ReplicaGrouping, got "
+            f"{type(replica_grouping).__name__}"
+        )
+    if replica_grouping._ir is not graph.ir:
+        raise ValueError(f"{what}: {replica_grouping!r} belongs to another Ir")
+    return replica_grouping
+
+
+def _host_data(
+    data: Any,
+    dtype: dtypes.dtype | None,
+    downcast: bool,
+    rg: ReplicaGrouping,
+    retrieval_mode: str | None,
+    what: str,
+) -> tuple[np.ndarray, tuple[int, ...], str]:
+    """Checked host data of a variable: (array of shape_on_host, shape on a replica, mode)."""
+    mode = retrieval_mode or "one_per_group"
+    if mode not in ("one_per_group", "all_replicas"):
+        raise ValueError(
+            f"{what}: retrieval_mode must be 'one_per_group' or 'all_replicas', got "
+            f"{retrieval_mode!r}"
+        )
+    arr = to_numpy(data, dtype, downcast)
+    if isinstance(data, np.memmap) and dtype is None:
+        arr = data  # kept by reference: weights_to_host writes into it and flushes
+    shape = arr.shape
+    if rg.num_groups > 1:
+        if not shape or shape[0] != rg.num_groups:
+            raise ValueError(
+                f"{what}: {rg!r} has {rg.num_groups} groups, so the data needs a leading "
+                f"axis of {rg.num_groups} (one row per group); got shape {shape}"
+            )
+        shape = shape[1:]
+    return arr, shape, mode
+
+
+def _add_variable(
+    graph: Graph,
+    arr: np.ndarray,
+    shape: tuple[int, ...],
+    rg: ReplicaGrouping,
+    mode: str,
+    name: str | None,
+    meta_shape: tuple[int, ...] = (),
+) -> Variable:
+    if isinstance(arr, np.memmap) and not rg.is_const:
+        import warnings
+
+        warnings.warn(
+            f"variable {name!r}: a memmap with the non-constant {rg!r} is copied (its rows "
+            f"are regrouped), so weights_to_host does not write into the memmap",
+            UserWarning,
+            stacklevel=3,
+        )
+        arr = np.array(arr)
+    tid, short = _new_id(graph, name, "t")
+    spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
+    t = Variable(graph, tid, short, spec, arr, rg, mode)
+    graph._add_tensor(t)
+    return t
+
+
 def variable(
     data: Any,
     dtype: dtypes.dtype | None = None,
@@ -406,37 +489,282 @@ def variable(
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
 ) -> Variable:
-    """A variable in the main graph (``ValueError`` elsewhere). With a grouping of several
-    groups, ``data`` has a leading axis of one row per group."""
+    """A variable in the main graph (``ValueError`` elsewhere).
+
+    Args:
+        data: the initial value (NumPy-convertible; a ``np.memmap`` is kept by reference).
+            With a grouping of several groups it has a leading axis of one row per group,
+            row ``g`` initialising every replica of group ``g``.
+        dtype: the dtype (default: the data's, 64-bit types downcast unless ``downcast`` is
+            False).
+        name: the tensor name.
+        downcast: downcast 64-bit host data to 32 bits.
+        replica_grouping: the grouping of replicas sharing a value (default: all replicas).
+        retrieval_mode: ``"one_per_group"`` (default) or ``"all_replicas"``: what
+            ``Session.get_tensor_data`` returns.
+        log2_scale, nan_on_overflow: float8 options (accepted, unused).
+
+    Raises:
+        ValueError: not in the main graph, a bad retrieval mode, or data without the
+            leading group axis.
+    """
+    graph = _main_graph("variable")
+    rg = _grouping(graph, replica_grouping, "variable")
+    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, f"variable {name!r}")
+    return _add_variable(graph, arr, shape, rg, mode, name)
+
+
+def _check_remote(buffer: Any, graph: Graph, what: str) -> None:
+    from tremula.popxl.remote_buffer import RemoteBuffer
+
+    if not isinstance(buffer, RemoteBuffer):
+        raise TypeError(
+            f"{what}: remote_buffer must be a RemoteBuffer, got {type(buffer).__name__}"
+        )
+    if buffer._current_ir is not graph.ir:
+        raise ValueError(f"{what}: {buffer!r} belongs to another Ir")
+
+
+def _check_entry(buffer: Any, offset: Any, graph: Graph, what: str) -> int:
+    if isinstance(offset, bool) or int(offset) != offset or not 0 <= offset < buffer.entries:
+        raise ValueError(
+            f"{what}: offset {offset!r} out of range for {buffer!r} (entries 0.."
+            f"{buffer.entries - 1})"
+        )
+    for v in graph.variables:
+        if v._remote is not None and v._remote[0] is buffer and v._remote[1] == offset:
+            raise ValueError(f"{what}: entry {offset} of {buffer!r} already holds {v.id!r}")
+    return int(offset)
+
+
+def remote_variable(
+    data: Any,
+    remote_buffer: Any,
+    offset: int = 0,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Variable:
+    """A variable stored in entry ``offset`` of a remote buffer (not in tile memory): each
+    replica's entry holds its group's value. Read it with ``ops.remote_load(buffer, offset)``;
+    ``Session`` writes the entry when weights go to the device and reads it back.
+
+    Args:
+        data, dtype, name, downcast, replica_grouping, retrieval_mode: as :func:`variable`.
+        remote_buffer: the buffer; its tensor shape and dtype must be the variable's shape on
+            a replica and dtype.
+        offset: the buffer entry (``0 <= offset < entries``).
+
+    Raises:
+        ValueError: as :func:`variable`; a buffer whose shape or dtype differ, an offset out
+            of range or an entry already holding a variable.
+        TypeError: ``remote_buffer`` is not a RemoteBuffer.
+    """
+    what = f"remote_variable {name!r}"
+    graph = _main_graph(what)
+    rg = _grouping(graph, replica_grouping, what)
+    _check_remote(remote_buffer, graph, what)
+    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what)
+    dt = dtypes.dtype.as_dtype(arr.dtype)
+    if remote_buffer.tensor_shape != shape or remote_buffer.tensor_dtype != dt:
+        raise ValueError(
+            f"{what}: {remote_buffer!r} holds {remote_buffer.tensor_dtype} "
+            f"{remote_buffer.tensor_shape} tensors; the variable is {dt} {shape} per replica"
+        )
+    entry = _check_entry(remote_buffer, offset, graph, what)
+    v = _add_variable(graph, arr, shape, rg, mode, name)
+    v._remote = (remote_buffer, entry)
+    return v
+
+
+def _shard_over(rg: ReplicaGrouping, shard_over: int | None, what: str) -> int:
+    n = rg.group_size if shard_over is None else shard_over
+    if isinstance(n, bool) or int(n) != n or not 0 < n <= rg.group_size or rg.group_size % n:
+        raise ValueError(
+            f"{what}: shard_over {shard_over!r} must divide the group size {rg.group_size} "
+            f"of {rg!r} (1 <= shard_over <= {rg.group_size})"
+        )
+    if rg.const_rg.group_size % n:
+        raise NotImplementedError(
+            f"{what}: sharding over {n} replicas of the non-constant {rg!r}, whose constant "
+            f"groups have {rg.const_rg.group_size} replicas"
+        )
+    return int(n)
+
+
+#: shard_over of the buffers made by replica_sharded_buffer
+_SHARD_OVER: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def replica_sharded_buffer(
+    shape: tuple[int, ...],
+    dtype: dtypes.dtype,
+    replica_grouping: ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+    entries: int = 1,
+) -> Any:
+    """A RemoteBuffer for replica-sharded (RTS) values of ``shape`` (on a replica).
+
+    Its tensor shape is the flat shard ``(ceil(nelms / shard_over),)`` and its ``meta_shape``
+    is ``shape``. A group's value is sharded once over group members ``0..shard_over-1``,
+    once over the next ``shard_over`` members, and so on.
+
+    Args:
+        shape: the shape of the (unsharded) value on a replica.
+        dtype: its dtype.
+        replica_grouping: the grouping of the variables it will hold (default: all replicas).
+        shard_over: how many members of a group share one copy of the value (default: the
+            group size); it must divide the group size.
+        entries: the number of entries.
+
+    Raises:
+        ValueError: ``shard_over`` does not divide the group size, or bad ``entries``.
+    """
     from tremula.popxl.context import get_current_graph
+    from tremula.popxl.remote_buffer import RemoteBuffer
 
     graph = get_current_graph()
-    if graph is not graph.ir.main_graph:
-        raise ValueError(f"variables can only be created in the main graph, not in {graph!r}")
-    rg = replica_grouping if replica_grouping is not None else graph.ir.replica_grouping()
-    mode = retrieval_mode or "one_per_group"
-    if mode not in ("one_per_group", "all_replicas"):
+    rg = _grouping(graph, replica_grouping, "replica_sharded_buffer")
+    n = _shard_over(rg, shard_over, "replica_sharded_buffer")
+    shape = tuple(int(d) for d in shape)
+    buffer = RemoteBuffer((-(-math.prod(shape) // n),), dtype, entries)
+    buffer.meta_shape = shape
+    _SHARD_OVER[buffer] = n  # read by remote_replica_sharded_variable
+    return buffer
+
+
+def _sharded(
+    data: Any,
+    buffer: Any,
+    offset: int,
+    dtype: dtypes.dtype | None,
+    name: str | None,
+    downcast: bool,
+    replica_grouping: ReplicaGrouping | None,
+    retrieval_mode: str | None,
+    what: str,
+    make_buffer: bool = False,
+    shard_over: int | None = None,
+) -> Variable:
+    """A remote replica-sharded variable (checked before anything is added to the Ir)."""
+    graph = _main_graph(what)
+    rg = _grouping(graph, replica_grouping, what)
+    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what)
+    if make_buffer:
+        _shard_over(rg, shard_over, what)
+        buffer = replica_sharded_buffer(shape, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
+    _check_remote(buffer, graph, what)
+    n = _SHARD_OVER.get(buffer) or _shard_over(rg, None, what)
+    size = -(-math.prod(shape) // n)
+    dt = dtypes.dtype.as_dtype(arr.dtype)
+    if buffer.tensor_shape != (size,) or buffer.tensor_dtype != dt:
         raise ValueError(
-            f"variable {name!r}: retrieval_mode must be 'one_per_group' or "
-            f"'all_replicas', got {retrieval_mode!r}"
+            f"{what}: {buffer!r} holds {buffer.tensor_dtype} {buffer.tensor_shape} shards; a "
+            f"{dt} {shape} value sharded over {n} replicas needs {dt} ({size},) (use "
+            f"popxl.replica_sharded_buffer)"
         )
-    arr = to_numpy(data, dtype, downcast)
-    if isinstance(data, np.memmap) and dtype is None:
-        arr = data
-    shape = arr.shape
-    if rg.num_groups > 1:
-        if not shape or shape[0] != rg.num_groups:
-            raise ValueError(
-                f"variable {name!r}: a grouping with {rg.num_groups} groups needs "
-                f"data with a leading axis of {rg.num_groups}, got shape {shape}"
-            )
-        shape = shape[1:]
-    tid, short = _new_id(graph, name, "t")
-    t = Variable(
-        graph, tid, short, TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype)), arr, rg, mode
+    entry = _check_entry(buffer, offset, graph, what)
+    buffer.meta_shape = shape
+    v = _add_variable(graph, arr, shape, rg, mode, name)
+    v._remote = (buffer, entry)
+    v._shard = (None, n)
+    return v
+
+
+def remote_replica_sharded_variable(
+    data: Any,
+    remote_buffer: Any,
+    offset: int = 0,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Variable:
+    """A variable stored sharded in entry ``offset`` of a remote buffer: each replica holds
+    ``ceil(nelms / shard_over)`` flat elements of its group's value (zero-padded). Sets the
+    buffer's ``meta_shape`` to the variable's shape. Needs ``replication_factor > 1``.
+
+    Args:
+        data, dtype, name, downcast, replica_grouping, retrieval_mode: as :func:`variable`.
+        remote_buffer: a buffer of flat shards, e.g. from :func:`replica_sharded_buffer`
+            (whose ``shard_over`` is used; otherwise the group size).
+        offset: the buffer entry.
+
+    Raises:
+        ValueError: replication 1, a buffer of the wrong shard shape or dtype, and as
+            :func:`remote_variable`.
+    """
+    what = f"remote_replica_sharded_variable {name!r}"
+    graph = _main_graph(what)
+    if graph.ir.replication_factor <= 1:
+        raise ValueError(f"{what}: replica sharding needs replication_factor > 1")
+    return _sharded(
+        data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode, what
     )
-    graph._add_tensor(t)
-    return t
+
+
+def replica_sharded_variable(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> tuple[Variable, Tensor]:
+    """A replica-sharded variable and its shard on the device.
+
+    The variable lives in a new :func:`replica_sharded_buffer`; the shard (flat,
+    ``ceil(nelms / shard_over)`` elements, ``meta_shape`` the variable's shape) is loaded
+    from it when weights go to the device and stored back when they come to the host, so it
+    behaves like on-device state. Use ``var`` with ``Session.get/write_*`` and ``shard`` in
+    the graph (``ops.collectives.replicated_all_gather(shard)`` gives the full value).
+
+    Returns:
+        ``(var, shard)``.
+
+    Raises:
+        ValueError: as :func:`variable`, or ``shard_over`` not dividing the group size.
+    """
+    what = f"replica_sharded_variable {name!r}"
+    var = _sharded(
+        data,
+        None,
+        0,
+        dtype,
+        name,
+        downcast,
+        replica_grouping,
+        retrieval_mode,
+        what,
+        make_buffer=True,
+        shard_over=shard_over,
+    )
+    from tremula.popxl.replica_grouping import shard_rows
+
+    rg, n = var.replica_grouping, var._shard[1]  # type: ignore[index]
+    ungrouped = var.ir.replica_grouping(group_size=1)
+    rows = shard_rows(rg, n, var._data, var.shape)
+    shard = _add_variable(
+        var.graph,
+        rows if rg.num_replicas > 1 else rows[0],
+        rows.shape[1:],
+        ungrouped,
+        "one_per_group",
+        f"{var.name}_shard",
+        var.shape,
+    )
+    var._shard = (shard, n)
+    return var, shard
 
 
 def graph_input(

@@ -3,7 +3,7 @@
 An op in a graph is an :class:`Op` record: its type, inputs, outputs and attributes. Each
 op type is defined once, by an :class:`OpDef` in :data:`OPS`: its output rule (specs from
 input specs and attributes), its NumPy reference, and which inputs it modifies in place.
-Gradient rules (``transforms/autodiff``) and lowering rules (``tremula/lowering``) are
+Gradient rules (``transforms/grads``) and lowering rules (``tremula/lowering``) are
 tables keyed by the same type name.
 """
 

@@ -14,7 +14,9 @@ defop("HostLoad", lambda specs, a: [a["stream"].spec], differentiable=False)
 defop("HostStore", lambda specs, a: [], differentiable=False)
 defop(
     "RemoteLoad",
-    lambda specs, a: [TensorSpec(a["buffer"].tensor_shape, a["buffer"].tensor_dtype)],
+    lambda specs, a: [
+        TensorSpec(a["buffer"].tensor_shape, a["buffer"].tensor_dtype, a["buffer"].meta_shape)
+    ],
     differentiable=False,
 )
 defop("RemoteLoadInplace", lambda specs, a: [specs[0]], modifies=(0,), differentiable=False)

@@ -148,7 +148,19 @@ def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
 
 
 def getitem(t: Tensor, key: Any) -> Tensor:
-    """Basic indexing (ints, slices, ``...``, ``None``) as a ``Slice`` op."""
+    """Basic indexing (ints, slices, ``...``, ``None``) as a ``Slice`` op; an integer tensor
+    or host array gathers along axis 0 (``ops.gather``); a boolean tensor or host array masks,
+    ``ops.where(key, t, 0)`` (spec 1.5: masking, not NumPy's compaction)."""
+    if isinstance(key, (Tensor, list, np.ndarray)):
+        from tremula.popxl.ops.gather import gather
+        from tremula.popxl.ops.misc import where
+        from tremula.popxl.tensor import constant
+
+        if not isinstance(key, Tensor) and np.asarray(key).dtype == bool:
+            key = constant(np.asarray(key), name="mask")
+        if isinstance(key, Tensor) and key.dtype == dtypes.bool:
+            return where(key, t, 0)
+        return gather(t, key)
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
         if isinstance(k, (Tensor, list, np.ndarray)):

@@ -1,0 +1,137 @@
+"""Conditionals (popxl/ops/control.py) and printing / placement copies (popxl/ops/debug.py)
+through a Session."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import popxl
+import popxl.ops as ops
+
+_spec = importlib.util.spec_from_file_location(
+    "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
+)
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)
+check, run = _helpers.check, _helpers.run
+
+
+def _branches(ir):
+    def then_fn(x: popxl.Tensor, y: popxl.Tensor):
+        return x + y, x * 2
+
+    def else_fn(x: popxl.Tensor):
+        return x - 1, x
+
+    x_spec = popxl.TensorSpec((3,), popxl.float32)
+    then_g = ir.create_graph(then_fn, x_spec, x_spec)
+    else_g = ir.create_graph(else_fn, x_spec)
+    return then_g, else_g
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_conditional_runs_one_branch(flag):
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    y = np.array([10.0, 20.0, 30.0], np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        c_s = popxl.h2d_stream((), popxl.bool, name="c")
+        x_s = popxl.h2d_stream((3,), popxl.float32, name="x")
+        c, xt = ops.host_load(c_s), ops.host_load(x_s)
+        yt = popxl.constant(y)
+        then_g, else_g = _branches(ir)
+        info = ops.conditional_with_info(c, then_g, else_g, [xt, yt], [xt])
+        a, b = info.outputs
+        outs = []
+        for t in (a, b):
+            s = popxl.d2h_stream(t.shape, t.dtype)
+            ops.host_store(s, t)
+            outs.append(s)
+    assert info.called_graph == (then_g, else_g)
+    assert info.is_parent_index_in_then_branch(2) and not info.is_parent_index_in_then_branch(3)
+    assert info.graph_to_parent_input_index(0, then_branch=False) == 3
+    assert info.parent_to_graph(yt) is then_g.inputs[1]
+    assert info.graph_to_parent(else_g.inputs[0]) is xt
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run({c_s: np.array(flag), x_s: x})
+    want = (x + y, x * 2) if flag else (x - 1, x)
+    for s, w in zip(outs, want):
+        np.testing.assert_allclose(got[s], w)
+
+
+def test_conditional_modifies_by_ref_input():
+    ir = popxl.Ir()
+
+    def inc(x: popxl.TensorByRef):
+        ops.var_updates.copy_var_update_(x, x + 1)
+
+    def keep(x: popxl.Tensor):
+        pass
+
+    with ir.main_graph:
+        v = popxl.variable(np.float32(5), name="v")
+        inc_g, keep_g = ir.create_graph(inc, v), ir.create_graph(keep, v)
+        ops.conditional(popxl.constant(True), inc_g, keep_g, [v], [v])
+        ops.conditional(popxl.constant(False), inc_g, keep_g, [v], [v])
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+    assert session.get_tensor_data(v) == 6
+
+
+def test_conditional_errors():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        then_g, else_g = _branches(ir)
+        x = popxl.constant(np.zeros(3, np.float32))
+        with pytest.raises(TypeError, match="must be bool"):
+            ops.conditional(popxl.constant(1), then_g, else_g, [x, x], [x])
+        with pytest.raises(ValueError, match="one element"):
+            ops.conditional(popxl.constant([True, False]), then_g, else_g, [x, x], [x])
+        one = ir.create_graph(lambda t: t, popxl.TensorSpec((3,), popxl.float32))
+        with pytest.raises(ValueError, match="same number of outputs"):
+            ops.conditional(popxl.constant(True), then_g, one, [x, x], [x])
+        with pytest.raises(ValueError, match="not given"):
+            ops.conditional(popxl.constant(True), then_g, else_g, [x], [x])
+
+
+def test_print_tensor_prints_at_run_time(capfd):
+    x = np.arange(4, dtype=np.float32)
+
+    def build(t):
+        a = ops.print_tensor(t)
+        b = ops.print_tensor(t * 2, title="doubled")
+        return a, b
+
+    got, _ = run(build, x)
+    np.testing.assert_array_equal(got[0], x)
+    np.testing.assert_array_equal(got[1], 2 * x)
+    printed = capfd.readouterr()
+    assert "print_x0" in printed.out + printed.err and "doubled" in printed.out + printed.err
+
+
+def test_print_tensor_prints_to_stderr(capfd):
+    run(lambda t: ops.print_tensor(t), np.zeros(2, np.float32))
+    assert "print_x0" in capfd.readouterr().err
+
+
+def test_ipu_copy_and_io_tile_copy():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def build(t):
+        with popxl.ipu(0):
+            u = t + 1
+        v = ops.ipu_copy(u, 1)
+        w = u.copy_to_ipu(1)
+        assert v.ipu == 1 and w.ipu == 1
+        io = ops.io_tile_copy(v)
+        back = ops.io_tile_copy(io)
+        assert io.tile_set == "io" and back.tile_set == "compute"
+        return v, back
+
+    check(build, [x + 1, x + 1], x)
+    with pytest.raises(ValueError, match="source IPU"):
+        run(lambda t: ops.ipu_copy(t, 1), x)

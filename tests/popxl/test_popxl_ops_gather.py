@@ -1,0 +1,149 @@
+"""Indexing ops (popxl/ops/gather.py) and shape ops (popxl/ops/shape.py) through a Session
+against NumPy."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import popxl
+import popxl.ops as ops
+
+_spec = importlib.util.spec_from_file_location(
+    "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
+)
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)
+check, run = _helpers.check, _helpers.run
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_gather(axis, dtype):
+    x = RNG.integers(-9, 9, (4, 5, 3)).astype(dtype)
+    idx = RNG.integers(0, x.shape[axis], (2, 3)).astype(np.int32)
+    check(lambda t, i: ops.gather(t, i, axis), np.take(x, idx, axis=axis), x, idx)
+
+
+def test_gather_zero_oor_and_tied_gather():
+    x = RNG.normal(size=(5, 3)).astype(np.float32)
+    idx = np.array([0, 7, 4, -1], np.int32)
+    want = np.where((idx >= 0) & (idx < 5), 1, 0)[:, None] * x[np.clip(idx, 0, 4)]
+    check(lambda t, i: ops.gather(t, i, zero_OOR=True), want, x, idx)
+    idx = np.array([[4, 0]], np.uint32)
+    check(lambda t, i: ops.tied_gather(t, i), x[idx], x, idx)
+
+
+def test_scatter_elements():
+    x = np.zeros((3, 3), np.float32)
+    idx = np.array([[1, 0, 2], [0, 2, 1]], np.int32)
+    values = np.array([[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]], np.float32)
+    want = np.array([[2.0, 1.1, 0.0], [1.0, 0.0, 2.2], [0.0, 2.1, 1.2]])
+    check(lambda t, i, v: ops.scatter(t, i, v), want, x, idx, values)
+    idx1 = np.array([[1, -1], [0, 5], [2, 0]], np.int32)  # -1: the last; 5: ignored
+    x1 = RNG.normal(size=(3, 4)).astype(np.float32)
+    v1 = RNG.normal(size=(3, 2)).astype(np.float32)
+    want = x1.copy()
+    for r in range(3):
+        for c in range(2):
+            if idx1[r, c] < 4:
+                want[r, idx1[r, c] % 4] = v1[r, c]
+    check(lambda t, i, v: ops.scatter(t, i, v, axis=1), want, x1, idx1, v1)
+
+
+def test_dynamic_slice_and_update():
+    x = RNG.normal(size=(5, 6, 2)).astype(np.float32)
+    index = np.array([1, 3], np.uint32)
+    want = x[1:3, 3:6]
+    check(lambda t, i: ops.dynamic_slice(t, i, [0, 1], [2, 3]), want, x, index)
+    upd = RNG.normal(size=(2, 3, 2)).astype(np.float32)
+    want = x.copy()
+    want[1:3, 3:6] = upd
+
+    def build(t, i, u):
+        a = ops.dynamic_update(t, i, u, [0, 1], [2, 3])
+        b = ops.dynamic_update_(t, i, u, [0, 1], [2, 3])
+        return a, b, t
+
+    check(build, [want, want, want], x, index, upd)
+
+
+def test_dynamic_errors():
+    x = np.zeros((4, 4), np.float32)
+    with pytest.raises(ValueError, match="one per axis"):
+        run(lambda t, i: ops.dynamic_slice(t, i, [0, 1], [1, 1]), x, np.zeros(1, np.uint32))
+    with pytest.raises(TypeError, match="uint32"):
+        run(lambda t, i: ops.dynamic_slice(t, i, [0], [1]), x, np.zeros(1, np.float32))
+    with pytest.raises(ValueError, match=r"must lie in 1\.\.4"):
+        run(lambda t, i: ops.dynamic_slice(t, i, [0], [5]), x, np.zeros(1, np.uint32))
+    with pytest.raises(ValueError, match="t_update"):
+        run(lambda t, i: ops.dynamic_update(t, i, t, [0], [2]), x, np.zeros(1, np.uint32))
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_onehot(axis):
+    idx = np.array([[0, 2], [-1, 1]], np.int32)
+    values = np.array([-1.0, 3.0], np.float32)
+    hot = np.eye(3)[idx % 3]  # [2, 2, 3]; negative indices count from the end
+    want = np.moveaxis(np.where(hot == 1, 3.0, -1.0), -1, axis)
+
+    def build(i, v):
+        return ops.onehot(i, popxl.constant(3, popxl.int32), v, axis)
+
+    check(build, want, idx, values)
+
+
+def test_concat_split_squeeze():
+    a = RNG.normal(size=(2, 3)).astype(np.float32)
+    b = RNG.normal(size=(2, 1)).astype(np.float32)
+    cat = np.concatenate([a, b], 1)
+
+    def build(x, y):
+        c = ops.concat([x, y], axis=-1)
+        v = ops.concat_([x, y], axis=1)
+        p0, p1 = ops.split(c, [1, 3], axis=1)
+        q = ops.split(c, 2, axis=1)
+        s = ops.squeeze(y.reshape((2, 1, 1)), [1])
+        return c, v, p0, p1, q[0], q[1], s, ops.squeeze(b_t(y))
+
+    def b_t(y):
+        return y.reshape((1, 2, 1))
+
+    want = [cat, cat, cat[:, :1], cat[:, 1:], cat[:, :2], cat[:, 2:], b, b[:, 0]]
+    check(build, want, a, b)
+    with pytest.raises(ValueError, match="do not divide"):
+        run(lambda x: ops.split(x, 2, axis=1), a)
+    with pytest.raises(ValueError, match="do not have size 1"):
+        run(lambda x: ops.squeeze(x, 0), a)
+    with pytest.raises(ValueError, match="outside axis 0"):
+        run(lambda x, y: ops.concat([x, y]), a, b)
+
+
+def test_slice_subsample_and_inplace_slice():
+    x = RNG.normal(size=(4, 5, 6)).astype(np.float32)
+
+    def build(t):
+        s1 = ops.slice(t, start=1)
+        s2 = ops.slice(t, start=[0, 3], stop=[1, 1], step=[1, -1], axis=[0, 2])
+        s3 = ops.slice(t, stop=-2, axis=1)
+        sub = ops.subsample(t, [2, 1, 3])
+        v = ops.slice_(t, start=1, stop=3)
+        v += 1.0  # writes reach t
+        return s1, s2, s3, sub, t
+
+    y = x.copy()
+    y[1:3] += 1
+    want = [x[1:], x[0:1, :, 3:1:-1], x[:, :-2], x[::2, :, ::3], y]
+    got, _ = run(build, x)
+    for g, e in zip(got[:4], want[:4]):
+        np.testing.assert_array_equal(g, e)
+    np.testing.assert_allclose(got[4], y)
+    with pytest.raises(ValueError, match="step 2"):
+        run(lambda t: ops.slice(t, 0, 4, 2), x)
+    with pytest.raises(ValueError, match="positive integers"):
+        run(lambda t: ops.subsample(t, [0, 1, 1]), x)

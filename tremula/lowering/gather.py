@@ -1,0 +1,110 @@
+"""Lowering of ``popxl/ops/gather.py``: gather through ``popops.multi_slice`` on the
+indexed axis moved first, scatter as ``popops.multi_update`` of flat element indices
+computed on the device, dynamic slices through ``popops.dynamic_slice`` /
+``dynamic_update``, onehot as one popops map against a constant ``arange``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tremula import poplar
+from tremula.libs import popops
+from tremula.libs.popops import expr as pe
+from tremula.lowering.context import Env, Lowerer, rule
+from tremula.popxl.ops.base import Op
+
+
+def _const(lw: Lowerer, dtype: poplar.Type, data: np.ndarray, name: str) -> poplar.Tensor:
+    c = lw.graph.add_constant(dtype, data.shape, data, lw.name(name))
+    poplar.map_tensor_linearly(lw.graph, c, grain_size=lw.graph.target.vector_width(dtype.size))
+    return c
+
+
+def _signed(index: poplar.Tensor, e: pe.Expr) -> pe.Expr:
+    return pe.Cast(e, poplar.INT) if index.dtype is not poplar.INT else e
+
+
+def _wrapped(i: pe.Expr, n: int) -> pe.Expr:
+    """A signed index with negative values counted from the end."""
+    return pe.Select(i + n, i, pe.Lt(i, 0))
+
+
+@rule("Gather", "TiedGather")
+def gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t, idx = env[op.inputs[0]], env[op.inputs[1]]
+    ax, k = op.attrs["axis"], idx.rank
+    table = t.dim_roll(ax, 0)
+    rest = table.shape[1:]
+    rows = table.reshape((table.shape[0], math.prod(rest)))
+    g = popops.multi_slice(lw.graph, rows, idx.flatten(), prog, name=op.outputs[0].id)
+    g = g.reshape((*idx.shape, *rest))
+    perm = [*range(k, k + ax), *range(k), *range(k + ax, g.rank)]
+    env[op.outputs[0]] = g.dim_shuffle(perm)
+
+
+@rule("Scatter")
+def scatter(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t_ir, idx_ir, _ = op.inputs
+    t, idx, values = (env[i] for i in op.inputs)
+    ax, name = op.attrs["axis"], op.outputs[0].id
+    shape = t_ir.shape
+    strides = np.array([math.prod(shape[d + 1 :]) for d in range(len(shape))], dtype=np.int64)
+    pos = np.indices(idx_ir.shape).reshape(len(shape), -1)
+    pos[ax] = 0
+    base = _const(lw, poplar.INT, (strides @ pos).astype(np.int32).reshape(idx_ir.shape), name)
+    i = _wrapped(_signed(idx, pe._2), shape[ax])
+    valid = pe.And(pe.Gte(i, 0), pe.Lt(i, shape[ax]))
+    flat = popops.map(
+        lw.graph, pe.Select(pe._1 + i * int(strides[ax]), -1, valid), [base, idx], prog,
+        name=f"{name}/indices",
+    )  # fmt: skip
+    out = lw.new_tensor(op.outputs[0])
+    prog.add(poplar.Copy(t, out))
+    n = values.num_elements
+    popops.multi_update(
+        lw.graph, out.reshape((out.num_elements, 1)), flat.flatten(),
+        values.reshape((n, 1)), prog, name=name,
+    )  # fmt: skip
+    env[op.outputs[0]] = out
+
+
+@rule("DynamicSlice")
+def dynamic_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t, index = env[op.inputs[0]], env[op.inputs[1]]
+    env[op.outputs[0]] = popops.dynamic_slice(
+        lw.graph, t, index.flatten(), list(op.attrs["axes"]), list(op.attrs["sizes"]), prog,
+        name=op.outputs[0].id,
+    )  # fmt: skip
+
+
+@rule("DynamicUpdate", "DynamicUpdateInplace")
+def dynamic_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t, index, update = (env[i] for i in op.inputs)
+    if op.type == "DynamicUpdate":
+        out = lw.new_tensor(op.outputs[0])
+        prog.add(poplar.Copy(t, out))
+        t = out
+    popops.dynamic_update(
+        lw.graph, t, update, index.flatten(), list(op.attrs["axes"]), list(op.attrs["sizes"]),
+        prog, name=op.outputs[0].id,
+    )  # fmt: skip
+    env[op.outputs[0]] = t
+
+
+@rule("OneHot")
+def onehot(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    idx, values = env[op.inputs[0]], env[op.inputs[1]].flatten()
+    n, ax, name = op.attrs["num_classes"], op.attrs["axis"], op.outputs[0].id
+    classes = np.arange(n, dtype=np.int32).reshape(
+        [n if d == ax else 1 for d in range(idx.rank + 1)]
+    )
+    arange = _const(lw, poplar.INT, classes, f"{name}/classes")
+    i = _signed(idx, pe._1)
+    if idx.dtype is poplar.INT:
+        i = _wrapped(i, n)
+    e = pe.Select(pe._4, pe._3, pe.Equal(i, pe._2))
+    env[op.outputs[0]] = popops.map(
+        lw.graph, e, [idx.expand([ax]), arange, values[0:1], values[1:2]], prog, name=name
+    )

@@ -1,0 +1,23 @@
+"""Collectives across replicas (``popxl.ops.collectives``); see ``collectives.py``.
+``CommGroup`` and ``CommGroupType`` are re-exported as in PopXL."""
+
+from tremula.libs.gcl.grouping import CommGroup, CommGroupType
+from tremula.popxl.ops.collectives.collectives import (
+    replica_sharded_slice,
+    replicated_all_gather,
+    replicated_all_reduce,
+    replicated_all_reduce_,
+    replicated_reduce_scatter,
+    replicated_slice,
+)
+
+__all__ = [
+    "CommGroup",
+    "CommGroupType",
+    "replica_sharded_slice",
+    "replicated_all_gather",
+    "replicated_all_reduce",
+    "replicated_all_reduce_",
+    "replicated_reduce_scatter",
+    "replicated_slice",
+]

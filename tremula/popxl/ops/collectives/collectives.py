@@ -1,0 +1,342 @@
+"""Collectives across replicas (``popxl.ops.collectives``), over a ``ReplicaGrouping``.
+
+Every ``group`` argument is a :class:`~tremula.popxl.ReplicaGrouping` of the tensor's Ir
+(default: all replicas); a non-constant grouping raises ``NotImplementedError``, as in
+PopXL. ``op`` is one of ``"add"``, ``"mean"``, ``"mul"``, ``"min"``, ``"max"``, ``"and"``,
+``"or"``, ``"square_add"``; ``"mul"`` reduces as ``"mean"`` (PopXL maps it to Mean: an
+upstream quirk kept on purpose, ``spec/popxl.md`` section 6).
+
+The op types are defined once here (shape rules and NumPy references); their lowering onto
+``tremula.libs.gcl`` is ``tremula/lowering/collectives.py``. A collective's reference works
+on per-replica stacks: each input array is ``[R, *shape]`` (row ``r`` is replica ``r``'s
+value) and each output is ``[R, *out_shape]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tremula.libs.gcl.operators import RULES, CollectiveOperator
+from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.replica_grouping import ReplicaGrouping
+from tremula.popxl.tensor import Tensor, TensorSpec
+
+#: PopXL's op strings and the GCL operator each one runs ("mul" -> MEAN: upstream's mapping)
+OPERATORS: dict[str, CollectiveOperator] = {
+    "add": CollectiveOperator.ADD,
+    "mean": CollectiveOperator.MEAN,
+    "mul": CollectiveOperator.MEAN,
+    "min": CollectiveOperator.MIN,
+    "max": CollectiveOperator.MAX,
+    "and": CollectiveOperator.LOGICAL_AND,
+    "or": CollectiveOperator.LOGICAL_OR,
+    "square_add": CollectiveOperator.SQUARE_ADD,
+    "local": CollectiveOperator.LOCAL,  # internal: replica_sharded_slice, replicated_slice
+}
+_KINDS = {"f": "floating-point", "i": "integer", "b": "bool"}
+_GATHER_MODES = ("auto", "new_axis", "concat", "meta_shape")
+
+
+# ---- argument checks ----
+def _group(t: Tensor, group: ReplicaGrouping | None, what: str) -> ReplicaGrouping:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}: expected a Tensor, got {type(t).__name__}")
+    if group is None:
+        return t.ir.replica_grouping()
+    if not isinstance(group, ReplicaGrouping):
+        raise TypeError(
+            f"{what}: group must be a popxl.ReplicaGrouping (from ir.replica_grouping), got "
+            f"{type(group).__name__}"
+        )
+    if group._ir is not t.ir:
+        raise ValueError(f"{what}: {group!r} belongs to another Ir than {t.id!r}")
+    group._pb_replica_grouping  # noqa: B018  (NotImplementedError if not constant)
+    return group
+
+
+def _operator(t: Tensor, op: str, what: str) -> str:
+    if not isinstance(op, str) or op not in OPERATORS or op == "local":
+        names = ", ".join(repr(k) for k in OPERATORS if k != "local")
+        raise ValueError(f"{what}: op {op!r} unknown; expected one of {names}")
+    kind = t.dtype.as_numpy().kind
+    kind = "i" if kind in "iu" else kind
+    rule = RULES[OPERATORS[op]]
+    if kind not in rule.kinds:
+        allowed = " or ".join(_KINDS[k] for k in sorted(rule.kinds))
+        alias = " (reduced as 'mean', as in PopXL)" if op == "mul" else ""
+        raise TypeError(
+            f"{what}: op {op!r}{alias} does not apply to {t.id!r} of dtype {t.dtype}; it "
+            f"takes {allowed} tensors"
+        )
+    return op
+
+
+def _axis(axis: int, rank: int, what: str) -> int:
+    if isinstance(axis, bool) or int(axis) != axis or not -rank <= axis < rank:
+        raise ValueError(f"{what}: axis {axis!r} out of range for a tensor of rank {rank}")
+    return int(axis) % rank
+
+
+# ---- shape rules ----
+def _same(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    return [specs[0]]
+
+
+def _gather_shape(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    s, G, mode = specs[0], attrs["group"].group_size, attrs["output_shape"]
+    if mode == "new_axis":
+        return [TensorSpec((G, *s.shape), s.dtype)]
+    if mode == "meta_shape":
+        return [TensorSpec(s.meta_shape, s.dtype)]
+    axis = attrs["axis"]
+    shape = list(s.shape)
+    shape[axis] *= G
+    return [TensorSpec(tuple(shape), s.dtype)]
+
+
+def _scatter_shape(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    s, G = specs[0], attrs["group"].group_size
+    meta = s.shape if attrs["configure_output_for_replicated_tensor_sharding"] else ()
+    return [TensorSpec((-(-math.prod(s.shape) // G),), s.dtype, meta)]
+
+
+def _slice_shape(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    s, G, axis = specs[0], attrs["group"].group_size, attrs["axis"]
+    size = s.shape[axis] // G
+    shape = s.shape[:axis] + ((size,) if size != 1 else ()) + s.shape[axis + 1 :]
+    return [TensorSpec(shape, s.dtype)]
+
+
+# ---- NumPy references over per-replica stacks [R, ...] ----
+def _by_group(x: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
+    """``[num_groups, G, ...]``: the members' values of each group, in replica order."""
+    return x[rg.grouping.group_matrix]
+
+
+def _reduce(m: np.ndarray, op: str) -> np.ndarray:
+    """Reduce ``[num_groups, G, ...]`` over axis 1 as ``op`` does."""
+    gop = OPERATORS[op]
+    if gop is CollectiveOperator.MEAN:
+        return m.mean(axis=1).astype(m.dtype)
+    if gop is CollectiveOperator.SQUARE_ADD:
+        return (m * m).sum(axis=1, dtype=m.dtype)
+    table = {
+        CollectiveOperator.ADD: lambda a: a.sum(axis=1, dtype=a.dtype),
+        CollectiveOperator.MIN: lambda a: a.min(axis=1),
+        CollectiveOperator.MAX: lambda a: a.max(axis=1),
+        CollectiveOperator.LOGICAL_AND: lambda a: a.all(axis=1),
+        CollectiveOperator.LOGICAL_OR: lambda a: a.any(axis=1),
+    }
+    return table[gop](m)
+
+
+def _to_replicas(per_group: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
+    return per_group[rg.grouping.assignment_array]
+
+
+def _ref_all_reduce(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, rg = np.asarray(arrays[0]), attrs["group"]
+    return [_to_replicas(_reduce(_by_group(x, rg), attrs["op"]), rg)]
+
+
+def _chunks(x: np.ndarray, G: int) -> np.ndarray:
+    """``[R, G, C]``: each replica's value flattened, zero-padded and cut in ``G`` chunks."""
+    R = x.shape[0]
+    flat = x.reshape(R, -1)
+    c = -(-flat.shape[1] // G)
+    padded = np.zeros((R, G * c), dtype=x.dtype)
+    padded[:, : flat.shape[1]] = flat
+    return padded.reshape(R, G, c)
+
+
+def _ref_reduce_scatter(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, rg = np.asarray(arrays[0]), attrs["group"]
+    chunks = _chunks(x, rg.group_size)
+    index = rg.grouping.indices_in_group
+    if attrs["op"] == "local":
+        return [chunks[np.arange(x.shape[0]), index]]
+    reduced = _to_replicas(_reduce(_by_group(chunks, rg), attrs["op"]), rg)  # [R, G, C]
+    return [reduced[np.arange(x.shape[0]), index]]
+
+
+def _ref_all_gather(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, rg = np.asarray(arrays[0]), attrs["group"]
+    gathered = _to_replicas(_by_group(x, rg), rg)  # [R, G, *shape]
+    R, mode = x.shape[0], attrs["output_shape"]
+    if mode == "new_axis":
+        return [gathered]
+    if mode == "meta_shape":
+        meta = attrs["meta_shape"]
+        return [gathered.reshape(R, -1)[:, : math.prod(meta)].reshape(R, *meta)]
+    return [np.concatenate(list(np.moveaxis(gathered, 1, 0)), axis=attrs["axis"] + 1)]
+
+
+def _ref_slice(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, rg, axis = np.asarray(arrays[0]), attrs["group"], attrs["axis"]
+    G = rg.group_size
+    size = x.shape[axis + 1] // G
+    parts = np.stack(np.split(x, G, axis=axis + 1), axis=1)  # [R, G, ...]
+    mine = parts[np.arange(x.shape[0]), rg.grouping.indices_in_group]
+    return [mine if size != 1 else np.squeeze(mine, axis=axis + 1)]
+
+
+defop("ReplicatedAllReduce", _same, _ref_all_reduce)
+defop("ReplicatedAllReduceInplace", _same, _ref_all_reduce, modifies=(0,))
+defop("ReplicatedAllGather", _gather_shape, _ref_all_gather)
+defop("ReplicatedReduceScatter", _scatter_shape, _ref_reduce_scatter)
+defop("ReplicatedSlice", _slice_shape, _ref_slice)
+
+
+# ---- the functions ----
+def _all_reduce(t: Tensor, op: str, group: ReplicaGrouping | None, inplace: bool) -> Tensor:
+    what = "replicated_all_reduce" + ("_" if inplace else "")
+    rg = _group(t, group, what)
+    attrs = {"op": _operator(t, op, what), "group": rg}
+    (out,) = create_op("ReplicatedAllReduce" + ("Inplace" if inplace else ""), [t], attrs)
+    return out
+
+
+def replicated_all_reduce(
+    t: Tensor, op: str = "add", group: ReplicaGrouping | None = None
+) -> Tensor:
+    """Reduce ``t`` over the replicas of each group; every member gets the result.
+
+    Args:
+        t: the tensor (its value on each replica).
+        op: the reduction (module docstring; ``"mul"`` reduces as ``"mean"``).
+        group: the grouping (default: all replicas); it must be constant.
+
+    Returns:
+        A new tensor shaped like ``t``.
+
+    Raises:
+        ValueError: an unknown op or a grouping of another Ir.
+        TypeError: an op that does not apply to ``t``'s dtype.
+        NotImplementedError: a non-constant grouping.
+    """
+    return _all_reduce(t, op, group, inplace=False)
+
+
+def replicated_all_reduce_(
+    t: Tensor, op: str = "add", group: ReplicaGrouping | None = None
+) -> Tensor:
+    """:func:`replicated_all_reduce` in place: the result is written into ``t``."""
+    return _all_reduce(t, op, group, inplace=True)
+
+
+def replicated_all_gather(
+    t: Tensor,
+    axis: int = 0,
+    group: ReplicaGrouping | None = None,
+    output_shape: str = "auto",
+) -> Tensor:
+    """Gather ``t`` from every member of each group (in replica order).
+
+    Args:
+        t: the tensor.
+        axis: the axis of ``"concat"``.
+        group: the grouping (default: all replicas); it must be constant.
+        output_shape: ``"new_axis"`` gives ``(group_size, *shape)``; ``"concat"``
+            concatenates along ``axis``; ``"meta_shape"`` gives ``t.meta_shape`` (the
+            gathered flat shards cut to it: a replica-sharded value made whole again);
+            ``"auto"`` is ``"meta_shape"`` when ``t`` has a meta shape, else ``"concat"``.
+
+    Raises:
+        ValueError: an unknown ``output_shape``, a bad axis, ``"meta_shape"`` for a tensor
+            without one (or one larger than what is gathered), or a grouping of another Ir.
+        NotImplementedError: a non-constant grouping.
+    """
+    what = "replicated_all_gather"
+    rg = _group(t, group, what)
+    if output_shape not in _GATHER_MODES:
+        raise ValueError(f"{what}: output_shape {output_shape!r} unknown; expected {_GATHER_MODES}")
+    mode = output_shape
+    if mode == "auto":
+        mode = "meta_shape" if t.meta_shape else "concat"
+    attrs: dict[str, Any] = {"group": rg, "output_shape": mode, "axis": 0}
+    if mode == "concat":
+        if t.rank == 0:
+            raise ValueError(f"{what}: cannot concatenate the scalar {t.id!r}; use 'new_axis'")
+        attrs["axis"] = _axis(axis, t.rank, what)
+    if mode == "meta_shape":
+        if not t.meta_shape or math.prod(t.meta_shape) > rg.group_size * t.nelms:
+            raise ValueError(
+                f"{what}: {t.id!r} (shape {t.shape}, meta_shape {t.meta_shape}) has no meta "
+                f"shape that {rg.group_size} gathered shards cover"
+            )
+        attrs["meta_shape"] = t.meta_shape
+    (out,) = create_op("ReplicatedAllGather", [t], attrs)
+    return out
+
+
+def replicated_reduce_scatter(
+    t: Tensor,
+    op: str = "add",
+    group: ReplicaGrouping | None = None,
+    configure_output_for_replicated_tensor_sharding: bool = False,
+) -> Tensor:
+    """Reduce ``t`` over each group and give each member one chunk of the result.
+
+    ``t`` is flattened and zero-padded to a multiple of the group size ``G``; the member at
+    index ``k`` in its group gets the ``k``-th reduced chunk (1-D, ``ceil(nelms / G)``
+    elements). With ``configure_output_for_replicated_tensor_sharding`` the output's
+    ``meta_shape`` is ``t.shape`` (a replica-sharded tensor).
+
+    Raises:
+        ValueError, TypeError, NotImplementedError: as :func:`replicated_all_reduce`.
+    """
+    what = "replicated_reduce_scatter"
+    rg = _group(t, group, what)
+    attrs = {
+        "op": _operator(t, op, what),
+        "group": rg,
+        "configure_output_for_replicated_tensor_sharding": bool(
+            configure_output_for_replicated_tensor_sharding
+        ),
+    }
+    (out,) = create_op("ReplicatedReduceScatter", [t], attrs)
+    return out
+
+
+def replica_sharded_slice(t: Tensor, group: ReplicaGrouping | None = None) -> Tensor:
+    """The replica's shard of ``t`` without reduction: ``t`` flattened and zero-padded, the
+    member at index ``k`` in its group taking chunk ``k``; ``meta_shape`` is ``t.shape``.
+
+    Raises:
+        ValueError, NotImplementedError: as :func:`replicated_all_reduce`.
+    """
+    rg = _group(t, group, "replica_sharded_slice")
+    attrs = {
+        "op": "local",
+        "group": rg,
+        "configure_output_for_replicated_tensor_sharding": True,
+    }
+    (out,) = create_op("ReplicatedReduceScatter", [t], attrs)
+    return out
+
+
+def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = None) -> Tensor:
+    """Each member of a group takes its equal slice of ``t`` along ``axis`` (the member at
+    index ``k`` takes slice ``k``); the axis is dropped when the slice size is 1.
+
+    Raises:
+        ValueError: the group size does not divide ``t.shape[axis]``, a bad axis, or a
+            grouping of another Ir.
+        NotImplementedError: a non-constant grouping.
+    """
+    what = "replicated_slice"
+    rg = _group(t, group, what)
+    if t.rank == 0:
+        raise ValueError(f"{what}: cannot slice the scalar {t.id!r}")
+    ax = _axis(axis, t.rank, what)
+    if t.shape[ax] % rg.group_size:
+        raise ValueError(
+            f"{what}: axis {ax} of {t.id!r} (shape {t.shape}) has size {t.shape[ax]}, not a "
+            f"multiple of the group size {rg.group_size}"
+        )
+    (out,) = create_op("ReplicatedSlice", [t], {"group": rg, "axis": ax})
+    return out

@@ -1,0 +1,161 @@
+"""Conditional execution: ``conditional``, ``conditional_with_info`` and
+:class:`ConditionalSiteInfo`.
+
+The ``If`` op's inputs are the condition, then the parent tensors of the then-branch's
+inputs, then those of the else-branch's inputs; its outputs are the branch outputs (both
+branches produce outputs of the same specs). Inputs are passed by value, as for ``call``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tremula.popxl import dtypes
+from tremula.popxl.context import get_current_graph
+from tremula.popxl.graph import Graph
+from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.call import CallSiteInfo, _connect
+from tremula.popxl.ops.shape import check_tensor
+from tremula.popxl.tensor import Tensor, TensorSpec
+
+
+def _if_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    return [t.spec for t in a["graphs"][0].outputs]
+
+
+defop("If", _if_spec)
+
+
+class ConditionalSiteInfo(CallSiteInfo):
+    """A conditional site: parent input 0 is the condition, parent inputs ``1 ..`` feed the
+    then-branch's inputs and the ones after them the else-branch's; outputs are shared."""
+
+    def __init__(self, op: Op) -> None:
+        super().__init__(op)
+        self._n_then = len(op.attrs["graphs"][0].inputs)
+
+    @property
+    def called_graph(self) -> tuple[Graph, Graph]:  # type: ignore[override]
+        then_g, else_g = self._op.attrs["graphs"]
+        return then_g, else_g
+
+    def is_parent_index_in_then_branch(self, index: int) -> bool:
+        """Whether parent input ``index`` feeds the then-branch (index 0, the condition,
+        feeds neither).
+
+        Raises:
+            IndexError: ``index`` is not an input index of the site.
+        """
+        self._check_input(index)
+        return 1 <= index <= self._n_then
+
+    def graph_to_parent_input_index(self, index: int, then_branch: bool = True) -> int:  # type: ignore[override]
+        """The parent input feeding input ``index`` of the then- (or else-) branch."""
+        return 1 + index + (0 if then_branch else self._n_then)
+
+    def parent_to_graph_input_index(self, index: int) -> int:
+        """The branch input index fed by parent input ``index`` (see
+        :meth:`is_parent_index_in_then_branch` for which branch)."""
+        self._check_input(index)
+        if index == 0:
+            raise ValueError("conditional: parent input 0 is the condition, no branch input")
+        return index - 1 if index <= self._n_then else index - 1 - self._n_then
+
+    def _check_input(self, index: int) -> None:
+        if not 0 <= index < len(self._op.inputs):
+            raise IndexError(f"conditional: no parent input {index} (has {len(self._op.inputs)})")
+
+    def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        """The parent tensor of a branch input or output."""
+        then_g, else_g = self.called_graph
+        for offset, g in ((1, then_g), (1 + self._n_then, else_g)):
+            for i, t in enumerate(g.inputs):
+                if t is graph_tensor:
+                    return self._op.inputs[offset + i]
+            for i, t in enumerate(g.outputs):
+                if t is graph_tensor:
+                    return self._op.outputs[i]
+        raise ValueError(
+            f"{graph_tensor!r} is not an input or output of {then_g.name!r} or {else_g.name!r}"
+        )
+
+    def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
+        """The branch input fed by ``parent_tensor`` (its first occurrence)."""
+        then_g, else_g = self.called_graph
+        for i, t in enumerate(self._op.inputs[1:], start=1):
+            if t is parent_tensor:
+                if i <= self._n_then:
+                    return then_g.inputs[i - 1]
+                return else_g.inputs[i - 1 - self._n_then]
+        raise ValueError(f"{parent_tensor!r} is not a branch input of this conditional")
+
+
+def conditional_with_info(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Iterable[Any] | None = None,
+    else_inputs: Iterable[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
+) -> ConditionalSiteInfo:
+    """Run ``then_branch`` if the one-element bool ``cond`` is true, else ``else_branch``;
+    returns the site. Inputs are given as for ``call`` (by position and/or by dict).
+
+    Raises:
+        TypeError: ``cond`` is not a bool tensor, a branch is not a Graph.
+        ValueError: ``cond`` has several elements; the branches' outputs differ in number or
+            specs; bad inputs (as ``call``).
+    """
+    check_tensor(cond, "conditional", "cond")
+    if cond.dtype != dtypes.bool:
+        raise TypeError(f"conditional: cond {cond.id!r} must be bool, got {cond.dtype}")
+    if cond.nelms != 1:
+        raise ValueError(f"conditional: cond {cond.id!r} must have one element, got {cond.shape}")
+    for what, g in (("then_branch", then_branch), ("else_branch", else_branch)):
+        if not isinstance(g, Graph):
+            raise TypeError(f"conditional: {what} must be a Graph, got {type(g).__name__}")
+    outs_t, outs_e = then_branch.outputs, else_branch.outputs
+    if len(outs_t) != len(outs_e):
+        raise ValueError(
+            f"conditional: {then_branch.name!r} has {len(outs_t)} outputs, {else_branch.name!r} "
+            f"{len(outs_e)}; both branches must have the same number of outputs"
+        )
+    for i, (a, b) in enumerate(zip(outs_t, outs_e)):
+        if a.spec != b.spec:
+            raise ValueError(
+                f"conditional: output {i} is {a.dtype} {a.shape} in {then_branch.name!r} but "
+                f"{b.dtype} {b.shape} in {else_branch.name!r}"
+            )
+    t_in = _connect(then_branch, list(then_inputs or []), then_inputs_dict, "conditional")
+    e_in = _connect(else_branch, list(else_inputs or []), else_inputs_dict, "conditional")
+    create_op("If", [cond, *t_in, *e_in], {"graphs": (then_branch, else_branch)})
+    op = get_current_graph().ops[-1]
+    by_ref = [1 + i for i, t in enumerate(then_branch.inputs) if t in then_branch._by_ref_inputs]
+    by_ref += [
+        1 + len(t_in) + i
+        for i, t in enumerate(else_branch.inputs)
+        if t in else_branch._by_ref_inputs
+    ]
+    op.modified = tuple(by_ref)
+    return ConditionalSiteInfo(op)
+
+
+def conditional(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Iterable[Any] | None = None,
+    else_inputs: Iterable[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
+) -> tuple[Tensor, ...]:
+    """Run one of two graphs depending on ``cond``; returns the outputs (a tuple). See
+    :func:`conditional_with_info`."""
+    return conditional_with_info(
+        cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict
+    ).outputs
+
+
+__all__ = ["ConditionalSiteInfo", "conditional", "conditional_with_info"]

@@ -1,0 +1,120 @@
+"""Printing and placement: ``print_tensor``, ``ipu_copy`` and ``io_tile_copy``. Each returns
+a copy of its input (numerically an identity)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl.context import get_current_context
+from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.shape import check_tensor
+from tremula.popxl.tensor import Tensor
+
+
+def _identity(specs: Any, a: dict[str, Any]) -> list[Any]:
+    return [specs[0]]
+
+
+def _copy(x: Any, a: dict[str, Any]) -> list[np.ndarray]:
+    return [np.array(x[0])]
+
+
+defop("PrintTensor", _identity, _copy)
+defop("IpuCopy", _identity, _copy)
+defop("IoTileCopy", _identity, _copy)
+
+
+def print_tensor(
+    t: Tensor,
+    title: str | None = None,
+    print_self: bool = True,
+    print_gradient: bool = False,
+    summarise_threshold: int = 1000,
+    edge_items: int = 3,
+    max_line_width: int = 75,
+    digits: int = 8,
+    float_format: str = "auto",
+    separator: str = " ",
+    open_bracket: str = "[",
+    close_bracket: str = "]",
+) -> Tensor:
+    """Print ``t``'s value when the program runs, titled ``title`` (default
+    ``print_<name>``), and return a copy of it. With ``print_gradient`` the gradient op
+    (autodiff) prints the gradient titled ``<title>_gradient``. The format arguments are
+    kept on the op (Poplar's ``PrintTensorFmt``); the engine prints NumPy's layout."""
+    check_tensor(t, "print_tensor")
+    attrs = {
+        "title": f"print_{t.name}" if title is None else str(title),
+        "print_self": bool(print_self),
+        "print_gradient": bool(print_gradient),
+        "format": {
+            "summarise_threshold": summarise_threshold,
+            "edge_items": edge_items,
+            "max_line_width": max_line_width,
+            "digits": digits,
+            "float_format": float_format,
+            "separator": separator,
+            "open_bracket": open_bracket,
+            "close_bracket": close_bracket,
+        },
+    }
+    (out,) = create_op("PrintTensor", [t], attrs)
+    return out
+
+
+@contextmanager
+def _placed(ipu: int | None = None, tile_set: str | None = None) -> Iterator[None]:
+    """Create ops (and their outputs) on ``ipu`` / ``tile_set``."""
+    ctx = get_current_context()
+    if ipu is not None:
+        ctx.ipus.append(int(ipu))
+    if tile_set is not None:
+        ctx.tile_sets.append(tile_set)
+    try:
+        yield
+    finally:
+        if ipu is not None:
+            ctx.ipus.pop()
+        if tile_set is not None:
+            ctx.tile_sets.pop()
+
+
+def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
+    """A copy of ``t`` on virtual IPU ``destination`` (``t.copy_to_ipu``).
+
+    Raises:
+        ValueError: a negative destination; ``source`` not given and ``t`` has no IPU
+            (create it inside ``popxl.ipu(n)``).
+    """
+    check_tensor(t, "ipu_copy")
+    if int(destination) != destination or destination < 0:
+        raise ValueError(
+            f"ipu_copy: destination must be a non-negative integer, got {destination!r}"
+        )
+    if source is None:
+        try:
+            source = t.ipu
+        except ValueError:
+            raise ValueError(
+                f"ipu_copy: the source IPU of {t.id!r} is unknown: create it inside "
+                f"popxl.ipu(n) or pass source="
+            ) from None
+    with _placed(ipu=int(destination)):
+        (out,) = create_op("IpuCopy", [t], {"source": int(source), "destination": int(destination)})
+    return out
+
+
+def io_tile_copy(t: Tensor) -> Tensor:
+    """A copy of ``t`` on the other tile set: compute tiles to IO tiles or back."""
+    check_tensor(t, "io_tile_copy")
+    dest = "compute" if t.tile_set == "io" else "io"
+    with _placed(tile_set=dest):
+        (out,) = create_op("IoTileCopy", [t], {"tile_set": dest})
+    return out
+
+
+__all__ = ["io_tile_copy", "ipu_copy", "print_tensor"]

@@ -1,0 +1,283 @@
+"""Neural-network ops: ``softmax``, ``nll_loss``, ``nll_loss_with_softmax_grad``,
+``group_norm``, ``layer_norm`` and ``batch_norm_inference``.
+
+Losses take probabilities (or log-probabilities) ``[..., classes]`` (the last axis holds the
+classes, as PopART flattens them) and integer labels shaped like the probabilities without
+that axis. ``reduction`` is ``"mean"`` (over the samples not ignored), ``"sum"`` or
+``"none"``; a label equal to ``ignore_index`` contributes no loss and no gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl import dtypes
+from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.shape import check_tensor, norm_axis, require_float
+from tremula.popxl.tensor import Tensor, TensorSpec, constant
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _same(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    return [specs[0]]
+
+
+def _softmax_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    v = x[0].astype(np.float64)
+    e = np.exp(v - np.max(v, axis=a["axis"], keepdims=True))
+    return [(e / np.sum(e, axis=a["axis"], keepdims=True)).astype(x[0].dtype)]
+
+
+defop("Softmax", _same, _softmax_ref)
+
+
+def softmax(t: Tensor, axis: int) -> Tensor:
+    """Normalised exponentials of ``t`` along ``axis`` (computed stably).
+
+    Raises:
+        TypeError: ``t`` is not float16 / float32.
+        ValueError: ``axis`` is out of range.
+    """
+    check_tensor(t, "softmax")
+    require_float(t, "softmax")
+    (out,) = create_op("Softmax", [t], {"axis": norm_axis(axis, t.rank, "softmax", repr(t.id))})
+    return out
+
+
+# ---- losses ----
+
+
+def _check_loss_args(
+    probs: Tensor, labels: Tensor, ignore_index: Any, reduction: str, what: str
+) -> None:
+    check_tensor(probs, what, "probs")
+    check_tensor(labels, what, "labels")
+    require_float(probs, what)
+    if labels.dtype not in (dtypes.int32, dtypes.uint32):
+        raise TypeError(f"{what}: labels {labels.id!r} must be int32 or uint32, got {labels.dtype}")
+    if probs.rank < 1 or labels.shape != probs.shape[:-1]:
+        raise ValueError(
+            f"{what}: labels {labels.id!r} of shape {labels.shape} must have the shape of "
+            f"probs {probs.id!r} {probs.shape} without its last (class) axis"
+        )
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{what}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if ignore_index is not None and int(ignore_index) != ignore_index:
+        raise ValueError(f"{what}: ignore_index must be an integer, got {ignore_index!r}")
+
+
+def _loss_shape(probs: TensorSpec, a: dict[str, Any]) -> TensorSpec:
+    shape = probs.shape[:-1] if a["reduction"] == "none" else ()
+    return TensorSpec(shape, probs.dtype)
+
+
+def _gathered(x: np.ndarray, labels: np.ndarray, ignore: int | None) -> tuple[np.ndarray, ...]:
+    """(rows [N, C] in float64, labels [N], in range [N], kept (not ignored) [N])."""
+    rows = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    lab = labels.reshape(-1).astype(np.int64)
+    in_range = (lab >= 0) & (lab < rows.shape[1])
+    kept = lab != ignore if ignore is not None else np.ones(lab.shape, bool)
+    return rows, lab, in_range & kept, kept
+
+
+def _reduce_ref(per: np.ndarray, kept: np.ndarray, a: dict[str, Any], shape: tuple) -> np.ndarray:
+    if a["reduction"] == "none":
+        return per.reshape(shape)
+    if a["reduction"] == "sum":
+        return np.asarray(per.sum())
+    return np.asarray(per.sum() / max(kept.sum(), 1))
+
+
+def _nll_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    rows, lab, valid, kept = _gathered(x[0], x[1], a["ignore_index"])
+    picked = rows[np.arange(lab.size), np.where(valid, lab, 0)]
+    with np.errstate(divide="ignore"):
+        per = np.where(valid, -(picked if a["log_prob"] else np.log(picked)), 0.0)
+    return [_reduce_ref(per, kept, a, x[1].shape).astype(x[0].dtype)]
+
+
+defop("Nll", lambda specs, a: [_loss_shape(specs[0], a)], _nll_ref)
+
+
+def nll_loss(
+    probs: Tensor,
+    labels: Tensor,
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+    log_prob: bool = False,
+) -> Tensor:
+    """Negative log-likelihood of ``labels`` under ``probs`` (log-probabilities with
+    ``log_prob``): ``-log(probs[..., label])`` per sample, reduced by ``reduction``.
+
+    Raises:
+        TypeError: float probabilities and int32 / uint32 labels are required.
+        ValueError: mismatched shapes, an unknown reduction.
+    """
+    _check_loss_args(probs, labels, ignore_index, reduction, "nll_loss")
+    attrs = {"ignore_index": ignore_index, "reduction": reduction, "log_prob": bool(log_prob)}
+    (out,) = create_op("Nll", [probs, labels], attrs)
+    return out
+
+
+def _nll_grad_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    probs, labels, grad = x
+    loss = _nll_ref([probs, labels], {**a, "log_prob": False})[0]
+    rows, lab, valid, kept = _gathered(probs, labels, a["ignore_index"])
+    onehot = np.zeros_like(rows)
+    onehot[np.flatnonzero(valid), lab[valid]] = 1.0
+    scale = float(np.asarray(grad, dtype=np.float64).reshape(()))
+    if a["reduction"] == "mean":
+        scale /= max(kept.sum(), 1)
+    d = np.where(kept[:, None], (rows - onehot) * scale, 0.0)
+    return [loss, d.reshape(probs.shape).astype(probs.dtype)]
+
+
+defop(
+    "NllWithSoftmaxGrad",
+    lambda specs, a: [_loss_shape(specs[0], a), specs[0]],
+    _nll_grad_ref,
+    differentiable=False,
+)
+
+
+def nll_loss_with_softmax_grad(
+    probs: Tensor,
+    labels: Tensor,
+    loss_grad: float | Tensor = 1,
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> tuple[Tensor, Tensor]:
+    """The NLL loss of ``probs`` (a softmax output) and the gradient of the loss with
+    respect to the softmax's input: ``loss_grad * (probs - onehot(labels))``, divided by
+    the number of samples for ``"mean"``, zero for ignored samples.
+
+    Returns:
+        ``(loss, dlogits)``; ``dlogits`` is shaped like ``probs``.
+
+    Raises:
+        TypeError, ValueError: as :func:`nll_loss`; a ``loss_grad`` tensor must have one
+            element.
+    """
+    what = "nll_loss_with_softmax_grad"
+    _check_loss_args(probs, labels, ignore_index, reduction, what)
+    if not isinstance(loss_grad, Tensor):
+        loss_grad = constant(float(loss_grad), probs.dtype, name="loss_grad")
+    if loss_grad.nelms != 1:
+        raise ValueError(f"{what}: loss_grad {loss_grad.id!r} must have one element")
+    require_float(loss_grad, what)
+    attrs = {"ignore_index": ignore_index, "reduction": reduction}
+    loss, dx = create_op("NllWithSoftmaxGrad", [probs, labels, loss_grad], attrs)
+    return loss, dx
+
+
+# ---- normalisation ----
+
+
+def _group_norm_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    t, w, b = (v.astype(np.float64) for v in x)
+    n, c = t.shape[:2]
+    g = t.reshape(n, a["num_groups"], -1)
+    mean = g.mean(axis=2, keepdims=True)
+    var = g.var(axis=2, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + a["eps"])).reshape(t.shape)
+    bshape = (1, c) + (1,) * (t.ndim - 2)
+    return [(y * w.reshape(bshape) + b.reshape(bshape)).astype(x[0].dtype)]
+
+
+defop("GroupNorm", _same, _group_norm_ref)
+
+
+def group_norm(
+    t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5
+) -> Tensor:
+    """Group normalisation of ``t`` ``[batch, channels, *field]``: per sample and group of
+    ``channels / num_groups`` consecutive channels, ``(x - mean) / sqrt(var + eps)``, then
+    ``* weight + bias`` per channel (``weight``, ``bias``: ``[channels]``).
+
+    Raises:
+        ValueError: a rank below 2, ``num_groups`` not dividing the channels, parameters of
+            another shape.
+        TypeError: non-float tensors or mixed dtypes.
+    """
+    for arg, v in (("t", t), ("weight", weight), ("bias", bias)):
+        check_tensor(v, "group_norm", arg)
+        require_float(v, "group_norm")
+    if t.rank < 2:
+        raise ValueError(f"group_norm: {t.id!r} of shape {t.shape} must be [batch, channels, ...]")
+    c = t.shape[1]
+    if int(num_groups) != num_groups or num_groups < 1 or c % num_groups:
+        raise ValueError(
+            f"group_norm: num_groups {num_groups!r} must divide the {c} channels of {t.id!r}"
+        )
+    for v in (weight, bias):
+        if v.shape != (c,) or v.dtype != t.dtype:
+            raise ValueError(
+                f"group_norm: {v.id!r} ({v.dtype} {v.shape}) must be {t.dtype} ({c},), "
+                f"one value per channel of {t.id!r}"
+            )
+    attrs = {"num_groups": int(num_groups), "eps": float(eps)}
+    (out,) = create_op("GroupNorm", [t, weight, bias], attrs)
+    return out
+
+
+def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation: :func:`group_norm` with one group (per sample over every
+    non-batch axis; ``weight`` and ``bias`` per channel, axis 1)."""
+    return group_norm(t, weight, bias, 1, eps)
+
+
+def _bn_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    t, scale, bias, mean, var = (v.astype(np.float64) for v in x)
+    shape = (1, -1) + (1,) * (t.ndim - 2)
+    y = (t - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + a["epsilon"])
+    return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x[0].dtype)]
+
+
+defop("BatchNormInference", _same, _bn_ref, differentiable=False)
+
+
+def batch_norm_inference(
+    t: Tensor,
+    scale: Tensor,
+    bias: Tensor,
+    mean: Tensor,
+    var: Tensor,
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
+) -> Tensor:
+    """Batch normalisation with given statistics: per channel (axis 1) of ``t``,
+    ``(x - mean) / sqrt(var + epsilon) * scale + bias``; ``momentum`` is unused here.
+
+    Raises:
+        ValueError: a rank below 2 or parameters not ``[channels]``.
+        TypeError: non-float tensors.
+    """
+    args = (("t", t), ("scale", scale), ("bias", bias), ("mean", mean), ("var", var))
+    for arg, v in args:
+        check_tensor(v, "batch_norm_inference", arg)
+        require_float(v, "batch_norm_inference")
+    if t.rank < 2:
+        raise ValueError(f"batch_norm_inference: {t.id!r} of shape {t.shape} must be [N, C, ...]")
+    for arg, v in args[1:]:
+        if v.shape != (t.shape[1],) or v.dtype != t.dtype:
+            raise ValueError(
+                f"batch_norm_inference: {arg} {v.id!r} ({v.dtype} {v.shape}) must be "
+                f"{t.dtype} ({t.shape[1]},)"
+            )
+    attrs = {"epsilon": float(epsilon), "momentum": float(momentum)}
+    (out,) = create_op("BatchNormInference", [t, scale, bias, mean, var], attrs)
+    return out
+
+
+__all__ = [
+    "batch_norm_inference",
+    "group_norm",
+    "layer_norm",
+    "nll_loss",
+    "nll_loss_with_softmax_grad",
+    "softmax",
+]

@@ -1,0 +1,212 @@
+"""Random ops: ``random_uniform``, ``random_normal``, ``dropout``, ``shaped_dropout``,
+``split_random_seed``; and ``create_seeds`` (host side, for ``popxl.create_seeds``).
+
+A seed is a uint32 tensor of shape ``(2,)`` (one 64-bit seed), fed by an h2d stream or a
+variable. The numbers come from poprand (counter-based Philox): a pure function of the seed,
+the op (its output's name gives the seed modifier), the element's index and the replica. They
+do not match Poplar's bits (the spec asks only for the distributions), so these ops have no
+NumPy oracle; the tests check the distributions and determinism.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl import dtypes
+from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.tensor import Tensor, TensorSpec
+
+SEED_SPEC = TensorSpec((2,), dtypes.uint32)
+
+
+def _with_modifier(outs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Record the op's poprand seed modifier (a hash of its first output's id) in its attrs:
+    random ops draw independent numbers from one seed, the same program draws the same
+    numbers, and a gradient op given the same seed and modifier draws the same mask."""
+    op = outs[0].producer
+    assert op is not None
+    op.attrs.setdefault("seed_modifier", zlib.crc32(outs[0].id.encode()))
+    return outs
+
+
+def _check_seed(seed: Any, what: str) -> Tensor:
+    check_tensor(seed, what, "seed_tensor")
+    if seed.dtype != dtypes.uint32 or seed.shape != (2,):
+        raise ValueError(
+            f"{what}: seed_tensor {seed.id!r} must be uint32 of shape (2,), got {seed.dtype} "
+            f"{seed.shape}"
+        )
+    return seed
+
+
+def _float_dtype(dtype: Any, what: str) -> dtypes.dtype:
+    dt = dtypes.dtype.as_dtype(dtype)
+    if dt not in (dtypes.float32, dtypes.float16):
+        raise TypeError(f"{what}: dtype must be float32 or float16, got {dt}")
+    return dt
+
+
+def _generated(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    return [TensorSpec(a["shape"], a["dtype"])]
+
+
+defop("RandomUniform", _generated, differentiable=False)
+defop("RandomNormal", _generated, differentiable=False)
+
+
+def _random(op: str, what: str, seed: Tensor, shape: Sequence[int], dtype: Any, **p: float):
+    _check_seed(seed, what)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{what}: shape {shape} has a negative dimension")
+    attrs = {
+        "shape": shape,
+        "dtype": _float_dtype(dtype, what),
+        **{k: float(v) for k, v in p.items()},
+    }
+    (out,) = _with_modifier(create_op(op, [seed], attrs))
+    return out
+
+
+def random_uniform(
+    seed_tensor: Tensor,
+    shape: Sequence[int],
+    low: float = 0.0,
+    high: float = 1.0,
+    dtype: dtypes.dtype = dtypes.float32,
+) -> Tensor:
+    """Uniform random numbers in ``[low, high]``.
+
+    Raises:
+        ValueError: a seed that is not uint32 ``(2,)``; ``low > high``.
+        TypeError: a dtype other than float32 / float16.
+    """
+    if low > high:
+        raise ValueError(f"random_uniform: low {low!r} must not exceed high {high!r}")
+    return _random("RandomUniform", "random_uniform", seed_tensor, shape, dtype, low=low, high=high)
+
+
+def random_normal(
+    seed_tensor: Tensor,
+    shape: Sequence[int],
+    mean: float = 0.0,
+    std: float = 1.0,
+    dtype: dtypes.dtype = dtypes.float32,
+) -> Tensor:
+    """Normally distributed random numbers.
+
+    Raises:
+        ValueError: a seed that is not uint32 ``(2,)``; a negative ``std``.
+        TypeError: a dtype other than float32 / float16.
+    """
+    if std < 0:
+        raise ValueError(f"random_normal: std must be >= 0, got {std!r}")
+    return _random("RandomNormal", "random_normal", seed_tensor, shape, dtype, mean=mean, std=std)
+
+
+defop("Dropout", lambda specs, a: [specs[0]])
+defop("ShapedDropout", lambda specs, a: [specs[0]])
+
+
+def _ratio(p: Any, what: str) -> float:
+    p = float(p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"{what}: the drop probability must lie in [0, 1), got {p!r}")
+    return p
+
+
+def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
+    """``t`` with each element zeroed with probability ``p`` and the others scaled by
+    ``1 / (1 - p)``.
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1)``; a bad seed.
+        TypeError: non-float ``t``.
+    """
+    check_tensor(t, "dropout")
+    require_float(t, "dropout")
+    _check_seed(seed_tensor, "dropout")
+    (out,) = _with_modifier(create_op("Dropout", [t, seed_tensor], {"p": _ratio(p, "dropout")}))
+    return out
+
+
+def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Sequence[int], ratio: float) -> Tensor:
+    """Dropout with a mask of ``shape`` broadcast over ``t`` (dropping whole rows, say):
+    ``t * mask / (1 - ratio)``.
+
+    Raises:
+        ValueError: a mask shape that does not broadcast to ``t``; a bad ratio or seed.
+    """
+    check_tensor(t, "shaped_dropout")
+    require_float(t, "shaped_dropout")
+    _check_seed(seed_tensor, "shaped_dropout")
+    shape = tuple(int(s) for s in shape)
+    try:
+        ok = np.broadcast_shapes(shape, t.shape) == t.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"shaped_dropout: mask shape {shape} does not broadcast to {t.id!r} {t.shape}"
+        )
+    attrs = {"shape": shape, "ratio": _ratio(ratio, "shaped_dropout")}
+    (out,) = _with_modifier(create_op("ShapedDropout", [t, seed_tensor], attrs))
+    return out
+
+
+defop(
+    "SplitRandomSeed",
+    lambda specs, a: [SEED_SPEC] * a["n"],
+    differentiable=False,
+)
+
+
+def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
+    """``n`` new seeds drawn from ``seed`` (on the device): give each random op its own.
+
+    Raises:
+        ValueError: ``n < 1`` or a bad seed.
+    """
+    _check_seed(seed, "split_random_seed")
+    if int(n) != n or n < 1:
+        raise ValueError(f"split_random_seed: n must be a positive integer, got {n!r}")
+    return _with_modifier(create_op("SplitRandomSeed", [seed], {"n": int(n)}))
+
+
+def create_seeds(
+    seed: int | None = None,
+    offset: int = 0,
+    batches_per_step: int = 1,
+    gradient_accumulation_factor: int = 1,
+    replicas: int = 1,
+) -> np.ndarray:
+    """Host seeds for an h2d seed stream: uint32 pairs, each one 64-bit seed, of shape
+    ``[batches_per_step, gradient_accumulation_factor, replicas, 2]`` with the axes of size
+    1 dropped (``(2,)`` for one seed). ``offset`` skips that many seeds of the sequence that
+    ``seed`` starts (None: a random start)."""
+    counts = [batches_per_step, gradient_accumulation_factor, replicas]
+    if any(int(c) != c or c < 1 for c in counts) or int(offset) != offset or offset < 0:
+        raise ValueError(
+            f"create_seeds: counts {counts} must be positive integers and offset {offset!r} "
+            f"a non-negative integer"
+        )
+    total = int(np.prod(counts))
+    words = np.random.default_rng(seed).integers(
+        0, 2**32, size=(int(offset) + total, 2), dtype=np.uint64
+    )[int(offset) :]
+    shape = [int(c) for c in counts if c > 1]
+    return words.astype(np.uint32).reshape(*shape, 2)
+
+
+__all__ = [
+    "dropout",
+    "random_normal",
+    "random_uniform",
+    "shaped_dropout",
+    "split_random_seed",
+]

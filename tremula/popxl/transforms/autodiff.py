@@ -1,0 +1,377 @@
+"""``autodiff``: build the grad graph of a graph from the per-op gradient rules in
+:mod:`tremula.popxl.transforms.grads`.
+
+The grad graph's inputs are the gradients of the forward tensors in ``grads_provided``
+(default: the outputs), then the forward tensors the backward pass reads; its outputs are
+the gradients of ``grads_required`` (default: the inputs). Forward tensors the backward pass
+reads that are not inputs or outputs of the forward graph become new outputs of it, and
+every existing call site of the forward graph gains the matching outputs, so call sites made
+before and after ``autodiff`` both connect (``GradGraphInfo.inputs_dict``). Calls inside the
+forward graph are differentiated recursively, once per called graph. A failed ``autodiff``
+leaves the Ir as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal, overload
+
+from tremula.errors import GraphError
+from tremula.popxl import ops
+from tremula.popxl.graph import Graph
+from tremula.popxl.ops.base import OPS, Op
+from tremula.popxl.tensor import Constant, Tensor, constant, graph_input, graph_output
+from tremula.popxl.transforms._callable import callable_module
+from tremula.popxl.transforms.grad_info import (
+    ExpectedConnection,
+    ExpectedConnectionType,
+    GradGraphInfo,
+)
+from tremula.popxl.transforms.grads import GRADS, GradRule, OutputGrads
+
+if TYPE_CHECKING:
+    from tremula.popxl.ir import Ir
+
+__all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
+
+Fwd = ExpectedConnectionType.Fwd
+FwdGrad = ExpectedConnectionType.FwdGrad
+
+
+@overload
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: dict[Graph, GradGraphInfo] | None = None,
+    return_all_grad_graphs: Literal[False] = False,
+) -> GradGraphInfo: ...
+
+
+@overload
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: dict[Graph, GradGraphInfo] | None = None,
+    *,
+    return_all_grad_graphs: Literal[True],
+) -> dict[Graph, GradGraphInfo]: ...
+
+
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: dict[Graph, GradGraphInfo] | None = None,
+    return_all_grad_graphs: bool = False,
+) -> GradGraphInfo | dict[Graph, GradGraphInfo]:
+    """Differentiate ``graph``.
+
+    Args:
+        graph: a subgraph (not the main graph).
+        grads_provided: forward tensors whose gradients the grad graph takes as its first
+            inputs, in this order (default: all outputs of ``graph``).
+        grads_required: forward tensors whose gradients the grad graph returns, in this
+            order (default: all inputs of ``graph``). A tensor no gradient reaches (an
+            integer input, say) gets zeros.
+        called_graphs_grad_info: grad infos to use for graphs called inside ``graph``;
+            others are differentiated here.
+        return_all_grad_graphs: return ``{graph: info}`` for ``graph`` and every called
+            graph differentiated on the way.
+
+    Returns:
+        The :class:`GradGraphInfo` of ``graph`` (or the dict above).
+
+    Raises:
+        TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
+        ValueError: the main graph, tensors of another graph, a graph that modifies its
+            inputs (``GraphError``: "... contains a modifying op ..."), or a graph whose
+            needed forward values cannot become outputs (the body of a repeat).
+        NotImplementedError: an op on the gradient path has no gradient rule.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"autodiff: expected a Graph, got {type(graph).__name__}")
+    if graph is graph.ir.main_graph:
+        raise ValueError("autodiff: differentiate a subgraph (ir.create_graph), not the main graph")
+    provided = _tensors(graph, grads_provided, graph.outputs, "grads_provided")
+    required = _tensors(graph, grads_required, graph.inputs, "grads_required")
+    infos = dict(called_graphs_grad_info or {})
+    created: dict[Graph, GradGraphInfo] = {}
+    with _rollback_on_error(graph.ir):
+        info = _Autodiff(graph, provided, required, infos, created).run()
+    created[graph] = info
+    return created if return_all_grad_graphs else info
+
+
+def _tensors(
+    graph: Graph, given: Iterable[Tensor] | None, default: tuple[Tensor, ...], what: str
+) -> tuple[Tensor, ...]:
+    ts = tuple(default if given is None else given)
+    for t in ts:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"autodiff: {what} must hold Tensors, got {type(t).__name__}")
+        if t.graph is not graph:
+            raise ValueError(
+                f"autodiff: {what} tensor {t.id!r} belongs to graph {t.graph.name!r}, "
+                f"not to {graph.name!r}"
+            )
+    if len(set(map(id, ts))) != len(ts):
+        raise ValueError(f"autodiff: {what} names a tensor more than once: {list(ts)}")
+    return ts
+
+
+@contextmanager
+def _rollback_on_error(ir: Ir) -> Iterator[None]:
+    """Undo what an autodiff added (graphs, outputs, call-site outputs) if it fails."""
+    graphs = list(ir._graphs)
+    saved = [
+        (g, list(g._outputs), dict(g._tensors), list(g._ops), [op.outputs for op in g._ops])
+        for g in graphs
+    ]
+    try:
+        yield
+    except BaseException:
+        ir._graphs[:] = graphs
+        for g, outputs, tensors, ops_, op_outputs in saved:
+            g._outputs[:] = outputs
+            g._tensors.clear()
+            g._tensors.update(tensors)
+            g._ops[:] = ops_
+            for op, outs in zip(ops_, op_outputs):
+                op.outputs = outs
+        raise
+
+
+class _Aliases:
+    """Which tensors of a graph share storage: an in-place op's output is its (first)
+    modified input; a ``...Inplace`` view's output (``reshape_``, ``concat_``) views all its
+    inputs."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._parent: dict[int, int] = {}
+        for op in graph.ops:
+            d = OPS.get(op.type)
+            if not op.outputs or d is None:
+                continue
+            if d.modifies:
+                viewed = [op.inputs[d.modifies[0]]]
+            elif op.type.endswith("Inplace"):
+                viewed = list(op.inputs)
+            else:
+                continue
+            for t in viewed:
+                self._parent[self._find(id(op.outputs[0]))] = self._find(id(t))
+
+    def _find(self, x: int) -> int:
+        while self._parent.get(x, x) != x:
+            x = self._parent[x]
+        return x
+
+    def same(self, a: Tensor, b: Tensor) -> bool:
+        return self._find(id(a)) == self._find(id(b))
+
+
+class _Autodiff:
+    """One grad graph being built (the ``ctx`` of the gradient rules)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        provided: tuple[Tensor, ...],
+        required: tuple[Tensor, ...],
+        infos: dict[Graph, GradGraphInfo],
+        created: dict[Graph, GradGraphInfo],
+    ) -> None:
+        self.fwd_graph = graph
+        self.provided = provided
+        self.required = required
+        self.infos = infos
+        self.created = created
+        self.grad_graph = _new_grad_graph(graph)
+        self.expected_inputs: list[ExpectedConnection] = []
+        self.values: dict[Tensor, Tensor] = {}  # forward tensor -> its value in the grad graph
+        self.grads: dict[Tensor, list[Tensor]] = {}  # forward tensor -> gradient contributions
+        self.position = {id(op): i for i, op in enumerate(graph.ops)}
+        self.aliases = _Aliases(graph)
+        self.modifications = [
+            (i, op, op.inputs[k]) for i, op in enumerate(graph.ops) for k in op.modified
+        ]
+
+    # ---- the driver ----
+    def run(self) -> GradGraphInfo:
+        self._check_inputs_unmodified()
+        with self.grad_graph:
+            for t in self.provided:
+                self.grads[t] = [graph_input(t.shape, t.dtype, f"Gradient___{t.name}")]
+                self.expected_inputs.append(ExpectedConnection(t, FwdGrad))
+            relevant = self._depends_on_required()
+            for op in reversed(self.fwd_graph.ops):
+                self._backward(op, relevant)
+            for t in self.required:
+                total = self._total(t)
+                graph_output(total if total is not None else self.zeros(t))
+        expected_outputs = tuple(ExpectedConnection(t, FwdGrad) for t in self.required)
+        return GradGraphInfo(
+            self.grad_graph, self.fwd_graph, tuple(self.expected_inputs), expected_outputs
+        )
+
+    def _depends_on_required(self) -> set[Tensor]:
+        relevant = set(self.required)
+        for op in self.fwd_graph.ops:
+            if any(t in relevant for t in op.inputs):
+                relevant.update(op.outputs)
+        return relevant
+
+    def _rule(self, op: Op) -> GradRule | None:
+        d = OPS.get(op.type)
+        if d is not None and not d.differentiable:
+            return None
+        if op.type in GRADS:
+            return GRADS[op.type]
+        raise NotImplementedError(
+            f"autodiff: op type {op.type!r} ({op!r} in graph {self.fwd_graph.name!r}) has no "
+            f"gradient rule; add one in tremula/popxl/transforms/grads/ or define the op "
+            f"type with differentiable=False"
+        )
+
+    def _backward(self, op: Op, relevant: set[Tensor]) -> None:
+        if not any(self.grads.get(t) for t in op.outputs):
+            return
+        need = [t in relevant and t.dtype.is_floating_point for t in op.inputs]
+        if not any(need):
+            return
+        rule = self._rule(op)
+        if rule is None:
+            return
+        grads = OutputGrads([self._total(t) for t in op.outputs], op.outputs, self.zeros)
+        results = rule(self, op, grads, need)
+        for t, g, wanted in zip(op.inputs, results, need):
+            if not wanted or g is None:
+                continue
+            if g.shape != t.shape or g.dtype != t.dtype:
+                raise RuntimeError(
+                    f"autodiff: the gradient rule of {op.type!r} gave {g.dtype} {g.shape} "
+                    f"for input {t.id!r} ({t.dtype} {t.shape}) of {op!r}"
+                )
+            self.grads.setdefault(t, []).append(g)
+
+    def _total(self, t: Tensor) -> Tensor | None:
+        """The gradient of ``t``: the sum of its contributions (all made by now)."""
+        parts = self.grads.get(t)
+        if not parts:
+            return None
+        if len(parts) > 1:
+            total = parts[0]
+            with self.grad_graph:
+                for p in parts[1:]:
+                    total = ops.add(total, p)
+            self.grads[t] = [total]
+        return self.grads[t][0]
+
+    # ---- what the rules ask for (GradContext) ----
+    def fwd(self, t: Tensor) -> Tensor:
+        """The value of forward tensor ``t`` in the grad graph: a copy of a constant, else
+        a grad-graph input expecting ``t`` (which becomes a forward output if needed)."""
+        if t.graph is not self.fwd_graph:
+            raise ValueError(f"autodiff: {t.id!r} is not a tensor of {self.fwd_graph.name!r}")
+        value = self.values.get(t)
+        if value is not None:
+            return value
+        with self.grad_graph:
+            if isinstance(t, Constant):
+                value = constant(t._data, t.dtype, t.name)
+            else:
+                self._check_unmodified(t)
+                value = graph_input(t.shape, t.dtype, t.name)
+                self.expected_inputs.append(ExpectedConnection(t, Fwd))
+                if t not in self.fwd_graph.inputs and t not in self.fwd_graph.outputs:
+                    _expose(self.fwd_graph, t)
+        self.values[t] = value
+        return value
+
+    def zeros(self, t: Tensor) -> Tensor:
+        """A zero gradient for forward tensor ``t``."""
+        with self.grad_graph:
+            return ops.init(t.shape, t.dtype, f"Gradient___{t.name}")
+
+    def grad_info(self, graph: Graph) -> GradGraphInfo:
+        """The grad info of a called graph: given by the caller, or made once here."""
+        info = self.infos.get(graph)
+        if info is None:
+            info = _Autodiff(graph, graph.outputs, graph.inputs, self.infos, self.created).run()
+            self.infos[graph] = info
+            self.created[graph] = info
+        return info
+
+    # ---- modifications ----
+    def _check_inputs_unmodified(self) -> None:
+        for _, op, t in self.modifications:
+            for x in self.fwd_graph.inputs:
+                if self.aliases.same(t, x):
+                    via = "" if t is x else f" (through {t.id!r})"
+                    raise GraphError(
+                        f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
+                        f"({op!r}) that modifies its input {x.id!r}{via}; autodiff cannot "
+                        f"differentiate a graph that modifies its inputs (modify outside the "
+                        f"graph, or use the out-of-place op)"
+                    )
+
+    def _check_unmodified(self, t: Tensor) -> None:
+        """The backward pass reads ``t``'s value at the end of the forward graph: refuse
+        if an op after ``t``'s producer overwrites it."""
+        made = self.position[id(t.producer)] if t.producer is not None else -1
+        for i, op, m in self.modifications:
+            if i > made and self.aliases.same(m, t):
+                raise GraphError(
+                    f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
+                    f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
+                    f"needs; use the out-of-place op"
+                )
+
+
+def _new_grad_graph(graph: Graph) -> Graph:
+    names = {g.name for g in graph.ir.graphs}
+    name, n = f"{graph.name}_grad", 0
+    while name in names:
+        n += 1
+        name = f"{graph.name}_grad_{n}"
+    return graph.ir.create_empty_graph(name)
+
+
+def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
+    """Make ``t`` an output of ``graph``; every call site of ``graph`` gains the output. A
+    conditional's other branch gains a zero output of the same spec (branches' outputs
+    match), and its call sites in turn (``paired``: the conditionals already extended)."""
+    sites = [
+        op
+        for g in graph.ir.graphs
+        for op in g.ops
+        if any(called is graph for called in op.called_graphs)
+    ]
+    for op in sites:
+        if op.type not in ("Call", "If", "RemoteCodeLoad"):
+            raise ValueError(
+                f"autodiff: the backward pass needs {t.id!r}, so it must become an output "
+                f"of {graph.name!r}; but {graph.name!r} is called by {op!r} in "
+                f"{op.graph.name!r}, which cannot gain outputs"
+            )
+    paired = set() if paired is None else paired
+    new_ifs = [op for op in sites if op.type == "If" and id(op) not in paired]
+    paired.update(id(op) for op in new_ifs)
+    graph._add_output(t)
+    for op in sites:
+        if op.type == "Call" or op in new_ifs:
+            out = Tensor(op.graph, op.graph._unique_id(t.name), t.name, t.spec, op)
+            op.graph._add_tensor(out)
+            op.outputs = (*op.outputs, out)
+    for op in new_ifs:
+        for sibling in op.called_graphs:
+            if sibling is not graph:
+                with sibling:
+                    unused = ops.init(t.shape, t.dtype, f"unused_{t.name}")
+                _expose(sibling, unused, paired)
+
+
+callable_module(__name__, autodiff)

@@ -1,0 +1,39 @@
+"""Gradient rules: one entry per op type (STYLE: JAX's transpose tables), in files that
+mirror ``popxl/ops`` (``grads/elementwise.py`` for ``ops/elementwise.py``, ...). The table
+and the protocol rules follow are in :mod:`.base`."""
+
+from tremula.popxl.transforms.grads import (  # noqa: F401  (register the rules)
+    call,
+    collectives,
+    control,
+    conv,
+    debug,
+    elementwise,
+    gather,
+    misc,
+    nn,
+    random,
+    reduce,
+    resize,
+    shape,
+    tensor_ops,
+)
+from tremula.popxl.transforms.grads.base import (
+    GRADS,
+    GradContext,
+    GradRule,
+    OutputGrads,
+    grad,
+    not_differentiable,
+    sum_to,
+)
+
+__all__ = [
+    "GRADS",
+    "GradContext",
+    "GradRule",
+    "OutputGrads",
+    "grad",
+    "not_differentiable",
+    "sum_to",
+]

@@ -1,0 +1,83 @@
+"""Gradient rules of ``popxl/ops/collectives``, as PopART: an all-reduce's gradient is the
+all-reduce of the gradients (add, mean); an all-gather's is each replica's own slice of the
+gradient (a "local" reduce-scatter, no summing); a reduce-scatter's and a replicated slice's
+is the all-gather of the gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.tensor import Tensor
+from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
+
+_LINEAR = ("add", "mean", "mul")  # "mul" reduces as "mean" (PopXL's mapping)
+
+
+def _linear_only(op: Op) -> None:
+    if op.attrs["op"] not in (*_LINEAR, "local"):
+        raise NotImplementedError(
+            f"autodiff: {op.type} with op {op.attrs['op']!r} ({op!r}) has no gradient; "
+            f"only {_LINEAR} are differentiable"
+        )
+
+
+@grad("ReplicatedAllReduce")
+def _all_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    _linear_only(op)
+    attrs = {"op": op.attrs["op"], "group": op.attrs["group"]}
+    return [create_op("ReplicatedAllReduce", [g[0]], attrs)[0]]
+
+
+def _gather(g: Tensor, group: object, axis: int) -> Tensor:
+    attrs = {"group": group, "output_shape": "concat", "axis": axis}
+    return create_op("ReplicatedAllGather", [g], attrs)[0]
+
+
+@grad("ReplicatedAllGather")
+def _all_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    x, group = op.inputs[0], op.attrs["group"]
+    gg, axis = g[0], op.attrs["axis"] if op.attrs["output_shape"] == "concat" else 0
+    perm = (axis, *(d for d in range(gg.rank) if d != axis))
+    if axis:
+        gg = ops.transpose(gg, perm)
+    attrs = {
+        "op": "local",
+        "group": group,
+        "configure_output_for_replicated_tensor_sharding": False,
+    }
+    (mine,) = create_op("ReplicatedReduceScatter", [gg], attrs)
+    if mine.nelms != x.nelms:
+        raise NotImplementedError(
+            f"autodiff: the gradient of {op!r} does not split into shards of {x.id!r}'s "
+            f"{x.nelms} elements"
+        )
+    if not axis:
+        return [ops.reshape(mine, x.shape)]
+    mine = ops.reshape(mine, tuple(x.shape[d] for d in perm))
+    return [ops.transpose(mine, tuple(int(i) for i in np.argsort(perm)))]
+
+
+@grad("ReplicatedReduceScatter")
+def _reduce_scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    _linear_only(op)
+    x, group = op.inputs[0], op.attrs["group"]
+    full = _gather(ops.reshape(g[0], (g[0].nelms,)), group, 0)
+    if full.nelms != x.nelms:
+        full = create_op("Slice", [full], {"key": (slice(0, x.nelms),)})[0]
+    full = ops.reshape(full, x.shape)
+    if op.attrs["op"] in ("mean", "mul"):
+        full = full * (1.0 / group.group_size)
+    return [full]
+
+
+@grad("ReplicatedSlice")
+def _replicated_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    x, group, axis = op.inputs[0], op.attrs["group"], op.attrs["axis"]
+    gg = g[0]
+    if gg.rank < x.rank:  # a slice of size 1 dropped the axis
+        gg = ops.reshape(gg, (*x.shape[:axis], 1, *x.shape[axis + 1 :]))
+    return [_gather(gg, group, axis)]

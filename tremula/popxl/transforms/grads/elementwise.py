@@ -1,0 +1,158 @@
+"""Gradient rules of ``popxl/ops/elementwise.py`` (and their in-place forms)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op
+from tremula.popxl.tensor import Tensor
+from tremula.popxl.transforms.grads.base import (
+    GradContext,
+    GradRule,
+    Grads,
+    OutputGrads,
+    as_float,
+    grad,
+    not_differentiable,
+    pick,
+    sum_to,
+)
+
+# ---- binary ----
+
+
+@grad("Add")
+def _add(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+    return pick(need, lambda: sum_to(g[0], a.shape), lambda: sum_to(g[0], b.shape))
+
+
+@grad("Sub")
+def _sub(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+    return pick(need, lambda: sum_to(g[0], a.shape), lambda: sum_to(-g[0], b.shape))
+
+
+@grad("Mul")
+def _mul(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+    return pick(
+        need,
+        lambda: sum_to(g[0] * c.fwd(b), a.shape),
+        lambda: sum_to(g[0] * c.fwd(a), b.shape),
+    )
+
+
+@grad("Div")
+def _div(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+    return pick(
+        need,
+        lambda: sum_to(g[0] / c.fwd(b), a.shape),
+        lambda: sum_to(-(g[0] * c.fwd(op.outputs[0]) / c.fwd(b)), b.shape),
+    )
+
+
+@grad("Pow")
+def _pow(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+    return pick(
+        need,
+        lambda: sum_to(g[0] * c.fwd(b) * ops.pow(c.fwd(a), c.fwd(b) - 1.0), a.shape),
+        lambda: sum_to(g[0] * c.fwd(op.outputs[0]) * ops.log(c.fwd(a)), b.shape),
+    )
+
+
+@grad("Fmod")
+def _fmod(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    a, b = op.inputs
+
+    def grad_b() -> Tensor:
+        q = c.fwd(a) / c.fwd(b)
+        trunc = ops.sign(q) * ops.floor(ops.abs(q))
+        return sum_to(-(g[0] * trunc), b.shape)
+
+    return pick(need, lambda: sum_to(g[0], a.shape), grad_b)
+
+
+def _select(a_wins: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
+    """Max / Min of two: the gradient goes to the operand selected (ties: the first)."""
+
+    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+        a, b = op.inputs
+        ga = g[0] * as_float(a_wins(c.fwd(a), c.fwd(b)), g[0])
+        return pick(need, lambda: sum_to(ga, a.shape), lambda: sum_to(g[0] - ga, b.shape))
+
+    return rule
+
+
+grad("Max")(_select(lambda a, b: ops.logical_not(ops.less(a, b))))
+grad("Min")(_select(lambda a, b: ops.logical_not(ops.greater(a, b))))
+
+
+# ---- unary: the derivative from the input ("x") or the output ("y") ----
+
+_SQRT_2PI = math.sqrt(2 * math.pi)
+_GELU_C = math.sqrt(2 / math.pi)
+_GELU_K = 0.044715
+
+
+def _gelu_d(x: Tensor) -> Tensor:
+    x2 = x * x
+    t = ops.tanh((x + x2 * x * _GELU_K) * _GELU_C)
+    return (t + 1.0) * 0.5 + x * (1.0 - t * t) * ((x2 * (3 * _GELU_K) + 1.0) * (0.5 * _GELU_C))
+
+
+def _gelu_erf_d(x: Tensor) -> Tensor:
+    # Phi(x) + x phi(x), with the normal CDF Phi(x) = geluerf(x) / x (1/2 at x = 0)
+    at0 = as_float(ops.equal(x, 0.0), x)
+    cdf = ops.geluerf(x) / (x + at0) + at0 * 0.5
+    return cdf + x * ops.exp(x * x * -0.5) * (1 / _SQRT_2PI)
+
+
+def _swish_d(x: Tensor) -> Tensor:
+    s = ops.sigmoid(x)
+    return s * (x * (1.0 - s) + 1.0)
+
+
+#: op type -> (which forward value the derivative needs, the derivative from it)
+UNARY: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
+    "Abs": ("x", ops.sign),
+    "Sqrt": ("y", lambda y: 0.5 / y),
+    "Exp": ("y", lambda y: y),
+    "Log": ("x", lambda x: 1.0 / x),
+    "Log2": ("x", lambda x: (1 / math.log(2)) / x),
+    "Sin": ("x", ops.cos),
+    "Cos": ("x", lambda x: -ops.sin(x)),
+    "Tanh": ("y", lambda y: 1.0 - y * y),
+    "Sigmoid": ("y", lambda y: y * (1.0 - y)),
+    "Relu": ("y", lambda y: as_float(ops.greater(y, 0.0), y)),
+    "Gelu": ("x", _gelu_d),
+    "GeluErf": ("x", _gelu_erf_d),
+    "Swish": ("x", _swish_d),
+}
+
+
+def _unary(source: str, derivative: Callable[[Tensor], Tensor]) -> GradRule:
+    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+        v = c.fwd(op.inputs[0] if source == "x" else op.outputs[0])
+        return [g[0] * derivative(v)]
+
+    return rule
+
+
+for _type, (_source, _derivative) in UNARY.items():
+    grad(_type)(_unary(_source, _derivative))
+
+
+@grad("Neg")
+def _neg(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    return [-g[0]]
+
+
+not_differentiable(
+    "Equal", "Greater", "Less", "And", "Or", "Not", "IsNaN", "IsInf", "IsFinite",
+    "Ceil", "Floor", "Sign",
+)  # fmt: skip

@@ -1,0 +1,102 @@
+"""Gradient rules of ``popxl/ops/gather.py``: a gather's gradient adds the output gradient
+into the rows it read (a one-hot matmul, so repeated indices add up); a dynamic slice's is
+a dynamic update of zeros, and the other way round; ``onehot`` is defined
+non-differentiable."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.tensor import Tensor, constant
+from tremula.popxl.transforms.grads.base import (
+    GradContext,
+    Grads,
+    OutputGrads,
+    as_float,
+    grad,
+    pick,
+)
+
+
+def _one_hot(idx: Tensor, n: int, like: Tensor) -> Tensor:
+    """``[*idx.shape, n]``: 1 where the last axis equals the index (none when out of
+    range)."""
+    positions = constant(np.arange(n, dtype=idx.dtype.as_numpy()), name="positions")
+    return as_float(ops.equal(ops.reshape(idx, (*idx.shape, 1)), positions), like)
+
+
+@grad("Gather", "TiedGather")
+def _gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    t, indices = op.inputs
+    axis = op.attrs["axis"]
+    n = t.shape[axis]
+    before, after = math.prod(t.shape[:axis]), math.prod(t.shape[axis + 1 :])
+    p = indices.nelms
+    hit = _one_hot(ops.reshape(c.fwd(indices), (p,)), n, g[0])  # [p, n]
+    g3 = ops.reshape(g[0], (before, p, after))
+    if before > 1:
+        g3 = ops.transpose(g3, (1, 0, 2))
+    gt = ops.transpose(hit, (1, 0)) @ ops.reshape(g3, (p, before * after))  # [n, before*after]
+    gt = ops.reshape(gt, (n, before, after))
+    if before > 1:
+        gt = ops.transpose(gt, (1, 0, 2))
+    return [ops.reshape(gt, t.shape), None]
+
+
+@grad("Scatter")
+def _scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """``t``'s gradient where nothing was written; each value's gradient at its target."""
+    t, indices, values = op.inputs
+    axis = op.attrs["axis"]
+    idx = c.fwd(indices)
+
+    def grad_t() -> Tensor:
+        zeros = ops.init(values.shape, values.dtype, "zeros")
+        return create_op("Scatter", [g[0], idx, zeros], op.attrs)[0]
+
+    def grad_values() -> Tensor:
+        n = t.shape[axis]
+        if idx.dtype.is_signed:  # negative indices count from the end
+            idx_n = idx + ops.cast(ops.less(idx, constant(0, idx.dtype)), idx.dtype) * n
+        else:
+            idx_n = idx
+        order = (*(d for d in range(t.rank) if d != axis), axis)
+        hit = _one_hot(ops.transpose(idx_n, order), n, g[0])  # [..., k, n]
+        key = tuple(slice(0, indices.shape[d]) for d in order[:-1])
+        gl = create_op("Slice", [ops.transpose(g[0], order)], {"key": key})[0]  # [..., n]
+        picked = ops.sum(hit * ops.reshape(gl, (*gl.shape[:-1], 1, n)), hit.rank - 1)
+        return ops.transpose(picked, tuple(int(i) for i in np.argsort(order)))
+
+    return pick(need, grad_t, lambda: None, grad_values)
+
+
+def _attrs(op: Op) -> dict[str, object]:
+    return {k: op.attrs[k] for k in ("axes", "sizes", "no_overlap")}
+
+
+@grad("DynamicSlice")
+def _dynamic_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    t, index = op.inputs
+    zeros = ops.init(t.shape, t.dtype, "zeros")
+    return [create_op("DynamicUpdate", [zeros, c.fwd(index), g[0]], _attrs(op))[0], None]
+
+
+@grad("DynamicUpdate")
+def _dynamic_update(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    _, index, update = op.inputs
+
+    def grad_t() -> Tensor:
+        zeros = ops.init(update.shape, update.dtype, "zeros")
+        return create_op("DynamicUpdate", [g[0], c.fwd(index), zeros], _attrs(op))[0]
+
+    return pick(
+        need,
+        grad_t,
+        lambda: None,
+        lambda: create_op("DynamicSlice", [g[0], c.fwd(index)], _attrs(op))[0],
+    )

@@ -1,0 +1,71 @@
+"""Gradient rules of ``popxl/ops/misc.py``: ``where``, ``clip``, ``scaled_add`` (``maximum``
+is made of ``Max`` ops; ``increment_mod`` is defined non-differentiable)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op
+from tremula.popxl.tensor import Tensor
+from tremula.popxl.transforms.grads.base import (
+    GradContext,
+    Grads,
+    OutputGrads,
+    as_float,
+    grad,
+    pick,
+    sum_to,
+)
+
+
+@grad("Where")
+def _where(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    cond, lhs, rhs = op.inputs
+    return pick(
+        need,
+        lambda: None,
+        lambda: sum_to(ops.where(c.fwd(cond), g[0], 0.0), lhs.shape),
+        lambda: sum_to(ops.where(c.fwd(cond), 0.0, g[0]), rhs.shape),
+    )
+
+
+@grad("Clip")
+def _clip(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The gradient passes where ``x`` lies within ``[min, max]``."""
+    x = c.fwd(op.inputs[0])
+    inside = None
+    for bound, outside in ((op.attrs["min"], ops.less), (op.attrs["max"], ops.greater)):
+        if bound is not None:
+            ok = ops.logical_not(outside(x, bound))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+    return [g[0] if inside is None else g[0] * as_float(inside, g[0])]
+
+
+@grad("ScaledAdd")
+def _scaled_add(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """``a X + b Y``; a scale is a number (attribute) or a one-element tensor (input)."""
+    x, y = op.inputs[:2]
+    scales = list(op.inputs[2:])
+    a = scales.pop(0) if op.attrs["a"] is None else op.attrs["a"]
+    b = scales.pop(0) if op.attrs["b"] is None else op.attrs["b"]
+
+    def value(s: Tensor | float) -> Tensor | float:
+        if not isinstance(s, Tensor):
+            return s
+        v = c.fwd(s)
+        return v if v.dtype == g[0].dtype else ops.cast(v, g[0].dtype)
+
+    def scale_grad(s: Tensor, operand: Tensor) -> Tensor:
+        total = ops.sum(g[0] * c.fwd(operand))
+        return ops.reshape(total if s.dtype == total.dtype else ops.cast(total, s.dtype), s.shape)
+
+    grads: list[Tensor | None] = pick(
+        need[:2],
+        lambda: sum_to(g[0] * value(a), x.shape),
+        lambda: sum_to(g[0] * value(b), y.shape),
+    )
+    for s, operand in ((a, x), (b, y)):
+        if isinstance(s, Tensor):
+            grads.append(scale_grad(s, operand) if need[len(grads)] else None)
+    return grads

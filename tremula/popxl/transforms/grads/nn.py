@@ -1,0 +1,91 @@
+"""Gradient rules of ``popxl/ops/nn.py``: softmax, the NLL loss and group / layer norm
+(``batch_norm_inference`` and ``nll_loss_with_softmax_grad`` are defined
+non-differentiable)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op
+from tremula.popxl.tensor import Tensor, constant
+from tremula.popxl.transforms.grads.base import (
+    GradContext,
+    Grads,
+    OutputGrads,
+    as_float,
+    grad,
+    pick,
+)
+
+
+@grad("Softmax")
+def _softmax(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """``y (g - sum(g y))`` along the axis."""
+    y = c.fwd(op.outputs[0])
+    return [y * (g[0] - ops.sum(g[0] * y, op.attrs["axis"], keepdims=True))]
+
+
+@grad("Nll")
+def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """``-scale / p`` (``-scale`` for log-probabilities) at each sample's label, where the
+    scale is the loss gradient (per sample for ``"none"``, divided by the samples kept for
+    ``"mean"``); zero for ignored samples and labels out of range."""
+    probs, labels = op.inputs
+    if not need[0]:
+        return [None, None]
+    lab = c.fwd(labels)
+    classes = constant(np.arange(probs.shape[-1], dtype=lab.dtype.as_numpy()), name="classes")
+    onehot = as_float(ops.equal(ops.reshape(lab, (*lab.shape, 1)), classes), g[0])
+    kept = None
+    if op.attrs["ignore_index"] is not None:
+        ignored = ops.equal(lab, constant(op.attrs["ignore_index"], lab.dtype))
+        kept = as_float(ops.logical_not(ignored), g[0])
+    scale = g[0]
+    if op.attrs["reduction"] == "mean":
+        count = ops.sum(kept) if kept is not None else constant(float(lab.nelms), g[0].dtype)
+        scale = scale / (count + as_float(ops.equal(count, 0.0), count))
+    if op.attrs["reduction"] == "none":
+        scale = ops.reshape(scale, (*lab.shape, 1))
+    if kept is not None:
+        scale = scale * ops.reshape(kept, (*lab.shape, 1))
+    d = -(onehot * scale)
+    if not op.attrs["log_prob"]:
+        d = d / (c.fwd(probs) + (1.0 - onehot))  # 1 off the label: no 0 / 0
+    return [d, None]
+
+
+@grad("GroupNorm")
+def _group_norm(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """Statistics recomputed from the input; input gradient
+    ``inv_std (gx - mean(gx) - xhat mean(gx xhat))`` with ``gx = g weight`` per group."""
+    t, w, _ = op.inputs
+    n, ch = t.shape[:2]
+    groups, eps = op.attrs["num_groups"], op.attrs["eps"]
+    per_channel = (1, ch) + (1,) * (t.rank - 2)
+    others = [0, *range(2, t.rank)]
+    stats: dict[str, Tensor] = {}
+
+    def xhat() -> Tensor:  # [n, groups, m], and the inverse standard deviation
+        if not stats:
+            x = ops.reshape(c.fwd(t), (n, groups, -1))
+            centred = x - ops.mean(x, 2, keepdims=True)
+            stats["inv"] = 1.0 / ops.sqrt(ops.mean(centred * centred, 2, keepdims=True) + eps)
+            stats["xhat"] = centred * stats["inv"]
+        return stats["xhat"]
+
+    def grad_t() -> Tensor:
+        xh = xhat()
+        gx = ops.reshape(g[0] * ops.reshape(c.fwd(w), per_channel), (n, groups, -1))
+        m1 = ops.mean(gx, 2, keepdims=True)
+        m2 = ops.mean(gx * xh, 2, keepdims=True)
+        return ops.reshape(stats["inv"] * (gx - m1 - xh * m2), t.shape)
+
+    return pick(
+        need,
+        grad_t,
+        lambda: ops.sum(g[0] * ops.reshape(xhat(), t.shape), others),
+        lambda: ops.sum(g[0], others),
+    )

@@ -1,0 +1,91 @@
+"""Gradient rules of ``popxl/ops/reduce.py``: the reductions (one table), ``cumsum``,
+``topk`` and ``lamb_square``; ``argmax`` / ``argmin`` / ``histogram`` are defined
+non-differentiable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tremula.popxl import ops
+from tremula.popxl.ops.base import Op
+from tremula.popxl.tensor import Tensor, constant
+from tremula.popxl.transforms.grads.base import (
+    GradContext,
+    GradRule,
+    Grads,
+    OutputGrads,
+    as_float,
+    expand,
+    from_last,
+    grad,
+    to_last,
+)
+
+Value = Callable[[], Tensor]
+
+
+def _max_like(x: Value, y: Value, g: Tensor, n: int) -> Tensor:
+    """Max, min, median: to the elements equal to the result (every one of ties)."""
+    return g * as_float(ops.equal(x(), y()), g)
+
+
+#: reduction -> its input gradient from (x, y, g, n): the forward input, the result and its
+#: gradient with the reduced axes kept (size 1), and the number of elements reduced
+REDUCTIONS: dict[str, Callable[[Value, Value, Tensor, int], Tensor]] = {
+    "ReduceSum": lambda x, y, g, n: g,
+    "ReduceMean": lambda x, y, g, n: g * (1.0 / n),
+    "ReduceMax": _max_like,
+    "ReduceMin": _max_like,
+    "ReduceMedian": _max_like,
+    "ReduceProd": lambda x, y, g, n: g * y() / x(),
+    "ReduceL1": lambda x, y, g, n: g * ops.sign(x()),
+    "ReduceL2": lambda x, y, g, n: g * x() / y(),
+    "ReduceLogSum": lambda x, y, g, n: g * ops.exp(-y()),
+    "ReduceLogSumExp": lambda x, y, g, n: g * ops.exp(x() - y()),
+    "ReduceSumSquare": lambda x, y, g, n: g * x() * 2.0,
+}
+
+
+def _reduction(fn: Callable[[Value, Value, Tensor, int], Tensor]) -> GradRule:
+    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+        x = op.inputs[0]
+        axes = op.attrs["axes"]
+        kept = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+        n = int(np.prod([x.shape[d] for d in axes]))
+        gk = ops.reshape(g[0], kept)
+        y = lambda: ops.reshape(c.fwd(op.outputs[0]), kept)  # noqa: E731
+        return [expand(fn(lambda: c.fwd(x), y, gk, n), x.shape)]
+
+    return rule
+
+
+for _type, _fn in REDUCTIONS.items():
+    grad(_type)(_reduction(_fn))
+
+
+@grad("CumSum")
+def _cumsum(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The reversed running sum: ``total - cumsum(g) + g``."""
+    dim = op.attrs["dim"]
+    return [ops.sum(g[0], dim, keepdims=True) - ops.cumsum(g[0], dim) + g[0]]
+
+
+@grad("TopK")
+def _topk(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The values' gradient goes back to the positions the indices name."""
+    x = op.inputs[0]
+    axis = op.attrs["axis"]
+    gv = to_last(g[0], axis)  # [..., k]
+    idx = to_last(c.fwd(op.outputs[1]), axis)
+    iota = constant(np.arange(x.shape[axis], dtype=idx.dtype.as_numpy()), name="positions")
+    hit = as_float(ops.equal(ops.reshape(idx, (*idx.shape, 1)), iota), gv)  # [..., k, n]
+    gx = ops.sum(hit * ops.reshape(gv, (*gv.shape, 1)), gv.rank - 1)  # [..., n]
+    return [from_last(gx, axis)]
+
+
+@grad("LambSquare")
+def _lamb_square(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    x = op.inputs[0]
+    return [ops.cast(g[0], x.dtype) * c.fwd(x) * 2.0]
