@@ -24,6 +24,7 @@ LAYERS = [
     "popart",
     "embedding",
     "demo",
+    "digits",
     "cli",
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}

@@ -19,9 +19,13 @@ def main(argv: list[str] | None = None) -> int:
         return profile_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="tremula",
-        description=("Tremula: the IPU programming stack in Python. Commands: demo, profile."),
+        description="Tremula: the IPU programming stack in Python. Commands: train, demo, profile.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train an MLP on the digits with PopXL")
+    train.add_argument("--epochs", type=int, default=8)
+    train.add_argument("--device", default="ipu_model", choices=["ipu_model", "cpu"])
+    train.add_argument("--no-summary", action="store_true", help="skip the profile summary")
     demo = commands.add_parser("demo", help="run an example program on the Mk2 IPU Model")
     demo.add_argument("--tiles", type=int, default=1472, help="tiles per IPU (default 1472)")
     demo.add_argument("--report", metavar="DIR", help="write graph.json / execution.json here")
@@ -30,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         "profile", help="summarise or validate a profile (see: tremula profile --help)"
     )
     args = parser.parse_args(argv)
+    if args.command == "train":
+        from tremula.digits import main as train_main
+
+        return train_main(args.epochs, args.device, not args.no_summary)
     if args.command == "demo":
         from tremula.demo import main as demo_main
 

@@ -1,0 +1,80 @@
+"""PopXL benchmarks (issue: the PopXL frontend).
+
+One SGD training step of the digits MLP (64-256-256-10, batch 32): forward, softmax + NLL,
+backward (autodiff) and update, through ``session.run`` on the ``ipu_model`` (Mk2) and
+``cpu`` devices, against the same step written directly in NumPy, in the same run (targets:
+at most 3x on ipu_model, 1.5x on cpu); and Session creation (lowering + compile; target:
+under 5 s).
+
+Run: ``python benchmarks/bench_popxl_mlp.py [--steps 200]`` (needs scikit-learn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from tremula.digits import build_training, init_params, load_digits
+
+
+def numpy_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    """The same SGD step in NumPy (float32): returns the loss."""
+    w0, b0, w1, b1, w2, b2 = params
+    h0 = x @ w0 + b0
+    a0 = np.maximum(h0, 0)
+    h1 = a0 @ w1 + b1
+    a1 = np.maximum(h1, 0)
+    logits = a1 @ w2 + b2
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    probs = e / e.sum(axis=1, keepdims=True)
+    n = len(y)
+    loss = float(-np.log(probs[np.arange(n), y]).mean())
+    d = probs
+    d[np.arange(n), y] -= 1
+    d /= n
+    g_w2, g_b2 = a1.T @ d, d.sum(0)
+    d1 = (d @ w2.T) * (h1 > 0)
+    g_w1, g_b1 = a0.T @ d1, d1.sum(0)
+    d0 = (d1 @ w1.T) * (h0 > 0)
+    g_w0, g_b0 = x.T @ d0, d0.sum(0)
+    for p, g in zip(params, (g_w0, g_b0, g_w1, g_b1, g_w2, g_b2)):
+        p -= lr * g
+    return loss
+
+
+def bench(device: str, steps: int, x: np.ndarray, y: np.ndarray) -> None:
+    start = time.perf_counter()
+    trainer = build_training(32, 0.05, device)
+    created = time.perf_counter() - start
+    batches = [(x[i * 32 : (i + 1) * 32], y[i * 32 : (i + 1) * 32]) for i in range(steps)]
+    with trainer.session as session:
+        session.run({trainer.x: batches[0][0], trainer.labels: batches[0][1]})
+        start = time.perf_counter()
+        for bx, by in batches:
+            session.run({trainer.x: bx, trainer.labels: by})
+        ours = (time.perf_counter() - start) / steps
+    params = init_params()
+    start = time.perf_counter()
+    for bx, by in batches:
+        numpy_step(params, bx, by, 0.05)
+    ref = (time.perf_counter() - start) / steps
+    target = 3.0 if device == "ipu_model" else 1.5
+    print(f"{device}: session creation {created:.2f} s (target < 5 s); step {ours * 1e3:.2f} ms, "
+          f"NumPy {ref * 1e3:.3f} ms, ratio {ours / ref:.1f}x (target <= {target}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    x, y, _, _ = load_digits()
+    steps = min(args.steps, len(y) // 32)
+    for device in ("ipu_model", "cpu"):
+        bench(device, steps, x, y)
+
+
+if __name__ == "__main__":
+    main()
