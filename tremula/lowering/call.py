@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tremula import poplar
 from tremula.lowering.context import Env, Lowerer, rule
+from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op
 
 
@@ -19,8 +20,38 @@ def _copy_back(lw: Lowerer, op: Op, env: Env, inputs: list, prog: poplar.Sequenc
         lw.copy(inputs[i], env[op.inputs[i]], prog)
 
 
+def _inlinable(lw: Lowerer, graph: Graph) -> bool:
+    """A graph called from one site only, with no op writing anything in place (so no
+    input can be modified), no code loading and no nested call: lowering it at its call
+    site with its inputs aliased to the parent tensors is indistinguishable from a call
+    with copies."""
+    counts = lw.call_sites()
+    if counts.get(graph, 0) != 1 or graph in lw.code_loaded_graphs():
+        return False
+    return all(not op.modified and not op.called_graphs for op in graph.ops)
+
+
+def _inline(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    graph = op.attrs["graphs"][0]
+    inner = Env()
+    lw.bind_leaves(graph, inner)
+    inner.update((g_in, env[p]) for g_in, p in zip(graph.inputs, op.inputs))
+    lw.lower_ops(graph, inner, prog)
+    parents = {id(env[p]) for p in op.inputs}
+    for out, g_out in zip(op.outputs, graph.outputs):
+        value = inner[g_out]
+        if id(value) in parents or g_out in graph.inputs:  # an input passed through: copy
+            env[out] = lw.new_tensor(out)
+            lw.copy(value, env[out], prog)
+        else:
+            env[out] = value  # a fresh activation of this site
+
+
 @rule("Call")
 def call(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    if _inlinable(lw, op.attrs["graphs"][0]):
+        _inline(lw, op, env, prog)
+        return
     sub = lw.subgraph(op.attrs["graphs"][0])
     _copy_in(lw, op, env, sub.inputs, prog)
     prog.add(poplar.Call(sub.function))

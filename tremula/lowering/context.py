@@ -77,6 +77,7 @@ class Lowerer:
     remote: dict[Any, poplar.RemoteBuffer] = field(default_factory=dict)
     code_loaded: set[Graph] = field(default_factory=set)
     _names: dict[str, int] = field(default_factory=dict)
+    _call_sites: dict[Graph, int] | None = None
 
     # ---- tensors ----
     def name(self, base: str) -> str:
@@ -130,6 +131,25 @@ class Lowerer:
                 env[t] = self.constant(t)
 
     # ---- graphs ----
+    def call_sites(self) -> dict[Graph, int]:
+        """How many ops of the Ir call each graph (computed once)."""
+        if self._call_sites is None:
+            counts: dict[Graph, int] = {}
+            for g in self.ir.graphs:
+                for op in g.ops:
+                    for called in op.called_graphs:
+                        counts[called] = counts.get(called, 0) + 1
+            self._call_sites = counts
+        return self._call_sites
+
+    def code_loaded_graphs(self) -> set[Graph]:
+        return {
+            op.attrs["graphs"][0]
+            for g in self.ir.graphs
+            for op in g.ops
+            if op.type == "RemoteCodeLoad"
+        }
+
     def lower_ops(self, graph: Graph, env: Env, prog: poplar.Sequence) -> None:
         for op in graph.ops:
             fn = RULES.get(op.type)
