@@ -18,6 +18,7 @@ from tremula.engine.lower import Lowering
 from tremula.engine.memory import MemoryModel, check_fits
 from tremula.engine.options import parse_options
 from tremula.engine.plan import Gather
+from tremula.engine.replay import TimelineReplay
 from tremula.engine.report import execution_profile, graph_profile
 from tremula.engine.run import Runtime, StreamConnection
 from tremula.engine.timeline import NullTimeline, Timeline
@@ -107,6 +108,7 @@ class Engine:
         for t, data in self.state.initial_values:
             Gather.of(t.dtype, t.addresses).write(rt.storage, slice(None), data.reshape(1, -1))
         self._runtime = rt
+        self._replay = TimelineReplay(self.roots)
 
     @property
     def runtime(self) -> Runtime:
@@ -126,7 +128,7 @@ class Engine:
                 f"run: program index {index} out of range; the engine has "
                 f"{len(self.roots)} program(s)"
             )
-        rt.run(self.roots[index])
+        self._replay.run(rt, index, self.roots[index])
         if self.options.auto_report:
             self.write_report(self.options.report_directory)
 
