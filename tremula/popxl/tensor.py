@@ -181,62 +181,8 @@ class Tensor:
             raise ValueError(f"cannot combine tensor {self._id!r} with an empty value")
         return constant(data, dtype=self.dtype)
 
-    def __add__(self, o: Any) -> Tensor:
-        return self._ops().add(self, self._ensure(o))
-
-    def __radd__(self, o: Any) -> Tensor:
-        return self._ops().add(self._ensure(o), self)
-
-    def __sub__(self, o: Any) -> Tensor:
-        return self._ops().sub(self, self._ensure(o))
-
-    def __rsub__(self, o: Any) -> Tensor:
-        return self._ops().sub(self._ensure(o), self)
-
-    def __mul__(self, o: Any) -> Tensor:
-        return self._ops().mul(self, self._ensure(o))
-
-    def __rmul__(self, o: Any) -> Tensor:
-        return self._ops().mul(self._ensure(o), self)
-
-    def __truediv__(self, o: Any) -> Tensor:
-        return self._ops().div(self, self._ensure(o))
-
-    def __rtruediv__(self, o: Any) -> Tensor:
-        return self._ops().div(self._ensure(o), self)
-
-    def __pow__(self, o: Any) -> Tensor:
-        return self._ops().pow(self, self._ensure(o))
-
-    def __rpow__(self, o: Any) -> Tensor:
-        return self._ops().pow(self._ensure(o), self)
-
-    def __mod__(self, o: Any) -> Tensor:
-        return self._ops().fmod(self, self._ensure(o))
-
-    def __rmod__(self, o: Any) -> Tensor:
-        return self._ops().fmod(self._ensure(o), self)
-
-    def __matmul__(self, o: Any) -> Tensor:
-        return self._ops().matmul(self, self._ensure(o))
-
-    def __rmatmul__(self, o: Any) -> Tensor:
-        return self._ops().matmul(self._ensure(o), self)
-
     def __neg__(self) -> Tensor:
         return self._ops().negate(self)
-
-    def __and__(self, o: Any) -> Tensor:
-        return self._ops().logical_and(self, self._ensure(o))
-
-    def __rand__(self, o: Any) -> Tensor:
-        return self._ops().logical_and(self._ensure(o), self)
-
-    def __or__(self, o: Any) -> Tensor:
-        return self._ops().logical_or(self, self._ensure(o))
-
-    def __ror__(self, o: Any) -> Tensor:
-        return self._ops().logical_or(self._ensure(o), self)
 
     def __invert__(self) -> Tensor:
         return self._ops().logical_not(self)
@@ -289,6 +235,35 @@ class Tensor:
 
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         return self._ops().ipu_copy(self, destination, source)
+
+
+#: Binary operators and the ops they build: ``a + b`` is ``ops.add(a, b)``, ``2 + a`` is
+#: ``ops.add(constant(2), a)``; non-tensor operands become constants of the tensor's dtype.
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "truediv": "div",
+    "pow": "pow",
+    "mod": "fmod",
+    "matmul": "matmul",
+    "and": "logical_and",
+    "or": "logical_or",
+}
+
+
+def _binary(op_name: str, reflected: bool) -> Any:
+    def method(self: Tensor, other: Any) -> Tensor:
+        fn = getattr(self._ops(), op_name)
+        other = self._ensure(other)
+        return fn(other, self) if reflected else fn(self, other)
+
+    return method
+
+
+for _dunder, _op in _BINARY.items():
+    setattr(Tensor, f"__{_dunder}__", _binary(_op, False))
+    setattr(Tensor, f"__r{_dunder}__", _binary(_op, True))
 
 
 class Variable(Tensor):
