@@ -368,11 +368,12 @@ class Batch(_Segmented):
 
     def _begin(self, group: Any, storage: dict, rsel: Any, replica_ids: np.ndarray) -> None:
         """Called by the engine before each compute: a fresh set of lazily gathered fields."""
-        self._data.clear()
-        self._scatter.clear()
-        self.__dict__["_ctx"] = (group, storage, rsel)
-        self.replicas = int(replica_ids.size)
-        self.replica_ids = replica_ids
+        d = self.__dict__  # plain attributes: skip __setattr__'s field lookup
+        d["_data"].clear()
+        d["_scatter"].clear()
+        d["_ctx"] = (group, storage, rsel)
+        d["replicas"] = int(replica_ids.size)
+        d["replica_ids"] = replica_ids
 
     def _field(self, name: str) -> np.ndarray:
         data = self._data

@@ -37,7 +37,15 @@ def _scale(
     """Scale ``name`` as an operand broadcastable to the data: [R, 1] or [R, n]."""
     if kind == "one":
         return 1.0
-    values = v.state(name)[None, :] if kind == "state" else v[name]
+    if kind == "state":  # static: derived once per vertex group
+        return v.cached(
+            ("scale", name, negate is not None),
+            lambda: _scale_of(v, v.state(name)[None, :], negate),
+        )
+    return _scale_of(v, v[name], negate)
+
+
+def _scale_of(v: poplar.Batch, values: np.ndarray, negate: np.ndarray | None) -> np.ndarray:
     if negate is not None:
         values = np.where(negate, -values, values)
     first = values[..., :1]
