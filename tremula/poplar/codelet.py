@@ -416,6 +416,16 @@ class Batch(_Segmented):
             cache[key] = build()
         return cache[key]
 
+    def reads_one_address(self, name: str) -> bool:
+        """True when every element of field ``name`` (all vertices) is the same element of
+        device memory, e.g. one scalar tensor connected to every vertex (decided once)."""
+
+        def check() -> bool:
+            starts, lengths = self._ctx[0].gathers[name].runs()
+            return bool(starts.size == 0 or (np.all(starts == starts[0]) and np.all(lengths == 1)))
+
+        return self.cached(("one-address", name), check)
+
     def source_shape(self, name: str) -> tuple[int, ...] | None:
         """The shape of the tensor field ``name`` was connected to in bulk (its flat order
         is the field's), or None (lists of tensors, several ``add_vertices`` calls)."""

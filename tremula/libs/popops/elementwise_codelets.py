@@ -92,11 +92,15 @@ class Elementwise(poplar.Codelet):
         typed = cls.typed(v.params)
         shape = v.source_shape(cls.output)
         pairs = list(zip(cls.inputs, cls.scalars))
-        if (
-            shape is not None
-            and all(v.source_shape(f) == shape for f, s in pairs if not s)
-            and all(_uniform(v[f]) for f, s in pairs if s)
-        ):
+        nd = v.cached(
+            "nd",
+            lambda: (
+                shape is not None
+                and all(v.source_shape(f) == shape for f, s in pairs if not s)
+                and all(v.reads_one_address(f) for f, s in pairs if s)
+            ),
+        )
+        if nd:
             # every operand connected with the output's shape: N-d views (zero-copy where
             # possible: broadcast operands keep their stride-0 axes instead of a gather)
             ones = (1,) * len(shape)
