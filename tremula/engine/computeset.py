@@ -46,14 +46,27 @@ class CompiledGroup:
     roots: dict[int, int] = field(default_factory=dict)  # variable aranges (GraphState)
     _layouts: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
     _views: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
+    _fast: Any = None  # the codelet's prepared closure (see Codelet.prepare)
+    _fast_storage: Any = None
 
     def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
         """Run every vertex of the group on the replicas ``replica_ids`` (``rsel`` selects
         their rows: ``slice(None)`` when all replicas run). Fields are gathered when the
         codelet first touches them; output buffers that are not storage views are scattered
         back afterwards."""
+        full = isinstance(rsel, slice)
+        if full and self._fast is not None and self._fast_storage is storage:
+            self._fast()
+            return
         batch = self.batch
         batch._begin(self, storage, rsel, replica_ids)
+        prepare = getattr(self.vertex_type.codelet, "prepare", None)
+        if full and prepare is not None and self._fast_storage is not storage:
+            self._fast_storage = storage  # asked once per loaded storage
+            self._fast = prepare(batch)
+            if self._fast is not None:
+                self._fast()
+                return
         self.vertex_type.codelet.compute(batch)
         for name in batch._scatter:
             self.gathers[name].write(storage, rsel, batch._data[name])

@@ -151,6 +151,12 @@ class Codelet:
     def flops(v: VertexInfo) -> np.ndarray:
         return np.zeros(v.n)
 
+    # Optional: ``prepare(v) -> Callable[[], None] | None``. Called on a group's first run
+    # on all replicas; a returned closure replaces ``compute`` on later runs. It may only
+    # use ``v.stable_view`` / ``v.stable_scalar`` (views of device memory, which outlive
+    # the run) and values derived from the vertices' structure; return None to keep
+    # ``compute``.
+
 
 _TEMPLATE = re.compile(r"^([^<>]+)<(.*)>$")
 
@@ -425,6 +431,39 @@ class Batch(_Segmented):
             return bool(starts.size == 0 or (np.all(starts == starts[0]) and np.all(lengths == 1)))
 
         return self.cached(("one-address", name), check)
+
+    def stable_view(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+        """A zero-copy view of field ``name`` (flat ``[replica, element]`` or
+        ``[replica, *shape]``) that stays valid across runs, or None when the field needs a
+        gather (for ``Codelet.prepare``)."""
+        group, storage, rsel = self._ctx
+        if not isinstance(rsel, slice):
+            return None
+        if shape is not None:
+            return group.strided(name, tuple(int(x) for x in shape), storage, rsel)
+        g = group.gathers[name]
+        if not g.is_view:
+            return None
+        view = storage[g.dtype][:, g.index]
+        if not self.fields[name].writes:
+            view = view.view()
+            view.flags.writeable = False
+        return view
+
+    def stable_scalar(self, name: str) -> np.ndarray | None:
+        """A ``[replica, 1]`` view of the one element every vertex of field ``name`` reads
+        (see ``reads_one_address``), or None."""
+        group, storage, rsel = self._ctx
+        if not isinstance(rsel, slice) or not self.reads_one_address(name):
+            return None
+        g = group.gathers[name]
+        starts, _ = g.runs()
+        if starts.size == 0:
+            return None
+        a = int(starts[0])
+        view = storage[g.dtype][:, a : a + 1].view()
+        view.flags.writeable = False
+        return view
 
     def source_shape(self, name: str) -> tuple[int, ...] | None:
         """The shape of the tensor field ``name`` was connected to in bulk (its flat order

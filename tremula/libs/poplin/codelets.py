@@ -30,7 +30,7 @@ are computed in float32 (the AMP's and the reduction's accumulators), of ints in
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -107,6 +107,28 @@ class _Partial(poplar.Codelet):
         if cls.accumulate:
             prod += c
         c[...] = prod
+
+    @classmethod
+    def prepare(cls, v: poplar.Batch) -> Any:
+        """The whole-matrix products over views of device memory, for later runs."""
+        g, m, k, n = v.cached("shape", lambda: _shape(v))
+        grid = v.cached("grid", lambda: _grid(v))
+        a = v.stable_view("a", (*grid, g, m, k))
+        b = v.stable_view("b", (*grid, g, k, n))
+        c = v.stable_view("c", (*grid, g, m, n))
+        if a is None or b is None or c is None or a.size == 0 or c.size == 0:
+            return None
+        if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
+            return None
+        views = _whole_views(a, b, c)
+        if views is None:
+            return None
+        math, accumulate = _math_dtype(a.dtype), cls.accumulate
+
+        def run() -> None:
+            _products(*views, math, accumulate)
+
+        return run
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:

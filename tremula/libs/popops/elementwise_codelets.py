@@ -116,6 +116,31 @@ class Elementwise(poplar.Codelet):
         evaluate(typed, args, v[cls.output])
 
     @classmethod
+    def prepare(cls, v: poplar.Batch) -> Any:
+        """A closure over views of device memory for later runs (None: keep ``compute``):
+        N-d views when every operand is connected with the output's shape, else flat
+        views; scalar operands as one-element views."""
+        typed = cls.typed(v.params)
+        shape = v.source_shape(cls.output)
+        pairs = list(zip(cls.inputs, cls.scalars))
+        for nd_shape in ((shape,) if shape is not None else ()) + (None,):
+            ones = (1,) * (len(nd_shape) if nd_shape is not None else 1)
+            args = []
+            for f, scalar in pairs:
+                view = v.stable_scalar(f) if scalar else v.stable_view(f, nd_shape)
+                if view is not None and scalar:
+                    view = view.reshape(v.replicas, *ones)
+                args.append(view)
+            out = v.stable_view(cls.output, nd_shape)
+            if out is not None and all(a is not None for a in args):
+
+                def run(args: list = args, out: np.ndarray = out) -> None:
+                    evaluate(typed, args, out)
+
+                return run
+        return None
+
+    @classmethod
     def flops(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
         return flops_per_element(cls.typed(v.params)) * v.lengths(cls.output).astype(np.float64)
 
