@@ -26,9 +26,45 @@ def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
     return t[op.attrs["key"]]
 
 
+_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace")
+
+
+def _copy_unobservable(op: Op) -> bool:
+    """True when the result of an out-of-place view op may alias its input: the result is
+    not a graph output, nothing writes it (or a view of it) in place, and every use of it
+    comes before anything writes the input (or a view of the input) in place."""
+    graph = op.graph
+    ops = graph.ops
+    here = ops.index(op)
+    out, src = op.outputs[0], op.inputs[0]
+    if out in graph.outputs:
+        return False
+    src_views, out_views = {src}, {out}
+    last_use, first_write = here, len(ops)
+    for i, later in enumerate(ops[here + 1 :], start=here + 1):
+        ins = later.inputs
+        if later.type in _ALIASING:  # views of views stay tied to their base
+            if ins[0] in src_views:
+                src_views.add(later.outputs[0])
+            if ins[0] in out_views:
+                out_views.add(later.outputs[0])
+        written = {ins[k] for k in later.modified}
+        if written & out_views:
+            return False
+        if written & src_views:
+            first_write = min(first_write, i)
+        if out_views & set(ins):
+            last_use = i
+    return last_use < first_write
+
+
 @rule("Reshape", "Transpose", "Slice")
 def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    _copy_of(lw, op, env, _view(op, env[op.inputs[0]]), prog)
+    view = _view(op, env[op.inputs[0]])
+    if _copy_unobservable(op):
+        env[op.outputs[0]] = view  # no copy: no one can tell the difference
+        return
+    _copy_of(lw, op, env, view, prog)
 
 
 @rule("ReshapeInplace", "TransposeInplace", "SliceInplace")
