@@ -63,7 +63,7 @@ class TimelineReplay:
             rt.run(root)
         finally:
             rt.tl = tl
-        tl.steps.extend((info, s + base, e + base, o, b) for info, s, e, o, b in steps)
+        tl.steps.add_shifted(base, steps)
         tl.trace.extend(trace)
         for k, v in cycles.items():
             tl.tile_cycles[k] += v

@@ -8,6 +8,7 @@ Each kind of step has static per-tile durations computed at compile time (a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,49 @@ CATEGORY = {
     "Sync": "sync",
     "CopySharedStructure": "copySharedStructure",
 }
+
+
+Step = tuple["StepInfo", int, int, int, "float | None"]  # info, start, end, overlapped, balance
+
+
+class StepLog:
+    """The record of steps, in order. A replayed program adds its steps as one chunk shifted
+    by a base cycle (:meth:`add_shifted`); chunks are expanded only when the log is read, so
+    a replayed run costs one append and long runs keep one entry per replay."""
+
+    __slots__ = ("_chunks", "_flat")
+
+    def __init__(self) -> None:
+        self._flat: list[Step] = []
+        self._chunks: list[tuple[int, list[Step]]] = []
+
+    def append(self, step: Step) -> None:
+        if self._chunks:
+            self._flush()
+        self._flat.append(step)
+
+    def add_shifted(self, base: int, steps: list[Step]) -> None:
+        """Append ``steps`` (recorded relative to cycle 0) shifted by ``base`` cycles."""
+        if steps:
+            self._chunks.append((base, steps))
+
+    def _flush(self) -> None:
+        flat = self._flat
+        for base, steps in self._chunks:
+            flat.extend((i, s + base, e + base, o, b) for i, s, e, o, b in steps)
+        self._chunks.clear()
+
+    def __len__(self) -> int:
+        self._flush()
+        return len(self._flat)
+
+    def __iter__(self) -> Iterator[Step]:
+        self._flush()
+        return iter(self._flat)
+
+    def __getitem__(self, index: Any) -> Any:
+        self._flush()
+        return self._flat[index]
 
 
 @dataclass
@@ -56,7 +100,7 @@ class Timeline:
         self.reset()
 
     def reset(self) -> None:
-        self.steps: list[tuple[StepInfo, int, int, int, float | None]] = []
+        self.steps = StepLog()
         self.trace: list[int] = []
         self.tile_cycles = dict.fromkeys(
             (

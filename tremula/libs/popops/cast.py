@@ -16,6 +16,8 @@ output). Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tremula import poplar
@@ -39,6 +41,19 @@ class Cast1D(poplar.Codelet):
     def compute(v: poplar.Batch) -> None:
         out = v["dst"]
         out[...] = convert(v.src, v.dtype("dst"))
+
+    @staticmethod
+    def prepare(v: poplar.Batch) -> Any:
+        """Direct views of ``src`` and ``dst`` for later runs (None when either is gathered)."""
+        src, dst = v.stable_view("src"), v.stable_view("dst")
+        if src is None or dst is None:
+            return None
+        dst_type = v.dtype("dst")
+
+        def run() -> None:
+            dst[...] = convert(src, dst_type)
+
+        return run
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:

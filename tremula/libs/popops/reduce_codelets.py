@@ -32,10 +32,10 @@ from tremula.libs.popops.reduce_ops import (
     SPECS,
     Operation,
     identity,
-    prepare,
     reduce_axes,
     reduce_runs,
 )
+from tremula.libs.popops.reduce_ops import prepare as prepare_input
 
 _MAX_CLASSES = 8  # distinct row counts the strided path handles one reshape each
 
@@ -45,18 +45,51 @@ def accumulator(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype).kind == "f" else np.dtype(dtype)
 
 
-def _finish(v: poplar.Batch, r: np.ndarray) -> None:
-    """Scale, cast and store (or accumulate into) ``out``."""
-    out_t = v.dtype("out").numpy
-    scale = v.cached("scale", lambda: None if np.all(v.scale == 1) else v.expand(v.scale, "out"))
+def _scale(v: poplar.Batch) -> np.ndarray | None:
+    """The vertices' scales expanded over ``out`` (None when all are 1); derived once."""
+    return v.cached("scale", lambda: None if np.all(v.scale == 1) else v.expand(v.scale, "out"))
+
+
+def _finished(
+    r: np.ndarray, scale: np.ndarray | None, current: np.ndarray | None, out_t: np.dtype
+) -> np.ndarray:
+    """``r`` scaled, added to ``current`` (an Update vertex's output) and cast to ``out_t``."""
     if scale is not None:
         r = r.astype(np.float64) * scale if out_t.kind in "iu" else r * scale.astype(r.dtype)
-    if v.fields["out"].direction == "inout":
-        if out_t.kind == "f":
-            r = v.out.astype(np.float32) + r
-        else:
-            r = v.out + r.astype(out_t)
-    v.out = r.astype(out_t, copy=False)
+    if current is not None:
+        r = current.astype(np.float32) + r if out_t.kind == "f" else current + r.astype(out_t)
+    return r.astype(out_t, copy=False)
+
+
+def _finish(v: poplar.Batch, r: np.ndarray) -> None:
+    """Scale, cast and store (or accumulate into) ``out``."""
+    update = v.fields["out"].direction == "inout"
+    v.out = _finished(r, _scale(v), v.out if update else None, v.dtype("out").numpy)
+
+
+def _prepare(reduce: Any, layout_key: str, layout: Any, first_stage: bool) -> Any:
+    """``Codelet.prepare`` for the reduce vertices: a closure over direct views of
+    ``partials`` and ``out`` (None when either needs a gather), the layout and scales derived
+    once."""
+
+    def prepare(v: poplar.Batch) -> Any:
+        partials, out = v.stable_view("partials"), v.stable_view("out")
+        if partials is None or out is None:
+            return None
+        op = Operation[v.params["OP"]]
+        spec, acc = SPECS[op], accumulator(partials.dtype)
+        lay = v.cached(layout_key, lambda: layout(v))
+        scale, out_t = _scale(v), v.dtype("out").numpy
+        update = v.fields["out"].direction == "inout"
+
+        def run() -> None:
+            x = prepare_input(spec, partials, acc, first_stage=first_stage)
+            r = reduce(op, x, lay)
+            out[...] = _finished(r, scale, out if update else None, out_t)
+
+        return run
+
+    return prepare
 
 
 def _block_layout(v: poplar.Batch) -> dict[str, Any]:
@@ -114,15 +147,18 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 
 def _block_compute(v: poplar.Batch) -> None:
     op = Operation[v.params["OP"]]
-    x = prepare(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=True)
-    lay = v.cached("block", lambda: _block_layout(v))
+    x = prepare_input(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=True)
+    _finish(v, _block_reduce(op, x, v.cached("block", lambda: _block_layout(v))))
+
+
+def _block_reduce(op: Operation, x: np.ndarray, lay: dict[str, Any]) -> np.ndarray:
     R, later = x.shape[0], SPECS[op].then
     if lay["path"] == "uniform":
         O, N, I = lay["shape"]
-        r = reduce_axes(op, x.reshape(R, -1, O, N, I), (2, 4)).reshape(R, -1)
-    elif lay["path"] == "runs":
-        r = reduce_runs(op, x, lay["lengths"], lay["starts"])
-    elif lay["path"] == "rows":
+        return reduce_axes(op, x.reshape(R, -1, O, N, I), (2, 4)).reshape(R, -1)
+    if lay["path"] == "runs":
+        return reduce_runs(op, x, lay["lengths"], lay["starts"])
+    if lay["path"] == "rows":
         N, I = lay["row"]
         rows = x.reshape(R, -1, N * I)
         r = np.empty((R, lay["units"], N * I), dtype=x.dtype)
@@ -130,14 +166,12 @@ def _block_compute(v: poplar.Batch) -> None:
             r[:, units] = reduce_axes(op, rows[:, idx].reshape(R, -1, o, N * I), (2,))
         if I > 1:
             r = reduce_axes(later, r.reshape(R, -1, N, I), (3,))
-        r = r.reshape(R, -1)
-    else:
-        r = x
-        if lay["runs"] is not None:
-            r = reduce_runs(op, r, *lay["runs"])
-            op = later
-        r = reduce_runs(op, r[:, lay["perm"]], *lay["outer"])
-    _finish(v, r)
+        return r.reshape(R, -1)
+    r = x
+    if lay["runs"] is not None:
+        r = reduce_runs(op, r, *lay["runs"])
+        op = later
+    return reduce_runs(op, r[:, lay["perm"]], *lay["outer"])
 
 
 def _partials_layout(v: poplar.Batch) -> dict[str, Any]:
@@ -165,22 +199,24 @@ def _partials_layout(v: poplar.Batch) -> dict[str, Any]:
 
 def _partials_compute(v: poplar.Batch) -> None:
     op = Operation[v.params["OP"]]
-    x = prepare(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=False)
-    lay = v.cached("partials", lambda: _partials_layout(v))
+    x = prepare_input(SPECS[op], v.partials, accumulator(v.partials.dtype), first_stage=False)
+    _finish(v, _partials_reduce(op, x, v.cached("partials", lambda: _partials_layout(v))))
+
+
+def _partials_reduce(op: Operation, x: np.ndarray, lay: dict[str, Any]) -> np.ndarray:
     if lay["path"] == "runs":
-        r = reduce_runs(op, x, lay["lengths"], lay["starts"])
-    elif lay["path"] == "uniform":
+        return reduce_runs(op, x, lay["lengths"], lay["starts"])
+    if lay["path"] == "uniform":
         C, L = lay["shape"]
-        r = reduce_axes(op, x.reshape(x.shape[0], -1, C, L), (2,)).reshape(x.shape[0], -1)
-    else:
-        r = np.full((x.shape[0], lay["size"]), identity(op, x.dtype), dtype=x.dtype)
-        for p, (src, dst) in enumerate(lay["passes"]):
-            piece = np.take(x, src, axis=1)
-            if dst is None:
-                r = piece if p == 0 else _combine(op, r, piece)
-            else:
-                r[:, dst] = _combine(op, r[:, dst], piece)
-    _finish(v, r)
+        return reduce_axes(op, x.reshape(x.shape[0], -1, C, L), (2,)).reshape(x.shape[0], -1)
+    r = np.full((x.shape[0], lay["size"]), identity(op, x.dtype), dtype=x.dtype)
+    for p, (src, dst) in enumerate(lay["passes"]):
+        piece = np.take(x, src, axis=1)
+        if dst is None:
+            r = piece if p == 0 else _combine(op, r, piece)
+        else:
+            r[:, dst] = _combine(op, r[:, dst], piece)
+    return r
 
 
 def _combine(op: Operation, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -265,6 +301,7 @@ class ReduceBlock(poplar.Codelet):
     scale = poplar.State(poplar.FLOAT)
 
     compute = staticmethod(_block_compute)
+    prepare = staticmethod(_prepare(_block_reduce, "block", _block_layout, first_stage=True))
     cycles = staticmethod(block_cycles)
     flops = staticmethod(_flops)
 
@@ -290,6 +327,9 @@ class ReducePartials(poplar.Codelet):
     scale = poplar.State(poplar.FLOAT)
 
     compute = staticmethod(_partials_compute)
+    prepare = staticmethod(
+        _prepare(_partials_reduce, "partials", _partials_layout, first_stage=False)
+    )
     cycles = staticmethod(partials_cycles)
     flops = staticmethod(_flops)
 

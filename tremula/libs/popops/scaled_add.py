@@ -77,6 +77,57 @@ class _ScaledAdd(poplar.Codelet):
                 data[...] = np.asarray(a).astype(dt) * data + np.asarray(b).astype(dt) * deltas
 
     @classmethod
+    def prepare(cls, v: poplar.Batch) -> Any:
+        """A closure over views of device memory for later runs (None: keep ``compute``):
+        ``data`` and ``deltas`` as direct views, number scales derived once, tensor scales
+        as one-element views (when every vertex reads the same one and subtracts alike)."""
+        data, deltas = v.stable_view("data"), v.stable_view("deltas")
+        if data is None or deltas is None:
+            return None
+        negative = False  # a tensor scaleB is subtracted (the same for every vertex)
+        if "subtract" in cls.fields:
+            subtract = v.state("subtract")
+            if subtract.size and not np.all(subtract == subtract[0]):
+                return None
+            negative = bool(subtract.size and subtract[0])
+        scales: list[Any] = []
+        for name, kind in zip(("scaleA", "scaleB"), cls.kinds):
+            if kind == "one":
+                scales.append(None)
+            elif kind == "state":
+                negate = v.state("subtract") if "subtract" in cls.fields else None
+                scales.append(np.asarray(_scale(v, name, kind, negate)))
+            else:
+                view = v.stable_scalar(name)
+                if view is None:
+                    return None
+                scales.append(view)
+        dt = data.dtype
+        work = np.dtype(np.float32) if dt.kind == "f" else dt
+        a, b = (
+            s.astype(work) if s is not None and kind == "state" else s
+            for s, kind in zip(scales, cls.kinds)
+        )
+        a_is_one = a is None or (a.size == 1 and cls.kinds[0] == "state" and a.item() == 1)
+
+        def run() -> None:
+            sa = a if a is None or cls.kinds[0] == "state" else a.astype(work)
+            sb = b if cls.kinds[1] == "state" else b.astype(work)
+            if negative and cls.kinds[1] != "state":
+                sb = -sb
+            with np.errstate(all="ignore"):
+                if dt == np.float32 and a_is_one:
+                    data[...] += sb * deltas
+                elif dt.kind == "f":
+                    x = data.astype(np.float32) if sa is None else sa * data.astype(np.float32)
+                    data[...] = x + sb * deltas.astype(np.float32)
+                else:
+                    x = data if sa is None else sa * data
+                    data[...] = x + sb * deltas
+
+        return run
+
+    @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
         n = v.lengths("data").astype(np.int64)
         t, s = v.dtype("data"), as_type(v.params["S"])
