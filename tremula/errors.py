@@ -51,3 +51,14 @@ class TargetError(TremulaError, ValueError):
 
 class ProfileError(TremulaError, ValueError):
     """A profile does not follow the Poplar profile format or breaks one of its invariants."""
+
+
+class PopartException(TremulaError, RuntimeError):
+    """PopART's ``popart.popart_exception``: the IR refused a program. PopXL programs catch
+    it by that name (``import popart``)."""
+
+
+class IRError(GraphError, PopartException):
+    """A PopXL graph the IR cannot transform (autodiff of a graph that modifies its inputs,
+    or overwrites a value the backward pass needs): a ``GraphError`` that is also
+    ``popart.popart_exception``, as the real SDK raises."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal, overload
 
-from tremula.errors import GraphError
+from tremula.errors import IRError
 from tremula.popxl import ops
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OPS, Op
@@ -87,7 +87,8 @@ def autodiff(
     Raises:
         TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
         ValueError: the main graph, tensors of another graph, a graph that modifies its
-            inputs (``GraphError``: "... contains a modifying op ..."), or a graph whose
+            inputs (``IRError``, also ``popart.popart_exception``: "... contains a
+            modifying op ..."), or a graph whose
             needed forward values cannot become outputs (the body of a repeat).
         NotImplementedError: an op on the gradient path has no gradient rule.
     """
@@ -311,7 +312,7 @@ class _Autodiff:
             for x in self.fwd_graph.inputs:
                 if self.aliases.same(t, x):
                     via = "" if t is x else f" (through {t.id!r})"
-                    raise GraphError(
+                    raise IRError(
                         f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
                         f"({op!r}) that modifies its input {x.id!r}{via}; autodiff cannot "
                         f"differentiate a graph that modifies its inputs (modify outside the "
@@ -324,7 +325,7 @@ class _Autodiff:
         made = self.position[id(t.producer)] if t.producer is not None else -1
         for i, op, m in self.modifications:
             if i > made and self.aliases.same(m, t):
-                raise GraphError(
+                raise IRError(
                     f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
                     f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
                     f"needs; use the out-of-place op"
