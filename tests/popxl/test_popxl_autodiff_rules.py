@@ -161,6 +161,18 @@ CASES: dict[str, Case] = {
         [u(3, 4), np.array([[2, 0, -1], [0, 1, 0]], np.int32), u(2, 3)],
         {"axis": 0, "available_memory_proportion": None},
     ),
+    "ScatterReduce": Case(
+        [u(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32), u(3, 3)],
+        build=lambda d, i, v: ops.scatter_reduce(d, i, "sum", initial_values=v),
+    ),
+    "ScatterReduce/max": Case(
+        [distinct(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32)],
+        build=lambda d, i: ops.scatter_reduce(d, i, "max", axis_size=3),
+    ),
+    "ScatterReduce/min-broadcast-initial": Case(
+        [distinct(4, 3), np.array([1, 0, 1, -1], np.int32), distinct(3, 3) + F32(0.125)],
+        build=lambda d, i, v: ops.scatter_reduce(d, i, "min", initial_values=v),
+    ),
     "DynamicSlice": Case([u(4, 5), np.array([1, 3], np.uint32)], _DYN2),
     "DynamicUpdate": Case([u(4, 5), np.array([2], np.uint32), u(2, 5)], _DYN1),
     "Where": Case([np.array([[True, False, True], [False, False, True]]), u(3), u(2, 3)]),

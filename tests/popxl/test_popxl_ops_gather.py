@@ -147,3 +147,73 @@ def test_slice_subsample_and_inplace_slice():
         run(lambda t: ops.slice(t, 0, 4, 2), x)
     with pytest.raises(ValueError, match="positive integers"):
         run(lambda t: ops.subsample(t, [0, 1, 1]), x)
+
+
+def _scatter_reduce_loop(data, idx, reduction, axis, size, initial=None):
+    """torch_scatter's rule, one element at a time: with ``initial`` the output starts from
+    it; without, from nothing (positions no index reaches are 0)."""
+    out_shape = tuple(size if d == axis else s for d, s in enumerate(data.shape))
+    idx = np.broadcast_to(
+        idx.reshape([-1 if d == axis else 1 for d in range(data.ndim)]) if idx.ndim == 1 else idx,
+        data.shape,
+    )
+    out = {} if initial is None else {p: initial[p] for p in np.ndindex(out_shape)}
+    combine = {
+        "sum": lambda a, b: a + b, "max": max, "min": min, "mul": lambda a, b: a * b,
+        "none": lambda a, b: b,
+    }[reduction]  # fmt: skip
+    for p in np.ndindex(data.shape):
+        i = int(idx[p])
+        i = i + size if i < 0 else i
+        if not 0 <= i < size:
+            continue
+        q = tuple(i if d == axis else c for d, c in enumerate(p))
+        out[q] = data[p] if q not in out else combine(out[q], data[p])
+    result = np.zeros(out_shape, data.dtype)
+    for q, v in out.items():
+        result[q] = v
+    return result
+
+
+@pytest.mark.parametrize("reduction", ["sum", "max", "min", "mul", "none"])
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("device", ["cpu", "ipu_model"])
+def test_scatter_reduce(reduction, initial, device):
+    data = RNG.integers(-5, 6, (6, 3)).astype(np.float32)
+    idx = np.array([[1, 3, 0], [3, -1, 1], [1, 1, 9], [0, 3, -4], [2, 3, 1], [3, 0, 1]], np.int32)
+    init = RNG.integers(-5, 6, (4, 3)).astype(np.float32)
+    want = _scatter_reduce_loop(data, idx, reduction, 0, 4, init if initial else None)
+    if initial:
+        build = lambda d, i, v: ops.scatter_reduce(d, i, reduction, initial_values=v)  # noqa: E731
+        check(build, want, data, idx, init, device=device)
+    else:
+        build = lambda d, i: ops.scatter_reduce(d, i, reduction, axis_size=4)  # noqa: E731
+        check(build, want, data, idx, device=device)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "max", "mul"])
+def test_scatter_reduce_broadcast_indices_axis1_and_integers(reduction):
+    data = RNG.integers(-4, 5, (3, 7)).astype(np.int32)
+    idx = np.array([0, 4, 4, -2, 1, 5, 0], np.int32)  # 1-D along axis 1; 5 is out of range
+    want = _scatter_reduce_loop(data, idx, reduction, 1, 5)
+    build = lambda d, i: ops.scatter_reduce(d, i, reduction, axis=1, axis_size=5)  # noqa: E731
+    check(build, want, data, idx, device="ipu_model")
+
+
+def test_scatter_reduce_errors():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        d = popxl.variable(np.zeros((4, 3), np.float32))
+        i = popxl.variable(np.zeros((4, 3), np.int32))
+        with pytest.raises(ValueError, match="reduction 'mean'"):
+            ops.scatter_reduce(d, i, "mean", axis_size=2)
+        with pytest.raises(ValueError, match="axis_size"):
+            ops.scatter_reduce(d, i)
+        with pytest.raises(ValueError, match="must have data"):
+            ops.scatter_reduce(d, popxl.variable(np.zeros((2, 3), np.int32)), axis_size=2)
+        with pytest.raises(TypeError, match="initial_values"):
+            ops.scatter_reduce(d, i, initial_values=popxl.variable(np.zeros((2, 3), np.int32)))
+        n_ops = len(ir.main_graph.ops)
+        with pytest.raises(TypeError, match="indices"):
+            ops.scatter_reduce(d, popxl.variable(np.zeros((4, 3), np.float32)), axis_size=2)
+        assert len(ir.main_graph.ops) == n_ops  # a refused call adds nothing

@@ -22,6 +22,7 @@ from tremula.libs.popops.slicing import (
     multi_slice,
     multi_update,
     multi_update_add,
+    multi_update_op,
 )
 from tremula.libs.popops.slicing_codelets import scatter_add, stable_argsort
 from tremula.libs.popops.slicing_plan import plan_multi
@@ -147,6 +148,38 @@ def test_multi_update_add_accumulates_duplicates(tiles: int, dtype) -> None:
     np.add.at(want, idx[ok], scale * rows[ok].astype(np.float64))
     tol = 2e-2 if dtype == np.float16 else 1e-5
     np.testing.assert_allclose(rig.read(0), want.astype(dtype), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("tiles", [1, 4, 16])
+@pytest.mark.parametrize("op", ["MAX", "MIN", "MUL"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_multi_update_op_combines_duplicates_in_turn(tiles: int, op: str, dtype) -> None:
+    rig = Rig(tiles=tiles)
+    table = RNG.integers(-4, 5, (30, 3)).astype(dtype)
+    idx = RNG.integers(-2, 33, 90).astype(np.int32)  # duplicates, some out of range
+    rows = RNG.integers(-3, 4, (90, 3)).astype(dtype)
+    t = rig.input(table)
+    multi_update_op(rig.graph, t, rig.input(idx), rig.input(rows), op.lower(), rig.prog)
+    rig.run()
+    want = table.copy()
+    combine = {"MAX": max, "MIN": min, "MUL": lambda a, b: a * b}[op]
+    for i, row in zip(idx, rows):  # one update after the other
+        if 0 <= i < 30:
+            want[i] = [combine(a, b) for a, b in zip(want[i], row)]
+    np.testing.assert_array_equal(rig.read(0), want)
+
+
+def test_multi_update_op_errors_leave_the_graph_unchanged() -> None:
+    rig = Rig(tiles=4)
+    t = rig.input(np.zeros((4, 2), np.float32))
+    idx, rows = rig.input(np.zeros(3, np.int32)), rig.input(np.zeros((3, 2), np.float32))
+    n_cs = len(rig.graph.state.compute_sets)
+    with pytest.raises(GraphError, match="op 'ADD' is not one of"):
+        multi_update_op(rig.graph, t, idx, rows, "add", rig.prog)
+    flags = rig.input(np.zeros((4, 2), bool))
+    with pytest.raises(GraphError, match="bool table"):
+        multi_update_op(rig.graph, flags, idx, rig.input(np.zeros((3, 2), bool)), "max", rig.prog)
+    assert len(rig.graph.state.compute_sets) == n_cs
 
 
 def test_multi_update_add_with_a_scale_tensor_and_unsigned_indices() -> None:

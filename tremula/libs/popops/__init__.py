@@ -25,6 +25,7 @@ from tremula.libs.popops.slicing import (
     multi_slice,
     multi_update,
     multi_update_add,
+    multi_update_op,
 )
 from tremula.libs.popops.sort import sort, sort_key_value, top_k
 
@@ -46,6 +47,7 @@ __all__ = [
     "multi_slice",
     "multi_update",
     "multi_update_add",
+    "multi_update_op",
     "reduce",
     "reduce_with_output",
     "scaled_add_to",

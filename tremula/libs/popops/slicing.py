@@ -25,7 +25,7 @@ import numpy as np
 from tremula import poplar
 from tremula.errors import GraphError
 from tremula.libs.popops.reduce import check_mapped, check_tensor, reduce_with_output, type_arg
-from tremula.libs.popops.slicing_codelets import CODELETS
+from tremula.libs.popops.slicing_codelets import CODELETS, UPDATE_OPS
 from tremula.libs.popops.slicing_plan import MultiPlan, plan_multi
 from tremula.libs.util import ensure_codelets
 
@@ -525,6 +525,35 @@ def multi_update_add(
     return table
 
 
+def multi_update_op(
+    graph: poplar.Graph,
+    table: poplar.Tensor,
+    indices: poplar.Tensor,
+    rows: poplar.Tensor,
+    op: str,
+    prog: poplar.Sequence,
+    name: str = "",
+    options: Mapping[str, Any] | None = None,
+) -> poplar.Tensor:
+    """Combine rows into ``table`` with ``op`` (PopLibs' ``multiUpdateMax``, and MIN and MUL
+    alike): ``table[indices[i]] = op(table[indices[i]], rows[i])``; duplicate indices
+    combine in turn and an index outside ``[0, num_rows)`` is ignored.
+
+    Raises:
+        GraphError: as for :func:`multi_update`, an unknown ``op``, or a bool table.
+    """
+    where = f"multi_update_op{f' {name!r}' if name else ''}"
+    op = str(op).upper()
+    if op not in UPDATE_OPS:
+        raise GraphError(f"{where}: op {op!r} is not one of {sorted(UPDATE_OPS)}")
+    table, idx = _check_table_indices(graph, table, indices, where)
+    rows = _check_rows(graph, table, rows, idx.num_elements, where)
+    if table.dtype is poplar.BOOL:
+        raise GraphError(f"{where}: a bool table cannot be combined with {op}")
+    _updates(graph, table, idx, rows, None, prog, name or f"multiUpdate{op.title()}", op)
+    return table
+
+
 def _updates(
     graph: poplar.Graph,
     table: poplar.Tensor,
@@ -533,6 +562,7 @@ def _updates(
     scale: Any,
     prog: poplar.Sequence,
     name: str,
+    op: str | None = None,
 ) -> None:
     n = idx.num_elements
     base = _table2d(table)
@@ -545,8 +575,8 @@ def _updates(
     part_rows = np.diff(plan.row_starts)
     rows2d = rows.reshape((n, E))
     add = scale is not None
-    kind = "MultiUpdateAdd" if add else "MultiUpdate"
-    types = [type_arg(table.dtype), type_arg(idx.dtype)]
+    kind = "MultiUpdateAdd" if add else "MultiUpdate" if op is None else "MultiUpdateOp"
+    types = [type_arg(table.dtype), type_arg(idx.dtype)] + ([op] if op is not None else [])
     if add:
         s_elem = _scale_element(graph, table, scale, int(plan.vertex_tiles[0, 0]))
         types.append(type_arg(s_elem.dtype))

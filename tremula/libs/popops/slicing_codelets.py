@@ -251,6 +251,18 @@ def _multi_update_add_compute(v: poplar.Batch) -> None:
         scatter_add(base.reshape(base.shape[0], -1, E), updates, dest, src, scale)
 
 
+#: MultiUpdateOp's operations: how an update row combines with the table row
+UPDATE_OPS = {"MAX": np.maximum, "MIN": np.minimum, "MUL": np.multiply}
+
+
+def _multi_update_op_compute(v: poplar.Batch) -> None:
+    dest, updates, src, _, E = _update_pairs(v)
+    if dest.size:
+        base = v["base"]
+        base = base.reshape(-1, E)  # (replica x row, element)
+        UPDATE_OPS[v.params["OP"]].at(base, dest, updates[src])
+
+
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
     """A stable argsort of non-negative integer keys: LSD radix passes on 16-bit digits
     (NumPy's radix sort) when the keys fit in 32 bits, a merge sort otherwise."""
@@ -413,6 +425,30 @@ class MultiUpdateAdd(poplar.Codelet):
         return 2.0 * v.lengths("rows")
 
 
+class MultiUpdateOp(poplar.Codelet):
+    """Combine rows by index into a partition of a table with ``OP`` (MAX, MIN or MUL;
+    duplicates combine in turn): PopLibs' ``multiUpdateMax`` generalised."""
+
+    name = "popops::MultiUpdateOp"
+    templates = ("T", "TI", "OP")
+    supervisor = True
+    indices = poplar.Input("TI")
+    rows = poplar.Input("T")
+    base = poplar.InOut("T")
+    baseRow = poplar.State(poplar.UNSIGNED_INT)
+    rowElems = poplar.State(poplar.UNSIGNED_INT)
+
+    compute = staticmethod(_multi_update_op_compute)
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        return _multi_cycles(v, 1)
+
+    @staticmethod
+    def flops(v: poplar.VertexInfo) -> np.ndarray:
+        return 1.0 * v.lengths("rows")
+
+
 CODELETS = (
     DynamicSlice,
     DynamicUpdate,
@@ -421,4 +457,5 @@ CODELETS = (
     MultiSlice,
     MultiUpdate,
     MultiUpdateAdd,
+    MultiUpdateOp,
 )

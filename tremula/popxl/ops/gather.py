@@ -158,6 +158,152 @@ def scatter(
     return out
 
 
+# ---- scatter_reduce ----
+
+REDUCTIONS = ("sum", "max", "min", "mul", "none")
+
+
+def broadcast_indices(
+    idx: np.ndarray, data_shape: tuple[int, ...], a: dict[str, Any]
+) -> np.ndarray:
+    """ScatterReduce's indices over ``data``'s shape (a 1-D ``indices`` broadcast along the
+    other axes when ``broadcast``)."""
+    if a["broadcast"] and idx.ndim == 1 and len(data_shape) > 1:
+        shape = [-1 if d == a["axis"] else 1 for d in range(len(data_shape))]
+        return np.broadcast_to(idx.reshape(shape), data_shape)
+    return idx
+
+
+def scatter_reduce_targets(
+    idx: np.ndarray, data_shape: tuple[int, ...], a: dict[str, Any]
+) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """(output coordinates of the valid data elements, their validity mask over data)."""
+    idx = broadcast_indices(idx.astype(np.int64), data_shape, a)
+    n = a["axis_size"]
+    idx = np.where(idx < 0, idx + n, idx)
+    ok = (idx >= 0) & (idx < n)
+    pos = list(np.indices(data_shape))
+    pos[a["axis"]] = idx
+    return tuple(p[ok] for p in pos), ok
+
+
+def _scatter_reduce_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    data = specs[0]
+    shape = tuple(a["axis_size"] if d == a["axis"] else s for d, s in enumerate(data.shape))
+    return [TensorSpec(shape, data.dtype)]
+
+
+def _scatter_reduce_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    data = x[0]
+    (shape,) = (s.shape for s in _scatter_reduce_spec([TensorSpec(data.shape, None)], a))
+    target, ok = scatter_reduce_targets(x[1], data.shape, a)
+    values = data[ok]
+    initial = x[2] if len(x) > 2 else None
+    out = np.zeros(shape, data.dtype) if initial is None else initial.astype(data.dtype)
+    red = a["reduction"]
+    if red == "none":  # the last write to a position wins
+        flat = np.ravel_multi_index(target, shape)
+        last = np.unique(flat[::-1], return_index=True)[1]
+        keep = flat.size - 1 - last
+        out[tuple(t[keep] for t in target)] = values[keep]
+        return [out]
+    if red == "sum":
+        np.add.at(out, target, values)
+        return [out]
+    ufunc = {"max": np.maximum, "min": np.minimum, "mul": np.multiply}[red]
+    if initial is not None:
+        ufunc.at(out, target, values)
+        return [out]
+    hit = np.zeros(shape, bool)
+    hit[target] = True
+    first = np.zeros(shape, data.dtype)  # each position starts at its first value
+    flat = np.ravel_multi_index(target, shape)
+    firsts = np.unique(flat, return_index=True)[1]
+    first[tuple(t[firsts] for t in target)] = values[firsts]
+    rest = np.ones(flat.size, bool)
+    rest[firsts] = False
+    ufunc.at(first, tuple(t[rest] for t in target), values[rest])
+    return [np.where(hit, first, np.zeros((), data.dtype))]
+
+
+defop("ScatterReduce", _scatter_reduce_spec, _scatter_reduce_ref)
+
+
+def scatter_reduce(
+    data: Tensor,
+    indices: Tensor | Any,
+    reduction: str = "sum",
+    initial_values: Tensor | None = None,
+    axis: int = 0,
+    axis_size: int | None = None,
+    enable_index_broadcast: bool = True,
+    available_memory_proportion: float | None = None,
+) -> Tensor:
+    """Reduce ``data`` into an output by index: ``out[..., indices[p], ...] = reduction(out[...],
+    data[p])`` along ``axis`` (torch_scatter's ``scatter``). The output has ``data``'s shape
+    with ``axis`` of size ``axis_size`` (or ``initial_values``' shape).
+
+    ``reduction`` is ``"sum"``, ``"max"``, ``"min"``, ``"mul"`` or ``"none"`` (the last
+    write wins). With ``initial_values`` the output starts from them and they take part in
+    the reduction; without, it starts at 0 and positions no index reaches stay 0 (max, min
+    and mul reduce only the values scattered to a position). ``indices`` has ``data``'s
+    shape, or is 1-D along ``axis`` when ``enable_index_broadcast``. Negative indices count
+    from the end; out-of-range ones are ignored.
+
+    Raises:
+        ValueError: an unknown reduction, no ``axis_size`` nor ``initial_values``, or shapes
+            that do not fit.
+        TypeError: non-integer indices, ``initial_values`` of another dtype than ``data``.
+    """
+    what = "scatter_reduce"
+    check_tensor(data, what, "data")
+    idx = as_indices(indices, what)
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{what}: reduction {reduction!r} is not one of {list(REDUCTIONS)}")
+    if data.rank == 0:
+        raise ValueError(f"{what}: cannot scatter the scalar {data.id!r}")
+    ax = norm_axis(axis, data.rank, what, repr(data.id))
+    inputs = [data, idx]
+    if initial_values is not None:
+        check_tensor(initial_values, what, "initial_values")
+        if initial_values.dtype != data.dtype:
+            raise TypeError(
+                f"{what}: initial_values {initial_values.id!r} is {initial_values.dtype}, data "
+                f"{data.id!r} is {data.dtype}"
+            )
+        size = initial_values.shape[ax] if initial_values.rank == data.rank else -1
+        if axis_size is not None and axis_size != size:
+            raise ValueError(
+                f"{what}: axis_size {axis_size} differs from initial_values {initial_values.id!r} "
+                f"{initial_values.shape} on axis {ax}"
+            )
+        axis_size = size
+        inputs.append(initial_values)
+    if axis_size is None or axis_size < 0:
+        raise ValueError(f"{what}: give axis_size (or initial_values) for the output's axis {ax}")
+    broadcast = bool(enable_index_broadcast) and idx.rank == 1 and data.rank > 1
+    if (idx.shape[0] != data.shape[ax]) if broadcast else (idx.shape != data.shape):
+        raise ValueError(
+            f"{what}: indices {idx.shape} must have data {data.id!r}'s shape {data.shape}"
+            + (f" (or be 1-D of length {data.shape[ax]})" if enable_index_broadcast else "")
+        )
+    out_shape = tuple(axis_size if d == ax else s for d, s in enumerate(data.shape))
+    if initial_values is not None and initial_values.shape != out_shape:
+        raise ValueError(
+            f"{what}: initial_values {initial_values.id!r} {initial_values.shape} must have the "
+            f"output's shape {out_shape}"
+        )
+    attrs = {
+        "reduction": reduction,
+        "axis": ax,
+        "axis_size": int(axis_size),
+        "broadcast": broadcast,
+        "available_memory_proportion": available_memory_proportion,
+    }
+    (out,) = create_op("ScatterReduce", inputs, attrs)
+    return out
+
+
 # ---- dynamic slice / update ----
 
 
@@ -335,5 +481,6 @@ __all__ = [
     "gather",
     "onehot",
     "scatter",
+    "scatter_reduce",
     "tied_gather",
 ]

@@ -75,6 +75,57 @@ def _scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gr
     return pick(need, grad_t, lambda: None, grad_values)
 
 
+def _gather_targets(g: Tensor, idx: Tensor, data_shape: tuple[int, ...], a: dict) -> Tensor:
+    """``g[target(p)]`` for every element ``p`` of a ScatterReduce's data (0 where its index
+    is out of range): one gather from the flattened ``g``."""
+    ax, n, out_shape = a["axis"], a["axis_size"], g.shape
+    if a["broadcast"]:  # the 1-D index along the axis, across the other axes
+        idx = ops.reshape(idx, tuple(-1 if d == ax else 1 for d in range(len(data_shape))))
+        idx = idx + constant(np.zeros(data_shape, idx.dtype.as_numpy()), name="broadcast")
+    if idx.dtype.is_signed:  # negative indices count from the end
+        idx = idx + ops.cast(ops.less(idx, constant(0, idx.dtype)), idx.dtype) * n
+    strides = [math.prod(out_shape[d + 1 :]) for d in range(len(out_shape))]
+    pos = np.indices(data_shape)
+    pos[ax] = 0
+    base = np.tensordot(np.array(strides), pos, axes=1).astype(idx.dtype.as_numpy())
+    total = math.prod(out_shape)
+    inside = ops.logical_and(
+        ops.greater(idx, constant(-1, idx.dtype)), ops.less(idx, constant(n, idx.dtype))
+    )
+    flat = ops.where(inside, constant(base, name="base") + idx * strides[ax], total)
+    return ops.gather(ops.reshape(g, (total,)), flat, zero_OOR=True)
+
+
+@grad("ScatterReduce")
+def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """sum: each value gets its target's gradient, ``initial_values`` all of it; max and
+    min: only the values (and initial values) equal to the result, ties each in full."""
+    data, indices = op.inputs[:2]
+    a, red = op.attrs, op.attrs["reduction"]
+    if red not in ("sum", "max", "min"):
+        raise NotImplementedError(
+            f"ScatterReduce {op!r}: no gradient rule for reduction {red!r} (sum, max and min "
+            f"have one)"
+        )
+    idx = c.fwd(indices)
+
+    def grad_data() -> Tensor:
+        picked = _gather_targets(g[0], idx, data.shape, a)
+        if red == "sum":
+            return picked
+        y = _gather_targets(c.fwd(op.outputs[0]), idx, data.shape, a)
+        return picked * as_float(ops.equal(c.fwd(data), y), picked)
+
+    def grad_initial() -> Tensor:
+        if red == "sum":
+            return g[0]
+        hit = ops.equal(c.fwd(op.inputs[2]), c.fwd(op.outputs[0]))
+        return g[0] * as_float(hit, g[0])
+
+    makers = [grad_data, lambda: None, grad_initial][: len(op.inputs)]
+    return pick(need, *makers)
+
+
 def _attrs(op: Op) -> dict[str, object]:
     return {k: op.attrs[k] for k in ("axes", "sizes", "no_overlap")}
 
