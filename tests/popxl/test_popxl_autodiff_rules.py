@@ -173,6 +173,10 @@ CASES: dict[str, Case] = {
         [distinct(4, 3), np.array([1, 0, 1, -1], np.int32), distinct(3, 3) + F32(0.125)],
         build=lambda d, i, v: ops.scatter_reduce(d, i, "min", initial_values=v),
     ),
+    "ScatterReduce/none": Case(
+        [u(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32), u(3, 3)],
+        build=lambda d, i, v: ops.scatter_reduce(d, i, "none", initial_values=v),
+    ),
     "DynamicSlice": Case([u(4, 5), np.array([1, 3], np.uint32)], _DYN2),
     "DynamicUpdate": Case([u(4, 5), np.array([2], np.uint32), u(2, 5)], _DYN1),
     "Where": Case([np.array([[True, False, True], [False, False, True]]), u(3), u(2, 3)]),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tremula.popxl import ops
+from tremula.popxl import dtypes, ops
 from tremula.popxl.ops.base import Op, create_op
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
@@ -99,26 +99,46 @@ def _gather_targets(g: Tensor, idx: Tensor, data_shape: tuple[int, ...], a: dict
 @grad("ScatterReduce")
 def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """sum: each value gets its target's gradient, ``initial_values`` all of it; max and
-    min: only the values (and initial values) equal to the result, ties each in full."""
+    min: only the values (and initial values) equal to the result, ties each in full; none:
+    only the last value written to a position, and the initial values nothing overwrote
+    (found on the device by scattering each value's position with the same indices)."""
     data, indices = op.inputs[:2]
     a, red = op.attrs, op.attrs["reduction"]
-    if red not in ("sum", "max", "min"):
+    if red == "mul":
         raise NotImplementedError(
-            f"ScatterReduce {op!r}: no gradient rule for reduction {red!r} (sum, max and min "
-            f"have one)"
+            f"ScatterReduce {op!r}: no gradient rule for reduction 'mul' (sum, max, min and "
+            f"none have one)"
         )
     idx = c.fwd(indices)
+    writers: list[Tensor] = []
+
+    def last_writer() -> Tensor:
+        """Per output position, the flat position of the data element written last (-1
+        where none was)."""
+        if not writers:
+            ids = constant(np.arange(data.nelms, dtype=np.int32).reshape(data.shape), name="ids")
+            none = constant(np.full(op.outputs[0].shape, -1, np.int32), name="unwritten")
+            attrs = {**a, "reduction": "none"}
+            writers.append(create_op("ScatterReduce", [ids, idx, none], attrs)[0])
+        return writers[0]
 
     def grad_data() -> Tensor:
         picked = _gather_targets(g[0], idx, data.shape, a)
         if red == "sum":
             return picked
+        if red == "none":
+            ids = constant(np.arange(data.nelms, dtype=np.int32).reshape(data.shape), name="ids")
+            won = ops.equal(_gather_targets(last_writer(), idx, data.shape, a), ids)
+            return picked * as_float(won, picked)
         y = _gather_targets(c.fwd(op.outputs[0]), idx, data.shape, a)
         return picked * as_float(ops.equal(c.fwd(data), y), picked)
 
     def grad_initial() -> Tensor:
         if red == "sum":
             return g[0]
+        if red == "none":
+            kept = ops.less(last_writer(), constant(0, dtypes.int32))
+            return g[0] * as_float(kept, g[0])
         hit = ops.equal(c.fwd(op.inputs[2]), c.fwd(op.outputs[0]))
         return g[0] * as_float(hit, g[0])
 
