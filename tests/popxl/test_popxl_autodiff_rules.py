@@ -173,6 +173,19 @@ CASES: dict[str, Case] = {
         [distinct(4, 3), np.array([1, 0, 1, -1], np.int32), distinct(3, 3) + F32(0.125)],
         build=lambda d, i, v: ops.scatter_reduce(d, i, "min", initial_values=v),
     ),
+    "ScatterReduce/mul": Case(
+        [u(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32)],
+        build=lambda d, i: ops.scatter_reduce(d, i, "mul", axis_size=3),
+    ),
+    "ScatterReduce/mul-zeros-initial": Case(
+        [
+            # targets with two zero factors, with one (a zero datum, a zero initial value)
+            np.array([[0.0, 1.5, 0.0], [-0.5, 0.0, 2.0], [0.0, 1.25, -1.5], [1.0, 0.75, 0.5]], F32),
+            np.array([[2, 0, 2], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32),
+            np.array([[0.5, 2.0, -1.0], [1.5, 1.5, 0.0], [-2.0, 1.0, 1.25]], F32),
+        ],
+        build=lambda d, i, v: ops.scatter_reduce(d, i, "mul", initial_values=v),
+    ),
     "ScatterReduce/none": Case(
         [u(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32), u(3, 3)],
         build=lambda d, i, v: ops.scatter_reduce(d, i, "none", initial_values=v),

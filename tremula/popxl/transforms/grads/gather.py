@@ -104,12 +104,9 @@ def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
     (found on the device by scattering each value's position with the same indices)."""
     data, indices = op.inputs[:2]
     a, red = op.attrs, op.attrs["reduction"]
-    if red == "mul":
-        raise NotImplementedError(
-            f"ScatterReduce {op!r}: no gradient rule for reduction 'mul' (sum, max, min and "
-            f"none have one)"
-        )
     idx = c.fwd(indices)
+    if red == "mul":
+        return _scatter_mul(c, op, g, need, idx)
     writers: list[Tensor] = []
 
     def last_writer() -> Tensor:
@@ -141,6 +138,58 @@ def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
             return g[0] * as_float(kept, g[0])
         hit = ops.equal(c.fwd(op.inputs[2]), c.fwd(op.outputs[0]))
         return g[0] * as_float(hit, g[0])
+
+    makers = [grad_data, lambda: None, grad_initial][: len(op.inputs)]
+    return pick(need, *makers)
+
+
+def _scatter_mul(
+    c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool], idx: Tensor
+) -> Grads:
+    """mul: each factor's gradient is its target's gradient times the product of the other
+    factors there. Without dividing by zero: per target, the product ``P`` of its non-zero
+    factors and the count ``Z`` of its zero factors; the others' product is ``P / x`` for a
+    non-zero ``x`` when ``Z == 0`` and ``P`` for a zero ``x`` when ``Z == 1``, else 0."""
+    data = op.inputs[0]
+    x = c.fwd(data)
+    a = op.attrs
+    has_initial = len(op.inputs) > 2
+    zero = constant(0, x.dtype)
+
+    def parts(t: Tensor) -> tuple[Tensor, Tensor]:
+        is_zero = ops.equal(t, zero)
+        return is_zero, ops.where(is_zero, constant(1, x.dtype), t)
+
+    x_zero, x_safe = parts(x)
+    extra: list[Tensor] = []
+    if has_initial:
+        init = c.fwd(op.inputs[2])
+        i_zero, i_safe = parts(init)
+        extra = [i_safe]
+        count0: Tensor = ops.cast(i_zero, x.dtype)
+    else:
+        shape, np_type = op.outputs[0].shape, x.dtype.as_numpy()
+        count0 = constant(np.zeros(shape, np_type), name="no_zeros")
+        extra = [constant(np.ones(shape, np_type), name="ones")]
+    attrs = dict(a)
+    P = create_op("ScatterReduce", [x_safe, idx, extra[0]], {**attrs, "reduction": "mul"})[0]
+    Z = create_op(
+        "ScatterReduce", [ops.cast(x_zero, x.dtype), idx, count0], {**attrs, "reduction": "sum"}
+    )[0]
+
+    def others(t_zero: Tensor, t_safe: Tensor, P_t: Tensor, Z_t: Tensor) -> Tensor:
+        nonzero_case = as_float(ops.equal(Z_t, zero), P_t) * (P_t / t_safe)
+        zero_case = as_float(ops.equal(Z_t, constant(1, x.dtype)), P_t) * P_t
+        return ops.where(t_zero, zero_case, nonzero_case)
+
+    def grad_data() -> Tensor:
+        picked = _gather_targets(g[0], idx, data.shape, a)
+        P_t = _gather_targets(P, idx, data.shape, a)
+        Z_t = _gather_targets(Z, idx, data.shape, a)
+        return picked * others(x_zero, x_safe, P_t, Z_t)
+
+    def grad_initial() -> Tensor:
+        return g[0] * others(i_zero, i_safe, P, Z)
 
     makers = [grad_data, lambda: None, grad_initial][: len(op.inputs)]
     return pick(need, *makers)
