@@ -48,24 +48,14 @@ def gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 def scatter(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     t_ir, idx_ir, _ = op.inputs
     t, idx, values = (env[i] for i in op.inputs)
-    ax, name = op.attrs["axis"], op.outputs[0].id
-    shape = t_ir.shape
-    strides = np.array([math.prod(shape[d + 1 :]) for d in range(len(shape))], dtype=np.int64)
-    pos = np.indices(idx_ir.shape).reshape(len(shape), -1)
-    pos[ax] = 0
-    base = _const(lw, poplar.INT, (strides @ pos).astype(np.int32).reshape(idx_ir.shape), name)
-    i = _wrapped(_signed(idx, pe._2), shape[ax])
-    valid = pe.And(pe.Gte(i, 0), pe.Lt(i, shape[ax]))
-    flat = popops.map(
-        lw.graph, pe.Select(pe._1 + i * int(strides[ax]), -1, valid), [base, idx], prog,
-        name=f"{name}/indices",
-    )  # fmt: skip
+    name = op.outputs[0].id
+    flat = _flat_targets(lw, idx, idx_ir.shape, t_ir.shape, op.attrs["axis"], prog, name)
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(t, out))
     n = values.num_elements
     popops.multi_update(
-        lw.graph, out.reshape((out.num_elements, 1)), flat.flatten(),
-        values.reshape((n, 1)), prog, name=name,
+        lw.graph, out.reshape((out.num_elements, 1)), flat, values.reshape((n, 1)), prog,
+        name=name,
     )  # fmt: skip
     env[op.outputs[0]] = out
 
@@ -80,7 +70,8 @@ def _flat_targets(
     name: str,
 ) -> poplar.Tensor:
     """The flat output element each element of ``data`` goes to (``idx`` has data's shape,
-    its values on axis ``ax``; negatives count from the end), -1 for out-of-range indices."""
+    its values on axis ``ax``; negatives count from the end), -1 for out-of-range indices
+    (ignored by the multi-updates). Shared by scatter and scatter_reduce."""
     strides = np.array(
         [math.prod(out_shape[d + 1 :]) for d in range(len(out_shape))], dtype=np.int64
     )

@@ -425,18 +425,13 @@ class MultiUpdateAdd(poplar.Codelet):
         return 2.0 * v.lengths("rows")
 
 
-class MultiUpdateOp(poplar.Codelet):
+class MultiUpdateOp(MultiUpdate):
     """Combine rows by index into a partition of a table with ``OP`` (MAX, MIN or MUL;
-    duplicates combine in turn): PopLibs' ``multiUpdateMax`` generalised."""
+    duplicates combine in turn): PopLibs' ``multiUpdateMax`` generalised. MultiUpdate's
+    fields."""
 
     name = "popops::MultiUpdateOp"
     templates = ("T", "TI", "OP")
-    supervisor = True
-    indices = poplar.Input("TI")
-    rows = poplar.Input("T")
-    base = poplar.InOut("T")
-    baseRow = poplar.State(poplar.UNSIGNED_INT)
-    rowElems = poplar.State(poplar.UNSIGNED_INT)
 
     compute = staticmethod(_multi_update_op_compute)
 

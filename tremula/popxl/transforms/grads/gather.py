@@ -107,25 +107,30 @@ def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
     idx = c.fwd(indices)
     if red == "mul":
         return _scatter_mul(c, op, g, need, idx)
-    writers: list[Tensor] = []
+    made: dict[str, Tensor] = {}  # made once, shared by both gradients
+
+    def ids() -> Tensor:
+        """Each data element's flat position."""
+        if "ids" not in made:
+            positions = np.arange(data.nelms, dtype=np.int32).reshape(data.shape)
+            made["ids"] = constant(positions, name="ids")
+        return made["ids"]
 
     def last_writer() -> Tensor:
         """Per output position, the flat position of the data element written last (-1
         where none was)."""
-        if not writers:
-            ids = constant(np.arange(data.nelms, dtype=np.int32).reshape(data.shape), name="ids")
+        if "writer" not in made:
             none = constant(np.full(op.outputs[0].shape, -1, np.int32), name="unwritten")
             attrs = {**a, "reduction": "none"}
-            writers.append(create_op("ScatterReduce", [ids, idx, none], attrs)[0])
-        return writers[0]
+            made["writer"] = create_op("ScatterReduce", [ids(), idx, none], attrs)[0]
+        return made["writer"]
 
     def grad_data() -> Tensor:
         picked = _gather_targets(g[0], idx, data.shape, a)
         if red == "sum":
             return picked
         if red == "none":
-            ids = constant(np.arange(data.nelms, dtype=np.int32).reshape(data.shape), name="ids")
-            won = ops.equal(_gather_targets(last_writer(), idx, data.shape, a), ids)
+            won = ops.equal(_gather_targets(last_writer(), idx, data.shape, a), ids())
             return picked * as_float(won, picked)
         y = _gather_targets(c.fwd(op.outputs[0]), idx, data.shape, a)
         return picked * as_float(ops.equal(c.fwd(data), y), picked)
