@@ -28,8 +28,15 @@ def _engine():
     g.add_vertex(fin, "demo::Sum", {"x": s, "out": total[0]}, tile=3)
     g.create_host_write("x", x)
     g.create_host_read("total", total)
-    prog = poplar.Sequence([poplar.Execute(cs), poplar.Execute(red), poplar.Execute(fin),
-                            poplar.Sync("external"), poplar.Copy(total, x[0, :1])])
+    prog = poplar.Sequence(
+        [
+            poplar.Execute(cs),
+            poplar.Execute(red),
+            poplar.Execute(fin),
+            poplar.Sync("external"),
+            poplar.Copy(total, x[0, :1]),
+        ]
+    )
     engine = poplar.Engine(g, prog)
     engine.load(device)
     engine.write_tensor("x", np.arange(128, dtype=np.float32) / 100)
@@ -53,7 +60,8 @@ def test_replayed_runs_match_full_simulation():
     fast.run(0)
     full.run(0)
     assert json.dumps(fast.get_execution_profile(), sort_keys=True) == json.dumps(
-        full.get_execution_profile(), sort_keys=True)
+        full.get_execution_profile(), sort_keys=True
+    )
 
 
 def test_programs_that_branch_on_data_are_simulated_in_full():
@@ -63,3 +71,67 @@ def test_programs_that_branch_on_data_are_simulated_in_full():
     engine = poplar.Engine(g, poplar.If(flag, poplar.Sync("internal")))
     engine.load(device)
     assert engine._replay.static == [False]
+
+
+def _loop_engine(device, interpreted: bool):
+    """``Repeat(3, [stream in x; Call(f: x = x^2 + 1 ... sum into s); copy s into acc[i]])``
+    with a stream out at the end: calls, repeats, stream copies and exchanges in one
+    static program."""
+    g = poplar.Graph(device.target)
+    g.add_codelets([SquarePlusOne, Sum])
+    tiles = g.target.num_tiles
+    x = g.add_variable(poplar.FLOAT, (4, 8), "x")
+    y = g.add_variable(poplar.FLOAT, (4, 8), "y")
+    s = g.add_variable(poplar.FLOAT, (4,), "s")
+    acc = g.add_variable(poplar.FLOAT, (4,), "acc")
+    prev = g.add_variable(poplar.FLOAT, (1,), "prev")
+    for row in range(4):
+        for t in (x[row], y[row], s[row : row + 1]):
+            g.set_tile_mapping(t, row % tiles)
+    g.set_tile_mapping(acc, tiles - 1)
+    g.set_tile_mapping(prev, tiles - 1)
+    cs = g.add_compute_set("square")
+    g.add_vertices(cs, "demo::SquarePlusOne", {"x": x, "y": y}, [r % tiles for r in range(4)])
+    red = g.add_compute_set("sums")
+    for r in range(4):
+        g.add_vertex(red, "demo::Sum", {"x": y[r], "out": s[r]}, tile=r % tiles)
+    inc = g.add_compute_set("accumulate")
+    g.add_vertex(
+        inc, "demo::Sum", {"x": poplar.concat([prev, s[:1]]), "out": acc[0]}, tile=tiles - 1
+    )
+    body = g.add_function(poplar.Sequence([poplar.Execute(cs), poplar.Execute(red)]))
+    xs = g.add_host_to_device_fifo("xs", poplar.FLOAT, 32)
+    out = g.add_device_to_host_fifo("out", poplar.FLOAT, 4)
+    step = poplar.Sequence(
+        [poplar.Copy(xs, x), poplar.Call(body), poplar.Copy(acc[:1], prev), poplar.Execute(inc)]
+    )
+    prog = poplar.Sequence([poplar.Repeat(3, step), poplar.Copy(acc, out)])
+    engine = poplar.Engine(g, prog)
+    engine.load(device)
+    if interpreted:
+        engine._replay.static = [False]
+    return engine
+
+
+def test_flattened_static_programs_compute_what_the_interpreter_does():
+    rng = np.random.default_rng(4)
+    for device in (
+        poplar.Device.create_cpu_device(),
+        poplar.IPUModel(tiles_per_ipu=4).create_device(),
+    ):
+        flat, interpreted = _loop_engine(device, False), _loop_engine(device, True)
+        assert flat._replay.static == [True]
+        total = 0.0
+        for _ in range(3):  # later runs take the flattened plan
+            data = rng.standard_normal((3, 32)).astype(np.float32)
+            results = []
+            for engine in (flat, interpreted):
+                got = np.zeros(4, np.float32)
+                engine.connect_stream("xs", data.copy())
+                engine.connect_stream("out", got)
+                engine.run(0)
+                results.append(got)
+            np.testing.assert_array_equal(results[0], results[1])
+            for batch in data:  # acc[0] += sum(x[0]^2 + 1) per repeat
+                total += float(np.sum(batch[:8].astype(np.float64) ** 2 + 1))
+            np.testing.assert_allclose(results[0][0], total, rtol=1e-5)

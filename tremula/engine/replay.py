@@ -7,10 +7,15 @@ previous step ended. :class:`TimelineReplay` records that effect on the first ru
 given shape and replays it afterwards: the numbers still run every time, the timeline work
 (reductions over every tile for every step) is done once. Profiles are identical to those of
 a full simulation.
+
+The numbers of a static program run through :func:`flatten`: a flat list of calls made
+once per program, in place of the interpreter's walk over nodes (on the CPU target too,
+which has no timeline).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,16 +43,74 @@ def is_static(root: N.Node) -> bool:
     return True
 
 
+Step = Callable[[], None]
+ALL = slice(None)
+
+
+def flatten(rt: Any, root: N.Node) -> list[Step]:
+    """The data effects of a static program as a flat list of calls, for replayed runs
+    (the timeline is replayed separately): sequences and calls are inlined, repeats loop
+    over their flattened body, compute sets and exchange copies are called directly, steps
+    that only move clocks (syncs, undefined writes, copy-free exchanges) vanish, and any
+    other node runs through the interpreter on all replicas."""
+    out: list[Step] = []
+    replica_ids = rt.replica_ids[ALL]
+
+    def walk(node: N.Node, into: list[Step]) -> None:
+        kind = type(node)
+        if kind is N.SeqNode:
+            for child in node.nodes:
+                walk(child, into)
+        elif kind is N.CallNode and node.body is not None:
+            walk(node.body, into)
+        elif kind is N.RepeatNode:
+            body: list[Step] = []
+            walk(node.body, body)
+            into.append(lambda body=body, n=node.count: _loop(body, n))
+        elif kind is N.OnTileNode:
+            into.append(lambda node=node: _compute(rt, node, replica_ids))
+        elif kind is N.ExchangeNode:
+            if node.copy is not None:
+                src, dst = node.copy
+                into.append(
+                    lambda src=src, dst=dst: dst.write(rt.storage, ALL, src.read(rt.storage, ALL))
+                )
+        elif kind in (N.SyncNode, N.WriteUndefNode):
+            return
+        else:
+            into.append(lambda node=node: rt.run(node, ALL))
+
+    walk(root, out)
+    return out
+
+
+def _loop(body: list[Step], count: int) -> None:
+    for _ in range(count):
+        for step in body:
+            step()
+
+
+def _compute(rt: Any, node: N.OnTileNode, replica_ids: np.ndarray) -> None:
+    node.ccs.run(rt.storage, ALL, replica_ids)
+    if rt.record_cs:
+        rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
+
+
 class TimelineReplay:
     def __init__(self, roots: list[N.Node]) -> None:
         self.static = [is_static(r) for r in roots]
         self.cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._null: NullTimeline | None = None
+        self._plans: dict[int, tuple[Any, list[Step]]] = {}  # program -> (runtime, steps)
 
     def run(self, rt: Any, index: int, root: N.Node) -> None:
         tl: Timeline = rt.tl
-        if not self.static[index] or isinstance(tl, NullTimeline):
+        if not self.static[index]:
             rt.run(root)
+            return
+        if isinstance(tl, NullTimeline):  # no timeline to replay (the CPU target)
+            for step in self._plan(rt, index, root):
+                step()
             return
         base = int(tl.t.min())
         key = (index, (tl.t - base).tobytes(), tl.prev_to - base, tl.record)
@@ -58,9 +121,11 @@ class TimelineReplay:
         steps, trace, cycles, shape, prev = hit
         if self._null is None:
             self._null = NullTimeline(tl.target)
+        plan = self._plan(rt, index, root)
         rt.tl = self._null
         try:
-            rt.run(root)
+            for step in plan:
+                step()
         finally:
             rt.tl = tl
         tl.steps.add_shifted(base, steps)
@@ -69,6 +134,13 @@ class TimelineReplay:
             tl.tile_cycles[k] += v
         np.add(shape, base, out=tl.t)
         tl.prev_to = prev + base
+
+    def _plan(self, rt: Any, index: int, root: N.Node) -> list[Step]:
+        """Program ``index``'s flattened steps for runtime ``rt`` (made on first use)."""
+        plan = self._plans.get(index)
+        if plan is None or plan[0] is not rt:
+            plan = self._plans[index] = (rt, flatten(rt, root))
+        return plan[1]
 
     def _record(self, rt: Any, tl: Timeline, root: N.Node, key: tuple, base: int) -> None:
         n_steps, n_trace, before = len(tl.steps), len(tl.trace), dict(tl.tile_cycles)
