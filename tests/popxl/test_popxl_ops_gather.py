@@ -213,7 +213,13 @@ def test_scatter_reduce_errors():
             ops.scatter_reduce(d, popxl.variable(np.zeros((2, 3), np.int32)), axis_size=2)
         with pytest.raises(TypeError, match="initial_values"):
             ops.scatter_reduce(d, i, initial_values=popxl.variable(np.zeros((2, 3), np.int32)))
-        n_ops = len(ir.main_graph.ops)
+        bad = popxl.variable(np.zeros((4, 3), np.float32))
+        g = ir.main_graph
+        before = (len(g.ops), len(g.constants))
         with pytest.raises(TypeError, match="indices"):
-            ops.scatter_reduce(d, popxl.variable(np.zeros((4, 3), np.float32)), axis_size=2)
-        assert len(ir.main_graph.ops) == n_ops  # a refused call adds nothing
+            ops.scatter_reduce(d, bad, axis_size=2)
+        with pytest.raises(ValueError, match="reduction 'mean'"):  # host indices
+            ops.scatter_reduce(d, np.zeros((4, 3), np.int32), "mean", axis_size=2)
+        with pytest.raises(ValueError, match=r"indices \(2,\) must have"):
+            ops.scatter_reduce(d, [0, 1], axis_size=2)
+        assert (len(g.ops), len(g.constants)) == before  # a refused call adds nothing

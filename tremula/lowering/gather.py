@@ -14,6 +14,7 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.gather import start_value
 
 
 def _const(lw: Lowerer, dtype: poplar.Type, data: np.ndarray, name: str) -> poplar.Tensor:
@@ -84,10 +85,6 @@ def _flat_targets(
     return popops.map(lw.graph, e, [base, idx], prog, name=f"{name}/indices").flatten()
 
 
-#: the value max / min / mul start from before the first scattered value
-_START = {"max": "lowest", "min": "highest", "mul": 1}
-
-
 @rule("ScatterReduce")
 def scatter_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     data_ir = op.inputs[0]
@@ -116,14 +113,7 @@ def scatter_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
         popops.multi_update(g, table, flat, rows, prog, name=name)
     else:
         if not initial:
-            start = _START[red]
-            if isinstance(start, str):
-                info = np.finfo if out.dtype.numpy.kind == "f" else np.iinfo
-                limit = info(out.dtype.numpy)
-                start = float(limit.min if start == "lowest" else limit.max)
-                if out.dtype.numpy.kind == "f":
-                    start = -np.inf if red == "max" else np.inf
-            popops.fill(g, out, start, prog, name=f"{name}/start")
+            popops.fill(g, out, start_value(red, out.dtype.numpy), prog, name=f"{name}/start")
         popops.multi_update_op(g, table, flat, rows, red.upper(), prog, name=name)
         if not initial:  # positions no index reaches are 0
             hits = lw.new_tensor(None, poplar.FLOAT, out_shape, name=f"{name}/hits")

@@ -163,22 +163,30 @@ def scatter(
 REDUCTIONS = ("sum", "max", "min", "mul", "none")
 
 
-def broadcast_indices(
-    idx: np.ndarray, data_shape: tuple[int, ...], a: dict[str, Any]
-) -> np.ndarray:
-    """ScatterReduce's indices over ``data``'s shape (a 1-D ``indices`` broadcast along the
-    other axes when ``broadcast``)."""
-    if a["broadcast"] and idx.ndim == 1 and len(data_shape) > 1:
-        shape = [-1 if d == a["axis"] else 1 for d in range(len(data_shape))]
-        return np.broadcast_to(idx.reshape(shape), data_shape)
-    return idx
+def start_value(reduction: str, dtype: np.dtype) -> Any:
+    """What max / min / mul start from at a position before its first value: the
+    reduction's identity in ``dtype``."""
+    if reduction == "mul":
+        return 1
+    if np.dtype(dtype).kind == "f":
+        return -np.inf if reduction == "max" else np.inf
+    info = np.iinfo(dtype)
+    return int(info.min if reduction == "max" else info.max)
+
+
+def _out_shape(data_shape: tuple[int, ...], a: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(a["axis_size"] if d == a["axis"] else s for d, s in enumerate(data_shape))
 
 
 def scatter_reduce_targets(
     idx: np.ndarray, data_shape: tuple[int, ...], a: dict[str, Any]
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """(output coordinates of the valid data elements, their validity mask over data)."""
-    idx = broadcast_indices(idx.astype(np.int64), data_shape, a)
+    """(output coordinates of the valid data elements, their validity mask over data); a
+    1-D ``idx`` is broadcast along the other axes when ``a["broadcast"]``."""
+    idx = idx.astype(np.int64)
+    if a["broadcast"]:
+        shape = [-1 if d == a["axis"] else 1 for d in range(len(data_shape))]
+        idx = np.broadcast_to(idx.reshape(shape), data_shape)
     n = a["axis_size"]
     idx = np.where(idx < 0, idx + n, idx)
     ok = (idx >= 0) & (idx < n)
@@ -188,42 +196,33 @@ def scatter_reduce_targets(
 
 
 def _scatter_reduce_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
-    data = specs[0]
-    shape = tuple(a["axis_size"] if d == a["axis"] else s for d, s in enumerate(data.shape))
-    return [TensorSpec(shape, data.dtype)]
+    return [TensorSpec(_out_shape(specs[0].shape, a), specs[0].dtype)]
 
 
 def _scatter_reduce_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
-    data = x[0]
-    (shape,) = (s.shape for s in _scatter_reduce_spec([TensorSpec(data.shape, None)], a))
+    data, red = x[0], a["reduction"]
+    shape = _out_shape(data.shape, a)
     target, ok = scatter_reduce_targets(x[1], data.shape, a)
     values = data[ok]
     initial = x[2] if len(x) > 2 else None
     out = np.zeros(shape, data.dtype) if initial is None else initial.astype(data.dtype)
-    red = a["reduction"]
     if red == "none":  # the last write to a position wins
         flat = np.ravel_multi_index(target, shape)
         last = np.unique(flat[::-1], return_index=True)[1]
         keep = flat.size - 1 - last
         out[tuple(t[keep] for t in target)] = values[keep]
-        return [out]
-    if red == "sum":
+    elif red == "sum":
         np.add.at(out, target, values)
-        return [out]
-    ufunc = {"max": np.maximum, "min": np.minimum, "mul": np.multiply}[red]
-    if initial is not None:
+    else:
+        ufunc = {"max": np.maximum, "min": np.minimum, "mul": np.multiply}[red]
+        if initial is None:  # only the scattered values; positions none reaches stay 0
+            out[...] = start_value(red, data.dtype)
         ufunc.at(out, target, values)
-        return [out]
-    hit = np.zeros(shape, bool)
-    hit[target] = True
-    first = np.zeros(shape, data.dtype)  # each position starts at its first value
-    flat = np.ravel_multi_index(target, shape)
-    firsts = np.unique(flat, return_index=True)[1]
-    first[tuple(t[firsts] for t in target)] = values[firsts]
-    rest = np.ones(flat.size, bool)
-    rest[firsts] = False
-    ufunc.at(first, tuple(t[rest] for t in target), values[rest])
-    return [np.where(hit, first, np.zeros((), data.dtype))]
+        if initial is None:
+            hit = np.zeros(shape, bool)
+            hit[target] = True
+            out = np.where(hit, out, np.zeros((), data.dtype))
+    return [out]
 
 
 defop("ScatterReduce", _scatter_reduce_spec, _scatter_reduce_ref)
@@ -257,13 +256,11 @@ def scatter_reduce(
     """
     what = "scatter_reduce"
     check_tensor(data, what, "data")
-    idx = as_indices(indices, what)
     if reduction not in REDUCTIONS:
         raise ValueError(f"{what}: reduction {reduction!r} is not one of {list(REDUCTIONS)}")
     if data.rank == 0:
         raise ValueError(f"{what}: cannot scatter the scalar {data.id!r}")
     ax = norm_axis(axis, data.rank, what, repr(data.id))
-    inputs = [data, idx]
     if initial_values is not None:
         check_tensor(initial_values, what, "initial_values")
         if initial_values.dtype != data.dtype:
@@ -278,13 +275,13 @@ def scatter_reduce(
                 f"{initial_values.shape} on axis {ax}"
             )
         axis_size = size
-        inputs.append(initial_values)
     if axis_size is None or axis_size < 0:
         raise ValueError(f"{what}: give axis_size (or initial_values) for the output's axis {ax}")
-    broadcast = bool(enable_index_broadcast) and idx.rank == 1 and data.rank > 1
-    if (idx.shape[0] != data.shape[ax]) if broadcast else (idx.shape != data.shape):
+    idx_shape = indices.shape if isinstance(indices, Tensor) else np.shape(indices)
+    broadcast = bool(enable_index_broadcast) and len(idx_shape) == 1 and data.rank > 1
+    if (idx_shape[0] != data.shape[ax]) if broadcast else (tuple(idx_shape) != data.shape):
         raise ValueError(
-            f"{what}: indices {idx.shape} must have data {data.id!r}'s shape {data.shape}"
+            f"{what}: indices {tuple(idx_shape)} must have data {data.id!r}'s shape {data.shape}"
             + (f" (or be 1-D of length {data.shape[ax]})" if enable_index_broadcast else "")
         )
     out_shape = tuple(axis_size if d == ax else s for d, s in enumerate(data.shape))
@@ -293,6 +290,8 @@ def scatter_reduce(
             f"{what}: initial_values {initial_values.id!r} {initial_values.shape} must have the "
             f"output's shape {out_shape}"
         )
+    idx = as_indices(indices, what)  # last: host indices become a constant only now
+    inputs = [data, idx] if initial_values is None else [data, idx, initial_values]
     attrs = {
         "reduction": reduction,
         "axis": ax,
