@@ -124,7 +124,37 @@ class CompiledGroup:
             addresses = source.reshape(shape)  # a view when NumPy can, else a copy
         except ValueError:
             return None
-        return affine_layout(addresses, self.roots)
+        layout = affine_layout(addresses, self.roots)
+        if layout is None:  # addresses gathered from pieces may still step evenly
+            layout = numeric_affine(addresses, distinct=name in self.writes)
+        return layout
+
+
+def numeric_affine(
+    addresses: np.ndarray, distinct: bool = False
+) -> tuple[int, tuple[int, ...]] | None:
+    """``(first address, element strides)`` when ``addresses[i, j, ...] == first + i*s0 +
+    j*s1 + ...`` holds for every element (checked in full), else None; with ``distinct``,
+    also None when two elements share an address (a written view must not alias)."""
+    if addresses.size == 0:
+        return None
+    a = addresses.astype(np.int64, copy=False)
+    first = int(a.flat[0])
+    strides = []
+    expected = np.full((1,) * a.ndim, first, dtype=np.int64)
+    for axis, n in enumerate(a.shape):
+        step = 0
+        if n > 1:
+            step = int(a[(0,) * axis + (1,) + (0,) * (a.ndim - axis - 1)]) - first
+        strides.append(step)
+        shape = [1] * a.ndim
+        shape[axis] = n
+        expected = expected + (np.arange(n, dtype=np.int64) * step).reshape(shape)
+    if not np.array_equal(expected, a):
+        return None
+    if distinct and np.unique(a).size != a.size:
+        return None
+    return first, tuple(strides)
 
 
 @dataclass

@@ -22,6 +22,7 @@ Estimators (``n`` elements, ``vw`` the 64-bit vector width: float 2, half 4):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -107,42 +108,84 @@ class LossKind:
 
 def _rows(v: poplar.Batch) -> tuple[int, int]:
     """(rows, classes) of a loss vertex batch: every vertex holds whole rows of one width."""
+    return int(v.labels.shape[-1]), _classes(v)
+
+
+def _classes(v: poplar.Batch) -> int:
     classes = np.unique(v.numClasses)
     if classes.size > 1:
         raise CodeletError(
             f"{v.vertex_type.name}: vertices of one compute set differ in classes {classes}"
         )
-    return int(v.labels.shape[-1]), int(classes[0]) if classes.size else 1
+    return int(classes[0]) if classes.size else 1
 
 
 def _loss_compute(kind: str, v: poplar.Batch) -> None:
-    """Deltas and loss per row without materialising the one-hot rows: the label's
-    element is gathered and corrected by fancy indexing."""
     rows, c = _rows(v)
-    p = np.asarray(v.probs, dtype=np.float32).reshape(v.replicas, rows, c)
-    lab = np.asarray(v.labels).astype(np.int64)
-    valid = (lab >= 0) & (lab < c)
-    at = (np.arange(v.replicas)[:, None], np.arange(rows)[None, :], np.where(valid, lab, 0))
     ds = np.asarray(v.expand(v.deltasScale, "labels"), dtype=np.float32)
     mos = np.asarray(v.expand(v.modelOutputScaling, "labels"), dtype=np.float32)
+    d, loss = _loss_values(kind, v.probs, v.labels, ds, mos, (v.replicas, rows, c))
+    v.deltas = d
+    v.loss = loss
+
+
+def _loss_prepare(kind: str, v: poplar.Batch) -> Any:
+    """``Codelet.prepare``: direct views of every field when the scales are one scalar each
+    (the usual case: one loss over a batch), else None."""
+    views = [v.stable_view(name) for name in ("probs", "labels", "deltas", "loss")]
+    ds, mos = v.stable_scalar("deltasScale"), v.stable_scalar("modelOutputScaling")
+    if any(x is None for x in views) or ds is None or mos is None:
+        return None
+    probs, labels, deltas, loss = views
+    shape = (v.replicas, int(v.lengths("labels").sum()), int(_classes(v)))
+
+    def run() -> None:
+        d, l_ = _loss_values(kind, probs, labels, ds, mos, shape)
+        deltas[...] = d
+        loss[...] = l_
+
+    return run
+
+
+def _loss_values(
+    kind: str,
+    probs: np.ndarray,
+    labels: np.ndarray,
+    ds: np.ndarray,
+    mos: np.ndarray,
+    shape: tuple[int, int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Deltas ``[R, rows * classes]`` and loss ``[R, rows]`` per row without materialising
+    the one-hot rows: the label's element is gathered and corrected by fancy indexing.
+    ``ds`` and ``mos`` (deltas scale, model output scaling) broadcast to ``[R, rows]``."""
+    R, rows, c = shape
+    p = np.asarray(probs, dtype=np.float32).reshape(R, rows, c)
+    lab = np.asarray(labels).astype(np.int64)
+    valid = (lab >= 0) & (lab < c)
+    at = (np.arange(R)[:, None], np.arange(rows)[None, :], np.where(valid, lab, 0))
+    ds = np.broadcast_to(np.asarray(ds, dtype=np.float32), (R, rows))
+    mos = np.broadcast_to(np.asarray(mos, dtype=np.float32), (R, rows))
     picked = np.where(valid, p[at], np.float32(0))
     with np.errstate(all="ignore"):
         y = np.exp(p) if kind == "NllLog" else p / mos[..., None]
         d = y * ds[..., None]
         d[at] -= np.where(valid, ds, np.float32(0))
-        v.deltas = d.reshape(v.replicas, -1)
         if kind == "NllLog":
-            v.loss = -picked
+            loss = -picked
         elif kind == "SumSquared":
             y_label = picked / mos
-            v.loss = 0.5 * (np.sum(y * y, axis=-1) - 2 * y_label + valid)
+            loss = 0.5 * (np.sum(y * y, axis=-1) - 2 * y_label + valid)
         else:
-            v.loss = np.where(valid, -(np.log(picked + LOG_EPSILON) - np.log(mos)), 0)
+            loss = np.where(valid, -(np.log(picked + LOG_EPSILON) - np.log(mos)), 0)
+    return d.reshape(R, -1), loss
 
 
 def _loss_class(kind: LossKind) -> type[poplar.Codelet]:
     def compute(v: poplar.Batch) -> None:
         _loss_compute(kind.name, v)
+
+    def prepare(v: poplar.Batch) -> Any:
+        return _loss_prepare(kind.name, v)
 
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         rows = v.lengths("labels")
@@ -165,6 +208,7 @@ def _loss_class(kind: LossKind) -> type[poplar.Codelet]:
         "loss": poplar.Output("T"),
         "numClasses": poplar.State(poplar.UNSIGNED_INT),
         "compute": staticmethod(compute),
+        "prepare": staticmethod(prepare),
         "cycles": staticmethod(cycles),
         "flops": staticmethod(flops),
     }

@@ -67,18 +67,25 @@ def _finish(v: poplar.Batch, r: np.ndarray) -> None:
     v.out = _finished(r, _scale(v), v.out if update else None, v.dtype("out").numpy)
 
 
-def _prepare(reduce: Any, layout_key: str, layout: Any, first_stage: bool) -> Any:
+def _prepare(
+    reduce: Any, layout_key: str, layout: Any, first_stage: bool, strided: Any = None
+) -> Any:
     """``Codelet.prepare`` for the reduce vertices: a closure over direct views of
     ``partials`` and ``out`` (None when either needs a gather), the layout and scales derived
     once."""
 
     def prepare(v: poplar.Batch) -> Any:
         partials, out = v.stable_view("partials"), v.stable_view("out")
-        if partials is None or out is None:
+        if out is None:
+            return None
+        lay = v.cached(layout_key, lambda: layout(v))
+        if partials is None and strided is not None:
+            # pieces of one length and count may still be a strided view of one variable
+            partials, lay = strided(v, lay)
+        if partials is None:
             return None
         op = Operation[v.params["OP"]]
         spec, acc = SPECS[op], accumulator(partials.dtype)
-        lay = v.cached(layout_key, lambda: layout(v))
         scale, out_t = _scale(v), v.dtype("out").numpy
         update = v.fields["out"].direction == "inout"
 
@@ -90,6 +97,30 @@ def _prepare(reduce: Any, layout_key: str, layout: Any, first_stage: bool) -> An
         return run
 
     return prepare
+
+
+def _strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """ReducePartials' pieces as a zero-copy ``[replica, outputs, pieces, length]`` view and
+    the layout reducing it, when every output region has the same piece count and length
+    and the pieces form an affine view of one variable (e.g. a column sum's rows); else
+    ``(None, lay)``."""
+    if (
+        lay.get("path") == "runs"
+        and lay["lengths"].size
+        and np.all(lay["lengths"] == lay["lengths"][0])
+    ):
+        C, L = int(lay["lengths"][0]), 1
+    elif lay.get("path") == "uniform":
+        C, L = lay["shape"]
+    else:
+        return None, lay
+    total = int(v.lengths("partials").sum())
+    if C == 0 or total % (C * L):
+        return None, lay
+    view = v.stable_view("partials", (total // (C * L), C, L))
+    if view is None:
+        return None, lay
+    return view, {"path": "pieces"}
 
 
 def _block_layout(v: poplar.Batch) -> dict[str, Any]:
@@ -204,6 +235,8 @@ def _partials_compute(v: poplar.Batch) -> None:
 
 
 def _partials_reduce(op: Operation, x: np.ndarray, lay: dict[str, Any]) -> np.ndarray:
+    if lay["path"] == "pieces":  # [R, outputs, pieces, length] (see _strided_partials)
+        return reduce_axes(op, x, (2,)).reshape(x.shape[0], -1)
     if lay["path"] == "runs":
         return reduce_runs(op, x, lay["lengths"], lay["starts"])
     if lay["path"] == "uniform":
@@ -328,7 +361,9 @@ class ReducePartials(poplar.Codelet):
 
     compute = staticmethod(_partials_compute)
     prepare = staticmethod(
-        _prepare(_partials_reduce, "partials", _partials_layout, first_stage=False)
+        _prepare(
+            _partials_reduce, "partials", _partials_layout, False, strided=_strided_partials
+        )
     )
     cycles = staticmethod(partials_cycles)
     flops = staticmethod(_flops)
