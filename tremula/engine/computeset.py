@@ -116,6 +116,31 @@ class CompiledGroup:
         self._views[key] = (arr, view)
         return view
 
+    def affine_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape under which field ``name``'s addresses step evenly along every axis
+        (``(n,)`` for one stride, ``(rows, row)`` for e.g. a transposed matrix), so that
+        :meth:`strided` serves it as a view; None if neither (decided once)."""
+        key = ("#shape", name)
+        if key not in self._layouts:
+            self._layouts[key] = self._find_affine_shape(name)
+        return self._layouts[key]
+
+    def _find_affine_shape(self, name: str) -> tuple[int, ...] | None:
+        source = self.sources.get(name)
+        if source is None or source.size < 2:
+            return None
+        a = source.reshape(-1).astype(np.int64, copy=False)
+        steps = np.diff(a)
+        change = np.flatnonzero(steps != steps[0])
+        if change.size == 0:
+            shape: tuple[int, ...] = (a.size,)
+        else:
+            row = int(change[0]) + 1  # the first run of equal steps is one row
+            if a.size % row:
+                return None
+            shape = (a.size // row, row)
+        return shape if self._affine(name, shape) is not None else None
+
     def _affine(self, name: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
         source = self.sources.get(name)
         if source is None or int(np.prod(shape, dtype=np.int64)) != source.size:

@@ -450,6 +450,11 @@ class Batch(_Segmented):
             view.flags.writeable = False
         return view
 
+    def affine_shape(self, name: str) -> tuple[int, ...] | None:
+        """A shape under which ``stable_view(name, shape)`` succeeds although the field is
+        not one flat run (e.g. ``(rows, row)`` for a transposed matrix), or None."""
+        return self._ctx[0].affine_shape(name)
+
     def stable_scalar(self, name: str) -> np.ndarray | None:
         """A ``[replica, 1]`` view of the one element every vertex of field ``name`` reads
         (see ``reads_one_address``), or None."""

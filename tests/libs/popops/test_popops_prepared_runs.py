@@ -83,3 +83,46 @@ def test_later_runs_read_new_host_data_through_prepared_paths():
         b["cyclesFrom"] - a["cyclesFrom"] == shift and b["type"] == a["type"]
         for a, b in zip(first, later)
     )
+
+
+def test_transposed_operands_run_as_strided_views(monkeypatch):
+    """A scaled add of a transposed matrix and a column sum (pieces strided through the
+    rows) are served as strided views: later runs never fall back to ``compute``, and read
+    the new host data."""
+    from tremula.libs.popops import reduce_codelets, scaled_add
+
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    w = _input(g, "w", poplar.FLOAT, (24, 40))
+    gt = _input(g, "gt", poplar.FLOAT, (40, 24))
+    x = _input(g, "x", poplar.FLOAT, (32, 64))
+    scaled_add_to(g, w, gt.transpose(), -0.25, prog)
+    col = popops.reduce(g, x, [0], "ADD", prog)
+    _output(g, "rw", w)
+    _output(g, "col", col)
+    engine = poplar.Engine(g, prog)
+    engine.load(device)
+    rng = np.random.default_rng(5)
+
+    def run_and_check() -> None:
+        feeds = {
+            n: rng.standard_normal(s).astype(F32)
+            for n, s in (("w", (24, 40)), ("gt", (40, 24)), ("x", (32, 64)))
+        }
+        for name, data in feeds.items():
+            engine.write_tensor(name, data)
+        engine.run()
+        want_w = feeds["w"] + F32(-0.25) * feeds["gt"].T
+        np.testing.assert_array_equal(engine.read_tensor("rw"), want_w)
+        np.testing.assert_allclose(engine.read_tensor("col"), feeds["x"].sum(0), rtol=1e-5)
+
+    run_and_check()
+
+    def refuse(v):
+        raise AssertionError(f"{v.vertex_type.name}: gathered compute after the first run")
+
+    monkeypatch.setattr(scaled_add.ScaledAdd1D, "compute", classmethod(lambda cls, v: refuse(v)))
+    monkeypatch.setattr(reduce_codelets.ReducePartials, "compute", staticmethod(refuse))
+    for _ in range(2):
+        run_and_check()

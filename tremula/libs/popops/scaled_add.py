@@ -82,6 +82,9 @@ class _ScaledAdd(poplar.Codelet):
         ``data`` and ``deltas`` as direct views, number scales derived once, tensor scales
         as one-element views (when every vertex reads the same one and subtracts alike)."""
         data, deltas = v.stable_view("data"), v.stable_view("deltas")
+        if data is not None and deltas is None and (shape := v.affine_shape("deltas")):
+            # e.g. a transposed gradient: both fields as views of that shape
+            data, deltas = v.stable_view("data", shape), v.stable_view("deltas", shape)
         if data is None or deltas is None:
             return None
         negative = False  # a tensor scaleB is subtracted (the same for every vertex)
