@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -76,6 +76,8 @@ class Lowerer:
     d2h: dict[Any, poplar.DataStream] = field(default_factory=dict)
     remote: dict[Any, poplar.RemoteBuffer] = field(default_factory=dict)
     code_loaded: set[Graph] = field(default_factory=set)
+    #: lower chains of element-wise ops as one expression (``fusion.py``); a class switch
+    fuse_elementwise: ClassVar[bool] = True
     _names: dict[str, int] = field(default_factory=dict)
     _call_sites: dict[Graph, int] | None = None
 
@@ -151,11 +153,23 @@ class Lowerer:
         }
 
     def lower_ops(self, graph: Graph, env: Env, prog: poplar.Sequence) -> None:
-        for op in graph.ops:
-            fn = RULES.get(op.type)
-            if fn is None:
-                raise NotImplementedError(f"lowering: no rule for op type {op.type!r} ({op!r})")
-            fn(self, op, env, prog)
+        from tremula.lowering import fusion
+
+        items = fusion.plan(graph) if self.fuse_elementwise else graph.ops
+        for item in items:
+            if isinstance(item, fusion.Chain):
+                if fusion.lower_chain(self, item, env, prog):
+                    continue
+                ops = item.ops
+            else:
+                ops = [item]
+            for op in ops:
+                fn = RULES.get(op.type)
+                if fn is None:
+                    raise NotImplementedError(
+                        f"lowering: no rule for op type {op.type!r} ({op!r})"
+                    )
+                fn(self, op, env, prog)
 
     def lower_main(self) -> poplar.Sequence:
         env = Env()

@@ -268,13 +268,21 @@ def apply(op: Op, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = 
     """Run ``op`` on operands of type ``t`` (arrays or 0-d constants, broadcastable); half
     is computed in float32 and rounded once. With ``out`` (of the result type) the result
     may be written there directly; the returned array holds it either way."""
+    with np.errstate(all="ignore"):
+        return apply_quietly(op, t, args, out)
+
+
+def apply_quietly(
+    op: Op, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`apply` for callers that already silence floating-point warnings (one
+    ``np.errstate`` around a whole fused expression, not one per op)."""
     result = op.result_type(t).numpy
     if t is HALF:
         args = [a.astype(np.float32) if a.dtype == np.float16 else a for a in args]
-    with np.errstate(all="ignore"):
-        if out is not None and out.dtype == result and op.takes_out:
-            return op.ref(*args, out=out)
-        r = np.asarray(op.ref(*args))
+    if out is not None and out.dtype == result and op.takes_out:
+        return op.ref(*args, out=out)
+    r = np.asarray(op.ref(*args))
     return r if r.dtype == result else r.astype(result)
 
 
