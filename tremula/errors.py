@@ -41,6 +41,12 @@ class EngineError(TremulaError, RuntimeError):
     """The engine was used out of order (run before load) or with bad host buffers."""
 
 
+class ApplicationRuntimeError(EngineError):
+    """A running program met a value it cannot honour (Poplar's
+    ``poplar::application_runtime_error``, PopXL's ``popart.poplar_application_runtime_error``):
+    e.g. a float8 ``log2_scale`` outside the 6-bit signed range."""
+
+
 class StreamError(EngineError, ValueError):
     """A host stream, host handle or remote buffer was connected or used incorrectly."""
 

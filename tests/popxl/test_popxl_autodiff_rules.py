@@ -75,6 +75,10 @@ _GATHER0 = {"axis": 0, "available_memory_proportion": None, "zero_OOR": True}
 _GATHER1 = {**_GATHER0, "axis": 1}
 _DYN1 = {"axes": (0,), "sizes": (2,), "no_overlap": False}
 _DYN2 = {"axes": (0, 1), "sizes": (2, 3), "no_overlap": False}  # wraps around axis 1
+_GROUPED = {"axis": 2, "group_size": 2, "available_memory_proportion": None, "zero_OOR": True}
+_GROUPED_IDX = np.array([[[3, 0], [3, -1]], [[1, 4], [2, 1]]], np.int32)  # repeats, out of range
+_ROIS = np.array([[0.5, 1.0, 7.0, 6.0], [-2.0, -1.0, 4.0, 3.0], [3.0, 2.0, 12.0, 9.0]], F32)
+_ROI = {"output_size": (2, 2), "spatial_scale": 0.5, "sampling_ratio": 2, "aligned": False}
 _X_ZERO = np.array([[-1.5, 0.0, 0.7], [2.0, -0.2, 1.1]], F32)  # geluerf at 0 exactly
 
 CASES: dict[str, Case] = {
@@ -189,6 +193,26 @@ CASES: dict[str, Case] = {
     "ScatterReduce/none": Case(
         [u(4, 3), np.array([[2, 0, -1], [0, 1, 0], [2, 2, 5], [1, 0, 2]], np.int32), u(3, 3)],
         build=lambda d, i, v: ops.scatter_reduce(d, i, "none", initial_values=v),
+    ),
+    "GroupedGather": Case([u(2, 3, 4), _GROUPED_IDX], _GROUPED),
+    "GroupedGather/axis1-uint32": Case(
+        [u(3, 4, 2), np.array([[3, 3], [0, 2], [1, 7]], np.uint32)],
+        build=lambda t, i: ops.groupedgather(t, i, axis=1, group_size=3),
+    ),
+    "GroupedGatherGrad": Case([u(2, 3, 2, 2), _GROUPED_IDX], {"axis": 2, "data_shape": (2, 3, 4)}),
+    "RoiAlign": Case(
+        [u(2, 2, 4, 5), np.array([1, 0, 1], np.int32)],
+        build=lambda t, b: ops.roi_align(t, popxl.constant(_ROIS), b, (2, 2), 0.5, 2),
+    ),
+    "RoiAlign/aligned": Case(
+        [u(2, 2, 4, 5), np.array([0, 1, 1], np.int32)],
+        build=lambda t, b: ops.roi_align(t, popxl.constant(_ROIS), b, (3, 1), 0.6, 1, True),
+    ),
+    "RoiAlignGrad": Case(
+        [u(3, 2, 2, 2), np.array([1, 0, 1], np.int32)],
+        build=lambda g, b: create_op(
+            "RoiAlignGrad", [g, popxl.constant(_ROIS), b], {**_ROI, "input_shape": (2, 2, 4, 5)}
+        )[0],
     ),
     "DynamicSlice": Case([u(4, 5), np.array([1, 3], np.uint32)], _DYN2),
     "DynamicUpdate": Case([u(4, 5), np.array([2], np.uint32), u(2, 5)], _DYN1),

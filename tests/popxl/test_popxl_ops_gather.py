@@ -223,3 +223,117 @@ def test_scatter_reduce_errors():
         with pytest.raises(ValueError, match=r"indices \(2,\) must have"):
             ops.scatter_reduce(d, [0, 1], axis_size=2)
         assert (len(g.ops), len(g.constants)) == before  # a refused call adds nothing
+
+
+# ---- groupedgather ----
+
+
+def _grouped_gather_loop(x, idx, axis):
+    """Group by group, index by index: ``out[g][..., p, ...] = x[g]`` at ``idx[g][p]`` on
+    ``axis - 1`` of the group (zeros for an index outside the axis)."""
+    inner = axis - 1
+    n = x.shape[axis]
+    groups = []
+    for g in range(x.shape[0]):
+        data = np.moveaxis(x[g], inner, 0)
+        picked = np.zeros((*idx.shape[1:], *data.shape[1:]), x.dtype)
+        for p in np.ndindex(*idx.shape[1:]):
+            i = int(idx[g][p])
+            if 0 <= i < n:
+                picked[p] = data[i]
+        k = idx.ndim - 1  # the index axes go where the gathered axis was
+        groups.append(np.moveaxis(picked, list(range(k)), list(range(inner, inner + k))))
+    return np.stack(groups)
+
+
+def _grouped_scatter_loop(gy, idx, shape, axis):
+    """The gradient of :func:`_grouped_gather_loop`: each output row added back where it came
+    from."""
+    inner, n, k = axis - 1, shape[axis], idx.ndim - 1
+    gx = np.zeros(shape)
+    for g in range(shape[0]):
+        rows = np.moveaxis(gy[g], list(range(inner, inner + k)), list(range(k)))
+        target = np.moveaxis(gx[g], inner, 0)  # a view: writes reach gx
+        for p in np.ndindex(*idx.shape[1:]):
+            i = int(idx[g][p])
+            if 0 <= i < n:
+                target[i] += rows[p]
+    return gx
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+@pytest.mark.parametrize("device", ["cpu", "ipu_model"])
+def test_groupedgather(axis, dtype, device):
+    x = RNG.integers(-9, 9, (3, 4, 5, 2)).astype(dtype)
+    n = x.shape[axis]
+    idx = RNG.integers(0, n, (3, 2, 3)).astype(np.int32)
+    idx[0, 0, 0], idx[2, 1, 2] = n, -1  # out of range: zeros
+    want = _grouped_gather_loop(x, idx, axis % x.ndim)
+    assert want.shape == (*x.shape[: axis % 4], 2, 3, *x.shape[axis % 4 + 1 :])
+    build = lambda t, i: ops.groupedgather(t, i, axis, group_size=3)  # noqa: E731
+    got = check(build, want, x, idx, device=device)
+    assert got[0].dtype == dtype
+
+
+def test_groupedgather_one_index_per_group_uint32_and_host_indices():
+    x = RNG.normal(size=(4, 6, 3)).astype(np.float32)
+    idx = np.array([5, 0, 2, 7], np.uint32)  # [G]: one index per group, the axis goes away
+    want = _grouped_gather_loop(x, idx, 1)
+    assert want.shape == (4, 3)
+    check(lambda t, i: ops.groupedgather(t, i, 1, 4), want, x, idx, device="ipu_model")
+    host = [[1, 1], [0, 2], [2, 0], [1, 2]]  # host integers: an int32 constant, axis 2
+    want = _grouped_gather_loop(x, np.array(host), 2)
+    check(lambda t: ops.groupedgather(t, host, axis=2, group_size=4), want, x)
+
+
+@pytest.mark.parametrize("device", ["cpu", "ipu_model"])
+def test_groupedgather_gradient_is_a_grouped_scatter_add(device):
+    x = RNG.normal(size=(2, 3, 5)).astype(np.float32)
+    idx = np.array([[[4, 0], [4, 4]], [[1, 9], [-2, 1]]], np.int32)  # repeats add up
+    seed = RNG.normal(size=(2, 3, 2, 2)).astype(np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xv, iv = popxl.variable(x, name="x"), popxl.variable(idx, name="idx")
+        fwd = ir.create_graph(lambda t, i: ops.groupedgather(t, i, axis=2, group_size=2), xv, iv)
+        info = popxl.transforms.autodiff(fwd)
+        site = ops.call_with_info(fwd, xv, iv)
+        gx = ops.call(info.graph, popxl.variable(seed), inputs_dict=info.inputs_dict(site))[0]
+        stream = popxl.d2h_stream(gx.shape, gx.dtype)
+        ops.host_store(stream, gx)
+    with popxl.Session(ir, device) as session:
+        got = session.run()[stream]
+    np.testing.assert_allclose(got, _grouped_scatter_loop(seed, idx, x.shape, 2), rtol=1e-6)
+
+
+def test_groupedgather_errors_leave_the_graph_unchanged():
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        x = popxl.variable(np.zeros((3, 4, 2), np.float32), name="x")
+        idx = popxl.variable(np.zeros((3, 2), np.int32), name="idx")
+        idx2 = popxl.variable(np.zeros((2, 2), np.int32), name="idx2")
+        fidx = popxl.variable(np.zeros((3, 2), np.float32), name="fidx")
+        flat = popxl.variable(np.zeros(3, np.float32), name="flat")
+        before = (len(g.ops), len(g.tensors))
+        bad = [
+            (ValueError, r"indices 'idx2' must be \[group_size=3, \.\.\.\]", (x, idx2, 1, 3)),
+            (ValueError, r"indices \(host array\) must be \[group_size=3", (x, [[0], [1]], 1, 3)),
+            (ValueError, r"t 'x' has 3 group\(s\) .* group_size is 2", (x, idx, 1, 2)),
+            (ValueError, "axis 3 is out of range for 'x'", (x, idx, 3, 3)),
+            (ValueError, "axis 0 is the group dimension of 'x'", (x, idx, 0, 3)),
+            (ValueError, "axis -3 is the group dimension", (x, idx, -3, 3)),
+            (ValueError, "group_size must be a positive integer", (x, idx, 1, 0)),
+            (TypeError, "indices 'fidx' must be int32 or uint32", (x, fidx, 1, 3)),
+            (TypeError, "indices must be integers", (x, np.zeros((3, 1)), 1, 3)),
+            (
+                ValueError,
+                r"t 'flat' must be \[group_size, \.\.\.\] of rank >= 2",
+                (flat, idx, 1, 3),
+            ),
+            (TypeError, "t must be a popxl.Tensor", (np.zeros((3, 4)), idx, 1, 3)),
+        ]
+        for exc, match, (t, i, axis, groups) in bad:
+            with pytest.raises(exc, match=match):
+                ops.groupedgather(t, i, axis=axis, group_size=groups)
+        assert (len(g.ops), len(g.tensors)) == before  # a refused call adds nothing

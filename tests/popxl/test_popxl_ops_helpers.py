@@ -86,6 +86,8 @@ NO_REFERENCE = {
 }
 FAMILIES = (
     "reduce", "nn", "shape", "gather", "misc", "random", "control", "debug", "conv", "resize",
+    "fp8",
+    "roi_align",
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     conv,
     debug,
     elementwise,
+    fp8,
     gather,
     io,
     misc,
@@ -15,6 +16,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     random,
     reduce,
     resize,
+    roi_align,
     shape,
     tensor_ops,
 )

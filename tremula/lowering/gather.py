@@ -1,7 +1,9 @@
 """Lowering of ``popxl/ops/gather.py``: gather through ``popops.multi_slice`` on the
-indexed axis moved first, scatter as ``popops.multi_update`` of flat element indices
-computed on the device, dynamic slices through ``popops.dynamic_slice`` /
-``dynamic_update``, onehot as one popops map against a constant ``arange``."""
+indexed axis moved first; a grouped gather through one multi_slice of a table of every
+group's rows, and its gradient a ``multi_update_add`` into that table; scatter as
+``popops.multi_update`` of flat element indices computed on the device; dynamic slices
+through ``popops.dynamic_slice`` / ``dynamic_update``; onehot as one popops map against a
+constant ``arange``."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
-from tremula.popxl.ops.gather import start_value
+from tremula.popxl.ops.gather import grouped_layout, grouped_out_perm, start_value
 
 
 def _const(lw: Lowerer, dtype: poplar.Type, data: np.ndarray, name: str) -> poplar.Tensor:
@@ -43,6 +45,54 @@ def gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     g = g.reshape((*idx.shape, *rest))
     perm = [*range(k, k + ax), *range(k), *range(k + ax, g.rank)]
     env[op.outputs[0]] = g.dim_shuffle(perm)
+
+
+def _grouped_rows(
+    lw: Lowerer, idx: poplar.Tensor, groups: int, n: int, prog: poplar.Sequence, name: str
+) -> poplar.Tensor:
+    """The row of the ``[groups * n, ...]`` table each index of group ``g`` reads: ``g * n +
+    index``, -1 for an index outside ``[0, n)`` (zeros in multi_slice, ignored by the
+    updates)."""
+    starts = (np.arange(groups, dtype=np.int32) * n).reshape(groups, 1)
+    i = _signed(idx, pe._1)
+    e = pe.Select(pe._2 + i, -1, pe.And(pe.Gte(i, 0), pe.Lt(i, n)))
+    per_group = idx.reshape((groups, idx.num_elements // groups))
+    starts_t = _const(lw, poplar.INT, starts, f"{name}/starts")
+    return popops.map(lw.graph, e, [per_group, starts_t], prog, name=f"{name}/rows").flatten()
+
+
+@rule("GroupedGather")
+def grouped_gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """Each group's gathered axis moved next to the group dimension and the rest flattened
+    gives one ``[G * n, rest]`` table; one multi_slice reads every group's rows."""
+    t, idx = env[op.inputs[0]], env[op.inputs[1]]
+    ax, name = op.attrs["axis"], op.outputs[0].id
+    perm, rest = grouped_layout(t.shape, ax)
+    groups, n = t.shape[0], t.shape[ax]
+    table = t.dim_shuffle(perm).reshape((groups * n, math.prod(rest)))
+    rows = _grouped_rows(lw, idx, groups, n, prog, name)
+    got = popops.multi_slice(lw.graph, table, rows, prog, name=name)
+    got = got.reshape((groups, *idx.shape[1:], *rest))
+    env[op.outputs[0]] = got.dim_shuffle(grouped_out_perm(idx.rank - 1, ax, got.rank))
+
+
+@rule("GroupedGatherGrad")
+def grouped_gather_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """The transpose: the gradient's rows scatter-added (multi_update_add) into a zeroed
+    ``[G * n, rest]`` table laid out as the forward's."""
+    gy, idx = env[op.inputs[0]], env[op.inputs[1]]
+    ax, shape, name = op.attrs["axis"], op.attrs["data_shape"], op.outputs[0].id
+    perm, rest = grouped_layout(shape, ax)
+    groups, n, width = shape[0], shape[ax], math.prod(rest)
+    back = np.argsort(grouped_out_perm(idx.rank - 1, ax, gy.rank))
+    values = gy.dim_shuffle([int(d) for d in back]).reshape((idx.num_elements, width))
+    rows = _grouped_rows(lw, idx, groups, n, prog, name)
+    table = lw.new_tensor(None, gy.dtype, (groups, n, *rest), name=name)
+    popops.zero(lw.graph, table, prog, name=f"{name}/zero")
+    popops.multi_update_add(
+        lw.graph, table.reshape((groups * n, width)), rows, values, 1.0, prog, name=name
+    )
+    env[op.outputs[0]] = table.dim_shuffle([int(d) for d in np.argsort(perm)])
 
 
 @rule("Scatter")

@@ -40,6 +40,22 @@ class Type:
         return _NAMES[self.name]
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class QuarterType(Type):
+    """Poplar's QUARTER: an 8-bit float in one of Graphcore's formats (``quarter_f143``,
+    ``quarter_f152``), stored as its uint8 codes (``tremula.poplar.quarter`` defines the
+    formats and converts). Neither float nor integral to the libraries' arithmetic: only
+    the scaled casts (``popops.pow2scale_cast``) read or write it."""
+
+    @property
+    def is_float(self) -> bool:
+        return False
+
+    @property
+    def is_integral(self) -> bool:
+        return False
+
+
 def _t(name: str, dtype: type, size: int) -> Type:
     return Type(name, np.dtype(dtype), size)
 
@@ -57,6 +73,8 @@ UNSIGNED_CHAR = _t("unsigned char", np.uint8, 1)
 BOOL = _t("bool", np.bool_, 1)
 LONGLONG = _t("long long", np.int64, 8)
 UNSIGNED_LONGLONG = _t("unsigned long long", np.uint64, 8)
+QUARTER_F143 = QuarterType("quarter_f143", np.dtype(np.uint8), 1)
+QUARTER_F152 = QuarterType("quarter_f152", np.dtype(np.uint8), 1)
 
 ALL_TYPES = (
     FLOAT,
@@ -72,6 +90,8 @@ ALL_TYPES = (
     BOOL,
     LONGLONG,
     UNSIGNED_LONGLONG,
+    QUARTER_F143,
+    QUARTER_F152,
 )
 _NAMES = {t.name: repr(t).removeprefix("poplar.") for t in ALL_TYPES}
 _BY_NAME = {t.name: t for t in ALL_TYPES}

@@ -90,11 +90,11 @@ float64 = dtype("float64", np.float64, poplar.DOUBLE, 8)
 double = float64
 complex64 = dtype("complex64", np.complex64, None, 8)
 complex128 = dtype("complex128", np.complex128, None, 16)
-# float8: stored on the host as uint8 (PopXL's structured NumPy dtypes); no device type yet
+# float8: uint8 codes, on the host in PopXL's structured NumPy dtypes (fp8_utils converts)
 np_dtype_float8_143 = np.dtype([("float8_143", np.uint8)])
 np_dtype_float8_152 = np.dtype([("float8_152", np.uint8)])
-float8_143 = dtype("float8_143", np_dtype_float8_143, None, 1)
-float8_152 = dtype("float8_152", np_dtype_float8_152, None, 1)
+float8_143 = dtype("float8_143", np_dtype_float8_143, poplar.QUARTER_F143, 1)
+float8_152 = dtype("float8_152", np_dtype_float8_152, poplar.QUARTER_F152, 1)
 
 #: PopXL's private maps, used by tests written for PopXL.
 _NP_TO_POPXL = dict(dtype._by_numpy)

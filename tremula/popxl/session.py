@@ -229,7 +229,7 @@ class Session:
                 v._data[...] = value
                 v._data.flush()
         else:
-            v._data = np.array(value)
+            v._data = np.array(value, dtype=v.dtype.as_numpy())  # float8: codes, PopXL's dtype
 
     def get_tensor_data(self, t: Tensor) -> np.ndarray:
         """A variable's or constant's value (syncing from the device if it ran since).

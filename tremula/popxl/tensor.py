@@ -319,9 +319,18 @@ class Constant(Tensor):
 TensorByRef = Annotated[Tensor, "TensorByRef"]
 
 
-def to_numpy(data: Any, dtype: dtypes.dtype | None = None, downcast: bool = True) -> np.ndarray:
+def to_numpy(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    downcast: bool = True,
+    *,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> np.ndarray:
     """Host data as a NumPy array (PopXL's ``utils.to_numpy``): 64-bit types become 32-bit
-    unless ``downcast`` is False or ``dtype`` is given."""
+    unless ``downcast`` is False or ``dtype`` is given. For a float8 ``dtype``, float8 or
+    uint8 codes are kept and other numbers converted with ``log2_scale`` (required) and
+    ``nan_on_overflow`` (``fp8_utils.fp8_host_data``)."""
     if hasattr(data, "detach") and hasattr(data, "numpy"):  # a torch tensor
         data = data.detach().cpu().numpy()
     if isinstance(data, np.memmap):
@@ -329,7 +338,12 @@ def to_numpy(data: Any, dtype: dtypes.dtype | None = None, downcast: bool = True
     else:
         arr = np.asarray(data)
     if dtype is not None:
-        return arr.astype(dtypes.dtype.as_dtype(dtype).as_numpy(), copy=False)
+        dt = dtypes.dtype.as_dtype(dtype)
+        if dt in (dtypes.float8_143, dtypes.float8_152):
+            from tremula.popxl.fp8_utils import fp8_host_data
+
+            return fp8_host_data(arr, dt, log2_scale, nan_on_overflow)
+        return arr.astype(dt.as_numpy(), copy=False)
     if downcast:
         down = {
             np.dtype(np.float64): np.float32,
@@ -356,10 +370,11 @@ def constant(
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
 ) -> Constant:
-    """A constant in the current graph."""
+    """A constant in the current graph. A float8 ``dtype`` takes float8 / uint8 codes, or
+    numbers with ``log2_scale`` (see :func:`to_numpy`)."""
     from tremula.popxl.context import get_current_graph
 
-    arr = to_numpy(data, dtype, downcast)
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     graph = get_current_graph()
     tid, short = _new_id(graph, name, "c")
     t = Constant(
@@ -406,6 +421,8 @@ def _host_data(
     rg: ReplicaGrouping,
     retrieval_mode: str | None,
     what: str,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
 ) -> tuple[np.ndarray, tuple[int, ...], str]:
     """Checked host data of a variable: (array of shape_on_host, shape on a replica, mode)."""
     mode = retrieval_mode or "one_per_group"
@@ -414,7 +431,7 @@ def _host_data(
             f"{what}: retrieval_mode must be 'one_per_group' or 'all_replicas', got "
             f"{retrieval_mode!r}"
         )
-    arr = to_numpy(data, dtype, downcast)
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     if isinstance(data, np.memmap) and dtype is None:
         arr = data  # kept by reference: weights_to_host writes into it and flushes
     shape = arr.shape
@@ -477,7 +494,9 @@ def variable(
         replica_grouping: the grouping of replicas sharing a value (default: all replicas).
         retrieval_mode: ``"one_per_group"`` (default) or ``"all_replicas"``: what
             ``Session.get_tensor_data`` returns.
-        log2_scale, nan_on_overflow: float8 options (accepted, unused).
+        log2_scale, nan_on_overflow: for a float8 ``dtype`` and data that are not float8
+            or uint8 codes: the data are encoded as ``cast(data * 2**log2_scale)``
+            (``log2_scale`` required), NaN or saturating on overflow (default NaN).
 
     Raises:
         ValueError: not in the main graph, a bad retrieval mode, or data without the
@@ -485,7 +504,9 @@ def variable(
     """
     graph = _main_graph("variable")
     rg = _grouping(graph, replica_grouping, "variable")
-    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, f"variable {name!r}")
+    arr, shape, mode = _host_data(
+        data, dtype, downcast, rg, retrieval_mode, f"variable {name!r}", log2_scale, nan_on_overflow
+    )
     return _add_variable(graph, arr, shape, rg, mode, name)
 
 
@@ -543,7 +564,9 @@ def remote_variable(
     graph = _main_graph(what)
     rg = _grouping(graph, replica_grouping, what)
     _check_remote(remote_buffer, graph, what)
-    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what)
+    arr, shape, mode = _host_data(
+        data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
+    )
     dt = dtypes.dtype.as_dtype(arr.dtype)
     if remote_buffer.tensor_shape != shape or remote_buffer.tensor_dtype != dt:
         raise ValueError(
@@ -624,11 +647,13 @@ def _sharded(
     what: str,
     make_buffer: bool = False,
     shard_over: int | None = None,
+    fp8: tuple[int | None, bool | None] = (None, None),
 ) -> Variable:
-    """A remote replica-sharded variable (checked before anything is added to the Ir)."""
+    """A remote replica-sharded variable (checked before anything is added to the Ir);
+    ``fp8`` is ``(log2_scale, nan_on_overflow)``."""
     graph = _main_graph(what)
     rg = _grouping(graph, replica_grouping, what)
-    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what)
+    arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what, *fp8)
     if make_buffer:
         _shard_over(rg, shard_over, what)
         buffer = replica_sharded_buffer(shape, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
@@ -681,8 +706,9 @@ def remote_replica_sharded_variable(
     if graph.ir.replication_factor <= 1:
         raise ValueError(f"{what}: replica sharding needs replication_factor > 1")
     return _sharded(
-        data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode, what
-    )
+        data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode, what,
+        fp8=(log2_scale, nan_on_overflow),
+    )  # fmt: skip
 
 
 def replica_sharded_variable(
@@ -723,6 +749,7 @@ def replica_sharded_variable(
         what,
         make_buffer=True,
         shard_over=shard_over,
+        fp8=(log2_scale, nan_on_overflow),
     )
     from tremula.popxl.replica_grouping import shard_rows
 

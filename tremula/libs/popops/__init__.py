@@ -14,6 +14,7 @@ from tremula.libs.popops.elementwise import *  # noqa: F403  (one function per o
 from tremula.libs.popops.elementwise import __all__ as _elementwise_all
 from tremula.libs.popops.expr import BinaryOpType, TernaryOpType, UnaryOpType
 from tremula.libs.popops.fill import fill, zero
+from tremula.libs.popops.fp8 import pow2scale_cast
 from tremula.libs.popops.histogram import histogram
 from tremula.libs.popops.iota import iota
 from tremula.libs.popops.reduce import Operation, reduce, reduce_with_output
@@ -48,6 +49,7 @@ __all__ = [
     "multi_update",
     "multi_update_add",
     "multi_update_op",
+    "pow2scale_cast",
     "reduce",
     "reduce_with_output",
     "scaled_add_to",

@@ -26,7 +26,7 @@ from tremula.libs import util
 from tremula.libs.popops import ops
 from tremula.libs.popops.elementwise_codelets import type_arg
 from tremula.libs.popops.elementwise_math import convert
-from tremula.poplar.types import Type, as_type
+from tremula.poplar.types import QuarterType, Type, as_type
 
 
 class Cast1D(poplar.Codelet):
@@ -99,6 +99,9 @@ def cast(
     what = f"popops.cast({name or t!r})"
     if not isinstance(t, poplar.Tensor) or t.graph is not graph.state:
         raise GraphError(f"{what}: the source must be a Tensor of this graph, got {t!r}")
+    dst_type = dtype.dtype if isinstance(dtype, poplar.Tensor) else as_type(dtype)
+    if QuarterType in (type(t.dtype), type(dst_type)) and dst_type is not t.dtype:
+        raise GraphError(f"{what}: quarter types convert with popops.pow2scale_cast (a scale)")
     if isinstance(dtype, poplar.Tensor):
         out = dtype
         if out.graph is not graph.state:

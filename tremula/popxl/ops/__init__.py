@@ -10,6 +10,8 @@ from tremula.popxl.ops.debug import *  # noqa: F403
 from tremula.popxl.ops.debug import __all__ as _debug
 from tremula.popxl.ops.elementwise import *  # noqa: F403  (generated from the table)
 from tremula.popxl.ops.elementwise import __all__ as _elementwise
+from tremula.popxl.ops.fp8 import *  # noqa: F403
+from tremula.popxl.ops.fp8 import __all__ as _fp8
 from tremula.popxl.ops.gather import *  # noqa: F403
 from tremula.popxl.ops.gather import __all__ as _gather
 from tremula.popxl.ops.io import (
@@ -32,6 +34,8 @@ from tremula.popxl.ops.reduce import *  # noqa: F403
 from tremula.popxl.ops.reduce import __all__ as _reduce
 from tremula.popxl.ops.resize import *  # noqa: F403
 from tremula.popxl.ops.resize import __all__ as _resize
+from tremula.popxl.ops.roi_align import *  # noqa: F403
+from tremula.popxl.ops.roi_align import __all__ as _roi_align
 from tremula.popxl.ops.shape import *  # noqa: F403
 from tremula.popxl.ops.shape import __all__ as _shape
 from tremula.popxl.ops.tensor_ops import (
@@ -62,7 +66,9 @@ __all__ = [
     *_control,
     *_debug,
     *_conv,
+    *_fp8,
     *_resize,
+    *_roi_align,
     *_reduce,
     *_shape,
     "CallSiteInfo",

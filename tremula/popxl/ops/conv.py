@@ -149,6 +149,12 @@ def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     require_float(t, what)
     if weight.dtype != t.dtype:
         raise TypeError(f"{what}: weight {weight.id!r} is {weight.dtype}, t {t.id!r} is {t.dtype}")
+    check_conv_shapes(what, t, weight, groups)
+
+
+def check_conv_shapes(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
+    """``ValueError`` unless ``t`` is ``[N, C, *spatial]``, ``weight`` has its rank and
+    ``groups`` divides the channels (types are the caller's to check)."""
     if t.rank < 3 or weight.rank != t.rank:
         raise ValueError(
             f"{what}: t {t.id!r} {t.shape} must be [N, C, *spatial] and weight {weight.id!r} "
@@ -180,14 +186,21 @@ def conv(
         TypeError: non-float or mixed dtypes.
     """
     _check_conv("conv", t, weight, groups)
+    attrs = conv_attrs("conv", t, weight, stride, padding, dilation, groups, pad_type)
+    (out,) = create_op("Conv", [t, weight], attrs)
+    return out
+
+
+def conv_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups,
+               pad_type) -> dict[str, Any]:  # fmt: skip
+    """The attributes of a ``Conv`` (shapes checked, types not)."""
     if weight.shape[1] * groups != t.shape[1] or weight.shape[0] % groups:
         raise ValueError(
-            f"conv: weight {weight.id!r} {weight.shape} does not fit {t.shape[1]} input "
+            f"{what}: weight {weight.id!r} {weight.shape} does not fit {t.shape[1]} input "
             f"channels in {groups} group(s)"
         )
-    attrs = _geometry("conv", t, weight.shape[2:], stride, padding, dilation, pad_type)
-    (out,) = create_op("Conv", [t, weight], {**attrs, "groups": int(groups)})
-    return out
+    attrs = _geometry(what, t, weight.shape[2:], stride, padding, dilation, pad_type)
+    return {**attrs, "groups": int(groups)}
 
 
 def _conv_transpose_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
@@ -240,20 +253,29 @@ def conv_transpose(
             supported (give ``padding`` / ``output_padding``).
     """
     _check_conv("conv_transpose", t, weight, groups)
+    attrs = conv_transpose_attrs("conv_transpose", t, weight, stride, padding, dilation, groups,
+                                 pad_type, output_padding, output_shape)  # fmt: skip
+    (res,) = create_op("ConvTranspose", [t, weight], attrs)
+    return res
+
+
+def conv_transpose_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups,
+                         pad_type, output_padding, output_shape) -> dict[str, Any]:  # fmt: skip
+    """The attributes of a ``ConvTranspose`` (shapes checked, types not)."""
     n = t.rank - 2
     if weight.shape[0] != t.shape[1]:
         raise ValueError(
-            f"conv_transpose: weight {weight.id!r} {weight.shape} must have {t.shape[1]} "
+            f"{what}: weight {weight.id!r} {weight.shape} must have {t.shape[1]} "
             f"input channels first"
         )
     if len(output_shape) or str(getattr(pad_type, "value", pad_type)) != "not_set":
-        raise ValueError("conv_transpose: give padding and output_padding (output_shape and "
+        raise ValueError(f"{what}: give padding and output_padding (output_shape and "
                          "automatic padding are not supported)")  # fmt: skip
     kernel = weight.shape[2:]
-    stride = _ints(stride, n, 1, "conv_transpose", "stride")
-    dilation = _ints(dilation, n, 1, "conv_transpose", "dilation")
-    pads = _ints(padding, 2 * n, 0, "conv_transpose", "padding")
-    out_pad = _ints(output_padding, n, 0, "conv_transpose", "output_padding")
+    stride = _ints(stride, n, 1, what, "stride")
+    dilation = _ints(dilation, n, 1, what, "dilation")
+    pads = _ints(padding, 2 * n, 0, what, "padding")
+    out_pad = _ints(output_padding, n, 0, what, "output_padding")
     out = [
         st * (s - 1) + op + d * (k - 1) + 1 - b - e
         for s, st, op, d, k, b, e in zip(
@@ -261,14 +283,12 @@ def conv_transpose(
         )
     ]
     if min(out) < 1 or min(pads + out_pad) < 0:
-        raise ValueError(f"conv_transpose: output spatial shape {out} (padding {pads}) is empty")
-    attrs = {
+        raise ValueError(f"{what}: output spatial shape {out} (padding {pads}) is empty")
+    return {
         "kernel": tuple(kernel), "stride": stride, "dilation": dilation, "pads_begin": pads[:n],
         "pads_end": pads[n:], "output_padding": out_pad, "out": tuple(out), "groups": int(groups),
         "out_channels": weight.shape[1] * int(groups),
     }  # fmt: skip
-    (res,) = create_op("ConvTranspose", [t, weight], attrs)
-    return res
 
 
 # ---- pooling ----

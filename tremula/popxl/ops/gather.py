@@ -1,6 +1,7 @@
-"""Indexing ops: ``gather`` / ``tied_gather`` (ONNX Gather), ``scatter`` (ONNX
-ScatterElements), ``dynamic_slice`` / ``dynamic_update`` / ``dynamic_update_`` (slices at a
-runtime offset) and ``onehot``.
+"""Indexing ops: ``gather`` / ``tied_gather`` (ONNX Gather), ``groupedgather`` (a gather in
+each group of a leading group dimension), ``scatter`` (ONNX ScatterElements),
+``dynamic_slice`` / ``dynamic_update`` / ``dynamic_update_`` (slices at a runtime offset) and
+``onehot``.
 
 Out-of-range gather indices give zeros (what ``zero_OOR=True`` asks for; PopXL leaves the
 other case undefined); out-of-range scatter indices are ignored; dynamic offsets are taken
@@ -102,6 +103,161 @@ def tied_gather(
     return _gather(
         "TiedGather", "tied_gather", t, indices, axis, available_memory_proportion, zero_OOR
     )
+
+
+# ---- grouped gather ----
+
+
+def grouped_layout(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """For a ``[G, ...]`` tensor gathered on ``axis``: (the permutation that moves ``axis`` to
+    position 1, so each group is a table of rows ``[G, n, rest...]``, and that ``rest``'s
+    shape). The lowering uses the same layout."""
+    perm = (0, axis, *(d for d in range(1, len(shape)) if d != axis))
+    return perm, tuple(shape[d] for d in perm[2:])
+
+
+def grouped_out_perm(k: int, axis: int, rank: int) -> tuple[int, ...]:
+    """``[G, idx (k axes), before (axis - 1), after]`` to ``[G, before, idx, after]``."""
+    return (0, *range(1 + k, k + axis), *range(1, 1 + k), *range(k + axis, rank))
+
+
+def _grouped_gather_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    t, idx = specs
+    ax = a["axis"]
+    return [TensorSpec((*t.shape[:ax], *idx.shape[1:], *t.shape[ax + 1 :]), t.dtype)]
+
+
+def _grouped_gather_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    t, idx = x[0], x[1].astype(np.int64)
+    ax, groups = a["axis"], t.shape[0]
+    perm, rest = grouped_layout(t.shape, ax)
+    table = t.transpose(perm)  # [G, n, rest...]
+    flat = idx.reshape(groups, -1)
+    ok = (flat >= 0) & (flat < t.shape[ax])
+    rows = table[np.arange(groups)[:, None], np.where(ok, flat, 0)]  # [G, P, rest...]
+    rows = np.where(ok.reshape(*ok.shape, *(1,) * len(rest)), rows, np.zeros((), t.dtype))
+    out = rows.reshape(groups, *idx.shape[1:], *rest)
+    return [out.transpose(grouped_out_perm(idx.ndim - 1, ax, out.ndim))]
+
+
+def _grouped_gather_grad_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    return [TensorSpec(a["data_shape"], specs[0].dtype)]
+
+
+def _grouped_gather_grad_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
+    g, idx = x[0], x[1].astype(np.int64)
+    ax, shape = a["axis"], a["data_shape"]
+    perm, rest = grouped_layout(shape, ax)
+    k = idx.ndim - 1
+    # the gradient in the gathered layout [G, idx..., rest...]
+    rows = g.transpose(np.argsort(grouped_out_perm(k, ax, g.ndim)))
+    flat = idx.reshape(shape[0], -1)
+    rows = rows.reshape(*flat.shape, *rest)
+    table = np.zeros((shape[0], shape[ax], *rest), g.dtype)
+    ok = (flat >= 0) & (flat < shape[ax])
+    group = np.broadcast_to(np.arange(shape[0])[:, None], flat.shape)
+    np.add.at(table, (group[ok], flat[ok]), rows[ok])
+    return [table.transpose(np.argsort(perm))]
+
+
+defop("GroupedGather", _grouped_gather_spec, _grouped_gather_ref)
+#: the transpose of GroupedGather in its data (the gradient rule's op): each group's rows
+#: added into zeros of ``attrs["data_shape"]`` at its indices
+defop("GroupedGatherGrad", _grouped_gather_grad_spec, _grouped_gather_grad_ref)
+
+
+def _check_grouped(t: Tensor, indices: Any, axis: Any, group_size: Any, what: str) -> int:
+    """The checks of :func:`groupedgather`, before anything is added to the graph: the
+    gathered axis of ``t``, non-negative."""
+    check_tensor(t, what)
+    if (
+        isinstance(group_size, bool)
+        or not isinstance(group_size, (int, np.integer))
+        or group_size < 1
+    ):
+        raise ValueError(f"{what}: group_size must be a positive integer, got {group_size!r}")
+    if t.rank < 2:
+        raise ValueError(
+            f"{what}: t {t.id!r} must be [group_size, ...] of rank >= 2 (a group dimension "
+            f"and one to gather on), got shape {t.shape}"
+        )
+    if t.shape[0] != group_size:
+        raise ValueError(
+            f"{what}: t {t.id!r} has {t.shape[0]} group(s) in dimension 0 (shape {t.shape}), "
+            f"group_size is {group_size}"
+        )
+    ax = norm_axis(axis, t.rank, what, repr(t.id))
+    if ax == 0:
+        raise ValueError(
+            f"{what}: axis {axis} is the group dimension of {t.id!r}; the axis counts the "
+            f"group dimension, so gather inside the groups with an axis in 1..{t.rank - 1}"
+        )
+    if isinstance(indices, Tensor) and indices.dtype not in INDEX_TYPES:
+        raise TypeError(
+            f"{what}: indices {indices.id!r} must be int32 or uint32, got {indices.dtype}"
+        )
+    idx_shape = indices.shape if isinstance(indices, Tensor) else np.shape(indices)
+    if len(idx_shape) == 0 or idx_shape[0] != group_size:
+        name = repr(indices.id) if isinstance(indices, Tensor) else "(host array)"
+        raise ValueError(
+            f"{what}: indices {name} must be [group_size={group_size}, ...], got shape "
+            f"{tuple(idx_shape)}"
+        )
+    return ax
+
+
+def groupedgather(
+    t: Tensor,
+    indices: Tensor | Any,
+    axis: int = 0,
+    group_size: int = 1,
+    available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """A gather per group (PopART's GroupedGather). ``t`` is ``[G, ...]`` and ``indices`` is
+    ``[G, ...]``, with ``G == group_size``. Group ``g`` of the output is ONNX Gather of
+    ``t[g]`` by ``indices[g]``.
+
+    Convention (PopART's GroupedGatherOp, as we read it): ``axis`` counts ``t``'s
+    dimensions *including* the group dimension, so ``axis=1`` gathers along the first
+    dimension inside a group. It must name a dimension other than the group dimension:
+    ``1 <= axis < t.rank``, or a negative axis counted from the end. The default
+    ``axis=0`` is the group dimension, so it is refused; it remains the default only for
+    PopXL's signature. The output has shape ``t.shape[:axis] + indices.shape[1:] +
+    t.shape[axis + 1:]``.
+
+    As with :func:`gather`, out-of-range indices (negative ones included) give zeros. This
+    is what ``zero_OOR=True`` asks for; PopXL leaves the other case undefined.
+
+    Args:
+        t: ``[group_size, ...]`` data, of rank 2 or more.
+        indices: ``[group_size, ...]`` int32 / uint32 (host integers become a constant).
+        axis: the gathered dimension of ``t``, counting the group dimension.
+        group_size: the number of groups: ``t.shape[0]`` and ``indices.shape[0]``.
+        available_memory_proportion: accepted for PopXL compatibility.
+        zero_OOR: accepted; out-of-range indices give zeros either way.
+
+    Returns:
+        The gathered tensor, of ``t``'s dtype. Its gradient is a grouped scatter-add into
+        ``t``. The indices get no gradient.
+
+    Raises:
+        TypeError: ``t`` that is not a Tensor, or indices that are not integers.
+        ValueError: a ``group_size`` that is not a positive integer, ``t`` or ``indices``
+            whose first dimension is not ``group_size``, ``t`` of rank below 2, or an
+            ``axis`` out of range or on the group dimension.
+    """
+    what = "groupedgather"
+    ax = _check_grouped(t, indices, axis, group_size, what)
+    idx = as_indices(indices, what)  # last: host indices become a constant only now
+    attrs = {
+        "axis": ax,
+        "group_size": int(group_size),
+        "available_memory_proportion": available_memory_proportion,
+        "zero_OOR": bool(zero_OOR),
+    }
+    (out,) = create_op("GroupedGather", [t, idx], attrs)
+    return out
 
 
 # ---- scatter ----
@@ -478,6 +634,7 @@ __all__ = [
     "dynamic_update",
     "dynamic_update_",
     "gather",
+    "groupedgather",
     "onehot",
     "scatter",
     "scatter_reduce",

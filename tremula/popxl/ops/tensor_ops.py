@@ -195,7 +195,14 @@ def detach_(t: Tensor) -> Tensor:
 
 
 def cast(t: Tensor, dtype: dtypes.dtype) -> Tensor:
-    (out,) = create_op("Cast", [t], {"dtype": dtypes.dtype.as_dtype(dtype)})
+    dtype = dtypes.dtype.as_dtype(dtype)
+    ends = (dtype, getattr(t, "dtype", dtype))
+    if any(d.name.startswith("float8") for d in ends):  # as PopXL: scaled casts only
+        raise TypeError(
+            f"cast: {getattr(t, 'id', t)!r} ({ends[1]}) to {dtype}: float8 casts take a scale; use "
+            f"ops.pow2scale_cast_to_fp8 / ops.pow2scale_cast_from_fp8"
+        )
+    (out,) = create_op("Cast", [t], {"dtype": dtype})
     return out
 
 

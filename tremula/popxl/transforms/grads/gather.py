@@ -1,7 +1,7 @@
 """Gradient rules of ``popxl/ops/gather.py``: a gather's gradient adds the output gradient
-into the rows it read (a one-hot matmul, so repeated indices add up); a dynamic slice's is
-a dynamic update of zeros, and the other way round; ``onehot`` is defined
-non-differentiable."""
+into the rows it read (a one-hot matmul, so repeated indices add up); a grouped gather's is
+its transpose op, a grouped scatter-add; a dynamic slice's is a dynamic update of zeros, and
+the other way round; ``onehot`` is defined non-differentiable."""
 
 from __future__ import annotations
 
@@ -46,6 +46,30 @@ def _gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
     if before > 1:
         gt = ops.transpose(gt, (1, 0, 2))
     return [ops.reshape(gt, t.shape), None]
+
+
+@grad("GroupedGather")
+def _grouped_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """A grouped scatter-add of the output gradient into the data (``GroupedGatherGrad``)."""
+    if not need[0]:
+        return [None, None]
+    t, indices = op.inputs
+    attrs = {"axis": op.attrs["axis"], "data_shape": t.shape}
+    return [create_op("GroupedGatherGrad", [g[0], c.fwd(indices)], attrs)[0], None]
+
+
+@grad("GroupedGatherGrad")
+def _grouped_gather_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The transpose of the transpose: a grouped gather of the gradient."""
+    if not need[0]:
+        return [None, None]
+    attrs = {
+        "axis": op.attrs["axis"],
+        "group_size": op.attrs["data_shape"][0],
+        "available_memory_proportion": None,
+        "zero_OOR": True,
+    }
+    return [create_op("GroupedGather", [g[0], c.fwd(op.inputs[1])], attrs)[0], None]
 
 
 @grad("Scatter")
