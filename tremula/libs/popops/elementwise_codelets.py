@@ -46,6 +46,7 @@ from tremula import poplar
 from tremula.libs.popops import ops
 from tremula.libs.popops.elementwise_plan import (
     Typed,
+    compile_run,
     cycles_per_vector,
     evaluate,
     flops_per_element,
@@ -133,11 +134,7 @@ class Elementwise(poplar.Codelet):
                 args.append(view)
             out = v.stable_view(cls.output, nd_shape)
             if out is not None and all(a is not None for a in args):
-
-                def run(args: list = args, out: np.ndarray = out) -> None:
-                    evaluate(typed, args, out)
-
-                return run
+                return compile_run(typed, args, out)
         return None
 
     @classmethod

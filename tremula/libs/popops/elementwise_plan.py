@@ -177,6 +177,63 @@ def evaluate(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> None:
         out[...] = result
 
 
+def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Callable[[], None]:
+    """:func:`evaluate` specialised to fixed arrays (views of device memory that later runs
+    refill): the walk over the tree, the type decisions and the temporaries are done once,
+    so a run is one NumPy call per node into preallocated buffers. The numbers are those
+    of :func:`evaluate` (each op in its operand type, half through float32)."""
+    steps: list[Callable[[], None]] = []
+
+    def build(node: Typed, target: np.ndarray | None) -> np.ndarray:
+        if node.index >= 0:
+            return inputs[node.index]
+        if node.op is None and not node.args:
+            return node.value  # a NumPy scalar of the constant's type
+        args = [build(a, None) for a in node.args]
+        shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+        want = node.dtype.numpy
+        buf = target if target is not None and target.shape == shape else None
+        if buf is None or buf.dtype != want:
+            buf = np.empty(shape, dtype=want)
+        if node.op is None:  # a cast
+            src = args[0]
+            steps.append(lambda: np.copyto(buf, convert(src, node.dtype), casting="unsafe"))
+        else:
+            steps.append(_op_step(node.op, node.in_type, args, buf))  # type: ignore[arg-type]
+        return buf
+
+    result = build(t, out)
+    if result is not out:  # an input or constant alone, or a broadcast result
+        final = result
+        steps.append(lambda: np.copyto(out, final, casting="unsafe"))
+
+    def run() -> None:
+        with np.errstate(all="ignore"):
+            for step in steps:
+                step()
+
+    return run
+
+
+def _op_step(
+    op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray
+) -> Callable[[], None]:
+    ref = op.ref
+    if t.numpy == np.float16:  # half: computed in float32, rounded once into buf
+        halves = [i for i, a in enumerate(args) if a.dtype == np.float16]
+
+        def run_half() -> None:
+            vals = list(args)
+            for i in halves:
+                vals[i] = vals[i].astype(np.float32)
+            np.copyto(buf, ref(*vals), casting="unsafe")
+
+        return run_half
+    if op.takes_out and buf.dtype == op.result_type(t).numpy:
+        return lambda: ref(*args, out=buf)
+    return lambda: np.copyto(buf, ref(*args), casting="unsafe")
+
+
 def cycles_per_vector(t: Typed, vector_width: int, natural: Callable[[Type], int]) -> float:
     """Cycles of a fused loop iteration over ``vector_width`` elements: the table's cycles
     per element of every op (and cast), times the width. ``natural(type)`` is the natural
