@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
+from tremula.engine.run import ALL, HOST_ACTIONS
 from tremula.engine.timeline import NullTimeline, Timeline
 
 _DYNAMIC = (N.IfNode, N.SwitchNode, N.RepeatWhileNode)
@@ -44,15 +45,15 @@ def is_static(root: N.Node) -> bool:
 
 
 Step = Callable[[], None]
-ALL = slice(None)
 
 
 def flatten(rt: Any, root: N.Node) -> list[Step]:
     """The data effects of a static program as a flat list of calls, for replayed runs
     (the timeline is replayed separately): sequences and calls are inlined, repeats loop
-    over their flattened body, compute sets and exchange copies are called directly, steps
-    that only move clocks (syncs, undefined writes, copy-free exchanges) vanish, and any
-    other node runs through the interpreter on all replicas."""
+    over their flattened body, compute sets, exchange copies and host actions (stream
+    copies, host calls) are called directly, steps that only move clocks (syncs, undefined
+    writes, copy-free exchanges) vanish, and any other node runs through the interpreter on
+    all replicas."""
     out: list[Step] = []
     replica_ids = rt.replica_ids[ALL]
 
@@ -75,6 +76,9 @@ def flatten(rt: Any, root: N.Node) -> list[Step]:
                 into.append(
                     lambda src=src, dst=dst: dst.write(rt.storage, ALL, src.read(rt.storage, ALL))
                 )
+        elif kind is N.HostNode:  # stream copies and host calls: the action alone
+            action = HOST_ACTIONS[type(node.action)]
+            into.append(lambda node=node, action=action: action(rt, node.action, ALL, node.name))
         elif kind in (N.SyncNode, N.WriteUndefNode):
             return
         else:

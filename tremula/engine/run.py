@@ -34,6 +34,7 @@ class StreamConnection:
         self.stream = stream
         self.replicas = replicas
         self.pos = np.zeros(replicas, dtype=np.int64)
+        self._all = np.arange(replicas)
         n = stream.num_elements
         name = stream.name
         if callable(source):
@@ -75,7 +76,7 @@ class StreamConnection:
         self.shared = shared
 
     def _rows(self, rsel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        reps = np.arange(self.replicas)[rsel]
+        reps = self._all if rsel is ALL else np.arange(self.replicas)[rsel]
         depth = self.buffer.shape[1]
         pos = self.pos[reps] % depth
         self.pos[reps] = pos + 1

@@ -97,9 +97,12 @@ def test_transposed_operands_run_as_strided_views(monkeypatch):
     w = _input(g, "w", poplar.FLOAT, (24, 40))
     gt = _input(g, "gt", poplar.FLOAT, (40, 24))
     x = _input(g, "x", poplar.FLOAT, (32, 64))
+    v = _input(g, "v", poplar.FLOAT, (24, 40))
     scaled_add_to(g, w, gt.transpose(), -0.25, prog)
+    scaled_subtract_from(g, v, gt.transpose(), 0.75, prog)  # a number scale, subtracted
     col = popops.reduce(g, x, [0], "ADD", prog)
     _output(g, "rw", w)
+    _output(g, "rv", v)
     _output(g, "col", col)
     engine = poplar.Engine(g, prog)
     engine.load(device)
@@ -108,14 +111,18 @@ def test_transposed_operands_run_as_strided_views(monkeypatch):
     def run_and_check() -> None:
         feeds = {
             n: rng.standard_normal(s).astype(F32)
-            for n, s in (("w", (24, 40)), ("gt", (40, 24)), ("x", (32, 64)))
+            for n, s in (("w", (24, 40)), ("gt", (40, 24)), ("x", (32, 64)), ("v", (24, 40)))
         }
         for name, data in feeds.items():
             engine.write_tensor(name, data)
         engine.run()
         want_w = feeds["w"] + F32(-0.25) * feeds["gt"].T
         np.testing.assert_array_equal(engine.read_tensor("rw"), want_w)
-        np.testing.assert_allclose(engine.read_tensor("col"), feeds["x"].sum(0), rtol=1e-5)
+        want_v = feeds["v"] - F32(0.75) * feeds["gt"].T
+        np.testing.assert_array_equal(engine.read_tensor("rv"), want_v)
+        np.testing.assert_allclose(
+            engine.read_tensor("col"), feeds["x"].sum(0), rtol=1e-5, atol=1e-5
+        )
 
     run_and_check()
 

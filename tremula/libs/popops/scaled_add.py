@@ -112,6 +112,16 @@ class _ScaledAdd(poplar.Codelet):
             for s, kind in zip(scales, cls.kinds)
         )
         a_is_one = a is None or (a.size == 1 and cls.kinds[0] == "state" and a.item() == 1)
+        if dt == np.float32 and a_is_one and cls.kinds[1] == "state":  # b carries any sign
+            # the common update ``data += b * deltas``: in place, into one kept temporary
+            tmp = np.empty(np.broadcast_shapes(np.shape(b), deltas.shape), np.float32)
+
+            def run_axpy() -> None:
+                with np.errstate(all="ignore"):
+                    np.multiply(b, deltas, out=tmp)
+                    np.add(data, tmp, out=data)
+
+            return run_axpy
 
         def run() -> None:
             sa = a if a is None or cls.kinds[0] == "state" else a.astype(work)
