@@ -168,6 +168,14 @@ def test_half_plans_use_the_amp_and_ints_do_not():
     assert poplin.matmul_plan(t, poplar.INT, (64, 64), (64, 64)).method == "mac"
 
 
+def test_cpu_target_plans_keep_the_natural_frame():
+    """The IPU Model swaps a short-M product onto the AMP's wide side; the CPU target, which
+    simulates no cycles, keeps C = A B (a row-major output for the host)."""
+    shape = ((32, 256), (256, 256))
+    assert poplin.matmul_plan(targets.ipu2(tiles_per_ipu=1), poplar.FLOAT, *shape).swap
+    assert not poplin.matmul_plan(targets.cpu(), poplar.FLOAT, *shape).swap
+
+
 def test_smaller_memory_gives_plans_that_fit_less_memory():
     t = targets.ipu2(tiles_per_ipu=16)
     temps = [
