@@ -197,7 +197,10 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
             buf = np.empty(shape, dtype=want)
         if node.op is None:  # a cast
             src = args[0]
-            steps.append(lambda: np.copyto(buf, convert(src, node.dtype), casting="unsafe"))
+            if np.dtype(src.dtype).kind == "f" and want.kind in "iu":  # saturating: convert
+                steps.append(lambda: np.copyto(buf, convert(src, node.dtype), casting="unsafe"))
+            else:  # NumPy's own cast follows popops.cast's rules here: no temporary
+                steps.append(lambda: np.copyto(buf, src, casting="unsafe"))
         else:
             steps.append(_op_step(node.op, node.in_type, args, buf))  # type: ignore[arg-type]
         return buf
