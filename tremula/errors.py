@@ -68,3 +68,25 @@ class IRError(GraphError, PopartException):
     """A PopXL graph the IR cannot transform (autodiff of a graph that modifies its inputs,
     or overwrites a value the backward pass needs): a ``GraphError`` that is also
     ``popart.popart_exception``, as the real SDK raises."""
+
+
+class VariableDataError(TensorError, PopartException):
+    """Host data that do not fit a variable's replica grouping (a grouping of several groups
+    needs one row per group): PopART's C++ check ("Return mismatch with possibly appended
+    outer dimension"), so a ``popart.popart_exception`` that is also a ``ValueError``."""
+
+
+class UndefinedValue(TremulaError, ValueError):
+    """PopXL's ``popxl.errors.UndefinedValue``: a property that has no value, such as the
+    IPU of a tensor created outside ``popxl.ipu``. Also a ``ValueError``."""
+
+
+def reworded(err: Exception, message: str) -> Exception:
+    """``err`` as an exception of the same type carrying ``message`` (used to add the names
+    of the tensors or streams involved) and ``err``'s traceback; ``err`` itself if its type
+    cannot be made from a message alone."""
+    try:
+        new = type(err)(message)
+    except Exception:
+        return err
+    return new.with_traceback(err.__traceback__)

@@ -132,6 +132,6 @@ def test_ipu_copy_and_io_tile_copy():
         assert io.tile_set == "io" and back.tile_set == "compute"
         return v, back
 
-    check(build, [x + 1, x + 1], x)
+    check(build, [x + 1, x + 1], x, device="ipu_model")  # two IPUs: not 'cpu'
     with pytest.raises(ValueError, match="source IPU"):
         run(lambda t: ops.ipu_copy(t, 1), x)

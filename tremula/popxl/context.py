@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
@@ -82,6 +84,47 @@ def get_ir() -> Ir:
 gcg = get_current_graph
 gmg = get_main_graph
 gir = get_ir
+
+
+@contextmanager
+def undo_on_error() -> Iterator[None]:
+    """If the block raises, undo what it added to the graph in context (tensors, ops,
+    inputs, outputs), so that a refused call leaves the graph as it was."""
+    graph = _CONTEXT.graphs[-1] if _CONTEXT.graphs else None
+    mark = graph._mark() if graph is not None else None
+    try:
+        yield
+    except BaseException:
+        if graph is not None:
+            graph._truncate(mark)  # type: ignore[arg-type]
+        raise
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def atomic(fn: F) -> F:
+    """``fn`` run inside :func:`undo_on_error`: an op function that makes constants from
+    host values, or several ops, and is then refused adds nothing."""
+
+    if getattr(fn, "_atomic", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with undo_on_error():
+            return fn(*args, **kwargs)
+
+    wrapper._atomic = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def make_atomic(namespace: dict[str, Any], names: Iterable[str]) -> None:
+    """Replace each function ``namespace[name]`` by its :func:`atomic` form (the op
+    packages do this to the functions they export)."""
+    for name in names:
+        if inspect.isfunction(namespace[name]):
+            namespace[name] = atomic(namespace[name])
 
 
 @contextmanager

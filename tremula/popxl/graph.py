@@ -20,13 +20,14 @@ class Graph:
     """A graph of an Ir. Made by ``Ir`` (``ir.main_graph``, ``ir.create_graph``), never
     directly. ``with graph:`` makes it the graph new ops go into."""
 
-    def __init__(self, ir: Ir, name: str, graph_id: int, _token: object = None) -> None:
+    def __init__(self, *args: Any, _token: object = None, **kwargs: Any) -> None:
         if _token is not _TOKEN:
             raise TypeError(
                 "Graph cannot be constructed directly: use ir.main_graph, "
                 "ir.create_graph(fn, ...) or ir.create_empty_graph()"
             )
-        self._ir = ir
+        ir, name, graph_id = args
+        self._ir: Ir = ir
         self._name = name
         self._id = graph_id
         self._ops: list[Op] = []
@@ -107,12 +108,12 @@ class Graph:
     # ---- comparisons ----
     def __contains__(self, t: object) -> bool:
         if not isinstance(t, Tensor):
-            raise TypeError(f"`in` on a graph needs a Tensor, got {type(t).__name__}")
+            raise TypeError(f"`in` on graph {self._name!r} needs a Tensor, got {type(t).__name__}")
         return self._tensors.get(t.id) is t
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Graph):
-            raise TypeError(f"cannot compare a Graph with {type(other).__name__}")
+            raise TypeError(f"cannot compare graph {self._name!r} with {type(other).__name__}")
         return self is other
 
     def __hash__(self) -> int:
@@ -158,6 +159,21 @@ class Graph:
         for hook in list(self._hooks.values()):
             hook(op)
 
+    # ---- undo (a refused call leaves the graph as it was) ----
+    # Building only appends (tensors, ops, inputs, outputs), so a mark is four lengths and
+    # undoing is truncating to them: dicts pop their latest items first.
+    def _mark(self) -> tuple[int, int, int, int]:
+        return len(self._tensors), len(self._ops), len(self._inputs), len(self._outputs)
+
+    def _truncate(self, mark: tuple[int, int, int, int]) -> None:
+        n_tensors, n_ops, n_inputs, n_outputs = mark
+        while len(self._tensors) > n_tensors:
+            self._tensors.popitem()
+        del self._ops[n_ops:]
+        self._by_ref_inputs.difference_update(self._inputs[n_inputs:])
+        del self._inputs[n_inputs:]
+        del self._outputs[n_outputs:]
+
 
 def new_graph(ir: Ir, name: str, graph_id: int) -> Graph:
-    return Graph(ir, name, graph_id, _TOKEN)
+    return Graph(ir, name, graph_id, _token=_TOKEN)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tremula.popxl.graph import Graph, new_graph
@@ -27,9 +28,10 @@ class Ir:
         self._id = next(_IR_IDS)
         self._replication = int(replication)
         self._num_host_transfers = 1
-        self._graph_ids = itertools.count()
-        self._subgraph_counter = itertools.count()
-        self._rb_counter = itertools.count(1)
+        # counters as plain ints, so that a refused call can put them back
+        self._next_graph_id = 0
+        self._next_subgraph = 0
+        self._next_rb = 1
         self._graphs: list[Graph] = []
         self._streams: list[Any] = []
         self._stream_names: set[str] = set()
@@ -39,9 +41,15 @@ class Ir:
 
     # ---- graphs ----
     def _new_graph(self, name: str) -> Graph:
-        g = new_graph(self, name, next(self._graph_ids))
+        g = new_graph(self, name, self._next_graph_id)
+        self._next_graph_id += 1
         self._graphs.append(g)
         return g
+
+    def _subgraph_id(self) -> int:
+        """The next ``n`` of the ``_subgraph(n)`` graph names."""
+        self._next_subgraph += 1
+        return self._next_subgraph - 1
 
     @property
     def main_graph(self) -> Graph:
@@ -52,19 +60,28 @@ class Ir:
         return tuple(self._graphs)
 
     def create_empty_graph(self, name: str | None = None) -> Graph:
-        return self._new_graph(name or f"graph_subgraph({next(self._subgraph_counter)})")
+        return self._new_graph(name or f"graph_subgraph({self._subgraph_id()})")
 
     def create_graph(self, fn: Callable[..., Any] | Module, *args: Any, **kwargs: Any) -> Graph:
         """Trace ``fn`` (or ``module.build``) into a new subgraph. Tensor or TensorSpec
         arguments become graph inputs of the same spec (the parent tensors are not
-        connected); other arguments pass through; the returned tensors become outputs."""
+        connected); other arguments pass through; the returned tensors become outputs.
+
+        Raises:
+            ValueError: arguments that do not fit ``fn``'s signature, or a return value
+                other than None, a Tensor or an iterable of Tensors.
+            TypeError: a list, tuple, ``*args`` or ``**kwargs`` mixing tensors and other
+                values.
+
+        A refused call (or an error raised by ``fn``) leaves the Ir as it was: no graph, and
+        the next graph gets the name this one would have had.
+        """
         func = fn.build if isinstance(fn, Module) else fn
         qual = (
             type(fn).__name__
             if isinstance(fn, Module)
             else getattr(fn, "__qualname__", type(fn).__name__)
         )
-        name = f"{qual.replace('.<locals>', '')}_subgraph({next(self._subgraph_counter)})"
         sig = inspect.signature(func)
         try:
             bound = sig.bind(*args, **kwargs)
@@ -73,13 +90,49 @@ class Ir:
                 f"create_graph({qual}): arguments do not match the signature {sig}: {err}"
             ) from None
         hints = _hints(func)
-        graph = self._new_graph(name)
-        with graph:
-            call_args, call_kwargs = _trace_inputs(sig, bound, hints)
-            result = func(*call_args, **call_kwargs)
-            for out in _outputs(result, qual):
-                graph_output(out)
+        with self._undo_on_error():  # a refused trace leaves no graph (and no name) behind
+            base = qual.replace(".<locals>", "")
+            graph = self._new_graph(f"{base}_subgraph({self._subgraph_id()})")
+            with graph:
+                call_args, call_kwargs = _trace_inputs(sig, bound, hints, graph.name)
+                result = func(*call_args, **call_kwargs)
+                for out in _outputs(result, graph.name):
+                    graph_output(out)
         return graph
+
+    # ---- undo (a refused call leaves the Ir as it was) ----
+    # Building only appends, so a mark is lengths: of the graph list, of each graph's
+    # tensors, ops, inputs and outputs (Graph._mark), of the streams and remote buffers;
+    # plus the name counters and, optionally, the outputs of existing ops (call sites that
+    # autodiff extends).
+    def _mark(self, op_outputs: bool = False) -> tuple[Any, ...]:
+        graphs = [(g, g._mark()) for g in self._graphs]
+        outputs = [(op, op.outputs) for g in self._graphs for op in g.ops] if op_outputs else []
+        counters = (self._next_graph_id, self._next_subgraph, self._next_rb)
+        sizes = (len(self._graphs), len(self._streams), len(self._remote_buffers))
+        return graphs, outputs, counters, sizes
+
+    def _truncate(self, mark: tuple[Any, ...]) -> None:
+        graphs, outputs, counters, (n_graphs, n_streams, n_buffers) = mark
+        del self._graphs[n_graphs:]
+        for g, graph_mark in graphs:
+            g._truncate(graph_mark)
+        for op, outs in outputs:
+            op.outputs = outs
+        self._stream_names.difference_update(s.tensor_id for s in self._streams[n_streams:])
+        del self._streams[n_streams:]
+        del self._remote_buffers[n_buffers:]
+        self._next_graph_id, self._next_subgraph, self._next_rb = counters
+
+    @contextmanager
+    def _undo_on_error(self, op_outputs: bool = False) -> Iterator[None]:
+        """If the block raises, undo what it added to the Ir (see :meth:`_mark`)."""
+        mark = self._mark(op_outputs)
+        try:
+            yield
+        except BaseException:
+            self._truncate(mark)
+            raise
 
     # ---- settings ----
     @property
@@ -99,7 +152,10 @@ class Ir:
     @replication_factor.setter
     def replication_factor(self, value: int) -> None:
         if self._prepared:
-            raise RuntimeError("replication_factor cannot change once a Session was created")
+            raise RuntimeError(
+                f"{self!r}: replication_factor cannot change once a Session was created "
+                f"for the Ir (it is {self._replication}, asked {value!r})"
+            )
         if int(value) != value or value < 1:
             raise ValueError(f"replication_factor must be a positive integer, got {value!r}")
         self._replication = int(value)
@@ -124,7 +180,8 @@ class Ir:
         return name
 
     def _next_remote_buffer_id(self) -> int:
-        return next(self._rb_counter)
+        self._next_rb += 1
+        return self._next_rb - 1
 
     def _streams_used(self, op_type: str) -> set[Any]:
         return {op.attrs["stream"] for g in self._graphs for op in g.ops if op.type == op_type}
@@ -169,40 +226,56 @@ def _spec_input(value: Tensor | TensorSpec, name: str, by_ref: bool) -> Tensor:
     return graph_input(spec.shape, spec.dtype, name, by_ref, spec.meta_shape or None)
 
 
-def _as_input(value: Any, name: str, by_ref: bool) -> Any:
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, (Tensor, TensorSpec))
+
+
+def _unmixed(values: Iterable[Any], name: str, graph: str) -> None:
+    """``TypeError`` if a container argument holds both tensors and other values."""
+    kinds = {_is_tensor(v) for v in values}
+    if len(kinds) == 2:
+        raise TypeError(
+            f"create_graph({graph}): argument {name!r} mixes tensors and non-tensors; pass "
+            f"the tensors and the other values as separate arguments"
+        )
+
+
+def _as_input(value: Any, name: str, by_ref: bool, graph: str) -> Any:
     """A graph input for a Tensor/TensorSpec, a list of them for a list, else the value."""
-    if isinstance(value, (Tensor, TensorSpec)):
+    if _is_tensor(value):
         return _spec_input(value, name, by_ref)
     if isinstance(value, (list, tuple)) and value:
-        kinds = {isinstance(v, (Tensor, TensorSpec)) for v in value}
-        if kinds == {True}:
+        _unmixed(value, name, graph)
+        if _is_tensor(value[0]):
             made = [_spec_input(v, f"{name}_{i}", by_ref) for i, v in enumerate(value)]
             return type(value)(made)
-        if len(kinds) == 2:
-            raise TypeError(f"create_graph: argument {name!r} mixes tensors and non-tensors")
     return value
 
 
 def _trace_inputs(
-    sig: inspect.Signature, bound: inspect.BoundArguments, hints: dict[str, Any]
+    sig: inspect.Signature, bound: inspect.BoundArguments, hints: dict[str, Any], graph: str
 ) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments ``fn`` is traced with: tensors become graph inputs. ``*args`` and
+    ``**kwargs`` are containers too: mixing tensors and other values in one is refused."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for pname, value in bound.arguments.items():
         kind = sig.parameters[pname].kind
         by_ref = _is_by_ref(hints.get(pname))
         if kind is inspect.Parameter.VAR_POSITIONAL:
-            args.extend(_as_input(v, f"{pname}_{i}", by_ref) for i, v in enumerate(value))
+            _unmixed(value, f"*{pname}", graph)
+            args.extend(_as_input(v, f"{pname}_{i}", by_ref, graph) for i, v in enumerate(value))
         elif kind is inspect.Parameter.VAR_KEYWORD:
-            kwargs.update({k: _as_input(v, k, by_ref) for k, v in value.items()})
+            _unmixed(value.values(), f"**{pname}", graph)
+            kwargs.update({k: _as_input(v, k, by_ref, graph) for k, v in value.items()})
         elif kind is inspect.Parameter.KEYWORD_ONLY:
-            kwargs[pname] = _as_input(value, pname, by_ref)
+            kwargs[pname] = _as_input(value, pname, by_ref, graph)
         else:
-            args.append(_as_input(value, pname, by_ref))
+            args.append(_as_input(value, pname, by_ref, graph))
     return args, kwargs
 
 
-def _outputs(result: Any, qual: str) -> Iterable[Tensor]:
+def _outputs(result: Any, graph: str) -> Iterable[Tensor]:
     if result is None:
         return ()
     if isinstance(result, Tensor):
@@ -212,6 +285,6 @@ def _outputs(result: Any, qual: str) -> Iterable[Tensor]:
         if all(isinstance(t, Tensor) for t in items):
             return items
     raise ValueError(
-        f"create_graph({qual}): the function must return None, a Tensor or an "
+        f"create_graph({graph}): the function must return None, a Tensor or an "
         f"iterable of Tensors, got {type(result).__name__}"
     )

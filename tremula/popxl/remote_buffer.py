@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.tensor import Tensor
@@ -13,12 +15,15 @@ class RemoteBuffer:
     def __init__(
         self, tensor_shape: tuple[int, ...], tensor_dtype: dtypes.dtype, entries: int = 1
     ) -> None:
-        if int(entries) != entries or entries < 1:
-            raise ValueError(f"RemoteBuffer: entries must be an integer >= 1, got {entries!r}")
-        self._current_ir = get_current_graph().ir
-        self.remote_buffer_id = self._current_ir._next_remote_buffer_id()
-        self._shape = tuple(int(s) for s in tensor_shape)
-        self._dtype = dtypes.dtype.as_dtype(tensor_dtype)
+        # everything is checked before the Ir allocates an id: a refused buffer takes none
+        shape = tuple(int(s) for s in tensor_shape)
+        dtype = dtypes.dtype.as_dtype(tensor_dtype)
+        _check_entries(entries, f"RemoteBuffer({dtype} {shape})")
+        ir = get_current_graph().ir
+        self._current_ir = ir
+        self.remote_buffer_id = ir._next_remote_buffer_id()
+        self._shape = shape
+        self._dtype = dtype
         self._entries = int(entries)
         self.meta_shape: tuple[int, ...] = ()
         self._current_ir._remote_buffers.append(self)
@@ -37,16 +42,16 @@ class RemoteBuffer:
 
     @entries.setter
     def entries(self, value: int) -> None:
-        if int(value) != value or value < 1:
-            raise ValueError(f"RemoteBuffer: entries must be an integer >= 1, got {value!r}")
+        _check_entries(value, repr(self))
         self._entries = int(value)
 
     def set_remote_buffer_info(
         self, tensor_dtype: dtypes.dtype, tensor_shape: tuple[int, ...], entries: int
     ) -> None:
+        _check_entries(entries, repr(self))  # before changing anything
         self._dtype = dtypes.dtype.as_dtype(tensor_dtype)
         self._shape = tuple(tensor_shape)
-        self.entries = entries
+        self._entries = int(entries)
 
     def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:
         if t.dtype != self._dtype or t.shape != self._shape:
@@ -60,6 +65,16 @@ class RemoteBuffer:
             f"RemoteBuffer[id={self.remote_buffer_id} {self._dtype} {self._shape} "
             f"entries={self._entries}]"
         )
+
+
+def _check_entries(entries: Any, what: str) -> None:
+    """``ValueError`` naming the buffer unless ``entries`` is an integer >= 1."""
+    try:
+        ok = not isinstance(entries, bool) and int(entries) == entries and entries >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{what}: entries must be an integer >= 1, got {entries!r}")
 
 
 def remote_buffer(

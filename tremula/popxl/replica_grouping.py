@@ -83,7 +83,10 @@ class ReplicaGrouping:
     @property
     def stride(self) -> int:
         if not self._g.is_const:
-            raise NotImplementedError("stride of a non-constant replica grouping")
+            raise NotImplementedError(
+                f"{self!r} has no stride: it is not a constant-stride grouping (its "
+                f"const_rg {self.const_rg!r} has one)"
+            )
         return self._g.stride
 
     @property
@@ -119,7 +122,7 @@ class ReplicaGrouping:
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReplicaGrouping):
-            raise TypeError(f"cannot compare a ReplicaGrouping with {type(other).__name__}")
+            raise TypeError(f"cannot compare {self!r} with {type(other).__name__}")
         return self._ir is other._ir and self.assignment == other.assignment
 
     def __hash__(self) -> int:

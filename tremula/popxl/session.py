@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tremula import poplar
+from tremula.errors import reworded
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -43,14 +44,23 @@ _STDERR = _Stderr()
 _HW_WARNED = [False]
 
 
+def _ipus_per_replica(ir: Ir) -> int:
+    """How many virtual IPUs a replica of ``ir`` uses (``popxl.ipu(n)``, ``ipu_copy``)."""
+    used = [op.ipu for g in ir.graphs for op in g.ops if op.ipu is not None]
+    used += [t._ipu for g in ir.graphs for t in g.tensors if t._ipu is not None]
+    return 1 + max(used, default=0)
+
+
 def _device(desc: str, ir: Ir) -> poplar.Device:
     if not isinstance(desc, str) or desc not in _DEVICES:
         raise ValueError(f"Session: device_desc must be one of {_DEVICES}, got {desc!r}")
     if desc == "cpu":
-        if ir.replication_factor > 1:
+        ipus, R = _ipus_per_replica(ir), ir.replication_factor
+        if ipus * R > 1:
             raise ValueError(
-                f"Session: the 'cpu' device does not replicate; this Ir has "
-                f"replication_factor {ir.replication_factor} (use 'ipu_model')"
+                f"Session: the 'cpu' device has one IPU; this Ir needs {ipus * R} "
+                f"({ipus} per replica (popxl.ipu / ipu_copy) x replication_factor {R}); "
+                f"use 'ipu_model'"
             )
         return poplar.Device.create_cpu_device()
     if desc == "ipu_hw" and not _HW_WARNED[0]:
@@ -369,8 +379,15 @@ class Session:
         self._stream_sets(set(inputs), set(self._lowerer.h2d), "Session.run", "input")
         out = {}
         for s, value in inputs.items():
-            arr = to_numpy(value, None if downcast else s.dtype, downcast)
-            arr = np.ascontiguousarray(arr, dtype=s.dtype.as_numpy())
+            try:
+                arr = to_numpy(value, None if downcast else s.dtype, downcast)
+                arr = np.ascontiguousarray(arr, dtype=s.dtype.as_numpy())
+            except (TypeError, ValueError) as err:
+                message = (
+                    f"Session.run: the value for stream {s.tensor_id!r} cannot become a "
+                    f"{s.dtype} array: {err}"
+                )
+                raise reworded(err, message) from None
             if not self._fits(s, arr.shape):
                 raise self._shape_error("Session.run", s, arr.shape)
             out[s] = arr.reshape(self._host_shape(s))
@@ -393,6 +410,7 @@ class Session:
     ) -> dict[DeviceToHostStream, np.ndarray]:
         """Run the program once: ``inputs`` maps each h2d stream to its host array; returns
         an array per d2h stream (see :meth:`run_with_outputs`)."""
+        self._require_attached("run")
         outputs = self.create_host_outputs()
         self.run_with_outputs(inputs, outputs, downcast_inputs)
         return outputs
@@ -414,7 +432,7 @@ class Session:
             ValueError: not attached, streams missing or unexpected, or a wrong shape.
             TypeError: an output that is not a NumPy array.
         """
-        self._require_attached("run")
+        self._require_attached("run_with_outputs")
         arrays = self._check_inputs(inputs or {}, downcast_inputs)
         self._check_outputs(outputs)
         nht, R = self._ir.num_host_transfers, self._ir.replication_factor

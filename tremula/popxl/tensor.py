@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
+from tremula.errors import UndefinedValue, VariableDataError
 from tremula.popxl import dtypes
-from tremula.popxl.context import get_current_context
+from tremula.popxl.context import get_current_context, undo_on_error
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
@@ -119,8 +120,16 @@ class Tensor:
 
     @property
     def ipu(self) -> int:
+        """The virtual IPU of the tensor.
+
+        Raises:
+            UndefinedValue: (a ``ValueError``) the tensor was made outside ``popxl.ipu``.
+        """
         if self._ipu is None:
-            raise ValueError(f"tensor {self._id!r} has no IPU assigned (use popxl.ipu)")
+            raise UndefinedValue(
+                f"tensor {self._id!r} of graph {self._graph.name!r} has no IPU assigned "
+                f"(create it inside `with popxl.ipu(n):`)"
+            )
         return self._ipu
 
     @property
@@ -162,7 +171,7 @@ class Tensor:
         raise TypeError(f"tensor {self._id!r} is not iterable (index it instead)")
 
     def __contains__(self, item: object) -> bool:
-        raise TypeError("`in` is not supported on tensors")
+        raise TypeError(f"`in` is not supported on tensor {self._id!r} (use ops.equal)")
 
     def __bool__(self) -> bool:
         raise TypeError(f"the truth value of tensor {self._id!r} is undefined on the host")
@@ -188,7 +197,8 @@ class Tensor:
         return self._ops().logical_not(self)
 
     def __iadd__(self, o: Any) -> Tensor:
-        self._ops().add_(self, self._ensure(o))
+        with undo_on_error():  # a refused add_ leaves no constant behind
+            self._ops().add_(self, self._ensure(o))
         return self
 
     def __getitem__(self, key: Any) -> Tensor:
@@ -255,8 +265,9 @@ _BINARY = {
 def _binary(op_name: str, reflected: bool) -> Any:
     def method(self: Tensor, other: Any) -> Tensor:
         fn = getattr(self._ops(), op_name)
-        other = self._ensure(other)
-        return fn(other, self) if reflected else fn(self, other)
+        with undo_on_error():  # a refused op leaves no constant behind
+            other = self._ensure(other)
+            return fn(other, self) if reflected else fn(self, other)
 
     return method
 
@@ -388,6 +399,11 @@ def constant(
     return t
 
 
+def _named(factory: str, name: str | None) -> str:
+    """How messages name a variable being made: ``variable 'w'`` (or ``variable``)."""
+    return f"{factory} {name!r}" if name else factory
+
+
 def _main_graph(what: str) -> Graph:
     from tremula.popxl.context import get_current_graph
 
@@ -437,9 +453,10 @@ def _host_data(
     shape = arr.shape
     if rg.num_groups > 1:
         if not shape or shape[0] != rg.num_groups:
-            raise ValueError(
+            raise VariableDataError(
                 f"{what}: {rg!r} has {rg.num_groups} groups, so the data needs a leading "
-                f"axis of {rg.num_groups} (one row per group); got shape {shape}"
+                f"axis of {rg.num_groups} (one row per group); got shape {shape} (PopART: "
+                f"Return mismatch with possibly appended outer dimension)"
             )
         shape = shape[1:]
     return arr, shape, mode
@@ -499,13 +516,15 @@ def variable(
             (``log2_scale`` required), NaN or saturating on overflow (default NaN).
 
     Raises:
-        ValueError: not in the main graph, a bad retrieval mode, or data without the
-            leading group axis.
+        ValueError: not in the main graph, or a bad retrieval mode.
+        VariableDataError: (a ``ValueError`` and ``popart.popart_exception``) data
+            without the leading group axis of a grouping of several groups.
     """
     graph = _main_graph("variable")
     rg = _grouping(graph, replica_grouping, "variable")
+    what = _named("variable", name)
     arr, shape, mode = _host_data(
-        data, dtype, downcast, rg, retrieval_mode, f"variable {name!r}", log2_scale, nan_on_overflow
+        data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )
     return _add_variable(graph, arr, shape, rg, mode, name)
 
@@ -560,7 +579,7 @@ def remote_variable(
             of range or an entry already holding a variable.
         TypeError: ``remote_buffer`` is not a RemoteBuffer.
     """
-    what = f"remote_variable {name!r}"
+    what = _named("remote_variable", name)
     graph = _main_graph(what)
     rg = _grouping(graph, replica_grouping, what)
     _check_remote(remote_buffer, graph, what)
@@ -701,7 +720,7 @@ def remote_replica_sharded_variable(
         ValueError: replication 1, a buffer of the wrong shard shape or dtype, and as
             :func:`remote_variable`.
     """
-    what = f"remote_replica_sharded_variable {name!r}"
+    what = _named("remote_replica_sharded_variable", name)
     graph = _main_graph(what)
     if graph.ir.replication_factor <= 1:
         raise ValueError(f"{what}: replica sharding needs replication_factor > 1")
@@ -736,7 +755,7 @@ def replica_sharded_variable(
     Raises:
         ValueError: as :func:`variable`, or ``shard_over`` not dividing the group size.
     """
-    what = f"replica_sharded_variable {name!r}"
+    what = _named("replica_sharded_variable", name)
     var = _sharded(
         data,
         None,

@@ -1,5 +1,11 @@
-"""PopXL ops (``popxl.ops``): functions that add ops to the current graph."""
+"""PopXL ops (``popxl.ops``): functions that add ops to the current graph.
 
+Every function offered here is atomic: a call that is refused (``TypeError``,
+``ValueError``, ...) leaves the graph as it was, without the constants it made from host
+values or the ops it added before the refusal (DESIGN principle 5).
+"""
+
+from tremula.popxl.context import make_atomic
 from tremula.popxl.ops import collectives, var_updates
 from tremula.popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
 from tremula.popxl.ops.control import *  # noqa: F403
@@ -97,3 +103,5 @@ __all__ = [
     "transpose_",
     "var_updates",
 ]
+
+make_atomic(globals(), [*__all__, "getitem", "remote_code_load"])

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tremula.errors import reworded
 from tremula.popxl.context import get_current_context, get_current_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
 
@@ -84,7 +85,8 @@ def create_op(
     graph: Graph | None = None,
 ) -> tuple[Tensor, ...]:
     """Add an op of a defined type to the current graph and return its outputs. Inputs must
-    belong to that graph (``ValueError`` naming the tensor otherwise)."""
+    belong to that graph, and still be in it (not undone by a refused call): ``ValueError``
+    naming the tensor otherwise."""
     from tremula.popxl.tensor import _new_id
 
     d = OPS.get(op_type)
@@ -100,7 +102,17 @@ def create_op(
                 f"{op_type}: input {i} {t.id!r} belongs to graph "
                 f"{t.graph.name!r}, not to the current graph {graph.name!r}"
             )
-    specs = d.infer([t.spec for t in inputs], attrs)
+        if graph._tensors.get(t.id) is not t:
+            raise ValueError(
+                f"{op_type}: input {i} {t.id!r} is no longer in graph {graph.name!r}: the "
+                f"call that made it was refused and undone"
+            )
+    try:
+        specs = d.infer([t.spec for t in inputs], attrs)
+    except (TypeError, ValueError) as err:  # shape rules see specs: name the tensors here
+        names = ", ".join(repr(t.id) for t in inputs)
+        where = f"op {op_type} in graph {graph.name!r}, inputs {names}"
+        raise reworded(err, f"{err} ({where})") from None
     ctx = get_current_context()
     op = Op(
         _next_op_id[0],

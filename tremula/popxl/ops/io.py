@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tremula.popxl.context import get_current_graph
+from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -83,14 +84,16 @@ def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     )
 
 
-def remote_code_load(graph: Any, destination: str) -> None:
+def remote_code_load(graph: Graph, destination: str) -> None:
     """Load ``graph``'s code from streaming memory: no effect on values; the code occupies
     tile memory from here to the graph's last call (see the memory profile)."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"remote_code_load: expected a Graph, got {type(graph).__name__}")
     if graph is get_current_graph():
         raise ValueError(f"remote_code_load: cannot load the code of {graph.name!r} from inside it")
     if destination != "executable":
         raise NotImplementedError(
-            f"remote_code_load: destination {destination!r} is not "
-            f"implemented; only 'executable' is"
+            f"remote_code_load: loading the code of {graph.name!r} to destination "
+            f"{destination!r} is not implemented; only 'executable' is"
         )
     create_op("RemoteCodeLoad", [], {"graphs": (graph,), "destination": destination})

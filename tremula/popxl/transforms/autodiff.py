@@ -13,9 +13,8 @@ leaves the Ir as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal, overload
+from collections.abc import Iterable
+from typing import Literal, overload
 
 from tremula.errors import IRError
 from tremula.popxl import ops
@@ -29,9 +28,6 @@ from tremula.popxl.transforms.grad_info import (
     GradGraphInfo,
 )
 from tremula.popxl.transforms.grads import GRADS, GradRule, OutputGrads
-
-if TYPE_CHECKING:
-    from tremula.popxl.ir import Ir
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
 
@@ -100,7 +96,7 @@ def autodiff(
     required = _tensors(graph, grads_required, graph.inputs, "grads_required")
     infos = dict(called_graphs_grad_info or {})
     created: dict[Graph, GradGraphInfo] = {}
-    with _rollback_on_error(graph.ir):
+    with graph.ir._undo_on_error(op_outputs=True):  # a refused autodiff adds nothing
         info = _Autodiff(graph, provided, required, infos, created).run()
     created[graph] = info
     return created if return_all_grad_graphs else info
@@ -121,28 +117,6 @@ def _tensors(
     if len(set(map(id, ts))) != len(ts):
         raise ValueError(f"autodiff: {what} names a tensor more than once: {list(ts)}")
     return ts
-
-
-@contextmanager
-def _rollback_on_error(ir: Ir) -> Iterator[None]:
-    """Undo what an autodiff added (graphs, outputs, call-site outputs) if it fails."""
-    graphs = list(ir._graphs)
-    saved = [
-        (g, list(g._outputs), dict(g._tensors), list(g._ops), [op.outputs for op in g._ops])
-        for g in graphs
-    ]
-    try:
-        yield
-    except BaseException:
-        ir._graphs[:] = graphs
-        for g, outputs, tensors, ops_, op_outputs in saved:
-            g._outputs[:] = outputs
-            g._tensors.clear()
-            g._tensors.update(tensors)
-            g._ops[:] = ops_
-            for op, outs in zip(ops_, op_outputs):
-                op.outputs = outs
-        raise
 
 
 class _Aliases:

@@ -53,18 +53,26 @@ def io_tile_exchange(verify_overlap: bool = True) -> Iterator[None]:
 
     Raises:
         RuntimeError: with ``verify_overlap``, if the ops created inside do not merge into
-            one (an op other than the exchanges and ``init`` was created inside).
+            one (an op other than the exchanges and ``init`` was created inside). The
+            block is then undone: what it added to the Ir is removed, and its tensors can
+            no longer be used.
     """
+    graph = get_current_graph()
+    mark = graph.ir._mark()
     with _created_ops() as created, io_tiles(), merge_exchange(), in_sequence(False):
         yield
     if verify_overlap:
+        alive = {id(op) for op in graph.ops}  # not the ops of calls refused (and undone)
+        created = [op for op in created if id(op) in alive]
         others = [op for op in created if op.type not in EXCHANGE_OPS and op.type != "Init"]
         merged = int(any(op.type in EXCHANGE_OPS for op in created))
         if merged + len(others) > 1:
+            graph.ir._truncate(mark)
             raise RuntimeError(
-                f"io_tile_exchange: {merged + len(others)} ops remain after merging the "
-                f"exchanges, expected 1; ops other than host/remote loads and stores "
-                f"cannot overlap: {others}"
+                f"io_tile_exchange: {merged + len(others)} ops remain in graph "
+                f"{graph.name!r} after merging the exchanges, expected 1; ops other than "
+                f"host/remote loads and stores cannot overlap: {others} (the block was "
+                f"undone)"
             )
 
 

@@ -2,6 +2,7 @@
 ``CommGroup`` and ``CommGroupType`` are re-exported as in PopXL."""
 
 from tremula.libs.gcl.grouping import CommGroup, CommGroupType
+from tremula.popxl.context import make_atomic
 from tremula.popxl.ops.collectives.collectives import (
     replica_sharded_slice,
     replicated_all_gather,
@@ -21,3 +22,5 @@ __all__ = [
     "replicated_reduce_scatter",
     "replicated_slice",
 ]
+
+make_atomic(globals(), __all__)  # a refused call adds nothing (see popxl.ops)

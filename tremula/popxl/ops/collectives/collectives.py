@@ -54,7 +54,10 @@ def _group(t: Tensor, group: ReplicaGrouping | None, what: str) -> ReplicaGroupi
         )
     if group._ir is not t.ir:
         raise ValueError(f"{what}: {group!r} belongs to another Ir than {t.id!r}")
-    group._pb_replica_grouping  # noqa: B018  (NotImplementedError if not constant)
+    try:
+        group._pb_replica_grouping  # noqa: B018  (NotImplementedError if not constant)
+    except NotImplementedError as err:
+        raise NotImplementedError(f"{what} of {t.id!r}: {err}") from None
     return group
 
 

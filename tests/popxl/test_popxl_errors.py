@@ -1,0 +1,566 @@
+"""The errors ``spec/popxl.md`` names: each is raised with the spec's exception type, its
+message names the tensor, graph, stream or grouping involved, and a refused call leaves the
+Ir (and the Session) as it was and usable.
+
+Errors already tested elsewhere are not repeated here: streams missing or unexpected and bad
+host-buffer shapes (``test_popxl_replication_io.py``), ``write_variable_data`` type, shape
+and retrieval-mode errors and the replica-sharded factories
+(``test_popxl_replication_variables.py``), autodiff of a graph that modifies its inputs
+(``test_popxl_autodiff_graphs.py``), conditional branches (``test_popxl_ops_control.py``),
+collective arguments (``test_popxl_replication_collectives.py``) and float8 ``log2_scale``
+at run time (``test_popxl_ops_fp8.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+import popart
+import popxl
+import popxl.ops as ops
+from tremula.errors import UndefinedValue, VariableDataError
+from tremula.popxl.context import atomic
+
+W = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+@dataclass
+class Program:
+    """A small program that works: ``y = add1(w)`` stored to the stream ``y``; plus
+    constants ``sc`` (a float32 scalar) and ``flag`` (True), a graph ``two_outputs`` of one
+    input and two outputs, and a graph ``other`` holding a constant ``oc``."""
+
+    ir: popxl.Ir
+    w: popxl.Tensor
+    sc: popxl.Tensor
+    add1: popxl.Graph
+    two_outputs: popxl.Graph
+    other: popxl.Graph
+    oc: popxl.Tensor
+    flag: popxl.Tensor
+    y: Any
+
+
+def add1(u):
+    return u + 1.0
+
+
+def two_outputs(u):
+    return u, u + 1.0
+
+
+def program() -> Program:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(W, name="w")
+        sc = popxl.constant(np.float32(2), name="sc")
+        flag = popxl.constant(True, name="flag")
+        g = ir.create_graph(add1, w)
+        two = ir.create_graph(two_outputs, w)
+        other = ir.create_empty_graph("other")
+        with other:
+            oc = popxl.constant(np.ones((2, 3), np.float32), name="oc")
+        (out,) = ops.call(g, w)
+        y = popxl.d2h_stream(out.shape, out.dtype, name="y")
+        ops.host_store(y, out)
+    return Program(ir, w, sc, g, two, other, oc, flag, y)
+
+
+def state(ir: popxl.Ir) -> tuple:
+    """What a refused call must not change: every graph's tensors, ops (and their outputs),
+    inputs and outputs; the streams, remote buffers, name counters and replication."""
+    graphs = tuple(
+        (
+            g.name,
+            tuple(t.id for t in g.tensors),
+            tuple((op.type, len(op.outputs)) for op in g.ops),
+            tuple(t.id for t in g.inputs),
+            tuple(t.id for t in g.outputs),
+        )
+        for g in ir.graphs
+    )
+    streams = tuple(s.tensor_id for s in ir._streams)
+    buffers = tuple(b.remote_buffer_id for b in ir._remote_buffers)
+    return graphs, streams, buffers, ir._next_subgraph, ir._next_rb, ir.replication_factor
+
+
+def runs(p: Program) -> None:
+    """The program still compiles and computes ``w + 1``."""
+    with popxl.Session(p.ir, "cpu") as session:
+        np.testing.assert_array_equal(session.run()[p.y], W + 1)
+
+
+def refused(p: Program, error: type, match: str, fn: Callable[[], Any]) -> None:
+    before = state(p.ir)
+    with pytest.raises(error, match=match):
+        fn()
+    assert state(p.ir) == before
+
+
+# ---- building: (id, exception, match, action on a fresh Program) ----
+def _in_main(p: Program, fn: Callable[[], Any]) -> Any:
+    with p.ir.main_graph:
+        return fn()
+
+
+def _mixed_list(p: Program) -> None:
+    def f(xs):
+        return xs[0]
+
+    _in_main(p, lambda: p.ir.create_graph(f, [p.w, 1.0]))
+
+
+def _mixed_args(p: Program) -> None:
+    def f(*parts):
+        return parts[0]
+
+    _in_main(p, lambda: p.ir.create_graph(f, p.w, 1.0))
+
+
+def _mixed_kwargs(p: Program) -> None:
+    def f(**parts):
+        return parts["a"]
+
+    _in_main(p, lambda: p.ir.create_graph(f, a=p.w, b=1.0))
+
+
+def _bad_return(p: Program) -> None:
+    def returns_int(u):
+        u + 1.0  # an op was added before the refusal
+        return 3
+
+    _in_main(p, lambda: p.ir.create_graph(returns_int, p.w))
+
+
+def _raising_fn(p: Program) -> None:
+    def fails(u):
+        popxl.h2d_stream((1,), popxl.float32, name="made_inside")
+        popxl.remote_buffer((1,), popxl.float32)
+        u * 2.0
+        raise KeyError("from fn")
+
+    _in_main(p, lambda: p.ir.create_graph(fails, p.w))
+
+
+def _nest_irs(p: Program) -> None:
+    with p.ir.main_graph, popxl.Ir().main_graph:
+        pass
+
+
+def _iadd(p: Program) -> None:
+    def go():
+        p.w += np.ones(5, np.float32)
+
+    _in_main(p, go)
+
+
+def _variable_in_subgraph(p: Program) -> None:
+    with p.other:
+        popxl.variable(np.zeros(2, np.float32), name="v_sub")
+
+
+def _graph_output_elsewhere(p: Program) -> None:
+    with p.other:
+        popxl.graph_output(p.w)
+
+
+def _grouped_data(p: Program) -> None:
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        rg = ir.replica_grouping(group_size=2)
+        popxl.variable(np.zeros((3, 2), np.float32), name="gv", replica_grouping=rg)
+
+
+def _buffer_entries(p: Program) -> None:
+    _in_main(p, lambda: popxl.remote_buffer((2,), popxl.float32, entries=0))
+
+
+def _shard_over_too_big(p: Program) -> None:
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        popxl.replica_sharded_buffer((4,), popxl.float32, shard_over=8)
+
+
+def _conditional_second_branch(p: Program) -> None:
+    # the then-branch's host value becomes a constant before the else-branch is refused
+    _in_main(p, lambda: ops.conditional(p.flag, p.add1, p.add1, [W], [p.oc]))
+
+
+def _remote_code_load_inside(p: Program) -> None:
+    with p.add1:
+        ops.remote_code_load(p.add1, "executable")
+
+
+def _main(fn: Callable[[Program], Any]) -> Callable[[Program], Any]:
+    """``fn`` run in the main graph of the program."""
+    return lambda p: _in_main(p, lambda: fn(p))
+
+
+#: (id, exception, message pattern, action on a fresh Program)
+BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
+    # spec 1.3: create_graph
+    ("mixed list", TypeError, r"f_subgraph\(2\)\): argument 'xs' mixes tensors", _mixed_list),
+    ("mixed *args", TypeError, r"argument '\*parts' mixes tensors", _mixed_args),
+    ("mixed **kwargs", TypeError, r"argument '\*\*parts' mixes tensors", _mixed_kwargs),
+    ("bad return", ValueError, r"returns_int_subgraph\(2\)\): .* got int", _bad_return),
+    (
+        "bad arity",
+        ValueError,
+        r"create_graph\(add1\): arguments do not match",
+        lambda p: p.ir.create_graph(add1),
+    ),
+    ("fn raises", KeyError, "from fn", _raising_fn),
+    # spec 1.4: Graph
+    ("Graph()", TypeError, "cannot be constructed directly", lambda p: popxl.Graph()),
+    ("nest Irs", RuntimeError, r"main_graph\] of Ir\[id=\d+\] inside .*do not nest", _nest_irs),
+    (
+        "in graph",
+        TypeError,
+        "`in` on graph 'main_graph' needs a Tensor",
+        lambda p: "w" in p.ir.main_graph,
+    ),
+    (
+        "graph ==",
+        TypeError,
+        "cannot compare graph 'main_graph' with int",
+        lambda p: p.ir.main_graph == 3,
+    ),
+    # spec 1.5: Tensor
+    ("empty operand", ValueError, "'w' with an empty value", _main(lambda p: p.w + np.array([]))),
+    ("getitem", TypeError, "cannot index tensor 'w' with 'a'", _main(lambda p: p.w["a"])),
+    ("len scalar", ValueError, "scalar tensor 'sc'", lambda p: len(p.sc)),
+    ("iter", TypeError, "tensor 'w' is not iterable", lambda p: iter(p.w)),
+    ("contains", TypeError, "not supported on tensor 'w'", lambda p: 1.0 in p.w),
+    (
+        "operator refused",
+        ValueError,
+        r"differ: .*MatMul in graph 'main_graph', inputs 'w', 'c'",
+        _main(lambda p: p.w @ np.ones(5, np.float32)),
+    ),
+    ("+= refused", ValueError, r"do not broadcast .*AddInplace .* inputs 'w', 'c'", _iadd),
+    ("ipu undefined", UndefinedValue, "'w' of graph 'main_graph' has no IPU", lambda p: p.w.ipu),
+    (
+        "variable in subgraph",
+        ValueError,
+        r"only be created in the main graph.*other",
+        _variable_in_subgraph,
+    ),
+    ("graph_output", ValueError, r"Variable\[w .*current graph 'other'", _graph_output_elsewhere),
+    ("grouped data", VariableDataError, r"'gv'.*possibly appended outer dimension", _grouped_data),
+    (
+        "shard_over > group",
+        ValueError,
+        "shard_over 8 must divide the group size 4",
+        _shard_over_too_big,
+    ),
+    # spec 1.6: contexts
+    ("gcg", RuntimeError, "no graph is in context", lambda p: popxl.gcg()),
+    ("gmg", RuntimeError, "no graph is in context", lambda p: popxl.gmg()),
+    ("gir", RuntimeError, "no graph is in context", lambda p: popxl.gir()),
+    ("in_sequence(None)", TypeError, "got None", lambda p: popxl.in_sequence(None).__enter__()),
+    # spec 1.8: RemoteBuffer
+    ("entries 0", ValueError, r"RemoteBuffer\(.*\(2,\)\): entries must be .* 0", _buffer_entries),
+    # spec 1.14: call, repeat, conditional, remote_code_load
+    (
+        "call too many",
+        ValueError,
+        r"2 inputs given, graph 'add1_subgraph\(0\)' takes 1",
+        _main(lambda p: ops.call(p.add1, p.w, p.w)),
+    ),
+    (
+        "call not in parent",
+        ValueError,
+        "'other/oc' for input 'u' is not in the calling graph 'main_graph'",
+        _main(lambda p: ops.call(p.add1, p.oc)),
+    ),
+    (
+        "call twice",
+        ValueError,
+        r"input 'u' of graph 'add1_subgraph\(0\)' is given twice",
+        _main(lambda p: ops.call(p.add1, p.w, inputs_dict={p.add1.inputs[0]: p.w})),
+    ),
+    (
+        "call missing",
+        ValueError,
+        r"graph 'add1_subgraph\(0\)' inputs \['u'\] are not given",
+        _main(lambda p: ops.call(p.add1)),
+    ),
+    (
+        "call coerce",
+        TypeError,
+        "value for input 'u' cannot become a popxl.dtypes.float32",
+        _main(lambda p: ops.call(p.add1, object())),
+    ),
+    (
+        "call coerce shape",
+        ValueError,
+        r"'c' \(popxl.dtypes.float32 \(4,\)\) does not match input 'u'",
+        _main(lambda p: ops.call(p.add1, np.ones(4, np.float32))),
+    ),
+    ("conditional 2nd", ValueError, "'other/oc'", _conditional_second_branch),
+    (
+        "repeat count",
+        ValueError,
+        "repeat_count must be a non-negative integer, got -1",
+        _main(lambda p: ops.repeat(p.add1, -1, p.w)),
+    ),
+    (
+        "repeat outputs",
+        ValueError,
+        r"graph 'two_outputs_subgraph\(1\)' has 2 outputs but only 1 inputs",
+        _main(lambda p: ops.repeat(p.two_outputs, 2, p.w)),
+    ),
+    (
+        "code load inside",
+        ValueError,
+        r"code of 'add1_subgraph\(0\)' from inside it",
+        _remote_code_load_inside,
+    ),
+    (
+        "code load dest",
+        NotImplementedError,
+        r"'add1_subgraph\(0\)' to destination 'io_buffer' is not implemented",
+        _main(lambda p: ops.remote_code_load(p.add1, "io_buffer")),
+    ),
+    # an op argument check (not in the spec): accumulate_ needs X of t's shape
+    (
+        "accumulate_",
+        ValueError,
+        r"'sc' has shape \(\); .* shape \(2, 3\) of 'w'",
+        _main(lambda p: ops.var_updates.accumulate_(p.w, p.sc, 2.0)),
+    ),
+]
+
+
+@pytest.mark.parametrize("case, error, match, action", BUILD_CASES, ids=[c[0] for c in BUILD_CASES])
+def test_refused_build_leaves_the_ir_as_it_was(case, error, match, action) -> None:
+    p = program()
+    refused(p, error, match, lambda: action(p))
+    with pytest.raises(RuntimeError):
+        popxl.gcg()  # the graph context stack is back to empty
+    runs(p)
+
+
+def test_refused_create_graph_gives_its_name_to_the_next_graph() -> None:
+    p = program()
+    with pytest.raises(KeyError):
+        _raising_fn(p)
+    with p.ir.main_graph:
+        g = p.ir.create_graph(add1, p.w)
+        h2d = popxl.h2d_stream((1,), popxl.float32, name="made_inside")
+        buf = popxl.remote_buffer((1,), popxl.float32)
+    assert g.name == "add1_subgraph(2)"  # not (3): the refused trace took no number
+    assert h2d.tensor_id == "made_inside" and buf.remote_buffer_id == 1
+
+
+def test_undefined_value_is_popxl_errors_undefined_value_and_a_value_error() -> None:
+    import popxl.errors
+
+    assert popxl.errors.UndefinedValue is UndefinedValue
+    assert issubclass(UndefinedValue, ValueError)
+    p = program()
+    with p.ir.main_graph, popxl.ipu(1):
+        on_ipu = p.w + 1.0
+    assert on_ipu.ipu == 1
+
+
+def test_grouped_data_error_is_a_popart_exception() -> None:
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        rg = ir.replica_grouping(group_size=2)
+        with pytest.raises(popart.popart_exception, match=r"'gv'.*leading axis of 2"):
+            popxl.variable(np.zeros(3, np.float32), name="gv", replica_grouping=rg)
+        v = popxl.variable(np.zeros((2, 3), np.float32), name="gv", replica_grouping=rg)
+    assert v.id == "gv" and v.shape == (3,)
+
+
+def test_replication_factor_is_fixed_once_a_session_exists() -> None:
+    p = program()
+    popxl.Session(p.ir, "cpu")
+    with pytest.raises(RuntimeError, match=r"Ir\[id=\d+\]: replication_factor cannot change"):
+        p.ir.replication_factor = 2
+    assert p.ir.replication_factor == 1
+    runs(p)
+
+
+def test_cpu_device_refuses_programs_that_need_several_ipus() -> None:
+    p = program()
+    p.ir.replication_factor = 2
+    with pytest.raises(ValueError, match=r"'cpu' device has one IPU; this Ir needs 2 .*factor 2"):
+        popxl.Session(p.ir, "cpu")
+    p.ir.replication_factor = 1  # the refused Session did not take the Ir
+    with p.ir.main_graph:
+        with popxl.ipu(0):
+            a = p.w * 1.0
+        ops.ipu_copy(a, 1)
+    with pytest.raises(ValueError, match=r"needs 2 \(2 per replica"):
+        popxl.Session(p.ir, "cpu")
+    with popxl.Session(p.ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.run()[p.y], W + 1)
+
+
+# ---- Session (spec 1.10) ----
+def session_program() -> tuple[Program, Any, popxl.Tensor, popxl.Session]:
+    p = program()
+    with p.ir.main_graph:
+        xin = popxl.h2d_stream((2, 3), popxl.float32, name="xin")
+        x = ops.host_load(xin, "x")
+        ops.var_updates.copy_var_update_(p.w, x)
+    return p, xin, x, popxl.Session(p.ir, "cpu")
+
+
+@pytest.mark.parametrize(
+    "method, call",
+    [
+        ("run", lambda s, feeds: s.run(feeds)),
+        ("run_with_outputs", lambda s, feeds: s.run_with_outputs(feeds, s.create_host_outputs())),
+        ("weights_to_host", lambda s, feeds: s.weights_to_host()),
+        ("weights_from_host", lambda s, feeds: s.weights_from_host()),
+    ],
+)
+def test_session_calls_need_an_attached_session(method, call) -> None:
+    p, xin, _, session = session_program()
+    feeds = {xin: np.full((2, 3), 7, np.float32)}
+    with pytest.raises(ValueError, match=rf"Session.{method}: the session is not attached"):
+        call(session, feeds)
+    np.testing.assert_array_equal(session.get_tensor_data(p.w), W)  # host copy untouched
+    with session:
+        session.run(feeds)
+    np.testing.assert_array_equal(session.get_tensor_data(p.w), np.full((2, 3), 7))
+
+
+def test_session_input_and_data_errors_name_the_stream_or_tensor() -> None:
+    p, xin, x, session = session_program()
+    with session:
+        with pytest.raises(ValueError, match="value for stream 'xin' cannot become a"):
+            session.run({xin: "not numbers"})
+        with pytest.raises(TypeError, match=r"HostToDeviceStream\[xin .* not a Variable"):
+            session.get_tensor_data(xin)
+        with pytest.raises(TypeError, match=r"Tensor\[x .* not a Variable or Constant"):
+            session.get_tensors_data([p.w, x])
+        with pytest.raises(TypeError, match=r"Constant\[sc .* is not a Variable"):
+            session.write_variables_data({p.w: np.zeros((2, 3), np.float32), p.sc: 1.0})
+        np.testing.assert_array_equal(session.get_tensor_data(p.w), W)  # nothing written
+        out = session.run({xin: np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(out[p.y], W + 1)
+    np.testing.assert_array_equal(session.get_tensor_data(p.w), np.ones((2, 3)))
+
+
+def test_a_run_refused_at_run_time_leaves_the_session_usable() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((2, 2), np.float32), name="a")
+        scale_in = popxl.h2d_stream((), popxl.int32, name="scale")
+        zero = popxl.constant(0, popxl.int32, name="zero")
+        a8 = ops.pow2scale_cast_to_fp8(a, data_type=popxl.float8_143, log2_scale=zero)
+        r = ops.matmul_pow2scaled(a8, a8, ops.host_load(scale_in, "log2_scale"))
+        out = popxl.d2h_stream(r.shape, r.dtype, name="r")
+        ops.host_store(out, r)
+    with popxl.Session(ir, "ipu_model") as session:
+        with pytest.raises(
+            popart.poplar_application_runtime_error, match=r"tensor 'log2_scale'.*= 40"
+        ):
+            session.run({scale_in: np.int32(40)})
+        np.testing.assert_array_equal(session.run({scale_in: np.int32(1)})[out], np.full((2, 2), 4))
+
+
+# ---- transforms (spec 1.12) ----
+def test_io_tile_exchange_refusal_undoes_the_block() -> None:
+    p = program()
+    with p.ir.main_graph:
+        xin = popxl.h2d_stream((2, 3), popxl.float32, name="xin")
+        before = state(p.ir)
+        with (
+            pytest.raises(RuntimeError, match="2 ops remain in graph 'main_graph'"),
+            popxl.transforms.io_tile_exchange(),
+        ):
+            made = ops.host_load(xin, "made") + 1.0
+        assert state(p.ir) == before
+        with pytest.raises(
+            ValueError, match=r"Mul: input 0 'add' is no longer in graph 'main_graph'"
+        ):
+            made * 2.0
+        assert state(p.ir) == before
+    runs(p)
+
+
+def test_io_tile_exchange_does_not_count_the_ops_of_refused_calls() -> None:
+    @atomic
+    def adds_then_refuses(t: popxl.Tensor) -> None:
+        t + 1.0  # an op, undone when the call is refused
+        raise ValueError("refused")
+
+    p = program()
+    with p.ir.main_graph:
+        xin = popxl.h2d_stream((2, 3), popxl.float32, name="xin")
+        with popxl.transforms.io_tile_exchange():
+            loaded = ops.host_load(xin, "loaded")
+            with pytest.raises(ValueError, match="refused"):
+                adds_then_refuses(loaded)
+        assert loaded.producer.tile_set == "io"
+        assert [op.type for op in p.ir.main_graph.ops][-1] == "HostLoad"
+
+
+# ---- ReplicaGrouping (spec 2.1, 2.2) ----
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ({"stride": 0}, r"stride 0 must satisfy 0 < stride <= num_replicas \(8\)"),
+        ({"stride": 16}, r"stride 16 must satisfy 0 < stride <= num_replicas \(8\)"),
+        ({"stride": 3}, "stride 3 does not divide num_replicas 8"),
+        ({"group_size": 0}, r"group_size 0 must satisfy 0 < group_size <= num_replicas"),
+        ({"group_size": 16}, r"group_size 16 must satisfy 0 < group_size <= num_replicas"),
+    ],
+)
+def test_replica_grouping_arguments(args, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        popxl.Ir(replication=8).replica_grouping(**args)
+
+
+@pytest.mark.parametrize(
+    "assignment, match",
+    [
+        ([0, 0, 0, 1, 1, 1, 1, 1], "groups must have equal sizes"),
+        ([1, 1, 0, 0, 1, 1, 0, 0], "numbered in order of first appearance"),
+        ([0, 0, 1, 1], r"4 entries; expected one per replica \(8\)"),
+    ],
+)
+def test_replica_grouping_from_assignments_arguments(assignment, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        popxl.Ir(replication=8).replica_grouping_from_assignments(assignment)
+
+
+def test_replica_grouping_misuse() -> None:
+    ir = popxl.Ir(replication=8)
+    with pytest.raises(RuntimeError, match=r"constructed directly: use ir.replica_grouping"):
+        popxl.ReplicaGrouping()
+    nc = ir.replica_grouping_from_assignments([0, 0, 1, 1, 0, 0, 1, 1])
+    named = r"ReplicaGrouping\(assignment=\[0, 0, 1, 1, 0, 0, 1, 1\]\)"
+    with pytest.raises(NotImplementedError, match=named + " has no stride"):
+        nc.stride  # noqa: B018
+    with pytest.raises(NotImplementedError, match=named + " is not a constant-stride"):
+        nc._pb_replica_grouping  # noqa: B018
+    with pytest.raises(TypeError, match=named + " with int"):
+        nc == 3  # noqa: B015
+    with ir.main_graph:
+        t = popxl.variable(np.ones(2, np.float32), name="t")
+        before = state(ir)
+        with pytest.raises(NotImplementedError, match=r"replicated_all_reduce of 't': " + named):
+            ops.collectives.replicated_all_reduce(t, group=nc)
+        assert state(ir) == before
+    assert nc.const_rg.stride == 1 and nc.group_size == 4
+
+
+# ---- code_copy (spec 1.14: exists, not exported, always NotImplementedError) ----
+def test_code_copy_is_not_implemented() -> None:
+    from popxl.ops.code_copy import code_copy
+
+    assert "code_copy" not in ops.__all__
+    p = program()
+    with pytest.raises(NotImplementedError, match=r"code of graph 'add1_subgraph\(0\)'"):
+        code_copy(p.add1, "executable", "executable")
