@@ -33,6 +33,26 @@ def test_stream_buffers_are_consumed_and_filled_circularly():
     np.testing.assert_array_equal(dst, want)
 
 
+def test_connecting_a_stream_again_restarts_at_the_new_buffers_first_transfer():
+    e = _stream_engine()
+    first = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = np.zeros((2, 4), np.float32)
+    e.connect_stream("in", first)
+    e.connect_stream("out", out)
+    e.run()  # consumes transfer 0 of ``first``
+    second = first + 50  # same layout: the connection is reused, from transfer 0
+    out2 = np.zeros((2, 4), np.float32)
+    e.connect_stream("in", second)
+    e.connect_stream("out", out2)
+    e.run()
+    np.testing.assert_array_equal(out2[0], second[0] + 100)
+    np.testing.assert_array_equal(out, [first[0] + 100, np.zeros(4)])  # left alone
+    third = np.full((3, 4), 7, np.float32)  # another layout: a new, checked connection
+    e.connect_stream("in", third)
+    e.run()
+    np.testing.assert_array_equal(out2[1], third[0] + 100)
+
+
 def test_host_buffers_are_read_at_each_transfer_not_when_connected():
     e = _stream_engine()
     src = np.zeros(4, np.float32)

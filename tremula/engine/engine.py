@@ -141,7 +141,11 @@ class Engine:
             raise StreamError(
                 f"connect_stream: no stream named {name!r}; streams: {sorted(self.state.streams)}"
             )
-        self.runtime.streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
+        streams = self.runtime.streams
+        conn = streams.get(name)
+        if conn is not None and conn.rebind(buffer_or_callback):
+            return  # the same stream again with a buffer of the same layout
+        streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
 
     def connect_host_function(self, name: str, fn: Callable[..., Any]) -> None:
         """``fn(inputs, outputs)`` receives lists of flat arrays; it fills ``outputs`` in

@@ -74,6 +74,24 @@ class StreamConnection:
             raise StreamError(f"stream {name!r}: cannot write into the host buffer in place")
         self.buffer = view
         self.shared = shared
+        self._source_shape = source.shape
+
+    def rebind(self, source: Any) -> bool:
+        """Take ``source`` as the buffer, restarting at its first transfer, when it is an
+        array of the current buffer's shape, type and contiguity (the checks of a new
+        connection then hold already); False (nothing changed) otherwise."""
+        old = self.buffer
+        if (
+            old is None
+            or type(source) is not np.ndarray
+            or source.shape != self._source_shape
+            or source.dtype != old.dtype
+            or not source.flags.c_contiguous
+        ):
+            return False
+        self.buffer = source.reshape(old.shape)
+        self.pos[:] = 0
+        return True
 
     def _rows(self, rsel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         reps = self._all if rsel is ALL else np.arange(self.replicas)[rsel]

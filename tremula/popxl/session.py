@@ -340,7 +340,14 @@ class Session:
         return tuple(d for d in (nht, R) if d > 1)
 
     def _host_shape(self, s: Any) -> tuple[int, ...]:
-        return self._lead() + tuple(s.shape)
+        key = (self._ir.num_host_transfers, self._ir.replication_factor)
+        shapes = self.__dict__.get("_shapes")
+        if shapes is None or shapes[0] != key:  # made once per transfer count
+            shapes = self._shapes = (key, {})
+        shape = shapes[1].get(s)
+        if shape is None:
+            shape = shapes[1][s] = self._lead() + tuple(s.shape)
+        return shape
 
     def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
         nht, R = self._ir.num_host_transfers, self._ir.replication_factor
