@@ -184,3 +184,19 @@ def test_flops_in_the_profile(session):
     groups = [grp for ccs in lw.compute_sets for grp in ccs.groups]
     amp = sum(float(grp.flops.sum()) for grp in groups if "Partial<" in grp.vertex_type.name)
     assert amp == 2 * 24 * 40 * 16
+
+
+@pytest.mark.parametrize("m, k, n", [(4, 16, 24), (24, 16, 4)])
+def test_two_d_products_by_a_transposed_operand(m, k, n):
+    """The prepared 2-D product: by a transposed ``b`` (short-and-wide ``a``: computed as
+    ``(b^T a^T)^T``) or directly; later calls read the operands' new values."""
+    rng = np.random.default_rng(2)
+    a = np.empty((m, k), np.float32)
+    w = np.empty((n, k), np.float32)  # b = w.T, an F-contiguous view
+    c = np.empty((m, n), np.float32)
+    run = cl._product_2d(a, w.T, c)
+    for _ in range(2):
+        a[...] = rng.standard_normal(a.shape)
+        w[...] = rng.standard_normal(w.shape)
+        run()
+        np.testing.assert_allclose(c, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)

@@ -130,7 +130,7 @@ class _Partial(poplar.Codelet):
             # stacked-matmul loop; the operands need no cast (math is their type)
             a2, b2, c2 = wa[0, 0, 0], wb[0, 0, 0], wc[0, 0, 0]
             if a2.dtype == b2.dtype == math:
-                return lambda: np.matmul(a2, b2, out=c2)
+                return _product_2d(a2, b2, c2)
 
         def run() -> None:
             _products(*views, math, accumulate)
@@ -144,6 +144,24 @@ class _Partial(poplar.Codelet):
     @classmethod
     def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
         return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _product_2d(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
+    """``c = a @ b`` for fixed 2-D views. A short, wide product by a transposed ``b`` (a
+    weight read as ``W^T``) is computed as ``(b^T a^T)^T`` into a kept row-major temporary:
+    the same product, which OpenBLAS runs about 1.5x faster in that orientation; the choice
+    depends only on the layouts, so runs stay deterministic."""
+    m, n = a.shape[0], b.shape[1]
+    if b.flags.f_contiguous and not b.flags.c_contiguous and a.flags.c_contiguous and m < n:
+        bt, at = b.T, a.T
+        tmp = np.empty((n, m), dtype=c.dtype)
+
+        def transposed() -> None:
+            np.matmul(bt, at, out=tmp)
+            np.copyto(c, tmp.T)
+
+        return transposed
+    return lambda: np.matmul(a, b, out=c)
 
 
 def _whole_views(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
