@@ -1,0 +1,47 @@
+"""``popsparse::dynamic``: the dynamic sparse fully-connected layer and matmul (host side).
+
+``from tremula.libs.popsparse import dynamic``::
+
+    sp = dynamic.SparsityParams(dynamic.SparsityType.Block,
+                                dynamic.SparsityStructure.Unstructured, (4, 4))
+    params = dynamic.FullyConnectedParams.create_with_nz_ratio(sp, 0.1, batch, 1, in_, out)
+    plan = dynamic.get_plan(target, "half", params, {"doGradWPass": True})
+    part = dynamic.Partitioner(params, "half", target, {"doGradWPass": True})
+    impl = part.create_sparsity_data_impl(coo)           # impl.meta_info, impl.nz_values
+    back = part.sparsity_data_impl_to_coo_matrix(impl)   # bit-exact round trip
+"""
+
+from tremula.libs.popsparse.layout import PropagationStep, propagation_steps
+from tremula.libs.popsparse.options import Options, PlanConstraints, parse_options
+from tremula.libs.popsparse.params import (
+    FullyConnectedParams,
+    MatMulParams,
+    SparsityParams,
+    SparsityStructure,
+    SparsityType,
+)
+from tremula.libs.popsparse.partitioner import Partitioner, SparsityDataImpl
+from tremula.libs.popsparse.plan import Cost, ExchangePlan, Partition, Plan, PlanningCache
+from tremula.libs.popsparse.planner import estimate_cost, get_plan
+
+__all__ = [
+    "Cost",
+    "ExchangePlan",
+    "FullyConnectedParams",
+    "MatMulParams",
+    "Options",
+    "Partition",
+    "Partitioner",
+    "Plan",
+    "PlanConstraints",
+    "PlanningCache",
+    "PropagationStep",
+    "SparsityDataImpl",
+    "SparsityParams",
+    "SparsityStructure",
+    "SparsityType",
+    "estimate_cost",
+    "get_plan",
+    "parse_options",
+    "propagation_steps",
+]

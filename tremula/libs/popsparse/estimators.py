@@ -1,0 +1,244 @@
+"""Cycle estimates of PopSparse's vertices, exchanges, reductions and casts (spec sections
+3.5 and 3.6), shared by the planner and (later) the codelets.
+
+Every function is vectorised: size arguments may be NumPy arrays (one entry per planner
+candidate) and results have their broadcast shape (int64). Vertex estimates are tile cycles:
+a worker's cycles count ``num_worker_contexts`` times (the barrel) plus the supervisor's own
+part ("total = worker cycles x 6 + supervisor", section 3.6).
+
+The spec gives the shape of each estimate and most constants; where it gives a range or
+"details in the source" the value chosen here is marked ``# [choice]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tremula.target import Target
+
+Array = np.ndarray | int
+
+
+def cdiv(a: Array, b: Array) -> np.ndarray:
+    """Ceiling division of non-negative integers (arrays or ints)."""
+    return -(-np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64))
+
+
+# ---- exchange, zeroing, reduction, cast (section 3.5) ----
+
+
+def exchange_cycles(target: Target, num_bytes: Array, share: Array = 1) -> np.ndarray:
+    """``ceil(16 bytes / (round(16 exchangeBytesPerCycle) x share))``; ``share`` is 2 when
+    the two tiles of a super-tile receive the same data at once."""
+    rate = round(16 * target.exchange_bytes_per_cycle)
+    return cdiv(16 * np.asarray(num_bytes, dtype=np.int64), rate * np.asarray(share))
+
+
+def broadcast_share(target: Target, consecutive_receivers: Array) -> np.ndarray:
+    """2 when data goes to an even run of consecutive tiles and super-tiles of 2 can receive
+    together (spec 3.5's exchange estimator), else 1."""
+    pairs = target.tiles_per_super_tile == 2 and target.supports_super_tile_send_receive
+    even = np.asarray(consecutive_receivers) % 2 == 0
+    return np.where(pairs & even, 2, 1).astype(np.int64)
+
+
+#: [choice] supervisor set-up of the vertex that zeroes partials.
+ZERO_OVERHEAD_CYCLES = 20
+
+
+def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
+    """Zeroing ``num_bytes`` of partials: one 64-bit store per worker cycle.
+
+    PopLibs' helper computes this and then returns ``numPartials x numWorkers`` (spec 3.5,
+    "Quirk"). That quirk is *fixed* here on purpose: it would charge ~6 cycles per partial
+    and push every plan towards tiny per-tile outputs.
+    """
+    w = target.num_worker_contexts
+    words = cdiv(num_bytes, 8)
+    return np.where(words > 0, w * (ZERO_OVERHEAD_CYCLES + cdiv(words, w)), 0)
+
+
+def reduce_cycles(target: Target, partials_size: int, depth: Array, outputs: Array) -> np.ndarray:
+    """Reduce ``depth`` partials into ``outputs`` values per tile (spec 3.6 "Reduce"):
+    float ``32 + (3 depth + 7) ceil(loops/6)`` with ``loops = out/4``, half
+    ``32 + (3 depth + 8) ceil(loops/6)`` with ``loops = out/8``; both x6."""
+    w = target.num_worker_contexts
+    per, width = (7, 4) if partials_size == 4 else (8, 8)  # [choice] 8 of "8/9" for half
+    loops = cdiv(outputs, width)
+    return w * (32 + (3 * np.asarray(depth) + per) * cdiv(loops, w))
+
+
+def cast_cycles(target: Target, n: Array, from_size: int, to_size: int) -> np.ndarray:
+    """``(max(ceil(n/6/pw), ceil(n/6/ow)) + 26) x 6`` (spec 3.6 "Cast"); 0 for no elements."""
+    w = target.num_worker_contexts
+    pw, ow = target.vector_width(from_size), target.vector_width(to_size)
+    n = np.asarray(n, dtype=np.int64)
+    cycles = (np.maximum(cdiv(n, w * pw), cdiv(n, w * ow)) + 26) * w
+    return np.where(n > 0, cycles, 0)
+
+
+# ---- element-wise vertices (section 3.6) ----
+
+#: Fast paths of the element-wise Fwd worker: (type size, Z) -> (overhead, per row, per nz).
+EW_FWD_FAST = {(2, 8): (28, 15, 3), (2, 4): (30, 11, 2), (4, 4): (25, 13, 3), (4, 2): (27, 11, 2)}
+EW_FWD_GENERAL = (30, 16)  # [choice] overhead, per row of the general-Z path
+
+
+def ew_fwd_worker(type_size: int, z: Array, rows: Array, nz_per_row: Array) -> np.ndarray:
+    """One worker of the element-wise Fwd / GradA vertex: per row an overhead plus, per nz,
+    3 cycles per 64-bit chunk of ``z`` (8 half / 4 float) and a remainder term."""
+    z = np.asarray(z, dtype=np.int64)
+    chunk = 8 if type_size == 2 else 4
+    overhead = np.full(z.shape, EW_FWD_GENERAL[0])
+    per_row = np.full(z.shape, EW_FWD_GENERAL[1])
+    per_nz = 3 * (z // chunk) + 2 * (z % chunk != 0) + 1  # [choice] remainder + loop
+    for (size, zz), (o, r, n) in EW_FWD_FAST.items():
+        if size == type_size:
+            hit = z == zz
+            overhead, per_row, per_nz = (
+                np.where(hit, o, overhead),
+                np.where(hit, r, per_row),
+                np.where(hit, n, per_nz),
+            )
+    rows = np.asarray(rows, dtype=np.int64)
+    return np.where(rows > 0, overhead + rows * (per_row + np.asarray(nz_per_row) * per_nz), 0)
+
+
+def ew_supervisor(
+    constant: int,
+    buckets: Array,
+    with_info: Array,
+    avg_sub_groups: Array = 1,
+    search: int = 47,
+    found: int = 46,
+) -> np.ndarray:
+    """The supervisor's walk over buckets (spec 3.6): ``constant + 32 (buckets - withInfo)
+    avgSG + withInfo (search (avgFirstMatch + 1) + found)``, ``avgFirstMatch = (avgSG-1)/2``."""
+    buckets, with_info = np.asarray(buckets), np.asarray(with_info)
+    avg = np.asarray(avg_sub_groups, dtype=np.float64)
+    first = (avg - 1) / 2
+    cycles = (
+        constant + 32 * (buckets - with_info) * avg + with_info * (search * (first + 1) + found)
+    )
+    return np.ceil(cycles).astype(np.int64)
+
+
+def ew_transpose_worker(type_size: int, z: Array, nz: Array) -> np.ndarray:
+    """One worker of the shared-bucket GradA ``Transpose`` vertex: the nz are divided over
+    the workers at run time, ~10 cycles per nz per 64-bit chunk of Z (spec 3.6)."""
+    chunk = 8 if type_size == 2 else 4
+    nz = np.asarray(nz, dtype=np.int64)
+    return np.where(nz > 0, 20 + nz * 10 * cdiv(z, chunk), 0)  # [choice] 20 set-up
+
+
+#: Element-wise GradW: per output row overhead, fast-path cycles per nz for (size, Z).
+EW_GRADW_ROW = 9  # [choice] within the spec's 7-11
+EW_GRADW_FAST = {(2, 8): 5, (2, 4): 4, (4, 4): 5, (4, 2): 4}
+
+
+def ew_gradw_worker(type_size: int, z: Array, rows: Array, nz: Array) -> np.ndarray:
+    """One worker of the element-wise GradW vertex: ``rows`` output rows and ``nz`` values
+    each accumulated over ``z`` (half ``11 + Z/4``, float ``9 + Z/2`` off the fast paths)."""
+    z = np.asarray(z, dtype=np.int64)
+    per_nz = 11 + cdiv(z, 4) if type_size == 2 else 9 + cdiv(z, 2)
+    for (size, zz), cycles in EW_GRADW_FAST.items():
+        if size == type_size:
+            per_nz = np.where(z == zz, cycles, per_nz)
+    nz = np.asarray(nz, dtype=np.int64)
+    return np.where(nz > 0, EW_GRADW_ROW * np.asarray(rows) + nz * per_nz, 0)
+
+
+# ---- block vertices (section 3.6) ----
+
+#: Cycles per Z of the AMP block Fwd/GradA worker: block edge -> (float, half).
+AMP_CYCLES_PER_Z = {4: (4, 2), 8: (8, 4), 16: (4, 4)}
+#: [choice] inner-loop overhead of the AMP block worker for Z = 1, 2, >= 3 (spec: 14-25).
+AMP_INNER_OVERHEAD = (14, 18, 25)
+AMP_ROW_CYCLES = 4  # [choice] the "small X term" of the supervisor, per block row
+
+
+def amp_weight_loads(target: Target, edge: int, type_size: int) -> int:
+    """Weight loads per block: 2 for 16x16 blocks when the AMP has 8 conv units."""
+    units = target.conv_units(type_size, 4)
+    return 2 if edge == 16 and units <= 8 else 1
+
+
+def block_fwd_cycles(
+    target: Target,
+    edge: int,
+    type_size: int,
+    z: Array,
+    blocks: Array,
+    rows: Array,
+    buckets: Array,
+    with_info: Array,
+) -> np.ndarray:
+    """The AMP block Fwd (and GradA ``TransposeAMPBlock``) vertex over ``buckets`` buckets of
+    ``blocks`` blocks in ``rows`` block rows each; the workers split ``z`` only."""
+    w = target.num_worker_contexts
+    loads = amp_weight_loads(target, edge, type_size)
+    blocks, rows = np.asarray(blocks, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+    per_block_sup = edge * edge // (2 if type_size == 4 else 4) + 3 + 12 * loads
+    sup = ew_supervisor(40, buckets, with_info, search=46, found=56) + np.asarray(with_info) * (
+        blocks * per_block_sup + rows * AMP_ROW_CYCLES
+    )
+    zw = np.maximum(cdiv(z, w), 1)
+    inner = np.where(
+        zw == 1,
+        AMP_INNER_OVERHEAD[0],
+        np.where(zw == 2, AMP_INNER_OVERHEAD[1], AMP_INNER_OVERHEAD[2]),
+    )
+    per_z = AMP_CYCLES_PER_Z[edge][0 if type_size == 4 else 1]
+    worker = blocks * loads * (inner + zw * per_z) - 3 * np.maximum(blocks - rows, 0)
+    return sup + w * np.asarray(with_info) * np.maximum(worker, 0)
+
+
+#: Non-AMP block GradW: block edge -> ((yOverhead, cyclesPerZ) half in, (...) float in).
+BLOCK_GRADW = {4: ((29, 6), (45, 12)), 8: ((113, 24), (208, 48)), 16: ((441, 96), (505, 96))}
+
+
+def block_gradw_cycles(
+    target: Target, edge: int, type_size: int, z: Array, blocks: Array
+) -> np.ndarray:
+    """``GradWBlock`` on one bucket: blocks split over the workers, each
+    ``yOverhead + Z x cyclesPerZ``."""
+    w = target.num_worker_contexts
+    y_overhead, per_z = BLOCK_GRADW[edge][0 if type_size == 2 else 1]
+    per_worker = cdiv(blocks, w) * (y_overhead + np.asarray(z) * per_z)
+    return ew_supervisor(40, 1, 1, search=46, found=56) + w * per_worker
+
+
+def block_gradw_amp_cycles(
+    target: Target, edge: int, type_size: int, z: Array, blocks: Array, z_grain: int
+) -> np.ndarray:
+    """``GradWAMPBlock`` on one bucket, supervisor-driven over Z blocks of ``z_grain``: per
+    block and Z block a weight load (``z_grain x edge`` values at 8 bytes per cycle) and an
+    AMP run at the tile's peak MACs per cycle. [choice: the spec leaves the details out]"""
+    load = cdiv(z_grain * edge * type_size, 8) + 12
+    run = cdiv(edge * edge * z_grain, target.max_macs_per_cycle_per_tile(type_size)) + 10
+    return ew_supervisor(40, 1, 1, search=46, found=56) + (
+        np.asarray(blocks) * cdiv(z, z_grain) * (load + run)
+    )
+
+
+def block_transpose_gradw_cycles(
+    target: Target, edge: int, type_size: int, rows: Array, z: Array, z_grain: int
+) -> np.ndarray:
+    """Re-laying a ``[rows][z]`` dense operand into ``edge x z_grain`` blocks for the GradW
+    AMP method: ``18 + (34 + blocksPerWorker (3 + zBlocks (3 + vectors))) x W``
+    (``shared/spec/profile-and-machine.md`` 3.6)."""
+    w = target.num_worker_contexts
+    vectors = cdiv(edge * z_grain, target.vector_width(type_size))
+    per_worker = cdiv(cdiv(rows, edge), w) * (3 + cdiv(z, z_grain) * (3 + vectors))
+    return 18 + (34 + per_worker) * w
+
+
+def block_bucket_transpose_cycles(
+    target: Target, edge: int, type_size: int, blocks: Array
+) -> np.ndarray:
+    """The partial transpose of a bucket's nz blocks before the block GradA pass: blocks
+    split over the workers, 2 cycles per vector of a block plus 8 per block. [choice]"""
+    w = target.num_worker_contexts
+    vectors = cdiv(edge * edge, target.vector_width(type_size))
+    blocks = np.asarray(blocks, dtype=np.int64)
+    return np.where(blocks > 0, w * (20 + cdiv(blocks, w) * (8 + 2 * vectors)), 0)
