@@ -88,6 +88,11 @@ def _prepare(
         spec, acc = SPECS[op], accumulator(partials.dtype)
         scale, out_t = _scale(v), v.dtype("out").numpy
         update = v.fields["out"].direction == "inout"
+        plain = scale is None and not update and not (first_stage and spec.square)
+        if plain and spec.ufunc is not None and partials.dtype == acc == out.dtype:
+            direct = _direct(spec.ufunc, partials, out, lay)
+            if direct is not None:
+                return direct
 
         def run() -> None:
             x = prepare_input(spec, partials, acc, first_stage=first_stage)
@@ -97,6 +102,32 @@ def _prepare(
         return run
 
     return prepare
+
+
+def _direct(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, lay: dict[str, Any]) -> Any:
+    """One ``ufunc.reduce`` (or ``reduceat``) from views of ``partials`` straight into views
+    of ``out``, for an unscaled reduction in the accumulator type; None when the layout
+    has no such form or a reshape would copy."""
+    R, path = partials.shape[0], lay["path"]
+    if path == "runs":
+        lengths = lay["lengths"]
+        if not lengths.size or not np.all(lengths > 0):
+            return None
+        starts = lay["starts"]
+        return lambda: ufunc.reduceat(partials, starts, axis=-1, out=out)
+    if path == "uniform" and len(lay["shape"]) == 3:  # ReduceBlock [outer, N, inner]
+        O, N, I = lay["shape"]
+        src, dst, axes = partials.reshape(R, -1, O, N, I), out.reshape(R, -1, N), (2, 4)
+    elif path == "uniform":  # ReducePartials: equal pieces per output region
+        C, L = lay["shape"]
+        src, dst, axes = partials.reshape(R, -1, C, L), out.reshape(R, -1, L), (2,)
+    elif path == "pieces":
+        src, dst, axes = partials, out.reshape(R, -1, partials.shape[-1]), (2,)
+    else:
+        return None
+    if not (np.may_share_memory(src, partials) and np.may_share_memory(dst, out)):
+        return None  # a reshape copied: later runs would not see device memory
+    return lambda: ufunc.reduce(src, axis=axes, out=dst)
 
 
 def _strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
