@@ -1,4 +1,4 @@
-"""``popsparse::dynamic``: the dynamic sparse fully-connected layer and matmul (host side).
+"""``popsparse::dynamic``: the dynamic sparse fully-connected layer and matmul.
 
 ``from tremula.libs.popsparse import dynamic``::
 
@@ -11,7 +11,20 @@
     back = part.sparsity_data_impl_to_coo_matrix(impl)   # bit-exact round trip
 """
 
+from tremula.libs.popsparse.device import OpMetaData, SparseTensor
+from tremula.libs.popsparse.fully_connected import (
+    create_fully_connected_input,
+    create_fully_connected_weights,
+    fully_connected_fwd,
+    fully_connected_grad_a,
+    fully_connected_sparse_grad_w,
+)
 from tremula.libs.popsparse.layout import PropagationStep, propagation_steps
+from tremula.libs.popsparse.matmul import (
+    create_sparse_dense_matmul_lhs,
+    create_sparse_dense_matmul_rhs,
+    sparse_dense_matmul,
+)
 from tremula.libs.popsparse.options import Options, PlanConstraints, parse_options
 from tremula.libs.popsparse.params import (
     FullyConnectedParams,
@@ -29,6 +42,7 @@ __all__ = [
     "ExchangePlan",
     "FullyConnectedParams",
     "MatMulParams",
+    "OpMetaData",
     "Options",
     "Partition",
     "Partitioner",
@@ -36,12 +50,21 @@ __all__ = [
     "PlanConstraints",
     "PlanningCache",
     "PropagationStep",
+    "SparseTensor",
     "SparsityDataImpl",
     "SparsityParams",
     "SparsityStructure",
     "SparsityType",
+    "create_fully_connected_input",
+    "create_fully_connected_weights",
+    "create_sparse_dense_matmul_lhs",
+    "create_sparse_dense_matmul_rhs",
     "estimate_cost",
+    "fully_connected_fwd",
+    "fully_connected_grad_a",
+    "fully_connected_sparse_grad_w",
     "get_plan",
     "parse_options",
     "propagation_steps",
+    "sparse_dense_matmul",
 ]

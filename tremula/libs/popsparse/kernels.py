@@ -1,0 +1,328 @@
+"""The numbers of PopSparse's device vertices (spec 4.7), vectorised over every bucket and
+every vertex of a compute set: the meta-info read as the vertices read it, and the sparse
+products they compute.
+
+* :func:`decode` reads many buckets at once. The sub-groups of a bucket and the rows of a
+  sub-group are chains (each entry gives the offset of the next), so they are walked in
+  lockstep: one NumPy step per sub-group position (the most sub-groups a bucket holds) and
+  one per row position (the most rows a sub-group holds), over all buckets together; the
+  blocks of the rows are then read in one step. Corrupt meta-info raises
+  :class:`MetaInfoError` (the device would read garbage; the model says where).
+* :func:`select` keeps, for each vertex, the blocks of the sub-groups whose id it
+  processes (``subGroupIdToProcess``), from the buckets it reads.
+* :class:`Product` is ``OUT += W IN`` for the selected blocks, in the transposed frame the
+  fields are held in (rows of ``OUT^T`` / ``IN^T`` are tile rows, columns the batch): a CSR
+  matrix product for element-wise sparsity (``scipy.sparse`` when it is installed, else an
+  ELL sweep in NumPy), an ELL sweep of batched block products for block sparsity.
+  :func:`sampled_products` is GradW's ``sum_z OUT[x, z] IN[y, z]`` at the selected blocks.
+
+Products are computed in float32 (the partials; half operands are widened first), so half
+element-wise products are more exact than the IPU's half multiplies (spec 4.4.1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tremula.libs.popsparse.errors import MetaInfoError
+
+try:  # an optional accelerator: the CSR product of scipy.sparse (a test dependency)
+    import scipy.sparse as _sparse
+except ImportError:  # pragma: no cover - NumPy only
+    _sparse = None
+
+#: Most elements a gathered temporary may hold before a product is split into chunks.
+CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class BucketFormat:
+    """How to read one bucket of a field.
+
+    ``words``: meta-info words of one bucket in the field (the part the vertex reads: the
+    forward meta-info, or the element-wise GradA meta-info when ``grad_a``); ``nz``: values
+    of one bucket; ``block``: the grain block (``(1, 1)`` element-wise); ``type_factor`` and
+    ``num_z``: element-wise Y offsets are ``column x type_factor x num_z``."""
+
+    block: tuple[int, int]
+    words: int
+    nz: int
+    type_factor: int
+    num_z: int
+    grad_a: bool = False
+
+    @property
+    def is_block(self) -> bool:
+        return self.block != (1, 1)
+
+    @property
+    def area(self) -> int:
+        return self.block[0] * self.block[1]
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Blocks read from buckets, in forward terms: for each, the row of the decoded words it
+    came from, the id of its sub-group, its element row ``x`` and column ``y`` in the tile,
+    and ``slot``, the offset of its first value in that row's nz values."""
+
+    row: np.ndarray
+    sid: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    slot: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.row.size)
+
+
+def _bad(why: str, bucket: np.ndarray | int, fmt: BucketFormat) -> MetaInfoError:
+    b = int(np.asarray(bucket).reshape(-1)[0])
+    return MetaInfoError(
+        f"Invalid meta-info read on the device: bucket {b} of the field "
+        f"({fmt.words} words, {fmt.nz} nz values per bucket): {why} (possibly corrupt or "
+        f"invalid metaInfo, or meta-info of another plan)"
+    )
+
+
+def decode(words: np.ndarray, fmt: BucketFormat) -> Entries:
+    """All blocks of the buckets in ``words`` (``[m, buckets x fmt.words]``: each row holds
+    whole buckets), with the slot of each block in its row's nz values
+    (``[m, buckets x fmt.nz]``)."""
+    m = words.shape[0]
+    w = np.asarray(words).reshape(-1, fmt.words).astype(np.int64)
+    per_row = words.shape[1] // fmt.words if m else 0
+    sg = _sub_groups(w, fmt)
+    rows = _rows(w, sg, fmt)
+    ent = _blocks(w, sg, rows, fmt)
+    bucket = sg["bucket"][ent[0]]
+    slot = ent[4] + (bucket % max(per_row, 1)) * fmt.nz
+    return Entries(bucket // max(per_row, 1), sg["sid"][ent[0]], ent[1], ent[2], slot)
+
+
+def _sub_groups(w: np.ndarray, fmt: BucketFormat) -> dict[str, np.ndarray]:
+    """Header fields of every sub-group, walking all buckets in lockstep."""
+    n_words = w.shape[1]
+    head = 7 if fmt.is_block else 9
+    pos = np.zeros(w.shape[0], dtype=np.int64)
+    nz = np.zeros(w.shape[0], dtype=np.int64)
+    alive = np.arange(w.shape[0])
+    parts: list[tuple[np.ndarray, ...]] = []
+    while alive.size:
+        p = pos[alive]
+        over = np.flatnonzero(p >= n_words)
+        if over.size:
+            raise _bad("no 0 terminator before the end of the bucket", alive[over], fmt)
+        keep = w[alive, p] != 0
+        alive, p = alive[keep], p[keep]
+        if not alive.size:
+            break
+        over = np.flatnonzero(p + head > n_words)
+        if over.size:
+            raise _bad(f"a sub-group header at word {p[over[0]]} runs past the end", alive, fmt)
+        hdr = w[alive[:, None], p[:, None] + np.arange(head)]
+        size = hdr[:, 4]
+        values = hdr[:, 3] if fmt.is_block else hdr[:, 3] * fmt.area
+        bad = np.flatnonzero((size < head) | (p + size > n_words))
+        if bad.size:
+            raise _bad(f"a sub-group of {size[bad[0]]} words at word {p[bad[0]]}", alive[bad], fmt)
+        if fmt.is_block:
+            n_rows, first = hdr[:, 5] + 1, 7 + 4 * hdr[:, 6]
+        else:
+            n_rows, first = hdr[:, 6] + 1, hdr[:, 7]
+            bad = np.flatnonzero(hdr[:, 5] != fmt.num_z)
+            if bad.size:
+                raise _bad(f"numZ {hdr[bad[0], 5]}, this layer's is {fmt.num_z}", alive[bad], fmt)
+        parts.append((alive, hdr[:, 0], p, p + first, p + size, n_rows, nz[alive].copy(), values))
+        nz[alive] += values
+        pos[alive] = p + size
+    over = np.flatnonzero(nz > fmt.nz)
+    if over.size:
+        raise _bad(f"sub-groups hold {nz[over[0]]} nz values", over, fmt)
+    names = ("bucket", "sid", "pos", "first", "end", "rows", "nz_base", "values")
+    if not parts:
+        return {k: np.zeros(0, dtype=np.int64) for k in names}
+    return {k: np.concatenate([p[i] for p in parts]) for i, k in enumerate(names)}
+
+
+def _rows(w: np.ndarray, sg: dict[str, np.ndarray], fmt: BucketFormat) -> dict[str, np.ndarray]:
+    """Word position and block count of every row, sub-group by sub-group in order."""
+    per = 2 if fmt.grad_a else 1  # words per block of a row entry
+    extra = 1 if fmt.is_block else 0  # block rows store numBlocks - 1
+    ptr, left = sg["first"].copy(), sg["rows"].copy()
+    active = np.flatnonzero(left > 0)
+    parts: list[tuple[np.ndarray, ...]] = []
+    while active.size:
+        p, end, b = ptr[active], sg["end"][active], sg["bucket"][active]
+        bad = np.flatnonzero(p + 2 > end)
+        if bad.size:
+            raise _bad(f"rows run past the sub-group at word {p[bad[0]]}", b[bad], fmt)
+        n = w[b, p + 1] + extra
+        parts.append((active, p, n))
+        ptr[active] = p + 2 + per * n
+        left[active] -= 1
+        active = active[left[active] > 0]
+    bad = np.flatnonzero(ptr != sg["end"])
+    if bad.size:
+        raise _bad(
+            f"rows end at word {ptr[bad[0]]}, the sub-group at word {sg['end'][bad[0]]}",
+            sg["bucket"][bad],
+            fmt,
+        )
+    if not parts:
+        return {k: np.zeros(0, dtype=np.int64) for k in ("sg", "pos", "n")}
+    cat = [np.concatenate([p[i] for p in parts]) for i in range(3)]
+    order = np.argsort(cat[0], kind="stable")  # rows of a sub-group stay in their order
+    return {"sg": cat[0][order], "pos": cat[1][order], "n": cat[2][order]}
+
+
+def _blocks(
+    w: np.ndarray, sg: dict[str, np.ndarray], rows: dict[str, np.ndarray], fmt: BucketFormat
+) -> tuple[np.ndarray, ...]:
+    """``(sub-group, x, y, rank in the sub-group, slot in the bucket)`` of every block."""
+    n = rows["n"]
+    total = int(n.sum())
+    row = np.repeat(np.arange(n.size), n)
+    j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    g = rows["sg"][row]
+    b, p = sg["bucket"][g], rows["pos"][row]
+    count = np.bincount(g, minlength=sg["sid"].size)
+    if np.any(count * fmt.area != sg["values"]):
+        bad = int(np.flatnonzero(count * fmt.area != sg["values"])[0])
+        raise _bad(
+            f"rows hold {count[bad] * fmt.area} nz values, the header says {sg['values'][bad]}",
+            sg["bucket"][bad],
+            fmt,
+        )
+    rank = np.arange(total) - (np.cumsum(count) - count)[g]
+    lead = w[b, p]  # offsetXInQ
+    if fmt.grad_a:  # pairs (position in the forward sub-group x tf, fwd row x tf x numZ)
+        a, c = w[b, p + 2 + 2 * j], w[b, p + 3 + 2 * j]
+        unit = fmt.type_factor * fmt.num_z
+        if np.any(a % fmt.type_factor) or np.any(c % unit):
+            raise _bad("a GradA offset is not a multiple of its unit", b, fmt)
+        x, y, pos = c // unit, lead, a // fmt.type_factor
+    else:
+        y = w[b, p + 2 + j]
+        if not fmt.is_block:
+            unit = fmt.type_factor * fmt.num_z
+            if np.any(y % unit):
+                raise _bad(f"a Y offset is not a multiple of typeFactor x numZ = {unit}", b, fmt)
+            y = y // unit
+        x, pos = lead, rank
+    slot = sg["nz_base"][g] + pos * fmt.area
+    if np.any(slot + fmt.area > fmt.nz) or np.any(pos >= count[g]):
+        raise _bad("a block lies past the nz values of its sub-group", b, fmt)
+    return g, x, y, rank, slot
+
+
+# ---- which blocks each vertex processes ----
+
+
+def select(
+    entries: Entries, vertex_row: np.ndarray, vertex_sid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks of each vertex: those of its row of buckets whose sub-group id is the one
+    it processes. Returns ``(vertex, entry index)`` pairs, grouped by vertex."""
+    key = entries.row * 65536 + entries.sid
+    order = np.argsort(key, kind="stable")
+    keys = key[order]
+    want = np.asarray(vertex_row, dtype=np.int64) * 65536 + np.asarray(vertex_sid, np.int64)
+    lo = np.searchsorted(keys, want, side="left")
+    cnt = np.searchsorted(keys, want, side="right") - lo
+    vertex = np.repeat(np.arange(want.size), cnt)
+    idx = order[np.repeat(lo, cnt) + np.arange(vertex.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+    return vertex, idx
+
+
+# ---- products ----
+
+
+class Product:
+    """``OUT^T += W IN^T`` over row stacks: ``out_row`` / ``in_row`` are the first element
+    rows of each block in ``OUT^T [out_rows, Z]`` and ``IN^T [in_rows, Z]``, ``values`` the
+    index of its first value (a ``[bo, bi]`` block, row-major, in a flat value array).
+    Built once per structure; :meth:`apply` takes the values of a run."""
+
+    def __init__(
+        self,
+        out_rows: int,
+        in_rows: int,
+        out_row: np.ndarray,
+        in_row: np.ndarray,
+        values: np.ndarray,
+        block: tuple[int, int],
+    ) -> None:
+        self.shape = (out_rows, in_rows)
+        self.block = block
+        self.size = int(out_row.size)
+        ob = out_row // block[0]
+        if block == (1, 1) and _sparse is not None:
+            order = np.argsort(ob, kind="stable")
+            indptr = np.zeros(out_rows + 1, dtype=np.int64)
+            np.cumsum(np.bincount(ob, minlength=out_rows), out=indptr[1:])
+            self.values = values[order]
+            self.matrix = _sparse.csr_matrix(
+                (np.zeros(self.size, np.float32), in_row[order], indptr), shape=self.shape
+            )
+            self.steps: list[tuple[np.ndarray, ...]] = []
+            return
+        self.matrix = None
+        order = np.lexsort((in_row, ob))
+        ob, ib, vi = ob[order], in_row[order] // block[1], values[order]
+        first = np.searchsorted(ob, ob, side="left")
+        rank = np.arange(ob.size) - first
+        by_rank = np.argsort(rank, kind="stable")
+        bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max(initial=-1)) + 2))
+        self.steps = [
+            (ob[by_rank[a:e]], ib[by_rank[a:e]], vi[by_rank[a:e]])
+            for a, e in itertools.pairwise(bounds)
+        ]
+
+    def apply(self, values: np.ndarray, in_t: np.ndarray) -> np.ndarray:
+        """``W in_t``: float32 ``[out_rows, Z]`` from ``in_t [in_rows, Z]`` (float32) and
+        the run's flat ``values``."""
+        z = in_t.shape[1]
+        if self.matrix is not None:
+            self.matrix.data = values[self.values].astype(np.float32, copy=False)
+            return np.asarray(self.matrix @ in_t, dtype=np.float32)
+        out = np.zeros((self.shape[0], z), dtype=np.float32)
+        bo, bi = self.block
+        out_b = out.reshape(-1, bo, z)
+        in_b = in_t.reshape(-1, bi, z)
+        ar = np.arange(bo * bi)
+        for ob, ib, vi in self.steps:
+            if bo * bi == 1:
+                out_b[ob, 0] += values[vi, None] * in_b[ib, 0]
+            else:
+                blocks = values[vi[:, None] + ar].reshape(-1, bo, bi).astype(np.float32)
+                out_b[ob] += np.matmul(blocks, in_b[ib])
+        return out
+
+
+def sampled_products(
+    a_t: np.ndarray, b_t: np.ndarray, a_row: np.ndarray, b_row: np.ndarray, block: tuple[int, int]
+) -> np.ndarray:
+    """``[n, bx x by]``: for each block, ``A[a_row : a_row + bx] B[b_row : b_row + by]^T``
+    over the columns (the batch) of ``a_t [rows, Z]`` and ``b_t [rows, Z]``, block
+    row-major (GradW's ``sum_z Qgrad[x, z] S[y, z]``)."""
+    bx, by = block
+    z = a_t.shape[1]
+    n = a_row.size
+    out = np.empty((n, bx * by), dtype=np.float32)
+    a_b, b_b = a_t.reshape(-1, bx, z), b_t.reshape(-1, by, z)
+    step = max(1, CHUNK_ELEMENTS // max(1, (bx + by) * z))
+    if bx * by == 1:
+        for s in range(0, n, step):
+            ai, bi = a_row[s : s + step], b_row[s : s + step]
+            out[s : s + step, 0] = np.einsum("ij,ij->i", a_t[ai], b_t[bi])
+        return out
+    for s in range(0, n, step):
+        ai, bi = a_row[s : s + step] // bx, b_row[s : s + step] // by
+        prod = np.matmul(a_b[ai], b_b[bi].transpose(0, 2, 1))
+        out[s : s + step] = prod.reshape(-1, bx * by)
+    return out
