@@ -88,9 +88,9 @@ def _prepare(
         spec, acc = SPECS[op], accumulator(partials.dtype)
         scale, out_t = _scale(v), v.dtype("out").numpy
         update = v.fields["out"].direction == "inout"
-        plain = scale is None and not update and not (first_stage and spec.square)
+        plain = not update and not (first_stage and spec.square) and out_t.kind == "f"
         if plain and spec.ufunc is not None and partials.dtype == acc == out.dtype:
-            direct = _direct(spec.ufunc, partials, out, lay)
+            direct = _direct(spec.ufunc, partials, out, lay, scale)
             if direct is not None:
                 return direct
 
@@ -104,17 +104,32 @@ def _prepare(
     return prepare
 
 
-def _direct(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, lay: dict[str, Any]) -> Any:
+def _direct(
+    ufunc: np.ufunc,
+    partials: np.ndarray,
+    out: np.ndarray,
+    lay: dict[str, Any],
+    scale: np.ndarray | None,
+) -> Any:
     """One ``ufunc.reduce`` (or ``reduceat``) from views of ``partials`` straight into views
-    of ``out``, for an unscaled reduction in the accumulator type; None when the layout
-    has no such form or a reshape would copy."""
+    of ``out`` (then scaled in place: the numbers of :func:`_finished`), for a float
+    reduction in the accumulator type; None when the layout has no such form or a reshape
+    would copy."""
     R, path = partials.shape[0], lay["path"]
+    if scale is not None:
+        scale = scale.astype(out.dtype)
     if path == "runs":
         lengths = lay["lengths"]
         if not lengths.size or not np.all(lengths > 0):
             return None
         starts = lay["starts"]
-        return lambda: ufunc.reduceat(partials, starts, axis=-1, out=out)
+
+        def run_runs() -> None:
+            ufunc.reduceat(partials, starts, axis=-1, out=out)
+            if scale is not None:
+                np.multiply(out, scale, out=out)
+
+        return run_runs
     if path == "uniform" and len(lay["shape"]) == 3:  # ReduceBlock [outer, N, inner]
         O, N, I = lay["shape"]
         src, dst, axes = partials.reshape(R, -1, O, N, I), out.reshape(R, -1, N), (2, 4)
@@ -127,7 +142,15 @@ def _direct(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, lay: dict[st
         return None
     if not (np.may_share_memory(src, partials) and np.may_share_memory(dst, out)):
         return None  # a reshape copied: later runs would not see device memory
-    return lambda: ufunc.reduce(src, axis=axes, out=dst)
+    if scale is None:
+        return lambda: ufunc.reduce(src, axis=axes, out=dst)
+    factor = scale.reshape(dst.shape[1:])
+
+    def run_scaled() -> None:
+        ufunc.reduce(src, axis=axes, out=dst)
+        np.multiply(dst, factor, out=dst)
+
+    return run_scaled
 
 
 def _strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
