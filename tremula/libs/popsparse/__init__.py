@@ -1,9 +1,9 @@
-"""popsparse: PopLibs' sparse library, the dynamic sparse fully-connected layer (host side).
+"""popsparse: PopLibs' sparse library, the dynamic sparse fully-connected layer.
 
 ``from tremula.libs.popsparse import COOMatrix, CSRMatrix, CSCMatrix, dynamic``. The host
 formats (:mod:`formats`) follow PopSparse's semantics; :mod:`dynamic` holds the parameters,
-options, planner and partitioner. See ``OVERVIEW.md`` for the plan and the bucket layout
-the device program reads.
+options, planner, partitioner and the device functions (weights, passes, matmul). See
+``OVERVIEW.md`` for the plan, the bucket layout and the device program.
 """
 
 from tremula.libs.popsparse import dynamic

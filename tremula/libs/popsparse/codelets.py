@@ -21,12 +21,12 @@ Each has a ``...Acc`` twin for the propagation phase: the distribution vertex wr
 partials (``Output``: it zeroes them, PopLibs' ``zeroInfo``), the propagation one adds to
 them (``InOut``). Fields: ``meta_info`` (the buckets the vertex reads, ``[buckets][words]``
 of the meta-info part it uses), ``nz`` (``[buckets][nzPerBucket]``; GradW: ``acc``, the
-bucket's partials), the dense operands batch-major as the layer's tensors
-(``[Z][columns]``: ``s`` for Fwd/GradW, ``qgrad`` for GradA/GradW) and the partials ``q``
-(``[Z][rows]``). ``SHAPE`` is ``RxCxZ``: the rows of the partials (``q``, or ``qgrad`` for
-GradW), the columns of the dense input and the batch columns of the tile; ``BLOCK`` the
-grain block. State: ``sub_group_id`` (the id the vertex processes, ``x Py + y + 1``), the
-bucket geometry, the cycle-estimate inputs and ``grid_x/y/z``.
+bucket's partials), the dense input batch-major as the layer's tensors (``s``: ``[Z][C]``,
+S for Fwd and GradW, Qgrad for GradA; GradW also ``qgrad`` ``[Z][R]``) and the partials
+``q`` (``[R][Z]``, row-major). ``SHAPE`` is ``RxCxZ``: the rows of the partials (of
+``qgrad`` for GradW), the columns of the dense input and the batch columns of the tile;
+``BLOCK`` the grain block. State: ``sub_group_id`` (the id the vertex processes,
+``x Py + y + 1``), the bucket geometry, the cycle-estimate inputs and ``grid_x/y/z``.
 
 The grid (like poplin's) tells the batched compute that the vertices of the type form a
 row-major ``[gx, gy, gz]`` grid of processing nodes; the fields are viewed as
@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -101,14 +101,46 @@ def repeats(view: np.ndarray, ngrid: int = 3) -> tuple[bool, ...]:
     return tuple(bool(n > 1 and view.strides[1 + i] != 0) for i, n in enumerate(grid))
 
 
+def flat(view: np.ndarray) -> np.ndarray | None:
+    """A 1-D view of the memory a view with non-negative element strides spans (from its
+    first element), so that a gather is one ``np.take`` of precomputed offsets; None for
+    other views."""
+    item = view.itemsize
+    if view.size == 0 or any(st < 0 or st % item for st in view.strides):
+        return None
+    span = 1 + sum((n - 1) * st // item for n, st in zip(view.shape, view.strides))
+    return np.lib.stride_tricks.as_strided(view, shape=(span,), strides=(item,), writeable=False)
+
+
+def offsets(view: np.ndarray, index: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Element offsets (for :func:`flat`) of ``view[index]`` (integer index arrays)."""
+    out = np.zeros(np.broadcast_shapes(*(i.shape for i in index)), dtype=np.int64)
+    for i, st in zip(index, view.strides):
+        out += i * (st // view.itemsize)
+    return out.reshape(-1)
+
+
+def take(view: np.ndarray, index: tuple[np.ndarray, ...], cache: dict, key: str) -> np.ndarray:
+    """``view[index]`` flattened, as float32: one ``np.take`` of cached offsets when the
+    view allows it."""
+    base = flat(view)
+    if base is None:
+        return view[index].reshape(-1).astype(np.float32, copy=False)
+    if key not in cache:
+        cache[key] = offsets(view, index)
+    return np.take(base, cache[key]).astype(np.float32, copy=False)
+
+
 @dataclass(frozen=True)
 class Rows:
-    """Distinct block rows of a ``[*grid, Z, N]`` field that a product reads or writes:
-    the grid coordinates (``[k, 1]`` each) and element columns (``[k, b]``) of each, for
-    one NumPy gather or scatter of ``[k, b, Z]``."""
+    """Distinct block rows of a field that a product reads or writes: the grid coordinates
+    (``[k, 1]`` each) and element rows (``[k, b]``) of each, for one NumPy gather or
+    scatter of ``[k, b, Z]``. Dense operands are batch-major (``[*grid, Z, N]``: their rows
+    are the last axis), partials row-major (``[*grid, N, Z]``, ``rows_first``)."""
 
     coords: tuple[np.ndarray, np.ndarray, np.ndarray]
     cols: np.ndarray
+    rows_first: bool = False
 
     @staticmethod
     def of(
@@ -118,6 +150,7 @@ class Rows:
         grid: tuple[int, ...],
         size: int,
         block: int,
+        rows_first: bool = False,
     ) -> tuple[Rows, np.ndarray]:
         """The distinct rows ``(coords, start)`` of entries (coordinates along axes the
         field repeats on count as 0), and each entry's position among them."""
@@ -126,27 +159,30 @@ class Rows:
         uniq, pos = np.unique(key, return_inverse=True)
         *cs, row = np.unravel_index(uniq, (*grid, max(size // block, 1)))
         cols = (row * block)[:, None] + np.arange(block)
-        return Rows(tuple(c[:, None] for c in cs), cols), pos.reshape(-1)  # type: ignore[arg-type]
+        rows = Rows(tuple(c[:, None] for c in cs), cols, rows_first)  # type: ignore[arg-type]
+        return rows, pos.reshape(-1)
 
     @property
     def size(self) -> int:
         return int(self.cols.shape[0])
 
-    def gather(self, view: np.ndarray) -> np.ndarray:
-        """``[k b, Z]`` float32 from one replica's ``[*grid, Z, N]`` view."""
+    def _index(self) -> tuple:
         c0, c1, c2 = self.coords
-        rows = view[c0, c1, c2, :, self.cols]
+        return (c0, c1, c2, self.cols) if self.rows_first else (c0, c1, c2, slice(None), self.cols)
+
+    def gather(self, view: np.ndarray) -> np.ndarray:
+        """``[k b, Z]`` float32 from one replica's view."""
+        rows = view[self._index()]
         return rows.reshape(-1, rows.shape[-1]).astype(np.float32, copy=False)
 
     def scatter(self, view: np.ndarray, rows: np.ndarray, add: bool) -> None:
         if self.size == 0:
             return
-        c0, c1, c2 = self.coords
         block = rows.reshape(self.size, self.cols.shape[1], -1)
         if add:
-            view[c0, c1, c2, :, self.cols] += block
+            view[self._index()] += block
         else:
-            view[c0, c1, c2, :, self.cols] = block
+            view[self._index()] = block
 
 
 class ContentCache:
@@ -212,7 +248,7 @@ class _Product(poplar.Codelet):
         mi = v.view("meta_info", (*grid, nb, words))
         nz = v.view("nz", (*grid, nb, nzb))
         s = v.view("s", (*grid, z, c_cols))
-        q = v.view("q", (*grid, z, r_rows))
+        q = v.view("q", (*grid, r_rows, z))
         keeps = v.cached("repeats", lambda: {"nz": repeats(nz), "s": repeats(s)})
         mi_u, mi_idx = unique(mi)
         cache = v.cached("structures", ContentCache)
@@ -222,10 +258,10 @@ class _Product(poplar.Codelet):
                 content,
                 lambda c=content: _product_structure(cls, geo, v.sub_group_id, c, mi_idx, keeps),
             )
-            values = nz[r][st.values].reshape(-1)
+            values = take(nz[r], st.values, st.offsets, "nz")
             res = st.product.apply(values, st.ins.gather(s[r]))
             if st.outs is None:  # most output rows written: one strided pass
-                res = res.reshape(*grid, r_rows, z).swapaxes(-1, -2)
+                res = res.reshape(*grid, r_rows, z)
                 if cls.accumulate:
                     q[r] += res
                 else:
@@ -296,6 +332,7 @@ class _Structure:
     ins: Rows
     outs: Rows | None
     product: kernels.Product
+    offsets: dict = field(default_factory=dict)  # flat offsets of ``values`` per view
 
 
 #: Write the whole output at once when at least this share of its rows is written.
@@ -346,7 +383,7 @@ def _product_structure(
         )
     ins, in_pos = Rows.of(coords, in_off, keeps["s"], grid, c_cols, bi)
     n = int(np.prod(grid))
-    outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, bo)
+    outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, bo, True)
     if outs.size * bo >= FULL_OUTPUT_SHARE * n * r_rows:
         outs, out_row, out_total = None, vert * r_rows + out_off, n * r_rows
     else:

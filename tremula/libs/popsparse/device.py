@@ -291,12 +291,23 @@ def dense_slices(t: poplar.Tensor, r: Region, dim: str, full_z: bool = False) ->
 
 def pn_slices(t: poplar.Tensor, r: Region, a: str, n: str) -> poplar.Tensor:
     """``[gx, gy, Pz, Zt, size]`` of a ``[Pa][Z][N]`` tensor: slab ``i`` belongs to
-    partition ``i`` of ``a``, ``N`` is split along ``n`` (partials, per-PN buffers)."""
+    partition ``i`` of ``a``, ``N`` is split along ``n`` (per-PN copies of a dense
+    operand)."""
     a0, a1 = r.range(a)
     c0, c1 = r.cols(n)
     ga, gn, size = a1 - a0, (r.grid[0] if n == "x" else r.grid[1]), r.size(n)
     sub = t[a0:a1, :, c0:c1].reshape((ga, r.pz, t.shape[1] // r.pz, gn, size))
     return sub.dim_shuffle([0, 3, 1, 2, 4] if a == "x" else [3, 0, 1, 2, 4])
+
+
+def partials_slices(t: poplar.Tensor, r: Region, a: str, n: str) -> poplar.Tensor:
+    """``[gx, gy, Pz, size, Zt]`` of ``[Pa][N][Z]`` partials (row-major per PN): slab ``i``
+    holds the partials of partition ``i`` of ``a``, ``N`` is split along ``n``."""
+    a0, a1 = r.range(a)
+    c0, c1 = r.cols(n)
+    ga, gn, size = a1 - a0, (r.grid[0] if n == "x" else r.grid[1]), r.size(n)
+    sub = t[a0:a1, c0:c1, :].reshape((ga, gn, size, r.pz, t.shape[2] // r.pz))
+    return sub.dim_shuffle([0, 1, 3, 2, 4] if a == "x" else [1, 0, 3, 2, 4])
 
 
 def segments(t: poplar.Tensor, n: int) -> poplar.Segments:
@@ -361,15 +372,29 @@ def pn_coords(plan: Plan, dim: str, n: int) -> np.ndarray:
 
 
 def map_pn_tensor(
-    graph: poplar.Graph, t: poplar.Tensor, plan: Plan, a: str, n: str, tiles: np.ndarray
+    graph: poplar.Graph,
+    t: poplar.Tensor,
+    plan: Plan,
+    a: str,
+    n: str,
+    tiles: np.ndarray,
+    rows_first: bool = False,
 ) -> None:
-    """A ``[Pa][Z][N]`` tensor (see :func:`pn_slices`) on the tiles of its PNs."""
+    """A ``[Pa][Z][N]`` tensor (``[Pa][N][Z]`` with ``rows_first``; see
+    :func:`pn_slices` / :func:`partials_slices`) on the tiles of its PNs."""
     _, py, pz = plan.partition.xyz
-    ia = np.arange(t.shape[0])[:, None, None]
-    iz = pn_coords(plan, "z", t.shape[1])[None, :, None]
-    ina = pn_coords(plan, n, t.shape[2])[None, None, :]
+    nz_axes = (2, 1) if rows_first else (1, 2)  # axes of Z and N
+    shape = [1, 1, 1]
+    ia = np.arange(t.shape[0]).reshape(-1, 1, 1)
+    iz = pn_coords(plan, "z", t.shape[nz_axes[0]])
+    ina = pn_coords(plan, n, t.shape[nz_axes[1]])
+    shape[nz_axes[0]] = -1
+    iz = iz.reshape(shape)
+    shape = [1, 1, 1]
+    shape[nz_axes[1]] = -1
+    ina = ina.reshape(shape)
     x, y = (ia, ina) if a == "x" else (ina, ia)
-    graph.set_tile_mapping(t, tiles[(x * py + y) * pz + iz])
+    graph.set_tile_mapping(t, np.broadcast_to(tiles[(x * py + y) * pz + iz], t.shape))
 
 
 def map_dense_input(

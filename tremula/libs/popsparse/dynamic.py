@@ -9,6 +9,11 @@
     part = dynamic.Partitioner(params, "half", target, {"doGradWPass": True})
     impl = part.create_sparsity_data_impl(coo)           # impl.meta_info, impl.nz_values
     back = part.sparsity_data_impl_to_coo_matrix(impl)   # bit-exact round trip
+
+    w = dynamic.create_fully_connected_weights(graph, poplar.HALF, params, opts)
+    x = dynamic.create_fully_connected_input(graph, poplar.HALF, params, opts)
+    y = dynamic.fully_connected_fwd(graph, w, x, params, prog, opts)  # [batch][out]
+    # engine.write_tensor of impl.meta_info / impl.nz_values into w's tensors: a pattern
 """
 
 from tremula.libs.popsparse.device import OpMetaData, SparseTensor

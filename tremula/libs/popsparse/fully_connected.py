@@ -41,6 +41,7 @@ from tremula.libs.popsparse.device import (
     map_dense_input,
     map_pn_tensor,
     own_buckets,
+    partials_slices,
     pn_slices,
     product_states,
     regions,
@@ -261,15 +262,15 @@ def _sparse_pass(
     method = plan.method.fwd if kind == "fwd" else plan.method.grad_a
     if kind == "grad_a" and plan.method.is_block:
         nz_rows = _transpose_blocks(layer, prog, nz_rows, tiles)
-    # forward: partials [Py][Z][X] from S slices (N = y); GradA: [Px][Z][Y] from Qgrad (N = x)
+    # forward: partials [Py][X][Z] from S slices; GradA: [Px][Y][Z] from Qgrad slices
     red, out_dim, in_dim = ("y", "x", "y") if kind == "fwd" else ("x", "y", "x")
     sizes = {"x": x, "y": y}
     partials = g.add_variable(
         layer.partials,
-        (plan.partition.y if red == "y" else px, z, sizes[out_dim]),
+        (plan.partition.y if red == "y" else px, sizes[out_dim], z),
         f"{prefix}/partials",
     )
-    map_pn_tensor(g, partials, plan, red, out_dim, tiles)
+    map_pn_tensor(g, partials, plan, red, out_dim, tiles, rows_first=True)
     shape = _shape(out_dim, in_dim, plan.z_tile)
     grad_a = kind == "grad_a"
     cs = g.add_compute_set(f"{prefix}/distribution")
@@ -284,7 +285,7 @@ def _sparse_pass(
             "meta_info": group_buckets(mi_rows, plan, r),
             "nz": group_buckets(nz_rows, plan, r),
             "s": dense_slices(dense, r, in_dim),
-            "q": pn_slices(partials, r, red, out_dim),
+            "q": partials_slices(partials, r, red, out_dim),
         },
         lambda r: product_states(plan, r, words, pz, grad_a),
     )
@@ -313,7 +314,7 @@ def _sparse_pass(
                     "meta_info": own_buckets(bufs[0], plan, r),
                     "nz": own_buckets(bufs[1], plan, r),
                     "s": pn_slices(buf, r, other, in_dim),
-                    "q": pn_slices(partials, r, red, out_dim),
+                    "q": partials_slices(partials, r, red, out_dim),
                 },
                 lambda r: product_states(plan, r, words, 1, grad_a),
             )
@@ -459,13 +460,15 @@ def _transpose_blocks(
 
 
 def _reduce(layer: Layer, prog: poplar.Sequence, partials: poplar.Tensor) -> poplar.Tensor:
-    """The sum of the partials over their partitions (``[P][Z][N]`` -> ``[Z][N]``) in the
-    data type."""
+    """The sum of the ``[P][N][Z]`` partials over their partitions in the data type, as
+    the batch-major ``[Z][N]`` result (a transposed view)."""
     prefix = _prefix(layer)
     if partials.shape[0] > 1:
-        return popops.reduce(
+        out = popops.reduce(
             layer.graph, partials, [0], "ADD", prog, name=f"{prefix}/reduce", out_dtype=layer.dtype
         )
-    if layer.partials is layer.dtype:
-        return partials[0]
-    return popops.cast(layer.graph, partials[0], layer.dtype, prog, name=f"{prefix}/cast")
+    elif layer.partials is layer.dtype:
+        out = partials[0]
+    else:
+        out = popops.cast(layer.graph, partials[0], layer.dtype, prog, name=f"{prefix}/cast")
+    return out.transpose()
