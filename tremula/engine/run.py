@@ -109,12 +109,27 @@ class StreamConnection:
             if res is not None:
                 out[...] = np.asarray(res).reshape(out.shape)
             return out
+        if self.replicas == 1 and self._one(rsel):  # a view of the transfer, no fancy index
+            return self.buffer[0, self._next()][None].astype(dtype.numpy, copy=False)
         reps, pos = self._rows(rsel)
         return self.buffer[reps, pos].astype(dtype.numpy, copy=False)
+
+    @staticmethod
+    def _one(rsel: slice | np.ndarray) -> bool:
+        return isinstance(rsel, slice) or len(rsel) == 1
+
+    def _next(self) -> int:
+        """The one replica's next transfer (and advance)."""
+        pos = int(self.pos[0]) % self.buffer.shape[1]
+        self.pos[0] = pos + 1
+        return pos
 
     def give(self, rsel: slice | np.ndarray, data: np.ndarray) -> None:
         if self.callback is not None:
             self.callback(data[0].copy() if self.replicas == 1 else data.copy())
+            return
+        if self.replicas == 1 and self._one(rsel):
+            self.buffer[0, self._next()] = data[0]
             return
         reps, pos = self._rows(rsel)
         self.buffer[reps, pos] = data

@@ -1,7 +1,8 @@
 """Lowering of ``popxl/ops/nn.py``: softmax through ``popnn.softmax`` (the axis moved last
-by a view), the NLL losses through ``popnn.nll_loss`` on log-probabilities (ignored labels
-become PopLibs' masked label), group / layer norm through ``popnn.group_norm_*`` with
-consecutive channel groups, batch-norm inference as one fused popops map."""
+by a view), the NLL losses through ``popnn.nll_loss`` (log-probabilities) or
+``popnn.nll_loss_from_probs`` (probabilities; ignored labels become PopLibs' masked label),
+group / layer norm through ``popnn.group_norm_*`` with consecutive channel groups,
+batch-norm inference as one fused popops map."""
 
 from __future__ import annotations
 
@@ -26,22 +27,19 @@ def softmax(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 def _rows_and_labels(
-    lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence, log_prob: bool
+    lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence
 ) -> tuple[poplar.Tensor, poplar.Tensor, poplar.Tensor | None]:
-    """(log-probabilities [N, C], labels [N] with ignored ones masked, the bool mask of the
-    labels kept or None when nothing is ignored)."""
+    """(the (log-)probabilities as rows [N, C], labels [N] with ignored ones masked, the
+    bool mask of the labels kept or None when nothing is ignored)."""
     probs, labels = env[op.inputs[0]], env[op.inputs[1]]
     c = probs.shape[-1]
     n = probs.num_elements // c if c else math.prod(probs.shape[:-1])
     rows, labels = probs.reshape((n, c)), labels.reshape((n,))
     name = op.outputs[0].id
-    logp = (
-        rows if log_prob else popops.map(lw.graph, pe.Log(pe._1), [rows], prog, name=f"{name}/log")
-    )
     ignore = op.attrs["ignore_index"]
     unsigned = op.inputs[1].dtype.as_numpy().kind == "u"
     if ignore is None or (unsigned and ignore < 0):
-        return logp, labels, None
+        return rows, labels, None
     kept = popops.map(
         lw.graph, pe.NotEqual(pe._1, int(ignore)), [labels], prog, name=f"{name}/kept"
     )
@@ -49,7 +47,7 @@ def _rows_and_labels(
     masked = popops.map(
         lw.graph, pe.Select(pe._1, code, pe._2), [labels, kept], prog, name=f"{name}/labels"
     )
-    return logp, masked, kept
+    return rows, masked, kept
 
 
 def _reduce_loss(
@@ -82,8 +80,9 @@ def _count(lw: Lowerer, kept: poplar.Tensor, dtype: poplar.Type, prog: poplar.Se
 
 @rule("Nll")
 def nll(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    logp, labels, kept = _rows_and_labels(lw, op, env, prog, op.attrs["log_prob"])
-    per, _ = popnn.nll_loss(lw.graph, logp, labels, prog, name=op.outputs[0].id)
+    rows, labels, kept = _rows_and_labels(lw, op, env, prog)
+    loss = popnn.nll_loss if op.attrs["log_prob"] else popnn.nll_loss_from_probs
+    per, _ = loss(lw.graph, rows, labels, prog, name=op.outputs[0].id)
     env[op.outputs[0]] = _reduce_loss(lw, op, per, kept, prog)
 
 
@@ -107,10 +106,10 @@ def _deltas_scale(
 
 @rule("NllWithSoftmaxGrad")
 def nll_with_softmax_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    logp, labels, kept = _rows_and_labels(lw, op, env, prog, False)
-    scale = _deltas_scale(lw, op, env, kept, logp.shape[0], prog)
-    per, deltas = popnn.nll_loss(
-        lw.graph, logp, labels, prog, deltas_scale=scale, name=op.outputs[0].id
+    probs, labels, kept = _rows_and_labels(lw, op, env, prog)
+    scale = _deltas_scale(lw, op, env, kept, probs.shape[0], prog)
+    per, deltas = popnn.nll_loss_from_probs(
+        lw.graph, probs, labels, prog, deltas_scale=scale, name=op.outputs[0].id
     )
     if kept is not None:
         popops.map_in_place(

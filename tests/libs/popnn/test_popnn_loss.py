@@ -92,6 +92,28 @@ def test_label_edge_cases_give_a_zero_loss_row() -> None:
         np.testing.assert_allclose(deltas[~valid], 3.0 * p[~valid], rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_nll_loss_from_probs_matches_numpy(dtype) -> None:
+    """``-log(p[label])`` (no epsilon) and ``s * (p - one_hot)``; labels out of range give
+    loss 0 and deltas ``s * p``; the same numbers as ``nll_loss`` of ``log(p)``."""
+    rig = Rig(tiles=4)
+    n, c = 9, 6
+    p = H.softmax(RNG.standard_normal((n, c))).astype(dtype)
+    labels = np.array([0, 5, 3, 6, -1, 2, 2, 1, 4], np.int32)
+    tp = rig.input(p, mapping=RNG.integers(0, 4, (n, c)))
+    tl = rig.input(labels)
+    loss, deltas = popnn.nll_loss_from_probs(rig.graph, tp, tl, rig.prog, deltas_scale=0.5)
+    got_l, got_d = rig.run([loss, deltas])
+    hot = H.one_hot(labels, c)
+    valid = hot.any(1)
+    p64 = p.astype(np.float64)
+    want_l = np.where(valid, -np.log(np.where(valid, (p64 * hot).sum(1), 1.0)), 0.0)
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got_l, want_l, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_d, 0.5 * (p64 - hot), rtol=tol, atol=tol)
+    assert got_l.dtype == dtype and got_d.dtype == dtype
+
+
 def test_cross_entropy_deltas_are_the_gradient_of_the_logits() -> None:
     rig = Rig()
     z = RNG.standard_normal((4, 6))

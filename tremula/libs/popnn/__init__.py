@@ -19,7 +19,13 @@ from tremula.libs.popnn import gru, lstm, rnn
 from tremula.libs.popnn.codelets import CODELETS
 from tremula.libs.popnn.common import PopnnError
 from tremula.libs.popnn.gru import GruGradients, GruParams, GruWeights, gru_bwd, gru_fwd
-from tremula.libs.popnn.loss import MASKED_LABEL_CODE, LossType, calc_loss, nll_loss
+from tremula.libs.popnn.loss import (
+    MASKED_LABEL_CODE,
+    LossType,
+    calc_loss,
+    nll_loss,
+    nll_loss_from_probs,
+)
 from tremula.libs.popnn.lstm import (
     LstmGradients,
     LstmParams,
@@ -102,6 +108,7 @@ __all__ = [
     "lstm_bwd",
     "lstm_fwd",
     "nll_loss",
+    "nll_loss_from_probs",
     "non_linearity",
     "non_linearity_in_place",
     "non_linearity_input_gradient",

@@ -138,8 +138,8 @@ def _loss_prepare(kind: str, v: poplar.Batch) -> Any:
         return None
     probs, labels, deltas, loss = views
     shape = (v.replicas, int(v.lengths("labels").sum()), int(_classes(v)))
-    if kind == "NllLog" and probs.dtype == deltas.dtype == loss.dtype == np.float32:
-        return _nll_log_run(probs, labels, ds, deltas, loss, shape)
+    if kind in ("NllLog", "Nll") and probs.dtype == deltas.dtype == loss.dtype == np.float32:
+        return _nll_run(kind == "NllLog", probs, labels, ds, deltas, loss, shape)
 
     def run() -> None:
         d, l_ = _loss_values(kind, probs, labels, ds, mos, shape)
@@ -149,7 +149,8 @@ def _loss_prepare(kind: str, v: poplar.Batch) -> Any:
     return run
 
 
-def _nll_log_run(
+def _nll_run(
+    log_input: bool,
     probs: np.ndarray,
     labels: np.ndarray,
     ds: np.ndarray,
@@ -157,8 +158,9 @@ def _nll_log_run(
     loss: np.ndarray,
     shape: tuple[int, int, int],
 ) -> Any:
-    """:func:`_loss_values`' NllLog numbers on float32 views, with the row offsets fixed
-    once: ``deltas = exp(p) * ds`` less ``ds`` at each valid label, ``loss = -p[label]``."""
+    """:func:`_loss_values`' NllLog / Nll numbers on float32 views, with the row offsets
+    fixed once: ``deltas = y * ds`` less ``ds`` at each valid label, with ``y = exp(p)``
+    (log-probabilities) or ``p``, and ``loss = -p[label]`` or ``-log(p[label])``."""
     R, rows, c = shape
     offsets = np.arange(rows, dtype=np.int64)[None, :] * c
     replica = np.arange(R)[:, None]
@@ -170,8 +172,12 @@ def _nll_log_run(
         at = (replica, np.where(valid, lab, 0) + offsets)
         picked = probs[at]  # before deltas is written (it may share memory with probs)
         with np.errstate(all="ignore"):
-            np.exp(probs, out=deltas)
-            np.multiply(deltas, ds, out=deltas)
+            if log_input:
+                np.exp(probs, out=deltas)
+                np.multiply(deltas, ds, out=deltas)
+            else:
+                np.multiply(probs, ds, out=deltas)
+                picked = np.log(picked)
             deltas[at] -= np.where(valid, ds, zero)
             np.negative(np.where(valid, picked, zero), out=loss)
 
@@ -198,11 +204,13 @@ def _loss_values(
     mos = np.broadcast_to(np.asarray(mos, dtype=np.float32), (R, rows))
     picked = np.where(valid, p[at], np.float32(0))
     with np.errstate(all="ignore"):
-        y = np.exp(p) if kind == "NllLog" else p / mos[..., None]
+        y = np.exp(p) if kind == "NllLog" else p if kind == "Nll" else p / mos[..., None]
         d = y * ds[..., None]
         d[at] -= np.where(valid, ds, np.float32(0))
         if kind == "NllLog":
             loss = -picked
+        elif kind == "Nll":
+            loss = np.where(valid, -np.log(np.where(valid, picked, np.float32(1))), 0)
         elif kind == "SumSquared":
             y_label = picked / mos
             loss = 0.5 * (np.sum(y * y, axis=-1) - 2 * y_label + valid)
@@ -252,6 +260,7 @@ LOSS_KINDS = {
         LossKind("CrossEntropy", 40, 4),
         LossKind("SumSquared", 12, 6),
         LossKind("NllLog", 14, 10),
+        LossKind("Nll", 34, 4),  # [proposal] one log per row, a scale and subtract a vector
     )
 }
 LOSS_CODELETS = {name: _loss_class(k) for name, k in LOSS_KINDS.items()}

@@ -19,6 +19,9 @@ Semantics, with ``y = model_outputs / model_output_scaling``, ``h`` the one-hot 
 * ``nll_loss`` (inputs are log-probabilities ``l``, e.g. a log-softmax output):
   ``loss = -l[label]``, ``deltas = s * (exp(l) - h)``: the gradient with respect to the
   log-softmax's input.
+* ``nll_loss_from_probs`` (inputs are probabilities ``p``, e.g. a softmax output):
+  ``loss = -log(p[label])`` (no epsilon), ``deltas = s * (p - h)``: the gradient with
+  respect to the softmax's input, without taking the log of every probability.
 
 A label outside ``[0, classes)`` (PopLibs' ``MASKED_LABEL_CODE`` ``0xFFFFFFFF`` among them)
 encodes as an all-zero row: its loss is 0 (cross entropy, NLL) and its deltas ``s * y``.
@@ -216,3 +219,25 @@ def nll_loss(
     labels = _check_labels(graph, labels, outputs.shape[0], "labels", where)
     ds = scalar_operand(graph, deltas_scale, outputs.dtype, "deltas_scale", where)
     return _fused_loss(graph, "NllLog", outputs, labels, [ds, 1.0], prog, name or "NllLoss")
+
+
+def nll_loss_from_probs(
+    graph: poplar.Graph,
+    probs: poplar.Tensor,
+    labels: poplar.Tensor,
+    prog: poplar.Sequence,
+    deltas_scale: poplar.Tensor | float = 1.0,
+    name: str = "",
+) -> tuple[poplar.Tensor, poplar.Tensor]:
+    """:func:`nll_loss` of probabilities (a softmax output): ``(loss, deltas)`` with
+    ``loss = -log(probs[label])`` and ``deltas = deltas_scale * (probs - one_hot)``, the
+    gradient with respect to the softmax's input; a label out of range gives loss 0.
+
+    Raises:
+        PopnnError: as :func:`calc_loss`.
+    """
+    where = f"popnn.nll_loss_from_probs{f' {name!r}' if name else ''}"
+    outputs = _check_outputs(graph, probs, "probs", where)
+    labels = _check_labels(graph, labels, outputs.shape[0], "labels", where)
+    ds = scalar_operand(graph, deltas_scale, outputs.dtype, "deltas_scale", where)
+    return _fused_loss(graph, "Nll", outputs, labels, [ds, 1.0], prog, name or "NllLoss")
