@@ -245,10 +245,18 @@ class _Product(poplar.Codelet):
         geo = v.cached("geometry", lambda: _geometry(v, cls))
         grid, (r_rows, c_cols, z) = geo["grid"], geo["shape"]
         nb, words, nzb = geo["buckets"], geo["fmt"].words, geo["fmt"].nz
-        mi = v.view("meta_info", (*grid, nb, words))
-        nz = v.view("nz", (*grid, nb, nzb))
-        s = v.view("s", (*grid, z, c_cols))
-        q = v.view("q", (*grid, r_rows, z))
+        views = {
+            "mi": v.view("meta_info", (*grid, nb, words)),
+            "nz": v.view("nz", (*grid, nb, nzb)),
+            "s": v.view("s", (*grid, z, c_cols)),
+            "q": v.view("q", (*grid, r_rows, z)),
+        }
+        sid = v.sub_group_id
+        merged = _merge_z(views, sid, geo)
+        if merged is not None:  # the Z partitions of a group as one wider vertex
+            views, sid, geo = merged
+            grid, (r_rows, c_cols, z) = geo["grid"], geo["shape"]
+        mi, nz, s, q = views["mi"], views["nz"], views["s"], views["q"]
         keeps = v.cached("repeats", lambda: {"nz": repeats(nz), "s": repeats(s)})
         mi_u, mi_idx = unique(mi)
         cache = v.cached("structures", ContentCache)
@@ -256,7 +264,7 @@ class _Product(poplar.Codelet):
             content = mi_u[r]
             st = cache.get(
                 content,
-                lambda c=content: _product_structure(cls, geo, v.sub_group_id, c, mi_idx, keeps),
+                lambda c=content: _product_structure(cls, geo, sid, c, mi_idx, keeps),
             )
             values = take(nz[r], st.values, st.offsets, "nz")
             res = st.product.apply(values, st.ins.gather(s[r]))
@@ -298,6 +306,36 @@ class _Product(poplar.Codelet):
         area = _sizes(v, "BLOCK")[0] ** 2 if cls.block else 1
         nb = v.lengths("meta_info") // np.maximum(v.state("words").astype(np.int64), 1)
         return 2.0 * v.state("est_blocks") * area * z * nb
+
+
+def _merge_z(
+    views: dict[str, np.ndarray], sid: np.ndarray, geo: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, Any]] | None:
+    """The vertices of a Z group read the same buckets (stride 0 along Z): their products
+    are one product over the group's whole batch, ``[gx, gy, 1]`` vertices of ``Pz Zt``
+    columns, when the dense input and the partials view that way without a copy; else
+    None."""
+    gx, gy, gz = geo["grid"]
+    r_rows, c_cols, z = geo["shape"]
+    if gz == 1 or repeats(views["mi"])[2] or repeats(views["nz"])[2]:
+        return None
+    rep = views["q"].shape[0]
+    try:
+        s = np.reshape(views["s"], (rep, gx, gy, 1, gz * z, c_cols), copy=False)
+        q = views["q"].transpose(0, 1, 2, 4, 3, 5)
+        q = np.reshape(q, (rep, gx, gy, 1, r_rows, gz * z), copy=False)
+    except ValueError:
+        return None
+    merged = {"mi": views["mi"][:, :, :, :1], "nz": views["nz"][:, :, :, :1], "s": s, "q": q}
+    return (
+        merged,
+        sid.reshape(gx, gy, gz)[:, :, 0].reshape(-1),
+        {
+            **geo,
+            "grid": (gx, gy, 1),
+            "shape": (r_rows, c_cols, gz * z),
+        },
+    )
 
 
 def _geometry(v: poplar.Batch, cls: type) -> dict[str, Any]:
@@ -519,6 +557,42 @@ class BucketTranspose(poplar.Codelet):
         return est.block_bucket_transpose_cycles(v.target, bx, v.dtype("src").size, blocks)
 
 
+# ---- per-PN copies of the dense operands (propagation) ----
+
+#: [choice] supervisor set-up of a copy vertex; its workers then copy 64 bits a cycle.
+COPY_OVERHEAD_CYCLES = 20
+
+
+class DenseSlice(poplar.Codelet):
+    """A PN's ``[Zt][N]`` slice of a dense operand copied into its tile's buffer: what the
+    propagation phase's compute sets read (spec 4.2's per-tile copies of the dense input;
+    the slice reaches the tile through the compute set's exchange). ``OPERAND`` names the
+    operand (``s`` or ``qgrad``), ``REGION`` the PNs' tile shape ``XtxYt`` (a type per
+    region), ``SHAPE`` is ``ZtxN``."""
+
+    name = "popsparse::DenseSlice"
+    templates = ("T", "OPERAND", "REGION", "SHAPE")
+    supervisor = True
+    src = poplar.Input("T")
+    dst = poplar.Output("T")
+    grid_x = poplar.State(poplar.UNSIGNED_INT)
+    grid_y = poplar.State(poplar.UNSIGNED_INT)
+    grid_z = poplar.State(poplar.UNSIGNED_INT)
+
+    @staticmethod
+    def compute(v: poplar.Batch) -> None:
+        grid = v.cached("grid", lambda: _grid(v))
+        shape = _sizes(v, "SHAPE")
+        dst = v.view("dst", (*grid, *shape))
+        dst[...] = v.view("src", (*grid, *shape))
+
+    @staticmethod
+    def cycles(v: poplar.VertexInfo) -> np.ndarray:
+        w = v.target.num_worker_contexts
+        words = est.cdiv(v.lengths("src") * v.dtype("src").size, 8)
+        return w * (COPY_OVERHEAD_CYCLES + est.cdiv(words, w))
+
+
 # ---- propagation control (spec 4.3) ----
 
 #: [choice] cycles of the control vertices: reading the overflow info and the step counter,
@@ -676,6 +750,7 @@ for _method, (_name, _block) in GRAD_W.items():
 CODELETS: list[type[poplar.Codelet]] = [
     *VERTICES.values(),
     BucketTranspose,
+    DenseSlice,
     PropagationInit,
     PropagationStep,
 ]

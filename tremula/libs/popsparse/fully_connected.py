@@ -291,16 +291,14 @@ def _sparse_pass(
     )
     prog.add(poplar.Execute(cs, name=f"{prefix}/distribution"))
     if propagation.needed(layer):
-        # per-PN copies of the dense slices: [P_red'][Z][N_in], slab i for partition i of
-        # the dim that does not split N_in
+        # per-PN copies of the dense slices: [P][Z][N_in], slab i for partition i of the
+        # dim that does not split N_in
         other = "x" if in_dim == "y" else "y"
         buf = g.add_variable(
             layer.dtype, (px if other == "x" else py, z, sizes[in_dim]), f"{prefix}/dense"
         )
         map_pn_tensor(g, buf, plan, other, in_dim, tiles)
-        prepare = poplar.Copy(
-            dense.expand([0]).broadcast(buf.shape[0], 0), buf, name=f"{prefix}/propagation/dense"
-        )
+        prepare = _copy_slices(layer, tiles, [("s", dense, buf, in_dim, other)])
 
         def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
             _add_regions(
@@ -372,13 +370,8 @@ def _grad_w(
         sbuf = g.add_variable(layer.dtype, (px, z, y), f"{prefix}/s")
         map_pn_tensor(g, qbuf, plan, "y", "x", tiles)
         map_pn_tensor(g, sbuf, plan, "x", "y", tiles)
-        prepare = poplar.Sequence(
-            [
-                poplar.Copy(
-                    qg.expand([0]).broadcast(py, 0), qbuf, name=f"{prefix}/propagation/qgrad"
-                ),
-                poplar.Copy(act.expand([0]).broadcast(px, 0), sbuf, name=f"{prefix}/propagation/s"),
-            ]
+        prepare = _copy_slices(
+            layer, tiles, [("qgrad", qg, qbuf, "x", "y"), ("s", act, sbuf, "y", "x")]
         )
 
         def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
@@ -439,6 +432,34 @@ def _add_regions(
         layer.graph.add_vertices(cs, vtype, conn, tiles[r.pns(plan)])
 
 
+def _copy_slices(
+    layer: Layer,
+    tiles: np.ndarray,
+    operands: list[tuple[str, poplar.Tensor, poplar.Tensor, str, str]],
+) -> poplar.Program:
+    """One compute set copying every PN's slices of dense operands into per-PN buffers on
+    the PNs' tiles. Each operand is ``(name, [Z][N] tensor, [P][Z][N] buffer, the dim
+    splitting N, the dim of the buffer's slabs)``."""
+    g, plan = layer.graph, layer.plan
+    name = f"{_prefix(layer)}/propagation/denseSlices"
+    cs = g.add_compute_set(name)
+    for what, dense, buf, n_dim, a_dim in operands:
+        for r in regions(plan):
+            shape = cl.shape_arg(plan.z_tile, r.size(n_dim))
+            gx, gy, gz = r.grid
+            fields = {
+                "src": segments(dense_slices(dense, r, n_dim), r.n),
+                "dst": segments(pn_slices(buf, r, a_dim, n_dim), r.n),
+                "grid_x": gx,
+                "grid_y": gy,
+                "grid_z": gz,
+            }
+            region = cl.shape_arg(r.xt, r.yt)  # a vertex type per region
+            vtype = f"popsparse::DenseSlice<{layer.dtype.name},{what},{region},{shape}>"
+            g.add_vertices(cs, vtype, fields, tiles[r.pns(plan)])
+    return poplar.Execute(cs, name=name)
+
+
 def _transpose_blocks(
     layer: Layer, prog: poplar.Sequence, nz_rows: poplar.Tensor, tiles: np.ndarray
 ) -> poplar.Tensor:
@@ -462,13 +483,23 @@ def _transpose_blocks(
 def _reduce(layer: Layer, prog: poplar.Sequence, partials: poplar.Tensor) -> poplar.Tensor:
     """The sum of the ``[P][N][Z]`` partials over their partitions in the data type, as
     the batch-major ``[Z][N]`` result (a transposed view)."""
-    prefix = _prefix(layer)
+    g, prefix = layer.graph, _prefix(layer)
     if partials.shape[0] > 1:
-        out = popops.reduce(
-            layer.graph, partials, [0], "ADD", prog, name=f"{prefix}/reduce", out_dtype=layer.dtype
-        )
+        out = g.add_variable(layer.dtype, partials.shape[1:], f"{prefix}/out")
+        g.set_tile_mapping(out, _even_chunks(out.num_elements, g).reshape(out.shape))
+        popops.reduce_with_output(g, partials, out, [0], "ADD", prog, name=f"{prefix}/reduce")
     elif layer.partials is layer.dtype:
         out = partials[0]
     else:
-        out = popops.cast(layer.graph, partials[0], layer.dtype, prog, name=f"{prefix}/cast")
+        out = popops.cast(g, partials[0], layer.dtype, prog, name=f"{prefix}/cast")
     return out.transpose()
+
+
+def _even_chunks(n: int, graph: poplar.Graph) -> np.ndarray:
+    """Tile of each of ``n`` elements: equal chunks of the fewest elements (at least a
+    64-bit vector's worth) that divide ``n`` and fit the tiles, so that the reduction's
+    vertices all have the same shape (read as one strided view)."""
+    tiles = graph.num_tiles
+    least = max(-(-n // tiles), 1)
+    chunk = next((c for c in range(least, n + 1) if n % c == 0 and c >= min(4, n)), n)
+    return np.arange(n, dtype=np.int64) // chunk

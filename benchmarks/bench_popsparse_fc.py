@@ -1,0 +1,208 @@
+"""popsparse device benchmarks (issue 5): the dynamic sparse fully-connected layer.
+
+1. CPU time of one ``engine.run`` of ``fully_connected_fwd`` for X = Y = 4096, Z = 64,
+   density 1/16 on the Mk2 model (1472 tiles), with a uniformly random pattern (the
+   planner's sizes, default options), against a reference measured in the same run on the
+   same pattern and data:
+   * element-wise float: ``scipy.sparse`` CSR times dense (target: at most 1.5x);
+   * 16x16 blocks (half; and float, whose grain block is 8x8): dense ``numpy.matmul`` of the
+     same shape in float32 (target: at least 2x faster).
+   Rounds alternate the two sides and take the best of ``--repeat`` runs each; the line
+   also gives the propagation steps the pattern needs (0 when nothing left its Z groups)
+   and the ratio with ``metaInfoBucketOversizeProportion`` 1.0 (larger buckets, fewer
+   spills).
+2. SIMULATED time (cycles of the execution profile at the model's clock) and TFLOP/s of
+   the forward pass for m = k = 4096, n in {4, 64, 1024}, densities 1/4 to 1/32, blocks 1,
+   4, 8, 16, float and half, on the Mk2 and Bow models, next to the dense
+   ``poplin.matmul`` of the same shape. TFLOP/s count the useful work, ``2 nnz n``; the
+   dense line counts ``2 m k n``. ``--quick`` simulates a subset (n = 64, densities 1/8
+   and 1/32, blocks 1 and 16); the full table takes long (one compile per line).
+
+Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
+[--skip-cpu] [--skip-simulated] [--machines ipu2,bow]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from tremula import poplar
+from tremula.errors import TremulaError
+from tremula.libs import poplin
+from tremula.libs.popsparse import COOMatrix, dynamic
+
+SIZE, BATCH, DENSITY = 4096, 64, 1 / 16
+MACHINES = {"ipu2": "Mk2", "bow": "Bow"}
+NO_OOM = {"debug.allowOutOfMemory": "true"}
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def pattern(rng: np.random.Generator, size: int, block: int, density: float) -> COOMatrix:
+    grid = size // block
+    idx = rng.choice(grid * grid, size=round(density * grid * grid), replace=False)
+    values = rng.standard_normal(idx.size * block * block).astype(np.float32)
+    return COOMatrix(values, idx // grid * block, idx % grid * block, (block, block), size, size)
+
+
+@dataclass
+class Layer:
+    engine: poplar.Engine
+    partitioner: dynamic.Partitioner
+    params: dynamic.FullyConnectedParams
+    build_seconds: float
+
+
+def build(machine: str, dtype: poplar.Type, block: int, density: float, n: int, options) -> Layer:
+    """A loaded engine running ``fully_connected_fwd`` of an ``SIZE x SIZE`` layer."""
+    start = time.perf_counter()
+    device = poplar.IPUModel(machine).create_device()
+    graph = poplar.Graph(device.target)
+    sparsity = dynamic.SparsityParams(block_dimensions=(block, block))
+    params = dynamic.FullyConnectedParams.create_with_nz_ratio(sparsity, density, n, 1, SIZE, SIZE)
+    weights = dynamic.create_fully_connected_weights(graph, dtype, params, options)
+    x = dynamic.create_fully_connected_input(graph, dtype, params, options)
+    prog = poplar.Sequence()
+    y = dynamic.fully_connected_fwd(graph, weights, x, params, prog, options)
+    graph.create_host_write("meta_info", weights.meta_info)
+    graph.create_host_write("nz_values", weights.nz_values)
+    graph.create_host_write("x", x)
+    graph.create_host_read("y", y)
+    engine = poplar.Engine(graph, prog, NO_OOM)
+    engine.load(device)
+    part = dynamic.Partitioner(params, dtype, device.target, options)
+    return Layer(engine, part, params, time.perf_counter() - start)
+
+
+def load(layer: Layer, m: COOMatrix, x: np.ndarray) -> int:
+    """Write a pattern and the input; returns the propagation steps it needs."""
+    impl = layer.partitioner.create_sparsity_data_impl(m)
+    layer.engine.write_tensor("meta_info", impl.meta_info)
+    layer.engine.write_tensor("nz_values", impl.nz_values)
+    layer.engine.write_tensor("x", x)
+    info = layer.partitioner.overflow_info(impl)
+    return sum(
+        s.compute for s in dynamic.propagation_steps(layer.partitioner.plan.partition.xyz, info)
+    )
+
+
+def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
+    rng = np.random.default_rng(0)
+    m = pattern(rng, SIZE, block, DENSITY)
+    x = rng.standard_normal((BATCH, SIZE)).astype(dtype.numpy)
+    xf = x.astype(np.float32)
+    w = m.to_dense(SIZE, SIZE).astype(np.float32)
+    if block == 1:
+        csr = sp.csr_matrix(w)
+        ref_name, ref = "scipy CSR x dense", lambda: csr @ xf.T
+    else:
+        ref_name, ref = "numpy.matmul (dense, float32)", lambda: np.matmul(xf, w.T)
+    for oversize in (0.3, 1.0):
+        layer = build(
+            "ipu2", dtype, block, DENSITY, BATCH, {"metaInfoBucketOversizeProportion": oversize}
+        )
+        steps = load(layer, m, x)
+        layer.engine.run()
+        got = layer.engine.read_tensor("y").astype(np.float64)
+        err = float(np.abs(got - xf.astype(np.float64) @ w.T).max() / np.abs(got).max())
+        ours, theirs = [], []
+        for _ in range(rounds):
+            ours.append(best(layer.engine.run, repeat))
+            theirs.append(best(ref, repeat))
+        ratio = np.array(ours) / np.array(theirs)
+        plan = layer.partitioner.plan
+        kind = "element-wise" if block == 1 else f"{block}x{block} blocks"
+        print(
+            f"CPU {SIZE}x{SIZE} Z={BATCH} d=1/16 {kind} {dtype} (grain {plan.block_dimensions}, "
+            f"oversize {oversize}): engine.run {min(ours) * 1e3:.1f} ms, {ref_name} "
+            f"{min(theirs) * 1e3:.1f} ms, ratio {min(ours) / min(theirs):.2f} (rounds "
+            f"{ratio.min():.2f}-{ratio.max():.2f}); {steps} propagation computes; "
+            f"build+compile {layer.build_seconds:.1f} s; max relative error {err:.1e}"
+        )
+
+
+def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: float, n: int) -> str:
+    rng = np.random.default_rng(1)
+    try:
+        layer = build(machine, dtype, block, density, n, {})
+    except TremulaError as err:
+        return f"not built: {err}"
+    m = pattern(rng, SIZE, block, density)
+    steps = load(layer, m, rng.standard_normal((n, SIZE)).astype(dtype.numpy))
+    layer.engine.reset_execution_profile()
+    layer.engine.run()
+    cycles = layer.engine.get_execution_profile()["simulation"]["cycles"]
+    target = poplar.IPUModel(machine).create_target()
+    seconds = cycles / target.tile_clock_frequency
+    flops = 2.0 * m.nz_values.size * n
+    plan = layer.partitioner.plan
+    return (
+        f"{seconds * 1e6:8.1f} us {flops / seconds / 1e12:6.2f} TFLOP/s ({cycles} cycles, "
+        f"estimate {plan.cost.fwd_cycles}, {steps} propagation computes, partition "
+        f"{plan.partition.xyz})"
+    )
+
+
+def dense_simulated(machine: str, dtype: poplar.Type, n: int) -> str:
+    device = poplar.IPUModel(machine).create_device()
+    graph = poplar.Graph(device.target)
+    a = poplin.create_matmul_input_lhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "x")
+    b = poplin.create_matmul_input_rhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "w")
+    prog = poplar.Sequence()
+    poplin.matmul(graph, a, b, prog)
+    engine = poplar.Engine(graph, prog, NO_OOM)
+    engine.load(device)
+    engine.run()
+    cycles = engine.get_execution_profile()["simulation"]["cycles"]
+    seconds = cycles / device.target.tile_clock_frequency
+    flops = 2.0 * n * SIZE * SIZE
+    return f"{seconds * 1e6:8.1f} us {flops / seconds / 1e12:6.2f} TFLOP/s ({cycles} cycles)"
+
+
+def simulated(quick: bool, machines: list[str]) -> None:
+    ns = (64,) if quick else (4, 64, 1024)
+    densities = (1 / 8, 1 / 32) if quick else (1 / 4, 1 / 8, 1 / 16, 1 / 32)
+    blocks = (1, 16) if quick else (1, 4, 8, 16)
+    for machine, dtype, n in itertools.product(machines, (poplar.FLOAT, poplar.HALF), ns):
+        name = MACHINES.get(machine, machine)
+        start = time.perf_counter()
+        print(f"SIMULATED {name} {dtype} m=k={SIZE} n={n}: dense poplin.matmul "
+              f"{dense_simulated(machine, dtype, n)}")  # fmt: skip
+        for block, density in itertools.product(blocks, densities):
+            line = sparse_simulated(machine, dtype, block, density, n)
+            print(f"    b={block:2d} d=1/{round(1 / density):<2d} sparse fwd {line}")
+        print(f"    ({time.perf_counter() - start:.0f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="simulate a subset")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument("--skip-simulated", action="store_true")
+    parser.add_argument("--machines", default="ipu2,bow")
+    args = parser.parse_args()
+    if not args.skip_cpu:
+        cpu_time(1, poplar.FLOAT, args.repeat, args.rounds)
+        cpu_time(16, poplar.HALF, args.repeat, args.rounds)
+        cpu_time(16, poplar.FLOAT, args.repeat, args.rounds)
+    if not args.skip_simulated:
+        simulated(args.quick, args.machines.split(","))
+
+
+if __name__ == "__main__":
+    main()
