@@ -18,6 +18,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     resize,
     roi_align,
     shape,
+    sparse,
     tensor_ops,
 )
 from tremula.lowering.context import RULES, Lowerer

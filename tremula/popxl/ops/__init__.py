@@ -7,6 +7,7 @@ values or the ops it added before the refusal (DESIGN principle 5).
 
 from tremula.popxl.context import make_atomic
 from tremula.popxl.ops import collectives, var_updates
+from tremula.popxl.ops import sparse as sparse  # Tremula's sparse layer: not in __all__
 from tremula.popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
 from tremula.popxl.ops.control import *  # noqa: F403
 from tremula.popxl.ops.control import __all__ as _control

@@ -17,6 +17,7 @@ from tremula.popxl.transforms.grads import (  # noqa: F401  (register the rules)
     resize,
     roi_align,
     shape,
+    sparse,
     tensor_ops,
 )
 from tremula.popxl.transforms.grads.base import (
