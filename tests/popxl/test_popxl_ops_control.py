@@ -118,6 +118,35 @@ def test_print_tensor_prints_to_stderr(capfd):
     assert "print_x0" in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("replicas, ipus", [(1, 2), (2, 4), (3, 6)])
+def test_virtual_ipus_get_their_own_tiles(replicas, ipus):
+    """``ipu_model`` has 2**ceil(log2(ipus per replica x replicas)) IPUs (exactly that
+    product when the replicas do not divide the power of two); variables and ops inside
+    ``popxl.ipu(n)`` live on IPU n's tiles of their replica; the numbers are unchanged."""
+    ir = popxl.Ir(replication=replicas)
+    x = np.arange(8, dtype=np.float32)
+    with ir.main_graph:
+        with popxl.ipu(0):
+            a = popxl.variable(x, name="a")
+            b = a * 2
+        c = ops.ipu_copy(b, 1)
+        with popxl.ipu(1):
+            w = popxl.variable(x + 1, name="w")
+            d = c + w
+        s = popxl.d2h_stream(d.shape, d.dtype)
+        ops.host_store(s, d)
+    session = popxl.Session(ir, "ipu_model")
+    with session:
+        got = session.run()[s]
+    np.testing.assert_array_equal(got.reshape(-1, 8), np.broadcast_to(2 * x + x + 1, (replicas, 8)))
+    target = session._device.target
+    assert target.num_ipus == ipus
+    graph, per = session._lowerer._ipu_graphs[0], target.tiles_per_ipu
+    assert graph.num_tiles == per * ipus // replicas
+    tiles = {v.id: graph.tiles_of(h.tensor) for v, h in session._lowerer.variables.items()}
+    assert np.all(tiles["a"] < per) and np.all((tiles["w"] >= per) & (tiles["w"] < 2 * per))
+
+
 def test_ipu_copy_and_io_tile_copy():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
 

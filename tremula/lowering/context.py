@@ -9,7 +9,8 @@ from each call site with copies in and out (pass-by-value).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -79,7 +80,11 @@ class Lowerer:
     #: lower chains of element-wise ops as one expression (``fusion.py``); a class switch
     fuse_elementwise: ClassVar[bool] = True
     _names: dict[str, int] = field(default_factory=dict)
+    _ipu_graphs: list[poplar.Graph] = field(default_factory=list)  # replica graph, IPUs
     _call_sites: dict[Graph, int] | None = None
+
+    def __post_init__(self) -> None:
+        self._ipu_graphs.append(self.graph)
 
     # ---- tensors ----
     def name(self, base: str) -> str:
@@ -126,11 +131,12 @@ class Lowerer:
     def bind_leaves(self, graph: Graph, env: Env) -> None:
         """Variables (main graph) and constants of ``graph`` get their Poplar tensors."""
         for t in graph.tensors:
-            if isinstance(t, Variable):
-                if t._remote is None:  # remote variables live in their remote buffer
-                    env[t] = self.variable(t)
-            elif isinstance(t, Constant):
-                env[t] = self.constant(t)
+            with self.on_ipu(t._ipu):
+                if isinstance(t, Variable):
+                    if t._remote is None:  # remote variables live in their remote buffer
+                        env[t] = self.variable(t)
+                elif isinstance(t, Constant):
+                    env[t] = self.constant(t)
 
     # ---- graphs ----
     def call_sites(self) -> dict[Graph, int]:
@@ -169,7 +175,26 @@ class Lowerer:
                     raise NotImplementedError(
                         f"lowering: no rule for op type {op.type!r} ({op!r})"
                     )
-                fn(self, op, env, prog)
+                with self.on_ipu(op.ipu):
+                    fn(self, op, env, prog)
+
+    @contextmanager
+    def on_ipu(self, ipu: int | None) -> Iterator[None]:
+        """Lower onto virtual IPU ``ipu``'s tiles (``popxl.ipu(n)``) while inside, when the
+        replica spans more than one IPU; otherwise (one IPU, or no IPU given) unchanged."""
+        root, before = self._ipu_graphs[0], self.graph
+        per = root.target.tiles_per_ipu
+        ipus = root.num_tiles // per
+        if ipu is None or ipus <= 1 or root.num_tiles % per:
+            yield
+            return
+        if len(self._ipu_graphs) == 1:
+            self._ipu_graphs.extend(root.get_ipu_graph(k) for k in range(ipus))
+        self.graph = self._ipu_graphs[1 + min(ipu, ipus - 1)]
+        try:
+            yield
+        finally:
+            self.graph = before
 
     def lower_main(self) -> poplar.Sequence:
         env = Env()

@@ -1,7 +1,7 @@
 """Lowering of ``popxl/ops/debug.py``: each op copies its input into a new tensor;
-``print_tensor`` adds a Poplar ``PrintTensor`` of the copy; ``ipu_copy`` maps the copy onto
-the destination IPU's tiles when the device has that IPU (a replica here spans one IPU, so
-usually it is an ordinary copy); ``io_tile_copy`` is a copy (IO tiles are not modelled)."""
+``print_tensor`` adds a Poplar ``PrintTensor`` of the copy; ``ipu_copy`` copies onto the
+destination IPU's tiles (the op is lowered on that IPU's virtual graph, see
+``Lowerer.on_ipu``); ``io_tile_copy`` is a copy (IO tiles are not modelled)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,9 @@ def print_tensor(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 @rule("IpuCopy")
 def ipu_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    o, dest = op.outputs[0], op.attrs["destination"]
-    g = lw.graph
-    per = g.target.tiles_per_ipu
-    out = g.add_variable(o.dtype.as_poplar(), o.shape, lw.name(o.id))
-    place = g.get_ipu_graph(dest) if g.num_tiles // per > dest else g
-    poplar.map_tensor_linearly(place, out, grain_size=g.target.vector_width(out.dtype.size))
+    out = lw.new_tensor(op.outputs[0])  # the op sits on the destination IPU's graph
     prog.add(poplar.Copy(env[op.inputs[0]], out))
-    env[o] = out
+    env[op.outputs[0]] = out
 
 
 @rule("IoTileCopy")

@@ -66,11 +66,11 @@ def _device(desc: str, ir: Ir) -> poplar.Device:
     if desc == "ipu_hw" and not _HW_WARNED[0]:
         print("Tremula: 'ipu_hw' runs on the IPU Model (there is no hardware)", file=sys.stderr)
         _HW_WARNED[0] = True
-    # PopXL's 2 ** ceil(log2(replicas)) IPUs (one per replica): replicas that are not a power
-    # of two get one IPU each on the model rather than a count they do not divide
-    R = ir.replication_factor
-    ipus = 2 ** math.ceil(math.log2(R))
-    return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else R).create_device()
+    # PopXL's 2 ** ceil(log2(ipus_per_replica x replicas)) IPUs; a count the replicas do not
+    # divide (3 replicas in 4 IPUs) becomes exactly ipus_per_replica x replicas
+    per, R = _ipus_per_replica(ir), ir.replication_factor
+    ipus = 2 ** math.ceil(math.log2(per * R))
+    return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else per * R).create_device()
 
 
 class Session:
