@@ -17,7 +17,7 @@ def test_sparsity_params_type_follows_the_block():
     assert SP().type is Type.Element and SP().block_dimensions == (1, 1)
     assert SP(Type.Element, Structure.Unstructured, (4, 4)).type is Type.Block
     assert SP(Type.Block, Structure.Unstructured, [1, 1]).type is Type.Element
-    assert SP(block_dimensions=(32, 32)).block_area == 1024
+    assert SP(block_dimensions=(16, 16)).block_area == 256
     assert SP(block_dimensions=(8, 8)) == SP(Type.Block, Structure.Unstructured, (8, 8))
     assert len({SP(), SP(block_dimensions=(1, 1)), SP(block_dimensions=(16, 16))}) == 2
 
@@ -26,8 +26,10 @@ def test_sparsity_params_type_follows_the_block():
     "dims, match",
     [
         ((4, 8), "only square blocks"),
-        ((3, 3), "multiple of 4"),
+        ((3, 3), "1 \\(element-wise sparsity\\), 4, 8 or 16"),
         ((2, 2), "no vertex exists for 2x2"),
+        ((12, 12), "no vertex exists for 12x12"),
+        ((32, 32), "no vertex exists for 32x32"),
         ((0, 0), "positive integer"),
         ((4,), r"expected \(rows, columns\)"),
     ],

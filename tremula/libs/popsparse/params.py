@@ -54,13 +54,13 @@ class SparsityParams:
     As in PopLibs the ``type`` argument is not trusted: the type is ``Element`` when the
     block area is 1 and ``Block`` otherwise.
 
-    Block dimensions must be square, with an edge of 1 or a multiple of 4 (spec section 3,
-    "Known limitations"). The device vertices handle 4x4, 8x8 and 16x16 blocks; larger
-    blocks are split into the largest of those that divides them (section 3.2), so e.g.
-    32x32 half blocks run as 16x16, and float 16x16 blocks as 8x8.
+    Block dimensions are 1x1 (element-wise), 4x4, 8x8 or 16x16: the blocks the device
+    vertices handle (PopLibs itself also takes larger multiples of 4, split into those,
+    spec section 3.2; Tremula refuses them, as its issue asks). Float 16x16 blocks run as
+    8x8 inside the vertices.
 
     Raises:
-        PopsparseError: non-square blocks, or an edge that is neither 1 nor a multiple of 4.
+        PopsparseError: non-square blocks, or an edge other than 1, 4, 8 or 16.
     """
 
     type: SparsityType
@@ -89,12 +89,12 @@ class SparsityParams:
         if rows != cols:
             raise PopsparseError(
                 f"{where}: block_dimensions = ({rows}, {cols}); only square blocks are "
-                f"supported (1x1, 4x4, 8x8, 16x16 or a larger multiple of 4)"
+                f"supported (1x1, 4x4, 8x8 or 16x16)"
             )
-        if rows != 1 and rows % 4:
+        if rows not in (1, 4, 8, 16):
             raise PopsparseError(
                 f"{where}: block_dimensions = ({rows}, {cols}); a block edge must be 1 "
-                f"(element-wise sparsity) or a multiple of 4 (block sparsity: no vertex exists "
+                f"(element-wise sparsity), 4, 8 or 16 (block sparsity: no vertex exists "
                 f"for {rows}x{cols} blocks)"
             )
         kind = SparsityType.Element if rows * cols == 1 else SparsityType.Block
