@@ -201,3 +201,58 @@ def test_cycles_match_the_planner_without_spills(h, rng, sparse_layer, block, dt
     assert run.propagation_computes() == 0
     cycles = run.engine.get_execution_profile()["simulation"]["cycles"]
     assert 0.5 * run.plan.cost.fwd_cycles < cycles < 2.5 * run.plan.cost.fwd_cycles
+
+
+@pytest.mark.parametrize(
+    "block,dtype,opts",
+    [
+        (1, "float", {}),
+        (1, "half", {**ALL, "sharedBuckets": False}),
+        (4, "float", {"doGradWPass": True}),
+        (8, "half", {"partitioner.forceBucketSpills": True}),
+        (1, "float", {**ALL, "sharedBuckets": False, "partitioner.forceBucketSpills": True}),
+    ],
+)
+def test_device_decoding_matches_the_host_reader(h, rng, block, dtype, opts):
+    """``kernels.decode`` (all buckets at once, forward or GradA meta-info) finds the blocks
+    and slots the host's reader finds."""
+    from tremula.libs.popsparse import decoding, kernels
+
+    part = dynamic.Partitioner(h.layer(block, 0.1, 8, 256, 128), dtype, h.T24, opts)
+    impl = part.create_sparsity_data_impl(h.random_coo(rng, 128, 256, block, 0.1))
+    plan = part.plan
+    rows, cols, slots = decoding.walk(plan, impl.meta_info)
+    want = sorted(zip(rows.tolist(), cols.tolist(), slots.tolist()))
+    head, fwd = plan.num_overflow_info_elems, plan.fwd_meta_info_elems_per_bucket
+    buckets = impl.meta_info[head:].reshape(plan.num_buckets, plan.meta_info_elems_per_bucket)
+    _, py, _ = plan.partition.xyz
+    for grad_a in [False, True] if plan.has_grad_a_meta_info else [False]:
+        words = buckets[:, fwd:] if grad_a else buckets[:, :fwd]
+        fmt = kernels.BucketFormat(
+            plan.block_dimensions,
+            words.shape[1],
+            plan.nz_elems_per_bucket,
+            plan.type_factor,
+            plan.z_tile,
+            grad_a,
+        )
+        e = kernels.decode(words.reshape(1, -1), fmt)
+        xp, yp = (e.sid - 1) // py, (e.sid - 1) % py
+        got = zip(
+            (plan.starts("x")[xp] + e.x).tolist(),
+            (plan.starts("y")[yp] + e.y).tolist(),
+            e.slot.tolist(),
+        )
+        assert sorted(got) == want
+
+
+def test_numpy_only_products(h, rng, sparse_layer, monkeypatch):
+    """Without SciPy the element-wise product is an ELL sweep in NumPy: same results."""
+    from tremula.libs.popsparse import kernels
+
+    monkeypatch.setattr(kernels, "_sparse", None)
+    run = sparse_layer(
+        h.layer(1, 0.1, 8, 256, 128), "float", {**ALL, "partitioner.forceBucketSpills": True}
+    )
+    run.run(h.random_coo(rng, 128, 256, 1, 0.1), rng)
+    assert run.propagation_computes() > 0

@@ -426,10 +426,11 @@ def _product_structure(
         outs, out_row, out_total = None, vert * r_rows + out_off, n * r_rows
     else:
         out_row, out_total = out_pos * bo, outs.size * bo
-    product = kernels.Product(
-        out_total, ins.size * bi, out_row, in_pos * bi, np.arange(ei.size) * fmt.area, (bo, bi)
-    )
-    return _Structure(_value_index(geo, entries, ei, coords, keeps["nz"]), ins, outs, product)
+    product = kernels.Product(out_total, ins.size * bi, out_row, in_pos * bi, (bo, bi))
+    order = product.order  # the values are gathered in the order the product reads them
+    picked = tuple(c[order] for c in coords)
+    index = _value_index(geo, entries, ei[order], picked, keeps["nz"])
+    return _Structure(index, ins, outs, product)
 
 
 # ---- GradW ----
@@ -559,14 +560,18 @@ class BucketTranspose(poplar.Codelet):
 
 # ---- per-PN copies of the dense operands (propagation) ----
 
-#: [choice] supervisor set-up of a copy vertex; its workers then copy 64 bits a cycle.
-COPY_OVERHEAD_CYCLES = 20
+#: [choice] cycles of a copy vertex: the exchange before it writes the slice into the
+#: tile's buffer (as the Copy program it stands for would), the vertex only starts.
+COPY_CYCLES = 10
 
 
 class DenseSlice(poplar.Codelet):
     """A PN's ``[Zt][N]`` slice of a dense operand copied into its tile's buffer: what the
-    propagation phase's compute sets read (spec 4.2's per-tile copies of the dense input;
-    the slice reaches the tile through the compute set's exchange). ``OPERAND`` names the
+    distribution and propagation compute sets read when the pattern propagates (spec
+    4.2's per-tile copies of the dense input). It stands for a ``Copy`` program: the slice
+    reaches the tile through the compute set's exchange, which is where the time goes; the
+    vertex costs :data:`COPY_CYCLES` (and lets the host copy through strided views rather
+    than lists of element addresses). ``OPERAND`` names the
     operand (``s`` or ``qgrad``), ``REGION`` the PNs' tile shape ``XtxYt`` (a type per
     region), ``SHAPE`` is ``ZtxN``."""
 
@@ -588,9 +593,7 @@ class DenseSlice(poplar.Codelet):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        w = v.target.num_worker_contexts
-        words = est.cdiv(v.lengths("src") * v.dtype("src").size, 8)
-        return w * (COPY_OVERHEAD_CYCLES + est.cdiv(words, w))
+        return np.full(v.n, COPY_CYCLES)
 
 
 # ---- propagation control (spec 4.3) ----

@@ -300,6 +300,17 @@ def pn_slices(t: poplar.Tensor, r: Region, a: str, n: str) -> poplar.Tensor:
     return sub.dim_shuffle([0, 3, 1, 2, 4] if a == "x" else [3, 0, 1, 2, 4])
 
 
+def pn_full_z(t: poplar.Tensor, r: Region, a: str, n: str) -> poplar.Tensor:
+    """``[gx, gy, Pz, Z, size]`` of a ``[Pa][Z][N]`` per-PN tensor: every PN reads the
+    whole batch of its (x, y) group, i.e. the Z slices held by the group's PNs."""
+    a0, a1 = r.range(a)
+    c0, c1 = r.cols(n)
+    ga, gn, size = a1 - a0, (r.grid[0] if n == "x" else r.grid[1]), r.size(n)
+    sub = t[a0:a1, :, c0:c1].reshape((ga, t.shape[1], gn, size))
+    sub = sub.dim_shuffle([0, 2, 1, 3] if a == "x" else [2, 0, 1, 3])
+    return sub.expand([2]).broadcast(r.pz, 2)
+
+
 def partials_slices(t: poplar.Tensor, r: Region, a: str, n: str) -> poplar.Tensor:
     """``[gx, gy, Pz, size, Zt]`` of ``[Pa][N][Z]`` partials (row-major per PN): slab ``i``
     holds the partials of partition ``i`` of ``a``, ``N`` is split along ``n``."""

@@ -42,6 +42,7 @@ from tremula.libs.popsparse.device import (
     map_pn_tensor,
     own_buckets,
     partials_slices,
+    pn_full_z,
     pn_slices,
     product_states,
     regions,
@@ -273,52 +274,60 @@ def _sparse_pass(
     map_pn_tensor(g, partials, plan, red, out_dim, tiles, rows_first=True)
     shape = _shape(out_dim, in_dim, plan.z_tile)
     grad_a = kind == "grad_a"
-    cs = g.add_compute_set(f"{prefix}/distribution")
-    _add_regions(
-        layer,
-        cs,
-        method,
-        False,
-        tiles,
-        shape,
-        lambda r: {
-            "meta_info": group_buckets(mi_rows, plan, r),
-            "nz": group_buckets(nz_rows, plan, r),
-            "s": dense_slices(dense, r, in_dim),
-            "q": partials_slices(partials, r, red, out_dim),
-        },
-        lambda r: product_states(plan, r, words, pz, grad_a),
-    )
-    prog.add(poplar.Execute(cs, name=f"{prefix}/distribution"))
-    if propagation.needed(layer):
-        # per-PN copies of the dense slices: [P][Z][N_in], slab i for partition i of the
-        # dim that does not split N_in
-        other = "x" if in_dim == "y" else "y"
-        buf = g.add_variable(
-            layer.dtype, (px if other == "x" else py, z, sizes[in_dim]), f"{prefix}/dense"
+
+    def distribution(name: str, dense_view: Callable[[Region], poplar.Tensor]) -> poplar.Program:
+        cs = g.add_compute_set(f"{prefix}/{name}")
+        _add_regions(
+            layer,
+            cs,
+            method,
+            False,
+            tiles,
+            shape,
+            lambda r: {
+                "meta_info": group_buckets(mi_rows, plan, r),
+                "nz": group_buckets(nz_rows, plan, r),
+                "s": dense_view(r),
+                "q": partials_slices(partials, r, red, out_dim),
+            },
+            lambda r: product_states(plan, r, words, pz, grad_a),
         )
-        map_pn_tensor(g, buf, plan, other, in_dim, tiles)
-        prepare = _copy_slices(layer, tiles, [("s", dense, buf, in_dim, other)])
+        return poplar.Execute(cs, name=f"{prefix}/{name}")
 
-        def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
-            _add_regions(
-                layer,
-                cs,
-                method,
-                True,
-                tiles,
-                shape,
-                lambda r: {
-                    "meta_info": own_buckets(bufs[0], plan, r),
-                    "nz": own_buckets(bufs[1], plan, r),
-                    "s": pn_slices(buf, r, other, in_dim),
-                    "q": partials_slices(partials, r, red, out_dim),
-                },
-                lambda r: product_states(plan, r, words, 1, grad_a),
-            )
+    direct = distribution("distribution", lambda r: dense_slices(dense, r, in_dim))
+    if not propagation.needed(layer):
+        prog.add(direct)
+        return _reduce(layer, prog, partials)
+    # per-PN copies of the dense slices, [P][Z][N_in]: slab i for partition i of the dim
+    # that does not split N_in
+    other = "x" if in_dim == "y" else "y"
+    buf = g.add_variable(
+        layer.dtype, (px if other == "x" else py, z, sizes[in_dim]), f"{prefix}/dense"
+    )
+    map_pn_tensor(g, buf, plan, other, in_dim, tiles)
+    prepare = _copy_slices(layer, tiles, [("s", dense, buf, in_dim, other)])
+    local = distribution("distributionLocal", lambda r: pn_slices(buf, r, other, in_dim))
 
-        moving = [propagation.Moving(mi_rows, "metaInfo"), propagation.Moving(nz_rows, "nz")]
-        propagation.build(layer, prog, weights.meta_info, moving, tiles, add, prepare)
+    def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
+        _add_regions(
+            layer,
+            cs,
+            method,
+            True,
+            tiles,
+            shape,
+            lambda r: {
+                "meta_info": own_buckets(bufs[0], plan, r),
+                "nz": own_buckets(bufs[1], plan, r),
+                "s": pn_slices(buf, r, other, in_dim),
+                "q": partials_slices(partials, r, red, out_dim),
+            },
+            lambda r: product_states(plan, r, words, 1, grad_a),
+        )
+
+    moving = [propagation.Moving(mi_rows, "metaInfo"), propagation.Moving(nz_rows, "nz")]
+    phase = propagation.Phase(moving, tiles, add, prepare, local, direct)
+    propagation.build(layer, prog, weights.meta_info, phase)
     return _reduce(layer, prog, partials)
 
 
@@ -348,23 +357,30 @@ def _grad_w(
     def acc_view(rows: poplar.Tensor, r: Region) -> poplar.Tensor:
         return rows.reshape((px, py, pz, nzb))[r.x0 : r.x1, r.y0 : r.y1]
 
-    cs = g.add_compute_set(f"{prefix}/distribution")
-    _add_regions(
-        layer,
-        cs,
-        method,
-        False,
-        tiles,
-        _shape("x", "y", z),
-        lambda r: {
-            "meta_info": own_buckets(mi_rows, plan, r),
-            "acc": acc_view(acc, r),
-            "qgrad": dense_slices(qg, r, "x", full_z=True),
-            "s": dense_slices(act, r, "y", full_z=True),
-        },
-        lambda r: product_states(plan, r, words, pz, False, zg),
+    def distribution(name: str, qg_view: Any, s_view: Any) -> poplar.Program:
+        cs = g.add_compute_set(f"{prefix}/{name}")
+        _add_regions(
+            layer,
+            cs,
+            method,
+            False,
+            tiles,
+            _shape("x", "y", z),
+            lambda r: {
+                "meta_info": own_buckets(mi_rows, plan, r),
+                "acc": acc_view(acc, r),
+                "qgrad": qg_view(r),
+                "s": s_view(r),
+            },
+            lambda r: product_states(plan, r, words, pz, False, zg),
+        )
+        return poplar.Execute(cs, name=f"{prefix}/{name}")
+
+    direct = distribution(
+        "distribution",
+        lambda r: dense_slices(qg, r, "x", full_z=True),
+        lambda r: dense_slices(act, r, "y", full_z=True),
     )
-    prog.add(poplar.Execute(cs, name=f"{prefix}/distribution"))
     if propagation.needed(layer):
         qbuf = g.add_variable(layer.dtype, (py, z, x), f"{prefix}/qgrad")
         sbuf = g.add_variable(layer.dtype, (px, z, y), f"{prefix}/s")
@@ -372,6 +388,11 @@ def _grad_w(
         map_pn_tensor(g, sbuf, plan, "x", "y", tiles)
         prepare = _copy_slices(
             layer, tiles, [("qgrad", qg, qbuf, "x", "y"), ("s", act, sbuf, "y", "x")]
+        )
+        local = distribution(  # each PN reads the Z slices of its group's buffers
+            "distributionLocal",
+            lambda r: pn_full_z(qbuf, r, "y", "x"),
+            lambda r: pn_full_z(sbuf, r, "x", "y"),
         )
 
         def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
@@ -395,7 +416,10 @@ def _grad_w(
             propagation.Moving(mi_rows, "metaInfo"),
             propagation.Moving(acc, "partials", copy_back=True),
         ]
-        propagation.build(layer, prog, meta_info, moving, tiles, add, prepare)
+        phase = propagation.Phase(moving, tiles, add, prepare, local, direct)
+        propagation.build(layer, prog, meta_info, phase)
+    else:
+        prog.add(direct)
     flat = acc.reshape((nb * nzb,))
     if layer.partials is layer.dtype:
         return flat

@@ -244,9 +244,10 @@ def select(
 
 class Product:
     """``OUT^T += W IN^T`` over row stacks: ``out_row`` / ``in_row`` are the first element
-    rows of each block in ``OUT^T [out_rows, Z]`` and ``IN^T [in_rows, Z]``, ``values`` the
-    index of its first value (a ``[bo, bi]`` block, row-major, in a flat value array).
-    Built once per structure; :meth:`apply` takes the values of a run."""
+    rows of each block in ``OUT^T [out_rows, Z]`` and ``IN^T [in_rows, Z]``. Built once
+    per structure; :meth:`apply` takes the run's values of the blocks in the product's
+    :attr:`order` (``[bo, bi]`` blocks, row-major, one after the other), so that the
+    caller gathers them once, in the order the product reads them."""
 
     def __init__(
         self,
@@ -254,53 +255,50 @@ class Product:
         in_rows: int,
         out_row: np.ndarray,
         in_row: np.ndarray,
-        values: np.ndarray,
         block: tuple[int, int],
     ) -> None:
         self.shape = (out_rows, in_rows)
         self.block = block
         self.size = int(out_row.size)
         ob = out_row // block[0]
+        self.steps: list[tuple[np.ndarray, ...]] = []
         if block == (1, 1) and _sparse is not None:
-            order = np.argsort(ob, kind="stable")
+            self.order = np.argsort(ob, kind="stable")
             indptr = np.zeros(out_rows + 1, dtype=np.int64)
             np.cumsum(np.bincount(ob, minlength=out_rows), out=indptr[1:])
-            self.values = values[order]
             self.matrix = _sparse.csr_matrix(
-                (np.zeros(self.size, np.float32), in_row[order], indptr), shape=self.shape
+                (np.zeros(self.size, np.float32), in_row[self.order], indptr), shape=self.shape
             )
-            self.steps: list[tuple[np.ndarray, ...]] = []
             return
         self.matrix = None
-        order = np.lexsort((in_row, ob))
-        ob, ib, vi = ob[order], in_row[order] // block[1], values[order]
-        first = np.searchsorted(ob, ob, side="left")
-        rank = np.arange(ob.size) - first
+        self.order = np.lexsort((in_row, ob))
+        ob, ib = ob[self.order], in_row[self.order] // block[1]
+        rank = np.arange(ob.size) - np.searchsorted(ob, ob, side="left")
         by_rank = np.argsort(rank, kind="stable")
         bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max(initial=-1)) + 2))
-        self.steps = [
-            (ob[by_rank[a:e]], ib[by_rank[a:e]], vi[by_rank[a:e]])
+        self.steps = [  # ELL: the k-th block of every row at once (rows are distinct)
+            (ob[by_rank[a:e]], ib[by_rank[a:e]], by_rank[a:e])
             for a, e in itertools.pairwise(bounds)
         ]
 
     def apply(self, values: np.ndarray, in_t: np.ndarray) -> np.ndarray:
         """``W in_t``: float32 ``[out_rows, Z]`` from ``in_t [in_rows, Z]`` (float32) and
-        the run's flat ``values``."""
+        the blocks' values in :attr:`order` (flat)."""
         z = in_t.shape[1]
+        values = values.astype(np.float32, copy=False)
         if self.matrix is not None:
-            self.matrix.data = values[self.values].astype(np.float32, copy=False)
+            self.matrix.data = values
             return np.asarray(self.matrix @ in_t, dtype=np.float32)
         out = np.zeros((self.shape[0], z), dtype=np.float32)
         bo, bi = self.block
         out_b = out.reshape(-1, bo, z)
         in_b = in_t.reshape(-1, bi, z)
-        ar = np.arange(bo * bi)
-        for ob, ib, vi in self.steps:
+        blocks = values.reshape(-1, bo, bi)
+        for ob, ib, k in self.steps:
             if bo * bi == 1:
-                out_b[ob, 0] += values[vi, None] * in_b[ib, 0]
+                out_b[ob, 0] += blocks[k, 0] * in_b[ib, 0]
             else:
-                blocks = values[vi[:, None] + ar].reshape(-1, bo, bi).astype(np.float32)
-                out_b[ob] += np.matmul(blocks, in_b[ib])
+                out_b[ob] += np.matmul(blocks[k], in_b[ib])
         return out
 
 

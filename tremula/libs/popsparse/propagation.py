@@ -4,10 +4,13 @@ only as far as the pattern requires.
 
 The schedule is read on the device at run time: a control vertex on the control tile
 (:class:`codelets.PropagationInit`) reads the overflow info at the head of the meta-info
-and says whether there is anything to do; the phase is an ``If`` on that, so a pattern
-that never left its Z groups runs no step. Inside, after the fill of buffer 0 with the
-buckets at the start offset, a ``RepeatWhileTrue`` runs :class:`codelets.PropagationStep`
-(the codes of the next step) then the step: a ``Switch`` over the precompiled shifts (one
+and says whether there is anything to do; the pass is an ``If`` on that, so a pattern
+that never left its Z groups runs no step: its distribution compute set reads the dense
+operands from the layer's tensors (one exchange). Otherwise the dense slices are first
+copied into per-PN buffers (as PopLibs does before every distribution), the distribution
+reads them there, and after the fill of buffer 0 with the buckets at the start offset, a
+``RepeatWhileTrue`` runs :class:`codelets.PropagationStep` (the codes of the next step)
+then the step: a ``Switch`` over the precompiled shifts (one
 ``Copy`` per dimension and destination buffer: every PN receives the buffer of its
 predecessor along the dimension) and a ``Switch`` over the two compute sets (one per
 buffer). The same schedule serves every pass (the sub-groups reach every Z tile of their
@@ -37,6 +40,22 @@ class Moving:
     copy_back: bool = False
 
 
+@dataclass(frozen=True)
+class Phase:
+    """What a pass's propagation phase is made of: the tensors whose buckets travel, the
+    tile of each PN, the vertices of one buffer's compute set (``add_compute(cs,
+    buffers)``), the copies of the dense operands into per-PN buffers (``prepare``), and
+    the distribution compute set reading those buffers (``local``) or, when nothing
+    propagates, the layer's tensors (``direct``)."""
+
+    moving: list[Moving]
+    tiles: np.ndarray
+    add_compute: Callable[[poplar.ComputeSet, list[poplar.Tensor]], None]
+    prepare: poplar.Program
+    local: poplar.Program
+    direct: poplar.Program
+
+
 def needed(layer: Layer) -> bool:
     """Can any pattern need propagation? Not when one X/Y partition holds everything."""
     px, py, _ = layer.plan.partition.xyz
@@ -51,28 +70,12 @@ def _source(plan_xyz: tuple[int, int, int], offset: Sequence[int]) -> np.ndarray
     return (src[0] * sizes[1] + src[1]) * sizes[2] + src[2]
 
 
-def build(
-    layer: Layer,
-    prog: poplar.Sequence,
-    meta_info: poplar.Tensor,
-    moving: list[Moving],
-    tiles: np.ndarray,
-    add_compute: Callable[[poplar.ComputeSet, list[poplar.Tensor]], None],
-    prepare: poplar.Program | None = None,
-) -> None:
-    """Append the propagation phase to ``prog``.
-
-    Args:
-        layer: the call.
-        prog: where the phase goes.
-        meta_info: the weights' meta-info (its head is the overflow info).
-        moving: the tensors whose buckets travel.
-        tiles: tile of each PN in this pass.
-        add_compute: adds the vertices of one buffer's compute set, given that buffer's
-            tensors (one ``[buckets, len]`` tensor per ``moving``).
-        prepare: a program run before the fill when the phase runs (copies of the dense
-            operands into per-PN buffers).
-    """
+def build(layer: Layer, prog: poplar.Sequence, meta_info: poplar.Tensor, phase: Phase) -> None:
+    """Append the distribution and propagation phases to ``prog``: the control reads the
+    overflow info first; when the schedule is empty the distribution reads the layer's
+    dense tensors directly (one exchange), else the dense slices are copied into per-PN
+    buffers once, the distribution and every propagation step read them there."""
+    moving, tiles, add_compute = phase.moving, phase.tiles, phase.add_compute
     g, plan = layer.graph, layer.plan
     xyz = plan.partition.xyz
     prefix = f"{layer.name or layer.where}/propagation"
@@ -115,11 +118,9 @@ def build(
         buffers.append(bufs)
     start = [0, 1, 0] if xyz[1] > 1 else [1, 0, 0]
     fill = _source(xyz, start)
-    phase = poplar.Sequence(name=f"{prefix}/phase")
-    if prepare is not None:
-        phase.add(prepare)
+    steps = poplar.Sequence([phase.prepare, phase.local], name=f"{prefix}/phase")
     for m, b in zip(moving, buffers[0]):
-        phase.add(poplar.Copy(m.rows[fill], b, name=f"{prefix}/fill/{m.name}"))
+        steps.add(poplar.Copy(m.rows[fill], b, name=f"{prefix}/fill/{m.name}"))
     shifts = []
     for d in range(3):
         if xyz[d] == 1:
@@ -141,9 +142,9 @@ def build(
     body = poplar.Sequence(
         [poplar.Switch(state["shift"], shifts), poplar.Switch(state["compute"], computes)]
     )
-    phase.add(poplar.RepeatWhileTrue(poplar.Execute(control("step")), state["more"], body))
+    steps.add(poplar.RepeatWhileTrue(poplar.Execute(control("step")), state["more"], body))
     for i, m in enumerate(moving):
         if m.copy_back:
             back = [(k, poplar.Copy(buffers[k][i], m.rows)) for k in range(2)]
-            phase.add(poplar.Switch(state["buffer"], back))
-    prog.add(poplar.If(state["more"], phase, name=f"{prefix}/if"))
+            steps.add(poplar.Switch(state["buffer"], back))
+    prog.add(poplar.If(state["more"], steps, phase.direct, name=f"{prefix}/if"))
