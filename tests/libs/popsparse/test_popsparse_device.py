@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tremula import poplar
-from tremula.libs.popsparse import codelets as cl
-from tremula.libs.popsparse import dynamic
+from tremula.libs.popsparse import control, dynamic
 from tremula.profile import validate
 
 ALL = {"doGradAPass": True, "doGradWPass": True}
@@ -80,7 +79,7 @@ def test_schedule_codes_follow_the_host_reference():
     more than one partition, the buffer flipping with every shift."""
     info = np.array([2, 3, 2, 3, 0], dtype=np.uint16)
     steps = dynamic.propagation_steps((3, 3, 2), info)
-    shift, comp, buf = cl.schedule((3, 3, 2), info, False)
+    shift, comp, buf = control.schedule((3, 3, 2), info, False)
     assert comp.size == len(steps) and np.count_nonzero(comp) == sum(s.compute for s in steps)
     assert np.all((comp == 0) | (comp == buf + 1))
     moved = shift > 0
@@ -88,10 +87,10 @@ def test_schedule_codes_follow_the_host_reference():
     flips = np.flatnonzero(np.diff(np.r_[0, buf]))
     assert np.array_equal(flips, np.flatnonzero(moved))
     # Pz = 1: the z "shifts" of the reference move nothing and are dropped
-    s1, c1, _ = cl.schedule((4, 3, 1), np.array([2, 3, 1, 3, 0], dtype=np.uint16), False)
+    s1, c1, _ = control.schedule((4, 3, 1), np.array([2, 3, 1, 3, 0], dtype=np.uint16), False)
     assert not np.any((s1 - 1) // 2 == 2) and np.count_nonzero(c1) == 5
     # GradW: the partial buckets come home
-    s2, c2, _ = cl.schedule((3, 3, 2), info, True)
+    s2, c2, _ = control.schedule((3, 3, 2), info, True)
     assert s2.size > shift.size and not np.any(c2[shift.size :])
     offset = np.zeros(3, dtype=int)
     for code in s2[s2 > 0]:

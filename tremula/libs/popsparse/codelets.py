@@ -44,9 +44,6 @@ expectation the plan was made with; state ``est_rows`` / ``est_blocks``).
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -55,8 +52,9 @@ import numpy as np
 from tremula import poplar
 from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse import kernels
+from tremula.libs.popsparse.control import PropagationInit, PropagationStep
 from tremula.libs.popsparse.cost import _worker_pieces
-from tremula.libs.popsparse.layout import DIMS, propagation_steps
+from tremula.libs.popsparse.fields import ContentCache, Rows, repeats, take, unique
 
 GRID = ("grid_x", "grid_y", "grid_z")
 
@@ -79,139 +77,6 @@ def _grid(v: poplar.VertexInfo) -> tuple[int, int, int]:
     if all(np.all(r == r[0]) for r in rows) and int(np.prod(grid)) == v.n:
         return grid  # type: ignore[return-value]
     return (1, 1, v.n)
-
-
-def unique(view: np.ndarray, ngrid: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """``view [replica, *grid, *field]`` without the grid axes it repeats along (stride 0):
-    ``([replica, m, *field], index [vertices] into m)``."""
-    grid = view.shape[1 : 1 + ngrid]
-    keep = repeats(view, ngrid)
-    sel = (slice(None), *(slice(None) if k else slice(0, 1) for k in keep))
-    kept = tuple(n if k else 1 for n, k in zip(grid, keep))
-    u = view[sel].reshape(view.shape[0], int(np.prod(kept)), *view.shape[1 + ngrid :])
-    coords = np.indices(grid).reshape(ngrid, -1)
-    index = np.ravel_multi_index(tuple(c * k for c, k in zip(coords, keep)), kept)
-    return u, index
-
-
-def repeats(view: np.ndarray, ngrid: int = 3) -> tuple[bool, ...]:
-    """For each grid axis of ``view [replica, *grid, ...]``: False where the view repeats
-    along it (stride 0, or a single element)."""
-    grid = view.shape[1 : 1 + ngrid]
-    return tuple(bool(n > 1 and view.strides[1 + i] != 0) for i, n in enumerate(grid))
-
-
-def flat(view: np.ndarray) -> np.ndarray | None:
-    """A 1-D view of the memory a view with non-negative element strides spans (from its
-    first element), so that a gather is one ``np.take`` of precomputed offsets; None for
-    other views."""
-    item = view.itemsize
-    if view.size == 0 or any(st < 0 or st % item for st in view.strides):
-        return None
-    span = 1 + sum((n - 1) * st // item for n, st in zip(view.shape, view.strides))
-    return np.lib.stride_tricks.as_strided(view, shape=(span,), strides=(item,), writeable=False)
-
-
-def offsets(view: np.ndarray, index: tuple[np.ndarray, ...]) -> np.ndarray:
-    """Element offsets (for :func:`flat`) of ``view[index]`` (integer index arrays)."""
-    out = np.zeros(np.broadcast_shapes(*(i.shape for i in index)), dtype=np.int64)
-    for i, st in zip(index, view.strides):
-        out += i * (st // view.itemsize)
-    return out.reshape(-1)
-
-
-def take(view: np.ndarray, index: tuple[np.ndarray, ...], cache: dict, key: str) -> np.ndarray:
-    """``view[index]`` flattened, as float32: one ``np.take`` of cached offsets when the
-    view allows it."""
-    base = flat(view)
-    if base is None:
-        return view[index].reshape(-1).astype(np.float32, copy=False)
-    if key not in cache:
-        cache[key] = offsets(view, index)
-    return np.take(base, cache[key]).astype(np.float32, copy=False)
-
-
-@dataclass(frozen=True)
-class Rows:
-    """Distinct block rows of a field that a product reads or writes: the grid coordinates
-    (``[k, 1]`` each) and element rows (``[k, b]``) of each, for one NumPy gather or
-    scatter of ``[k, b, Z]``. Dense operands are batch-major (``[*grid, Z, N]``: their rows
-    are the last axis), partials row-major (``[*grid, N, Z]``, ``rows_first``)."""
-
-    coords: tuple[np.ndarray, np.ndarray, np.ndarray]
-    cols: np.ndarray
-    rows_first: bool = False
-
-    @staticmethod
-    def of(
-        coords: tuple[np.ndarray, ...],
-        start: np.ndarray,
-        keep: tuple[bool, ...],
-        grid: tuple[int, ...],
-        size: int,
-        block: int,
-        rows_first: bool = False,
-    ) -> tuple[Rows, np.ndarray]:
-        """The distinct rows ``(coords, start)`` of entries (coordinates along axes the
-        field repeats on count as 0), and each entry's position among them."""
-        canon = tuple(c * k for c, k in zip(coords, keep))
-        key = np.ravel_multi_index((*canon, start // block), (*grid, max(size // block, 1)))
-        uniq, pos = np.unique(key, return_inverse=True)
-        *cs, row = np.unravel_index(uniq, (*grid, max(size // block, 1)))
-        cols = (row * block)[:, None] + np.arange(block)
-        rows = Rows(tuple(c[:, None] for c in cs), cols, rows_first)  # type: ignore[arg-type]
-        return rows, pos.reshape(-1)
-
-    @property
-    def size(self) -> int:
-        return int(self.cols.shape[0])
-
-    def _index(self) -> tuple:
-        c0, c1, c2 = self.coords
-        return (c0, c1, c2, self.cols) if self.rows_first else (c0, c1, c2, slice(None), self.cols)
-
-    def gather(self, view: np.ndarray) -> np.ndarray:
-        """``[k b, Z]`` float32 from one replica's view."""
-        rows = view[self._index()]
-        return rows.reshape(-1, rows.shape[-1]).astype(np.float32, copy=False)
-
-    def scatter(self, view: np.ndarray, rows: np.ndarray, add: bool) -> None:
-        if self.size == 0:
-            return
-        block = rows.reshape(self.size, self.cols.shape[1], -1)
-        if add:
-            view[self._index()] += block
-        else:
-            view[self._index()] = block
-
-
-class ContentCache:
-    """Structures built from meta-info, looked up by the meta-info's content: the last one
-    by comparison, older ones (e.g. the buckets each propagation step holds) by digest."""
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self.last: tuple[np.ndarray, Any] | None = None
-        self.older: OrderedDict[bytes, Any] = OrderedDict()
-
-    def get(self, content: np.ndarray, build: Callable[[], Any]) -> Any:
-        if (
-            self.last is not None
-            and self.last[0].shape == content.shape
-            and np.array_equal(self.last[0], content)
-        ):
-            return self.last[1]
-        key = hashlib.blake2b(np.ascontiguousarray(content).data, digest_size=16).digest()
-        value = self.older.get(key)
-        if value is None:
-            value = build()
-            self.older[key] = value
-            if len(self.older) > self.size:
-                self.older.popitem(last=False)
-        else:
-            self.older.move_to_end(key)
-        self.last = (content.copy(), value)
-        return value
 
 
 # ---- sparse products (Fwd and GradA) ----
@@ -594,117 +459,6 @@ class DenseSlice(poplar.Codelet):
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         return np.full(v.n, COPY_CYCLES)
-
-
-# ---- propagation control (spec 4.3) ----
-
-#: [choice] cycles of the control vertices: reading the overflow info and the step counter,
-#: testing the X-distance bit (PopLibs' ``BitIsSet``), writing the codes.
-CONTROL_CYCLES = {"init": 40, "step": 30}
-
-
-def schedule(
-    partition: tuple[int, int, int], overflow_info: np.ndarray, return_home: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The propagation steps of an overflow info (:func:`layout.propagation_steps`) as
-    codes: per step, the shift (0 none, ``1 + 2 dim + buffer written``), the compute
-    (0 none, ``1 + buffer``) and the buffer then current. Shifts along a dimension of one
-    partition move nothing and are dropped (so is a step left with nothing to do).
-    ``return_home`` appends the shifts that bring every bucket back to its own PN (GradW,
-    whose partial buckets travel)."""
-    steps = propagation_steps(partition, overflow_info)
-    moves: list[tuple[int | None, bool]] = [
-        (None if s.shift is None else DIMS.index(s.shift), s.compute) for s in steps
-    ]
-    if return_home and steps:
-        offset = steps[-1].offset
-        for d in (2, 1, 0):
-            moves += [(d, False)] * ((partition[d] - offset[d]) % partition[d])
-    shift, comp, bufs = [], [], []
-    buf = 0
-    for k, (d, compute) in enumerate(moves):
-        moved = d is not None and partition[d] > 1
-        if k and not moved and not compute:
-            continue
-        if moved:
-            buf ^= 1
-        shift.append(1 + 2 * d + buf if moved else 0)
-        comp.append(1 + buf if compute else 0)
-        bufs.append(buf)
-    return (
-        np.array(shift, dtype=np.uint32),
-        np.array(comp, dtype=np.uint32),
-        np.array(bufs, dtype=np.uint32),
-    )
-
-
-class _Control(poplar.Codelet):
-    """One step of the propagation loop's control on the control tile: the codes of step
-    ``step`` of the schedule the overflow info gives (see :func:`schedule`)."""
-
-    overflow_info = poplar.Input(poplar.UNSIGNED_SHORT)
-    step = poplar.InOut(poplar.UNSIGNED_INT, kind="scalar")
-    compute_code = poplar.Output(poplar.UNSIGNED_INT, kind="scalar")
-    shift_code = poplar.Output(poplar.UNSIGNED_INT, kind="scalar")
-    buffer = poplar.InOut(poplar.UNSIGNED_INT, kind="scalar")
-    more = poplar.Output(poplar.UNSIGNED_INT, kind="scalar")
-    px = poplar.State(poplar.UNSIGNED_INT)
-    py = poplar.State(poplar.UNSIGNED_INT)
-    pz = poplar.State(poplar.UNSIGNED_INT)
-    return_home = poplar.State(poplar.UNSIGNED_INT)
-    init: ClassVar[bool] = False
-
-    @classmethod
-    def compute(cls, v: poplar.Batch) -> None:
-        info = v.overflow_info  # [replica, words]; one vertex
-        part = (int(v.px[0]), int(v.py[0]), int(v.pz[0]))
-        home = bool(v.return_home[0])
-        cache = v.cached("schedules", dict)
-        rows, inverse = np.unique(info, axis=0, return_inverse=True)
-        tables = []
-        for row in rows:
-            key = row.tobytes()
-            if key not in cache:
-                cache[key] = schedule(part, row, home)
-            tables.append(cache[key])
-        inverse = inverse.reshape(-1)
-        count = np.array([t[0].size for t in tables], dtype=np.int64)[inverse]
-        i = np.zeros_like(count) if cls.init else v.step[:, 0].astype(np.int64)
-        live = i < count
-        codes = np.zeros((3, info.shape[0]), dtype=np.uint32)  # shift, compute, buffer
-        codes[2] = v.buffer[:, 0]
-        for k, table in enumerate(tables):
-            sel = np.flatnonzero((inverse == k) & live)
-            for c in range(3):
-                codes[c, sel] = table[c][i[sel]]
-        v.more = live.astype(np.uint32)[:, None]
-        if cls.init:  # nothing runs yet: step 0 is read by the loop's first condition
-            v.step = 0
-            v.buffer = 0
-            v.compute_code = 0
-            v.shift_code = 0
-            return
-        v.shift_code = codes[0][:, None]
-        v.compute_code = codes[1][:, None]
-        v.buffer = codes[2][:, None]
-        v.step = np.where(live, i + 1, i).astype(np.uint32)[:, None]
-
-    @classmethod
-    def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        return np.full(v.n, CONTROL_CYCLES["init" if cls.init else "step"])
-
-
-class PropagationInit(_Control):
-    """Start of the propagation phase: step 0, ``more`` when the schedule has steps."""
-
-    name = "popsparse::PropagationInit"
-    init = True
-
-
-class PropagationStep(_Control):
-    """The codes of the next step (the loop's condition), then ``step += 1``."""
-
-    name = "popsparse::PropagationStep"
 
 
 # ---- the product families, from a table ----

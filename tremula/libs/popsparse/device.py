@@ -118,7 +118,7 @@ def make_layer(
     return Layer(graph, plan, fc, opts, name, where)
 
 
-def check_weights(layer: Layer, weights: Any, meta_data_params: Params | None) -> SparseTensor:
+def check_weights(layer: Layer, weights: Any) -> SparseTensor:
     """``weights`` is a SparseTensor of this graph with the plan's sizes and types, made
     for the same params, type and options when it records them."""
     if not isinstance(weights, SparseTensor):
@@ -132,7 +132,7 @@ def check_weights(layer: Layer, weights: Any, meta_data_params: Params | None) -
         if meta.key() != want:
             raise layer.fail(
                 f"the sparse tensor was created for {meta.params} ({meta.input_type}) with "
-                f"options {meta.options}, but is used with {meta_data_params or layer.params} "
+                f"options {meta.options}, but is used with {layer.params} "
                 f"({layer.plan.input_type}) and options {layer.options}; a SparseTensor must "
                 f"be used with the params and options it was created with"
             )

@@ -48,6 +48,7 @@ from tremula.libs.popsparse.device import (
     regions,
     segments,
 )
+from tremula.libs.popsparse.errors import PopsparseError
 from tremula.libs.popsparse.options import Options
 from tremula.libs.popsparse.plan import PlanningCache
 
@@ -193,10 +194,11 @@ def fully_connected_sparse_grad_w(
     ``fullyConnectedSparseGradW``. ``meta_info`` is the weights' meta-info tensor (or the
     SparseTensor, whose creation key is then checked); the type is ``grad_out``'s."""
     where = "fully_connected_sparse_grad_w"
-    dtype = getattr(grad_out, "dtype", None)
-    layer = make_layer(graph, dtype, params, options, cache, name, where)
+    if not isinstance(grad_out, poplar.Tensor):
+        raise PopsparseError(f"{where}: grad_out must be a poplar.Tensor, got {grad_out!r}")
+    layer = make_layer(graph, grad_out.dtype, params, options, cache, name, where)
     if isinstance(meta_info, SparseTensor):
-        meta_info = check_weights(layer, meta_info, None).meta_info
+        meta_info = check_weights(layer, meta_info).meta_info
     meta = check_meta_info(layer, meta_info)
     x, y, z = layer.params.shape
     qg = check_dense(layer, grad_out, (z, x), "grad_out")
@@ -221,7 +223,7 @@ def _layer(
     layer = make_layer(
         graph, dtype if dtype is not None else "float", params, options, cache, name, where
     )
-    check_weights(layer, weights, params)
+    check_weights(layer, weights)
     return layer
 
 
