@@ -25,6 +25,7 @@ Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import time
 from dataclasses import dataclass
@@ -180,10 +181,11 @@ def simulated(quick: bool, machines: list[str]) -> None:
         name = MACHINES.get(machine, machine)
         start = time.perf_counter()
         print(f"SIMULATED {name} {dtype} m=k={SIZE} n={n}: dense poplin.matmul "
-              f"{dense_simulated(machine, dtype, n)}")  # fmt: skip
+              f"{dense_simulated(machine, dtype, n)}", flush=True)  # fmt: skip
         for block, density in itertools.product(blocks, densities):
+            gc.collect()  # engines hold cycles; large ones must go before the next
             line = sparse_simulated(machine, dtype, block, density, n)
-            print(f"    b={block:2d} d=1/{round(1 / density):<2d} sparse fwd {line}")
+            print(f"    b={block:2d} d=1/{round(1 / density):<2d} sparse fwd {line}", flush=True)
         print(f"    ({time.perf_counter() - start:.0f} s)")
 
 

@@ -255,3 +255,19 @@ def test_numpy_only_products(h, rng, sparse_layer, monkeypatch):
     )
     run.run(h.random_coo(rng, 128, 256, 1, 0.1), rng)
     assert run.propagation_computes() > 0
+
+
+def test_dense_fallback_all_passes(h, rng, sparse_layer):
+    """``useDense``: Fwd and GradA are poplin matmuls of the dense ``[Y][X]`` weights; the
+    sparse GradW, which gets no pattern (the meta-info is empty), is the gradient of every
+    entry of that dense tensor, ``S^T dQ`` laid out like it."""
+    opts = {**ALL, "planConstraints": {"useDense": True}}
+    run = sparse_layer(h.layer(1, 0.3, 4, 47, 23), "float", opts)
+    assert run.plan.use_dense and run.plan.meta_info_elems == 0
+    res = run.run(h.random_coo(rng, 23, 47, 1, 0.3), rng, check=False)
+    for name in ("fwd", "grad_a"):
+        np.testing.assert_allclose(res["got"][name], res["refs"][name][0], rtol=1e-5, atol=1e-5)
+    want = res["act"].astype(np.float64).T @ res["grad_out"].astype(np.float64)
+    np.testing.assert_allclose(
+        res["got"]["grad_w_vector"].reshape(47, 23), want, rtol=1e-5, atol=1e-5
+    )
