@@ -247,7 +247,8 @@ def _select(
 ) -> tuple[kernels.Entries, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
     """Decoded blocks, the (vertex, block) pairs the vertices process, and the grid
     coordinates of each pair's vertex."""
-    entries = kernels.decode(content.reshape(content.shape[0], -1), geo["fmt"])
+    rows = int(np.prod(content.shape[:3]))  # the distinct fields (content: [*grid', b, w])
+    entries = kernels.decode(content.reshape(rows, -1), geo["fmt"])
     vert, ei = kernels.select(entries, mi_idx, sid)
     return entries, vert, ei, np.unravel_index(vert, geo["grid"])
 

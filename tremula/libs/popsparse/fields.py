@@ -16,13 +16,14 @@ import numpy as np
 
 
 def unique(view: np.ndarray, ngrid: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """``view [replica, *grid, *field]`` without the grid axes it repeats along (stride 0):
-    ``([replica, m, *field], index [vertices] into m)``."""
+    """``view [replica, *grid, *field]`` without the grid axes it repeats along (stride 0,
+    kept as axes of one element; still a view), and for each vertex the index of its field
+    among the remaining ``m`` (row-major)."""
     grid = view.shape[1 : 1 + ngrid]
     keep = repeats(view, ngrid)
     sel = (slice(None), *(slice(None) if k else slice(0, 1) for k in keep))
     kept = tuple(n if k else 1 for n, k in zip(grid, keep))
-    u = view[sel].reshape(view.shape[0], int(np.prod(kept)), *view.shape[1 + ngrid :])
+    u = view[sel]
     coords = np.indices(grid).reshape(ngrid, -1)
     index = np.ravel_multi_index(tuple(c * k for c, k in zip(coords, keep)), kept)
     return u, index

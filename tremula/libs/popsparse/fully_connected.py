@@ -2,10 +2,12 @@
 weights and inputs created on the plan's tiles, and the three passes.
 
 Each pass (spec 4.2): the distribution compute set (every PN's vertex reads the Pz buckets
-of its (x, y) group, or for GradW its own bucket, and the dense slices of its partitions),
-the propagation phase (:mod:`propagation`, run only as far as the pattern's overflow info
-says), then the reduction of the partials over the partitions of the pass's Y (``popops``
-reduce, which also casts to the data type) or, with one such partition, a cast. GradA
+of its (x, y) group, or for GradW its own bucket, and the dense slices of its partitions)
+and the propagation phase (:mod:`propagation`: read at run time from the pattern's overflow
+info, it runs only as far as the pattern needs; a pattern that stays in its Z groups runs
+the distribution alone, on the layer's dense tensors), then the reduction of the partials
+over the partitions of the pass's Y (``popops`` reduce, which also casts to the data type)
+or, with one such partition, a cast. GradA
 reuses the forward buckets (transposed roles; block buckets are transposed first), GradW
 accumulates into partial buckets laid out like ``nz_values`` and casts them.
 
