@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine.computeset import CompiledComputeSet
-from tremula.engine.plan import Gather
+from tremula.engine.plan import CopyPlan, Gather
 from tremula.engine.timeline import StepInfo
 from tremula.poplar.handles import DataStream, HostFunction, RemoteBuffer
 
@@ -81,9 +81,12 @@ class ExchangeNode(Node):
     sync: StepInfo
     copy: tuple[Gather, Gather] | None = None
     instructions: dict[str, int] | None = None
+    plan: CopyPlan | None = field(default=None, init=False)  # how the copy moves data
 
     def __post_init__(self) -> None:
         self.ptype = self.kind
+        if self.copy is not None:
+            self.plan = CopyPlan(*self.copy)
 
     def profile_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"exchange": self.exchange}

@@ -6,6 +6,8 @@ index array. Compile builds them once; the run path only replays them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tremula.poplar.addresses import AddressList
@@ -68,3 +70,118 @@ class Gather:
             arr[rsel, self.index] = values
         else:
             arr[rsel[:, None], self.index[None, :]] = values
+
+
+#: below this many elements a copy is one gather and one scatter (block plans cost more)
+_BLOCK_COPY_MIN = 4096
+#: at most one block per this many elements, else the gather and scatter are cheaper
+_ELEMENTS_PER_BLOCK = 1024
+
+
+class CopyPlan:
+    """``dst <- src`` for two :class:`Gather` s of one type and size (a ``Copy`` program).
+
+    Large copies whose address lists are made of runs of consecutive elements, the runs'
+    starts stepping evenly in both lists (a tensor moved between tiles, buckets shifted by
+    one partition: a few blocks of equal rows), run as strided block copies through a kept
+    buffer (so overlapping source and destination read before they write): memory-speed
+    copies instead of an index gather and scatter of every element. Other copies, and runs
+    on a subset of the replicas, use the gather and scatter. The plan is made on first use."""
+
+    __slots__ = ("_blocks", "_views", "dst", "src")
+
+    def __init__(self, src: Gather, dst: Gather) -> None:
+        self.src, self.dst = src, dst
+        self._blocks: list[tuple[int, int, int, int, int, int, int]] | None = None
+        self._views: tuple[np.ndarray, list[tuple[np.ndarray, ...]]] | None = None
+
+    def run(self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray) -> None:
+        if self._blocks is None:
+            self._blocks = self._plan()
+        if not self._blocks or not isinstance(rsel, slice):
+            self.dst.write(storage, rsel, self.src.read(storage, rsel))
+            return
+        arr = storage[self.src.dtype]
+        views = self._views
+        if views is None or views[0] is not arr:  # made once per loaded storage
+            views = self._views = (arr, self._make_views(arr))
+        for src, buf, dst in views[1]:
+            if buf is None:  # source and destination do not overlap: copy directly
+                np.copyto(dst, src)
+            else:
+                np.copyto(buf, src)
+        for _, buf, dst in views[1]:
+            if buf is not None:
+                np.copyto(dst, buf)
+
+    def _make_views(self, arr: np.ndarray) -> list[tuple[Any, ...]]:
+        """(source, buffer or None, destination) views of every block over ``arr``; the
+        buffer only when some element is both read and written."""
+        buf = None
+        if self._overlap():
+            buf = np.empty((arr.shape[0], self.src.size), dtype=arr.dtype)
+        return [
+            (
+                _strided(arr, sa, da, count, length),
+                None
+                if buf is None
+                else buf[:, pos : pos + count * length].reshape(buf.shape[0], count, length),
+                _strided(arr, sb, db, count, length),
+            )
+            for pos, sa, da, sb, db, count, length in self._blocks or ()
+        ]
+
+    def _overlap(self) -> bool:
+        a, b = self.src.addresses(), self.dst.addresses()
+        lo, hi = max(int(a.min()), int(b.min())), min(int(a.max()), int(b.max()))
+        if lo > hi:
+            return False
+        seen = np.zeros(hi - lo + 1, dtype=bool)
+        inside = a[(a >= lo) & (a <= hi)]
+        seen[inside - lo] = True
+        inside = b[(b >= lo) & (b <= hi)]
+        return bool(seen[inside - lo].any())
+
+    def _plan(self) -> list[tuple[int, int, int, int, int, int, int]]:
+        """Blocks ``(position, src start, src step, dst start, dst step, rows, row length)``
+        covering the copy in order; empty when the gather and scatter are the better way."""
+        n = self.src.size
+        if n < _BLOCK_COPY_MIN or self.src.dtype != self.dst.dtype or self.dst.size != n:
+            return []
+        a = self.src.addresses().astype(np.int64, copy=False)
+        b = self.dst.addresses().astype(np.int64, copy=False)
+        cut = np.flatnonzero((a[1:] != a[:-1] + 1) | (b[1:] != b[:-1] + 1)) + 1
+        if cut.size + 1 > n // 8:  # short runs: nothing to gain
+            return []
+        starts = np.concatenate(([0], cut))
+        lens = np.diff(np.concatenate((starts, [n]))).tolist()
+        sa, sb, starts = a[starts].tolist(), b[starts].tolist(), starts.tolist()
+        blocks = []
+        i, runs = 0, len(starts)
+        while i < runs:
+            j, da, db = i + 1, 0, 0
+            if j < runs and lens[j] == lens[i]:
+                da, db = sa[j] - sa[i], sb[j] - sb[i]
+                while (
+                    j < runs
+                    and lens[j] == lens[i]
+                    and sa[j] - sa[j - 1] == da
+                    and sb[j] - sb[j - 1] == db
+                ):
+                    j += 1
+            blocks.append((starts[i], sa[i], da, sb[i], db, j - i, lens[i]))
+            if len(blocks) > n // _ELEMENTS_PER_BLOCK:
+                return []
+            i = j
+        return blocks
+
+
+def _strided(arr: np.ndarray, start: int, step: int, count: int, length: int) -> np.ndarray:
+    """``[replica, count, length]``: ``count`` runs of ``length`` elements of ``arr``'s rows,
+    the ``k``-th starting at ``start + k * step``."""
+    item = arr.itemsize
+    return np.lib.stride_tricks.as_strided(
+        arr[:, start:],
+        shape=(arr.shape[0], count, length),
+        strides=(arr.strides[0], step * item, item),
+    )

@@ -71,11 +71,8 @@ def flatten(rt: Any, root: N.Node) -> list[Step]:
         elif kind is N.OnTileNode:
             into.append(lambda node=node: _compute(rt, node, replica_ids))
         elif kind is N.ExchangeNode:
-            if node.copy is not None:
-                src, dst = node.copy
-                into.append(
-                    lambda src=src, dst=dst: dst.write(rt.storage, ALL, src.read(rt.storage, ALL))
-                )
+            if node.plan is not None:
+                into.append(lambda plan=node.plan: plan.run(rt.storage, ALL))
         elif kind is N.HostNode:  # stream copies and host calls: the action alone
             action = HOST_ACTIONS[type(node.action)]
             into.append(lambda node=node, action=action: action(rt, node.action, ALL, node.name))

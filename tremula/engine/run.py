@@ -199,9 +199,8 @@ def _on_tile(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
 
 
 def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
-    if node.copy is not None:
-        src, dst = node.copy
-        dst.write(rt.storage, rsel, src.read(rt.storage, rsel))
+    if node.plan is not None:
+        node.plan.run(rt.storage, rsel)
     if rt._tl(rsel):
         rt.tl.program(node.pid)
         rt.tl.run(node.sync)
