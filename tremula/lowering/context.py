@@ -159,7 +159,7 @@ class Lowerer:
         }
 
     def lower_ops(self, graph: Graph, env: Env, prog: poplar.Sequence) -> None:
-        from tremula.lowering import fusion
+        from tremula.lowering import fusion  # imports the rule tables, which import us
 
         items = fusion.plan(graph) if self.fuse_elementwise else graph.ops
         for item in items:
