@@ -95,6 +95,7 @@ class Session:
         self._attached = False
         self._depth = 0
         self._host_stale = False  # device weights newer than the host copies
+        self._shapes: tuple[tuple[int, int], dict[Any, tuple[int, ...]]] = ((0, 0), {})
         self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
             v._shard[0]: v
             for v in ir.main_graph.variables
@@ -341,8 +342,8 @@ class Session:
 
     def _host_shape(self, s: Any) -> tuple[int, ...]:
         key = (self._ir.num_host_transfers, self._ir.replication_factor)
-        shapes = self.__dict__.get("_shapes")
-        if shapes is None or shapes[0] != key:  # made once per transfer count
+        shapes = self._shapes
+        if shapes[0] != key:  # made once per transfer count
             shapes = self._shapes = (key, {})
         shape = shapes[1].get(s)
         if shape is None:
