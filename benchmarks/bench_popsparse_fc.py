@@ -19,7 +19,7 @@
    and 1/32, blocks 1 and 16); the full table takes long (one compile per line).
 
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
-[--skip-cpu] [--skip-simulated] [--machines ipu2,bow]``.
+[--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]``.
 """
 
 from __future__ import annotations
@@ -196,12 +196,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--skip-simulated", action="store_true")
+    parser.add_argument("--cases", default="ew,b16half,b16float", help="CPU-time cases")
     parser.add_argument("--machines", default="ipu2,bow")
     args = parser.parse_args()
-    if not args.skip_cpu:
-        cpu_time(1, poplar.FLOAT, args.repeat, args.rounds)
-        cpu_time(16, poplar.HALF, args.repeat, args.rounds)
-        cpu_time(16, poplar.FLOAT, args.repeat, args.rounds)
+    cases = {"ew": (1, poplar.FLOAT), "b16half": (16, poplar.HALF), "b16float": (16, poplar.FLOAT)}
+    for name in [] if args.skip_cpu else args.cases.split(","):
+        cpu_time(*cases[name], args.repeat, args.rounds)
     if not args.skip_simulated:
         simulated(args.quick, args.machines.split(","))
 

@@ -245,11 +245,14 @@ def test_device_decoding_matches_the_host_reader(h, rng, block, dtype, opts):
         assert sorted(got) == want
 
 
-def test_numpy_only_products(h, rng, sparse_layer, monkeypatch):
-    """Without SciPy the element-wise product is an ELL sweep in NumPy: same results."""
+@pytest.mark.parametrize("missing", ["_sparse", "_csr_matvecs"])
+def test_products_without_scipy_or_its_kernel(h, rng, sparse_layer, monkeypatch, missing):
+    """Without SciPy the element-wise product is an ELL sweep in NumPy adding into the
+    partials in place; without SciPy's CSR kernel, SciPy's public product into a temporary
+    that is then written: same results either way."""
     from tremula.libs.popsparse import kernels
 
-    monkeypatch.setattr(kernels, "_sparse", None)
+    monkeypatch.setattr(kernels, missing, None)
     run = sparse_layer(
         h.layer(1, 0.1, 8, 256, 128), "float", {**ALL, "partitioner.forceBucketSpills": True}
     )

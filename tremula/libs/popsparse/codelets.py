@@ -44,7 +44,9 @@ expectation the plan was made with; state ``est_rows`` / ``est_blocks``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -125,13 +127,24 @@ class _Product(poplar.Codelet):
         keeps = v.cached("repeats", lambda: {"nz": repeats(nz), "s": repeats(s)})
         mi_u, mi_idx = unique(mi)
         cache = v.cached("structures", ContentCache)
+        if cls.block:
+            build: Callable[..., Any] = _block_structure
+        else:
+            rows = v.cached("rows", lambda: _row_table(q))
+            build = partial(_product_structure, rows=rows)
         for r in range(q.shape[0]):  # replicas (one, unless the graph is replicated)
             content = mi_u[r]
-            st = cache.get(
-                content,
-                lambda c=content: _product_structure(cls, geo, sid, c, mi_idx, keeps),
-            )
+            st = cache.get(content, lambda c=content: build(cls, geo, sid, c, mi_idx, keeps))
+            if cls.block:
+                _block_run(st, nz[r], s[r], q[r], cls.accumulate)
+                continue
             values = take(nz[r], st.values, st.offsets, "nz")
+            if st.span:  # the product adds straight into the partials in device memory
+                if not cls.accumulate:
+                    q[r] = 0
+                flat = np.lib.stride_tricks.as_strided(q[r], (st.span, z), (z * 4, 4))
+                st.product.add_into(values, st.ins.gather(s[r]), flat)
+                continue
             res = st.product.apply(values, st.ins.gather(s[r]))
             if st.outs is None:  # most output rows written: one strided pass
                 res = res.reshape(*grid, r_rows, z)
@@ -229,13 +242,35 @@ def _geometry(v: poplar.Batch, cls: type) -> dict[str, Any]:
 class _Structure:
     """What a compute set's vertices do for one meta-info content: where their blocks'
     values are (an index of the nz view), the input rows they read and the output rows
-    they write (None: all, as one array), and the product."""
+    they write (None: all, as one array), and the product. ``span``: when not 0, the
+    product's rows are the ``span`` rows of ``Z`` elements from the partials' first
+    element in device memory (see :func:`_row_table`), written in place."""
 
     values: tuple[np.ndarray, ...]
     ins: Rows
     outs: Rows | None
     product: kernels.Product
     offsets: dict = field(default_factory=dict)  # flat offsets of ``values`` per view
+    span: int = 0
+
+
+def _row_table(q: np.ndarray) -> np.ndarray | None:
+    """For a float32 partials view ``q [replica, *grid, R, Z]`` whose rows are runs of Z
+    elements at multiples of Z from its first element: ``[vertices, R]``, the position of
+    every row in those runs; else None."""
+    z = q.shape[-1]
+    unit = z * q.itemsize
+    steps = q.strides[1:-1]
+    if q.dtype != np.float32 or q.strides[-1] != q.itemsize or q.size == 0:
+        return None
+    if any(st < 0 or st % unit for st in steps):
+        return None
+    table = np.zeros(q.shape[1:-1], dtype=np.int64)
+    for axis, st in enumerate(steps):
+        shape = [1] * len(steps)
+        shape[axis] = q.shape[1 + axis]
+        table += (np.arange(q.shape[1 + axis]) * (st // unit)).reshape(shape)
+    return table.reshape(-1, q.shape[-2])
 
 
 #: Write the whole output at once when at least this share of its rows is written.
@@ -270,8 +305,10 @@ def _product_structure(
     content: np.ndarray,
     mi_idx: np.ndarray,
     keeps: dict[str, tuple[bool, ...]],
+    rows: np.ndarray | None = None,
 ) -> _Structure:
-    """The product of every vertex's matching blocks, from the decoded meta-info."""
+    """The product of every vertex's matching non-zeros, from the decoded meta-info;
+    ``rows``: the partials' row table (:func:`_row_table`), if they have one."""
     fmt, grid = geo["fmt"], geo["grid"]
     r_rows, c_cols, _ = geo["shape"]
     entries, vert, ei, coords = _select(geo, sid, content, mi_idx)
@@ -285,18 +322,144 @@ def _product_structure(
             f"{in_off[bad[0]]}) lies outside the {r_rows} x {c_cols} tile of the vertex "
             f"processing sub-group {int(sid[vert[bad[0]]])}"
         )
-    ins, in_pos = Rows.of(coords, in_off, keeps["s"], grid, c_cols, bi)
+    ins, in_pos = Rows.of(coords, in_off, keeps["s"], grid, c_cols, 1)
     n = int(np.prod(grid))
-    outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, bo, True)
-    if outs.size * bo >= FULL_OUTPUT_SHARE * n * r_rows:
+    if rows is not None and kernels.writes_in_place():
+        span = int(rows.max()) + 1
+        product = kernels.Product(span, ins.size, rows[vert, out_off], in_pos)
+        order = product.order
+        index = _value_index(geo, entries, ei[order], _pick(coords, order), keeps["nz"])
+        return _Structure(index, ins, None, product, span=span)
+    outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, 1, True)
+    if outs.size >= FULL_OUTPUT_SHARE * n * r_rows:
         outs, out_row, out_total = None, vert * r_rows + out_off, n * r_rows
     else:
-        out_row, out_total = out_pos * bo, outs.size * bo
-    product = kernels.Product(out_total, ins.size * bi, out_row, in_pos * bi, (bo, bi))
+        out_row, out_total = out_pos, outs.size
+    product = kernels.Product(out_total, ins.size, out_row, in_pos)
     order = product.order  # the values are gathered in the order the product reads them
-    picked = tuple(c[order] for c in coords)
-    index = _value_index(geo, entries, ei[order], picked, keeps["nz"])
+    index = _value_index(geo, entries, ei[order], _pick(coords, order), keeps["nz"])
     return _Structure(index, ins, outs, product)
+
+
+def _pick(coords: tuple[np.ndarray, ...], order: np.ndarray) -> tuple[np.ndarray, ...]:
+    return tuple(c[order] for c in coords)
+
+
+@dataclass(frozen=True)
+class _BlockGroup:
+    """One batched product of a block structure (see :class:`kernels.BlockGroups`): the
+    index of its ``[m, k, bo, bi]`` blocks in the nz view seen as ``[*grid, buckets, rows,
+    bi]``; of its ``[m, k, Z, bi]`` dense slabs in the dense view seen as ``[*grid, Z,
+    slabs, bi]`` (the Z axis left as a slice; or in the distinct slabs, ``[d, Z, bi]``);
+    of its ``[m, bo, Z]`` output rows in the partials view."""
+
+    w: tuple[np.ndarray, ...]
+    s: tuple[np.ndarray, ...]
+    q: tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True)
+class _BlockStructure:
+    """What a compute set's block vertices do for one meta-info content: the groups of
+    batched products, the distinct dense slabs they read when there are few of them (an
+    operand repeated over a grid axis, or blocks sharing columns: gathered and widened
+    once), and the partial rows no block writes (zeroed by a distribution vertex; None:
+    zero the whole output first)."""
+
+    groups: list[_BlockGroup]
+    slabs: tuple[np.ndarray, ...] | None
+    empty: tuple[np.ndarray, ...] | None
+    block: tuple[int, int]
+
+
+def _block_structure(
+    cls: type,
+    geo: dict[str, Any],
+    sid: np.ndarray,
+    content: np.ndarray,
+    mi_idx: np.ndarray,
+    keeps: dict[str, tuple[bool, ...]],
+) -> _BlockStructure:
+    """The batched block products of every vertex's matching blocks."""
+    fmt, grid = geo["fmt"], geo["grid"]
+    r_rows, c_cols, _ = geo["shape"]
+    entries, vert, ei, coords = _select(geo, sid, content, mi_idx)
+    x, y = entries.x[ei], entries.y[ei]
+    out_off, in_off = (y, x) if cls.transposed else (x, y)
+    bo, bi = fmt.block[::-1] if cls.transposed else fmt.block
+    bad = np.flatnonzero((out_off + bo > r_rows) | (in_off + bi > c_cols) | (in_off % bi != 0))
+    if bad.size:
+        raise kernels.MetaInfoError(
+            f"Invalid meta-info read on the device: a {bo}x{bi} block at ({out_off[bad[0]]}, "
+            f"{in_off[bad[0]]}) lies outside the {r_rows} x {c_cols} tile of the vertex "
+            f"processing sub-group {int(sid[vert[bad[0]]])}, or off its column grain"
+        )
+    bucket, slot = np.divmod(entries.slot[ei], fmt.nz)
+    w_at = (*(c * k for c, k in zip(coords, keeps["nz"])), bucket, slot // bi)
+    s_at = (*(c * k for c, k in zip(coords, keeps["s"])), in_off // bi)
+    key = np.ravel_multi_index(s_at, (*grid, max(c_cols // bi, 1)))
+    distinct, which = np.unique(key, return_inverse=True)
+    slabs = None
+    if 2 * distinct.size <= key.size:  # gather the distinct slabs once, then from them
+        slabs = np.unravel_index(distinct, (*grid, max(c_cols // bi, 1)))
+        s_at = (which.reshape(-1),)
+    rows_bo = np.arange(bo)
+    groups = []
+    for _, lead, ids in kernels.BlockGroups.of(vert * r_rows + out_off, in_off).groups:
+        groups.append(
+            _BlockGroup(
+                w=(*(a[ids][..., None] for a in w_at[:-1]), w_at[-1][ids][..., None] + rows_bo),
+                s=tuple(a[ids] for a in s_at),
+                q=(*(c[lead][:, None] for c in coords), out_off[lead][:, None] + rows_bo),
+            )
+        )
+    n = int(np.prod(grid))
+    written = np.zeros((n, r_rows), dtype=bool)
+    written[vert[:, None], out_off[:, None] + rows_bo] = True
+    empty = None
+    if not cls.accumulate and 2 * int(written.sum()) >= written.size:
+        v_e, row_e = np.nonzero(~written)
+        empty = (*(c[:, None] for c in np.unravel_index(v_e, grid)), row_e[:, None])
+    return _BlockStructure(groups, slabs, empty, (bo, bi))
+
+
+def _blocks_view(view: np.ndarray, axis: int, bi: int) -> np.ndarray:
+    """``view`` with axis ``axis`` split into ``[n / bi, bi]`` (a copy only when the view's
+    strides do not allow it)."""
+    shape = (*view.shape[:axis], view.shape[axis] // bi, bi, *view.shape[axis + 1 :])
+    try:
+        return np.reshape(view, shape, copy=False)
+    except ValueError:
+        return np.ascontiguousarray(view).reshape(shape)
+
+
+def _block_run(
+    st: _BlockStructure, nz: np.ndarray, s: np.ndarray, q: np.ndarray, accumulate: bool
+) -> None:
+    """One replica's block products: ``nz [*grid, b, nzb]``, the dense input ``s [*grid,
+    Z, C]`` and the partials ``q [*grid, R, Z]``."""
+    bi = st.block[1]
+    if not accumulate:
+        if st.empty is None:
+            q[...] = 0
+        elif st.empty[0].size:
+            q[st.empty] = 0
+    w_view = _blocks_view(nz, nz.ndim - 1, bi)  # [*grid, b, nzb / bi, bi]
+    s_view = _blocks_view(s, s.ndim - 1, bi)  # [*grid, Z, C / bi, bi]
+    if st.slabs is not None:  # [d, Z, bi]
+        c0, c1, c2, col = st.slabs
+        s_view = s_view[c0, c1, c2, :, col].astype(np.float32)
+    for g in st.groups:
+        if st.slabs is not None:
+            slabs = s_view[g.s[0]]
+        else:
+            c0, c1, c2, col = g.s
+            slabs = s_view[c0, c1, c2, :, col]  # [m, k, Z, bi]
+        res = kernels.block_product(slabs, w_view[g.w])  # [m, Z, bo]
+        if accumulate:
+            q[g.q] += res.transpose(0, 2, 1)
+        else:
+            q[g.q] = res.transpose(0, 2, 1)
 
 
 # ---- GradW ----

@@ -10,11 +10,14 @@ products they compute.
   :class:`MetaInfoError` (the device would read garbage; the model says where).
 * :func:`select` keeps, for each vertex, the blocks of the sub-groups whose id it
   processes (``subGroupIdToProcess``), from the buckets it reads.
-* :class:`Product` is ``OUT += W IN`` for the selected blocks, in the transposed frame the
-  fields are held in (rows of ``OUT^T`` / ``IN^T`` are tile rows, columns the batch): a CSR
-  matrix product for element-wise sparsity (``scipy.sparse`` when it is installed, else an
-  ELL sweep in NumPy), an ELL sweep of batched block products for block sparsity.
-  :func:`sampled_products` is GradW's ``sum_z OUT[x, z] IN[y, z]`` at the selected blocks.
+* :class:`Product` is the element-wise ``OUT^T += W IN^T`` in the transposed frame the
+  fields are held in (rows of ``OUT^T`` / ``IN^T`` are tile rows, columns the batch): a
+  CSR product (``scipy.sparse``'s kernel when it is installed, adding straight into the
+  partials in device memory; else an ELL sweep in NumPy).
+* :class:`BlockGroups` and :func:`block_product` are the block products: blocks grouped
+  by the output block row they add to, rows of equal block counts batched, each row's
+  blocks side by side so that one batched matmul also sums them.
+* :func:`sampled_products` is GradW's ``sum_z OUT[x, z] IN[y, z]`` at the selected blocks.
 
 Products are computed in float32 (the partials; half operands are widened first), so half
 element-wise products are more exact than the IPU's half multiplies (spec 4.4.1).
@@ -33,6 +36,10 @@ try:  # an optional accelerator: the CSR product of scipy.sparse (a test depende
     import scipy.sparse as _sparse
 except ImportError:  # pragma: no cover - NumPy only
     _sparse = None
+try:  # its kernel, which adds into a given output (device memory, without a temporary)
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - another scipy layout: the public product
+    _csr_matvecs = None
 
 #: Most elements a gathered temporary may hold before a product is split into chunks.
 CHUNK_ELEMENTS = 1 << 22
@@ -242,64 +249,113 @@ def select(
 # ---- products ----
 
 
+def writes_in_place() -> bool:
+    """Can :meth:`Product.add_into` add into device memory without a temporary (the CSR
+    kernel of scipy.sparse, or the NumPy ELL sweep)?"""
+    return _sparse is None or _csr_matvecs is not None
+
+
 class Product:
-    """``OUT^T += W IN^T`` over row stacks: ``out_row`` / ``in_row`` are the first element
-    rows of each block in ``OUT^T [out_rows, Z]`` and ``IN^T [in_rows, Z]``. Built once
-    per structure; :meth:`apply` takes the run's values of the blocks in the product's
-    :attr:`order` (``[bo, bi]`` blocks, row-major, one after the other), so that the
-    caller gathers them once, in the order the product reads them."""
+    """Element-wise ``OUT^T += W IN^T`` over row stacks: ``out_row`` / ``in_row`` are the
+    element rows of each non-zero in ``OUT^T [out_rows, Z]`` and ``IN^T [in_rows, Z]``.
+    Built once per structure; :meth:`apply` takes the run's values in the product's
+    :attr:`order` (flat), so that the caller gathers them once, in the order the product
+    reads them. A CSR product (``scipy.sparse``) when it is installed, else an ELL sweep."""
 
     def __init__(
-        self,
-        out_rows: int,
-        in_rows: int,
-        out_row: np.ndarray,
-        in_row: np.ndarray,
-        block: tuple[int, int],
+        self, out_rows: int, in_rows: int, out_row: np.ndarray, in_row: np.ndarray
     ) -> None:
         self.shape = (out_rows, in_rows)
-        self.block = block
         self.size = int(out_row.size)
-        ob = out_row // block[0]
         self.steps: list[tuple[np.ndarray, ...]] = []
-        if block == (1, 1) and _sparse is not None:
-            self.order = np.argsort(ob, kind="stable")
+        if _sparse is not None:
+            self.order = np.argsort(out_row, kind="stable")
             indptr = np.zeros(out_rows + 1, dtype=np.int64)
-            np.cumsum(np.bincount(ob, minlength=out_rows), out=indptr[1:])
+            np.cumsum(np.bincount(out_row, minlength=out_rows), out=indptr[1:])
             self.matrix = _sparse.csr_matrix(
                 (np.zeros(self.size, np.float32), in_row[self.order], indptr), shape=self.shape
             )
             return
         self.matrix = None
-        self.order = np.lexsort((in_row, ob))
-        ob, ib = ob[self.order], in_row[self.order] // block[1]
+        self.order = np.lexsort((in_row, out_row))
+        ob, ib = out_row[self.order], in_row[self.order]
         rank = np.arange(ob.size) - np.searchsorted(ob, ob, side="left")
         by_rank = np.argsort(rank, kind="stable")
         bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max(initial=-1)) + 2))
-        self.steps = [  # ELL: the k-th block of every row at once (rows are distinct)
+        self.steps = [  # ELL: the k-th non-zero of every row at once (rows are distinct)
             (ob[by_rank[a:e]], ib[by_rank[a:e]], by_rank[a:e])
             for a, e in itertools.pairwise(bounds)
         ]
 
     def apply(self, values: np.ndarray, in_t: np.ndarray) -> np.ndarray:
         """``W in_t``: float32 ``[out_rows, Z]`` from ``in_t [in_rows, Z]`` (float32) and
-        the blocks' values in :attr:`order` (flat)."""
-        z = in_t.shape[1]
+        the values in :attr:`order`."""
         values = values.astype(np.float32, copy=False)
         if self.matrix is not None:
             self.matrix.data = values
             return np.asarray(self.matrix @ in_t, dtype=np.float32)
-        out = np.zeros((self.shape[0], z), dtype=np.float32)
-        bo, bi = self.block
-        out_b = out.reshape(-1, bo, z)
-        in_b = in_t.reshape(-1, bi, z)
-        blocks = values.reshape(-1, bo, bi)
-        for ob, ib, k in self.steps:
-            if bo * bi == 1:
-                out_b[ob, 0] += blocks[k, 0] * in_b[ib, 0]
-            else:
-                out_b[ob] += np.matmul(blocks[k], in_b[ib])
+        out = np.zeros((self.shape[0], in_t.shape[1]), dtype=np.float32)
+        self.add_into(values, in_t, out)
         return out
+
+    def add_into(self, values: np.ndarray, in_t: np.ndarray, out: np.ndarray) -> None:
+        """``out += W in_t`` for a float32 ``out [out_rows, Z]`` (C-contiguous: it may be
+        device memory, written in place)."""
+        if not out.flags.c_contiguous:
+            raise ValueError("Product.add_into writes into a C-contiguous output only")
+        values = values.astype(np.float32, copy=False)
+        if self.matrix is None:
+            for ob, ib, k in self.steps:
+                out[ob] += values[k, None] * in_t[ib]
+            return
+        m = self.matrix
+        if _csr_matvecs is None:  # pragma: no cover - depends on scipy's layout
+            m.data = values
+            out += m @ in_t
+            return
+        in_t = np.ascontiguousarray(in_t, dtype=np.float32)
+        z = in_t.shape[1]
+        _csr_matvecs(*self.shape, z, m.indptr, m.indices, values, in_t.reshape(-1), out.reshape(-1))
+
+
+@dataclass(frozen=True)
+class BlockGroups:
+    """Blocks grouped by the output block row they add to, the rows holding the same number
+    of blocks ``k`` together, so that each group is one batched product whose inner
+    dimension runs over the row's blocks side by side (the sum over a row's blocks happens
+    inside the matmul). ``groups``: ``(k, first block of each row, [m, k] block ids)``,
+    each row's blocks ordered by their input row."""
+
+    groups: list[tuple[int, np.ndarray, np.ndarray]]
+
+    @staticmethod
+    def of(out_key: np.ndarray, in_key: np.ndarray) -> BlockGroups:
+        """Groups of blocks ``i`` adding to output row ``out_key[i]`` from input row
+        ``in_key[i]`` (block ids are positions in these arrays)."""
+        order = np.lexsort((in_key, out_key))
+        keys = out_key[order]
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else keys
+        count = np.diff(np.r_[first, keys.size])
+        groups = []
+        for k in np.unique(count):
+            starts = first[count == k]
+            groups.append((int(k), order[starts], order[starts[:, None] + np.arange(k)]))
+        return BlockGroups(groups)
+
+
+def block_product(s: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``[m, Z, bo]`` float32: for each of ``m`` output block rows, ``sum_j S_j W_j^T``
+    over its ``k`` blocks, from the dense slabs ``s [m, k, Z, bi]`` and the blocks ``w [m,
+    k, bo, bi]`` (any float types). Both are widened and laid out in one pass each so that
+    the row's blocks sit side by side, and the sum over them happens inside one batched
+    matmul of ``[Z, k bi] x [k bi, bo]`` per row."""
+    m, k, bo, bi = w.shape
+    z = s.shape[2]
+    s_cat = np.empty((m, z, k, bi), dtype=np.float32)
+    np.copyto(s_cat, s.transpose(0, 2, 1, 3), casting="unsafe")
+    w_cat = np.empty((m, k, bi, bo), dtype=np.float32)
+    np.copyto(w_cat, w.transpose(0, 1, 3, 2), casting="unsafe")
+    return np.matmul(s_cat.reshape(m, z, k * bi), w_cat.reshape(m, k * bi, bo))
 
 
 def sampled_products(
