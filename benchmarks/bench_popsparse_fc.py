@@ -8,9 +8,12 @@
    * 16x16 blocks (half; and float, whose grain block is 8x8): dense ``numpy.matmul`` of the
      same shape in float32 (target: at least 2x faster).
    Rounds alternate the two sides and take the best of ``--repeat`` runs each; the line
-   also gives the propagation steps the pattern needs (0 when nothing left its Z groups)
-   and the ratio with ``metaInfoBucketOversizeProportion`` 1.0 (larger buckets, fewer
-   spills).
+   also gives the propagation steps the pattern needs (0 when nothing left its Z groups),
+   the ratio with ``metaInfoBucketOversizeProportion`` 1.0 (larger buckets, fewer
+   spills), for 16x16 half the ratio with a *balanced* pattern (the density's share of
+   blocks in every partition: nothing propagates), and where the host time of a run goes
+   (products, bucket shifts and dense-slice copies of the propagation phase, its control,
+   the reduction).
 2. SIMULATED time (cycles of the execution profile at the model's clock) and TFLOP/s of
    the forward pass for m = k = 4096, n in {4, 64, 1024}, densities 1/4 to 1/32, blocks 1,
    4, 8, 16, float and half, on the Mk2 and Bow models, next to the dense
@@ -28,7 +31,9 @@ import argparse
 import gc
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -100,21 +105,79 @@ def load(layer: Layer, m: COOMatrix, x: np.ndarray) -> int:
     )
 
 
+def balanced(rng: np.random.Generator, layer: Layer, block: int, density: float) -> COOMatrix:
+    """A pattern with the density's share of blocks in every (x, y) partition of the plan,
+    at random places in it: no bucket overflows, so nothing propagates."""
+    plan = layer.partitioner.plan
+    rows, cols = [], []
+    for x0, nx in zip(plan.starts("x"), plan.sizes("x")):
+        for y0, ny in zip(plan.starts("y"), plan.sizes("y")):
+            gx, gy = nx // block, ny // block
+            idx = rng.choice(gx * gy, size=int(density * gx * gy), replace=False)
+            rows.append(x0 + idx // gy * block)
+            cols.append(y0 + idx % gy * block)
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    values = rng.standard_normal(r.size * block * block).astype(np.float32)
+    return COOMatrix(values, r, c, (block, block), SIZE, SIZE)
+
+
+PARTS = (  # what each program of the pass is, by its name
+    ("bucket shifts", ("propagation/shift", "propagation/fill")),
+    ("dense slices", ("denseSlices",)),
+    ("control", ("propagation/init", "propagation/step")),
+    ("reduction", ("reduce", "cast")),
+    ("products", ("distribution", "propagation/compute")),
+)
+
+
+def parts(engine: poplar.Engine, runs: int) -> str:
+    """Host time per run of each part of the pass (compute sets and copies by name)."""
+    from tremula.engine import nodes, run
+
+    spent: dict[str, float] = dict.fromkeys([p for p, _ in PARTS] + ["other"], 0.0)
+    saved = dict(run.HANDLERS)
+
+    def timed(kind: type, name: Callable[[Any], str]) -> Callable[..., None]:
+        def handler(rt: Any, node: Any, rsel: Any) -> None:
+            start = time.perf_counter()
+            saved[kind](rt, node, rsel)
+            label = name(node)
+            part = next((p for p, keys in PARTS if any(k in label for k in keys)), "other")
+            spent[part] += time.perf_counter() - start
+
+        return handler
+
+    run.HANDLERS[nodes.OnTileNode] = timed(nodes.OnTileNode, lambda n: n.ccs.name)
+    run.HANDLERS[nodes.ExchangeNode] = timed(nodes.ExchangeNode, lambda n: n.name)
+    try:
+        for _ in range(runs):
+            engine.run()
+    finally:
+        run.HANDLERS.update(saved)
+    return ", ".join(f"{p} {t / runs * 1e3:.1f}" for p, t in spent.items() if t > 0)
+
+
 def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
     rng = np.random.default_rng(0)
     m = pattern(rng, SIZE, block, DENSITY)
     x = rng.standard_normal((BATCH, SIZE)).astype(dtype.numpy)
     xf = x.astype(np.float32)
-    w = m.to_dense(SIZE, SIZE).astype(np.float32)
-    if block == 1:
-        csr = sp.csr_matrix(w)
-        ref_name, ref = "scipy CSR x dense", lambda: csr @ xf.T
-    else:
-        ref_name, ref = "numpy.matmul (dense, float32)", lambda: np.matmul(xf, w.T)
-    for oversize in (0.3, 1.0):
+    cases = [(0.3, m), (1.0, m)]
+    if block == 16 and dtype == poplar.HALF:  # (float 16x16 plans a grain of 8x8)
+        cases.append((0.3, None))
+    for oversize, m in cases:
         layer = build(
             "ipu2", dtype, block, DENSITY, BATCH, {"metaInfoBucketOversizeProportion": oversize}
         )
+        what = "uniform"
+        if m is None:
+            m, what = balanced(rng, layer, block, DENSITY), "balanced"
+        w = m.to_dense(SIZE, SIZE).astype(np.float32)
+        if block == 1:
+            csr = sp.csr_matrix(w)
+            ref_name, ref = "scipy CSR x dense", lambda csr=csr: csr @ xf.T
+        else:
+            ref_name, ref = "numpy.matmul (dense, float32)", lambda w=w: np.matmul(xf, w.T)
         steps = load(layer, m, x)
         layer.engine.run()
         got = layer.engine.read_tensor("y").astype(np.float64)
@@ -127,11 +190,12 @@ def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
         plan = layer.partitioner.plan
         kind = "element-wise" if block == 1 else f"{block}x{block} blocks"
         print(
-            f"CPU {SIZE}x{SIZE} Z={BATCH} d=1/16 {kind} {dtype} (grain {plan.block_dimensions}, "
-            f"oversize {oversize}): engine.run {min(ours) * 1e3:.1f} ms, {ref_name} "
-            f"{min(theirs) * 1e3:.1f} ms, ratio {min(ours) / min(theirs):.2f} (rounds "
+            f"CPU {SIZE}x{SIZE} Z={BATCH} d=1/16 {kind} {dtype} {what} (grain "
+            f"{plan.block_dimensions}, oversize {oversize}): engine.run {min(ours) * 1e3:.1f} ms, "
+            f"{ref_name} {min(theirs) * 1e3:.1f} ms, ratio {min(ours) / min(theirs):.2f} (rounds "
             f"{ratio.min():.2f}-{ratio.max():.2f}); {steps} propagation computes; "
-            f"build+compile {layer.build_seconds:.1f} s; max relative error {err:.1e}"
+            f"build+compile {layer.build_seconds:.1f} s; max relative error {err:.1e}\n"
+            f"    ms per run: {parts(layer.engine, repeat)}"
         )
 
 
