@@ -64,3 +64,29 @@ def test_random_run_structures(seed):
     b = rng.permutation(a.size).astype(np.int64) if seed % 2 else 70000 + np.arange(a.size)
     _check(a, b, None)
     _check(a, 30000 + np.arange(a.size), seed < 3 and a.size >= 8 * 1024)
+
+
+def test_interleaved_progressions_move_as_few_blocks():
+    """PopSparse's propagation shifts: buckets swapped in pairs (a Z shift over two
+    partitions) and rolled within groups (a Y shift): one block per progression of runs
+    instead of one per pair or group."""
+    buckets = np.arange(96 * 128).reshape(48, 2, 128)  # 48 groups of 2 buckets
+    swapped = buckets[:, ::-1].reshape(-1)
+    _check(buckets.reshape(-1), swapped, True)
+    _check(swapped, 20000 + np.arange(swapped.size), True)  # into another tensor
+    plan = CopyPlan(Gather.of(F, swapped), Gather.of(F, 20000 + np.arange(swapped.size)))
+    assert len(plan._plan()) == 2
+    rows = np.arange(30 * 8 * 64).reshape(30, 8, 64)  # 30 groups of 8 buckets, rolled by one
+    rolled = np.roll(rows, 1, axis=1).reshape(-1)
+    _check(rows.reshape(-1), rolled, True)
+    assert (
+        len(CopyPlan(Gather.of(F, rolled), Gather.of(F, 40000 + np.arange(rolled.size)))._plan())
+        == 2
+    )
+
+
+def test_repeated_destinations_keep_the_copy_order():
+    """An element written twice keeps the last write, as the copy's order says."""
+    a = np.arange(16384)
+    b = np.concatenate([np.arange(8192), np.arange(8192)]) + 20000
+    _check(a, b, None)

@@ -120,16 +120,16 @@ class CopyPlan:
         buf = None
         if self._overlap():
             buf = np.empty((arr.shape[0], self.src.size), dtype=arr.dtype)
-        return [
-            (
-                _strided(arr, sa, da, count, length),
-                None
-                if buf is None
-                else buf[:, pos : pos + count * length].reshape(buf.shape[0], count, length),
-                _strided(arr, sb, db, count, length),
+        views, at = [], 0  # each block's place in the buffer: after the previous ones
+        for _, sa, da, sb, db, count, length in self._blocks or ():
+            held = None
+            if buf is not None:
+                held = buf[:, at : at + count * length].reshape(buf.shape[0], count, length)
+            views.append(
+                (_strided(arr, sa, da, count, length), held, _strided(arr, sb, db, count, length))
             )
-            for pos, sa, da, sb, db, count, length in self._blocks or ()
-        ]
+            at += count * length
+        return views
 
     def _overlap(self) -> bool:
         a, b = self.src.addresses(), self.dst.addresses()
@@ -144,7 +144,8 @@ class CopyPlan:
 
     def _plan(self) -> list[tuple[int, int, int, int, int, int, int]]:
         """Blocks ``(position, src start, src step, dst start, dst step, rows, row length)``
-        covering the copy in order; empty when the gather and scatter are the better way."""
+        covering the copy (in order, or as interleaved progressions when every element is
+        written once); empty when the gather and scatter are the better way."""
         n = self.src.size
         if n < _BLOCK_COPY_MIN or self.src.dtype != self.dst.dtype or self.dst.size != n:
             return []
@@ -154,7 +155,11 @@ class CopyPlan:
         if cut.size + 1 > n // 8:  # short runs: nothing to gain
             return []
         starts = np.concatenate(([0], cut))
-        lens = np.diff(np.concatenate((starts, [n]))).tolist()
+        lens = np.diff(np.concatenate((starts, [n])))
+        interleaved = _interleaved(starts, lens, a[starts], b[starts])
+        if interleaved and np.unique(b).size == n:  # each written once: any order will do
+            return interleaved
+        lens = lens.tolist()
         sa, sb, starts = a[starts].tolist(), b[starts].tolist(), starts.tolist()
         blocks = []
         i, runs = 0, len(starts)
@@ -174,6 +179,31 @@ class CopyPlan:
                 return []
             i = j
         return blocks
+
+
+#: most interleaved progressions :func:`_interleaved` looks for
+_INTERLEAVE = 8
+
+
+def _interleaved(
+    pos: np.ndarray, lens: np.ndarray, sa: np.ndarray, sb: np.ndarray
+) -> list[tuple[int, int, int, int, int, int, int]]:
+    """The runs as ``k <= _INTERLEAVE`` blocks, block ``c`` holding runs ``c, c + k, ...``
+    when each such class has runs of one length stepping evenly in both address lists
+    (buckets swapped in pairs, rolled within groups: a few long blocks instead of one per
+    group); empty when no ``k`` fits."""
+    runs = lens.size
+    for k in range(2, min(_INTERLEAVE, runs // 2) + 1):
+        blocks = []
+        for c in range(k):
+            ln, a, b = lens[c::k], sa[c::k], sb[c::k]
+            da, db = (int(a[1] - a[0]), int(b[1] - b[0])) if a.size > 1 else (0, 0)
+            if np.any(ln != ln[0]) or np.any(np.diff(a) != da) or np.any(np.diff(b) != db):
+                break
+            blocks.append((int(pos[c]), int(a[0]), da, int(b[0]), db, int(a.size), int(ln[0])))
+        else:
+            return blocks
+    return []
 
 
 def _strided(arr: np.ndarray, start: int, step: int, count: int, length: int) -> np.ndarray:
