@@ -146,3 +146,21 @@ def test_corrupt_meta_info_is_named_when_read(h, rng, sparse_layer):
     run.engine.write_tensor("nz_values", impl.nz_values)
     with pytest.raises(MetaInfoError, match="Invalid meta-info read on the device"):
         run.engine.run()
+
+
+@pytest.mark.parametrize("shift", [1, 4096])
+def test_block_offsets_off_the_grain_or_the_tile_are_named(h, rng, sparse_layer, shift):
+    """A block whose column offset is not a multiple of the block, or lies past the tile,
+    is refused when the vertex reads it."""
+    run = sparse_layer(h.layer(4, 0.1, 8, 128, 64), "float", {}, passes=("fwd",))
+    impl = run.partitioner.create_sparsity_data_impl(h.random_coo(rng, 64, 128, 4, 0.1))
+    meta = impl.meta_info.copy()
+    per = run.plan.meta_info_elems_per_bucket
+    starts = run.plan.num_overflow_info_elems + per * np.arange(run.plan.num_buckets)
+    at = int(starts[meta[starts] != 0][0])  # a bucket holding a sub-group
+    first_row = at + 7 + 4 * int(meta[at + 6])  # block sub-group: 7 header words
+    meta[first_row + 2] += shift  # the column offset of the row's first block
+    run.engine.write_tensor("meta_info", meta)
+    run.engine.write_tensor("nz_values", impl.nz_values)
+    with pytest.raises(MetaInfoError, match=r"lies outside the .* tile .* or off its column grain"):
+        run.engine.run()

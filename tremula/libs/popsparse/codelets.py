@@ -309,40 +309,35 @@ def _product_structure(
 ) -> _Structure:
     """The product of every vertex's matching non-zeros, from the decoded meta-info;
     ``rows``: the partials' row table (:func:`_row_table`), if they have one."""
-    fmt, grid = geo["fmt"], geo["grid"]
+    grid = geo["grid"]
     r_rows, c_cols, _ = geo["shape"]
     entries, vert, ei, coords = _select(geo, sid, content, mi_idx)
     x, y = entries.x[ei], entries.y[ei]
     out_off, in_off = (y, x) if cls.transposed else (x, y)
-    bo, bi = fmt.block if not cls.transposed else fmt.block[::-1]
-    bad = np.flatnonzero((out_off + bo > r_rows) | (in_off + bi > c_cols))
+    bad = np.flatnonzero((out_off >= r_rows) | (in_off >= c_cols))
     if bad.size:
         raise kernels.MetaInfoError(
-            f"Invalid meta-info read on the device: a block at ({out_off[bad[0]]}, "
+            f"Invalid meta-info read on the device: a non-zero at ({out_off[bad[0]]}, "
             f"{in_off[bad[0]]}) lies outside the {r_rows} x {c_cols} tile of the vertex "
             f"processing sub-group {int(sid[vert[bad[0]]])}"
         )
     ins, in_pos = Rows.of(coords, in_off, keeps["s"], grid, c_cols, 1)
-    n = int(np.prod(grid))
+    outs, span = None, 0
     if rows is not None and kernels.writes_in_place():
         span = int(rows.max()) + 1
-        product = kernels.Product(span, ins.size, rows[vert, out_off], in_pos)
-        order = product.order
-        index = _value_index(geo, entries, ei[order], _pick(coords, order), keeps["nz"])
-        return _Structure(index, ins, None, product, span=span)
-    outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, 1, True)
-    if outs.size >= FULL_OUTPUT_SHARE * n * r_rows:
-        outs, out_row, out_total = None, vert * r_rows + out_off, n * r_rows
+        out_row, out_total = rows[vert, out_off], span
     else:
-        out_row, out_total = out_pos, outs.size
+        n = int(np.prod(grid))
+        outs, out_pos = Rows.of(coords, out_off, (True, True, True), grid, r_rows, 1, True)
+        if outs.size >= FULL_OUTPUT_SHARE * n * r_rows:
+            outs, out_row, out_total = None, vert * r_rows + out_off, n * r_rows
+        else:
+            out_row, out_total = out_pos, outs.size
     product = kernels.Product(out_total, ins.size, out_row, in_pos)
     order = product.order  # the values are gathered in the order the product reads them
-    index = _value_index(geo, entries, ei[order], _pick(coords, order), keeps["nz"])
-    return _Structure(index, ins, outs, product)
-
-
-def _pick(coords: tuple[np.ndarray, ...], order: np.ndarray) -> tuple[np.ndarray, ...]:
-    return tuple(c[order] for c in coords)
+    picked = tuple(c[order] for c in coords)
+    index = _value_index(geo, entries, ei[order], picked, keeps["nz"])
+    return _Structure(index, ins, outs, product, span=span)
 
 
 @dataclass(frozen=True)
