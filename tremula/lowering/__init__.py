@@ -20,6 +20,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     shape,
     sparse,
     tensor_ops,
+    var_updates,
 )
 from tremula.lowering.context import RULES, Lowerer
 

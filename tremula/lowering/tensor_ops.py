@@ -1,5 +1,5 @@
-"""Lowering of ``popxl/ops/tensor_ops.py`` and ``var_updates``: matmul through poplin, views
-and copies, init, cast and the variable updates."""
+"""Lowering of ``popxl/ops/tensor_ops.py``: matmul through poplin, views and copies, init
+and cast."""
 
 from __future__ import annotations
 
@@ -92,20 +92,6 @@ def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = popops.cast(
         lw.graph, env[op.inputs[0]], op.attrs["dtype"].as_poplar(), prog
     )
-
-
-@rule("CopyVarUpdate")
-def copy_var_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    t = env[op.inputs[0]]
-    prog.add(poplar.Copy(env[op.inputs[1]], t))
-    env[op.outputs[0]] = t
-
-
-@rule("Accumulate")
-def accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    t, x, f = (env[i] for i in op.inputs)
-    popops.scaled_add_to(lw.graph, t, x, f, prog)
-    env[op.outputs[0]] = t
 
 
 @rule("MatMul")

@@ -1,4 +1,4 @@
-"""Matmul, shape and identity ops, ``init``, and the variable updates' core."""
+"""Matmul, shape and identity ops, ``init``."""
 
 from __future__ import annotations
 
@@ -74,8 +74,6 @@ defop(
     lambda specs, a: [TensorSpec(specs[0].shape, a["dtype"])],
     lambda x, a: [x[0].astype(a["dtype"].as_numpy())],
 )
-defop("CopyVarUpdate", _same, lambda x, a: [np.array(x[1])], modifies=(0,))
-defop("Accumulate", _same, modifies=(0,))
 
 
 def matmul(

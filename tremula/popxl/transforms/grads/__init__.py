@@ -19,6 +19,7 @@ from tremula.popxl.transforms.grads import (  # noqa: F401  (register the rules)
     shape,
     sparse,
     tensor_ops,
+    var_updates,
 )
 from tremula.popxl.transforms.grads.base import (
     GRADS,

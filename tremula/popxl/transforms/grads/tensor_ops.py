@@ -1,5 +1,4 @@
-"""Gradient rules of ``popxl/ops/tensor_ops.py``: matmul, views, copies, casts and the
-variable updates' core."""
+"""Gradient rules of ``popxl/ops/tensor_ops.py``: matmul, views, copies and casts."""
 
 from __future__ import annotations
 
@@ -78,20 +77,3 @@ def _slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grad
 def _cast(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x = op.inputs[0]
     return [ops.cast(g[0], x.dtype) if x.dtype.is_floating_point else None]
-
-
-@grad("CopyVarUpdate")
-def _copy_var_update(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    return [None, g[0]]
-
-
-@grad("Accumulate")
-def _accumulate(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """``t += f X``."""
-    _, x, f = op.inputs
-    return pick(
-        need,
-        lambda: g[0],
-        lambda: sum_to(g[0] * c.fwd(f), x.shape),
-        lambda: sum_to(g[0] * c.fwd(x), f.shape),
-    )
