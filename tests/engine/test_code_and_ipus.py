@@ -159,7 +159,7 @@ def _code_program(steps_of):
     tmp_out = poplar.Copy(tmp, g.add_device_to_host_fifo("out", poplar.FLOAT, 1024))
     engine = poplar.Engine(g, poplar.Sequence(steps_of(fn, buffer, tmp_in, tmp_out, g)))
     liveness = engine.get_graph_profile()["memory"]["liveness"]["notAlwaysLive"]
-    code = engine.lowering.function_code[fn.id][0]
+    code = engine.step_plan.function_code[fn.id][0]
     return liveness["maxBytesByTile"][0], int(code)
 
 

@@ -1,7 +1,8 @@
 """The Engine: compile a graph and its programs, load them on a device, run them, and report.
 
-Compilation (in the constructor) verifies the graph, lowers the programs, lays out memory and
-checks that it fits; everything the run needs is precomputed then. ``run`` replays it.
+Compilation (in the constructor) verifies the graph, compiles the programs into a step plan,
+lays out memory and checks that it fits; everything the run needs is precomputed then. ``run``
+replays it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from tremula import profile as profile_format
+from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Linearizer, intervals
-from tremula.engine.lower import Lowering
 from tremula.engine.memory import MemoryModel, check_fits
 from tremula.engine.options import parse_options
 from tremula.engine.plan import Gather
@@ -62,11 +63,11 @@ class Engine:
         self.target = self.state.target
         self.replicas = self.state.replication_factor
         graph.verify()
-        lw = Lowering(self.state)
-        self.roots = [lw.lower_control(p) for p in progs]
-        walk = Linearizer(self.state, lw.function_roots, lw.function_index).run(self.roots)
-        self.memory = MemoryModel(lw, walk, intervals(self.state, walk)).build()
-        self.lowering = lw
+        sp = StepPlan(self.state)
+        self.roots = [sp.compile_control(p) for p in progs]
+        walk = Linearizer(self.state, sp.function_roots, sp.function_index).run(self.roots)
+        self.memory = MemoryModel(sp, walk, intervals(self.state, walk)).build()
+        self.step_plan = sp
         self._tree = walk.tree
         if not self.options.allow_out_of_memory:
             check_fits(self.memory, self.target)
@@ -97,7 +98,7 @@ class Engine:
             NullTimeline(gt) if self.mode == "CPU" else Timeline(gt, record=self.mode != "NONE")
         )
         rt = Runtime(
-            self.lowering,
+            self.step_plan,
             self.replicas,
             tl,
             record_cs=self.mode in ("COMPUTE_SETS", "SINGLE_TILE_COMPUTE_SETS"),
@@ -244,12 +245,12 @@ class Engine:
     # ---- profiles ----
     def get_graph_profile(self) -> dict[str, Any]:
         if self._graph_profile is None:
-            self._graph_profile = graph_profile(self.lowering, self.memory, self._tree)
+            self._graph_profile = graph_profile(self.step_plan, self.memory, self._tree)
         return self._graph_profile
 
     def get_execution_profile(self) -> dict[str, Any]:
         rt = self.runtime
-        return execution_profile(self.lowering, rt.tl, self.mode, rt.cs_cycles)
+        return execution_profile(self.step_plan, rt.tl, self.mode, rt.cs_cycles)
 
     def get_profile(self) -> dict[str, Any]:
         return {

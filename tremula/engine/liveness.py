@@ -1,4 +1,4 @@
-"""Liveness: linearise the lowered programs into steps, find which variables each step
+"""Liveness: linearise the compiled programs into steps, find which variables each step
 reads and writes, and derive live intervals (``shared/spec/profile-and-machine.md`` §5).
 
 A variable is *always live* when its value crosses a program boundary or comes from the

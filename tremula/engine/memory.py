@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tremula.engine import nodes as N
+from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Intervals, Walk
-from tremula.engine.lower import Lowering
 from tremula.errors import OutOfMemoryError
 from tremula.profile.schema import MEMORY_CATEGORIES
 
@@ -119,10 +119,10 @@ def _align(x: np.ndarray, a: int) -> np.ndarray:
 
 
 class MemoryModel:
-    def __init__(self, lw: Lowering, walk: Walk, iv: Intervals) -> None:
-        self.lw = lw
-        self.state = lw.state
-        self.target = lw.target
+    def __init__(self, sp: StepPlan, walk: Walk, iv: Intervals) -> None:
+        self.step_plan = sp
+        self.state = sp.state
+        self.target = sp.target
         self.walk = walk
         self.iv = iv
         T = self.target.num_tiles
@@ -165,7 +165,9 @@ class MemoryModel:
         for node, step in self.walk.leaf_steps:
             if isinstance(node, N.ExchangeNode) and node.copy is None:
                 plan = (
-                    self.lw.exchanges if node.kind == "DoExchange" else self.lw.external_exchanges
+                    self.step_plan.exchanges
+                    if node.kind == "DoExchange"
+                    else self.step_plan.external_exchanges
                 )[node.exchange]
                 tiles = np.flatnonzero(plan.bytes_received)
                 raw = plan.bytes_received[tiles]
@@ -177,12 +179,12 @@ class MemoryModel:
 
     # ---- code and state ----
     def code(self) -> None:
-        lw, T, tg = self.lw, self.T, self.target
+        sp, T, tg = self.step_plan, self.T, self.target
         buffered = set(self.state.function_buffers)
         in_buffered = self._nodes_in_buffered(buffered)
         types_mask: dict[str, np.ndarray] = {}
         program_count = 0
-        for node in lw.nodes:
+        for node in sp.nodes:
             if id(node) in in_buffered:
                 continue
             program_count += 1
@@ -195,16 +197,16 @@ class MemoryModel:
         self.add_always(
             "controlCode", np.full(T, program_count * tg.control_code_bytes_per_program)
         )
-        for plan in lw.exchanges:
+        for plan in sp.exchanges:
             self.add_always("internalExchangeCode", plan.code_bytes)
-        for plan in lw.external_exchanges:
+        for plan in sp.external_exchanges:
             self.add_always("globalExchangeCode", plan.code_bytes)
-        for hx in lw.host_exchanges:
+        for hx in sp.host_exchanges:
             active = (hx.bytes_sent + hx.bytes_received) > 0
             self.add_always("hostExchangeCode", active * tg.host_exchange_code_bytes_per_region)
             self.add_always("hostExchangePacketHeader", active * 8)
         used = np.zeros(T, bool)
-        for ccs in lw.compute_sets:
+        for ccs in sp.compute_sets:
             for g in ccs.groups:
                 used[g.tiles] = True
                 self.add_always(
@@ -224,10 +226,10 @@ class MemoryModel:
     def _nodes_in_buffered(self, buffered: set[int]) -> set[int]:
         out: set[int] = set()
         for fid in buffered:
-            pos = self.lw.function_index.get(fid)
+            pos = self.step_plan.function_index.get(fid)
             if pos is None:
                 continue
-            stack = [self.lw.function_roots[pos]]
+            stack = [self.step_plan.function_roots[pos]]
             while stack:
                 n = stack.pop()
                 out.add(id(n))
@@ -244,7 +246,7 @@ class MemoryModel:
         start."""
         cat = CATEGORIES.index("vertexCode")
         for fid in sorted(buffered):
-            code = self.lw.function_code.get(fid)
+            code = self.step_plan.function_code.get(fid)
             sites = self.walk.calls.get(fid, [])
             if code is None or not sites:
                 continue
@@ -389,7 +391,7 @@ class MemoryModel:
         by_cs = {k: [] for k in keys}
         by_type: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         type_rows: dict[str, dict[str, np.ndarray]] = {}
-        for ccs in self.lw.compute_sets:
+        for ccs in self.step_plan.compute_sets:
             row = {k: np.zeros(T, np.int64) for k in keys}
             for g in ccs.groups:
                 name = g.vertex_type.name

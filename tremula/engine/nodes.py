@@ -1,7 +1,7 @@
-"""Lowered programs: what the engine runs and what the graph profile's ``programs`` lists.
+"""Compiled programs: what the engine runs and what the graph profile's ``programs`` lists.
 
-A user program (``Execute``, ``Copy`` ...) lowers to one or more nodes of Poplar's lowered
-kinds (``OnTileExecute``, ``DoExchange``, ``StreamCopy`` ...). Each node has a program id
+A user program (``Execute``, ``Copy`` ...) compiles to one or more nodes of the profile's program
+types (``OnTileExecute``, ``DoExchange``, ``StreamCopy`` ...). Each node has a program id
 (its index in the profile), the static steps it produces, and the tensor accesses the
 liveness analysis needs.
 """
@@ -310,7 +310,7 @@ class SyncNode(Node):
 class CallNode(Node):
     function: int  # index into functionPrograms
     graph_function: int  # the poplar Function id
-    body: Node | None = None  # set once the function is lowered
+    body: Node | None = None  # set once the function is compiled
 
     def __post_init__(self) -> None:
         self.ptype = "Call"

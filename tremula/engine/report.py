@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.lower import Lowering
+from tremula.engine.compiler import StepPlan
 from tremula.engine.memory import CATEGORIES, REGIONS, MemoryReport
 from tremula.engine.timeline import Timeline
 
@@ -18,8 +18,8 @@ def _l(a: np.ndarray) -> list[int]:
     return [int(x) for x in np.asarray(a).tolist()]
 
 
-def _target(lw: Lowering) -> dict[str, Any]:
-    tg = lw.target
+def _target(sp: StepPlan) -> dict[str, Any]:
+    tg = sp.target
     return {
         "type": tg.target_type,
         "bytesPerIPU": tg.bytes_per_ipu,
@@ -32,13 +32,13 @@ def _target(lw: Lowering) -> dict[str, Any]:
         "relativeSyncDelayByTile": _l(tg.relative_sync_delays()),
         "minSyncDelay": tg.min_sync_delay,
         "ipuVersion": tg.ipu_version,
-        "replicationFactor": lw.state.replication_factor,
+        "replicationFactor": sp.state.replication_factor,
     }
 
 
-def _programs(lw: Lowering) -> list[dict[str, Any]]:
+def _programs(sp: StepPlan) -> list[dict[str, Any]]:
     out = []
-    for node in lw.nodes:
+    for node in sp.nodes:
         entry: dict[str, Any] = {"type": node.ptype}
         if node.name:
             entry["name"] = node.name
@@ -49,10 +49,10 @@ def _programs(lw: Lowering) -> list[dict[str, Any]]:
     return out
 
 
-def _compute_sets(lw: Lowering, types: list[str], cycle_estimates: bool) -> dict[str, Any]:
+def _compute_sets(sp: StepPlan, types: list[str], cycle_estimates: bool) -> dict[str, Any]:
     index = {name: i for i, name in enumerate(types)}
     counts, vtypes, active_by_type = [], [], []
-    for ccs in lw.compute_sets:
+    for ccs in sp.compute_sets:
         counts.append([g.n for g in ccs.groups])
         vtypes.append([index[g.vertex_type.name] for g in ccs.groups])
         row = [0] * len(types)
@@ -60,35 +60,35 @@ def _compute_sets(lw: Lowering, types: list[str], cycle_estimates: bool) -> dict
             row[index[name]] = int(cyc)
         active_by_type.append(row)
     out: dict[str, Any] = {
-        "names": [c.name for c in lw.compute_sets],
+        "names": [c.name for c in sp.compute_sets],
         "vertexCounts": counts,
         "vertexTypes": vtypes,
     }
     if cycle_estimates:
         out["cycleEstimates"] = {
-            "activeCyclesByTile": [_l(c.active_cycles_by_tile) for c in lw.compute_sets],
+            "activeCyclesByTile": [_l(c.active_cycles_by_tile) for c in sp.compute_sets],
             "activeCyclesByVertexType": active_by_type,
-            "cyclesByTile": [_l(c.cycles_by_tile) for c in lw.compute_sets],
+            "cyclesByTile": [_l(c.cycles_by_tile) for c in sp.compute_sets],
         }
     return out
 
 
-def _exchanges(lw: Lowering) -> dict[str, Any]:
+def _exchanges(sp: StepPlan) -> dict[str, Any]:
     internal = {
-        "bytesReceivedByTile": [_l(p.bytes_received) for p in lw.exchanges],
-        "bytesSentByTile": [_l(p.bytes_sent) for p in lw.exchanges],
-        "cyclesByTile": [_l(p.cycles_by_tile) for p in lw.exchanges],
-        "codeBytesByTile": [_l(p.code_bytes) for p in lw.exchanges],
+        "bytesReceivedByTile": [_l(p.bytes_received) for p in sp.exchanges],
+        "bytesSentByTile": [_l(p.bytes_sent) for p in sp.exchanges],
+        "cyclesByTile": [_l(p.cycles_by_tile) for p in sp.exchanges],
+        "codeBytesByTile": [_l(p.code_bytes) for p in sp.exchanges],
     }
     external = {
-        "bytesReceivedByTile": [_l(p.bytes_received) for p in lw.external_exchanges],
-        "bytesSentByTile": [_l(p.bytes_sent) for p in lw.external_exchanges],
-        "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in lw.external_exchanges],
+        "bytesReceivedByTile": [_l(p.bytes_received) for p in sp.external_exchanges],
+        "bytesSentByTile": [_l(p.bytes_sent) for p in sp.external_exchanges],
+        "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in sp.external_exchanges],
     }
     host = {
-        "bytesReceivedByTile": [_l(h.bytes_received) for h in lw.host_exchanges],
-        "bytesSentByTile": [_l(h.bytes_sent) for h in lw.host_exchanges],
-        "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in lw.host_exchanges],
+        "bytesReceivedByTile": [_l(h.bytes_received) for h in sp.host_exchanges],
+        "bytesSentByTile": [_l(h.bytes_sent) for h in sp.host_exchanges],
+        "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in sp.host_exchanges],
     }
     return {"exchanges": internal, "externalExchanges": external, "hostExchanges": host}
 
@@ -129,36 +129,36 @@ def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
     }
 
 
-def graph_profile(lw: Lowering, mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
-    st = lw.state
+def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
+    st = sp.state
     num_edges = 0
-    for ccs in lw.compute_sets:
+    for ccs in sp.compute_sets:
         for g in ccs.groups:
             for name in g.gathers:
                 sub = g.batch._sub.get(name + "#count")
                 num_edges += int(sub.sum()) if sub is not None else g.n
-    is_model = lw.target.target_type != "CPU"
+    is_model = sp.target.target_type != "CPU"
     profile: dict[str, Any] = {
-        "target": _target(lw),
+        "target": _target(sp),
         "optimizationInfo": {
-            "numPrograms": float(len(lw.nodes)),
-            "numExchanges": float(len(lw.exchanges)),
-            "numExternalExchanges": float(len(lw.external_exchanges)),
-            "numHostExchanges": float(len(lw.host_exchanges)),
-            "numFunctions": float(len(lw.function_roots)),
+            "numPrograms": float(len(sp.nodes)),
+            "numExchanges": float(len(sp.exchanges)),
+            "numExternalExchanges": float(len(sp.external_exchanges)),
+            "numHostExchanges": float(len(sp.host_exchanges)),
+            "numFunctions": float(len(sp.function_roots)),
         },
         "graph": {
-            "numComputeSets": len(lw.compute_sets),
+            "numComputeSets": len(sp.compute_sets),
             "numEdges": num_edges,
             "numVars": len(st.variables),
             "numVertices": st.num_vertices,
         },
         "vertexTypes": {"names": list(mem.vertex_types), "sizes": list(mem.vertex_type_sizes)},
-        "computeSets": _compute_sets(lw, mem.vertex_types, is_model),
-        **_exchanges(lw),
-        "programs": _programs(lw),
-        "controlPrograms": [r.pid for r in lw.control_roots],
-        "functionPrograms": [r.pid for r in lw.function_roots],
+        "computeSets": _compute_sets(sp, mem.vertex_types, is_model),
+        **_exchanges(sp),
+        "programs": _programs(sp),
+        "controlPrograms": [r.pid for r in sp.control_roots],
+        "functionPrograms": [r.pid for r in sp.function_roots],
         "memory": _memory(mem, tree),
     }
     return profile
@@ -205,11 +205,11 @@ def _step(
 
 
 def execution_profile(
-    lw: Lowering, tl: Timeline, mode: str, cs_cycles: np.ndarray
+    sp: StepPlan, tl: Timeline, mode: str, cs_cycles: np.ndarray
 ) -> dict[str, Any]:
     if mode in ("NONE", "CPU"):
         return {"profilerMode": mode}
-    T = lw.target.num_tiles
+    T = sp.target.num_tiles
     steps = [
         _step(info, start, end, overlapped, balance, T)
         for info, start, end, overlapped, balance in tl.steps
@@ -226,7 +226,7 @@ def execution_profile(
     elif mode == "VERTICES":
         ids, cycles, css, types = [], [], [], []
         names = {}
-        for ccs in lw.compute_sets:
+        for ccs in sp.compute_sets:
             for g in ccs.groups:
                 idx = names.setdefault(g.vertex_type.name, len(names))
                 ids.append(g.vertex_ids)
@@ -241,7 +241,7 @@ def execution_profile(
         else:
             out["vertexCycles"] = out["vertexComputeSet"] = out["vertexType"] = []
     elif mode == "EXTERNAL_EXCHANGES":
-        out["externalExchangeCycles"] = [_l(p.cycles_by_tile) for p in lw.external_exchanges]
+        out["externalExchangeCycles"] = [_l(p.cycles_by_tile) for p in sp.external_exchanges]
     elif mode == "HOST_EXCHANGES":
-        out["hostExchangeCycles"] = [_l(h.cycles_by_tile) for h in lw.host_exchanges]
+        out["hostExchangeCycles"] = [_l(h.cycles_by_tile) for h in sp.host_exchanges]
     return out

@@ -1,4 +1,4 @@
-"""The reference interpreter: one handler per lowered node type (a dispatch table).
+"""The reference interpreter: one handler per node type of the step plan (a dispatch table).
 
 State is a :class:`Runtime`: storage for every element type (``[replica, address]``),
 remote buffers (``[replica, row, element]``), stream connections and host-function
@@ -136,13 +136,13 @@ class StreamConnection:
 
 
 class Runtime:
-    """Device state and the interpreter over lowered nodes."""
+    """Device state and the interpreter over the step plan's nodes."""
 
     def __init__(
-        self, lowering: Any, replicas: int, timeline: Timeline, record_cs: bool = False
+        self, step_plan: Any, replicas: int, timeline: Timeline, record_cs: bool = False
     ) -> None:
-        st = lowering.state
-        self.lowering = lowering
+        st = step_plan.state
+        self.step_plan = step_plan
         self.replicas = replicas
         self.storage: dict[Type, np.ndarray] = {
             t: np.zeros((replicas, sp.size), dtype=t.numpy) for t, sp in st.spaces.items()
@@ -156,7 +156,7 @@ class Runtime:
         self.replica_ids = np.arange(replicas)
         self.tl = timeline
         self.record_cs = record_cs
-        self.cs_cycles = np.zeros((len(lowering.compute_sets), st.target.num_tiles), np.int64)
+        self.cs_cycles = np.zeros((len(step_plan.compute_sets), st.target.num_tiles), np.int64)
         self.out = sys.stdout
 
     def _tl(self, rsel: slice | np.ndarray) -> bool:

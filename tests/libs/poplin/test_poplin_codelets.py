@@ -180,8 +180,8 @@ def test_flops_in_the_profile(session):
     b = s.graph.add_variable(poplar.FLOAT, (40, 16), "b", mapping="linear")
     c = poplin.matmul(s.graph, a, b, s.prog)
     s.run({}, {"c": c})
-    lw = s.engine.lowering
-    groups = [grp for ccs in lw.compute_sets for grp in ccs.groups]
+    sp = s.engine.step_plan
+    groups = [grp for ccs in sp.compute_sets for grp in ccs.groups]
     amp = sum(float(grp.flops.sum()) for grp in groups if "Partial<" in grp.vertex_type.name)
     assert amp == 2 * 24 * 40 * 16
 

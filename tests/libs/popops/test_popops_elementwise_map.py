@@ -191,7 +191,7 @@ def test_fields_of_linearly_mapped_tensors_are_zero_copy_views():
     ew.map(rig.graph, Relu(_1 * _2 + 1), [a, b], rig.prog)
     ew.add_in_place(rig.graph, a, b, rig.prog)
     _, engine = rig.run([])
-    for ccs in engine.lowering.compute_sets:
+    for ccs in engine.step_plan.compute_sets:
         for group in ccs.groups:
             assert all(gather.is_view for gather in group.gathers.values()), ccs.name
 

@@ -1,4 +1,7 @@
-"""Lowering user programs to engine nodes: one rule per program class (a table).
+"""Compiling the engine's programs into a step plan: one rule per program class (a table).
+
+A user program (``Execute``, ``Copy`` ...) compiles to one or more nodes (``nodes.py``), each
+with the static steps it will put on the timeline.
 
 Everything static is decided here, once: compiled compute sets, exchange plans, the cycles of
 every step on every tile, and the profile's program, exchange and compute-set tables.
@@ -47,8 +50,9 @@ def _balance(d: np.ndarray, n: int) -> tuple[float, float]:
     return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
 
 
-class Lowering:
-    """Lowers the engine's programs and the functions they call."""
+class StepPlan:
+    """The engine's programs and the functions they call, compiled into nodes and steps, with
+    the tables the profiles list (programs, compute sets, exchanges, host exchanges)."""
 
     def __init__(self, state: GraphState) -> None:
         self.state = state
@@ -68,19 +72,19 @@ class Lowering:
         self.function_index: dict[int, int] = {}  # poplar function id -> position
         self.function_code: dict[int, np.ndarray] = {}  # function id -> code bytes per tile
         self._cs_exchanges: dict[int, tuple] = {}
-        self._lowering: set[int] = set()
+        self._compiling: set[int] = set()
         self.control_roots: list[N.Node] = []
 
     # ---- entry points ----
-    def lower_control(self, program: P.Program) -> N.Node:
-        root = self.lower(program)
+    def compile_control(self, program: P.Program) -> N.Node:
+        root = self.compile(program)
         self.control_roots.append(root)
         return root
 
-    def lower(self, p: P.Program) -> N.Node:
-        rule = RULES.get(type(p))
+    def compile(self, p: P.Program) -> N.Node:
+        rule = COMPILE_RULES.get(type(p))
         if rule is None:
-            raise ProgramError(f"cannot lower program of type {type(p).__name__}")
+            raise ProgramError(f"cannot compile program of type {type(p).__name__}")
         node = rule(self, p)
         if not node.name:
             node.name = getattr(p, "name", "") or ""
@@ -204,7 +208,7 @@ class Lowering:
         return (np.bincount(tiles, minlength=self.target.num_tiles) * t.dtype.size).astype(np.int64)
 
     # ---- compute sets ----
-    def lower_execute(self, p: P.Execute) -> N.Node:
+    def compile_execute(self, p: P.Execute) -> N.Node:
         ccs = self.compute_sets[p.compute_set.id]
         pre, post = self._cs_plans(ccs)
         parts: list[N.Node] = []
@@ -252,7 +256,7 @@ class Lowering:
         return plans
 
     # ---- copies ----
-    def lower_copy(self, p: P.Copy) -> N.Node:
+    def compile_copy(self, p: P.Copy) -> N.Node:
         s, d = p.src, p.dst
         name = p.name
         if isinstance(s, Tensor) and isinstance(d, Tensor):
@@ -329,11 +333,11 @@ class Lowering:
         pos = self.function_index.get(fn.id)
         if pos is not None:
             return pos
-        if fn.id in self._lowering:
+        if fn.id in self._compiling:
             raise ProgramError(f"function {fn.name!r} calls itself: recursion is not allowed")
-        self._lowering.add(fn.id)
-        root = self.lower(fn.program)
-        self._lowering.discard(fn.id)
+        self._compiling.add(fn.id)
+        root = self.compile(fn.program)
+        self._compiling.discard(fn.id)
         pos = len(self.function_roots)
         self.function_roots.append(root)
         self.function_index[fn.id] = pos
@@ -362,7 +366,7 @@ class Lowering:
             code += mask * size
         return code + count * tg.control_code_bytes_per_program
 
-    def lower_call(self, p: P.Call) -> N.Node:
+    def compile_call(self, p: P.Call) -> N.Node:
         fn = p.function
         if isinstance(fn, Function):
             pos = self.function_position(fn)
@@ -376,7 +380,7 @@ class Lowering:
         name = p.name or f"{fn.name}/HostCall"
         return self.host_node(N.HostCall(fn, ins, outs), name, sent, recv)
 
-    def lower_cross_replica(self, p: P.CrossReplicaCopy) -> N.Node:
+    def compile_cross_replica(self, p: P.CrossReplicaCopy) -> N.Node:
         tg = self.target
         replicas = self.state.replication_factor
         for s, d in p.replica_map:
@@ -427,44 +431,44 @@ class Lowering:
         return node
 
     # ---- control flow ----
-    def lower_sequence(self, p: P.Sequence) -> N.Node:
-        children = [self.lower(c) for c in p.programs]
+    def compile_sequence(self, p: P.Sequence) -> N.Node:
+        children = [self.compile(c) for c in p.programs]
         return self._add(N.SeqNode(children), p.name)
 
-    def lower_repeat(self, p: P.Repeat) -> N.Node:
-        return self._add(N.RepeatNode(int(p.count), self.lower(p.body)), p.name)
+    def compile_repeat(self, p: P.Repeat) -> N.Node:
+        return self._add(N.RepeatNode(int(p.count), self.compile(p.body)), p.name)
 
     def _pred(self, t: Tensor) -> Gather:
         return Gather.of(t.dtype, t.addresses)
 
-    def lower_repeat_while(self, p: P._RepeatWhile) -> N.Node:
-        cond, body = self.lower(p.condition), self.lower(p.body)
+    def compile_repeat_while(self, p: P._RepeatWhile) -> N.Node:
+        cond, body = self.compile(p.condition), self.compile(p.body)
         sync = self._sync_step(p.name, "Internal")
         node = N.RepeatWhileNode(cond, self._pred(p.predicate), body, p.until, sync)
         return self._add(node, p.name)
 
-    def lower_if(self, p: P.If) -> N.Node:
-        then = self.lower(p.then)
+    def compile_if(self, p: P.If) -> N.Node:
+        then = self.compile(p.then)
         empty_else = isinstance(p.else_, P.Sequence) and not p.else_.programs
-        else_ = None if empty_else else self.lower(p.else_)
+        else_ = None if empty_else else self.compile(p.else_)
         sync = self._sync_step(p.name, "Internal")
         return self._add(N.IfNode(self._pred(p.predicate), then, else_, sync), p.name)
 
-    def lower_switch(self, p: P.Switch) -> N.Node:
-        cases = [self.lower(c) for _, c in p.cases]
-        default = self.lower(p.default)
+    def compile_switch(self, p: P.Switch) -> N.Node:
+        cases = [self.compile(c) for _, c in p.cases]
+        default = self.compile(p.default)
         values = np.array([v for v, _ in p.cases], dtype=np.int64)
         sync = self._sync_step(p.name, "Internal")
         return self._add(N.SwitchNode(self._pred(p.control), values, cases, default, sync), p.name)
 
-    def lower_sync(self, p: P.Sync) -> N.Node:
+    def compile_sync(self, p: P.Sync) -> N.Node:
         kind = "External" if p.sync_type == "external" else "Internal"
         return self._add(N.SyncNode(self._sync_step(p.name, kind)), p.name)
 
-    def lower_write_undef(self, p: P.WriteUndef) -> N.Node:
+    def compile_write_undef(self, p: P.WriteUndef) -> N.Node:
         return self._add(N.WriteUndefNode((Gather.of(p.tensor.dtype, p.tensor.addresses),)), p.name)
 
-    def lower_print(self, p: P.PrintTensor) -> N.Node:
+    def compile_print(self, p: P.PrintTensor) -> N.Node:
         t = p.tensor
         assert t is not None  # PrintTensor's constructor requires it
         b = self.bytes_by_tile(t)
@@ -494,18 +498,18 @@ def _instructions(plan: ExchangePlan) -> dict[str, int]:
     }
 
 
-RULES: dict[type, Callable[[Lowering, P.Program], N.Node]] = {
-    P.Sequence: Lowering.lower_sequence,
-    P.Execute: Lowering.lower_execute,
-    P.Repeat: Lowering.lower_repeat,
-    P.RepeatWhileTrue: Lowering.lower_repeat_while,
-    P.RepeatWhileFalse: Lowering.lower_repeat_while,
-    P.If: Lowering.lower_if,
-    P.Switch: Lowering.lower_switch,
-    P.Copy: Lowering.lower_copy,
-    P.CrossReplicaCopy: Lowering.lower_cross_replica,
-    P.Sync: Lowering.lower_sync,
-    P.Call: Lowering.lower_call,
-    P.WriteUndef: Lowering.lower_write_undef,
-    P.PrintTensor: Lowering.lower_print,
+COMPILE_RULES: dict[type, Callable[[StepPlan, P.Program], N.Node]] = {
+    P.Sequence: StepPlan.compile_sequence,
+    P.Execute: StepPlan.compile_execute,
+    P.Repeat: StepPlan.compile_repeat,
+    P.RepeatWhileTrue: StepPlan.compile_repeat_while,
+    P.RepeatWhileFalse: StepPlan.compile_repeat_while,
+    P.If: StepPlan.compile_if,
+    P.Switch: StepPlan.compile_switch,
+    P.Copy: StepPlan.compile_copy,
+    P.CrossReplicaCopy: StepPlan.compile_cross_replica,
+    P.Sync: StepPlan.compile_sync,
+    P.Call: StepPlan.compile_call,
+    P.WriteUndef: StepPlan.compile_write_undef,
+    P.PrintTensor: StepPlan.compile_print,
 }
