@@ -3,6 +3,8 @@
 tremula demo [--tiles N] [--report DIR] [--steps]
 tremula profile summary DIR [--steps]
 tremula profile validate DIR
+tremula profile report DIR [-o FILE.html] [--compare DIR2]
+tremula profile trace DIR -o trace.json
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--report", metavar="DIR", help="write graph.json / execution.json here")
     demo.add_argument("--steps", action="store_true", help="list every execution step")
     commands.add_parser(
-        "profile", help="summarise or validate a profile (see: tremula profile --help)"
+        "profile", help="summarise, validate, view or export a profile (tremula profile --help)"
     )
     args = parser.parse_args(argv)
     if args.command == "train":

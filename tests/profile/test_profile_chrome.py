@@ -27,7 +27,7 @@ def test_container(graph: dict, execution: dict) -> None:
 def test_metadata(graph: dict, execution: dict) -> None:
     meta = [e for e in to_chrome_trace(graph, execution)["traceEvents"] if e["ph"] == "M"]
     names = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
-    assert names == {0: "IPU 0 (IPU_MODEL, ipu2)"}
+    assert names == {0: "IPU 0 (IPU_MODEL, ipu2)", 1: "Counters (all IPUs)"}
     lanes = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert lanes == dict(enumerate(["Program steps", "Compute", "Exchange", "Sync", "StreamCopy"]))
 
@@ -65,7 +65,11 @@ def test_steps_go_to_the_ipus_whose_tiles_take_part(graph: dict, execution: dict
     names = {
         e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"
     }
-    assert names == {0: "IPU 0 (IPU_MODEL, ipu2)", 1: "IPU 1 (IPU_MODEL, ipu2)"}
+    assert names == {
+        0: "IPU 0 (IPU_MODEL, ipu2)",
+        1: "IPU 1 (IPU_MODEL, ipu2)",
+        2: "Counters (all IPUs)",
+    }
     ipus: dict[str, set[int]] = {}
     for event in _steps(trace):
         ipus.setdefault(event["name"], set()).add(event["pid"])
@@ -82,3 +86,16 @@ def test_no_simulation_gives_metadata_only(graph: dict) -> None:
     trace = to_chrome_trace(graph, {"profilerMode": "NONE"})
     assert {e["ph"] for e in trace["traceEvents"]} == {"M"}
     assert trace["otherData"]["cycles"] is None
+
+
+def test_counters_of_live_memory_and_active_tiles(graph: dict, execution: dict) -> None:
+    trace = to_chrome_trace(graph, execution)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert {e["pid"] for e in counters} == {1}  # the counters' process, after IPU 0
+    tiles = [(e["ts"] * 1600, e["args"]["tiles"]) for e in counters if e["name"] == "Active tiles"]
+    assert tiles == [(0, 2), (100, 4), (160, 4), (200, 4), (240, 2), (360, 4)]
+    live = [e["args"] for e in counters if e["name"] == "Live memory (bytes)"]
+    # byProgram leaves: programs 1, 2, 4, 5 hold 32, 64, 96, 64 not-always-live bytes; the
+    # syncs (program 3) are no leaf of the tree: 0
+    assert [a["notAlwaysLive"] for a in live] == [32, 64, 0, 96, 64, 0]
+    assert {a["alwaysLive"] for a in live} == {1448}

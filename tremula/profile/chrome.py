@@ -12,6 +12,10 @@ The mapping follows section 6.4 of the profile spec:
 A step goes to the IPUs whose tiles take part in it, as the graph profile tells: the compute
 set's estimated cycles, or the exchange's bytes and cycles. Syncs, and steps the graph profile
 cannot place, go to every IPU.
+
+Counters (``C`` events) go to one more process, ``Counters (all IPUs)``: at the start of
+every step, the live memory (always-live bytes and the not-always-live bytes of the step's
+program, from the graph profile's liveness) and the step's active tiles.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from tremula.profile.liveness import liveness_steps
 
 #: The thread lanes of each IPU, in ``tid`` order.
 LANES: tuple[str, ...] = ("Program steps", "Compute", "Exchange", "Sync", "StreamCopy")
@@ -65,10 +71,13 @@ def to_chrome_trace(graph: Mapping[str, Any], execution: Mapping[str, Any]) -> d
     mhz = float(target["clockFrequency"]) / 1e6
     events = _metadata_events(target)
     simulation = execution.get("simulation") or {}
-    locator = _IpuLocator(graph, num_ipus)
-    for step in simulation.get("steps", ()):
+    locator = IpuLocator(graph, num_ipus)
+    steps = simulation.get("steps", ())
+    for step in steps:
         for ipu in locator.ipus(step):
             events += _step_events(step, ipu, mhz)
+    if steps:
+        events += _counter_events(graph, steps, num_ipus, mhz)
     other = {
         "profilerMode": execution.get("profilerMode"),
         "targetType": target.get("type"),
@@ -97,6 +106,47 @@ def _metadata_events(target: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+#: The counters' process name (its ``pid`` is ``numIPUs``, after the IPUs').
+COUNTERS_PROCESS = "Counters (all IPUs)"
+
+
+def _counter_events(
+    graph: Mapping[str, Any], steps: Any, num_ipus: int, mhz: float
+) -> list[dict[str, Any]]:
+    """Live memory and active tiles at the start of each step, on the counters' process."""
+    pid = num_ipus
+    events = [
+        _meta("process_name", pid, 0, {"name": COUNTERS_PROCESS}),
+        _meta("process_sort_index", pid, 0, {"sort_index": pid}),
+    ]
+    always, by_program = _live_bytes(graph)
+    for step in steps:
+        ts = step["cyclesFrom"] / mhz
+        if by_program is not None:
+            live = {"alwaysLive": always, "notAlwaysLive": by_program.get(step["program"], 0)}
+            events.append(_counter("Live memory (bytes)", pid, ts, live))
+        events.append(_counter("Active tiles", pid, ts, {"tiles": step["activeTiles"]}))
+    return events
+
+
+def _counter(name: str, pid: int, ts: float, args: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "cat": "counter", "ph": "C", "ts": ts, "pid": pid, "tid": 0, "args": args}
+
+
+def _live_bytes(graph: Mapping[str, Any]) -> tuple[int, dict[int, int] | None]:
+    """Always-live bytes, and the not-always-live bytes of each program (its largest over
+    the liveness steps it appears at); None when the profile has no liveness."""
+    try:
+        programs, amounts, _ = liveness_steps(graph)
+        always = int(graph["memory"]["liveness"]["alwaysLive"]["bytes"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        return 0, None
+    by_program: dict[int, int] = {}
+    for pid, amount in zip(programs.tolist(), amounts.tolist()):
+        by_program[pid] = max(by_program.get(pid, 0), amount)
+    return always, by_program
+
+
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
@@ -121,7 +171,7 @@ def _step_events(step: Mapping[str, Any], ipu: int, mhz: float) -> list[dict[str
     ]
 
 
-class _IpuLocator:
+class IpuLocator:
     """Finds the IPUs whose tiles take part in a step, from the graph profile's tables."""
 
     def __init__(self, graph: Mapping[str, Any], num_ipus: int) -> None:

@@ -1,21 +1,29 @@
-"""The ``tremula profile`` command: summarise or validate a report.
+"""The ``tremula profile`` command: summarise, validate, view or export a report.
 
 Usage::
 
     tremula profile summary DIR [--steps] [--var-storage] [--top-tiles N]
     tremula profile validate DIR
+    tremula profile report DIR [-o FILE.html] [--compare DIR2]
+    tremula profile trace DIR -o trace.json
 
 ``DIR`` is a report directory (``graph.json`` and ``execution.json``) or a single profile
-JSON file. Exit status: 0 on success, 1 if the profile is invalid or cannot be read, 2 for
-bad arguments.
+JSON file. ``report`` writes one self-contained HTML page (``DIR/report.html`` by default);
+``trace`` writes Chrome Trace Event JSON that Perfetto UI and ``chrome://tracing`` open.
+Exit status: 0 on success, 1 if the profile is invalid or cannot be read (``report`` still
+writes a page when part of it can be read, and prints a warning for the rest), 2 for bad
+arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from tremula.errors import ProfileError
+from tremula.profile.chrome import to_chrome_trace
 from tremula.profile.io import read_profile
 from tremula.profile.summary import summarise
 from tremula.profile.validate import check_execution_profile, check_graph_profile
@@ -23,7 +31,8 @@ from tremula.profile.validate import check_execution_profile, check_graph_profil
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tremula profile", description="Summarise or validate a Tremula/Poplar profile."
+        prog="tremula profile",
+        description="Summarise, validate, view or export a Tremula/Poplar profile.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     summary = commands.add_parser("summary", help="print a text summary of a report")
@@ -37,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     check = commands.add_parser("validate", help="check a report against the profile format")
     check.add_argument("path", metavar="DIR", help="report directory or profile JSON file")
+    report = commands.add_parser("report", help="write a self-contained HTML report page")
+    report.add_argument("path", metavar="DIR", help="report directory or profile JSON file")
+    report.add_argument(
+        "-o", "--output", metavar="FILE.html", help="the page (default: DIR/report.html)"
+    )
+    report.add_argument(
+        "--compare", metavar="DIR2", help="a second report to compare with (shown as B)"
+    )
+    trace = commands.add_parser("trace", help="write a Chrome / Perfetto trace (JSON)")
+    trace.add_argument("path", metavar="DIR", help="report directory or profile JSON file")
+    trace.add_argument("-o", "--output", metavar="FILE.json", required=True, help="the trace")
     return parser
 
 
@@ -55,9 +75,13 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
     try:
+        if args.command == "report":
+            return _report(args.path, args.output, args.compare)
         graph, execution = read_profile(args.path)
         if args.command == "validate":
             return _validate(graph, execution)
+        if args.command == "trace":
+            return _trace(graph, execution, args.path, args.output)
         text = summarise(
             graph,
             execution,
@@ -84,4 +108,29 @@ def _validate(graph: dict, execution: dict | None) -> int:
         return 1
     steps = (execution or {}).get("simulation", {}).get("steps", [])
     print(f"ok: {len(steps)} steps, {len(graph['programs'])} programs")
+    return 0
+
+
+def _report(path: str, output: str | None, compare: str | None) -> int:
+    """Write the HTML page; print where, its size, and each warning it shows."""
+    from tremula.profile.report import write_html
+
+    page = write_html(path, output, compare)
+    for warning in page.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {page.path} ({page.size / 1e6:.2f} MB); open it in a browser")
+    return 0
+
+
+def _trace(graph: dict, execution: dict | None, path: str, output: str) -> int:
+    """Write the Chrome trace of the execution profile."""
+    if execution is None:
+        raise ProfileError(f"{path}: no execution profile (execution.json): no steps to trace")
+    trace = to_chrome_trace(graph, execution)
+    try:
+        Path(output).write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"cannot write the trace to {output}: {exc}") from exc
+    events = sum(1 for e in trace["traceEvents"] if e["ph"] != "M")
+    print(f"wrote {output} ({events} events); open it in Perfetto UI or chrome://tracing")
     return 0
