@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "tremula"
 LAYERS = [
     "errors",
+    "progress",
     "target",
     "poplar",
     "profile",

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--epochs", type=int, default=8)
     train.add_argument("--device", default="ipu_model", choices=["ipu_model", "cpu"])
     train.add_argument("--no-summary", action="store_true", help="skip the profile summary")
+    train.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (shown on a terminal)"
+    )
     demo = commands.add_parser("demo", help="run an example program on the Mk2 IPU Model")
     demo.add_argument("--tiles", type=int, default=1472, help="tiles per IPU (default 1472)")
     demo.add_argument("--report", metavar="DIR", help="write graph.json / execution.json here")
@@ -38,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "train":
         from tremula.digits import main as train_main
+        from tremula.progress import set_progress_bars
 
+        if args.no_progress:
+            set_progress_bars(False)
         return train_main(args.epochs, args.device, not args.no_summary)
     if args.command == "demo":
         from tremula.demo import main as demo_main

@@ -16,6 +16,7 @@ import numpy as np
 
 import popxl
 import popxl.ops as ops
+from tremula.progress import track
 
 SIZES = (64, 256, 256, 10)
 
@@ -126,7 +127,7 @@ def train(
     with trainer.session as session:
         for epoch in range(epochs):
             total = 0.0
-            for s in range(steps):
+            for s in track(range(steps), f"epoch {epoch + 1}/{epochs}"):
                 sl = slice(s * batch, (s + 1) * batch)
                 out = session.run({trainer.x: x_train[sl], trainer.labels: y_train[sl]})
                 total += float(out[trainer.loss])

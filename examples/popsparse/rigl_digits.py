@@ -35,6 +35,7 @@ import popxl
 import popxl.ops as ops
 from tremula import digits
 from tremula.libs.popsparse import COOMatrix, dynamic
+from tremula.progress import track
 
 DEVICE = "ipu_model"
 SIZES = digits.SIZES  # 64-256-256-10
@@ -241,7 +242,7 @@ def train_sparse(seed: int = 0) -> float:
     with trainer.session:
         for epoch in range(EPOCHS):
             total, updates = 0.0, 0
-            for s in range(steps):
+            for s in track(range(steps), f"epoch {epoch + 1}/{EPOCHS}"):
                 sl = slice(s * BATCH, (s + 1) * BATCH)
                 total += trainer.step(x_train[sl], y_train[sl])
                 t += 1

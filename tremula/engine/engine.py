@@ -29,6 +29,25 @@ from tremula.poplar.graph import Graph
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
 
+#: The stages of compilation a progress bar shows.
+COMPILE_STAGES: tuple[str, ...] = ("verifying", "step plan", "liveness", "memory layout")
+
+
+def _stages(progress: Any) -> Callable[[str | None], None]:
+    """A function that ends the current stage on ``progress`` and names the next one."""
+    started = [False]
+
+    def stage(name: str | None) -> None:
+        if progress is None:
+            return
+        if started[0]:
+            progress.update(1)
+        started[0] = True
+        if name is not None:
+            progress.set_description(f"compiling: {name}")
+
+    return stage
+
 
 class Engine:
     """Poplar's ``Engine(graph, programs, options)``.
@@ -39,6 +58,8 @@ class Engine:
         options: Poplar engine options (``autoReport.all``, ``autoReport.directory``,
             ``debug.allowOutOfMemory``, ``debug.executionProfile`` ...), overridden by the
             ``POPLAR_ENGINE_OPTIONS`` environment variable as in Poplar.
+        progress: A progress bar (``tremula.progress.bar``) to advance by one per stage of
+            compilation (:data:`COMPILE_STAGES`), or None.
 
     Raises:
         VerifyError: the graph is ill-formed.
@@ -50,6 +71,8 @@ class Engine:
         graph: Graph,
         programs: Program | Sequence[Program],
         options: dict[str, Any] | None = None,
+        *,
+        progress: Any = None,
     ) -> None:
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a poplar.Graph, got {type(graph).__name__}")
@@ -62,11 +85,17 @@ class Engine:
         self.state = graph.state
         self.target = self.state.target
         self.replicas = self.state.replication_factor
+        stage = _stages(progress)
+        stage(COMPILE_STAGES[0])
         graph.verify()
+        stage(COMPILE_STAGES[1])
         sp = StepPlan(self.state)
         self.roots = [sp.compile_control(p) for p in progs]
+        stage(COMPILE_STAGES[2])
         walk = Linearizer(self.state, sp.function_roots, sp.function_index).run(self.roots)
+        stage(COMPILE_STAGES[3])
         self.memory = MemoryModel(sp, walk, intervals(self.state, walk)).build()
+        stage(None)
         self.step_plan = sp
         self._tree = walk.tree
         if not self.options.allow_out_of_memory:
@@ -264,7 +293,8 @@ class Engine:
         rt.cs_cycles[...] = 0
 
     def write_report(self, directory: str) -> None:
-        """Write ``graph.json`` and ``execution.json`` (as autoReport does)."""
+        """Write ``graph.json`` and ``execution.json`` (as autoReport does), and
+        ``report.html`` when ``autoReport.outputHtml`` is set."""
         o = self.options
         graph = self.get_graph_profile() if (o.report_graph or not o.auto_report) else None
         execution = (
@@ -273,6 +303,10 @@ class Engine:
             else None
         )
         profile_format.write_profile(directory, graph, execution)
+        if o.report_html:
+            from tremula.profile.report import write_profiles_html
+
+            write_profiles_html(directory, self.get_graph_profile(), execution)
 
     def profile_summary(self, show_execution_steps: bool = False) -> str:
         execution = self.get_execution_profile() if self._runtime is not None else None

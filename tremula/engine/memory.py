@@ -17,7 +17,7 @@ from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Intervals, Walk
 from tremula.errors import OutOfMemoryError
-from tremula.profile.schema import MEMORY_CATEGORIES
+from tremula.profile.schema import MEMORY_CATEGORIES, VARIABLE_TABLE_KEYS
 
 CATEGORIES = MEMORY_CATEGORIES  # the profile format's list, in its order
 CODE = (
@@ -83,6 +83,8 @@ class MemoryReport:
     by_vertex_type: dict[str, list[np.ndarray]]
     vertex_types: list[str]
     vertex_type_sizes: list[int]
+    step_programs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [step]
+    variables: dict[str, list] = field(default_factory=dict)  # the profile's ``variables``
 
 
 def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,6 +103,38 @@ def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     uniq, inv = np.unique(key, return_inverse=True)
     counts = np.bincount(inv, weights=run_len).astype(np.int64)
     return uniq // T, uniq % T, counts
+
+
+def variable_table(state, iv: Intervals, T: int) -> dict[str, list]:
+    """Every variable's name, bytes, liveness and placement: the profile's ``variables``
+    (FORMAT.md, Tremula extensions). ``tileRuns[v]`` lists ``first tile, tile count, bytes
+    per tile`` for each run of consecutive tiles holding equal bytes of variable ``v``."""
+    nv = len(state.variables)
+    runs: list[list[int]] = [[] for _ in range(nv)]
+    total = np.zeros(nv, np.int64)
+    for dtype, space in state.spaces.items():
+        if space.size == 0:
+            continue
+        var, tile, counts = _var_tile_counts(space, T)  # sorted by variable, then tile
+        amount = counts * dtype.size
+        np.add.at(total, var, amount)
+        cut = (var[1:] != var[:-1]) | (tile[1:] != tile[:-1] + 1) | (amount[1:] != amount[:-1])
+        starts = np.flatnonzero(np.r_[True, cut])
+        lengths = np.diff(np.r_[starts, var.size])
+        for v, t, n, b in zip(
+            var[starts].tolist(), tile[starts].tolist(), lengths.tolist(), amount[starts].tolist()
+        ):
+            runs[v] += [t, n, b]
+    always = iv.always_live
+    columns = (
+        [v.name for v in state.variables],
+        total.tolist(),
+        always.astype(np.int64).tolist(),
+        np.where(always, -1, iv.start).tolist(),
+        np.where(always, -1, iv.end).tolist(),
+        runs,
+    )
+    return dict(zip(VARIABLE_TABLE_KEYS, columns, strict=True))
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -319,9 +353,13 @@ class MemoryModel:
         ).astype(np.int64)
         always = sum(self.al_raw.values())
         bcs, bvt, names, sizes = self._per_cs_and_type()
+        step_programs = np.zeros(self.walk.num_steps, np.int64)
+        for node, step in self.walk.leaf_steps:
+            step_programs[step] = node.pid
         return MemoryReport(
-            by_category, by_tile, always, peak, at_peak, totals, bcs, bvt, names, sizes
-        )
+            by_category, by_tile, always, peak, at_peak, totals, bcs, bvt, names, sizes,
+            step_programs, variable_table(self.state, self.iv, T),
+        )  # fmt: skip
 
     def _regions(self, nal_raw: dict, nal_aligned: dict) -> tuple[dict, dict]:
         tg, T = self.target, self.T

@@ -43,6 +43,7 @@ KNOWN = {
     "autoReport.directory",
     "autoReport.outputGraphProfile",
     "autoReport.outputExecutionProfile",
+    "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
     "debug.allowOutOfMemory",
     "debug.executionProfile",
 } | IGNORED
@@ -64,10 +65,11 @@ class EngineOptions:
     report_directory: str = "."
     allow_out_of_memory: bool = False
     profiler_mode: str = "IPU_MODEL"
+    report_html: bool = False
 
     @property
     def auto_report(self) -> bool:
-        return self.report_graph or self.report_execution
+        return self.report_graph or self.report_execution or self.report_html
 
 
 def parse_options(
@@ -106,4 +108,5 @@ def parse_options(
         str(merged.get("autoReport.directory", ".")),
         _flag(merged.get("debug.allowOutOfMemory", "false"), "debug.allowOutOfMemory"),
         MODES[mode_name],
+        _flag(merged.get("autoReport.outputHtml", "false"), "autoReport.outputHtml"),
     )

@@ -12,6 +12,7 @@ from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.memory import CATEGORIES, REGIONS, MemoryReport
 from tremula.engine.timeline import Timeline
+from tremula.profile.schema import PROGRAM_STEPS_KEYS
 
 
 def _l(a: np.ndarray) -> list[int]:
@@ -125,6 +126,13 @@ def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
                 "maxBytes": int(mem.step_totals.max(initial=0)),
                 "byProgram": [_by_program(t, mem.step_totals) for t in tree],
             },
+            "programSteps": dict(  # a Tremula extension (FORMAT.md)
+                zip(
+                    PROGRAM_STEPS_KEYS,
+                    (_l(mem.step_programs), _l(mem.step_totals[: mem.step_programs.size])),
+                    strict=True,
+                )
+            ),
         },
     }
 
@@ -160,6 +168,7 @@ def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str
         "controlPrograms": [r.pid for r in sp.control_roots],
         "functionPrograms": [r.pid for r in sp.function_roots],
         "memory": _memory(mem, tree),
+        "variables": mem.variables,  # a Tremula extension (FORMAT.md)
     }
     return profile
 

@@ -82,6 +82,8 @@ class Lowerer:
     _names: dict[str, int] = field(default_factory=dict)
     _ipu_graphs: list[poplar.Graph] = field(default_factory=list)  # replica graph, IPUs
     _call_sites: dict[Graph, int] | None = None
+    #: called with 1 after each op is lowered (a progress bar's ``update``), or None
+    on_lowered: Callable[[int], Any] | None = None
 
     def __post_init__(self) -> None:
         self._ipu_graphs.append(self.graph)
@@ -165,6 +167,8 @@ class Lowerer:
         for item in items:
             if isinstance(item, fusion.Chain):
                 if fusion.lower_chain(self, item, env, prog):
+                    if self.on_lowered is not None:
+                        self.on_lowered(len(item.ops))
                     continue
                 ops = item.ops
             else:
@@ -177,6 +181,8 @@ class Lowerer:
                     )
                 with self.on_ipu(op.ipu):
                     fn(self, op, env, prog)
+            if self.on_lowered is not None:
+                self.on_lowered(len(ops))
 
     @contextmanager
     def on_ipu(self, ipu: int | None) -> Iterator[None]:

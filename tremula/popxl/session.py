@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tremula import poplar
+from tremula.engine.engine import COMPILE_STAGES
 from tremula.errors import reworded
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Constant, Tensor, Variable, to_numpy
+from tremula.progress import bar as progress_bar
 
 if TYPE_CHECKING:
     from tremula.lowering.context import VariableHandles
@@ -77,8 +79,19 @@ class Session:
     """A compiled Ir on a device."""
 
     def __init__(
-        self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True
+        self,
+        ir: Ir,
+        device_desc: str = "cpu",
+        weights_to_host_on_exit: bool = True,
+        *,
+        progress: bool | None = None,
     ) -> None:
+        """Compile ``ir`` for ``device_desc``.
+
+        ``progress`` (a Tremula option): show a progress bar while compiling: None (the
+        default, see ``tremula.progress``) on a terminal when ``tqdm`` is installed, or
+        True / False.
+        """
         from tremula.lowering import Lowerer  # the frontend's one door into lowering
 
         if not isinstance(ir, Ir):
@@ -86,9 +99,11 @@ class Session:
         self._ir = ir
         self._device = _device(device_desc, ir)
         graph = poplar.Graph(self._device.target, replication_factor=ir.replication_factor)
-        self._lowerer = Lowerer(graph, ir)
-        program = self._lowerer.lower_main()
-        self._engine = poplar.Engine(graph, program)
+        total = sum(len(g.ops) for g in ir.graphs) + len(COMPILE_STAGES)
+        with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
+            self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
+            program = self._lowerer.lower_main()
+            self._engine = poplar.Engine(graph, program, progress=bar)
         ir._prepared = True
         self._weights_to_host_on_exit = weights_to_host_on_exit
         self._loaded = False

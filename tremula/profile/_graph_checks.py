@@ -14,6 +14,7 @@ from typing import Any
 from tremula.profile import schema
 from tremula.profile._checker import Checker
 from tremula.profile._dims import Dims, dims_of
+from tremula.profile._extension_checks import check_extensions
 from tremula.profile._memory_checks import check_memory
 
 SectionCheck = Callable[[Checker, Any, str, Dims], None]
@@ -28,6 +29,7 @@ def check_graph(c: Checker, graph: Any, path: str = "graphProfile") -> None:
         value = c.field(graph, key, path, kind)
         if value is not None:
             check(c, value, f"{path}.{key}", dims)
+    check_extensions(c, graph, path, dims)
 
 
 # -- target, optimisation info, counts, vertex types ----------------------------------------

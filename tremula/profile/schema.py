@@ -226,3 +226,18 @@ STEP_PROGRAM_LINKS: dict[str, tuple[str, str]] = {
     "StreamCopy": ("hostExchange", "exchange"),
     "Sync": ("syncType", "syncType"),
 }
+
+# -- Tremula extensions (FORMAT.md) ---------------------------------------------------------
+
+#: Keys of ``memory.liveness.programSteps``: each linearised step's program and the
+#: not-always-live bytes over all tiles at that step.
+PROGRAM_STEPS_KEYS: tuple[str, ...] = ("program", "notAlwaysLiveBytes")
+#: Keys of the graph profile's ``variables`` table, one entry per variable in each.
+VARIABLE_TABLE_KEYS: tuple[str, ...] = (
+    "names",
+    "bytes",
+    "alwaysLive",
+    "liveFrom",
+    "liveTo",
+    "tileRuns",
+)

@@ -126,9 +126,7 @@ def memory_section(graph: Mapping[str, Any]) -> Model:
         "categories": categories,
         "categoryLabels": {c: CATEGORY_LABELS.get(c, c) for c in categories},
         "alwaysLive": ints(live.get("alwaysLive", {}).get("bytesByTile", [0] * num_tiles)),
-        "notAlwaysLive": ints(
-            live.get("notAlwaysLive", {}).get("maxBytesByTile", [0] * num_tiles)
-        ),
+        "notAlwaysLive": ints(live.get("notAlwaysLive", {}).get("maxBytesByTile", [0] * num_tiles)),
         "vertexTypes": _sparse_rows(graph["vertexTypes"]["names"], mem, "byVertexType"),
         "computeSets": _sparse_rows(graph["computeSets"]["names"], mem, "byComputeSet"),
         "variables": _variables(graph),
@@ -151,11 +149,7 @@ def _variables(graph: Mapping[str, Any]) -> Model | None:
     table = graph.get("variables")
     if not isinstance(table, Mapping):
         return None
-    return {
-        key: list(table[key])
-        for key in ("names", "bytes", "alwaysLive", "liveFrom", "liveTo", "tileRuns")
-        if key in table
-    }
+    return {key: list(table[key]) for key in schema.VARIABLE_TABLE_KEYS if key in table}
 
 
 def programs_section(graph: Mapping[str, Any]) -> Model:
@@ -260,4 +254,5 @@ def _balance_insights(operations: Model | None) -> list[Model]:
     if not heavy:
         return []
     listed = ", ".join(f"{r['name']} ({r['tileBalance']:.0%})" for r in heavy[:TOP])
-    return [{"kind": "info", "text": f"worst tile balance (operations over 1% of cycles): {listed}"}]
+    text = f"worst tile balance (operations over 1% of cycles): {listed}"
+    return [{"kind": "info", "text": text}]

@@ -161,9 +161,7 @@ def _parse(path: Path, report: LoadedReport) -> Any:
         # the parser failed at the end of the text, or in a string that never closes
         truncated = exc.pos >= len(raw.rstrip()) - 1 or exc.msg.startswith("Unterminated")
         what = "truncated JSON (the file ends early)" if truncated else "invalid JSON"
-        report.warnings.append(
-            f"{path}: {what}: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        )
+        report.warnings.append(f"{path}: {what}: {exc.msg} at line {exc.lineno} column {exc.colno}")
     return None
 
 

@@ -47,8 +47,8 @@ def execution_section(
 ) -> Model:
     """The trace: steps as columns (the first ``max_steps``), and per-tile cycles of the
     compute sets and exchanges they ran."""
-    simulation = execution["simulation"] if "simulation" in execution else None
     steps = _steps(execution)
+    simulation = execution["simulation"]
     kept = steps[:max_steps]
     target = (graph or {}).get("target", {})
     num_tiles = int(target.get("numTiles", max((s.get("activeTiles", 0) for s in kept), default=1)))

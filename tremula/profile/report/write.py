@@ -71,3 +71,20 @@ def write_html(
 
 def _default_output(source: Path) -> Path:
     return (source if source.is_dir() else source.parent) / HTML_FILE
+
+
+def write_profiles_html(
+    directory: str | Path,
+    graph: dict[str, Any] | None,
+    execution: dict[str, Any] | None,
+) -> HtmlReport:
+    """Write ``report.html`` into ``directory`` from profiles in memory (the engine's
+    ``autoReport.outputHtml``), without reading the JSON files back.
+
+    Raises:
+        ProfileError: If the page cannot be written.
+    """
+    loaded = LoadedReport(str(directory), graph, execution)
+    if execution is None:
+        loaded.warnings.append("no execution profile yet (the program has not run)")
+    return write_html(loaded, Path(directory) / HTML_FILE)

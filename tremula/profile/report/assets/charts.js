@@ -169,7 +169,7 @@ R.heatMap = ({ values, capacity, limit = Infinity, tilesPerIPU, numTiles, onClic
     }
     if (map.selected >= 0) {
       const [x, y] = layout.cell(map.selected);
-      ctx.strokeStyle = "#2f6fde"; ctx.lineWidth = 2; ctx.strokeRect(x - 1, y - 1, cell + 1, cell + 1); ctx.lineWidth = 1;
+      ctx.strokeStyle = "#f28e2b"; ctx.lineWidth = 2; ctx.strokeRect(x - 1, y - 1, cell + 1, cell + 1); ctx.lineWidth = 1;
     }
   };
   map.tileAt = (x, y) => lookup.get(Math.floor(x / cell) + "," + Math.floor((y - layout.top) / cell));

@@ -65,7 +65,7 @@ R.laneColors = { Compute: "#4e79a7", Exchange: "#f28e2b", Sync: "#bab0ac", Strea
 R.heat = (x) => {
   if (!(x > 0)) return "#eef1f5";
   if (x > 1) return "#d62728";
-  const stops = [[254, 240, 217], [253, 187, 132], [227, 74, 51], [127, 39, 4]];
+  const stops = [[239, 243, 250], [158, 202, 225], [66, 146, 198], [8, 48, 107]];
   const f = Math.min(x, 1) * (stops.length - 1);
   const i = Math.min(Math.floor(f), stops.length - 2);
   const t = f - i;
