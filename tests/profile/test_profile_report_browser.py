@@ -94,6 +94,32 @@ def test_clicking_a_tile_shows_its_bytes(context: Any, golden_dir: Path, tmp_pat
     page.close()
 
 
+def test_two_ipus(context: Any, graph: dict, execution: dict, tmp_path: Path) -> None:
+    graph["target"].update(numIPUs=2, tilesPerIPU=2)  # tiles 0, 1 on IPU 0; 2, 3 on IPU 1
+    graph["target"]["relativeSyncDelayByTile"] = graph["target"]["relativeSyncDelayByTile"][:2]
+    graph["target"]["bytesPerIPU"] = graph["target"]["bytesPerTile"] * 2
+    write_profile(tmp_path / "two", graph, execution)
+    written = write_html(tmp_path / "two", tmp_path / "two.html")
+    assert written.warnings == []
+    page = _open(context, written.path)
+    page.show("memory")
+    x, y = page.page.evaluate("window.tremulaReport.memoryMap.center(3)")
+    assert x > page.page.evaluate("window.tremulaReport.memoryMap.center(1)")[0]  # IPU 1
+    page.click_canvas("#tile-map", x, y)
+    assert page.number("#tile-total-gaps") == 352
+    page.show("trace")
+    # "add" (compute set 1, tiles 0 and 1) is drawn on IPU 0 only: IPU 1's lane is empty there
+    x = page.page.evaluate("window.tremulaReport.trace.xOf(300)")
+    y1 = page.page.evaluate("window.tremulaReport.trace.rowOf(1, 'Compute')") + 9
+    page.click_canvas("#trace-canvas", x, y1)
+    assert "Click a step" in page.text("#step-detail")
+    y0 = page.page.evaluate("window.tremulaReport.trace.rowOf(0, 'Compute')") + 9
+    page.click_canvas("#trace-canvas", x, y0)
+    assert "add" in page.text("#step-detail h2")
+    assert page.errors == []
+    page.close()
+
+
 def test_timeline_zooms_and_shows_a_step(context: Any, golden_dir: Path, tmp_path: Path) -> None:
     page = _open(context, write_html(golden_dir, tmp_path / "g.html").path)
     page.show("trace")

@@ -79,7 +79,8 @@ R.views.push({
           if (y < row || y >= row + laneH) continue;
           const tol = (2 * (view.b - view.a)) / W;
           for (let i = 0; i < n; i++)
-            if (ex.lanes[ex.types[s.type[i]]] === lane && s.from[i] - tol <= cycle && cycle <= s.from[i] + s.cycles[i] + tol) return i;
+            if (ex.lanes[ex.types[s.type[i]]] === lane && (s.ipus[i] & (1 << ipu) || ipu >= 31) &&
+                s.from[i] - tol <= cycle && cycle <= s.from[i] + s.cycles[i] + tol) return i;
         }
       return -1;
     };
