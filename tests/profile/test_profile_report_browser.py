@@ -147,6 +147,8 @@ def test_timeline_zooms_and_shows_a_step(context: Any, golden_dir: Path, tmp_pat
     assert "add" in page.text("#step-detail h2")
     assert page.number("#step-cycles") == 120
     assert page.page.is_visible("#step-tile-cycles")
+    # compute set 1 runs 120 cycles on tiles 0 and 1 of 4: half the tile time
+    assert "Compute 50.0%" in page.text("#step-detail")
     assert page.errors == []
     page.close()
 

@@ -194,3 +194,13 @@ def test_validation_failures_are_warnings_and_broken_sections_are_skipped(
     assert any(w.startswith("memory view: cannot be built") for w in model["warnings"])
     assert model["memory"] is None
     assert model["execution"]["cycles"] == 400 and model["programs"] is not None
+
+
+def test_a_profile_without_steps_says_so_once(report_dir: Path) -> None:
+    (report_dir / "execution.json").write_text('{"profilerMode": "CPU"}\n')
+    model = build_model(load_report(report_dir))
+    assert model["warnings"] == [
+        "execution profile: profiler mode 'CPU' records no steps; the trace and operations "
+        "views are empty"
+    ]
+    assert model["execution"] is None and model["summary"]["memoryIncludingGaps"] == 1840

@@ -60,14 +60,20 @@ def build_model(loaded: LoadedReport, max_steps: int = MAX_STEPS) -> Model:
     """
     model: Model = {"source": loaded.source, "warnings": list(loaded.warnings)}
     g, e = loaded.graph, loaded.execution
+    traced = e is not None and isinstance(e.get("simulation"), Mapping)
+    if e is not None and not traced:
+        model["warnings"].append(
+            f"execution profile: profiler mode {e.get('profilerMode')!r} records no steps; "
+            "the trace and operations views are empty"
+        )
     builders: tuple[tuple[str, bool, Callable[[], Any]], ...] = (
         ("target", g is not None, lambda: _target(g)),
         ("graph", g is not None, lambda: dict(g["graph"])),
         ("memory", g is not None, lambda: memory_section(g)),
         ("liveness", g is not None, lambda: liveness_section(g)),
         ("programs", g is not None, lambda: programs_section(g)),
-        ("execution", e is not None, lambda: execution_section(g, e, max_steps)),
-        ("operations", e is not None, lambda: operations_section(g, e)),
+        ("execution", traced, lambda: execution_section(g, e, max_steps)),
+        ("operations", traced, lambda: operations_section(g, e)),
     )
     for name, possible, build in builders:
         model[name] = _section(model, name, build) if possible else None

@@ -100,7 +100,11 @@ R.views.push({
         const chart = R.tileBars({ series: [{ label: "cycles", color: R.laneColors[ex.lanes[type]], values: row }],
           numTiles: row.length, height: 180, onClick: () => {}, describe: (t) => `tile ${t}: ${R.int(row[t])} cycles` });
         chart.canvas.id = "step-tile-cycles";
-        parts.push(R.el("h3", { text: "Cycles by tile" }), chart.canvas);
+        const busy = row.reduce((a, b) => a + b, 0), whole = s.cycles[i] * row.length || 1;
+        parts.push(R.el("h3", { text: "Tile time in this step" }),
+          R.proportions([{ label: ex.lanes[type], value: Math.min(busy, whole), color: R.laneColors[ex.lanes[type]] },
+            { label: "idle or waiting", value: Math.max(0, whole - busy), color: "#e9edf3" }], whole),
+          R.el("h3", { text: "Cycles by tile" }), chart.canvas);
       }
       detail.replaceChildren(...parts);
     };
