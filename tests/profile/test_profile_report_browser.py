@@ -243,6 +243,10 @@ def test_example_reports_render(
     x, y = page.page.evaluate(f"window.tremulaReport.memoryMap.center({tile})")
     page.click_canvas("#tile-map", x, y)
     assert page.number("#tile-total-gaps") == graph["memory"]["byTile"]["totalIncludingGaps"][tile]
+    link = page.page.locator("#tile-breakdown a[data-variable]").first
+    index = int(link.get_attribute("data-variable"))
+    link.click()  # the variable across the tiles
+    assert page.number("#variable-bytes") == graph["variables"]["bytes"][index]
     page.show("trace")
     page.page.click("#trace-zoom-in")
     page.page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)

@@ -8,9 +8,27 @@ R.tileVariables = (vars, tile) => {
   if (!vars || !vars.tileRuns) return out;
   vars.tileRuns.forEach((runs, v) => {
     for (let k = 0; k < runs.length; k += 3)
-      if (tile >= runs[k] && tile < runs[k] + runs[k + 1]) out.push({ name: vars.names[v], bytes: runs[k + 2], alwaysLive: vars.alwaysLive[v] });
+      if (tile >= runs[k] && tile < runs[k] + runs[k + 1]) out.push({ index: v, name: vars.names[v], bytes: runs[k + 2], alwaysLive: vars.alwaysLive[v] });
   });
   return out.sort((a, b) => b.bytes - a.bytes);
+};
+/* A variable's bytes on every tile, from its tile runs. */
+R.variableTiles = (vars, v, numTiles) => {
+  const out = new Float64Array(numTiles), runs = vars.tileRuns[v];
+  for (let k = 0; k < runs.length; k += 3) out.fill(runs[k + 2], runs[k], runs[k] + runs[k + 1]);
+  return out;
+};
+/* The Variables graph: one variable's bytes across the tiles (PopVision's). */
+R.showVariable = (mem, v) => {
+  const vars = mem.variables, values = R.variableTiles(vars, v, mem.numTiles);
+  const live = vars.alwaysLive[v] ? "always live" : `live over program steps ${vars.liveFrom[v]} to ${vars.liveTo[v]}`;
+  const chart = R.tileBars({ series: [{ label: vars.names[v], color: "#b07aa1", values }], numTiles: mem.numTiles, height: 180,
+    onClick: () => {}, describe: (t) => `tile ${t}: ${R.bytes(values[t])} of ${vars.names[v]}` });
+  chart.canvas.id = "variable-tiles";
+  R.variablePanel.replaceChildren(R.el("h2", { text: `Variable ${vars.names[v]}` }),
+    R.kv([["Bytes, all tiles", R.bytes(vars.bytes[v]), "variable-bytes"], ["Tiles", R.int(values.filter((b) => b > 0).length)], ["Liveness", live]]),
+    chart.canvas);
+  R.variablePanel.hidden = false;
 };
 R.sparseAt = (rows, tile) =>
   rows.map((row) => {
@@ -40,8 +58,11 @@ R.tileBreakdown = (mem, tile) => {
       [{ title: "Vertex type" }, { title: "Bytes", num: true }]),
     R.el("h3", { text: "Compute sets with vertices here" }), list(sets.map((r) => [R.el("span", { class: "mono" }, r.name), R.bytes(r.bytes)]),
       [{ title: "Compute set" }, { title: "Vertex bytes", num: true }]),
-    R.el("h3", { text: "Variables" }),
-    mem.variables ? list(vars.slice(0, 200).map((v) => [R.el("span", { class: "mono" }, v.name), v.alwaysLive ? "always" : "not always", R.bytes(v.bytes)]),
+    R.el("h3", { text: "Variables (click one to plot it across the tiles)" }),
+    mem.variables ? list(vars.slice(0, 200).map((v) => [
+      R.el("a", { class: "mono", href: "#", "data-variable": v.index, title: "plot across the tiles",
+        onclick: (ev) => { ev.preventDefault(); R.showVariable(mem, v.index); } }, v.name),
+      v.alwaysLive ? "always" : "not always", R.bytes(v.bytes)]),
       [{ title: "Variable" }, { title: "Live" }, { title: "Bytes", num: true }])
       : R.note("This profile has no variable table (it was not written by Tremula's engine)."));
 };
@@ -98,6 +119,7 @@ R.views.push({
     rescale();
     bars.canvas.id = "memory-bars"; map.canvas.id = "tile-map";
     R.memoryMap = map; R.memoryBars = bars; // for tests and the console
+    R.variablePanel = R.el("section", { class: "panel", id: "variable-panel", hidden: true });
     host.append(
       R.panel("Memory per tile",
         R.el("div", { class: "controls" }, R.el("label", {}, "Show ", mode), R.el("label", {}, gaps, " include gaps"),
@@ -110,7 +132,8 @@ R.views.push({
             R.el("button", { class: "small", id: "tile-show", onclick: () => select(Number(tileInput.value)) }, "Show"),
             R.el("label", {}, "relative to ", scale), scaleNote),
           map.canvas, R.legend([["empty", R.heat(0)], ["25%", R.heat(0.25)], ["50%", R.heat(0.5)], ["100%", R.heat(1)], ["over", R.heat(2)]])),
-        detail));
+        detail),
+      R.variablePanel);
     tileInput.addEventListener("change", () => select(Number(tileInput.value)));
   },
 });
