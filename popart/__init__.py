@@ -1,14 +1,16 @@
-"""``popart``: the parts of PopART that PopXL programs use directly, served by Tremula.
+"""``popart``: an alias of :mod:`tremula.popart`, so existing PopART and PopXL programs run
+unmodified (``import popart``; ``popart.X`` is the module ``tremula.popart.X``).
 
-So far its exception classes: ``popart.popart_exception`` is what the IR raises when it
-refuses a program (for example autodiff of a graph that modifies its inputs), and
-``popart.poplar_application_runtime_error`` what a run raises when the program fails on the
-device (for example a float8 ``log2_scale`` outside the 6-bit signed range).
+``popart.popart_exception`` is what the IR raises when it refuses a program and
+``popart.poplar_application_runtime_error`` what a run raises when the device refuses a
+value: the classes of :mod:`tremula.errors`.
 """
 
 from __future__ import annotations
 
-from tremula.errors import ApplicationRuntimeError as poplar_application_runtime_error
-from tremula.errors import PopartException as popart_exception
+from tremula.alias import install
 
-__all__ = ["popart_exception", "poplar_application_runtime_error"]
+install("popart", "tremula.popart")
+
+from tremula.popart import *  # noqa: E402, F403
+from tremula.popart import __all__, __version__  # noqa: E402, F401

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "tremula"
 LAYERS = [
+    "alias",
     "errors",
     "progress",
     "target",
@@ -83,3 +84,33 @@ def test_every_layer_listed() -> None:
     }
     found.discard("__init__")
     assert found <= set(RANK), f"layers not in LAYERS: {sorted(found - set(RANK))}"
+
+
+#: what tremula.popart may use from below it (DESIGN: PopART sits above PopXL and uses only
+#: its public API; the grouping maths is GCL's; devices are Poplar's)
+POPART_USES = ("tremula.errors", "tremula.poplar", "tremula.libs.gcl", "tremula.popart")
+POPXL_PUBLIC = (
+    "tremula.popxl",
+    "tremula.popxl.dtypes",
+    "tremula.popxl.ops",
+    "tremula.popxl.ops.collectives",
+    "tremula.popxl.ops.var_updates",
+    "tremula.popxl.transforms",
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "popart").rglob("*.py")),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_popart_uses_public_popxl(path: Path) -> None:
+    if "_internal" in path.parts:  # PopXL's IR bindings (popart._internal.ir) reach below
+        return
+    for imported in _imports(path):
+        if imported == "tremula" or not imported.startswith("tremula."):
+            continue
+        if imported.startswith("tremula.popxl"):
+            assert imported in POPXL_PUBLIC, f"{path.name} imports {imported} (not public PopXL)"
+        else:
+            assert imported.startswith(POPART_USES), f"{path.name} imports {imported}"

@@ -64,6 +64,16 @@ class PopartException(TremulaError, RuntimeError):
     it by that name (``import popart``)."""
 
 
+class PopartInternalException(PopartException):
+    """PopART's ``popart.popart_internal_exception``: a check inside PopART's core failed
+    (for example grouped initialiser data without one row per group)."""
+
+
+class PopartRuntimeError(PopartException):
+    """PopART's ``popart.popart_runtime_error``: a session refused a run-time request (for
+    example a weights buffer of the wrong byte size)."""
+
+
 class IRError(GraphError, PopartException):
     """A PopXL graph the IR cannot transform (autodiff of a graph that modifies its inputs,
     or overwrites a value the backward pass needs): a ``GraphError`` that is also

@@ -53,9 +53,28 @@ def _ipus_per_replica(ir: Ir) -> int:
     return 1 + max(used, default=0)
 
 
-def _device(desc: str, ir: Ir) -> poplar.Device:
+def _given_device(device: poplar.Device, ir: Ir) -> poplar.Device:
+    """A device made by the caller (``popart.DeviceInfo``, or a ``poplar.Device``): it must
+    have an IPU for each replica's IPUs."""
+    need = _ipus_per_replica(ir) * ir.replication_factor
+    have = device.target.num_ipus
+    if need > 1 and (device.target.is_cpu or have % need):
+        raise ValueError(
+            f"Session: the device has {have} IPU(s); this Ir needs a multiple of {need} "
+            f"({_ipus_per_replica(ir)} per replica x replication_factor "
+            f"{ir.replication_factor})"
+        )
+    return device
+
+
+def _device(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
+    if isinstance(desc, poplar.Device):
+        return _given_device(desc, ir)
     if not isinstance(desc, str) or desc not in _DEVICES:
-        raise ValueError(f"Session: device_desc must be one of {_DEVICES}, got {desc!r}")
+        raise ValueError(
+            f"Session: device_desc must be one of {_DEVICES} or a device "
+            f"(popart.DeviceInfo), got {desc!r}"
+        )
     if desc == "cpu":
         ipus, R = _ipus_per_replica(ir), ir.replication_factor
         if ipus * R > 1:
@@ -76,22 +95,32 @@ def _device(desc: str, ir: Ir) -> poplar.Device:
 
 
 class Session:
-    """A compiled Ir on a device."""
+    """A compiled Ir on a device.
+
+    Args:
+        ir: the program.
+        device_desc: ``"ipu_model"``, ``"cpu"``, ``"ipu_hw"`` (an IPU Model), or a device
+            (a ``popart.DeviceInfo`` from ``popart.DeviceManager``, or a
+            ``tremula.poplar.Device``) with a multiple of the IPUs the Ir needs.
+        weights_to_host_on_exit: read the weights back when leaving the outermost
+            ``with session:``.
+        progress: (Tremula option) show a progress bar while compiling: None (the default,
+            see ``tremula.progress``) on a terminal when ``tqdm`` is installed, or True /
+            False.
+        engine_options: Poplar engine options (Tremula extension, keyword only; what
+            PopART's ``SessionOptions.engineOptions`` passes): ``autoReport.all``,
+            ``autoReport.directory``, ``debug.allowOutOfMemory``, ...
+    """
 
     def __init__(
         self,
         ir: Ir,
-        device_desc: str = "cpu",
+        device_desc: str | poplar.Device = "cpu",
         weights_to_host_on_exit: bool = True,
         *,
         progress: bool | None = None,
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
-        """Compile ``ir`` for ``device_desc``.
-
-        ``progress`` (a Tremula option): show a progress bar while compiling: None (the
-        default, see ``tremula.progress``) on a terminal when ``tqdm`` is installed, or
-        True / False.
-        """
         from tremula.lowering import Lowerer  # the frontend's one door into lowering
 
         if not isinstance(ir, Ir):
@@ -103,7 +132,8 @@ class Session:
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
             self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
             program = self._lowerer.lower_main()
-            self._engine = poplar.Engine(graph, program, progress=bar)
+            options = dict(engine_options or {})
+            self._engine = poplar.Engine(graph, program, options, progress=bar)
         ir._prepared = True
         self._weights_to_host_on_exit = weights_to_host_on_exit
         self._loaded = False

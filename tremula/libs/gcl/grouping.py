@@ -394,6 +394,11 @@ class CommGroupType(enum.IntEnum):
     ORTHOGONAL = 2  # k replicas R/k apart
     NONE = 3  # every replica alone (size ignored)
     UNGROUPED = 3  # alias of NONE (PopART's Python name)
+    # PopART's and PopXL's Python names (``popart.CommGroupType.Consecutive``)
+    All = 0
+    Consecutive = 1
+    Orthogonal = 2
+    Ungrouped = 3
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,135 @@
+"""Every ONNX op rule against onnxruntime: a model built with ``popart.Builder`` runs in an
+inference session and in onnxruntime, and the outputs agree; PopART's own ops (losses)
+against NumPy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from tremula_tests_popart_helpers import infer, onnxruntime_outputs
+
+import popart
+
+RNG = np.random.default_rng(0)
+
+
+def F(*shape: int, lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, shape).astype(np.float32)
+
+
+def I64(values: Any) -> np.ndarray:
+    return np.asarray(values, np.int64)
+
+
+def _c(b: popart.Builder, value: np.ndarray) -> str:
+    return b.aiOnnx.constant(value)
+
+
+# name -> (inputs, fn(builder, input ids) -> output id, opset)
+CASES: dict[str, tuple[list[np.ndarray], Callable[..., str], int]] = {
+    "add_broadcast": ([F(2, 3), F(3)], lambda b, x: b.aiOnnx.add(x), 10),
+    "sub": ([F(2, 3), F(2, 3)], lambda b, x: b.aiOnnx.sub(x), 10),
+    "mul": ([F(4, 1), F(1, 5)], lambda b, x: b.aiOnnx.mul(x), 10),
+    "div": ([F(2, 3), F(2, 3, lo=1, hi=2)], lambda b, x: b.aiOnnx.div(x), 10),
+    "pow": ([F(2, 3, lo=0.5, hi=2), F(2, 3)], lambda b, x: b.aiOnnx.pow(x), 10),
+    "matmul_batched": ([F(2, 3, 4), F(4, 5)], lambda b, x: b.aiOnnx.matmul(x), 10),
+    "gemm": ([F(3, 4), F(5, 4), F(5)],
+             lambda b, x: b.aiOnnx.gemm(x, 0.5, 2.0, 0, 1), 10),
+    "gemm_transA": ([F(4, 3), F(4, 5), F(3, 5)], lambda b, x: b.aiOnnx.gemm(x, 1.0, 1.0, 1, 0), 10),
+    "unary_chain": ([F(2, 5)], lambda b, x: b.aiOnnx.tanh([b.aiOnnx.sigmoid([b.aiOnnx.exp(
+        [b.aiOnnx.neg([b.aiOnnx.abs(x)])])])]), 10),
+    "log_sqrt": ([F(6, lo=0.1, hi=3)], lambda b, x: b.aiOnnx.log([b.aiOnnx.sqrt(x)]), 10),
+    "relu_leaky": ([F(3, 4)], lambda b, x: b.aiOnnx.add([b.aiOnnx.relu(x),
+                                                           b.aiOnnx.leakyrelu(x, 0.2)]), 10),
+    "elu_selu": ([F(3, 4)], lambda b, x: b.aiOnnx.add([b.aiOnnx.elu(x, 0.7),
+                                                         b.aiOnnx.selu(x)]), 10),
+    "softmax_coerced": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.softmax(x, 1), 10),
+    "softmax_13": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.softmax(x, 1), 11),
+    "logsoftmax": ([F(3, 7)], lambda b, x: b.aiOnnx.logsoftmax(x, 1), 10),
+    "reshape": ([F(2, 3, 4)], lambda b, x: b.reshape_const(b.aiOnnx, x, [4, -1]), 10),
+    "transpose": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.transpose(x, [2, 0, 1]), 10),
+    "flatten": ([F(2, 3, 4, 5)], lambda b, x: b.aiOnnx.flatten(x, 2), 10),
+    "concat": ([F(2, 3), F(2, 2)], lambda b, x: b.aiOnnx.concat(x, -1), 10),
+    "slice": ([F(5, 6)], lambda b, x: b.aiOnnx.slice(
+        [x[0], _c(b, I64([1, 0])), _c(b, I64([4, 6])), _c(b, I64([0, 1])), _c(b, I64([2, 3]))]
+    ), 10),
+    "gather": ([F(4, 5)], lambda b, x: b.aiOnnx.gather([x[0], _c(b, I64([3, 0, 3]))], 1), 10),
+    "reducesum": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.reducesum(x, [0, 2], 0), 10),
+    "reducemean": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.reducemean(x, [-1], 1), 10),
+    "reducemax_all": ([F(2, 3, 4)], lambda b, x: b.aiOnnx.reducemax(x, keepdims=0), 10),
+    "squeeze_unsqueeze": ([F(2, 1, 3)], lambda b, x: b.aiOnnx.unsqueeze(
+        [b.aiOnnx.squeeze(x, [1])], [0, 3]), 10),
+    "split": ([F(6, 2)], lambda b, x: b.aiOnnx.concat(
+        b.aiOnnx.split(x, 3, 0, [1, 2, 3])[::-1], 0), 10),
+    "clip_10": ([F(3, 4)], lambda b, x: b.aiOnnx.clip(x, 0.5, -0.25), 10),
+    "pad": ([F(2, 3)], lambda b, x: b.aiOnnx.pad(x, [0, 1, 2, 1], "constant", 0.5), 10),
+    "cast": ([F(2, 3, lo=-5, hi=5)], lambda b, x: b.aiOnnx.cast([b.aiOnnx.cast(x, "INT32")],
+                                                               "FLOAT"), 10),
+    "identity_dropout": ([F(3, 3)], lambda b, x: b.aiOnnx.dropout(
+        [b.aiOnnx.identity(x)], 1, 0.4)[0], 10),
+    "variadic": ([F(2, 3), F(3), F(2, 3)], lambda b, x: b.aiOnnx.add(
+        [b.aiOnnx.max(x), b.aiOnnx.add([b.aiOnnx.min(x), b.aiOnnx.mean(x)])]), 10),
+    "where_greater": ([F(2, 3), F(2, 3)], lambda b, x: b.aiOnnx.where(
+        [b.aiOnnx.greater(x), x[0], x[1]]), 10),
+    "conv_group_strided": ([F(1, 4, 7, 7), F(6, 2, 3, 3), F(6)],
+                           lambda b, x: b.aiOnnx.conv(x, [1, 1], 2, [3, 3], [1, 0, 1, 2],
+                                                      [2, 1]), 10),
+    "maxpool": ([F(2, 3, 6, 6)], lambda b, x: b.aiOnnx.maxpool(x, 1, [3, 3], 0, [],
+                                                               [1, 1, 1, 1], 0, [2, 2])[0], 10),
+    "averagepool": ([F(2, 3, 6, 6)], lambda b, x: b.aiOnnx.averagepool(x, [2, 2], 0, 0,
+                                                                       [], [2, 2]), 10),
+    "globalaveragepool": ([F(2, 3, 4, 5)], lambda b, x: b.aiOnnx.globalaveragepool(x), 10),
+    "batchnorm_inference": ([F(2, 3, 4, 4), F(3), F(3), F(3), F(3, lo=0.5, hi=1.5)],
+                            lambda b, x: b.aiOnnx.batchnormalization(x, 1, 1e-3)[0], 10),
+    "lstm": ([F(4, 2, 3), F(1, 20, 3), F(1, 20, 5), F(1, 40)],
+             lambda b, x: b.aiOnnx.lstm(x, 3, hidden_size=5)[0], 10),
+    "lstm_reverse_state": ([F(3, 2, 3), F(1, 16, 3), F(1, 16, 4)],
+                           lambda b, x: b.aiOnnx.lstm(x, 3, direction="reverse",
+                                                      hidden_size=4)[2], 10),
+    "gru_bidirectional": ([F(4, 2, 3), F(2, 15, 3), F(2, 15, 5), F(2, 30)],
+                          lambda b, x: b.aiOnnx.gru(x, 2, direction="bidirectional",
+                                                    hidden_size=5)[0], 10),
+    "gru_linear_before_reset": ([F(3, 2, 3), F(1, 12, 3), F(1, 12, 4), F(1, 24)],
+                                lambda b, x: b.aiOnnx.gru(x, 2, hidden_size=4,
+                                                          linear_before_reset=1)[1], 10),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_onnxruntime(name: str) -> None:
+    inputs, fn, opset = CASES[name]
+    b = popart.Builder(opsets={"ai.onnx": opset, "ai.graphcore": 1})
+    ids = [b.addInputTensor(popart.TensorInfo(v), f"in{i}") for i, v in enumerate(inputs)]
+    out = fn(b, ids)
+    proto = b.getModelProto()
+    feeds = dict(zip(ids, inputs))
+    (ref,) = onnxruntime_outputs(proto, feeds, [out])
+    got = infer(proto, feeds, [out])[out]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("reduction", "reduce"),
+    [(popart.ReductionType.Sum, np.sum), (popart.ReductionType.Mean, np.mean),
+     (popart.ReductionType.NoReduction, lambda v: v)],
+)  # fmt: skip
+def test_graphcore_losses(reduction: Any, reduce: Callable[..., Any]) -> None:
+    x = F(4, 5)
+    probs = np.exp(x) / np.exp(x).sum(1, keepdims=True)
+    labels = np.array([0, 4, 2, 1], np.int32)
+    b = popart.Builder()
+    xi = b.addInputTensor(popart.TensorInfo(x), "x")
+    pi = b.addInputTensor(popart.TensorInfo(probs.astype(np.float32)), "p")
+    li = b.addInputTensor(popart.TensorInfo(labels), "l")
+    l1 = b.aiGraphcore.l1loss([xi], 0.25, reduction)
+    nll = b.aiGraphcore.nllloss([pi, li], reduction)
+    ident = b.aiGraphcore.identityloss([xi], reduction)
+    feeds = {xi: x, pi: probs.astype(np.float32), li: labels}
+    out = infer(b.getModelProto(), feeds, [l1, nll, ident])
+    np.testing.assert_allclose(out[l1], 0.25 * reduce(np.abs(x)), rtol=1e-5)
+    np.testing.assert_allclose(out[nll], reduce(-np.log(probs[np.arange(4), labels])), rtol=1e-5)
+    np.testing.assert_allclose(out[ident], reduce(x), rtol=1e-5)

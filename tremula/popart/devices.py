@@ -1,0 +1,213 @@
+"""PopART's ``DeviceManager`` and ``DeviceInfo``: devices are IPU Models (there is no
+hardware; an "available device" is an IPU Model of the asked size) or the CPU target.
+
+A ``DeviceInfo`` *is* a :class:`tremula.poplar.Device`, so PopXL's ``Session`` accepts it as
+its device, as PopXL accepts a ``popart.DeviceInfo``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tremula import poplar
+from tremula.errors import PopartException
+from tremula.popart.enums import DeviceConnectionType, DeviceType, SyncPattern
+from tremula.popart.log import LOG
+
+__all__ = ["DeviceInfo", "DeviceManager"]
+
+_LOG = LOG.getChild("devicex")
+_MK2_TILES = 1472
+#: PopART's ipuVersion option values -> Tremula target presets
+_VERSIONS = {"ipu1": "ipu1", "ipu2": "ipu2", "ipu21": "bow", "bow": "bow"}
+_MODEL_OPTIONS = {"numIPUs", "tilesPerIPU", "compileIPUCode", "ipuVersion", "syncPattern"}
+
+
+class DeviceInfo(poplar.Device):
+    """A device PopART sessions (and PopXL's ``Session``) run on."""
+
+    def __init__(
+        self,
+        target: Any,
+        device_type: Any,
+        device_id: int,
+        connection: Any = DeviceConnectionType.Always,
+    ) -> None:
+        super().__init__(target)
+        self._type = DeviceType(device_type)
+        self._id = int(device_id)
+        self._connection = DeviceConnectionType(connection)
+        self.attached = connection != DeviceConnectionType.Never
+
+    @property
+    def type(self) -> Any:
+        return self._type
+
+    @property
+    def connectionType(self) -> Any:
+        return self._connection
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def numIpus(self) -> int:
+        return self.target.num_ipus
+
+    @property
+    def tilesPerIPU(self) -> int:
+        return self.target.tiles_per_ipu
+
+    @property
+    def numWorkerContexts(self) -> int:
+        return 6
+
+    @property
+    def version(self) -> str:
+        return self.target.ipu_version
+
+    @property
+    def driverIds(self) -> list[int]:
+        return list(range(self.numIpus))
+
+    @property
+    def isAttached(self) -> bool:
+        return self.attached
+
+    def attach(self) -> bool:
+        if self._connection == DeviceConnectionType.Never:
+            raise PopartException(
+                f"DeviceInfo {self._id}: an offline device (connection type Never) cannot attach"
+            )
+        return super().attach()
+
+    def tryAttachUntilTimeout(self) -> bool:
+        return self.attach()
+
+    def __enter__(self) -> DeviceInfo:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    def __repr__(self) -> str:
+        return (
+            f"Device Type:{self._type.name} Connection Type:{self._connection.name} "
+            f"Id:{self._id} Version:{self.version} NumIPUs:{self.numIpus} "
+            f"NumTilesPerIPU:{self.tilesPerIPU}"
+        )
+
+
+def _int_option(opts: dict[str, Any], key: str, default: int) -> int:
+    value = opts.get(key, default)
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise PopartException(
+            f"createIpuModelDevice: option {key!r} must be an integer, got {value!r}"
+        ) from None
+    if n < 1:
+        raise PopartException(f"createIpuModelDevice: option {key!r} must be >= 1, got {n}")
+    return n
+
+
+def _connection(value: Any) -> Any:
+    """A DeviceConnectionType from the enum or its name."""
+    try:
+        return (
+            DeviceConnectionType[value] if isinstance(value, str) else DeviceConnectionType(value)
+        )
+    except (KeyError, ValueError):
+        raise PopartException(
+            f"DeviceManager: {value!r} is not a popart.DeviceConnectionType"
+        ) from None
+
+
+class DeviceManager:
+    """PopART's device manager (a singleton): IPU Models of any size and the CPU device."""
+
+    _instance: DeviceManager | None = None
+
+    def __new__(cls) -> DeviceManager:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+            cls._instance._next_id = 0
+        return cls._instance
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def createCpuDevice(self) -> DeviceInfo:
+        """Poplar's CPU device: one tile, no replication, no cycle fidelity."""
+        return DeviceInfo(poplar.Device.create_cpu_device().target, DeviceType.Cpu, self._new_id())
+
+    def _model(self, opts: dict[str, Any] | None, kind: Any, what: str, conn: Any) -> DeviceInfo:
+        opts = dict(opts or {})
+        unknown = sorted(set(opts) - _MODEL_OPTIONS)
+        if unknown:
+            raise PopartException(
+                f"{what}: unknown options {unknown}; known: {sorted(_MODEL_OPTIONS)}"
+            )
+        version = str(opts.get("ipuVersion", "ipu2")).lower()
+        if version not in _VERSIONS:
+            raise PopartException(
+                f"{what}: ipuVersion {version!r} unknown; known: {sorted(_VERSIONS)}"
+            )
+        ipus = _int_option(opts, "numIPUs", 1)
+        tiles = _int_option(opts, "tilesPerIPU", _MK2_TILES if version != "ipu1" else 1216)
+        model = poplar.IPUModel(_VERSIONS[version], num_ipus=ipus, tiles_per_ipu=tiles)
+        _LOG.debug("%s: %d IPUs x %d tiles (%s)", what, ipus, tiles, version)
+        return DeviceInfo(model.create_target(), kind, self._new_id(), conn)
+
+    def createIpuModelDevice(self, opts: dict[str, Any] | None = None) -> DeviceInfo:
+        """An IPU Model; options ``numIPUs``, ``tilesPerIPU``, ``ipuVersion`` (``ipu1``,
+        ``ipu2``, ``ipu21``), ``compileIPUCode`` (values may be strings, as in PopART)."""
+        return self._model(
+            opts, DeviceType.IpuModel, "createIpuModelDevice", DeviceConnectionType.Always
+        )
+
+    def createSimDevice(self, opts: dict[str, Any] | None = None) -> DeviceInfo:
+        """A simulator device: an IPU Model here."""
+        return self._model(opts, DeviceType.Sim, "createSimDevice", DeviceConnectionType.Always)
+
+    def createOfflineIPUDevice(self, opts: dict[str, Any] | None = None) -> DeviceInfo:
+        """An offline device (compile only, cannot attach): an IPU Model here."""
+        return self._model(
+            opts, DeviceType.OfflineIpu, "createOfflineIPUDevice", DeviceConnectionType.Never
+        )
+
+    def acquireAvailableDevice(
+        self,
+        numIpus: int = 1,
+        tilesPerIpu: int = 0,
+        pattern: Any = SyncPattern.Full,
+        connectionType: Any = DeviceConnectionType.Always,
+        selectionCriterion: Any = None,
+    ) -> DeviceInfo:
+        """An IPU Model of ``numIpus`` IPUs (``tilesPerIpu`` 0: a whole Mk2 IPU)."""
+        opts = {"numIPUs": numIpus, "tilesPerIPU": tilesPerIpu or _MK2_TILES}
+        return self._model(
+            opts, DeviceType.Ipu, "acquireAvailableDevice", _connection(connectionType)
+        )
+
+    tryAcquireAvailableDevice = acquireAvailableDevice
+
+    def acquireDeviceById(
+        self,
+        id: int,
+        pattern: Any = SyncPattern.Full,
+        connectionType: Any = DeviceConnectionType.Always,
+    ) -> DeviceInfo:
+        """Device ``id`` (IPU Model devices are made on demand: a one-IPU Mk2 model)."""
+        return self._model({}, DeviceType.Ipu, "acquireDeviceById", _connection(connectionType))
+
+    tryAcquireDeviceById = acquireDeviceById
+
+    def enumerateDevices(self, *args: Any, **kwargs: Any) -> list[DeviceInfo]:
+        """The devices present: none (there is no hardware; use IPU Models)."""
+        return []
+
+    def setOnDemandAttachTimeout(self, seconds: int) -> None:
+        """Accepted for compatibility (attaching never waits)."""

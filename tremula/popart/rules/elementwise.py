@@ -1,0 +1,140 @@
+"""Element-wise ONNX ops: unary and binary (NumPy broadcasting), variadic, comparisons and
+activations. Each entry gives the PopXL function and, where values may be host constants
+(shape arithmetic), the NumPy function that folds them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import reduce
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl import ops
+
+
+def _fold_or(device: Callable[..., Any], host: Callable[..., Any] | None) -> Callable[[Any], list]:
+    """A rule applying ``device`` to the inputs, or ``host`` when every input is a host
+    value (result cast back to the first input's type)."""
+
+    def rule(node: Any) -> list[Any]:
+        n = node.n_inputs
+        if host is not None and all(node.is_const(i) for i in range(n)):
+            values = [node.const(i) for i in range(n)]
+            return [np.asarray(host(*values)).astype(_fold_type(host, values), copy=False)]
+        return [device(*node.tensors())]
+
+    return rule
+
+
+def _fold_type(host: Callable[..., Any], values: list[np.ndarray]) -> np.dtype:
+    if host in (
+        np.equal,
+        np.greater,
+        np.less,
+        np.logical_and,
+        np.logical_or,
+        np.logical_xor,
+        np.logical_not,
+        np.greater_equal,
+        np.less_equal,
+    ):
+        return np.dtype(np.bool_)
+    return np.asarray(values[0]).dtype
+
+
+def _variadic(device2: Callable[..., Any], host: Callable[..., Any]) -> Callable[[Any], list]:
+    return _fold_or(lambda *ts: reduce(device2, ts), lambda *vs: reduce(host, vs))
+
+
+def _mean(node: Any) -> list[Any]:
+    ts = node.tensors()
+    return [ops.div(reduce(ops.add, ts), float(len(ts)))] if len(ts) > 1 else [ts[0]]
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.trunc(a / b).astype(a.dtype) if a.dtype.kind in "iu" else a / b
+
+
+def _leaky(alpha: float, x: Any) -> Any:
+    return ops.sub(ops.relu(x), ops.mul(ops.relu(ops.negate(x)), alpha))
+
+
+def _with_attrs(fn: Callable[..., Any]) -> Callable[[Any], list]:
+    return lambda node: [fn(node, node.tensor(0))]
+
+
+def _elu(node: Any, x: Any) -> Any:
+    alpha = float(node.attr("alpha", 1.0))
+    negative = ops.negate(ops.relu(ops.negate(x)))  # min(x, 0)
+    return ops.add(ops.relu(x), ops.mul(ops.sub(ops.exp(negative), 1.0), alpha))
+
+
+def _selu(node: Any, x: Any) -> Any:
+    gamma = float(node.attr("gamma", 1.0507009873554805))
+    alpha = float(node.attr("alpha", 1.6732632423543772))
+    negative = ops.negate(ops.relu(ops.negate(x)))
+    return ops.mul(ops.add(ops.relu(x), ops.mul(ops.sub(ops.exp(negative), 1.0), alpha)), gamma)
+
+
+def _hard_sigmoid(node: Any, x: Any) -> Any:
+    alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
+    return ops.clip(ops.add(ops.mul(x, alpha), beta), 0.0, 1.0)
+
+
+def _softplus(x: Any) -> Any:  # log(1 + exp(x)) computed as relu(x) + log(1 + exp(-|x|))
+    return ops.add(ops.relu(x), ops.log(ops.add(ops.exp(ops.negate(ops.abs(x))), 1.0)))
+
+
+ELEMENTWISE: dict[str, Callable[[Any], list]] = {
+    **{
+        name: _fold_or(dev, host)
+        for name, (dev, host) in {
+            "Abs": (ops.abs, np.abs),
+            "Neg": (ops.negate, np.negative),
+            "Exp": (ops.exp, np.exp),
+            "Log": (ops.log, np.log),
+            "Sqrt": (ops.sqrt, np.sqrt),
+            "Relu": (ops.relu, None),
+            "Sigmoid": (ops.sigmoid, None),
+            "Tanh": (ops.tanh, None),
+            "Sin": (ops.sin, np.sin),
+            "Cos": (ops.cos, np.cos),
+            "Floor": (ops.floor, np.floor),
+            "Ceil": (ops.ceil, np.ceil),
+            "Sign": (ops.sign, np.sign),
+            "Not": (ops.logical_not, np.logical_not),
+            "Reciprocal": (lambda x: ops.div(1.0, x), np.reciprocal),
+            "Softsign": (lambda x: ops.div(x, ops.add(ops.abs(x), 1.0)), None),
+            "Softplus": (_softplus, None),
+            "IsNaN": (ops.isnan, np.isnan),
+            "IsInf": (ops.isinf, np.isinf),
+            "Add": (ops.add, np.add),
+            "Sub": (ops.sub, np.subtract),
+            "Mul": (ops.mul, np.multiply),
+            "Div": (ops.div, _int_div),
+            "Pow": (ops.pow, np.power),
+            "MatMul": (ops.matmul, None),
+            "Equal": (ops.equal, np.equal),
+            "Greater": (ops.greater, np.greater),
+            "Less": (ops.less, np.less),
+            "And": (ops.logical_and, np.logical_and),
+            "Or": (ops.logical_or, np.logical_or),
+            "Mod": (ops.fmod, np.fmod),
+            "PRelu": (
+                lambda x, slope: ops.sub(ops.relu(x), ops.mul(ops.relu(ops.negate(x)), slope)),
+                None,
+            ),
+            "Where": (ops.where, np.where),
+        }.items()
+    },
+    "Identity": lambda node: [node.value(0)],
+    "Max": _variadic(ops.maximum2, np.maximum),
+    "Min": _variadic(ops.minimum2, np.minimum),
+    "Sum": _variadic(ops.add, np.add),
+    "Mean": _mean,
+    "LeakyRelu": lambda node: [_leaky(float(node.attr("alpha", 0.01)), node.tensor(0))],
+    "Elu": _with_attrs(_elu),
+    "Selu": _with_attrs(_selu),
+    "HardSigmoid": _with_attrs(_hard_sigmoid),
+}

@@ -1,0 +1,230 @@
+"""Neural-network ONNX ops: Gemm, softmax family, convolution and pooling, normalisations,
+dropout. ``node.training`` selects batch statistics (batch norm, whose running statistics
+are then replaced after the step, as PopART's training batch norm does) and random dropout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tremula.popxl import ops
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _gemm(node: Any) -> list[Any]:
+    a, b = node.tensor(0), node.tensor(1)
+    if int(node.attr("transA", 0)):
+        a = ops.transpose(a)
+    if int(node.attr("transB", 0)):
+        b = ops.transpose(b)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    y = ops.matmul(a, b)
+    if alpha != 1.0:
+        y = ops.mul(y, alpha)
+    if node.has(2) and beta != 0.0:
+        c = node.tensor(2)
+        y = ops.add(y, c if beta == 1.0 else ops.mul(c, beta))
+    return [y]
+
+
+def _coerced(node: Any, fn: Callable[[Any, int], Any]) -> list[Any]:
+    """Softmax-like ops: along one axis from opset 13; before, over the input coerced to 2D
+    at ``axis`` (every dim from ``axis`` on is one row)."""
+    x = node.tensor(0)
+    rank = len(x.shape)
+    if node.version >= 13:
+        return [fn(x, _axis(int(node.attr("axis", -1)), rank))]
+    axis = _axis(int(node.attr("axis", 1)), rank)
+    if axis == rank - 1:
+        return [fn(x, axis)]
+    flat = ops.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+    return [ops.reshape(fn(flat, 1), x.shape)]
+
+
+def _log_softmax(x: Any, axis: int) -> Any:
+    return ops.sub(x, ops.logsumexp(x, axis, keepdims=True))
+
+
+def _window(node: Any, rank: int) -> dict[str, Any]:
+    """Kernel, strides, pads, dilations and auto_pad of a conv or pooling node."""
+    n = rank - 2
+    auto = node.attr("auto_pad", "NOTSET")
+    return {
+        "stride": node.attr("strides") or [1] * n,
+        "padding": node.attr("pads") or [0] * (2 * n),
+        "dilation": node.attr("dilations") or [1] * n,
+        "pad_type": {
+            "NOTSET": "not_set",
+            "SAME_UPPER": "same_upper",
+            "SAME_LOWER": "same_lower",
+            "VALID": "valid",
+        }[auto],
+    }
+
+
+def _channel_bias(y: Any, bias: Any) -> Any:
+    return ops.add(y, ops.reshape(bias, (1, bias.shape[0]) + (1,) * (len(y.shape) - 2)))
+
+
+def _conv(node: Any) -> list[Any]:
+    x, w = node.tensor(0), node.tensor(1)
+    win = _window(node, len(x.shape))
+    y = ops.conv(
+        x,
+        w,
+        win["stride"],
+        win["padding"],
+        win["dilation"],
+        int(node.attr("group", 1)),
+        win["pad_type"],
+    )
+    return [_channel_bias(y, node.tensor(2)) if node.has(2) else y]
+
+
+def _conv_transpose(node: Any) -> list[Any]:
+    x, w = node.tensor(0), node.tensor(1)
+    win = _window(node, len(x.shape))
+    y = ops.conv_transpose(
+        x,
+        w,
+        win["stride"],
+        win["padding"],
+        win["dilation"],
+        int(node.attr("group", 1)),
+        win["pad_type"],
+        node.attr("output_padding") or (),
+        node.attr("output_shape") or (),
+    )
+    return [_channel_bias(y, node.tensor(2)) if node.has(2) else y]
+
+
+def _pool(kind: str) -> Callable[[Any], list]:
+    def rule(node: Any) -> list[Any]:
+        if node.n_outputs > 1 and node.proto.output[1]:
+            raise node.error("MaxPool's indices output is not supported")
+        x = node.tensor(0)
+        win = _window(node, len(x.shape))
+        kernel = node.attr("kernel_shape")
+        ceil = bool(node.attr("ceil_mode", 0))
+        if kind == "max":
+            return [
+                ops.max_pool(
+                    x,
+                    kernel,
+                    win["stride"],
+                    win["padding"],
+                    None,
+                    win["dilation"],
+                    None,
+                    win["pad_type"],
+                    ceil,
+                )
+            ]
+        if int(node.attr("count_include_pad", 0)) and any(win["padding"]):
+            raise node.error("count_include_pad=1 with padding is not supported")
+        return [
+            ops.average_pool(
+                x, kernel, win["stride"], win["padding"], None, None, None, win["pad_type"], ceil
+            )
+        ]
+
+    return rule
+
+
+def _global(fn: Callable[..., Any]) -> Callable[[Any], list]:
+    def rule(node: Any) -> list[Any]:
+        x = node.tensor(0)
+        return [fn(x, list(range(2, len(x.shape))), True)]
+
+    return rule
+
+
+def _batch_norm(node: Any) -> list[Any]:
+    x, scale, bias = node.tensor(0), node.tensor(1), node.tensor(2)
+    eps, momentum = float(node.attr("epsilon", 1e-5)), float(node.attr("momentum", 0.9))
+    training = node.training and int(node.attr("training_mode", 1))
+    if not training:
+        return [ops.batch_norm_inference(x, scale, bias, node.tensor(3), node.tensor(4), eps)]
+    axes = [0, *range(2, len(x.shape))]
+    per_channel = (1, x.shape[1]) + (1,) * (len(x.shape) - 2)
+    mean = ops.mean(x, axes, keepdims=True)
+    centred = ops.sub(x, mean)
+    var = ops.mean(ops.mul(centred, centred), axes, keepdims=True)
+    inv_std = ops.div(1.0, ops.sqrt(ops.add(var, eps)))
+    y = ops.add(
+        ops.mul(ops.mul(centred, inv_std), ops.reshape(scale, per_channel)),
+        ops.reshape(bias, per_channel),
+    )
+    batch_mean = ops.detach(ops.reshape(mean, (x.shape[1],)))
+    batch_var = ops.detach(ops.reshape(var, (x.shape[1],)))  # ONNX: the population variance
+    run_mean = ops.add(ops.mul(node.tensor(3), momentum), ops.mul(batch_mean, 1.0 - momentum))
+    run_var = ops.add(ops.mul(node.tensor(4), momentum), ops.mul(batch_var, 1.0 - momentum))
+    for i, new in ((3, run_mean), (4, run_var)):
+        if node.cx.graph.initializers.get(node.proto.input[i]) is not None:
+            node.update(i, new)
+    return [y, run_mean, run_var, batch_mean, batch_var][: node.n_outputs]
+
+
+def _instance_norm(node: Any) -> list[Any]:
+    x = node.tensor(0)
+    eps = float(node.attr("epsilon", 1e-5))
+    return [ops.group_norm(x, node.tensor(1), node.tensor(2), x.shape[1], eps)]
+
+
+def _layer_norm(node: Any) -> list[Any]:
+    x = node.tensor(0)
+    if _axis(int(node.attr("axis", -1)), len(x.shape)) != len(x.shape) - 1:
+        raise node.error("LayerNormalization over more than the last axis is not supported")
+    eps = float(node.attr("epsilon", 1e-5))
+    bias = (
+        node.tensor(2)
+        if node.has(2)
+        else node.cx.constant(
+            f"{node.proto.output[0]}/bias", np.zeros(x.shape[-1], x.dtype.as_numpy())
+        )
+    )
+    return [ops.layer_norm(x, node.tensor(1), bias, eps)]
+
+
+def _dropout(node: Any) -> list[Any]:
+    x = node.tensor(0)
+    ratio = (
+        float(node.attr("ratio", 0.5))
+        if node.version < 12 or not node.has(1)
+        else float(node.const(1))
+    )
+    train = node.training and not (node.has(2) and not bool(node.const(2)))
+    if node.n_outputs > 1 and node.proto.output[1]:
+        raise node.error("Dropout's mask output is not supported")
+    if not train or ratio == 0.0:
+        return [x]
+    return [ops.dropout(x, node.seed(), ratio)]
+
+
+def _gelu(node: Any) -> list[Any]:
+    x = node.tensor(0)
+    return [ops.gelu(x) if node.attr("approximate", "none") == "tanh" else ops.geluerf(x)]
+
+
+NN: dict[str, Callable[[Any], list]] = {
+    "Gemm": _gemm,
+    "Softmax": lambda node: _coerced(node, lambda x, a: ops.softmax(x, a)),
+    "LogSoftmax": lambda node: _coerced(node, _log_softmax),
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "MaxPool": _pool("max"),
+    "AveragePool": _pool("average"),
+    "GlobalAveragePool": _global(ops.mean),
+    "GlobalMaxPool": _global(ops.max),
+    "BatchNormalization": _batch_norm,
+    "InstanceNormalization": _instance_norm,
+    "LayerNormalization": _layer_norm,
+    "Dropout": _dropout,
+    "Gelu": _gelu,
+}

@@ -1,0 +1,423 @@
+"""PopART's ``InferenceSession`` and ``TrainingSession`` (``spec/popart.md`` 1.8): the ONNX
+model becomes a PopXL program in the constructor (grouped shapes are checked there),
+``prepareDevice`` compiles it for the device (a ``popxl.Session``), ``run`` streams a
+``PyStepIO`` through it, and the weight calls move weights between the session's host data,
+the device and the user's buffers as PopART does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tremula import popxl
+from tremula.errors import PopartException
+from tremula.popart import checkpoint, onnxutil
+from tremula.popart.convert import OnnxGraph
+from tremula.popart.dataflow import DataFlow, PyStepIO, PyWeightsIO, anchor_lead, reduce_anchor
+from tremula.popart.devices import DeviceInfo
+from tremula.popart.enums import ReductionType
+from tremula.popart.log import LOG
+from tremula.popart.optimizers import Optimizer
+from tremula.popart.options import SessionOptions
+from tremula.popart.program import Config, Program
+from tremula.popart.types import BY_NUMPY, TensorInfo
+from tremula.popart.weights import read_into, write_from
+
+__all__ = ["InferenceSession", "InputShapeInfo", "Patterns", "TrainingSession"]
+
+_LOG = LOG.getChild("session")
+
+
+class InputShapeInfo:
+    """Shapes of inputs whose ONNX shapes have unknown dimensions."""
+
+    def __init__(self) -> None:
+        self._infos: dict[str, TensorInfo] = {}
+
+    def add(self, id: str, info: TensorInfo) -> None:
+        self._infos[id] = info
+
+    def get(self, id: str) -> TensorInfo:
+        return self._infos[id]
+
+    def has(self, id: str) -> bool:
+        return id in self._infos
+
+
+class Patterns:
+    """PopART's graph patterns (accepted: they change the schedule, not the numbers)."""
+
+    def __init__(self, level: Any = None) -> None:
+        self.level = level
+        self._set: dict[str, bool] = {}
+
+    def enablePattern(self, name: str, value: bool) -> Patterns:
+        self._set[name] = bool(value)
+        return self
+
+    def isPatternEnabled(self, name: str) -> bool:
+        return self._set.get(name, True)
+
+    enableRuntimeAsserts = enablePattern
+    InPlace = property(lambda self: self._set.get("InPlace", True))
+
+
+class _Session:
+    """What inference and training sessions share."""
+
+    _training = False
+
+    def __init__(
+        self,
+        fnModel: Any,
+        dataFlow: DataFlow,
+        deviceInfo: DeviceInfo,
+        loss: str | None,
+        optimizer: Optimizer | None,
+        inputShapeInfo: InputShapeInfo | None,
+        userOptions: SessionOptions | None,
+        name: str,
+    ) -> None:
+        opts = userOptions if userOptions is not None else SessionOptions()
+        if not isinstance(dataFlow, DataFlow):
+            raise TypeError(f"{name}: dataFlow must be a popart.DataFlow")
+        if not isinstance(deviceInfo, DeviceInfo):
+            raise TypeError(f"{name}: deviceInfo must be a popart.DeviceInfo (DeviceManager)")
+        model = onnxutil.load_model(fnModel, name)
+        self.name, self._options, self._device = name, opts, deviceInfo
+        self._model = model
+        self.dataFlow = dataFlow
+        self.replicationFactor = opts.getGlobalReplicationFactor()
+        self.accumulationFactor = opts.getAccumulationFactor() if self._training else 1
+        self._check_options(opts)
+        shapes = {
+            k: tuple(v.shape()) for k, v in (inputShapeInfo or InputShapeInfo())._infos.items()
+        }
+        cfg = Config(
+            training=self._training,
+            replicas=self.replicationFactor,
+            accumulation=self.accumulationFactor,
+            batches=dataFlow.batchesPerStep(),
+            dataflow=dataFlow,
+            loss=loss,
+            optimizer=optimizer,
+            constant_weights=bool(opts.constantWeights) and not self._training,
+            mean_reduction=opts.accumulationAndReplicationReductionType == ReductionType.Mean,
+            input_shapes=shapes,
+        )
+        self._program = Program(OnnxGraph.parse(model), cfg)
+        self._optimizer = optimizer
+        self._popxl: popxl.Session | None = None
+        self._weights_written = False
+        ignored = opts.ignored_changes()
+        if ignored:
+            _LOG.debug("%s: options accepted without effect: %s", name, ignored)
+
+    def _check_options(self, opts: SessionOptions) -> None:
+        if not opts.enableReplicatedGraphs and int(opts.replicatedGraphCount) > 1:
+            raise PopartException(
+                "enableReplicatedGraphs is false, but replicatedGraphCount > 1. Either enable "
+                "replication, or set the replicated graph count to 1"
+            )
+        if opts.enableDistributedReplicatedGraphs and (
+            int(opts.globalReplicationFactor) != int(opts.replicatedGraphCount)
+        ):
+            raise PopartException(
+                f"{self.name}: a distributed session (globalReplicationFactor "
+                f"{opts.globalReplicationFactor} over instances of {opts.replicatedGraphCount} "
+                f"replicas) runs one instance per process: launch it with poprun"
+            )
+
+    # ---- device ----
+    def prepareDevice(self, loadEngine: bool = True) -> None:
+        """Compile the program for the device (and load it unless ``loadEngine=False``)."""
+        if self._popxl is None:
+            self._popxl = popxl.Session(
+                self._program.ir,
+                self._device,
+                weights_to_host_on_exit=False,
+                engine_options=dict(self._options.engineOptions),
+            )
+        if loadEngine:
+            self.loadEngineAndConnectStreams()
+
+    def loadEngineAndConnectStreams(self) -> None:
+        session = self._prepared("loadEngineAndConnectStreams")
+        if not session.is_attached:
+            session.__enter__()
+
+    def _prepared(self, what: str) -> popxl.Session:
+        if self._popxl is None:
+            raise PopartException(f"{what}: call prepareDevice first")
+        return self._popxl
+
+    @property
+    def engine(self) -> Any:
+        """The Poplar engine (profiles: ``get_graph_profile``, ``print_profile_summary``)."""
+        return self._prepared("engine").engine
+
+    def getSummaryReport(self, resetProfile: bool = True) -> str:
+        """The profile summary of the runs so far (Tremula's text summary)."""
+        engine = self.engine
+        text = engine.profile_summary()
+        if resetProfile:
+            engine.reset_execution_profile()
+        return text
+
+    # ---- weights ----
+    def _variable_weights(self) -> list[Any]:
+        """Weights held in variables, and the optimizer state."""
+        p = self._program
+        return [w for w in p.weights.values() if w.variable is not None] + list(p.states.values())
+
+    def weightsFromHost(self) -> None:
+        """Write the session's host weights to the device."""
+        session = self._prepared("weightsFromHost")
+        self.loadEngineAndConnectStreams()
+        data = {
+            w.variable: w.host.astype(w.variable.dtype.as_numpy(), copy=False)
+            for w in self._variable_weights()
+        }
+        if data:
+            session.write_variables_data(data)
+        self._weights_written = True
+
+    def weightsToHost(self) -> None:
+        """Read the weights from the device into the session's buffers (what
+        ``readWeights`` copies out)."""
+        session = self._prepared("weightsToHost")
+        weights = self._variable_weights()
+        values = session.get_tensors_data([w.variable for w in weights])
+        for w in weights:
+            v = np.asarray(values[w.variable]).astype(w.dtype, copy=False)
+            groups = v.reshape(w.groups, *w.replica_shape)
+            w.from_device = groups[w.grouping(self._program.ir).assignment]
+
+    def readWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Copy the weights last read by ``weightsToHost`` into the buffers of
+        ``weightsIo`` (ids it lacks are skipped; constants are not weights)."""
+        R = self.replicationFactor
+        for w in self._variable_weights():
+            if w.id in weightsIo.weights:
+                read_into(w, R, weightsIo.weights[w.id])
+
+    def writeWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Set the session's host weights from ``weightsIo`` (``weightsFromHost`` sends them).
+
+        Raises:
+            PopartException: constant weights, or an id that is not a weight; a buffer of
+                the wrong shape or size (nothing is written then).
+        """
+        self._check_mutable("writeWeights")
+        weights = {w.id: w for w in self._variable_weights()}
+        unknown = sorted(k for k in weightsIo.weights if k not in weights)
+        if unknown:
+            raise PopartException(
+                f"writeWeights: {unknown} are not weights of this session (weights: "
+                f"{sorted(weights)})"
+            )
+        R = self.replicationFactor
+        new = {k: write_from(weights[k], R, v) for k, v in weightsIo.weights.items()}
+        for k, v in new.items():
+            weights[k].host = v
+
+    def _check_mutable(self, what: str) -> None:
+        if not self._training and self._options.constantWeights:
+            raise PopartException(
+                f"Cannot call {what} when constantWeights is set. Set `constantWeights` to "
+                f"False in the `SessionOption`s when initialising the session to enable this "
+                f"behaviour."
+                if what == "writeWeights"
+                else f"Cannot call {what} when constantWeights is set"
+            )
+
+    def modelToHost(self, fn: str) -> None:
+        """Write the model with the device's weights (grouped ``[G, ...]``) to ``fn``."""
+        checkpoint.model_to_host(self, fn)
+
+    def resetHostWeights(
+        self,
+        modelProtoOrFilename: Any,
+        ignoreWeightsInModelWithoutCorrespondingHostWeight: bool = False,
+    ) -> None:
+        """Set the host weights from an ONNX model (``weightsFromHost`` sends them)."""
+        self._check_mutable("resetHostWeights")
+        checkpoint.reset_host_weights(
+            self, modelProtoOrFilename, ignoreWeightsInModelWithoutCorrespondingHostWeight
+        )
+
+    # ---- running ----
+    def initAnchorArrays(self) -> dict[str, np.ndarray]:
+        """``{anchor id: empty array}`` of PopART's anchor shapes."""
+        return {
+            a: np.empty(self._anchor_shape(a), s.dtype) for a, s in self._program.anchors.items()
+        }
+
+    def _anchor_shape(self, tid: str) -> tuple[int, ...]:
+        s = self._program.anchors[tid]
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        return anchor_lead(self.dataFlow.art(tid), bps, A, R) + s.shape
+
+    def run(self, stepio: PyStepIO, debugName: str = "") -> None:
+        """Run ``batchesPerStep`` batches: read the inputs of ``stepio``, fill its anchors.
+
+        Raises:
+            PopartException: training before ``weightsFromHost``; a missing input, one of
+                the wrong element count or type; a missing or wrongly sized anchor array.
+        """
+        session = self._prepared("run")
+        if self._training and not self._weights_written and self._program.weights:
+            raise PopartException(
+                "Must call weightsFromHost before run as the model has initializers and the "
+                "session has been created in training mode"
+            )
+        self.loadEngineAndConnectStreams()
+        feeds = {s.stream: self._input(stepio, s) for s in self._program.inputs.values()}
+        outputs = self._check_outputs(stepio)
+        results = session.run(feeds)
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        for tid, out in outputs.items():
+            s = self._program.anchors[tid]
+            values = results[s.stream].reshape(bps, A, R, *s.shape)
+            reduced = reduce_anchor(self.dataFlow.art(tid), values)
+            out[...] = reduced.reshape(out.shape)
+
+    def _input(self, stepio: PyStepIO, s: Any) -> np.ndarray:
+        if s.id not in stepio.inputs:
+            raise PopartException(f"No tensor {s.id} provided in PyStepIO's inputs")
+        arr = np.asarray(stepio.inputs[s.id])
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        expected = math.prod(s.shape) * A * bps * R
+        if arr.size != expected:
+            raise PopartException(
+                f"Unexpected number of input elements for Tensor {s.id}. Expected {expected}, "
+                f"but received {arr.size}.\n(shape {list(s.shape)} x accumulation factor {A} x "
+                f"batches per step {bps} x replicas {R}; the array has shape {list(arr.shape)})"
+            )
+        onnx_type = self._program.graph.inputs[s.id][0]
+        ok = arr.dtype in (onnx_type, s.dtype) or (arr.dtype == np.int64 and s.dtype == np.int32)
+        if not ok:
+            raise PopartException(
+                f"Type discrepancy for tensor {s.id}. User provided : {_name(arr.dtype)} and "
+                f"expected : {_name(onnx_type)}. Consider a custom copy here (as memcpy cannot "
+                f"be used)"
+            )
+        lead = tuple(d for d in (bps * A, R) if d > 1)
+        return arr.astype(s.dtype, copy=False).reshape(lead + s.shape)
+
+    def _check_outputs(self, stepio: PyStepIO) -> dict[str, np.ndarray]:
+        out = {}
+        for tid in self._program.anchors:
+            arr = stepio.outputs.get(tid)
+            if arr is None:
+                raise PopartException(f"No tensor {tid} provided in PyStepIO's outputs")
+            want = self._anchor_shape(tid)
+            if not isinstance(arr, np.ndarray) or arr.size != math.prod(want):
+                got = list(np.shape(arr))
+                raise PopartException(
+                    f"Unexpected number of output elements for Tensor {tid}. Expected "
+                    f"{math.prod(want)} (shape {list(want)}), but the array has shape {got}"
+                )
+            out[tid] = arr
+        return out
+
+    # ---- queries ----
+    def getInfo(self, id: str) -> TensorInfo:
+        """The type and per-replica shape of a tensor of the program."""
+        p = self._program
+        if id in p.weights:
+            w = p.weights[id]
+            return TensorInfo(w.dtype, w.replica_shape)
+        if id in p.inputs:
+            return TensorInfo(p.graph.inputs[id][0], p.inputs[id].shape)
+        if id in p.anchors:
+            return TensorInfo(p.anchors[id].dtype, p.anchors[id].shape)
+        raise PopartException(
+            f"getInfo: no tensor {id!r} in the session (its weights, inputs and anchors)"
+        )
+
+    def getAllTensorIds(self) -> list[str]:
+        p = self._program
+        return sorted(
+            set(p.weights)
+            | set(p.inputs)
+            | set(p.anchors)
+            | {o for n in p.nodes for o in n.output if o}
+        )
+
+    def getModel(self) -> bytes:
+        return self._model.SerializeToString()
+
+
+def _name(dtype: np.dtype) -> str:
+    row = BY_NUMPY.get(np.dtype(dtype))
+    return row.name if row else str(dtype)
+
+
+class InferenceSession(_Session):
+    """``InferenceSession(fnModel, dataFlow, deviceInfo, inputShapeInfo=InputShapeInfo(),
+    patterns=None, userOptions=SessionOptions(), name="inference")``."""
+
+    def __init__(
+        self,
+        fnModel: Any,
+        dataFlow: DataFlow,
+        deviceInfo: DeviceInfo,
+        inputShapeInfo: InputShapeInfo | None = None,
+        patterns: Patterns | None = None,
+        userOptions: SessionOptions | None = None,
+        name: str = "inference",
+    ) -> None:
+        super().__init__(
+            fnModel, dataFlow, deviceInfo, None, None, inputShapeInfo, userOptions, name
+        )
+
+
+class TrainingSession(_Session):
+    """``TrainingSession(fnModel, dataFlow, loss, optimizer, deviceInfo, ...)``: each batch
+    runs forward, backward and the optimizer."""
+
+    _training = True
+
+    def __init__(
+        self,
+        fnModel: Any,
+        dataFlow: DataFlow,
+        loss: str,
+        optimizer: Optimizer,
+        deviceInfo: DeviceInfo,
+        inputShapeInfo: InputShapeInfo | None = None,
+        patterns: Patterns | None = None,
+        userOptions: SessionOptions | None = None,
+        name: str = "training",
+    ) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{name}: optimizer must be a popart.SGD, ConstSGD or Adam")
+        super().__init__(
+            fnModel, dataFlow, deviceInfo, str(loss), optimizer, inputShapeInfo, userOptions, name
+        )
+
+    def updateOptimizerFromHost(self, optimizer: Optimizer) -> None:
+        """Send new values of the optimizer's non-constant hyper-parameters."""
+        self._optimizer._check_update(optimizer)
+        session = self._prepared("updateOptimizerFromHost")
+        self._optimizer = optimizer
+        self._program.cfg.optimizer = optimizer
+        data = {}
+        for w in self._program.weights.values():
+            if w.trainable:
+                for name, value in optimizer.hyper_variables(w.id).items():
+                    data[self._program.hypers[name]] = np.float32(value)
+        if data:
+            session.write_variables_data(data)
+
+    def setRandomSeed(self, seedValue: int) -> None:
+        """Seed the random ops (dropout) of the program."""
+        seed = self._program.seed
+        if seed is None:
+            return
+        value = np.array([seedValue & 0xFFFFFFFF, (seedValue >> 32) & 0xFFFFFFFF], np.uint32)
+        self._prepared("setRandomSeed").write_variable_data(seed, value)
