@@ -247,3 +247,36 @@ def test_constant_weights() -> None:
     session.weightsToHost()
     session.readWeights(popart.PyWeightsIO({"w": buf}))  # a constant is not a weight: skipped
     assert not buf.any()
+
+
+def test_profiles_through_engine_options(tmp_path) -> None:
+    """``engineOptions`` reach the Poplar engine: autoReport writes the profiles of a PopART
+    run, and they pass the validator."""
+    import json
+
+    from tremula.profile import validate
+
+    model, x, y, _ = _two_layer()
+    opts = popart.SessionOptions()
+    opts.engineOptions = {"autoReport.all": "true", "autoReport.directory": str(tmp_path)}
+    session = popart.InferenceSession(model, popart.DataFlow(1, [y]), ipu(), userOptions=opts)
+    session.prepareDevice()
+    session.weightsFromHost()
+    out = session.initAnchorArrays()
+    session.run(popart.PyStepIO({x: np.ones((2, 3), np.float32)}, out))
+    graph = json.loads((tmp_path / "graph.json").read_text())
+    execution = json.loads((tmp_path / "execution.json").read_text())
+    validate(graph, execution)
+    assert execution["simulation"]["cycles"] > 0
+    assert "cycles" in session.getSummaryReport().lower()
+
+
+def test_broadcast_input() -> None:
+    """An input with ``ReplicatedStreamMode.Broadcast`` takes one value for every replica."""
+    b = popart.Builder()
+    settings = popart.InputSettings(replicatedStreamMode=popart.ReplicatedStreamMode.Broadcast)
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2]), settings, "x")
+    y = b.aiOnnx.identity([x])
+    data = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)  # [bps, shape]: no replica axis
+    out = infer(b.getModelProto(), {x: data}, [y], bps=2, userOptions=replicated(2))
+    np.testing.assert_array_equal(out[y], np.stack([data, data], axis=1))

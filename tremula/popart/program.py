@@ -24,13 +24,14 @@ from tremula import popxl
 from tremula.errors import PopartException
 from tremula.popart.convert import Converter, OnnxGraph, _device_dtype
 from tremula.popart.dataflow import DataFlow
-from tremula.popart.enums import ReductionType
+from tremula.popart.enums import ReductionType, ReplicatedStreamMode
 from tremula.popart.optimizers import Optimizer
 from tremula.popart.types import popxl_dtype
 from tremula.popart.weights import Weight, settings_of
 from tremula.popxl import ops
 
 GRAD = "Gradient___"
+BROADCAST = ReplicatedStreamMode.Broadcast
 _RANDOM = {"Dropout", "ShapedDropout"}
 _FLOAT = {np.dtype(np.float32), np.dtype(np.float16)}
 
@@ -78,6 +79,11 @@ class Program:
             if tid in used
         }
         self.inputs: dict[str, Stream] = {}
+        self.broadcast = {  # inputs streamed as one value for every replica (InputSettings)
+            tid
+            for tid in graph.inputs
+            if graph.meta.get(f"__replicated_stream_mode/{tid}") == str(int(BROADCAST))
+        }
         self.anchors: dict[str, Stream] = {}
         self.seed: popxl.Variable | None = None
         self.hypers: dict[str, popxl.Variable] = {}

@@ -290,23 +290,29 @@ class _Session:
             raise PopartException(f"No tensor {s.id} provided in PyStepIO's inputs")
         arr = np.asarray(stepio.inputs[s.id])
         bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
-        expected = math.prod(s.shape) * A * bps * R
+        broadcast = s.id in self._program.broadcast  # one value for every replica
+        expected = math.prod(s.shape) * A * bps * (1 if broadcast else R)
         if arr.size != expected:
+            replicas = "" if broadcast else f" x replicas {R}"
             raise PopartException(
                 f"Unexpected number of input elements for Tensor {s.id}. Expected {expected}, "
                 f"but received {arr.size}.\n(shape {list(s.shape)} x accumulation factor {A} x "
-                f"batches per step {bps} x replicas {R}; the array has shape {list(arr.shape)})"
+                f"batches per step {bps}{replicas}; the array has shape {list(arr.shape)})"
             )
         onnx_type = self._program.graph.inputs[s.id][0]
-        ok = arr.dtype in (onnx_type, s.dtype) or (arr.dtype == np.int64 and s.dtype == np.int32)
-        if not ok:
-            raise PopartException(
-                f"Type discrepancy for tensor {s.id}. User provided : {_name(arr.dtype)} and "
-                f"expected : {_name(onnx_type)}. Consider a custom copy here (as memcpy cannot "
-                f"be used)"
-            )
+        if arr.dtype != onnx_type and arr.dtype != s.dtype:
+            if not (arr.dtype == np.int64 and s.dtype == np.int32):
+                raise PopartException(
+                    f"Type discrepancy for tensor {s.id}. User provided : {_name(arr.dtype)} "
+                    f"and expected : {_name(onnx_type)}. Consider a custom copy here (as memcpy "
+                    f"cannot be used)"
+                )
+            _LOG.warning("input %s: INT64 data is sent as INT32", s.id)
+        arr = arr.astype(s.dtype, copy=False).reshape(bps * A, 1 if broadcast else R, *s.shape)
+        if broadcast and R > 1:
+            arr = np.broadcast_to(arr, (bps * A, R, *s.shape))
         lead = tuple(d for d in (bps * A, R) if d > 1)
-        return arr.astype(s.dtype, copy=False).reshape(lead + s.shape)
+        return arr.reshape(lead + s.shape)
 
     def _check_outputs(self, stepio: PyStepIO) -> dict[str, np.ndarray]:
         out = {}
