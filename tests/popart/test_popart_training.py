@@ -172,3 +172,20 @@ def test_optimizer_errors() -> None:
         "defaultWeightDecay defaultMomentum defaultDampening defaultVelocityScaling lossScaling "
         "nesterov )"
     )
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_norm(max_norm: float) -> None:
+    """ClipNormSettings: the gradients are scaled by maxNorm / global norm when the norm
+    (of the unscaled gradients) exceeds it; untouched otherwise."""
+    rng = np.random.default_rng(4)
+    w0 = rng.standard_normal((IN, OUT)).astype(np.float32)
+    model, x, w, loss = _model(VariableSettings(), w0)
+    clip = popart.ClipNormSettings.clipWeights([w], max_norm)
+    sgd = popart.SGD({"defaultLearningRate": (0.1, True), "lossScaling": (2.0, True)}, [clip])
+    s = _session(model, loss, sgd)
+    xs = rng.standard_normal((R, BATCH, IN)).astype(np.float32)
+    s.run(popart.PyStepIO({x: xs}, s.initAnchorArrays()))
+    g = sum(_grad(xs[r], w0.astype(np.float64)) for r in range(R))
+    g *= min(1.0, max_norm / np.linalg.norm(g))
+    np.testing.assert_allclose(_read(s, (IN, OUT)), w0 - 0.1 * g, rtol=1e-4, atol=1e-5)

@@ -13,10 +13,14 @@ replica group):
   of ``popxl.ops.var_updates.adam_updater`` (``lamb_updater``, ``adamax_updater``), with
   weight decay decoupled (``Decay``) or added to ``s`` (``L2Regularization``); Lamb scales
   the step by the trust ratio (``adam_var_update``).
+
+``ClipNormSettings`` given to an optimizer clip the summed gradients of their weights by
+global norm before the update.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,10 +54,36 @@ def _pairs(values: Mapping[str, Any], allowed: dict[str, float], kind: str) -> d
 
 @dataclass
 class ClipNormSettings:
-    """Accepted (gradient clipping by norm is not applied)."""
+    """Clip the gradients of ``weightIds`` (every trainable weight when empty) by their
+    global norm: when ``sqrt(sum ||g / lossScaling||^2) > maxNorm`` they are scaled by
+    ``maxNorm / norm`` before the update."""
 
     weightIds: list[str]
     maxNorm: float
+
+    @staticmethod
+    def clipWeights(weightIds: list[str], maxNorm: float) -> ClipNormSettings:
+        return ClipNormSettings(list(weightIds), float(maxNorm))
+
+    @staticmethod
+    def clipAllWeights(maxNorm: float) -> ClipNormSettings:
+        return ClipNormSettings([], float(maxNorm))
+
+    def clip(self, grads: dict[str, Any], loss_scaling: Any) -> None:
+        """Scale the gradients (``{weight: gradient}``, in place) of this setting."""
+        ids = self.weightIds or list(grads)
+        missing = sorted(set(ids) - set(grads))
+        if missing:
+            raise PopartException(
+                f"ClipNormSettings: {missing} are not trainable weights of the model"
+            )
+        squares = [ops.sumsquare(ops.cast(grads[i], popxl.float32)) for i in ids]
+        norm = ops.sqrt(functools.reduce(ops.add, squares))
+        if isinstance(loss_scaling, popxl.Tensor) or loss_scaling != 1.0:
+            norm = ops.div(norm, loss_scaling)
+        factor = ops.div(self.maxNorm, ops.maximum2(norm, popxl.constant(np.float32(self.maxNorm))))
+        for i in ids:
+            grads[i] = ops.mul(grads[i], ops.cast(factor, grads[i].dtype))
 
 
 class Optimizer:
@@ -63,7 +93,10 @@ class Optimizer:
     _kind = "Optimizer"
     _specific_keys: dict[str, str] = {}  # per-weight key -> default key
 
+    clip_norm_settings: list[ClipNormSettings]
+
     def __init__(self, values: Mapping[str, Any]) -> None:
+        self.clip_norm_settings = []
         given = _pairs(values, self._defaults, self._kind)
         self._values = {k: (v, True) for k, v in self._defaults.items()} | given
         self._specific: dict[str, dict[str, tuple[float, bool]]] = {}

@@ -137,9 +137,13 @@ def _reduced(p: Program, w: Weight, g: popxl.Tensor) -> popxl.Tensor:
 
 
 def _update(p: Program, f: _Forward, values: dict[str, popxl.Tensor], grads: list) -> None:
+    """Reduce each gradient over its group, clip by norm if asked, update the weights."""
     opt = p.cfg.optimizer
-    for w, g in zip(f.trainable, grads):
-        opt.apply(values[w.id], _reduced(p, w, g), _state(w, values, p.hypers), w.id)
+    reduced = {w.id: _reduced(p, w, g) for w, g in zip(f.trainable, grads)}
+    for setting in opt.clip_norm_settings:
+        setting.clip(reduced, opt.hyper("lossScaling", None, values))
+    for w in f.trainable:
+        opt.apply(values[w.id], reduced[w.id], _state(w, values, p.hypers), w.id)
 
 
 def build_training(p: Program) -> None:
