@@ -3,8 +3,6 @@ errors, GradW read-back, speed."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -273,25 +271,25 @@ def test_dense_fallback_round_trip(h, rng):
     assert _same(part.sparsity_data_impl_to_coo_matrix(impl), _cast(m, np.float16))
 
 
-def test_partitioning_4096_is_fast():
-    """A new 4096 x 4096 pattern of density 1/16 (1M non-zeros) in < 0.5 s (best of 3)."""
+def test_partitioning_4096_round_trips():
+    """New 4096 x 4096 patterns of density 1/16 (1M non-zeros) partition and read back
+    (timed in benchmarks/bench_popsparse_host.py, target under 0.5 s)."""
     rng = np.random.default_rng(0)
     X = Y = 4096
     sp = dynamic.SparsityParams()
     params = dynamic.FullyConnectedParams.create_with_nz_ratio(sp, 1 / 16, 64, 1, Y, X)
     part = dynamic.Partitioner(params, "half", targets.ipu2(), {"doGradWPass": True})
-    best = float("inf")
-    for _ in range(3):
-        idx = rng.choice(X * Y, size=X * Y // 16, replace=False)
-        m = COOMatrix(
-            rng.standard_normal(idx.size).astype(np.float32), idx // Y, idx % Y, (1, 1), X, Y
-        )
-        t0 = time.perf_counter()
-        impl = part.create_sparsity_data_impl(m)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 0.5, f"partitioning took {best:.3f} s"
-    back = part.sparsity_data_impl_to_coo_matrix(impl)
+    idx = rng.choice(X * Y, size=X * Y // 16, replace=False)
+    m = COOMatrix(
+        rng.standard_normal(idx.size).astype(np.float32), idx // Y, idx % Y, (1, 1), X, Y
+    )
+    back = part.sparsity_data_impl_to_coo_matrix(part.create_sparsity_data_impl(m))
     assert back.nz_values.size == X * Y // 16
+    order = np.lexsort((m.column_indices, m.row_indices))
+    got = np.lexsort((back.column_indices, back.row_indices))
+    np.testing.assert_array_equal(back.row_indices[got], m.row_indices[order])
+    np.testing.assert_array_equal(back.column_indices[got], m.column_indices[order])
+    np.testing.assert_array_equal(back.nz_values[got], m.nz_values[order].astype(np.float16))
 
 
 @pytest.mark.parametrize("b, force", [(1, False), (1, True), (4, False)])
