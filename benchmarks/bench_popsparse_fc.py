@@ -28,6 +28,7 @@ Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import itertools
 import time
@@ -135,25 +136,25 @@ def parts(engine: poplar.Engine, runs: int) -> str:
     from tremula.engine import nodes, run
 
     spent: dict[str, float] = dict.fromkeys([p for p, _ in PARTS] + ["other"], 0.0)
-    saved = dict(run.HANDLERS)
+    saved = dict(run.KINDS)
 
-    def timed(kind: type, name: Callable[[Any], str]) -> Callable[..., None]:
+    def timed(kind: type, name: Callable[[Any], str]) -> run.Kind:
         def handler(rt: Any, node: Any, rsel: Any) -> None:
             start = time.perf_counter()
-            saved[kind](rt, node, rsel)
+            saved[kind].run(rt, node, rsel)
             label = name(node)
             part = next((p for p, keys in PARTS if any(k in label for k in keys)), "other")
             spent[part] += time.perf_counter() - start
 
-        return handler
+        return dataclasses.replace(saved[kind], run=handler)
 
-    run.HANDLERS[nodes.OnTileNode] = timed(nodes.OnTileNode, lambda n: n.ccs.name)
-    run.HANDLERS[nodes.ExchangeNode] = timed(nodes.ExchangeNode, lambda n: n.name)
+    run.KINDS[nodes.OnTileNode] = timed(nodes.OnTileNode, lambda n: n.ccs.name)
+    run.KINDS[nodes.ExchangeNode] = timed(nodes.ExchangeNode, lambda n: n.name)
     try:
         for _ in range(runs):
             engine.run()
     finally:
-        run.HANDLERS.update(saved)
+        run.KINDS.update(saved)
     return ", ".join(f"{p} {t / runs * 1e3:.1f}" for p, t in spent.items() if t > 0)
 
 

@@ -8,35 +8,33 @@ given shape and replays it afterwards: the numbers still run every time, the tim
 (reductions over every tile for every step) is done once. Profiles are identical to those of
 a full simulation.
 
-The numbers of a static program run through :func:`flatten`: a flat list of calls made
-once per program, in place of the interpreter's walk over nodes (on the CPU target too,
+The numbers of a static program run through ``run.flatten``: a flat list of calls made
+once per program from the same table of node kinds the interpreter dispatches on
+(``run.KINDS``), in place of the interpreter's walk over nodes (on the CPU target too,
 which has no timeline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.run import ALL, HOST_ACTIONS
+from tremula.engine.run import KINDS, FlatStep, flatten
 from tremula.engine.timeline import NullTimeline, Timeline
-
-_DYNAMIC = (N.IfNode, N.SwitchNode, N.RepeatWhileNode)
 
 
 def is_static(root: N.Node) -> bool:
     """True when no node reachable from ``root`` (function bodies included) branches on
-    data."""
+    data (its kind has no flat form)."""
     stack, seen = [root], set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, _DYNAMIC):
+        if KINDS[type(node)].flat is None:
             return False
         if isinstance(node, N.CallNode) and node.body is not None:
             stack.append(node.body)
@@ -44,65 +42,12 @@ def is_static(root: N.Node) -> bool:
     return True
 
 
-Step = Callable[[], None]
-
-
-def flatten(rt: Any, root: N.Node) -> list[Step]:
-    """The data effects of a static program as a flat list of calls, for replayed runs
-    (the timeline is replayed separately): sequences and calls are inlined, repeats loop
-    over their flattened body, compute sets, exchange copies and host actions (stream
-    copies, host calls) are called directly, steps that only move clocks (syncs, undefined
-    writes, copy-free exchanges) vanish, and any other node runs through the interpreter on
-    all replicas."""
-    out: list[Step] = []
-    replica_ids = rt.replica_ids[ALL]
-
-    def walk(node: N.Node, into: list[Step]) -> None:
-        kind = type(node)
-        if kind is N.SeqNode:
-            for child in node.nodes:
-                walk(child, into)
-        elif kind is N.CallNode and node.body is not None:
-            walk(node.body, into)
-        elif kind is N.RepeatNode:
-            body: list[Step] = []
-            walk(node.body, body)
-            into.append(lambda body=body, n=node.count: _loop(body, n))
-        elif kind is N.OnTileNode:
-            into.append(lambda node=node: _compute(rt, node, replica_ids))
-        elif kind is N.ExchangeNode:
-            if node.plan is not None:
-                into.append(lambda plan=node.plan: plan.run(rt.storage, ALL))
-        elif kind is N.HostNode:  # stream copies and host calls: the action alone
-            action = HOST_ACTIONS[type(node.action)]
-            into.append(lambda node=node, action=action: action(rt, node.action, ALL, node.name))
-        elif kind in (N.SyncNode, N.WriteUndefNode):
-            return
-        else:
-            into.append(lambda node=node: rt.run(node, ALL))
-
-    walk(root, out)
-    return out
-
-
-def _loop(body: list[Step], count: int) -> None:
-    for _ in range(count):
-        for step in body:
-            step()
-
-
-def _compute(rt: Any, node: N.OnTileNode, replica_ids: np.ndarray) -> None:
-    node.ccs.run(rt.storage, ALL, replica_ids)
-    if rt.record_cs:
-        rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
-
-
 class TimelineReplay:
     def __init__(self, roots: list[N.Node]) -> None:
         self.static = [is_static(r) for r in roots]
         self.cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._null: NullTimeline | None = None
-        self._plans: dict[int, tuple[Any, list[Step]]] = {}  # program -> (runtime, steps)
+        self._plans: dict[int, tuple[Any, list[FlatStep]]] = {}  # program -> (runtime, steps)
 
     def run(self, rt: Any, index: int, root: N.Node) -> None:
         tl: Timeline = rt.tl
@@ -136,7 +81,7 @@ class TimelineReplay:
         np.add(shape, base, out=tl.t)
         tl.prev_to = prev + base
 
-    def _plan(self, rt: Any, index: int, root: N.Node) -> list[Step]:
+    def _plan(self, rt: Any, index: int, root: N.Node) -> list[FlatStep]:
         """Program ``index``'s flattened steps for runtime ``rt`` (made on first use)."""
         plan = self._plans.get(index)
         if plan is None or plan[0] is not rt:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -167,7 +169,7 @@ class Runtime:
             self.tl.program(pid)
 
     def run(self, node: N.Node, rsel: slice | np.ndarray = ALL) -> None:
-        HANDLERS[type(node)](self, node, rsel)
+        KINDS[type(node)].run(self, node, rsel)
 
     # ---- helpers ----
     def scalar(self, g: Gather, rsel: slice | np.ndarray) -> np.ndarray:
@@ -183,39 +185,70 @@ class Runtime:
         return [(k, reps[keys == k]) for k in np.unique(keys)]
 
 
-def _seq(rt: Runtime, node: N.SeqNode, rsel: Any) -> None:
-    rt.trace(node.pid, rsel)
-    for child in node.nodes:
-        rt.run(child, rsel)
-
-
-def _on_tile(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
-    node.ccs.run(rt.storage, rsel, rt.replica_ids[rsel])
-    if rt._tl(rsel):
-        rt.tl.program(node.pid)
-        rt.tl.run(node.step)
-        if rt.record_cs:
-            rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
+# ---- leaves: a data effect, then the node's steps on the timeline (replica 0) ----
+def _compute(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
+    node.ccs.run(rt.storage, rsel, rt.replica_ids if rsel is ALL else rt.replica_ids[rsel])
+    if rt.record_cs and rt._tl(rsel):
+        rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
 
 
 def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
     if node.plan is not None:
         node.plan.run(rt.storage, rsel)
-    if rt._tl(rsel):
-        rt.tl.program(node.pid)
-        rt.tl.run(node.sync)
-        rt.tl.run(node.step)
 
 
 def _cross_replica(rt: Runtime, node: N.CrossReplicaNode, rsel: Any) -> None:
     src = node.src.read(rt.storage, node.sources)  # [pairs, n], a copy (fancy index)
     node.dst.write(rt.storage, node.dests, src)
-    if rt._tl(rsel):
-        rt.tl.program(node.pid)
-        rt.tl.run(node.sync)
-        rt.tl.run(node.step)
 
 
+def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
+    HOST_ACTIONS[type(node.action)](rt, node.action, rsel, node.name)
+
+
+def _note_step(tl: Timeline, node: Any) -> None:
+    tl.program(node.pid)
+    tl.run(node.step)
+
+
+def _note_sync_step(tl: Timeline, node: Any) -> None:
+    tl.program(node.pid)
+    tl.run(node.sync)
+    tl.run(node.step)
+
+
+def _note_program(tl: Timeline, node: Any) -> None:
+    tl.program(node.pid)
+
+
+def _leaf(
+    effect: Callable[[Runtime, Any, Any], None] | None,
+    note: Callable[[Timeline, Any], None],
+    flat: Callable[[Runtime, Any, list[FlatStep]], None] | None = None,
+) -> Kind:
+    """The kind of a node without children: ``effect`` moves the data (None for a node that
+    only moves clocks), ``note`` puts the node's steps on the timeline; ``flat`` replaces
+    the replayed effect (by default ``effect`` on all replicas)."""
+
+    def run(rt: Runtime, node: Any, rsel: Any) -> None:
+        if effect is not None:
+            effect(rt, node, rsel)
+        if rt._tl(rsel):
+            note(rt.tl, node)
+
+    def flat_effect(rt: Runtime, node: Any, into: list[FlatStep]) -> None:
+        if effect is not None:
+            into.append(partial(effect, rt, node, ALL))
+
+    return Kind(run, flat or flat_effect)
+
+
+def _flat_exchange(rt: Runtime, node: N.ExchangeNode, into: list[FlatStep]) -> None:
+    if node.plan is not None:  # an exchange without a copy only moves clocks
+        into.append(partial(node.plan.run, rt.storage, ALL))
+
+
+# ---- host actions (the data effect of a HostNode) ----
 def _remote_rows(
     rt: Runtime, action: N.RemoteLoad | N.RemoteStore, rsel: Any, where: str
 ) -> np.ndarray:
@@ -232,14 +265,6 @@ def _remote_rows(
             f"[0, {buf.repeats}) in program {where!r}"
         )
     return rows
-
-
-def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    HOST_ACTIONS[type(node.action)](rt, node.action, rsel, node.name)
-    if rt._tl(rsel):
-        rt.tl.program(node.pid)
-        rt.tl.run(node.sync)
-        rt.tl.run(node.step)
 
 
 def _stream(rt: Runtime, stream: DataStream, where: str) -> StreamConnection:
@@ -314,13 +339,47 @@ def _code_load(rt: Runtime, a: N.CodeLoad, rsel: Any, where: str) -> None:
     return None  # code is immutable; only the time and the liveness change
 
 
+# ---- nodes with children ----
+def _seq(rt: Runtime, node: N.SeqNode, rsel: Any) -> None:
+    rt.trace(node.pid, rsel)
+    for child in node.nodes:
+        rt.run(child, rsel)
+
+
+def _flat_seq(rt: Runtime, node: N.SeqNode, into: list[FlatStep]) -> None:
+    for child in node.nodes:
+        flatten_into(rt, child, into)
+
+
+def _call(rt: Runtime, node: N.CallNode, rsel: Any) -> None:
+    rt.trace(node.pid, rsel)
+    rt.run(node.body, rsel)
+
+
+def _flat_call(rt: Runtime, node: N.CallNode, into: list[FlatStep]) -> None:
+    flatten_into(rt, node.body, into)
+
+
 def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
     rt.trace(node.pid, rsel)
-    body, run = node.body, HANDLERS[type(node.body)]
+    body, run = node.body, KINDS[type(node.body)].run
     for _ in range(node.count):
         run(rt, body, rsel)
 
 
+def _flat_repeat(rt: Runtime, node: N.RepeatNode, into: list[FlatStep]) -> None:
+    body: list[FlatStep] = []
+    flatten_into(rt, node.body, body)
+    into.append(partial(_loop, body, node.count))
+
+
+def _loop(body: list[FlatStep], count: int) -> None:
+    for _ in range(count):
+        for step in body:
+            step()
+
+
+# ---- control flow on data: run only through the interpreter ----
 def _repeat_while(rt: Runtime, node: N.RepeatWhileNode, rsel: Any) -> None:
     rt.trace(node.pid, rsel)
     active = rsel
@@ -359,34 +418,40 @@ def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:
         rt.run(node.cases[key] if key >= 0 else node.default, sub)
 
 
-def _sync(rt: Runtime, node: N.SyncNode, rsel: Any) -> None:
-    if rt._tl(rsel):
-        rt.tl.program(node.pid)
-        rt.tl.run(node.step)
+# ---- the dispatch table ----
+FlatStep = Callable[[], None]
 
 
-def _call(rt: Runtime, node: N.CallNode, rsel: Any) -> None:
-    rt.trace(node.pid, rsel)
-    rt.run(node.body, rsel)
+@dataclass(frozen=True)
+class Kind:
+    """How the engine runs one node type.
+
+    Attributes:
+        run: the interpreter's handler ``run(runtime, node, rsel)``: the data effect on the
+            selected replicas and the node's steps on the timeline.
+        flat: for the replayed runs of a static program (``replay.py``):
+            ``flat(runtime, node, into)`` appends the node's data effect on all replicas to
+            ``into`` as calls without arguments (no timeline: it is replayed apart). None for
+            a node that branches on data: a program holding one is not static.
+    """
+
+    run: Callable[[Runtime, Any, Any], None]
+    flat: Callable[[Runtime, Any, list[FlatStep]], None] | None
 
 
-def _write_undef(rt: Runtime, node: N.WriteUndefNode, rsel: Any) -> None:
-    rt.trace(node.pid, rsel)
-
-
-HANDLERS: dict[type, Callable[[Runtime, Any, Any], None]] = {
-    N.SeqNode: _seq,
-    N.CrossReplicaNode: _cross_replica,
-    N.OnTileNode: _on_tile,
-    N.ExchangeNode: _exchange,
-    N.HostNode: _host,
-    N.RepeatNode: _repeat,
-    N.RepeatWhileNode: _repeat_while,
-    N.IfNode: _if,
-    N.SwitchNode: _switch,
-    N.SyncNode: _sync,
-    N.CallNode: _call,
-    N.WriteUndefNode: _write_undef,
+KINDS: dict[type, Kind] = {
+    N.SeqNode: Kind(_seq, _flat_seq),
+    N.CallNode: Kind(_call, _flat_call),
+    N.RepeatNode: Kind(_repeat, _flat_repeat),
+    N.OnTileNode: _leaf(_compute, _note_step),
+    N.ExchangeNode: _leaf(_exchange, _note_sync_step, _flat_exchange),
+    N.CrossReplicaNode: _leaf(_cross_replica, _note_sync_step),
+    N.HostNode: _leaf(_host, _note_sync_step),
+    N.SyncNode: _leaf(None, _note_step),
+    N.WriteUndefNode: _leaf(None, _note_program),
+    N.RepeatWhileNode: Kind(_repeat_while, None),
+    N.IfNode: Kind(_if, None),
+    N.SwitchNode: Kind(_switch, None),
 }
 
 HOST_ACTIONS: dict[type, Callable[[Runtime, Any, Any, str], None]] = {
@@ -398,3 +463,21 @@ HOST_ACTIONS: dict[type, Callable[[Runtime, Any, Any, str], None]] = {
     N.Print: _print,
     N.CodeLoad: _code_load,
 }
+
+
+def flatten(rt: Runtime, root: N.Node) -> list[FlatStep]:
+    """The data effects of a static program as a flat list of calls, for replayed runs (the
+    timeline is replayed apart): sequences and calls are inlined, repeats loop over their
+    flattened body, leaves are their data effect alone, and steps that only move clocks
+    (syncs, undefined writes, copy-free exchanges) vanish."""
+    out: list[FlatStep] = []
+    flatten_into(rt, root, out)
+    return out
+
+
+def flatten_into(rt: Runtime, node: N.Node, into: list[FlatStep]) -> None:
+    kind = KINDS[type(node)]
+    if kind.flat is None:  # branches on data: through the interpreter, on all replicas
+        into.append(partial(kind.run, rt, node, ALL))
+    else:
+        kind.flat(rt, node, into)
