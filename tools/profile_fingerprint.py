@@ -2,7 +2,8 @@
 changes nothing.
 
 Runs every program a new user starts from (the README's Poplar program, every script in
-``examples/``, ``tremula demo`` and ``tremula train``), each in its own process, records every
+``examples/``, ``tremula demo`` in every profiler mode and ``tremula train`` on the IPU Model
+and the CPU), each in its own process, records every
 ``poplar.Engine`` the program creates, and writes each engine's ``graph.json`` /
 ``execution.json`` through ``Engine.write_report``. Prints, per program, the SHA-256 of the
 program's standard output and of every profile file, with a few key numbers (total cycles,
@@ -30,6 +31,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the profiler modes besides the default, each run on the demo
+MODES = (
+    "compute_sets",
+    "single_tile_compute_sets",
+    "vertices",
+    "external_exchanges",
+    "host_exchanges",
+    "none",
+)
 
 #: run inside the child process: record engines, run the program, write their profiles
 _CHILD = r"""
@@ -52,11 +62,15 @@ with contextlib.redirect_stdout(out):
     elif kind == "code":
         exec(compile(open(target).read(), target, "exec"), {"__name__": "__main__"})
     elif kind == "demo":
-        from tremula.demo import main
-        main(64, None, False)
+        from tremula.demo import build_and_run, main
+        if target:  # one profiler mode
+            build_and_run(64, options={"debug.executionProfile": target}).engine.run(0)
+        else:
+            main(64, None, False)
     elif kind == "train":
         from tremula.digits import main
-        main(int(target), "ipu_model", True)
+        epochs, device = target.split(",")
+        main(int(epochs), device, device != "cpu")
 text = re.sub(r"\(\d+(\.\d+)? s\)", "(wall time)", out.getvalue())  # the one timing printed
 result = {"stdout": hashlib.sha256(text.encode()).hexdigest(), "engines": []}
 for i, e in enumerate(engines):
@@ -95,7 +109,12 @@ def programs(tmp: Path, epochs: int) -> list[tuple[str, str, str]]:
     for path in sorted((ROOT / "examples").rglob("*.py")):
         progs.append((str(path.relative_to(ROOT)), "script", str(path)))
     progs.append(("tremula demo --tiles 64", "demo", ""))
-    progs.append((f"tremula train --epochs {epochs}", "train", str(epochs)))
+    for mode in MODES:
+        progs.append((f"demo, debug.executionProfile={mode}", "demo", mode))
+    for device in ("ipu_model", "cpu"):
+        progs.append(
+            (f"tremula train --epochs {epochs} --device {device}", "train", f"{epochs},{device}")
+        )
     return progs
 
 
