@@ -31,6 +31,7 @@ from tremula.poplar import program as P
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import DataStream, Function, FunctionBuffer, RemoteBuffer
 from tremula.poplar.tensor import Tensor
+from tremula.profile.schema import MEMORY_BY_INSTRUCTION_PARTS
 
 
 @dataclass
@@ -483,19 +484,14 @@ def _instructions(plan: ExchangePlan) -> dict[str, int]:
     total = int(plan.code_bytes.sum())
     send = min(total, int(np.count_nonzero(plan.bytes_sent)) * 4)
     rest = total - send
-    return {
-        "delay": 0,
-        "exchange": 0,
-        "other": 0,
-        "receiveAddress": rest // 2,
-        "receiveFormat": 0,
-        "receiveMux": rest - rest // 2,
-        "send": send,
-        "sendWithPutAddress": 0,
-        "sendWithPutFormat": 0,
-        "sendWithPutMux": 0,
-        "total": total,
-    }
+    used = {"receiveAddress": rest // 2, "receiveMux": rest - rest // 2, "send": send}
+    out = dict.fromkeys(MEMORY_BY_INSTRUCTION_PARTS, 0)
+    for key, value in used.items():
+        if key not in out:
+            raise KeyError(f"memoryByInstruction has no part {key!r}")
+        out[key] = value
+    out["total"] = total
+    return out
 
 
 COMPILE_RULES: dict[type, Callable[[StepPlan, P.Program], N.Node]] = {

@@ -17,7 +17,13 @@ from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Intervals, Walk
 from tremula.errors import OutOfMemoryError
-from tremula.profile.schema import MEMORY_CATEGORIES, VARIABLE_TABLE_KEYS
+from tremula.profile.schema import (
+    MEMORY_CATEGORIES,
+    OVERLAP_KINDS,
+    VARIABLE_TABLE_KEYS,
+    VERTEX_MEMORY_KEYS,
+    VERTEX_MEMORY_PARTS,
+)
 
 CATEGORIES = MEMORY_CATEGORIES  # the profile format's list, in its order
 CODE = (
@@ -33,6 +39,7 @@ CODE = (
     "vertexFieldData",
     "controlId",
 )
+#: The profile's memory regions (``MEMORY_REGIONS``) in the order data is placed in them.
 REGIONS = ("nonInterleaved", "interleaved", "overflowed")
 
 
@@ -370,10 +377,7 @@ class MemoryModel:
             + [(c, True) for c in CATEGORIES if c not in CODE]
         )
         by_cat = {
-            c: {
-                r: {"nonOverlapped": np.zeros(T, np.int64), "overlapped": np.zeros(T, np.int64)}
-                for r in REGIONS
-            }
+            c: {r: {k: np.zeros(T, np.int64) for k in OVERLAP_KINDS} for r in REGIONS}
             for c in CATEGORIES
         }
         by_tile = {}
@@ -417,15 +421,7 @@ class MemoryModel:
         T = self.T
         names: list[str] = []
         sizes: list[int] = []
-        keys = (
-            "codeBytes",
-            "copyPtrBytes",
-            "descriptorBytes",
-            "edgePtrBytes",
-            "paddingBytes",
-            "vertexDataBytes",
-            "totalBytes",
-        )
+        keys = VERTEX_MEMORY_KEYS
         by_cs = {k: [] for k in keys}
         by_type: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         type_rows: dict[str, dict[str, np.ndarray]] = {}
@@ -450,12 +446,12 @@ class MemoryModel:
                     row[k] += v
                     tr = type_rows[name]
                     tr[k] = np.maximum(tr[k], v) if k == "codeBytes" else tr[k] + v
-            row["totalBytes"] = sum(row[k] for k in keys[:-1])
+            row["totalBytes"] = sum(row[k] for k in VERTEX_MEMORY_PARTS)
             for k in keys:
                 by_cs[k].append(row[k])
         for name in names:
             tr = type_rows[name]
-            tr["totalBytes"] = sum(tr[k] for k in keys[:-1])
+            tr["totalBytes"] = sum(tr[k] for k in VERTEX_MEMORY_PARTS)
             for k in keys:
                 by_type[k].append(tr[k])
         return by_cs, by_type, names, sizes
@@ -474,9 +470,7 @@ def check_fits(report: MemoryReport, target, top: int = 5) -> None:
             (
                 (
                     sum(
-                        int(report.by_category[c][r][k][t])
-                        for r in REGIONS
-                        for k in ("nonOverlapped", "overlapped")
+                        int(report.by_category[c][r][k][t]) for r in REGIONS for k in OVERLAP_KINDS
                     ),
                     c,
                 )

@@ -1,18 +1,21 @@
 """Building the graph and execution profiles (``tremula/profile/FORMAT.md``) from what the
 engine compiled and what the timeline recorded. Plain JSON-ready dicts: ints, floats,
-strings and lists, in a fixed order."""
+strings and lists, in a fixed order. Every key list and per-type field table comes from
+``tremula/profile/schema.py``: a writer maps each of the schema's keys to where its value
+comes from, so a key renamed there fails here at once rather than drifting."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
-from tremula.engine.memory import CATEGORIES, REGIONS, MemoryReport
+from tremula.engine.memory import MemoryReport
 from tremula.engine.timeline import Timeline
-from tremula.profile.schema import PROGRAM_STEPS_KEYS
+from tremula.profile import schema
 
 
 def _l(a: np.ndarray) -> list[int]:
@@ -66,32 +69,35 @@ def _compute_sets(sp: StepPlan, types: list[str], cycle_estimates: bool) -> dict
         "vertexTypes": vtypes,
     }
     if cycle_estimates:
-        out["cycleEstimates"] = {
-            "activeCyclesByTile": [_l(c.active_cycles_by_tile) for c in sp.compute_sets],
-            "activeCyclesByVertexType": active_by_type,
-            "cyclesByTile": [_l(c.cycles_by_tile) for c in sp.compute_sets],
+        estimates = {
+            "activeCyclesByTile": lambda: [_l(c.active_cycles_by_tile) for c in sp.compute_sets],
+            "activeCyclesByVertexType": lambda: active_by_type,
+            "cyclesByTile": lambda: [_l(c.cycles_by_tile) for c in sp.compute_sets],
         }
+        out["cycleEstimates"] = {k: estimates[k]() for k in schema.CYCLE_ESTIMATE_KEYS}
     return out
 
 
+#: The attribute of an exchange plan (or host exchange) each exchange-table key reads.
+_EXCHANGE_ATTRS = {
+    "bytesReceivedByTile": "bytes_received",
+    "bytesSentByTile": "bytes_sent",
+    "cyclesByTile": "cycles_by_tile",
+    "estimatedCyclesByTile": "cycles_by_tile",
+    "codeBytesByTile": "code_bytes",
+}
+
+
 def _exchanges(sp: StepPlan) -> dict[str, Any]:
-    internal = {
-        "bytesReceivedByTile": [_l(p.bytes_received) for p in sp.exchanges],
-        "bytesSentByTile": [_l(p.bytes_sent) for p in sp.exchanges],
-        "cyclesByTile": [_l(p.cycles_by_tile) for p in sp.exchanges],
-        "codeBytesByTile": [_l(p.code_bytes) for p in sp.exchanges],
+    tables = {
+        "exchanges": sp.exchanges,
+        "externalExchanges": sp.external_exchanges,
+        "hostExchanges": sp.host_exchanges,
     }
-    external = {
-        "bytesReceivedByTile": [_l(p.bytes_received) for p in sp.external_exchanges],
-        "bytesSentByTile": [_l(p.bytes_sent) for p in sp.external_exchanges],
-        "estimatedCyclesByTile": [_l(p.cycles_by_tile) for p in sp.external_exchanges],
+    return {
+        name: {k: [_l(getattr(x, _EXCHANGE_ATTRS[k])) for x in tables[name]] for k in keys}
+        for name, keys in schema.EXCHANGE_TABLES.items()
     }
-    host = {
-        "bytesReceivedByTile": [_l(h.bytes_received) for h in sp.host_exchanges],
-        "bytesSentByTile": [_l(h.bytes_sent) for h in sp.host_exchanges],
-        "estimatedCyclesByTile": [_l(h.cycles_by_tile) for h in sp.host_exchanges],
-    }
-    return {"exchanges": internal, "externalExchanges": external, "hostExchanges": host}
 
 
 def _by_program(entry: dict, totals: np.ndarray) -> dict[str, Any]:
@@ -106,15 +112,14 @@ def _by_program(entry: dict, totals: np.ndarray) -> dict[str, Any]:
 
 def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
     by_cat = {}
-    for c in CATEGORIES:
+    for c in schema.MEMORY_CATEGORIES:
         regions = mem.by_category[c]
-        total = sum(regions[r][k] for r in REGIONS for k in ("nonOverlapped", "overlapped"))
-        by_cat[c] = {
-            r: {k: _l(regions[r][k]) for k in ("nonOverlapped", "overlapped")} for r in REGIONS
-        }
+        kinds = schema.OVERLAP_KINDS
+        total = sum(regions[r][k] for r in schema.MEMORY_REGIONS for k in kinds)
+        by_cat[c] = {r: {k: _l(regions[r][k]) for k in kinds} for r in schema.MEMORY_REGIONS}
         by_cat[c]["total"] = _l(total)
     return {
-        "byTile": {k: _l(v) for k, v in sorted(mem.by_tile.items())},
+        "byTile": {k: _l(mem.by_tile[k]) for k in schema.BY_TILE_KEYS},
         "byCategory": by_cat,
         "byComputeSet": {k: [_l(r) for r in v] for k, v in mem.by_compute_set.items()},
         "byVertexType": {k: [_l(r) for r in v] for k, v in mem.by_vertex_type.items()},
@@ -128,7 +133,7 @@ def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
             },
             "programSteps": dict(  # a Tremula extension (FORMAT.md)
                 zip(
-                    PROGRAM_STEPS_KEYS,
+                    schema.PROGRAM_STEPS_KEYS,
                     (_l(mem.step_programs), _l(mem.step_totals[: mem.step_programs.size])),
                     strict=True,
                 )
@@ -146,6 +151,12 @@ def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str
                 sub = g.batch._sub.get(name + "#count")
                 num_edges += int(sub.sum()) if sub is not None else g.n
     is_model = sp.target.target_type != "CPU"
+    counts = {
+        "numComputeSets": len(sp.compute_sets),
+        "numEdges": num_edges,
+        "numVars": len(st.variables),
+        "numVertices": st.num_vertices,
+    }
     profile: dict[str, Any] = {
         "target": _target(sp),
         "optimizationInfo": {
@@ -155,12 +166,7 @@ def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str
             "numHostExchanges": float(len(sp.host_exchanges)),
             "numFunctions": float(len(sp.function_roots)),
         },
-        "graph": {
-            "numComputeSets": len(sp.compute_sets),
-            "numEdges": num_edges,
-            "numVars": len(st.variables),
-            "numVertices": st.num_vertices,
-        },
+        "graph": {k: counts[k] for k in schema.GRAPH_COUNT_FIELDS},
         "vertexTypes": {"names": list(mem.vertex_types), "sizes": list(mem.vertex_type_sizes)},
         "computeSets": _compute_sets(sp, mem.vertex_types, is_model),
         **_exchanges(sp),
@@ -171,17 +177,6 @@ def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str
         "variables": mem.variables,  # a Tremula extension (FORMAT.md)
     }
     return profile
-
-
-STEP_KEYS = (
-    "computeSet",
-    "exchange",
-    "externalExchange",
-    "hostExchange",
-    "threadBalance",
-    "totalData",
-    "dataBalance",
-)
 
 
 def _step(
@@ -205,18 +200,55 @@ def _step(
         activeTiles=f["activeTiles"],
         activeTileBalance=f["activeTileBalance"],
     )
-    for k in STEP_KEYS:
+    for k in schema.STEP_FIELDS[info.type]:
         if k in f:
             s[k] = f[k]
-    if info.type in ("OnTileExecute", "DoExchange", "CopySharedStructure"):
+    if info.type in schema.OVERLAPPING_STEP_TYPES:
         s["cyclesOverlapped"] = overlapped
     return s
+
+
+def _vertex_arrays(sp: StepPlan) -> dict[str, list[int]]:
+    """The VERTICES mode's arrays, in vertex id order."""
+    ids, cycles, css, types = [], [], [], []
+    names: dict[str, int] = {}
+    for ccs in sp.compute_sets:
+        for g in ccs.groups:
+            idx = names.setdefault(g.vertex_type.name, len(names))
+            ids.append(g.vertex_ids)
+            cycles.append(g.cycles)
+            css.append(np.full(g.n, ccs.id))
+            types.append(np.full(g.n, idx))
+    if not ids:
+        return {"vertexCycles": [], "vertexComputeSet": [], "vertexType": []}
+    order = np.argsort(np.concatenate(ids), kind="stable")
+    return {
+        "vertexCycles": _l(np.concatenate(cycles)[order]),
+        "vertexComputeSet": _l(np.concatenate(css)[order]),
+        "vertexType": _l(np.concatenate(types)[order]),
+    }
+
+
+#: The arrays each profiler mode adds (``schema.MODE_FIELDS`` names them), by name.
+_MODE_ARRAYS: dict[str, Callable[[StepPlan, np.ndarray], dict[str, Any]]] = {
+    "COMPUTE_SETS": lambda sp, cs: {"computeSetCyclesByTile": [_l(r) for r in cs]},
+    "SINGLE_TILE_COMPUTE_SETS": lambda sp, cs: {
+        "computeSetCycles": _l(cs.max(axis=1)) if cs.size else []
+    },
+    "VERTICES": lambda sp, cs: _vertex_arrays(sp),
+    "EXTERNAL_EXCHANGES": lambda sp, cs: {
+        "externalExchangeCycles": [_l(p.cycles_by_tile) for p in sp.external_exchanges]
+    },
+    "HOST_EXCHANGES": lambda sp, cs: {
+        "hostExchangeCycles": [_l(h.cycles_by_tile) for h in sp.host_exchanges]
+    },
+}
 
 
 def execution_profile(
     sp: StepPlan, tl: Timeline, mode: str, cs_cycles: np.ndarray
 ) -> dict[str, Any]:
-    if mode in ("NONE", "CPU"):
+    if mode in schema.MODES_WITHOUT_TRACE:
         return {"profilerMode": mode}
     T = sp.target.num_tiles
     steps = [
@@ -228,29 +260,7 @@ def execution_profile(
         "programTrace": list(tl.trace),
         "simulation": {"cycles": tl.cycles, "tileCycles": dict(tl.tile_cycles), "steps": steps},
     }
-    if mode == "COMPUTE_SETS":
-        out["computeSetCyclesByTile"] = [_l(r) for r in cs_cycles]
-    elif mode == "SINGLE_TILE_COMPUTE_SETS":
-        out["computeSetCycles"] = _l(cs_cycles.max(axis=1)) if cs_cycles.size else []
-    elif mode == "VERTICES":
-        ids, cycles, css, types = [], [], [], []
-        names = {}
-        for ccs in sp.compute_sets:
-            for g in ccs.groups:
-                idx = names.setdefault(g.vertex_type.name, len(names))
-                ids.append(g.vertex_ids)
-                cycles.append(g.cycles)
-                css.append(np.full(g.n, ccs.id))
-                types.append(np.full(g.n, idx))
-        if ids:
-            order = np.argsort(np.concatenate(ids), kind="stable")
-            out["vertexCycles"] = _l(np.concatenate(cycles)[order])
-            out["vertexComputeSet"] = _l(np.concatenate(css)[order])
-            out["vertexType"] = _l(np.concatenate(types)[order])
-        else:
-            out["vertexCycles"] = out["vertexComputeSet"] = out["vertexType"] = []
-    elif mode == "EXTERNAL_EXCHANGES":
-        out["externalExchangeCycles"] = [_l(p.cycles_by_tile) for p in sp.external_exchanges]
-    elif mode == "HOST_EXCHANGES":
-        out["hostExchangeCycles"] = [_l(h.cycles_by_tile) for h in sp.host_exchanges]
+    if mode in schema.MODE_FIELDS:
+        arrays = _MODE_ARRAYS[mode](sp, cs_cycles)
+        out.update((k, arrays[k]) for k in schema.MODE_FIELDS[mode])
     return out

@@ -14,18 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from tremula.profile.schema import STEP_TILE_CYCLES, TILE_CYCLES_KEYS
 from tremula.target import Target
-
-#: step type -> tileCycles category
-CATEGORY = {
-    "OnTileExecute": "compute",
-    "DoExchange": "doExchange",
-    "GlobalExchange": "globalExchange",
-    "StreamCopy": "streamCopy",
-    "Sync": "sync",
-    "CopySharedStructure": "copySharedStructure",
-}
-
 
 Step = tuple["StepInfo", int, int, int, "float | None"]  # info, start, end, overlapped, balance
 
@@ -102,18 +92,7 @@ class Timeline:
     def reset(self) -> None:
         self.steps = StepLog()
         self.trace: list[int] = []
-        self.tile_cycles = dict.fromkeys(
-            (
-                "activeCompute",
-                "compute",
-                "copySharedStructure",
-                "doExchange",
-                "globalExchange",
-                "streamCopy",
-                "sync",
-            ),
-            0,
-        )
+        self.tile_cycles = dict.fromkeys(TILE_CYCLES_KEYS, 0)
         self.cs_cycles: dict[int, np.ndarray] = {}
         self.ex_cycles: dict[tuple[str, int], np.ndarray] = {}
         self.prev_to = 0
@@ -124,7 +103,7 @@ class Timeline:
     ) -> None:
         overlapped = max(0, self.prev_to - start)
         self.prev_to = max(self.prev_to, end)
-        self.tile_cycles[CATEGORY[info.type]] += total
+        self.tile_cycles[STEP_TILE_CYCLES[info.type]] += total
         if self.record:
             self.steps.append((info, start, end, overlapped, balance))
 

@@ -195,6 +195,15 @@ TILE_CYCLES_KEYS: tuple[str, ...] = (
 )
 #: The ``tileCycles`` keys that partition tile time (``activeCompute`` is part of ``compute``).
 TILE_CYCLES_PARTITION: tuple[str, ...] = tuple(k for k in TILE_CYCLES_KEYS if k != "activeCompute")
+#: The ``tileCycles`` key that counts the tile time of each step type.
+STEP_TILE_CYCLES: dict[str, str] = {
+    "OnTileExecute": "compute",
+    "DoExchange": "doExchange",
+    "GlobalExchange": "globalExchange",
+    "StreamCopy": "streamCopy",
+    "Sync": "sync",
+    "CopySharedStructure": "copySharedStructure",
+}
 
 #: Integer fields every step has, besides ``type`` and the optional ``name``.
 STEP_INT_FIELDS: tuple[str, ...] = ("program", "cycles", "cyclesFrom", "cyclesTo", "activeTiles")
@@ -211,6 +220,10 @@ STEP_FIELDS: dict[str, tuple[str, ...]] = {
     "Sync": ("syncType",),
 }
 STEP_TYPES: tuple[str, ...] = tuple(STEP_FIELDS)
+#: Step types whose steps say how many of their cycles overlap the previous step's.
+OVERLAPPING_STEP_TYPES: tuple[str, ...] = tuple(
+    t for t, fields in STEP_FIELDS.items() if "cyclesOverlapped" in fields
+)
 #: Step fields that index a graph-profile table, and the table they index.
 STEP_INDEX_FIELDS: dict[str, str] = {
     "computeSet": "computeSets",
