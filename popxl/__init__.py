@@ -1,18 +1,16 @@
 """``popxl``: an alias of :mod:`tremula.popxl`, so existing PopXL programs run unmodified.
 
-``popxl.X`` and ``popxl.X.Y`` are the modules ``tremula.popxl.X`` and ``tremula.popxl.X.Y``
-(one module object under two names, so ``isinstance`` checks and module state agree).
+``import popxl`` gives the module ``tremula.popxl`` itself, and ``popxl.X.Y`` is the module
+``tremula.popxl.X.Y`` (one module object under two names, so ``isinstance`` checks, module
+state and attributes agree; see :mod:`tremula.alias`).
 """
 
 from __future__ import annotations
 
+import sys
+
+import tremula.popxl
 from tremula.alias import install
 
 install("popxl", "tremula.popxl")
-
-from tremula.popxl import *  # noqa: E402, F403
-from tremula.popxl import (  # noqa: E402, F401
-    __all__,
-    __version__,
-    replica_sharded_buffer,
-)
+sys.modules[__name__] = tremula.popxl

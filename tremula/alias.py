@@ -1,7 +1,13 @@
 """Alias packages: ``popxl``, ``popart`` (and ``popdist``) are the modules of
 ``tremula.popxl``, ``tremula.popart`` ... under a second name, so existing programs import
 them unchanged. ``popxl.X.Y`` *is* the module ``tremula.popxl.X.Y`` (one module object
-under two names, so ``isinstance`` checks and module state agree)."""
+under two names, so ``isinstance`` checks and module state agree).
+
+The target's modules loaded so far are registered under their alias names at once. This
+matters where a module and a function share a name, as in PopXL: ``popxl.ops.call`` is the
+function, and ``from popxl.ops.call import CallSiteInfo`` must find the registered module
+without rebinding ``popxl.ops.call`` to it (Python sets a package attribute only when it
+loads a submodule for the first time). Modules loaded later are aliased by a finder."""
 
 from __future__ import annotations
 
@@ -22,11 +28,13 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.prefix = alias + "."
         self.target = target + "."
 
-    def find_spec(self, fullname: str, path: object, target: object = None):
+    def find_spec(
+        self, fullname: str, path: object, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(self.prefix):
             return None
         real = self.target + fullname[len(self.prefix) :]
-        if importlib.util.find_spec(real) is None:
+        if real not in sys.modules and importlib.util.find_spec(real) is None:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
@@ -38,7 +46,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install(alias: str, target: str) -> None:
-    """Make ``alias.X`` import ``target.X`` (once per alias)."""
+    """Make ``alias.X`` import ``target.X``: the loaded ``target.X`` modules are registered
+    as ``alias.X`` now, later ones by a finder (installed once per alias)."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith(target + ".") and module is not None:
+            sys.modules.setdefault(alias + name[len(target) :], module)
     for finder in sys.meta_path:
         if isinstance(finder, _AliasFinder) and finder.prefix == alias + ".":
             return

@@ -100,3 +100,24 @@ def reworded(err: Exception, message: str) -> Exception:
     except Exception:
         return err
     return new.with_traceback(err.__traceback__)
+
+
+class Float8DtypeError(TremulaError, TypeError, RuntimeError):
+    """A float8 host helper given a dtype that is not float8: PopXL raises ``RuntimeError``
+    from its C++ converters; also a ``TypeError``, the kind of mistake it is."""
+
+
+class DtypeError(TremulaError, ValueError, TypeError):
+    """A value that names no PopXL dtype (``popxl.dtype.as_dtype`` / ``from_name``): PopXL
+    raises ``ValueError``; also a ``TypeError``, the kind of mistake it is."""
+
+
+class OpSetupError(GraphError, PopartException):
+    """An op whose inputs do not fit its shape rule (shapes that do not broadcast, concat
+    or split sizes, matmul contracting dimensions): PopART refuses it in the C++ op setup
+    with ``popart.popart_exception``; also a ``ValueError``."""
+
+
+class OpSetupTypeError(PopartException, TypeError):
+    """An op whose input dtypes do not fit its type rule (``incompatible types FLOAT and
+    FLOAT16``): ``popart.popart_exception`` as PopART raises it, also a ``TypeError``."""

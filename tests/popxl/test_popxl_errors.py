@@ -217,7 +217,13 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     ("fn raises", KeyError, "from fn", _raising_fn),
     # spec 1.4: Graph
     ("Graph()", TypeError, "cannot be constructed directly", lambda p: popxl.Graph()),
-    ("nest Irs", RuntimeError, r"main_graph\] of Ir\[id=\d+\] inside .*do not nest", _nest_irs),
+    (
+        "nest Irs",
+        RuntimeError,
+        r"main_graph\] of Ir\[id=\d+\], but the previous context.s "
+        r"Ir is different .*do not nest",
+        _nest_irs,
+    ),
     (
         "in graph",
         TypeError,
@@ -242,8 +248,25 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         r"differ: .*MatMul in graph 'main_graph', inputs 'w', 'c'",
         _main(lambda p: p.w @ np.ones(5, np.float32)),
     ),
-    ("+= refused", ValueError, r"do not broadcast .*AddInplace .* inputs 'w', 'c'", _iadd),
-    ("ipu undefined", UndefinedValue, "'w' of graph 'main_graph' has no IPU", lambda p: p.w.ipu),
+    (
+        "+= refused",
+        ValueError,
+        r"broadcasting failed on 'Op Add', frames \[2, 3\] and \[5\] are not aligned.*"
+        r"AddInplace .*inputs 'w', 'c'",
+        _iadd,
+    ),
+    (
+        "ipu undefined",
+        UndefinedValue,
+        "IPU is undefined. Tensor 'sc' of graph 'main_graph'",
+        lambda p: p.sc.ipu,
+    ),
+    (
+        "tile set undefined",
+        UndefinedValue,
+        "tile set is undefined. Tensor 'sc'",
+        lambda p: p.sc.tile_set,
+    ),
     (
         "variable in subgraph",
         ValueError,
@@ -259,60 +282,70 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         _shard_over_too_big,
     ),
     # spec 1.6: contexts
-    ("gcg", RuntimeError, "no graph is in context", lambda p: popxl.gcg()),
-    ("gmg", RuntimeError, "no graph is in context", lambda p: popxl.gmg()),
-    ("gir", RuntimeError, "no graph is in context", lambda p: popxl.gir()),
-    ("in_sequence(None)", TypeError, "got None", lambda p: popxl.in_sequence(None).__enter__()),
+    ("gcg", RuntimeError, "no graph has been selected", lambda p: popxl.gcg()),
+    ("gmg", RuntimeError, "no graph has been selected", lambda p: popxl.gmg()),
+    ("gir", RuntimeError, "no graph has been selected", lambda p: popxl.gir()),
+    (
+        "in_sequence(None)",
+        TypeError,
+        "`None` cannot be passed to in_sequence",
+        lambda p: popxl.in_sequence(None).__enter__(),
+    ),
     # spec 1.8: RemoteBuffer
     ("entries 0", ValueError, r"RemoteBuffer\(.*\(2,\)\): entries must be .* 0", _buffer_entries),
     # spec 1.14: call, repeat, conditional, remote_code_load
     (
         "call too many",
         ValueError,
-        r"2 inputs given, graph 'add1_subgraph\(0\)' takes 1",
+        r"Too many inputs have been provided to the called graph 'add1_subgraph\(0\)' "
+        r"\(call\): 2 given, it takes 1",
         _main(lambda p: ops.call(p.add1, p.w, p.w)),
     ),
     (
         "call not in parent",
         ValueError,
-        "'other/oc' for input 'u' is not in the calling graph 'main_graph'",
+        "Parent input tensor 'other/oc' at position 0 is not in parent graph 'main_graph'",
         _main(lambda p: ops.call(p.add1, p.oc)),
     ),
     (
         "call twice",
         ValueError,
-        r"input 'u' of graph 'add1_subgraph\(0\)' is given twice",
+        r"Graph input tensor is specified twice, .*'add1_subgraph\(0\)/u'",
         _main(lambda p: ops.call(p.add1, p.w, inputs_dict={p.add1.inputs[0]: p.w})),
     ),
     (
         "call missing",
         ValueError,
-        r"graph 'add1_subgraph\(0\)' inputs \['u'\] are not given",
+        r"Not enough inputs have been provided for the called graph 'add1_subgraph\(0\)' "
+        r"\(call\): inputs \['add1_subgraph\(0\)/u'\] are not given",
         _main(lambda p: ops.call(p.add1)),
     ),
     (
         "call coerce",
         TypeError,
-        "value for input 'u' cannot become a popxl.dtypes.float32",
+        "Input at position 0 could not be coerced into a tensor: the value for "
+        "'add1_subgraph\\(0\\)/u'",
         _main(lambda p: ops.call(p.add1, object())),
     ),
     (
         "call coerce shape",
-        ValueError,
-        r"'c' \(popxl.dtypes.float32 \(4,\)\) does not match input 'u'",
+        popart.popart_exception,
+        r"CallOp input \(@0\) does not match callee input tensor \(@0\) of "
+        r"'add1_subgraph\(0\)' \(call\): 'c' is FLOAT \[4\]",
         _main(lambda p: ops.call(p.add1, np.ones(4, np.float32))),
     ),
     ("conditional 2nd", ValueError, "'other/oc'", _conditional_second_branch),
     (
         "repeat count",
         ValueError,
-        "repeat_count must be a non-negative integer, got -1",
+        "Repeat count must be >= 0 \\(an integer\\), got -1",
         _main(lambda p: ops.repeat(p.add1, -1, p.w)),
     ),
     (
         "repeat outputs",
         ValueError,
-        r"graph 'two_outputs_subgraph\(1\)' has 2 outputs but only 1 inputs",
+        r"To repeat the subgraph \(two_outputs_subgraph\(1\)\) the number of inputs must "
+        r"be greater than or equal to the number of outputs",
         _main(lambda p: ops.repeat(p.two_outputs, 2, p.w)),
     ),
     (

@@ -13,6 +13,7 @@ import popxl
 import popxl.fp8_utils as fp8
 from popxl.fp8_utils import (
     host_fp8_mse_scale,
+    host_fp8_mse_scale_pb,
     host_pow2scale_cast_from_fp8,
     host_pow2scale_cast_to_fp8,
 )
@@ -206,17 +207,27 @@ def test_decoding_rounds_once_to_the_requested_type():
 
 
 def test_mse_scale_prefers_an_exact_scale_nearest_zero():
-    assert host_fp8_mse_scale(np.array([1.0, 2.0, -0.5]), F143) == 0
-    assert host_fp8_mse_scale(np.zeros(5), F143) == 0
+    assert host_fp8_mse_scale_pb(np.array([1.0, 2.0, -0.5]), F143) == 0
+    assert host_fp8_mse_scale_pb(np.zeros(5), F143) == 0
     # 960 = 240 * 4 is exact for scales -16..-2 (below, 960 * 2^s is subnormal and inexact)
-    assert host_fp8_mse_scale(np.array([960.0, -960.0]), F143) == -2
+    assert host_fp8_mse_scale_pb(np.array([960.0, -960.0]), F143) == -2
+    assert host_fp8_mse_scale_pb(np.array([960.0])) == -2  # dtype None: float8_143
+
+
+def test_mse_scale_returns_popxls_pair_the_least_mse_and_minus_the_bias():
+    # exact for biases -16..-2: the least pair in tuple order has the largest bias, -2
+    assert host_fp8_mse_scale(np.array([960.0, -960.0]), F143) == (0.0, 2)
+    mse, minus_bias = host_fp8_mse_scale(np.array([0.3, -7.0, 100.0]), F152)
+    codes = host_pow2scale_cast_to_fp8(np.array([0.3, -7.0, 100.0]), F152, -minus_bias, False)
+    back = host_pow2scale_cast_from_fp8(codes, popxl.float64, minus_bias)
+    assert mse == np.mean((back - [0.3, -7.0, 100.0]) ** 2)
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from([F143, F152]), st.lists(FINITE, min_size=1, max_size=30))
 def test_mse_scale_minimises_the_round_trip_error(dt, xs):
     x = np.array(xs, dtype=np.float64)
-    best = host_fp8_mse_scale(x, dt, (-10, 10))
+    best = host_fp8_mse_scale_pb(x, dt, log2_scale_range=(-10, 10))
     assert -10 <= best <= 10
 
     def mse(s):
@@ -225,14 +236,16 @@ def test_mse_scale_minimises_the_round_trip_error(dt, xs):
 
     errors = [mse(s) for s in range(-10, 11)]
     assert mse(best) == min(errors)
+    least, minus_bias = host_fp8_mse_scale(x, dt, log2_scale_range=(-10, 10))
+    assert least == min(errors) and mse(-minus_bias) == least
 
 
 # ---- argument errors ----
 
 
 def test_bad_arguments():
-    with pytest.raises(TypeError, match=r"float8_143 or popxl\.float8_152"):
-        host_pow2scale_cast_to_fp8([1.0], popxl.float16)
+    with pytest.raises(RuntimeError, match=r"float8_143 or popxl\.float8_152"):
+        host_pow2scale_cast_to_fp8([1.0], popxl.float16)  # PopXL: RuntimeError (TypeError too)
     with pytest.raises(TypeError, match="log2_scale must be an int"):
         host_pow2scale_cast_to_fp8([1.0], F143, 1.5)
     with pytest.raises(TypeError, match="already holds float8_143"):
@@ -246,7 +259,7 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="src_dtype says"):
         host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8([1.0]), src_dtype=F152)
     with pytest.raises(ValueError, match="range lo <= hi"):
-        host_fp8_mse_scale([1.0], F143, (3, 2))
+        host_fp8_mse_scale([1.0], F143, log2_scale_range=(3, 2))
 
 
 def test_module_is_importable_as_popxl_fp8_utils():
@@ -254,4 +267,4 @@ def test_module_is_importable_as_popxl_fp8_utils():
 
     assert fp8 is real
     assert set(fp8.__all__) >= {"host_pow2scale_cast_to_fp8", "host_pow2scale_cast_from_fp8",
-                                "host_fp8_mse_scale"}  # fmt: skip
+                                "host_fp8_mse_scale", "host_fp8_mse_scale_pb"}  # fmt: skip

@@ -279,12 +279,17 @@ def test_bad_dtypes_and_arguments_are_refused_before_anything_is_added(build, sp
 # ---- float8 constants and variables ----
 
 
-def test_float8_tensors_from_numbers_need_log2_scale():
+def test_float8_tensors_from_numbers_scale_by_log2_scale_0_by_default():
     ir = popxl.Ir()
-    with ir.main_graph, pytest.raises(ValueError, match="needs log2_scale"):
-        popxl.variable([1.0, 2.0], F143)
-    with ir.main_graph, pytest.raises(ValueError, match="needs log2_scale"):
-        popxl.constant(np.ones(3, np.float32), F152)
+    with ir.main_graph:
+        v = popxl.variable([1.0, 2.0, 300.0], F143)  # as PopXL: log2_scale 0, NaN on overflow
+        c = popxl.constant(np.ones(3, np.float32), F152)
+    np.testing.assert_array_equal(v._data, host_pow2scale_cast_to_fp8([1.0, 2.0, 300.0], F143))
+    np.testing.assert_array_equal(v._data.view(np.uint8)[2], 0x80)
+    np.testing.assert_array_equal(c._data, host_pow2scale_cast_to_fp8(np.ones(3), F152))
+    ir = popxl.Ir()
+    with ir.main_graph, pytest.raises(TypeError, match="int32 is not supported for float8"):
+        popxl.variable(np.array([1, 2], np.int32), F143)
     with ir.main_graph, pytest.raises(TypeError, match="hold float8_152 codes"):
         popxl.constant(host_pow2scale_cast_to_fp8([1.0], F152), F143)
     assert not ir.main_graph.tensors

@@ -10,7 +10,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
-from tremula.popxl.ops.random import create_seeds
+from tremula.popxl.random_seed import create_seeds
 
 _spec = importlib.util.spec_from_file_location(
     "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
@@ -102,6 +102,10 @@ def test_create_seeds():
     np.testing.assert_array_equal(create_seeds(1), create_seeds(1))
     s = create_seeds(7, batches_per_step=3, replicas=2)
     assert s.shape == (3, 2, 2)
-    np.testing.assert_array_equal(create_seeds(7, offset=1, batches_per_step=5)[0], s[0, 1])
+    np.testing.assert_array_equal(create_seeds(7, offset=1), create_seeds(8))  # seed + offset
+    hi, lo = create_seeds(3).astype(np.uint64)  # the 64-bit draw of default_rng(3), split
+    want = np.random.default_rng(3).integers(0, 2**64 - 1, size=[1, 1, 1], dtype=np.uint64,
+                                             endpoint=True).item()  # fmt: skip
+    assert (int(hi) << 32) | int(lo) == want
     with pytest.raises(ValueError, match="positive integers"):
         create_seeds(1, replicas=0)

@@ -1,7 +1,31 @@
-"""Tremula's PopXL-compatible frontend. ``import popxl`` resolves here (see the ``popxl``
-alias package); ``import popxl.ops as ops`` gives :mod:`tremula.popxl.ops`."""
+"""Tremula's PopXL-compatible frontend. ``import popxl`` resolves here (the ``popxl`` alias
+package makes ``popxl`` this very module); ``import popxl.ops as ops`` gives
+:mod:`tremula.popxl.ops`.
 
-from tremula.popxl import dtypes, transforms
+As in PopXL, importing the package loads its modules, so ``popxl.tensor``, ``popxl.ops``,
+``popxl.utils`` ... are attributes after ``import popxl`` (``popxl.remote_buffer`` is the
+function, as in PopXL; ``popxl.testing`` needs its own import).
+"""
+
+from tremula.popxl import (  # the modules, attributes of the package as in PopXL
+    context,
+    dtypes,
+    errors,
+    fp8_utils,
+    graph,
+    ir,
+    module,
+    ops,
+    random_seed,
+    replica_grouping,
+    session,
+    streams,
+    tensor,
+    tensorlocation,
+    transforms,
+    typing_,
+    utils,
+)
 from tremula.popxl.context import (
     gcg,
     get_current_graph,
@@ -39,7 +63,7 @@ from tremula.popxl.dtypes import (
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
 from tremula.popxl.module import Module
-from tremula.popxl.ops.random import create_seeds
+from tremula.popxl.random_seed import create_seeds
 from tremula.popxl.remote_buffer import RemoteBuffer, remote_buffer
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.session import Session
@@ -61,22 +85,34 @@ from tremula.popxl.tensor import (
 from tremula.popxl.tensor import (
     replica_sharded_buffer as replica_sharded_buffer,  # not in __all__, as in PopXL
 )
+from tremula.popxl.tensorlocation import (
+    ExecutionContext,
+    ReplicatedTensorSharding,
+    TensorLocation,
+    TensorStorage,
+    TileSet,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Constant",
     "DeviceToHostStream",
+    "ExecutionContext",
     "Graph",
     "HostToDeviceStream",
     "Ir",
     "Module",
     "RemoteBuffer",
     "ReplicaGrouping",
+    "ReplicatedTensorSharding",
     "Session",
     "Tensor",
     "TensorByRef",
+    "TensorLocation",
     "TensorSpec",
+    "TensorStorage",
+    "TileSet",
     "Variable",
     "bool",
     "complex64",

@@ -5,17 +5,36 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from tremula.popxl.tensorlocation import ExecutionContext, TileSet
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
     from tremula.popxl.ir import Ir
+    from tremula.popxl.ops.base import Op
+
+
+@dataclass(frozen=True)
+class OpSettings:
+    """The settings an op is created with (``Context._get_op_settings``): its name, graph,
+    virtual IPU, tile set, execution context and name scope."""
+
+    name: str
+    graph: Graph
+    ipu: int
+    tile_set: TileSet
+    execution_context: ExecutionContext
+    scope: str
 
 
 class Context:
-    """What ops created now are created in, and with which settings."""
+    """What ops created now are created in, and with which settings (PopXL's
+    ``popxl.context.Context``; the one instance is ``get_current_context()``)."""
 
     def __init__(self) -> None:
         self.graphs: list[Graph] = []
@@ -23,13 +42,14 @@ class Context:
         self.scopes: list[str] = []
         self.ipus: list[int] = []
         self.tile_sets: list[str] = []
+        self.execution_contexts: list[ExecutionContext] = []
 
     @property
     def graph(self) -> Graph:
         if not self.graphs:
             raise RuntimeError(
-                "no graph is in context: use `with ir.main_graph:` or "
-                "`with graph:` before creating tensors or ops"
+                "Trying to access a graph, but no graph has been selected: use `with "
+                "ir.main_graph:` or `with graph:` before creating tensors or ops"
             )
         return self.graphs[-1]
 
@@ -39,17 +59,39 @@ class Context:
 
     @property
     def ipu(self) -> int | None:
+        """The virtual IPU set by the innermost ``popxl.ipu``; None outside any."""
         return self.ipus[-1] if self.ipus else None
+
+    @property
+    def ipu_id(self) -> int:
+        """The virtual IPU new ops are placed on (0 unless ``popxl.ipu`` says otherwise)."""
+        return self.ipus[-1] if self.ipus else 0
 
     @property
     def io_tiles(self) -> bool:
         return bool(self.tile_sets) and self.tile_sets[-1] == "io"
 
+    @property
+    def io_tile_set(self) -> bool:
+        """Whether new ops are placed on the IO tiles (``popxl.io_tiles``)."""
+        return self.io_tiles
+
+    @property
+    def in_sequence(self) -> bool | None:
+        """The innermost ``in_sequence`` mode (None outside any, or for ``"pass"``)."""
+        mode = self.sequences[-1] if self.sequences else None
+        return None if mode == "pass" else mode
+
+    @property
+    def execution_context(self) -> ExecutionContext:
+        """The part of the program new ops run in (``_execution_context``)."""
+        return self.execution_contexts[-1] if self.execution_contexts else ExecutionContext.Normal
+
     def push_graph(self, graph: Graph) -> None:
         if self.graphs and self.graphs[-1].ir is not graph.ir:
             raise RuntimeError(
-                f"cannot enter {graph!r} of {graph.ir!r} inside a graph of "
-                f"{self.graphs[-1].ir!r}: graphs of different Irs do not nest"
+                f"Trying to enter {graph!r} of {graph.ir!r}, but the previous context's Ir "
+                f"is different ({self.graphs[-1].ir!r}): graphs of different Irs do not nest"
             )
         self.graphs.append(graph)
 
@@ -58,11 +100,46 @@ class Context:
             raise RuntimeError(f"graph context exited out of order for {graph!r}")
         self.graphs.pop()
 
+    def _get_op_settings(self, name: str) -> OpSettings:
+        """The settings of an op named ``name`` created now in the current graph."""
+        return OpSettings(
+            name,
+            self.graph,
+            self.ipu_id,
+            TileSet.IO if self.io_tiles else TileSet.Compute,
+            self.execution_context,
+            self.name_scope,
+        )
+
+    def _op_created(self, op: Op) -> None:
+        """Called for each op added to a graph: adds its in-sequence constraints and runs
+        the graph's op-created hooks."""
+        self._add_in_sequence_topocons(op)
+        for hook in list(op.graph._hooks.values()):
+            hook(op)
+
+    def _add_in_sequence_topocons(self, op: Op) -> None:
+        """Constrain ``op`` to run after the ops created before it inside
+        ``in_sequence(True)``. Tremula's schedule is creation order wherever data
+        dependencies allow (``Graph.ops``), which already satisfies every such constraint,
+        so there is nothing to record; an op of another graph than the one in context is
+        refused, as PopART refuses a constraint between graphs.
+
+        Raises:
+            ValueError: ``op`` is not in the current graph.
+        """
+        if self.graphs and op.graph is not self.graphs[-1]:
+            raise ValueError(
+                f"in_sequence: {op!r} is in graph {op.graph.name!r}, not in the current graph "
+                f"{self.graphs[-1].name!r}"
+            )
+
 
 _CONTEXT = Context()
 
 
 def get_current_context() -> Context:
+    """The context ops are created in."""
     return _CONTEXT
 
 
@@ -121,19 +198,32 @@ def atomic(fn: F) -> F:
 
 def make_atomic(namespace: dict[str, Any], names: Iterable[str]) -> None:
     """Replace each function ``namespace[name]`` by its :func:`atomic` form (the op
-    packages do this to the functions they export)."""
+    packages do this to the functions they export), in ``namespace`` and in the module that
+    defines it, so that every import path gives the same function."""
     for name in names:
-        if inspect.isfunction(namespace[name]):
-            namespace[name] = atomic(namespace[name])
+        fn = namespace[name]
+        if inspect.isfunction(fn) and not getattr(fn, "_atomic", False):
+            wrapped = atomic(fn)
+            namespace[name] = wrapped
+            home = sys.modules.get(fn.__module__)
+            if home is not None and getattr(home, fn.__name__, None) is fn:
+                setattr(home, fn.__name__, wrapped)
 
 
 @contextmanager
 def in_sequence(mode: bool | str = True) -> Iterator[None]:
     """Ops created inside run in creation order (``True``); ``False`` constrains nothing
     (but acts as one unit inside a ``True`` block); ``"pass"`` does nothing. Tremula runs
-    ops in creation order wherever data dependencies allow, which satisfies all three."""
-    if mode is None or mode not in (True, False, "pass"):
-        raise TypeError(f"in_sequence: mode must be True, False or 'pass', got {mode!r}")
+    ops in creation order wherever data dependencies allow, which satisfies all three.
+
+    Raises:
+        TypeError: ``mode`` is None.
+        ValueError: another mode.
+    """
+    if mode is None:
+        raise TypeError("`None` cannot be passed to in_sequence: use True, False or 'pass'")
+    if mode not in (True, False, "pass"):
+        raise ValueError(f"in_sequence: mode must be True, False or 'pass', got {mode!r}")
     _CONTEXT.sequences.append(mode)
     try:
         yield
@@ -171,6 +261,21 @@ def io_tiles() -> Iterator[None]:
         yield
     finally:
         _CONTEXT.tile_sets.pop()
+
+
+@contextmanager
+def _execution_context(execution_context: ExecutionContext) -> Iterator[None]:
+    """Create the ops inside in ``execution_context`` (PopXL's internal context manager, used
+    to put ops in the weights-from-host / weights-to-host fragments)."""
+    if not isinstance(execution_context, ExecutionContext):
+        raise TypeError(
+            f"_execution_context: expected a popxl.ExecutionContext, got {execution_context!r}"
+        )
+    _CONTEXT.execution_contexts.append(execution_context)
+    try:
+        yield
+    finally:
+        _CONTEXT.execution_contexts.pop()
 
 
 def op_debug_context(fn: Callable[..., Any]) -> Callable[..., Any]:

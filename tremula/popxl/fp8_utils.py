@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import Float8DtypeError
 from tremula.poplar import quarter
 from tremula.popxl import dtypes
 
@@ -43,12 +44,19 @@ _FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
 
 
 def _float8(dtype: Any, what: str) -> tuple[dtypes.dtype, quarter.Float8Format]:
+    """The float8 dtype and format of ``dtype`` (None: ``float8_143``).
+
+    Raises:
+        Float8DtypeError: (``TypeError`` and ``RuntimeError``, as PopXL raises) another dtype.
+    """
+    if dtype is None:
+        dtype = dtypes.float8_143
     try:
         dt = dtypes.dtype.as_dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         dt = None
     if dt not in _FLOAT8:
-        raise TypeError(
+        raise Float8DtypeError(
             f"{what}: dtype must be popxl.float8_143 or popxl.float8_152, got {dtype!r}"
         )
     return _FORMATS[dt.as_numpy()]
@@ -76,7 +84,7 @@ def _values(src: Any, what: str) -> np.ndarray:
 
 def host_pow2scale_cast_to_fp8(
     src: Any,
-    dtype: dtypes.dtype = dtypes.float8_143,
+    dtype: dtypes.dtype | None = None,
     log2_scale: int = 0,
     nan_on_overflow: bool = True,
 ) -> np.ndarray:
@@ -85,7 +93,7 @@ def host_pow2scale_cast_to_fp8(
     Args:
         src: The values (anything NumPy converts to a real array; float64 is used as it
             is, not downcast).
-        dtype: ``popxl.float8_143`` or ``popxl.float8_152``.
+        dtype: ``popxl.float8_143`` (None: the default) or ``popxl.float8_152``.
         log2_scale: The power of two ``src`` is multiplied by before rounding.
         nan_on_overflow: Values beyond the format's range (infinities included) become NaN
             when True, the largest value of their sign when False.
@@ -106,7 +114,7 @@ def host_pow2scale_cast_to_fp8(
 
 def host_pow2scale_cast_from_fp8(
     src: Any,
-    dtype: dtypes.dtype = dtypes.float16,
+    dtype: dtypes.dtype | None = None,
     log2_scale: int = 0,
     *,
     src_dtype: dtypes.dtype | None = None,
@@ -116,7 +124,7 @@ def host_pow2scale_cast_from_fp8(
     Args:
         src: float8 codes: an array in a float8 structured dtype (which gives the format),
             or uint8 codes with ``src_dtype``.
-        dtype: ``popxl.float16``, ``float32`` or ``float64``.
+        dtype: ``popxl.float16`` (None: the default), ``float32`` or ``float64``.
         log2_scale: The power of two the decoded values are multiplied by.
         src_dtype: The format of uint8 codes (``popxl.float8_143`` / ``float8_152``); when
             given with a structured array it must match it.
@@ -149,8 +157,8 @@ def host_pow2scale_cast_from_fp8(
             f"src_dtype), got {arr.dtype}"
         )
     try:
-        out = dtypes.dtype.as_dtype(dtype)
-    except TypeError:
+        out = dtypes.float16 if dtype is None else dtypes.dtype.as_dtype(dtype)
+    except (TypeError, ValueError):
         out = None
     if out not in _FLOATS:
         raise TypeError(f"{what}: dtype must be popxl.float16, float32 or float64, got {dtype!r}")
@@ -158,22 +166,12 @@ def host_pow2scale_cast_from_fp8(
     return quarter.decode(codes, fmt, scale, out.as_numpy())
 
 
-def host_fp8_mse_scale(
-    src: Any,
-    dtype: dtypes.dtype = dtypes.float8_143,
-    log2_scale_range: tuple[int, int] = (quarter.LOG2_SCALE_MIN, quarter.LOG2_SCALE_MAX),
-) -> int:
-    """The ``log2_scale`` whose float8 round trip of ``src`` has the least mean squared
-    error: each candidate ``s`` in ``log2_scale_range`` (both ends included; by default
-    the device's ``[-32, 31]``) encodes ``src * 2^s`` saturating on overflow and decodes
-    with ``-s``. NaNs of ``src`` are left out of the mean. Ties go to the scale nearest 0,
-    then to the smaller one (so all-zero data give 0 when 0 is a candidate).
-
-    Raises:
-        TypeError: as :func:`host_pow2scale_cast_to_fp8`.
-        ValueError: an empty range or empty ``src``.
-    """
-    what = "host_fp8_mse_scale"
+def _mse_by_scale(
+    src: Any, dtype: Any, log2_scale_range: tuple[int, int], what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate ``log2_scale`` of the range (both ends included) and the mean squared
+    error of the float8 round trip of ``src`` with it: encode ``src * 2^s`` saturating on
+    overflow, decode with ``-s``. NaNs of ``src`` are left out of the mean."""
     _, fmt = _float8(dtype, what)
     x = _values(src, what).astype(np.float64).reshape(-1)
     lo, hi = (_int(v, what, "log2_scale_range") for v in log2_scale_range)
@@ -187,7 +185,55 @@ def host_fp8_mse_scale(
         back = quarter.decode(quarter.encode(x, fmt, s, False), fmt, -s, np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             errors[k] = np.mean((back - x) ** 2) if x.size else 0.0
-    errors = np.where(np.isnan(errors), np.inf, errors)
+    return candidates, np.where(np.isnan(errors), np.inf, errors)
+
+
+_DEVICE_RANGE = (quarter.LOG2_SCALE_MIN, quarter.LOG2_SCALE_MAX)
+
+
+def host_fp8_mse_scale(
+    src: Any,
+    dtype: dtypes.dtype | None = None,
+    *,
+    log2_scale_range: tuple[int, int] = _DEVICE_RANGE,
+) -> tuple[float, int]:
+    """The least mean squared error of a float8 round trip of ``src`` over the candidate
+    scales, as PopXL returns it: the pair ``(mse, -bias)``, the least in tuple order, where
+    ``bias`` is the ``log2_scale`` of the cast to float8 (``src * 2^bias`` is encoded,
+    decoded with ``-bias``). Ties in the error go to the larger ``bias``.
+
+    Args:
+        src: The values (NaNs are left out of the mean).
+        dtype: ``popxl.float8_143`` (None: the default) or ``popxl.float8_152``.
+        log2_scale_range: The candidate biases, both ends included (a Tremula extension;
+            by default the device's ``[-32, 31]``).
+
+    Returns:
+        ``(mse, -bias)``.
+
+    Raises:
+        TypeError: as :func:`host_pow2scale_cast_to_fp8`.
+        ValueError: an empty range or empty ``src``.
+    """
+    candidates, errors = _mse_by_scale(src, dtype, log2_scale_range, "host_fp8_mse_scale")
+    return min((float(e), -int(s)) for s, e in zip(candidates.tolist(), errors.tolist()))
+
+
+def host_fp8_mse_scale_pb(
+    src: Any,
+    dtype: dtypes.dtype | None = None,
+    *,
+    log2_scale_range: tuple[int, int] = _DEVICE_RANGE,
+) -> int:
+    """The ``log2_scale`` whose float8 round trip of ``src`` has the least mean squared
+    error (see :func:`host_fp8_mse_scale`). Ties go to the scale nearest 0, then to the
+    smaller one (so all-zero data give 0 when 0 is a candidate).
+
+    Raises:
+        TypeError: as :func:`host_pow2scale_cast_to_fp8`.
+        ValueError: an empty range or empty ``src``.
+    """
+    candidates, errors = _mse_by_scale(src, dtype, log2_scale_range, "host_fp8_mse_scale_pb")
     order = np.lexsort((candidates, np.abs(candidates), errors))
     return int(candidates[order[0]])
 
@@ -196,13 +242,12 @@ def fp8_host_data(
     arr: np.ndarray, dtype: dtypes.dtype, log2_scale: int | None, nan_on_overflow: bool | None
 ) -> np.ndarray:
     """Host data for a float8 tensor (``constant`` / ``variable``): float8 codes of the
-    format, or uint8 codes, are taken as they are; other real data are converted with
-    :func:`host_pow2scale_cast_to_fp8`, which needs ``log2_scale``
-    (``nan_on_overflow`` defaults to True).
+    format, or uint8 codes, are taken as they are; float16/32/64 data are converted with
+    :func:`host_pow2scale_cast_to_fp8` (``log2_scale`` defaults to 0, ``nan_on_overflow``
+    to True).
 
     Raises:
-        ValueError: real data without ``log2_scale``.
-        TypeError: codes of the other float8 format, or data that are not numbers.
+        TypeError: codes of the other float8 format, or data that are not floating point.
     """
     dt, _ = _float8(dtype, "float8 tensor data")
     if arr.dtype == dt.as_numpy():
@@ -215,18 +260,19 @@ def fp8_host_data(
         )
     if arr.dtype == np.uint8:
         return arr.astype(dt.as_numpy())
-    if log2_scale is None:
-        raise ValueError(
-            f"float8 tensor data: creating a {dt.name} tensor from {arr.dtype} data needs "
-            f"log2_scale (the data are multiplied by 2**log2_scale, then rounded to "
-            f"{dt.name}); or give the codes as uint8 / {dt.name} data"
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(
+            f"Type {arr.dtype} is not supported for float8 tensors: give float16, float32 or "
+            f"float64 values (converted with log2_scale), or the {dt.name} / uint8 codes"
         )
+    scale = 0 if log2_scale is None else log2_scale
     flag = True if nan_on_overflow is None else bool(nan_on_overflow)
-    return host_pow2scale_cast_to_fp8(arr, dt, log2_scale, flag)
+    return host_pow2scale_cast_to_fp8(arr, dt, scale, flag)
 
 
 __all__ = [
     "host_fp8_mse_scale",
+    "host_fp8_mse_scale_pb",
     "host_pow2scale_cast_from_fp8",
     "host_pow2scale_cast_to_fp8",
 ]

@@ -156,8 +156,14 @@ class Graph:
 
     def _add_op(self, op: Op) -> None:
         self._ops.append(op)
-        for hook in list(self._hooks.values()):
-            hook(op)
+        get_current_context()._op_created(op)
+
+    def _create_tensor_id(self, name: str) -> str:
+        """A new unique tensor id for ``name`` in this graph: the current name scope, the
+        graph's prefix (a subgraph's name) and a ``_<n>`` suffix where the id is taken."""
+        from tremula.popxl.tensor import _new_id
+
+        return _new_id(self, name, name)[0]
 
     # ---- undo (a refused call leaves the graph as it was) ----
     # Building only appends (tensors, ops, inputs, outputs), so a mark is four lengths and

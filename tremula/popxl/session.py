@@ -23,7 +23,9 @@ from tremula.errors import reworded
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
-from tremula.popxl.tensor import Constant, Tensor, Variable, to_numpy
+from tremula.popxl.tensor import Constant, Tensor, Variable
+from tremula.popxl.tensorlocation import ExecutionContext
+from tremula.popxl.utils import to_numpy
 from tremula.progress import bar as progress_bar
 
 if TYPE_CHECKING:
@@ -94,6 +96,19 @@ def _device(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
     return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else per * R).create_device()
 
 
+def _check_execution_contexts(ir: Ir) -> None:
+    """Ops run where every op of a Tremula program runs (``ExecutionContext.Normal``): ops
+    made inside ``popxl.context._execution_context`` for another part of the program are
+    refused rather than run at the wrong time."""
+    for g in ir.graphs:
+        for op in g.ops:
+            if op.execution_context not in (ExecutionContext.Normal, ExecutionContext.Subgraph):
+                raise NotImplementedError(
+                    f"Session: {op!r} was created in {op.execution_context!r}; Tremula runs "
+                    f"only ops of ExecutionContext.Normal (and Subgraph)"
+                )
+
+
 class Session:
     """A compiled Ir on a device.
 
@@ -125,6 +140,7 @@ class Session:
 
         if not isinstance(ir, Ir):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
+        _check_execution_contexts(ir)
         self._ir = ir
         self._device = _device(device_desc, ir)
         graph = poplar.Graph(self._device.target, replication_factor=ir.replication_factor)

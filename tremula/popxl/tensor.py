@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from tremula.errors import UndefinedValue, VariableDataError
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_context, undo_on_error
+from tremula.popxl.typing_ import NewAliasAnnotation
+from tremula.popxl.utils import to_numpy
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
@@ -118,23 +120,50 @@ class Tensor:
     def nelms(self) -> int:
         return math.prod(self.shape)
 
-    @property
-    def ipu(self) -> int:
-        """The virtual IPU of the tensor.
+    def _get_ipu_and_tile_set(
+        self, raise_on_undefined_tile_set: bool = True, raise_on_undefined_ipu: bool = True
+    ) -> tuple[int, str]:
+        """The virtual IPU and tile set of the tensor, as PopART finds them: its producer's,
+        else those of the first op that consumes it; ``(-1, "undefined")`` for a tensor no
+        op touches (a variable, constant or graph input not used yet).
 
         Raises:
-            UndefinedValue: (a ``ValueError``) the tensor was made outside ``popxl.ipu``.
+            UndefinedValue: the IPU (or tile set) is undefined and asked to raise.
         """
-        if self._ipu is None:
+        op = self._producer
+        if op is None:
+            op = next((o for o in self._graph._ops if any(i is self for i in o.inputs)), None)
+        ipu, tile_set = (-1, "undefined") if op is None else (op.ipu or 0, op.tile_set)
+        if raise_on_undefined_ipu and ipu == -1:
             raise UndefinedValue(
-                f"tensor {self._id!r} of graph {self._graph.name!r} has no IPU assigned "
-                f"(create it inside `with popxl.ipu(n):`)"
+                f"Tensor's IPU is undefined. Tensor {self._id!r} of graph "
+                f"{self._graph.name!r} has no producer and no consumer yet."
             )
-        return self._ipu
+        if raise_on_undefined_tile_set and tile_set == "undefined":
+            raise UndefinedValue(
+                f"Tensor's tile set is undefined. Tensor {self._id!r} of graph "
+                f"{self._graph.name!r} has no producer and no consumer yet."
+            )
+        return ipu, tile_set
+
+    @property
+    def ipu(self) -> int:
+        """The virtual IPU of the tensor: its producer's (0 unless made inside
+        ``popxl.ipu(n)``), else its first consumer's.
+
+        Raises:
+            UndefinedValue: (a ``ValueError``) no op produces or consumes the tensor.
+        """
+        return self._get_ipu_and_tile_set(False, True)[0]
 
     @property
     def tile_set(self) -> str:
-        return self._tile_set
+        """``"compute"`` or ``"io"``: its producer's tile set, else its first consumer's.
+
+        Raises:
+            UndefinedValue: no op produces or consumes the tensor.
+        """
+        return self._get_ipu_and_tile_set(True, False)[1]
 
     @property
     def location_info(self) -> None:
@@ -189,6 +218,70 @@ class Tensor:
         if data.size == 0:
             raise ValueError(f"cannot combine tensor {self._id!r} with an empty value")
         return constant(data, dtype=self.dtype)
+
+    def _binary(self, op_name: str, other: Any, reflected: bool = False) -> Tensor:
+        """``ops.<op_name>(self, other)`` (``(other, self)`` when reflected); a host value
+        ``other`` becomes a constant of this tensor's dtype, removed again if the op is
+        refused."""
+        fn = getattr(self._ops(), op_name)
+        with undo_on_error():
+            o = self._ensure(other)
+            return fn(o, self) if reflected else fn(self, o)
+
+    # Binary operators: ``a + b`` is ``ops.add(a, b)``, ``2 + a`` is ``ops.add(constant(2), a)``.
+    def __add__(self, other: TensorLike) -> Tensor:
+        return self._binary("add", other)
+
+    def __radd__(self, other: TensorLike) -> Tensor:
+        return self._binary("add", other, True)
+
+    def __sub__(self, other: TensorLike) -> Tensor:
+        return self._binary("sub", other)
+
+    def __rsub__(self, other: TensorLike) -> Tensor:
+        return self._binary("sub", other, True)
+
+    def __mul__(self, other: TensorLike) -> Tensor:
+        return self._binary("mul", other)
+
+    def __rmul__(self, other: TensorLike) -> Tensor:
+        return self._binary("mul", other, True)
+
+    def __truediv__(self, other: TensorLike) -> Tensor:
+        return self._binary("div", other)
+
+    def __rtruediv__(self, other: TensorLike) -> Tensor:
+        return self._binary("div", other, True)
+
+    def __pow__(self, other: TensorLike) -> Tensor:
+        return self._binary("pow", other)
+
+    def __rpow__(self, other: TensorLike) -> Tensor:
+        return self._binary("pow", other, True)
+
+    def __mod__(self, other: TensorLike) -> Tensor:
+        return self._binary("fmod", other)
+
+    def __rmod__(self, other: TensorLike) -> Tensor:
+        return self._binary("fmod", other, True)
+
+    def __matmul__(self, other: TensorLike) -> Tensor:
+        return self._binary("matmul", other)
+
+    def __rmatmul__(self, other: TensorLike) -> Tensor:
+        return self._binary("matmul", other, True)
+
+    def __and__(self, other: TensorLike) -> Tensor:
+        return self._binary("logical_and", other)
+
+    def __rand__(self, other: TensorLike) -> Tensor:
+        return self._binary("logical_and", other, True)
+
+    def __or__(self, other: TensorLike) -> Tensor:
+        return self._binary("logical_or", other)
+
+    def __ror__(self, other: TensorLike) -> Tensor:
+        return self._binary("logical_or", other, True)
 
     def __neg__(self) -> Tensor:
         return self._ops().negate(self)
@@ -247,36 +340,6 @@ class Tensor:
         return self._ops().ipu_copy(self, destination, source)
 
 
-#: Binary operators and the ops they build: ``a + b`` is ``ops.add(a, b)``, ``2 + a`` is
-#: ``ops.add(constant(2), a)``; non-tensor operands become constants of the tensor's dtype.
-_BINARY = {
-    "add": "add",
-    "sub": "sub",
-    "mul": "mul",
-    "truediv": "div",
-    "pow": "pow",
-    "mod": "fmod",
-    "matmul": "matmul",
-    "and": "logical_and",
-    "or": "logical_or",
-}
-
-
-def _binary(op_name: str, reflected: bool) -> Any:
-    def method(self: Tensor, other: Any) -> Tensor:
-        fn = getattr(self._ops(), op_name)
-        with undo_on_error():  # a refused op leaves no constant behind
-            other = self._ensure(other)
-            return fn(other, self) if reflected else fn(self, other)
-
-    return method
-
-
-for _dunder, _op in _BINARY.items():
-    setattr(Tensor, f"__{_dunder}__", _binary(_op, False))
-    setattr(Tensor, f"__r{_dunder}__", _binary(_op, True))
-
-
 class Variable(Tensor):
     """A tensor whose value persists across runs: initialised from host data, read back with
     ``Session.get_tensor_data``."""
@@ -327,43 +390,16 @@ class Constant(Tensor):
 
 
 #: Annotate a ``create_graph`` function parameter to pass that input by reference.
-TensorByRef = Annotated[Tensor, "TensorByRef"]
+TensorByRef = NewAliasAnnotation("TensorByRef", Tensor)
 
-
-def to_numpy(
-    data: Any,
-    dtype: dtypes.dtype | None = None,
-    downcast: bool = True,
-    *,
-    log2_scale: int | None = None,
-    nan_on_overflow: bool | None = None,
-) -> np.ndarray:
-    """Host data as a NumPy array (PopXL's ``utils.to_numpy``): 64-bit types become 32-bit
-    unless ``downcast`` is False or ``dtype`` is given. For a float8 ``dtype``, float8 or
-    uint8 codes are kept and other numbers converted with ``log2_scale`` (required) and
-    ``nan_on_overflow`` (``fp8_utils.fp8_host_data``)."""
-    if hasattr(data, "detach") and hasattr(data, "numpy"):  # a torch tensor
-        data = data.detach().cpu().numpy()
-    if isinstance(data, np.memmap):
-        arr = data
-    else:
-        arr = np.asarray(data)
-    if dtype is not None:
-        dt = dtypes.dtype.as_dtype(dtype)
-        if dt in (dtypes.float8_143, dtypes.float8_152):
-            from tremula.popxl.fp8_utils import fp8_host_data
-
-            return fp8_host_data(arr, dt, log2_scale, nan_on_overflow)
-        return arr.astype(dt.as_numpy(), copy=False)
-    if downcast:
-        down = {
-            np.dtype(np.float64): np.float32,
-            np.dtype(np.int64): np.int32,
-            np.dtype(np.uint64): np.uint32,
-        }
-        if arr.dtype in down:
-            return arr.astype(down[arr.dtype])
-    return arr
+#: Host values PopXL turns into tensor data (:func:`popxl.utils.to_numpy`).
+ScalarType = Union[int, float, bool]  # noqa: UP007  (PopXL's alias, a runtime object)
+HostScalarTensor = Union[np.ndarray, ScalarType]  # noqa: UP007
+HostTensor = Union[np.ndarray, Iterable[ScalarType]]  # noqa: UP007
+#: The types ``isinstance`` accepts as host tensors (torch tensors are iterable too).
+host_tensor_types: tuple[type, ...] = (np.ndarray, Iterable)
+#: What an op or operator accepts where a tensor is expected (host values become constants).
+TensorLike = Union["Tensor", HostScalarTensor, Iterable[ScalarType]]
 
 
 def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tremula.errors import reworded
 from tremula.popxl.context import get_current_context, get_current_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
+from tremula.popxl.tensorlocation import ExecutionContext
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
@@ -34,8 +35,9 @@ class Op:
     outputs: tuple[Tensor, ...] = ()
     attrs: dict[str, Any] = field(default_factory=dict)
     modified: tuple[int, ...] = ()  # indices of inputs written in place
-    ipu: int | None = None
+    ipu: int | None = None  # None: made outside popxl.ipu (virtual IPU 0)
     tile_set: str = "compute"
+    execution_context: ExecutionContext = ExecutionContext.Normal
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
@@ -124,6 +126,7 @@ def create_op(
         d.modifies,
         ctx.ipu,
         "io" if ctx.io_tiles else "compute",
+        ctx.execution_context,
     )
     _next_op_id[0] += 1
     names = list(names or [])

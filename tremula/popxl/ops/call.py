@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tremula.errors import OpSetupError
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op, create_op, defop
@@ -102,9 +103,22 @@ def _flatten(values: Sequence[Any]) -> list[Any]:
 
 
 def _connect(
-    graph: Graph, inputs: Sequence[Any], inputs_dict: Mapping[Tensor, Any] | None, what: str
+    graph: Graph,
+    inputs: Sequence[Any],
+    inputs_dict: Mapping[Tensor, Any] | None,
+    what: str,
+    check_inputs: bool = True,
 ) -> list[Tensor]:
-    """Parent tensors for each input of ``graph``, in its input order."""
+    """Parent tensors for each input of ``graph``, in its input order; the checks and
+    messages are PopXL's (spec/popxl-fidelity.md section 6, rules 1-8).
+
+    Raises:
+        ValueError: too many or too few inputs, an input given twice, a dict key that is
+            not an input of ``graph``, a parent tensor of another graph.
+        TypeError: a value that cannot become a tensor of the input's dtype.
+        OpSetupError: (``popart.popart_exception``) a parent tensor whose shape or dtype
+            differ from the graph input's.
+    """
     if not isinstance(graph, Graph):
         raise TypeError(f"{what}: expected a Graph, got {type(graph).__name__}")
     parent = get_current_graph()
@@ -112,21 +126,35 @@ def _connect(
     values = _flatten(inputs)
     if len(values) > len(g_inputs):
         raise ValueError(
-            f"{what}: {len(values)} inputs given, graph {graph.name!r} takes {len(g_inputs)}"
+            f"Too many inputs have been provided to the called graph {graph.name!r} ({what}): "
+            f"{len(values)} given, it takes {len(g_inputs)}"
         )
+    for i, v in enumerate(values):
+        if isinstance(v, Tensor) and v.graph is not parent:
+            raise ValueError(
+                f"Parent input tensor {v.id!r} at position {i} is not in parent graph "
+                f"{parent.name!r} ({what} of {graph.name!r}); it is in {v.graph.name!r}"
+            )
     chosen: dict[int, Any] = dict(enumerate(values))
     for g_t, v in (inputs_dict or {}).items():
         idx = next((i for i, t in enumerate(g_inputs) if t is g_t), None)
         if idx is None:
             raise ValueError(
-                f"{what}: {g_t!r} in inputs_dict is not an input of graph {graph.name!r}"
+                f"The graph input tensor {g_t!r} in inputs_dict is not in the called graph "
+                f"{graph.name!r} ({what})"
             )
         if idx in chosen:
-            raise ValueError(f"{what}: input {g_t.name!r} of graph {graph.name!r} is given twice")
+            raise ValueError(
+                f"Graph input tensor is specified twice, by position and in inputs_dict: "
+                f"{g_t.id!r} of {graph.name!r} ({what})"
+            )
         chosen[idx] = v
-    missing = [g_inputs[i].name for i in range(len(g_inputs)) if i not in chosen]
-    if missing:
-        raise ValueError(f"{what}: graph {graph.name!r} inputs {missing} are not given")
+    missing = [g_inputs[i].id for i in range(len(g_inputs)) if i not in chosen]
+    if missing and check_inputs:
+        raise ValueError(
+            f"Not enough inputs have been provided for the called graph {graph.name!r} "
+            f"({what}): inputs {missing} are not given"
+        )
     out = []
     for i, g_t in enumerate(g_inputs):
         v = chosen[i]
@@ -135,18 +163,19 @@ def _connect(
                 v = constant(v, g_t.dtype)
             except (TypeError, ValueError) as err:
                 raise TypeError(
-                    f"{what}: value for input {g_t.name!r} cannot become a "
-                    f"{g_t.dtype} tensor: {err}"
+                    f"Input at position {i} could not be coerced into a tensor: the value for "
+                    f"{g_t.id!r} of {graph.name!r} cannot become a {g_t.dtype} tensor: {err}"
                 ) from None
         if v.graph is not parent:
             raise ValueError(
-                f"{what}: {v.id!r} for input {g_t.name!r} is not in the calling "
-                f"graph {parent.name!r}"
+                f"Parent input tensor {v.id!r} for {g_t.id!r} is not in parent graph "
+                f"{parent.name!r} ({what} of {graph.name!r}); it is in {v.graph.name!r}"
             )
         if v.shape != g_t.shape or v.dtype != g_t.dtype:
-            raise ValueError(
-                f"{what}: {v.id!r} ({v.dtype} {v.shape}) does not match input "
-                f"{g_t.name!r} ({g_t.dtype} {g_t.shape}) of {graph.name!r}"
+            raise OpSetupError(
+                f"CallOp input (@{i}) does not match callee input tensor (@{i}) of "
+                f"{graph.name!r} ({what}): {v.id!r} is {v.dtype._popart} {list(v.shape)}, "
+                f"{g_t.id!r} is {g_t.dtype._popart} {list(g_t.shape)}"
             )
         out.append(v)
     return out
@@ -159,7 +188,7 @@ def call_with_info(
     check_inputs: bool = True,
 ) -> CallSiteInfo:
     """Call ``graph`` and return the call site."""
-    parents = _connect(graph, inputs, inputs_dict, "call")
+    parents = _connect(graph, inputs, inputs_dict, "call", check_inputs)
     create_op("Call", parents, {"graphs": (graph,)})
     op = get_current_graph().ops[-1]
     by_ref = [i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs]
@@ -185,12 +214,14 @@ def repeat_with_info(
     iteration (loop-carried), the other inputs stay; returns the call site."""
     if int(repeat_count) != repeat_count or repeat_count < 0:
         raise ValueError(
-            f"repeat: repeat_count must be a non-negative integer, got {repeat_count!r}"
+            f"Repeat count must be >= 0 (an integer), got {repeat_count!r} (repeat of "
+            f"{graph.name!r})"
         )
     if len(graph.outputs) > len(graph.inputs):
         raise ValueError(
-            f"repeat: graph {graph.name!r} has {len(graph.outputs)} outputs but "
-            f"only {len(graph.inputs)} inputs; loop-carried outputs need inputs"
+            f"To repeat the subgraph ({graph.name}) the number of inputs must be greater than "
+            f"or equal to the number of outputs: it has {len(graph.outputs)} outputs but "
+            f"only {len(graph.inputs)} inputs (output i feeds input i)"
         )
     for i, (o, t) in enumerate(zip(graph.outputs, graph.inputs)):
         if o.shape != t.shape or o.dtype != t.dtype:
@@ -198,7 +229,7 @@ def repeat_with_info(
                 f"repeat: output {i} ({o.dtype} {o.shape}) of {graph.name!r} "
                 f"does not match input {i} ({t.dtype} {t.shape})"
             )
-    parents = _connect(graph, inputs, inputs_dict, "repeat")
+    parents = _connect(graph, inputs, inputs_dict, "repeat", check_inputs)
     create_op("Repeat", parents, {"graphs": (graph,), "count": int(repeat_count)})
     op = get_current_graph().ops[-1]
     op.modified = tuple(i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs)

@@ -99,6 +99,7 @@ def conditional_with_info(
     else_inputs: Iterable[Any] | None = None,
     then_inputs_dict: Mapping[Tensor, Any] | None = None,
     else_inputs_dict: Mapping[Tensor, Any] | None = None,
+    check_inputs: bool = True,
 ) -> ConditionalSiteInfo:
     """Run ``then_branch`` if the one-element bool ``cond`` is true, else ``else_branch``;
     returns the site. Inputs are given as for ``call`` (by position and/or by dict).
@@ -119,8 +120,9 @@ def conditional_with_info(
     outs_t, outs_e = then_branch.outputs, else_branch.outputs
     if len(outs_t) != len(outs_e):
         raise ValueError(
-            f"conditional: {then_branch.name!r} has {len(outs_t)} outputs, {else_branch.name!r} "
-            f"{len(outs_e)}; both branches must have the same number of outputs"
+            f"`then_branch` graph and `else_branch` graph must have the same number of "
+            f"outputs: {len(outs_t)} != {len(outs_e)} ({then_branch.name!r}, "
+            f"{else_branch.name!r})"
         )
     for i, (a, b) in enumerate(zip(outs_t, outs_e)):
         if a.spec != b.spec:
@@ -128,8 +130,12 @@ def conditional_with_info(
                 f"conditional: output {i} is {a.dtype} {a.shape} in {then_branch.name!r} but "
                 f"{b.dtype} {b.shape} in {else_branch.name!r}"
             )
-    t_in = _connect(then_branch, list(then_inputs or []), then_inputs_dict, "conditional")
-    e_in = _connect(else_branch, list(else_inputs or []), else_inputs_dict, "conditional")
+    t_in = _connect(
+        then_branch, list(then_inputs or []), then_inputs_dict, "conditional", check_inputs
+    )
+    e_in = _connect(
+        else_branch, list(else_inputs or []), else_inputs_dict, "conditional", check_inputs
+    )
     create_op("If", [cond, *t_in, *e_in], {"graphs": (then_branch, else_branch)})
     op = get_current_graph().ops[-1]
     by_ref = [1 + i for i, t in enumerate(then_branch.inputs) if t in then_branch._by_ref_inputs]

@@ -100,8 +100,8 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
             source = t.ipu
         except ValueError:
             raise ValueError(
-                f"ipu_copy: the source IPU of {t.id!r} is unknown: create it inside "
-                f"popxl.ipu(n) or pass source="
+                f"Could not infer the ipu for Tensor {t.id!r} in ipu_copy: no op produces or "
+                f"consumes it yet; pass source="
             ) from None
     with _placed(ipu=int(destination)):
         (out,) = create_op("IpuCopy", [t], {"source": int(source), "destination": int(destination)})
@@ -111,7 +111,7 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
 def io_tile_copy(t: Tensor) -> Tensor:
     """A copy of ``t`` on the other tile set: compute tiles to IO tiles or back."""
     check_tensor(t, "io_tile_copy")
-    dest = "compute" if t.tile_set == "io" else "io"
+    dest = "compute" if t._tile_set == "io" else "io"
     with _placed(tile_set=dest):
         (out,) = create_op("IoTileCopy", [t], {"tile_set": dest})
     return out

@@ -1,6 +1,13 @@
-"""Element-wise ops, generated from one table: each entry gives the op's name, arity,
-result-type rule and NumPy reference; the function and its in-place ``_`` form are made
-from the entry (STYLE: families from tables, not a file per op)."""
+"""Element-wise ops: one table of op records (:data:`TABLE`: the PopXL function, the IR
+op type, arity, result type and NumPy reference) and :func:`apply`, which the public
+functions of ``unary.py`` and ``binary.py`` call (each a real function with its own
+signature and docstring; ``tests/popxl/test_popxl_surface.py`` checks that every record
+with a public name has its function, and its in-place ``_`` form where it has one).
+
+Adding an element-wise op: a row here, its function(s) in ``unary.py`` or ``binary.py``, a
+lowering in ``tremula/lowering/elementwise.py`` and a gradient rule in
+``transforms/grads/elementwise.py``.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +18,34 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import OPS, create_op, defop
+from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 def broadcast_shape(shapes: Sequence[tuple[int, ...]], what: str) -> tuple[int, ...]:
+    """The NumPy broadcast of ``shapes``.
+
+    Raises:
+        OpSetupError: (``popart.popart_exception`` and ``ValueError``) shapes that do not
+            broadcast, in PopART's words.
+    """
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ValueError(f"{what}: shapes {list(shapes)} do not broadcast") from None
+        frames = " and ".join(str(list(s)) for s in shapes)
+        raise OpSetupError(
+            f"np broadcasting failed on 'Op {what}', frames {frames} are not aligned "
+            f"(shapes {list(shapes)} do not broadcast)"
+        ) from None
 
 
 @dataclass(frozen=True)
 class Elementwise:
     """One element-wise op: ``name`` (the PopXL function), ``op`` (the IR type), arity,
-    whether the result is bool, and its NumPy reference."""
+    whether the result is bool, its NumPy reference, whether it has an in-place ``_`` form
+    and whether ``name`` is a public function of ``popxl.ops``."""
 
     name: str
     op: str
@@ -34,13 +53,17 @@ class Elementwise:
     reference: Callable[..., Any]
     boolean: bool = False
     inplace: bool = True
+    public: bool = True
 
     def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
-        dts = {s.dtype for s in specs}
-        if len(dts) > 1:
-            names = ", ".join(sorted(d.name for d in dts))
-            raise TypeError(f"{self.name}: inputs must have one dtype, got {names}")
-        shape = broadcast_shape([s.shape for s in specs], self.name)
+        if len({s.dtype for s in specs}) > 1:
+            kinds = " and ".join(s.dtype._popart for s in specs)
+            shapes = " and ".join(str(list(s.shape)) for s in specs)
+            raise OpSetupTypeError(
+                f"np broadcasting failed on Op {self.op}, incompatible types {kinds} (shapes "
+                f"{shapes}): the inputs of {self.name} must have one dtype"
+            )
+        shape = broadcast_shape([s.shape for s in specs], self.op)
         dt = dtypes.bool if self.boolean else specs[0].dtype
         return [TensorSpec(shape, dt)]
 
@@ -72,8 +95,8 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("div", "Div", 2, _div),
     Elementwise("pow", "Pow", 2, np.power),
     Elementwise("fmod", "Fmod", 2, _fmod),
-    Elementwise("maximum2", "Max", 2, np.maximum),
-    Elementwise("minimum2", "Min", 2, np.minimum),
+    Elementwise("maximum", "Max", 2, np.maximum, public=False),  # ops.maximum: n inputs
+    Elementwise("minimum", "Min", 2, np.minimum, public=False),
     Elementwise("equal", "Equal", 2, np.equal, boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, boolean=True, inplace=False),
@@ -115,36 +138,26 @@ def _register(e: Elementwise) -> None:
         def infer_inplace(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
             out = e.infer(specs, attrs)[0]
             if out.shape != specs[0].shape:
-                raise ValueError(
-                    f"{e.name}_: the result shape {out.shape} must equal the "
-                    f"shape {specs[0].shape} of the tensor updated in place"
+                raise OpSetupError(
+                    f"np broadcasting failed on 'Op {e.op}Inplace': the result shape "
+                    f"{list(out.shape)} must equal the shape {list(specs[0].shape)} of the "
+                    f"tensor {e.name}_ updates in place"
                 )
             return [out]
 
         defop(e.op + "Inplace", infer_inplace, reference, modifies=(0,))
 
 
-def _make(e: Elementwise, inplace: bool) -> Callable[..., Tensor]:
-    op_type = e.op + ("Inplace" if inplace else "")
-
-    def fn(*args: Any) -> Tensor:
-        if len(args) != e.arity:
-            raise TypeError(
-                f"ops.{e.name}{'_' if inplace else ''} takes {e.arity} tensor(s), got {len(args)}"
-            )
-        tensors = _coerce(args, e.name)
-        (out,) = create_op(op_type, tensors)
-        return out
-
-    fn.__name__ = e.name + ("_" if inplace else "")
-    fn.__doc__ = f"Element-wise ``{e.name}`` (NumPy reference: {e.reference!r})" + (
-        "; writes the result into the first input." if inplace else "."
-    )
-    return fn
+for _e in TABLE:
+    _register(_e)
 
 
-def _coerce(args: Sequence[Any], what: str) -> list[Tensor]:
-    """Non-tensor operands become constants of the first tensor operand's dtype."""
+def coerce(args: Sequence[Any], what: str) -> list[Tensor]:
+    """Non-tensor operands become constants of the first tensor operand's dtype.
+
+    Raises:
+        TypeError: no operand is a Tensor.
+    """
     from tremula.popxl.tensor import constant
 
     first = next((a for a in args if isinstance(a, Tensor)), None)
@@ -153,15 +166,9 @@ def _coerce(args: Sequence[Any], what: str) -> list[Tensor]:
     return [a if isinstance(a, Tensor) else constant(a, first.dtype) for a in args]
 
 
-for _e in TABLE:
-    if _e.op not in OPS:
-        _register(_e)
-
-FUNCTIONS: dict[str, Callable[..., Tensor]] = {}
-for _e in TABLE:
-    FUNCTIONS[_e.name] = _make(_e, False)
-    if _e.inplace:
-        FUNCTIONS[_e.name + "_"] = _make(_e, True)
-
-globals().update(FUNCTIONS)
-__all__ = sorted(FUNCTIONS)
+def apply(op_type: str, *args: Any) -> Tensor:
+    """Add the element-wise op ``op_type`` (a type of :data:`TABLE`, ``Inplace`` for the
+    in-place form) on ``args`` (host values become constants) and return its output."""
+    e = BY_OP[op_type]
+    (out,) = create_op(op_type, coerce(args, e.name))
+    return out

@@ -54,7 +54,7 @@ def _require(t: Tensor, allowed: tuple[dtypes.dtype, ...], what: str, arg: str) 
 def _dtype(value: Any, allowed: tuple[dtypes.dtype, ...], what: str) -> dtypes.dtype:
     try:
         dt = dtypes.dtype.as_dtype(value)
-    except TypeError:
+    except (TypeError, ValueError):
         dt = None
     if dt not in allowed:
         names = " or ".join(f"popxl.{d.name}" for d in allowed)

@@ -25,16 +25,18 @@ defop("RemoteStore", lambda specs, a: [], differentiable=False)
 defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False)
 
 
-def host_load(stream: HostToDeviceStream, name: str | None = None) -> Tensor:
-    """A tensor holding the next slice of ``stream``'s host buffer."""
+def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
+    """A tensor holding the next slice of ``h2d_stream``'s host buffer."""
+    stream = h2d_stream
     if not isinstance(stream, HostToDeviceStream):
         raise TypeError(f"host_load: expected a HostToDeviceStream, got {type(stream).__name__}")
     (t,) = create_op("HostLoad", [], {"stream": stream}, [name or stream.tensor_id])
     return t
 
 
-def host_store(stream: DeviceToHostStream, t: Tensor) -> None:
-    """Write ``t`` as the next slice of ``stream``'s host output."""
+def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
+    """Write ``t`` as the next slice of ``d2h_stream``'s host output."""
+    stream = d2h_stream
     if not isinstance(stream, DeviceToHostStream):
         raise TypeError(f"host_store: expected a DeviceToHostStream, got {type(stream).__name__}")
     if t.shape != stream.shape or t.dtype != stream.dtype:

@@ -10,7 +10,7 @@ that axis. ``reduction`` is ``"mean"`` (over the samples not ignored), ``"sum"``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
-REDUCTIONS = ("mean", "sum", "none")
+#: The loss reductions (PopXL's ``negative_log_likelihood.REDUCTION_TYPE``).
+REDUCTION_TYPE = Literal["mean", "sum", "none"]
+REDUCTIONS: tuple[str, ...] = get_args(REDUCTION_TYPE)
 
 
 def _same(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:

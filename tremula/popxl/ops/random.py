@@ -1,5 +1,5 @@
 """Random ops: ``random_uniform``, ``random_normal``, ``dropout``, ``shaped_dropout``,
-``split_random_seed``; and ``create_seeds`` (host side, for ``popxl.create_seeds``).
+``split_random_seed`` (host seeds: ``popxl.random_seed``).
 
 A seed is a uint32 tensor of shape ``(2,)`` (one 64-bit seed), fed by an h2d stream or a
 variable. The numbers come from poprand (counter-based Philox): a pure function of the seed,
@@ -176,31 +176,6 @@ def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
     if int(n) != n or n < 1:
         raise ValueError(f"split_random_seed: n must be a positive integer, got {n!r}")
     return _with_modifier(create_op("SplitRandomSeed", [seed], {"n": int(n)}))
-
-
-def create_seeds(
-    seed: int | None = None,
-    offset: int = 0,
-    batches_per_step: int = 1,
-    gradient_accumulation_factor: int = 1,
-    replicas: int = 1,
-) -> np.ndarray:
-    """Host seeds for an h2d seed stream: uint32 pairs, each one 64-bit seed, of shape
-    ``[batches_per_step, gradient_accumulation_factor, replicas, 2]`` with the axes of size
-    1 dropped (``(2,)`` for one seed). ``offset`` skips that many seeds of the sequence that
-    ``seed`` starts (None: a random start)."""
-    counts = [batches_per_step, gradient_accumulation_factor, replicas]
-    if any(int(c) != c or c < 1 for c in counts) or int(offset) != offset or offset < 0:
-        raise ValueError(
-            f"create_seeds: counts {counts} must be positive integers and offset {offset!r} "
-            f"a non-negative integer"
-        )
-    total = int(np.prod(counts))
-    words = np.random.default_rng(seed).integers(
-        0, 2**32, size=(int(offset) + total, 2), dtype=np.uint64
-    )[int(offset) :]
-    shape = [int(c) for c in counts if c > 1]
-    return words.astype(np.uint32).reshape(*shape, 2)
 
 
 __all__ = [

@@ -110,30 +110,180 @@ for _r in TABLE:
     _register(_r)
 
 
-def _make(r: Reduction) -> Callable[..., Tensor]:
-    def fn(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        check_tensor(t, r.name)
-        require_numeric(t, r.name)
-        if r.float_only:
-            require_float(t, r.name)
-        axes = norm_axes(axis, t.rank, r.name, repr(t.id))
-        if r.op == "ReduceMedian" and any(t.shape[a] == 0 for a in axes):
-            raise ValueError(f"median: {t.id!r} of shape {t.shape} has an empty reduced axis")
-        (out,) = create_op(r.op, [t], {"axes": axes, "keepdims": builtins.bool(keepdims)})
-        return out
-
-    fn.__name__ = r.name
-    fn.__doc__ = (
-        f"``{r.name}`` of ``t`` over ``axis`` (None: every axis; an int or a list; negative "
-        f"axes count from the end), keeping reduced axes as size 1 with ``keepdims``.\n\n"
-        f"Raises:\n    ValueError: an axis out of range or repeated.\n    TypeError: a dtype "
-        f"the reduction does not take."
-    )
-    return fn
+def _reduce(op_type: str, t: Tensor, axis: int | Sequence[int] | None, keepdims: bool) -> Tensor:
+    """Add the reduction ``op_type`` (a type of :data:`TABLE`) of ``t`` and return it."""
+    r = BY_OP[op_type]
+    check_tensor(t, r.name)
+    require_numeric(t, r.name)
+    if r.float_only:
+        require_float(t, r.name)
+    axes = norm_axes(axis, t.rank, r.name, repr(t.id))
+    if r.op == "ReduceMedian" and any(t.shape[a] == 0 for a in axes):
+        raise ValueError(f"median: {t.id!r} of shape {t.shape} has an empty reduced axis")
+    (out,) = create_op(r.op, [t], {"axes": axes, "keepdims": builtins.bool(keepdims)})
+    return out
 
 
-FUNCTIONS: dict[str, Callable[..., Tensor]] = {r.name: _make(r) for r in TABLE}
-globals().update(FUNCTIONS)
+# The reductions (one signature): ``axis`` None reduces every axis; an int or a list of axes
+# (negative ones count from the end) reduces those; ``keepdims`` keeps them as size 1.
+# Each raises ValueError for an axis out of range or repeated, TypeError for a dtype the
+# reduction does not take.
+
+
+def sum(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The sum of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceSum", t, axis, keepdims)
+
+
+def mean(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The mean of ``t``'s elements (integers: truncated) over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceMean", t, axis, keepdims)
+
+
+def max(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The largest of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceMax", t, axis, keepdims)
+
+
+def min(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The smallest of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceMin", t, axis, keepdims)
+
+
+def prod(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The product of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceProd", t, axis, keepdims)
+
+
+def median(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The median of ``t``'s elements (the lower one of an even count) over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceMedian", t, axis, keepdims)
+
+
+def l1(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The L1 norm (sum of absolute values) of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceL1", t, axis, keepdims)
+
+
+def l2(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The L2 norm of ``t``'s elements (floating point only) over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceL2", t, axis, keepdims)
+
+
+def logsum(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The log of the sum of ``t``'s elements (floating point only) over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceLogSum", t, axis, keepdims)
+
+
+def logsumexp(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The log of the sum of the exponentials of ``t``'s elements (floating point only), computed
+    stably over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceLogSumExp", t, axis, keepdims)
+
+
+def sumsquare(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """The sum of the squares of ``t``'s elements over ``axis``.
+
+    Args:
+        t: The input tensor.
+        axis: The axes to reduce (None: all).
+        keepdims: Keep the reduced axes as size 1.
+
+    Returns:
+        A tensor of ``t``'s dtype.
+    """
+    return _reduce("ReduceSumSquare", t, axis, keepdims)
+
 
 # ---- argmax / argmin / topk ----
 
@@ -283,11 +433,21 @@ def lamb_square(t: Tensor) -> Tensor:
 
 
 __all__ = [
-    *sorted(FUNCTIONS),
     "argmax",
     "argmin",
     "cumsum",
     "histogram",
+    "l1",
+    "l2",
     "lamb_square",
+    "logsum",
+    "logsumexp",
+    "max",
+    "mean",
+    "median",
+    "min",
+    "prod",
+    "sum",
+    "sumsquare",
     "topk",
 ]

@@ -21,7 +21,6 @@ from tremula.popxl import ops
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OPS, Op
 from tremula.popxl.tensor import Constant, Tensor, constant, graph_input, graph_output
-from tremula.popxl.transforms._callable import callable_module
 from tremula.popxl.transforms.grad_info import (
     ExpectedConnection,
     ExpectedConnectionType,
@@ -347,6 +346,3 @@ def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
                 with sibling:
                     unused = ops.init(t.shape, t.dtype, f"unused_{t.name}")
                 _expose(sibling, unused, paired)
-
-
-callable_module(__name__, autodiff)

@@ -8,7 +8,6 @@ and returned unchanged (numerically transparent, as in PopXL).
 from __future__ import annotations
 
 from tremula.popxl.graph import Graph
-from tremula.popxl.transforms._callable import callable_module
 
 
 def decompose_sum(graph: Graph) -> Graph:
@@ -20,6 +19,3 @@ def decompose_sum(graph: Graph) -> Graph:
     if not isinstance(graph, Graph):
         raise TypeError(f"decompose_sum: expected a Graph, got {type(graph).__name__}")
     return graph
-
-
-callable_module(__name__, decompose_sum)

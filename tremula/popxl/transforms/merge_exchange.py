@@ -14,7 +14,6 @@ from contextlib import contextmanager
 
 from tremula.popxl.context import get_current_graph, in_sequence, io_tiles
 from tremula.popxl.ops.base import Op
-from tremula.popxl.transforms._callable import callable_module
 
 #: op types that move data between the device and host or remote memory
 EXCHANGE_OPS = frozenset(
@@ -74,6 +73,3 @@ def io_tile_exchange(verify_overlap: bool = True) -> Iterator[None]:
                 f"host/remote loads and stores cannot overlap: {others} (the block was "
                 f"undone)"
             )
-
-
-callable_module(__name__, merge_exchange)

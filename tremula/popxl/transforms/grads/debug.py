@@ -35,6 +35,6 @@ def _ipu_copy(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> G
 
 @grad("IoTileCopy")
 def _io_tile_copy(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    back = op.inputs[0].tile_set
+    back = op.inputs[0]._tile_set
     with io_tiles() if back == "io" else nullcontext():
         return [create_op("IoTileCopy", [g[0]], {"tile_set": back})[0]]

@@ -1,0 +1,211 @@
+"""Element-wise binary ops (``popxl.ops.add`` ...): real functions over the records of
+``elementwise.py``. Operands broadcast as in NumPy and must have one dtype; a host value
+(a number or an array) becomes a constant of the other operand's dtype. The in-place
+``_`` forms write the result into the first operand and return it (its shape must be the
+result's).
+
+Raises (every function):
+    TypeError: no operand is a Tensor; ``popart.popart_exception`` (also a
+        ``TypeError``) for operands of different dtypes.
+    ValueError: ``popart.popart_exception`` (also a ``ValueError``) for shapes that do not
+        broadcast, or an operand of another graph.
+"""
+
+from __future__ import annotations
+
+from tremula.popxl.ops.elementwise import apply
+from tremula.popxl.tensor import Tensor, TensorLike
+
+
+def add(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Adds two tensors element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``lhs + rhs``, of the broadcast shape.
+    """
+    return apply("Add", lhs, rhs)
+
+
+def add_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`add`: ``lhs`` is set to ``lhs + rhs`` and returned."""
+    return apply("AddInplace", lhs, rhs)
+
+
+def sub(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Subtracts ``rhs`` from ``lhs`` element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``lhs - rhs``, of the broadcast shape.
+    """
+    return apply("Sub", lhs, rhs)
+
+
+def sub_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`sub`: ``lhs`` is set to ``lhs - rhs`` and returned."""
+    return apply("SubInplace", lhs, rhs)
+
+
+def mul(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Multiplies two tensors element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``lhs * rhs``, of the broadcast shape.
+    """
+    return apply("Mul", lhs, rhs)
+
+
+def mul_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`mul`: ``lhs`` is set to ``lhs * rhs`` and returned."""
+    return apply("MulInplace", lhs, rhs)
+
+
+def div(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Divides ``lhs`` by ``rhs`` element-wise (integers: truncated, as in C).
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``lhs / rhs``, of the broadcast shape.
+    """
+    return apply("Div", lhs, rhs)
+
+
+def div_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`div`: ``lhs`` is set to ``lhs / rhs`` and returned."""
+    return apply("DivInplace", lhs, rhs)
+
+
+def pow(t: Tensor, e: TensorLike) -> Tensor:
+    """Raises ``t`` to the power ``e`` element-wise.
+
+    Args:
+        t: A tensor.
+        e: A tensor, or a host value (made a constant of ``t``'s dtype).
+
+    Returns:
+        ``t ** e``, of the broadcast shape.
+    """
+    return apply("Pow", t, e)
+
+
+def pow_(t: Tensor, e: TensorLike) -> Tensor:
+    """In-place :func:`pow`: ``t`` is set to ``t ** e`` and returned."""
+    return apply("PowInplace", t, e)
+
+
+def fmod(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """The C-style remainder of ``lhs / rhs`` element-wise (the sign of ``lhs``).
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``fmod(lhs, rhs)``, of the broadcast shape.
+    """
+    return apply("Fmod", lhs, rhs)
+
+
+def fmod_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`fmod`: ``lhs`` is set to ``fmod(lhs, rhs)`` and returned."""
+    return apply("FmodInplace", lhs, rhs)
+
+
+def equal(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Compares two tensors for equality element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        A bool tensor, ``lhs == rhs``, of the broadcast shape.
+    """
+    return apply("Equal", lhs, rhs)
+
+
+def greater(input: Tensor, other: TensorLike) -> Tensor:
+    """Compares ``input > other`` element-wise.
+
+    Args:
+        input: A tensor.
+        other: A tensor, or a host value (made a constant of ``input``'s dtype).
+
+    Returns:
+        A bool tensor, ``input > other``, of the broadcast shape.
+    """
+    return apply("Greater", input, other)
+
+
+def less(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Compares ``lhs < rhs`` element-wise (a Tremula extension).
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        A bool tensor, ``lhs < rhs``, of the broadcast shape.
+    """
+    return apply("Less", lhs, rhs)
+
+
+def logical_and(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Computes the logical AND of two bool tensors element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        A bool tensor, ``lhs and rhs``, of the broadcast shape.
+    """
+    return apply("And", lhs, rhs)
+
+
+def logical_or(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """Computes the logical OR of two bool tensors element-wise.
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        A bool tensor, ``lhs or rhs``, of the broadcast shape.
+    """
+    return apply("Or", lhs, rhs)
+
+
+__all__ = [
+    "add",
+    "add_",
+    "div",
+    "div_",
+    "equal",
+    "fmod",
+    "fmod_",
+    "greater",
+    "less",
+    "logical_and",
+    "logical_or",
+    "mul",
+    "mul_",
+    "pow",
+    "pow_",
+    "sub",
+    "sub_",
+]
