@@ -14,7 +14,9 @@ from tremula.lowering.fusion import Chain, plan
 
 
 def _types(items):
-    return [[op.type for op in i.ops] if isinstance(i, Chain) else i.type for i in items]
+    """The plan's op types, without the loads of the inputs (an init and a host load each)."""
+    types = [[op.type for op in i.ops] if isinstance(i, Chain) else i.type for i in items]
+    return [t for t in types if t not in ("Init", "HostLoad")]
 
 
 def _graph(build, *arrays):
@@ -56,14 +58,14 @@ def test_chains_are_runs_of_single_use_element_wise_ops():
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 8), (8, 6), (6,)))
     ir, _, _ = _graph(_dense_relu, x, w, b)
-    assert _types(plan(ir.main_graph))[3:6] == ["MatMul", ["Add", "Relu"], "HostStore"]
+    assert _types(plan(ir.main_graph)) == ["MatMul", ["Add", "Relu"], "HostStore"]
 
     def shared(a, b):  # the sum is used twice: it is materialised, not fused forward
         s = a + b
         return ops.exp(s) * s
 
     ir, _, _ = _graph(shared, x, x)
-    assert _types(plan(ir.main_graph))[2:5] == ["Add", ["Exp", "Mul"], "HostStore"]
+    assert _types(plan(ir.main_graph)) == ["Add", ["Exp", "Mul"], "HostStore"]
 
     def visible(a):  # an intermediate stored to the host is not fused away
         s = ops.exp(a)

@@ -26,24 +26,13 @@ import popxl
 
 SURFACE = (Path(__file__).parent / "popxl_surface.txt").read_text()
 
-#: Names another part of issue 11 is adding (var_updates optimisers: cause 3; the
-#: cross-IPU all_reduce: cause 8; interpolate's positional ``mode``: cause 9). Missing
-#: is allowed until they land; once present they must match like every other name.
+#: Names another part of issue 11 is adding (the cross-IPU all_reduce: cause 8;
+#: interpolate's positional ``mode``: cause 9). Missing is allowed until they land; once
+#: present they must match like every other name.
 PENDING = {
     "popxl.ops.collectives.all_reduce",
     "popxl.ops.collectives.all_reduce_identical_inputs",
     "popxl.ops.collectives.all_reduce_identical_grad_inputs",
-    "popxl.ops.var_updates.accumulate_square_",
-    "popxl.ops.var_updates.accumulate_mean_",
-    "popxl.ops.var_updates.accumulate_moving_average_",
-    "popxl.ops.var_updates.accumulate_moving_average_square_",
-    "popxl.ops.var_updates.accumulator_scale_",
-    "popxl.ops.var_updates.accumulator_zero_",
-    "popxl.ops.var_updates.sparse_accumulate_",
-    "popxl.ops.var_updates.adam_updater",
-    "popxl.ops.var_updates.lamb_updater",
-    "popxl.ops.var_updates.adamax_updater",
-    "popxl.ops.var_updates.adam_var_update",
     "popxl.ops.interpolate",
 }
 

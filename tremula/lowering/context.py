@@ -132,7 +132,7 @@ class Lowerer:
 
     def bind_leaves(self, graph: Graph, env: Env) -> None:
         """Variables (main graph) and constants of ``graph`` get their Poplar tensors."""
-        for t in graph.tensors:
+        for t in graph._tensors.values():  # creation order: the layout does not depend on ids
             with self.on_ipu(t._ipu):
                 if isinstance(t, Variable):
                     if t._remote is None:  # remote variables live in their remote buffer

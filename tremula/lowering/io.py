@@ -19,7 +19,7 @@ def host_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
             stream.tensor_id, stream.dtype.as_poplar(), max(1, math.prod(stream.shape))
         )
         lw.h2d[stream] = fifo
-    t = lw.new_tensor(op.outputs[0])
+    t = env[op.inputs[0]] if op.inputs else lw.new_tensor(op.outputs[0])  # into the init tensor
     prog.add(
         poplar.Copy(fifo, t.reshape((t.num_elements,)) if t.rank != 1 else t, name=op.outputs[0].id)
     )
@@ -57,12 +57,11 @@ def _offset(lw: Lowerer, op: Op, env: Env, index: int) -> int | poplar.Tensor:
     return off if off is not None else env[op.inputs[index]].flatten()
 
 
-@rule("RemoteLoad", "RemoteLoadInplace")
+@rule("RemoteLoadInplace")
 def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     rb = _buffer(lw, op.attrs["buffer"])
-    inplace = op.type == "RemoteLoadInplace"
-    t = env[op.inputs[0]] if inplace else lw.new_tensor(op.outputs[0])
-    offset = _offset(lw, op, env, 1 if inplace else 0)
+    t = env[op.inputs[0]]
+    offset = _offset(lw, op, env, 1)
     prog.add(poplar.Copy(rb, t.flatten(), offset))
     env[op.outputs[0]] = t
 

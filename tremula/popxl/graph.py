@@ -69,15 +69,21 @@ class Graph:
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
-        return tuple(self._tensors.values())
+        """Every tensor of this graph, sorted by id, as PopART lists them: variables,
+        constants, the main graph's stream tensors, graph inputs and op outputs (helper
+        tensors such as the ``init`` of ``host_load`` and in-place outputs included); not
+        the tensors of other graphs."""
+        return tuple(sorted(self._tensors.values(), key=lambda t: t.id))
 
     @property
     def variables(self) -> tuple[Variable, ...]:
-        return tuple(t for t in self._tensors.values() if isinstance(t, Variable))
+        """The variables of this graph, sorted by id."""
+        return tuple(t for t in self.tensors if isinstance(t, Variable))
 
     @property
     def constants(self) -> tuple[Constant, ...]:
-        return tuple(t for t in self._tensors.values() if isinstance(t, Constant))
+        """The constants of this graph, sorted by id."""
+        return tuple(t for t in self.tensors if isinstance(t, Constant))
 
     @property
     def ops(self) -> tuple[Op, ...]:

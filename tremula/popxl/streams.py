@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
-from tremula.popxl.tensor import TensorSpec
+from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 class _Stream:
@@ -52,6 +52,8 @@ def _make(
     ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
     stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
     ir._streams.append(stream)
+    main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
+    main._add_tensor(Tensor(main, stream.tensor_id, stream.tensor_id, stream.spec))
     return stream
 
 

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
-from tremula.popxl.tensor import Tensor, TensorSpec
+from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
-defop("HostLoad", lambda specs, a: [a["stream"].spec], differentiable=False)
+
+def _host_load_spec(specs: Any, a: dict[str, Any]) -> list[TensorSpec]:
+    if specs and (specs[0].shape, specs[0].dtype) != (a["stream"].shape, a["stream"].dtype):
+        raise ValueError(
+            f"host_load: the destination {specs[0].dtype} {specs[0].shape} does not match "
+            f"stream {a['stream'].tensor_id!r} ({a['stream'].dtype} {a['stream'].shape})"
+        )
+    return [a["stream"].spec]
+
+
+# HostLoad: input 0 is the destination, an init("undef") tensor (as PopXL builds it)
+defop("HostLoad", _host_load_spec, differentiable=False)
 defop("HostStore", lambda specs, a: [], differentiable=False)
-defop(
-    "RemoteLoad",
-    lambda specs, a: [
-        TensorSpec(a["buffer"].tensor_shape, a["buffer"].tensor_dtype, a["buffer"].meta_shape)
-    ],
-    differentiable=False,
-)
 defop("RemoteLoadInplace", lambda specs, a: [specs[0]], modifies=(0,), differentiable=False)
 defop("RemoteStore", lambda specs, a: [], differentiable=False)
 defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False)
@@ -27,10 +32,14 @@ defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False)
 
 def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
     """A tensor holding the next slice of ``h2d_stream``'s host buffer."""
+    from tremula.popxl.ops.tensor_ops import init
+
     stream = h2d_stream
     if not isinstance(stream, HostToDeviceStream):
         raise TypeError(f"host_load: expected a HostToDeviceStream, got {type(stream).__name__}")
-    (t,) = create_op("HostLoad", [], {"stream": stream}, [name or stream.tensor_id])
+    name = name or stream.tensor_id
+    dest = init(stream.shape, stream.dtype, f"{name}_init", "undef")
+    (t,) = create_op("HostLoad", [dest], {"stream": stream}, [name])
     return t
 
 
@@ -47,43 +56,47 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
     create_op("HostStore", [t], {"stream": stream})
 
 
-def _offset(offset: int | Tensor, buffer: Any, what: str) -> list[Tensor]:
+def _offset(offset: int | Tensor, buffer: Any, what: str) -> tuple[Tensor, int | None]:
+    """The offset as a tensor (an int becomes a uint32 constant named "offset", as in
+    PopXL) and its value when it is known while building (the lowering then uses it)."""
     if isinstance(offset, Tensor):
-        return [offset]
+        return offset, None
     if int(offset) != offset or not 0 <= offset < buffer.entries:
         raise ValueError(
             f"{what}: offset {offset!r} out of range for remote buffer "
             f"{buffer.remote_buffer_id} with {buffer.entries} entries"
         )
-    return []
+    return constant(int(offset), dtypes.uint32, "offset"), int(offset)
 
 
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
-    """A tensor loaded from entry ``offset`` of a remote buffer."""
-    extra = _offset(offset, remote_buffer, "remote_load")
-    attrs = {"buffer": remote_buffer, "offset": None if extra else int(offset)}
-    (t,) = create_op("RemoteLoad", extra, attrs, [name])
+    """A tensor loaded from entry ``offset`` of a remote buffer (PopXL: an
+    ``init("undef")`` tensor of the buffer's shape, loaded into by :func:`remote_load_`)."""
+    from tremula.popxl.ops.tensor_ops import init
+
+    off, value = _offset(offset, remote_buffer, "remote_load")
+    b = remote_buffer
+    dest = init(b.tensor_shape, b.tensor_dtype, f"{name}_init" if name else None, "undef",
+                b.meta_shape)  # fmt: skip
+    attrs = {"buffer": remote_buffer, "offset": value}
+    (t,) = create_op("RemoteLoadInplace", [dest, off], attrs, [name])
     return t
 
 
 def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     """Load entry ``offset`` of a remote buffer into ``t`` in place."""
     remote_buffer.validate_tensor_matches_buffer(t)
-    extra = _offset(offset, remote_buffer, "remote_load_")
-    attrs = {"buffer": remote_buffer, "offset": None if extra else int(offset)}
-    (out,) = create_op("RemoteLoadInplace", [t, *extra], attrs)
+    off, value = _offset(offset, remote_buffer, "remote_load_")
+    attrs = {"buffer": remote_buffer, "offset": value}
+    (out,) = create_op("RemoteLoadInplace", [t, off], attrs)
     return out
 
 
 def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     """Store ``t`` into entry ``offset`` of a remote buffer."""
     remote_buffer.validate_tensor_matches_buffer(t)
-    extra = _offset(offset, remote_buffer, "remote_store")
-    create_op(
-        "RemoteStore",
-        [t, *extra],
-        {"buffer": remote_buffer, "offset": None if extra else int(offset)},
-    )
+    off, value = _offset(offset, remote_buffer, "remote_store")
+    create_op("RemoteStore", [t, off], {"buffer": remote_buffer, "offset": value})
 
 
 def remote_code_load(graph: Graph, destination: str) -> None:

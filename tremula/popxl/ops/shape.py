@@ -171,12 +171,15 @@ def slice(
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
     """Select ``t[start:stop:step]`` along each of ``axis`` (default: axes ``0 .. n-1`` for
-    ``n`` slices) into a new tensor; Python slice semantics, step 1 or -1.
+    ``n`` slices) into a new tensor; Python slice semantics, step 1 or -1. With no start,
+    stop or step, ``t`` itself.
 
     Raises:
         ValueError: lists of different lengths, an axis out of range, another step.
     """
     check_tensor(t, "slice")
+    if start is None and stop is None and step is None:
+        return t  # nothing to slice: PopXL returns the tensor itself
     return _slice_op(t, _slice_key(t, start, stop, step, axis, "slice"), False)
 
 

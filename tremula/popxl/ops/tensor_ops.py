@@ -67,6 +67,7 @@ defop("SliceInplace", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
 defop(
     "Init",
     lambda specs, a: [TensorSpec(a["shape"], a["dtype"], a.get("meta_shape", ()))],
+    lambda x, a: [np.zeros(a["shape"], a["dtype"].as_numpy())],  # "undef": any value will do
     differentiable=False,
 )
 defop(

@@ -16,9 +16,7 @@ from tremula.popxl.context import get_current_graph, in_sequence, io_tiles
 from tremula.popxl.ops.base import Op
 
 #: op types that move data between the device and host or remote memory
-EXCHANGE_OPS = frozenset(
-    {"HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"}
-)
+EXCHANGE_OPS = frozenset({"HostLoad", "HostStore", "RemoteLoadInplace", "RemoteStore"})
 
 _GROUPS = itertools.count()
 
