@@ -130,3 +130,43 @@ def test_import_popxl_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_torch_values_are_recognised_without_torch_installed(monkeypatch) -> None:
+    """The torch path, duck-typed: a stand-in ``torch`` module in ``sys.modules`` (what a
+    program that imported torch has) with dtypes and a tensor class."""
+    import types
+
+    fake = types.ModuleType("torch")
+
+    class dtype_:  # torch.dtype
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __str__(self) -> str:
+            return f"torch.{self.name}"
+
+    class Tensor:
+        def __init__(self, data: np.ndarray, dt: dtype_) -> None:
+            self.data, self.dtype = data, dt
+
+        def detach(self) -> Tensor:
+            return self
+
+        def cpu(self) -> Tensor:
+            return self
+
+        def numpy(self) -> np.ndarray:
+            return self.data
+
+    fake.dtype, fake.Tensor = dtype_, Tensor
+    for n in ("int32", "float16", "bfloat16"):
+        setattr(fake, n, dtype_(n))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert dtypes.dtype.as_dtype(fake.int32) is popxl.int32
+    assert dtypes.dtype.as_dtype(Tensor(np.zeros(2, np.float16), fake.float16)) is popxl.float16
+    assert popxl.float16.as_torch() is fake.float16
+    with pytest.raises(ValueError, match="compatible with value"):
+        dtypes.dtype.as_dtype(fake.bfloat16)
+    got = popxl.utils.to_numpy(Tensor(np.arange(3, dtype=np.float64), fake.float16))
+    assert got.dtype == np.float32 and popxl.utils.torch_imported()

@@ -205,9 +205,10 @@ def make_atomic(namespace: dict[str, Any], names: Iterable[str]) -> None:
         if inspect.isfunction(fn) and not getattr(fn, "_atomic", False):
             wrapped = atomic(fn)
             namespace[name] = wrapped
-            home = sys.modules.get(fn.__module__)
-            if home is not None and getattr(home, fn.__name__, None) is fn:
-                setattr(home, fn.__name__, wrapped)
+            home = sys.modules.get(getattr(fn, "__module__", ""))
+            fname = getattr(fn, "__name__", "")
+            if home is not None and getattr(home, fname, None) is fn:
+                setattr(home, fname, wrapped)
 
 
 @contextmanager

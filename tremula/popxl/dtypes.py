@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,7 +24,13 @@ class dtype:
     is identity); they cannot be created by calling ``dtype()``."""
 
     __slots__ = ("_name", "_numpy", "_popart", "_poplar", "_size", "_torch")
-    _by_name: builtins.dict[str, dtype] = {}
+    _name: str
+    _numpy: np.dtype
+    _poplar: poplar.Type | None
+    _popart: str
+    _size: int
+    _torch: str
+    _by_name: ClassVar[builtins.dict[str, dtype]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Cannot create popxl.dtypes.dtype instances.")

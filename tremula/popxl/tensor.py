@@ -289,7 +289,7 @@ class Tensor:
     def __invert__(self) -> Tensor:
         return self._ops().logical_not(self)
 
-    def __iadd__(self, o: Any) -> Tensor:
+    def __iadd__(self, o: TensorLike) -> Tensor:
         with undo_on_error():  # a refused add_ leaves no constant behind
             self._ops().add_(self, self._ensure(o))
         return self

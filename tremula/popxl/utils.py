@@ -3,6 +3,7 @@ PopXL programs use for reports, and the float8 host helpers and dtypes it re-exp
 
 from __future__ import annotations
 
+import builtins
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -29,17 +30,17 @@ downcast_np_dtypes: dict[np.dtype, np.dtype] = {
 }
 
 
-def torch_imported() -> bool:
+def torch_imported() -> builtins.bool:
     """Whether ``torch`` has been imported (Tremula never imports it itself)."""
     return "torch" in sys.modules
 
 
-def _is_torch_tensor(x: Any) -> bool:
+def _is_torch_tensor(x: Any) -> builtins.bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def _memmap(x: np.memmap, dtype: dtypes.dtype | None, downcast: bool) -> np.ndarray:
+def _memmap(x: np.memmap, dtype: dtypes.dtype | None, downcast: builtins.bool) -> np.ndarray:
     """A memory-mapped array is used in place, so it must already be what the tensor holds."""
     want = dtype.as_numpy() if dtype is not None else x.dtype
     if downcast and dtype is None:
@@ -58,10 +59,10 @@ def _memmap(x: np.memmap, dtype: dtypes.dtype | None, downcast: bool) -> np.ndar
 def to_numpy(
     x: Any,
     dtype: dtypes.dtype | None = None,
-    downcast: bool = True,
-    copy: bool = True,
+    downcast: builtins.bool = True,
+    copy: builtins.bool = True,
     log2_scale: int | None = None,
-    nan_on_overflow: bool | None = None,
+    nan_on_overflow: builtins.bool | None = None,
 ) -> np.ndarray:
     """Host data as a NumPy array, as PopXL stores them for tensors and streams.
 
@@ -119,7 +120,7 @@ def _popxl_to_numpy(t: Any) -> np.ndarray:
     return np.array(data)
 
 
-def _to_device_info(device_type: str, num_ipus: int = 1, use_popdist: bool = False) -> str:
+def _to_device_info(device_type: str, num_ipus: int = 1, use_popdist: builtins.bool = False) -> str:
     """The device a Session would open for ``device_type`` (Tremula's devices are named by
     their type: "cpu", "ipu_model" or "ipu_hw")."""
     if device_type not in ("cpu", "ipu_model", "ipu_hw"):
@@ -131,7 +132,7 @@ def _to_device_info(device_type: str, num_ipus: int = 1, use_popdist: bool = Fal
 
 
 def table_to_string(
-    rows: Sequence[Sequence[Any]], delimiter: str = " | ", header: bool = True
+    rows: Sequence[Sequence[Any]], delimiter: str = " | ", header: builtins.bool = True
 ) -> str:
     """Rows as a text table with left-aligned columns, the first row underlined as a header.
 

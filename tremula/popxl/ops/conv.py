@@ -77,8 +77,8 @@ def _geometry(
             max((math.ceil(s / st) - 1) * st + w - s, 0)
             for s, st, w in zip(spatial, stride, window)
         ]
-        small = [p // 2 for p in total]
-        big = [p - p // 2 for p in total]
+        small = tuple(p // 2 for p in total)
+        big = tuple(p - p // 2 for p in total)
         begin, end = (small, big) if mode is PadType.SAME_UPPER else (big, small)
     if min(begin + end, default=0) < 0:
         raise ValueError(f"{what}: padding {begin + end} must be non-negative")

@@ -267,7 +267,7 @@ def _scatter_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]
     t, idx, values = x[0].copy(), x[1].astype(np.int64), x[2]
     ax, n = a["axis"], x[0].shape[a["axis"]]
     idx = np.where(idx < 0, idx + n, idx)
-    pos = list(np.indices(idx.shape))
+    pos: list[np.ndarray] = list(np.indices(idx.shape))
     ok = (idx >= 0) & (idx < n)
     pos[ax] = idx
     t[tuple(p[ok] for p in pos)] = values[ok]
@@ -619,12 +619,13 @@ def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1)
                 f"(the output shape depends on it)"
             )
         num_classes = data.reshape(()).item()
-    if int(num_classes) != num_classes or num_classes < 1:
-        raise ValueError(f"onehot: num_classes must be a positive integer, got {num_classes!r}")
+    n: Any = num_classes
+    if int(n) != n or n < 1:
+        raise ValueError(f"onehot: num_classes must be a positive integer, got {n!r}")
     if values.nelms != 2:
         raise ValueError(f"onehot: values {values.id!r} must hold [off, on], got {values.shape}")
     ax = norm_axis(axis, t.rank, "onehot", repr(t.id), extra=1)
-    attrs = {"num_classes": int(num_classes), "axis": ax}
+    attrs = {"num_classes": int(n), "axis": ax}
     (out,) = create_op("OneHot", [t, values], attrs)
     return out
 

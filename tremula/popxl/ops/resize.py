@@ -12,7 +12,7 @@ weights depend only on the shapes, so they are computed when the graph is built
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,13 @@ def axis_plan(n_in: int, n_out: int, scale: float, a: dict[str, Any]) -> tuple[n
     (nearest: ``i1 = i0``, ``w = 0``)."""
     c = _coordinates(n_in, n_out, scale, a["coordinate_transformation_mode"])
     if a["mode"] == "nearest":
-        rnd = {
+        rounding: dict[str, Callable[[np.ndarray], np.ndarray]] = {
             "round_prefer_floor": lambda v: np.ceil(v - 0.5),
             "round_prefer_ceil": lambda v: np.floor(v + 0.5),
             "floor": np.floor,
             "ceil": np.ceil,
-        }[a["nearest_mode"]]
+        }
+        rnd = rounding[a["nearest_mode"]]
         i0 = np.clip(rnd(c), 0, n_in - 1).astype(np.int64)
         return i0, i0, np.zeros(n_out)
     c = np.clip(c, 0, n_in - 1)

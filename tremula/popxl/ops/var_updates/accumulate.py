@@ -108,7 +108,7 @@ def _scalar(value: Hyper, what: str, role: str) -> None:
         )
 
 
-def _required(value: Hyper, what: str, role: str) -> Hyper:
+def _required(value: Hyper, what: str, role: str) -> Tensor | float:
     if value is None:
         raise TypeError(f"{what}: {role} must be a popxl.Tensor or a number, got None")
     return value

@@ -24,7 +24,7 @@ from tremula.popxl.ops.var_updates.utils import (
 from tremula.popxl.tensor import Tensor
 
 
-def trust_ratio(r1: Any, r2: Any, mwn: Any, mwn_is_tensor: bool) -> np.ndarray:
+def trust_ratio(r1: Any, r2: Any, mwn: Any, mwn_is_tensor: bool) -> np.float32:
     """LAMB's trust ratio (float32) from the squared norms; ``mwn`` None: no clipping."""
     r1, r2 = (np.float32(np.asarray(r).reshape(())) for r in (r1, r2))
     n1 = np.sqrt(r1)

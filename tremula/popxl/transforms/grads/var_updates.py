@@ -51,9 +51,11 @@ def _accumulate(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) ->
     if need[slots["X"]]:
         gx = g[0] * f_value if kind != "Add" else g[0]
         if kind == "DampenedAddSquare":
+            assert xv is not None
             gx = gx * (ops.cast(xv, g[0].dtype) * 2.0)
         grads[slots["X"]] = _like(gx, x)
     if "f" in slots and need[slots["f"]]:
+        assert xv is not None
         xt = ops.cast(xv, g[0].dtype) if xv.dtype != g[0].dtype else xv
         grads[slots["f"]] = _like(g[0] * (xt * xt if kind == "DampenedAddSquare" else xt), f)
     return grads
