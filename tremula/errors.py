@@ -121,3 +121,8 @@ class OpSetupError(GraphError, PopartException):
 class OpSetupTypeError(PopartException, TypeError):
     """An op whose input dtypes do not fit its type rule (``incompatible types FLOAT and
     FLOAT16``): ``popart.popart_exception`` as PopART raises it, also a ``TypeError``."""
+
+
+class TensorIdError(PopartException, KeyError):
+    """A tensor id a graph does not hold (``Graph.get_tensor``): PopART's
+    ``popart.popart_exception``; also a ``KeyError``, as Tremula raised before."""

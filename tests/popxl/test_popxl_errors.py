@@ -239,13 +239,13 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     # spec 1.5: Tensor
     ("empty operand", ValueError, "'w' with an empty value", _main(lambda p: p.w + np.array([]))),
     ("getitem", TypeError, "cannot index tensor 'w' with 'a'", _main(lambda p: p.w["a"])),
-    ("len scalar", ValueError, "scalar tensor 'sc'", lambda p: len(p.sc)),
+    ("len scalar", ValueError, "Tensor 'sc' doesn't have a length", lambda p: len(p.sc)),
     ("iter", TypeError, "tensor 'w' is not iterable", lambda p: iter(p.w)),
     ("contains", TypeError, "not supported on tensor 'w'", lambda p: 1.0 in p.w),
     (
         "operator refused",
         ValueError,
-        r"differ: .*MatMul in graph 'main_graph', inputs 'w', 'c'",
+        r"contracting dimensions unequal: .*MatMul in graph 'main_graph', inputs 'w', 'c'",
         _main(lambda p: p.w @ np.ones(5, np.float32)),
     ),
     (
@@ -270,7 +270,7 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     (
         "variable in subgraph",
         ValueError,
-        r"only be created in the main graph.*other",
+        r"You cannot initialise a variable tensor within a graph .*other",
         _variable_in_subgraph,
     ),
     ("graph_output", ValueError, r"Variable\[w .*current graph 'other'", _graph_output_elsewhere),
@@ -597,3 +597,73 @@ def test_code_copy_is_not_implemented() -> None:
     p = program()
     with pytest.raises(NotImplementedError, match=r"code of graph 'add1_subgraph\(0\)'"):
         code_copy(p.add1, "executable", "executable")
+
+
+# ---- PopXL's exception types and message openings (spec/popxl-fidelity.md section 9) ----
+
+
+def _types_case(build: Callable[[popxl.Ir], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        ir = popxl.Ir()
+        with ir.main_graph:
+            return build(ir)
+
+    return run
+
+
+F32 = np.ones((2, 4), np.float32)
+#: (id, exception types the error must be, message pattern, action)
+POPXL_ERRORS: list[tuple[str, tuple[type, ...], str, Callable[[], Any]]] = [
+    ("broadcast", (popart.popart_exception, ValueError),
+     r"np broadcasting failed on 'Op Add', frames \[2, 4\] and \[3\] are not aligned",
+     _types_case(lambda ir: popxl.variable(F32) + popxl.variable(np.ones(3, np.float32)))),
+    ("dtypes", (popart.popart_exception, TypeError),
+     r"np broadcasting failed on Op Add, incompatible types FLOAT and FLOAT16",
+     _types_case(lambda ir: ops.add(popxl.variable(F32), popxl.variable(F32.astype(np.float16))))),
+    ("matmul", (popart.popart_exception, ValueError), "contracting dimensions unequal",
+     _types_case(lambda ir: popxl.variable(F32) @ popxl.variable(F32))),
+    ("concat type", (TypeError,), "All inputs to a concat operation must have the same type:",
+     _types_case(lambda ir: ops.concat([popxl.variable(F32), popxl.variable(F32 > 0)]))),
+    ("concat shape", (popart.popart_exception, ValueError), "does not match input 0",
+     _types_case(lambda ir: ops.concat([popxl.variable(F32), popxl.variable(F32.T)]))),
+    ("split sizes", (popart.popart_exception, ValueError),
+     r"splits \[1, 2\] invalid for dimension of size 4",
+     _types_case(lambda ir: ops.split(popxl.variable(F32), [1, 2], axis=1))),
+    ("split equal", (ValueError,), "does not equally divide",
+     _types_case(lambda ir: ops.split(popxl.variable(F32), 3, axis=1))),
+    ("reshape value", (ValueError,), "Invalid shape value in reshape",
+     _types_case(lambda ir: popxl.variable(F32).reshape((-2, 4)))),
+    ("reshape -1", (ValueError,), "at most one '-1' value",
+     _types_case(lambda ir: popxl.variable(F32).reshape((-1, -1)))),
+    ("get_tensor", (popart.popart_exception, KeyError),
+     r"No Ir::Tensor with TensorId 'nope' in Tensors::get\(\.\.\)",
+     _types_case(lambda ir: ir.main_graph.get_tensor("nope"))),
+    ("index", (TypeError,), "Only integers, slices",
+     _types_case(lambda ir: popxl.variable(F32)[1.5])),
+    ("call info", (popart.popart_exception, ValueError),
+     r"CallOp input \(@0\) does not match callee input tensor \(@0\)",
+     _types_case(lambda ir: ops.call(ir.create_graph(lambda x: x + 1, popxl.variable(F32)),
+                                     popxl.variable(F32.T)))),
+    ("dtype()", (TypeError,), r"Cannot create popxl\.dtypes\.dtype instances\.", popxl.dtype),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, types, match, action", POPXL_ERRORS,
+                         ids=[c[0] for c in POPXL_ERRORS])  # fmt: skip
+def test_popxl_exception_types_and_messages(case, types, match, action) -> None:
+    with pytest.raises(types[0], match=match) as info:
+        action()
+    assert isinstance(info.value, types), (case, type(info.value).__mro__)
+
+
+def test_popart_exception_catches_popxl_setup_errors() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(F32, name="a")
+        try:
+            a + popxl.variable(np.ones(3, np.float32))
+        except popart.popart_exception as err:  # as PopXL programs catch it
+            assert "frames [2, 4] and [3]" in str(err)
+        else:
+            raise AssertionError("no popart_exception")
+    assert [t.id for t in ir.main_graph.tensors] == ["a", "t"]  # the refused add left nothing

@@ -260,7 +260,7 @@ def _refused(build, *specs) -> None:
         (lambda a, b: ops.matmul_pow2scaled(a, b, 0), [((2, 3), popxl.float16), ((3, 2), F143)],
          TypeError, "lhs 'in0' must be float8"),
         (lambda a, b: ops.matmul_pow2scaled(a, b, 0), [((2, 3), F143), ((2, 2), F143)],
-         ValueError, "inner dimensions differ"),
+         ValueError, "contracting dimensions unequal"),
         (lambda a, b: ops.conv_pow2scaled(a, b, 0), [((1, 2, 4, 4), F143), ((3, 3, 2, 2), F143)],
          ValueError, "conv_pow2scaled: weight 'in1' .* does not fit"),
         (lambda a, b: ops.conv_pow2scaled(a, b, 0),

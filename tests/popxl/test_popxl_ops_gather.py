@@ -116,7 +116,7 @@ def test_concat_split_squeeze():
 
     want = [cat, cat, cat[:, :1], cat[:, 1:], cat[:, :2], cat[:, 2:], b, b[:, 0]]
     check(build, want, a, b)
-    with pytest.raises(ValueError, match="do not divide"):
+    with pytest.raises(ValueError, match="does not equally divide"):
         run(lambda x: ops.split(x, 2, axis=1), a)
     with pytest.raises(ValueError, match="do not have size 1"):
         run(lambda x: ops.squeeze(x, 0), a)

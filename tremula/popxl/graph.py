@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tremula.errors import TensorIdError
 from tremula.popxl.context import get_current_context
 from tremula.popxl.tensor import Constant, Tensor, Variable
 
@@ -98,10 +99,18 @@ class Graph:
         return tuple(seen.values())
 
     def get_tensor(self, tensor_id: str) -> Tensor:
+        """The tensor ``tensor_id`` of this graph.
+
+        Raises:
+            TensorIdError: (``popart.popart_exception`` and ``KeyError``) no such tensor.
+        """
         try:
             return self._tensors[tensor_id]
         except KeyError:
-            raise KeyError(f"graph {self._name!r} has no tensor {tensor_id!r}") from None
+            raise TensorIdError(
+                f"No Ir::Tensor with TensorId '{tensor_id}' in Tensors::get(..) (graph "
+                f"{self._name!r})"
+            ) from None
 
     # ---- context ----
     def __enter__(self) -> Graph:

@@ -193,7 +193,7 @@ class Tensor:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise ValueError(f"len() of the scalar tensor {self._id!r}")
+            raise ValueError(f"Tensor {self._id!r} doesn't have a length: it is a scalar")
         return self.shape[0]
 
     def __iter__(self) -> Iterator[Any]:
@@ -446,7 +446,8 @@ def _main_graph(what: str) -> Graph:
     graph = get_current_graph()
     if graph is not graph.ir.main_graph:
         raise ValueError(
-            f"{what}: variables can only be created in the main graph, not in {graph!r}"
+            f"You cannot initialise a variable tensor within a graph other than the main "
+            f"graph ({what} in {graph!r}): variables can only be created in the main graph"
         )
     return graph
 

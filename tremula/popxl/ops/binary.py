@@ -190,6 +190,43 @@ def logical_or(lhs: Tensor, rhs: TensorLike) -> Tensor:
     return apply("Or", lhs, rhs)
 
 
+def maximum2(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """The larger of two tensors element-wise (a Tremula extension; PopXL's
+    ``ops.maximum(*ts)`` takes any number of tensors).
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``max(lhs, rhs)``, of the broadcast shape.
+    """
+    return apply("Max", lhs, rhs)
+
+
+def maximum2_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`maximum2`: ``lhs`` is set to ``max(lhs, rhs)`` and returned."""
+    return apply("MaxInplace", lhs, rhs)
+
+
+def minimum2(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """The smaller of two tensors element-wise (a Tremula extension).
+
+    Args:
+        lhs: A tensor.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype).
+
+    Returns:
+        ``min(lhs, rhs)``, of the broadcast shape.
+    """
+    return apply("Min", lhs, rhs)
+
+
+def minimum2_(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """In-place :func:`minimum2`: ``lhs`` is set to ``min(lhs, rhs)`` and returned."""
+    return apply("MinInplace", lhs, rhs)
+
+
 __all__ = [
     "add",
     "add_",
@@ -202,6 +239,10 @@ __all__ = [
     "less",
     "logical_and",
     "logical_or",
+    "maximum2",
+    "maximum2_",
+    "minimum2",
+    "minimum2_",
     "mul",
     "mul_",
     "pow",

@@ -95,8 +95,8 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("div", "Div", 2, _div),
     Elementwise("pow", "Pow", 2, np.power),
     Elementwise("fmod", "Fmod", 2, _fmod),
-    Elementwise("maximum", "Max", 2, np.maximum, public=False),  # ops.maximum: n inputs
-    Elementwise("minimum", "Min", 2, np.minimum, public=False),
+    Elementwise("maximum2", "Max", 2, np.maximum),  # ops.maximum(*ts) builds Max ops too
+    Elementwise("minimum2", "Min", 2, np.minimum),
     Elementwise("equal", "Equal", 2, np.equal, boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, boolean=True, inplace=False),

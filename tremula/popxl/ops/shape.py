@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.tensor import Tensor, TensorSpec
 
@@ -73,11 +74,14 @@ def _concat_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[Ten
     size = 0
     for i, s in enumerate(specs):
         if s.dtype != first.dtype:
-            raise TypeError(f"concat: input {i} is {s.dtype}, input 0 is {first.dtype}")
+            raise TypeError(
+                f"All inputs to a concat operation must have the same type: input {i} is "
+                f"{s.dtype}, input 0 is {first.dtype}"
+            )
         if len(s.shape) != len(first.shape) or any(
             a != b for d, (a, b) in enumerate(zip(s.shape, first.shape)) if d != axis
         ):
-            raise ValueError(
+            raise OpSetupError(
                 f"concat: input {i} of shape {s.shape} does not match input 0 of shape "
                 f"{first.shape} outside axis {axis}"
             )
@@ -224,15 +228,15 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     if isinstance(splits, (int, np.integer)):
         if splits < 1 or dim % splits:
             raise ValueError(
-                f"split: {splits} equal parts do not divide axis {ax} of {t.id!r} (size {dim})"
+                f"split: {splits} does not equally divide axis {ax} of {t.id!r} (size {dim})"
             )
         sizes = [dim // int(splits)] * int(splits)
     else:
         sizes = [int(s) for s in splits]
         if any(s < 0 for s in sizes) or sum(sizes) != dim:
-            raise ValueError(
-                f"split: sizes {sizes} must be non-negative and add up to {dim}, the size of "
-                f"axis {ax} of {t.id!r}"
+            raise OpSetupError(
+                f"splits {sizes} invalid for dimension of size {dim} (axis {ax} of {t.id!r}: "
+                f"the sizes must be non-negative and add up to it)"
             )
     outs, begin = [], 0
     for s in sizes:

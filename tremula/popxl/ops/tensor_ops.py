@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
@@ -19,7 +20,10 @@ def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
-        raise ValueError(f"matmul: inner dimensions differ: {a} @ {b}")
+        raise OpSetupError(
+            f"MatMulOp contracting dimensions unequal: lhs '{list(a)}', rhs '{list(b)}' "
+            f"({a2[-1]} != {b2[-2]})"
+        )
     batch = broadcast_shape([a2[:-2], b2[:-2]], "matmul")
     out = (*batch, a2[-2], b2[-1])
     if len(a) == 1:
@@ -96,8 +100,14 @@ def matmul(
 
 def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
     shape = tuple(int(s) for s in (shape if isinstance(shape, Sequence) else (shape,)))
+    if any(s < -1 for s in shape):
+        raise ValueError(
+            f"Invalid shape value in reshape. Must be '>0' or '-1': {shape} (reshape of {t.id!r})"
+        )
     if shape.count(-1) > 1:
-        raise ValueError(f"reshape: at most one -1 in {shape}")
+        raise ValueError(
+            f"Reshape shape can contain at most one '-1' value: {shape} (reshape of {t.id!r})"
+        )
     if -1 in shape:
         known = int(np.prod([s for s in shape if s != -1]))
         if known == 0 or t.nelms % known:
@@ -163,9 +173,15 @@ def getitem(t: Tensor, key: Any) -> Tensor:
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
         if isinstance(k, (Tensor, list, np.ndarray)):
-            raise TypeError(f"indexing {t.id!r} with {type(k).__name__}: use ops.gather")
+            raise TypeError(
+                f"Only integers, slices (`:`), integer tensors and boolean tensors are valid "
+                f"indices: indexing {t.id!r} with {type(k).__name__} (use ops.gather)"
+            )
         if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice))):
-            raise TypeError(f"cannot index tensor {t.id!r} with {k!r}")
+            raise TypeError(
+                f"Only integers, slices (`:`), integer tensors and boolean tensors are valid "
+                f"indices: cannot index tensor {t.id!r} with {k!r}"
+            )
     try:
         np.empty(t.shape, dtype=np.bool_)[key]
     except IndexError as err:
