@@ -667,3 +667,18 @@ def test_popart_exception_catches_popxl_setup_errors() -> None:
         else:
             raise AssertionError("no popart_exception")
     assert [t.id for t in ir.main_graph.tensors] == ["a", "t"]  # the refused add left nothing
+
+
+def test_call_site_info_errors() -> None:
+    p = program()
+    with p.ir.main_graph:
+        info = ops.call_with_info(p.add1, p.w)
+        assert info.parent_input(0) is p.w and info.parent_output(-1) is info.outputs[0]
+        with pytest.raises(IndexError, match="Invalid parent graph input index: 1"):
+            info.parent_input(1)
+        with pytest.raises(IndexError, match="Invalid parent graph output index: 3"):
+            info.parent_output(3)
+        with pytest.raises(ValueError, match="is not an input or output of the called graph"):
+            info.graph_to_parent(p.oc)
+        with pytest.raises(ValueError, match="is not a parent graph input of the call site"):
+            info.parent_to_graph(p.sc)

@@ -57,10 +57,20 @@ class CallSiteInfo:
         return index
 
     def parent_input(self, index: int) -> Tensor:
-        return self._op.inputs[index]
+        """The parent tensor at input ``index`` of the call.
+
+        Raises:
+            IndexError: ``index`` out of range.
+        """
+        return _at(self._op.inputs, index, "parent graph input")
 
     def parent_output(self, index: int) -> Tensor:
-        return self._op.outputs[index]
+        """The parent tensor at output ``index`` of the call.
+
+        Raises:
+            IndexError: ``index`` out of range.
+        """
+        return _at(self._op.outputs, index, "parent graph output")
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor of a subgraph input or output."""
@@ -71,14 +81,19 @@ class CallSiteInfo:
         for i, t in enumerate(g.outputs):
             if t is graph_tensor:
                 return self._op.outputs[i]
-        raise ValueError(f"{graph_tensor!r} is not an input or output of {g.name!r}")
+        raise ValueError(
+            f"Tensor {graph_tensor.id!r} is not an input or output of the called graph {g.name!r}"
+        )
 
     def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
         """The subgraph input fed by ``parent_tensor`` (its first occurrence)."""
         for i, t in enumerate(self._op.inputs):
             if t is parent_tensor:
                 return self.called_graph.inputs[i]
-        raise ValueError(f"{parent_tensor!r} is not an input of this call site")
+        raise ValueError(
+            f"Tensor {parent_tensor.id!r} is not a parent graph input of the call site of "
+            f"{self.called_graph.name!r}"
+        )
 
     def set_parent_input_modified(
         self, parent_tensor: Tensor, infer_modified_regions: bool = False
@@ -90,6 +105,12 @@ class CallSiteInfo:
                 f"set_parent_input_modified: {parent_tensor!r} is not an input of this call site"
             )
         self._op.modified = tuple(sorted(set(self._op.modified) | set(indices)))
+
+
+def _at(tensors: tuple[Tensor, ...], index: int, what: str) -> Tensor:
+    if not -len(tensors) <= index < len(tensors):
+        raise IndexError(f"Invalid {what} index: {index} (the call site has {len(tensors)})")
+    return tensors[index]
 
 
 def _flatten(values: Sequence[Any]) -> list[Any]:
