@@ -220,3 +220,17 @@ def test_context_internals_custom_ops_use() -> None:
     assert seen == [u.producer]
     with pytest.raises(NotImplementedError, match="WeightsToHostFragment"):
         popxl.Session(ir, "cpu")
+
+
+def test_remote_buffer_id_is_read_only_and_dot_checkpoint_writes_the_ir(tmp_path) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, 2)
+        y = popxl.variable(np.ones(2, np.float32), name="w") + 1
+    assert buf.remote_buffer_id == 1
+    with pytest.raises(AttributeError):
+        buf.remote_buffer_id = 3  # type: ignore[misc]
+    path = ir.dot_checkpoint("fwd", str(tmp_path / "dots"))
+    text = (tmp_path / "dots" / "fwd.dot").read_text()
+    assert path.endswith("fwd.dot") and text.startswith('digraph "fwd" {')
+    assert f'"0:w" -> "op{y.producer.id}"' in text and 'label="Add"' in text

@@ -198,6 +198,38 @@ class Ir:
     def id(self) -> int:
         return self._id
 
+    def dot_checkpoint(self, check: str, save_dir: str | None = None) -> str:
+        """Write the Ir as a Graphviz file ``<save_dir>/<check>.dot`` (default: the current
+        directory): one cluster per graph, a node per op and per tensor, edges along the
+        data flow.
+
+        Args:
+            check: The checkpoint's name (the file name).
+            save_dir: The directory (made if missing).
+
+        Returns:
+            The path written.
+        """
+        import pathlib
+
+        lines = [f'digraph "{check}" {{']
+        for g in self._graphs:
+            lines.append(f'  subgraph "cluster_{g.id}" {{ label="{g.name}";')
+            for t in g._tensors.values():
+                label = f"{t.id}\\n{t.dtype.name} {list(t.shape)}"
+                lines.append(f'    "{g.id}:{t.id}" [label="{label}"];')
+            for op in g.ops:
+                node = f"op{op.id}"
+                lines.append(f'    "{node}" [shape=box label="{op.type}"];')
+                lines += [f'    "{g.id}:{t.id}" -> "{node}";' for t in op.inputs]
+                lines += [f'    "{node}" -> "{g.id}:{t.id}";' for t in op.outputs]
+            lines.append("  }")
+        lines.append("}")
+        path = pathlib.Path(save_dir or ".") / f"{check}.dot"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        return str(path)
+
     def __eq__(self, other: object) -> bool:
         return self is other
 

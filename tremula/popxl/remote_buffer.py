@@ -21,12 +21,17 @@ class RemoteBuffer:
         _check_entries(entries, f"RemoteBuffer({dtype} {shape})")
         ir = get_current_graph().ir
         self._current_ir = ir
-        self.remote_buffer_id = ir._next_remote_buffer_id()
+        self._remote_buffer_id = ir._next_remote_buffer_id()
         self._shape = shape
         self._dtype = dtype
         self._entries = int(entries)
         self.meta_shape: tuple[int, ...] = ()
         self._current_ir._remote_buffers.append(self)
+
+    @property
+    def remote_buffer_id(self) -> int:
+        """The buffer's id in its Ir (1, 2, ...; read-only)."""
+        return self._remote_buffer_id
 
     @property
     def tensor_shape(self) -> tuple[int, ...]:
