@@ -88,6 +88,17 @@ class CompiledGroup:
             return np.zeros((replicas, g.size), dtype=g.dtype.numpy), True
         return g.read(storage, rsel), True
 
+    def at(self, name: str, positions: np.ndarray, storage: dict, rsel: slice | np.ndarray):
+        """(storage array, row index, address index) of the elements at ``positions`` of
+        field ``name`` (``[k]``, or ``[replica, k]`` per selected replica), for reading or
+        writing those elements alone (no gather of the whole field)."""
+        g = self.gathers[name]
+        index = g.index
+        addr = index.start + positions if isinstance(index, slice) else index[positions]
+        arr = storage[g.dtype]
+        rows = np.arange(arr.shape[0])[rsel][:, None]
+        return arr, rows, addr if addr.ndim == 2 else addr[None, :]
+
     def strided(
         self, name: str, shape: tuple[int, ...], storage: dict, rsel: slice | np.ndarray
     ) -> np.ndarray | None:

@@ -489,6 +489,28 @@ class Batch(_Segmented):
             return strided
         return self._field(name).reshape(self.replicas, *shape)
 
+    def read_at(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """Elements ``positions`` of field ``name``, ``[replica, k]``, read from device memory
+        without gathering the rest of the field (``positions``: ``[k]``, or ``[replica, k]``
+        when they differ between replicas). For a codelet that touches a few elements of a
+        large field (a dynamic slice)."""
+        group, storage, rsel = self._ctx
+        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        return arr[rows, addr]
+
+    def write_at(self, name: str, positions: np.ndarray, values: Any) -> None:
+        """Write ``values`` (``[replica, k]``) to elements ``positions`` of output field
+        ``name`` in device memory, leaving the rest of the field as it is (see
+        :meth:`read_at`). Do not also assign the whole field in the same compute."""
+        if not self.fields[name].writes:
+            raise CodeletError(
+                f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be "
+                f"written"
+            )
+        group, storage, rsel = self._ctx
+        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        arr[rows, addr] = values
+
     def reduce(self, ufunc: Callable[..., Any], values: np.ndarray, name: str) -> np.ndarray:
         """Reduce ``values`` (laid out like field ``name``) per vertex with ``ufunc``
         (e.g. ``np.add``); vertices with an empty field get the ufunc's identity."""
