@@ -126,3 +126,8 @@ class OpSetupTypeError(PopartException, TypeError):
 class TensorIdError(PopartException, KeyError):
     """A tensor id a graph does not hold (``Graph.get_tensor``): PopART's
     ``popart.popart_exception``; also a ``KeyError``, as Tremula raised before."""
+
+
+class EmbeddingError(TremulaError, ValueError):
+    """A host embedding was created, registered or used incorrectly (``tremula.embedding``):
+    a bad shape, strategy or optimizer spec, an embedding run without being registered."""

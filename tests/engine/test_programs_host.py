@@ -4,9 +4,11 @@ remote-buffer copies, and calls of host functions, checked against NumPy."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from tremula_tests_engine_codelets import increment, make_engine, new_graph, var
 
 from tremula import poplar
+from tremula.errors import StreamError
 
 
 # ---- stream copies ----
@@ -180,3 +182,55 @@ def test_host_function_filling_its_outputs_in_place():
     e.run()
     np.testing.assert_array_equal(e.read_tensor("b"), [2, -4, 6, -8])
     assert e.read_tensor("n") == 4
+
+
+def _replicated_host_function_engine():
+    g, dev = new_graph(replicas=2, num_ipus=2)
+    a = var(g, 3, tile=None, write="a")
+    b = var(g, 3, tile=1, read="b")
+    hf = g.add_host_function("f", [(poplar.FLOAT, 3)], [(poplar.FLOAT, 3)])
+    e = make_engine(g, poplar.Call(hf, [a], [b]), device=dev)
+    e.write_tensor("a", [[1, 2, 3], [10, 20, 30]])
+    return e
+
+
+def test_host_function_called_once_per_replica_or_once_for_all_replicas():
+    e = _replicated_host_function_engine()
+    calls = []
+
+    def each(inputs, outputs):
+        calls.append(inputs[0].shape)
+        outputs[0][...] = inputs[0] * 2
+
+    e.connect_host_function("f", each)
+    e.run()
+    assert calls == [(3,), (3,)]
+    np.testing.assert_array_equal(e.read_tensor("b"), [[2, 4, 6], [20, 40, 60]])
+
+    calls.clear()
+
+    def together(inputs, outputs):  # [replica, n]: the replicas' rows summed
+        calls.append(inputs[0].shape)
+        return [np.broadcast_to(inputs[0].sum(0), inputs[0].shape)]
+
+    e.connect_host_function("f", together, all_replicas=True)
+    e.run()
+    assert calls == [(2, 3)]
+    np.testing.assert_array_equal(e.read_tensor("b"), [[11, 22, 33], [11, 22, 33]])
+
+
+def test_whole_remote_buffers_are_written_and_read_per_replica():
+    g, dev = new_graph(replicas=2, num_ipus=2)
+    rb = g.add_remote_buffer("rb", poplar.FLOAT, 2, repeats=3)
+    x = var(g, 2, tile=None, read="x")
+    e = make_engine(g, poplar.Copy(rb, x, offset=2), device=dev)
+    rows = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    e.write_remote_buffer("rb", rows[0])  # every replica
+    e.write_remote_buffer("rb", rows[1], replica=1)
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("x"), [rows[0, 2], rows[1, 2]])
+    np.testing.assert_array_equal(e.read_remote_buffer("rb", 1), rows[1])
+    with pytest.raises(StreamError, match="holds 3 repeats of 2"):
+        e.write_remote_buffer("rb", np.zeros(5))
+    with pytest.raises(StreamError, match="replica 2 out of range"):
+        e.read_remote_buffer("rb", 2)

@@ -177,9 +177,21 @@ class Engine:
             return  # the same stream again with a buffer of the same layout
         streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
 
-    def connect_host_function(self, name: str, fn: Callable[..., Any]) -> None:
-        """``fn(inputs, outputs)`` receives lists of flat arrays; it fills ``outputs`` in
-        place or returns them."""
+    def connect_host_function(
+        self, name: str, fn: Callable[..., Any], all_replicas: bool = False
+    ) -> None:
+        """Connect host function ``name`` to ``fn(inputs, outputs)``, which receives lists
+        of arrays and fills ``outputs`` in place or returns them.
+
+        Args:
+            name: the host function.
+            fn: the callback. It is called once per replica with flat arrays (Poplar's
+                behaviour), or, with ``all_replicas``, once per call with ``[replica, n]``
+                arrays of the replicas making the call (all of them, unless replicas took
+                different branches), so that it can treat the replicas' data together
+                (sum them, apply them at once). An exception it raises fails the run.
+            all_replicas: see ``fn``.
+        """
         if name not in self.state.host_functions:
             raise EngineError(
                 f"connect_host_function: no host function named {name!r}; "
@@ -187,7 +199,7 @@ class Engine:
             )
         if not callable(fn):
             raise EngineError(f"connect_host_function({name!r}): {fn!r} is not callable")
-        self.runtime.host_functions[name] = fn
+        self.runtime.host_functions[name] = (fn, bool(all_replicas))
 
     def _handle(self, table: dict[str, Tensor], name: str, what: str) -> Tensor:
         t = table.get(name)
@@ -270,6 +282,27 @@ class Engine:
     ) -> np.ndarray:
         buf = self._remote(name, repeat_index, "copy_from_remote_buffer")
         return buf[self._replica(replica, "copy_from_remote_buffer", name), repeat_index].copy()
+
+    def write_remote_buffer(self, name: str, data: Any, replica: int | None = None) -> None:
+        """Write every repeat of remote buffer ``name`` at once: ``data`` is
+        ``[repeats, elements]`` (any shape of that size), for one replica or, with
+        ``replica=None``, for every replica (a Tremula extension of
+        ``copy_to_remote_buffer``, which writes one repeat)."""
+        buf = self._remote(name, 0, "write_remote_buffer")
+        arr = np.asarray(data)
+        if arr.size != buf.shape[1] * buf.shape[2]:
+            raise StreamError(
+                f"write_remote_buffer({name!r}): {arr.size} elements; the buffer holds "
+                f"{buf.shape[1]} repeats of {buf.shape[2]}"
+            )
+        rows = self._replica(replica, "write_remote_buffer", name)
+        buf[rows] = arr.reshape(buf.shape[1:])
+
+    def read_remote_buffer(self, name: str, replica: int = 0) -> np.ndarray:
+        """Every repeat of remote buffer ``name`` of one replica, ``[repeats, elements]``
+        (a copy)."""
+        buf = self._remote(name, 0, "read_remote_buffer")
+        return buf[self._replica(replica, "read_remote_buffer", name)].copy()
 
     # ---- profiles ----
     def get_graph_profile(self) -> dict[str, Any]:

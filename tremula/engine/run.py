@@ -154,7 +154,7 @@ class Runtime:
             for name, b in st.remote_buffers.items()
         }
         self.streams: dict[str, StreamConnection] = {}
-        self.host_functions: dict[str, Callable[..., Any]] = {}
+        self.host_functions: dict[str, tuple[Callable[..., Any], bool]] = {}  # fn, all replicas
         self.replica_ids = np.arange(replicas)
         self.tl = timeline
         self.record_cs = record_cs
@@ -302,29 +302,37 @@ def _remote_store(rt: Runtime, a: N.RemoteStore, rsel: Any, where: str) -> None:
 
 def _host_call(rt: Runtime, a: N.HostCall, rsel: Any, where: str) -> None:
     hf = a.function
-    fn = rt.host_functions.get(hf.name)
-    if fn is None:
+    connected = rt.host_functions.get(hf.name)
+    if connected is None:
         raise EngineError(
             f"host function {hf.name!r} is called by program {where!r} but not connected; "
             f"call engine.connect_host_function({hf.name!r}, fn)"
         )
+    fn, all_replicas = connected
     ins = [g.read(rt.storage, rsel) for g in a.inputs]
     reps = np.arange(rt.replicas)[rsel]
     outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy) for spec in hf.outputs]
-    for i in range(reps.size):  # host work: one callback per replica, as Poplar does
-        row_outs = [o[i] for o in outs]
-        res = fn([x[i].copy() for x in ins], row_outs)
-        if res is not None:
-            res = [res] if isinstance(res, np.ndarray) else list(res)
-            if len(res) != len(outs):
-                raise EngineError(
-                    f"host function {hf.name!r} returned {len(res)} arrays, declared "
-                    f"{len(outs)} outputs"
-                )
-            for o, r in zip(row_outs, res):
-                o[...] = np.asarray(r).reshape(o.shape)
+    if all_replicas:  # one callback for the replicas together
+        _host_results(hf, fn([x.copy() for x in ins], outs), outs)
+    else:  # host work: one callback per replica, as Poplar does
+        for i in range(reps.size):
+            row_outs = [o[i] for o in outs]
+            _host_results(hf, fn([x[i].copy() for x in ins], row_outs), row_outs)
     for g, o in zip(a.outputs, outs):
         g.write(rt.storage, rsel, o)
+
+
+def _host_results(hf: Any, res: Any, outs: list[np.ndarray]) -> None:
+    """Copy what a host callback returned (if anything) into its output arrays."""
+    if res is None:
+        return
+    res = [res] if isinstance(res, np.ndarray) else list(res)
+    if len(res) != len(outs):
+        raise EngineError(
+            f"host function {hf.name!r} returned {len(res)} arrays, declared {len(outs)} outputs"
+        )
+    for o, r in zip(outs, res):
+        o[...] = np.asarray(r).reshape(o.shape)
 
 
 def _print(rt: Runtime, a: N.Print, rsel: Any, where: str) -> None:

@@ -10,7 +10,7 @@ from each call site with copies in and out (pass-by-value).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -77,6 +77,12 @@ class Lowerer:
     d2h: dict[Any, poplar.DataStream] = field(default_factory=dict)
     remote: dict[Any, poplar.RemoteBuffer] = field(default_factory=dict)
     code_loaded: set[Graph] = field(default_factory=set)
+    #: context-manager factories the Session enters around every run (``hook(session)``):
+    #: rules whose ops need host state during a run (host embeddings) check and connect it
+    #: on entry, and undo a failed run's host effects on exit; added by rules, once each
+    run_hooks: list[Callable[[Any], AbstractContextManager[Any]]] = field(default_factory=list)
+    #: what rules defined above this layer keep for the program they lower (by their key)
+    rule_state: dict[str, Any] = field(default_factory=dict)
     #: lower chains of element-wise ops as one expression (``fusion.py``); a class switch
     fuse_elementwise: ClassVar[bool] = True
     _names: dict[str, int] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -505,15 +506,18 @@ class Session:
         arrays = self._check_inputs(inputs or {}, downcast_inputs)
         self._check_outputs(outputs)
         nht, R = self._ir.num_host_transfers, self._ir.replication_factor
-        for s, arr in arrays.items():
-            self._engine.connect_stream(s.tensor_id, self._to_engine(arr, nht, R))
-        buffers = {}
-        for s in self._lowerer.d2h:
-            start = np.asarray(outputs[s]).astype(s.dtype.as_numpy()).reshape(self._host_shape(s))
-            buffers[s] = self._to_engine(start, nht, R).copy()
-            self._engine.connect_stream(s.tensor_id, buffers[s])
-        self._engine.run(0)
-        self._host_stale = True
+        with ExitStack() as hooks:  # host state the program needs (lowering's run hooks)
+            for hook in self._lowerer.run_hooks:
+                hooks.enter_context(hook(self))
+            for s, arr in arrays.items():
+                self._engine.connect_stream(s.tensor_id, self._to_engine(arr, nht, R))
+            buffers = {}
+            for s in self._lowerer.d2h:
+                start = np.asarray(outputs[s]).astype(s.dtype.as_numpy())
+                buffers[s] = self._to_engine(start.reshape(self._host_shape(s)), nht, R).copy()
+                self._engine.connect_stream(s.tensor_id, buffers[s])
+            self._engine.run(0)
+            self._host_stale = True
         for s, buf in buffers.items():
             n = max(1, math.prod(s.shape))
             arr = buf.reshape(R, nht, n).transpose(1, 0, 2)

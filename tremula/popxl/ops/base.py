@@ -56,6 +56,9 @@ class OpDef:
     reference: Callable[..., Any] | None = None  # (input arrays, attrs) -> output arrays
     modifies: tuple[int, ...] = ()  # inputs written in place
     differentiable: bool = True
+    #: the gradient rule has an effect of its own (a host embedding's table update): autodiff
+    #: runs it whenever a gradient reaches the op's outputs, whatever ``grads_required`` names
+    grad_side_effect: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -67,11 +70,12 @@ def defop(
     reference: Callable[..., Any] | None = None,
     modifies: tuple[int, ...] = (),
     differentiable: bool = True,
+    grad_side_effect: bool = False,
 ) -> OpDef:
     """Register an op type (once)."""
     if op_type in OPS:
         raise ValueError(f"op type {op_type!r} is already defined")
-    d = OpDef(op_type, infer, reference, modifies, differentiable)
+    d = OpDef(op_type, infer, reference, modifies, differentiable, grad_side_effect)
     OPS[op_type] = d
     return d
 

@@ -192,9 +192,11 @@ class _Autodiff:
         )
 
     def _depends_on_required(self) -> set[Tensor]:
+        """The tensors whose gradients the backward pass computes: those that depend on a
+        required tensor, and those that lead to an op whose gradient has a side effect."""
         relevant = set(self.required)
         for op in self.fwd_graph.ops:
-            if any(t in relevant for t in op.inputs):
+            if _side_effect(op) or any(t in relevant for t in op.inputs):
                 relevant.update(op.outputs)
         return relevant
 
@@ -214,7 +216,7 @@ class _Autodiff:
         if not any(self.grads.get(t) for t in op.outputs):
             return
         need = [t in relevant and t.dtype.is_floating_point for t in op.inputs]
-        if not any(need):
+        if not any(need) and not _side_effect(op):  # a side effect is never pruned
             return
         rule = self._rule(op)
         if rule is None:
@@ -303,6 +305,19 @@ class _Autodiff:
                     f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
                     f"needs; use the out-of-place op"
                 )
+
+
+def _side_effect(op: Op) -> bool:
+    """True when differentiating ``op`` has an effect of its own (``OpDef.grad_side_effect``),
+    itself or through a graph it calls."""
+    d = OPS.get(op.type)
+    if d is not None and d.grad_side_effect:
+        return True
+    return any(_graph_side_effect(g) for g in op.called_graphs)
+
+
+def _graph_side_effect(graph: Graph) -> bool:
+    return any(_side_effect(op) for op in graph.ops)
 
 
 def _new_grad_graph(graph: Graph) -> Graph:
