@@ -330,7 +330,7 @@ class HostEmbedding:
         files = _paths(path, {k: None for k in self.table.state})
         where = f"HostEmbedding {self._name!r}.load"
         want = self._dtype.as_numpy()
-        table = _open_memmap(files["table"], self.shape, want, self.trainable, where)
+        table = _open_memmap(files["table"], self.shape, want, mmap and self.trainable, where)
         state = {}
         for k, shape in (
             self.table.spec.state_shapes(self.shape) if self.table.spec else {}

@@ -24,7 +24,7 @@ with gradient accumulation (the device does the update).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,14 +51,15 @@ class HostEmbeddingOptimizerSpec:
 
     Args:
         learning_rate: a finite number >= 0.
-        optimizer_name: ``"SGD"`` (TensorFlow's argument; the only name this spec takes).
+        optimizer_name: ``"SGD"`` (TensorFlow's argument, keyword-only here; the only name
+            this spec takes).
 
     Raises:
         EmbeddingError: a bad learning rate or optimizer name.
     """
 
     learning_rate: float
-    optimizer_name: str | None = None
+    optimizer_name: str | None = field(default=None, kw_only=True)
 
     #: state arrays: name -> "row" (one value per row) or "element" (one per table element)
     slots: ClassVar[dict[str, str]] = {}

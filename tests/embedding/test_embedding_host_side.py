@@ -1,0 +1,167 @@
+"""The host side alone: the repeat sums (exactly np.add.at's, in order), all-or-nothing
+read-modify-write, the optimizer specs against their formulas in NumPy, the TOKEN and
+ENCODING layouts (the spec's examples, and round trips), and the specs' bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tremula import embedding
+from tremula.embedding import kernels
+from tremula.embedding.partition import Layout
+from tremula.embedding.table import HostTable
+from tremula.errors import EmbeddingError
+
+RNG = np.random.default_rng(3)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: RNG.integers(0, 10 * n, n),  # mostly distinct
+        lambda n: (RNG.zipf(1.3, n) - 1) % 1000,  # a few rows repeated thousands of times
+        lambda n: RNG.integers(0, 40, n),  # every row about n / 40 times
+        lambda n: np.zeros(n, np.int64),  # one row
+    ],
+    ids=["distinct", "zipf", "uniform-small", "one-row"],
+)
+def test_segment_sums_equal_add_at_bit_for_bit(make):
+    n, e = 5000, 7
+    idx = make(n).astype(np.int32)
+    grads = RNG.standard_normal((n, e)).astype(np.float32)
+    rows, sums = kernels.segment_sum(idx, grads)
+    acc = np.zeros((int(idx.max()) + 1, e), np.float32)
+    np.add.at(acc, idx, grads)
+    assert sorted(rows.tolist()) == sorted(set(idx.tolist()))
+    np.testing.assert_array_equal(sums, acc[rows])
+
+
+def test_segment_sums_of_nothing():
+    rows, sums = kernels.segment_sum(np.zeros(0, np.int32), np.zeros((0, 3), np.float32))
+    assert rows.shape == (0,) and sums.shape == (0, 3)
+
+
+def test_read_modify_write_restores_the_chunks_written_when_a_step_fails():
+    table = RNG.standard_normal((3 * kernels.CHUNK, 2)).astype(np.float32)
+    before = table.copy()
+    rows = RNG.permutation(table.shape[0])
+
+    def step(old, new, chunk):
+        if chunk.start >= 2 * kernels.CHUNK:
+            raise ValueError("third chunk")
+        new[...] = old + 1
+        return new
+
+    with pytest.raises(ValueError, match="third chunk"):
+        kernels.read_modify_write(table, rows, step)
+    np.testing.assert_array_equal(table, before)
+
+
+def _apply(spec, table, steps):
+    host = HostTable("t", table.copy(), spec)
+    for idx, grads in steps:
+        host.update(idx, grads)
+    return host
+
+
+def _steps(t, e, count=3, n=9):
+    return [
+        (RNG.integers(0, t, n).astype(np.int32), RNG.standard_normal((n, e)).astype(np.float32))
+        for _ in range(count)
+    ]
+
+
+def test_row_wise_adagrad_matches_its_formula():
+    t, e = 10, 4
+    table = RNG.standard_normal((t, e)).astype(np.float32)
+    spec = embedding.HostEmbeddingAdagradOptimizerSpec(0.1, initial_accumulator_value=0.5)
+    steps = _steps(t, e)
+    host = _apply(spec, table, steps)
+    w, a = table.astype(np.float64), np.full(t, 0.5)
+    for idx, grads in steps:
+        g = np.zeros((t, e))
+        np.add.at(g, idx, grads.astype(np.float64))
+        rows = np.unique(idx)
+        a[rows] += np.mean(g[rows] ** 2, axis=1)
+        w[rows] -= 0.1 * g[rows] / (np.sqrt(a[rows])[:, None] + 1e-8)
+    np.testing.assert_allclose(host.array, w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(host.state["accumulator"], a, rtol=1e-5)
+
+
+def test_lazy_adam_matches_its_formula():
+    t, e = 10, 4
+    table = RNG.standard_normal((t, e)).astype(np.float32)
+    spec = embedding.HostEmbeddingAdamOptimizerSpec(0.01, beta1=0.8, beta2=0.9)
+    steps = _steps(t, e, count=4)
+    host = _apply(spec, table, steps)
+    w, m, v = table.astype(np.float64), np.zeros((t, e)), np.zeros((t, e))
+    for k, (idx, grads) in enumerate(steps, start=1):
+        g = np.zeros((t, e))
+        np.add.at(g, idx, grads.astype(np.float64))
+        r = np.unique(idx)
+        m[r] = 0.8 * m[r] + 0.2 * g[r]
+        v[r] = 0.9 * v[r] + 0.1 * g[r] ** 2
+        w[r] -= 0.01 * (m[r] / (1 - 0.8**k)) / (np.sqrt(v[r] / (1 - 0.9**k)) + 1e-8)
+    np.testing.assert_allclose(host.array, w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(host.state["m"], m, rtol=1e-5, atol=1e-7)
+    assert host.steps == 4
+    untouched = np.setdiff1d(np.arange(t), np.concatenate([i for i, _ in steps]))
+    np.testing.assert_array_equal(host.array[untouched], table[untouched])  # lazy
+
+
+def test_token_and_encoding_layouts_follow_the_seed():
+    table = np.arange(13 * 6, dtype=np.float32).reshape(13, 6)
+    tok = Layout("TOKEN", 13, 6, 4)
+    assert (tok.rows, tok.width, tok.junk) == (4, 6, 4)
+    np.testing.assert_array_equal(tok.shard(table, 0)[:4], table[[0, 4, 8, 12]])
+    np.testing.assert_array_equal(tok.shard(table, 1)[:3], table[[1, 5, 9]])
+    assert not tok.shard(table, 1)[3:].any()  # the padding slot and the junk slot
+    enc = Layout("ENCODING", 13, 6, 4)
+    assert (enc.rows, enc.width) == (13, 2)
+    np.testing.assert_array_equal(enc.shard(table, 2)[:13], table[:, 4:6])
+    assert not enc.shard(table, 3).any()  # columns 6-7: padding only
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    t=st.integers(1, 30),
+    e=st.integers(1, 9),
+    R=st.sampled_from([1, 2, 3, 4]),
+    strategy=st.sampled_from(["TOKEN", "ENCODING"]),
+)
+def test_shards_reassemble_the_table(t, e, R, strategy):
+    layout = Layout(strategy, t, e, R)
+    if strategy == "ENCODING" and e < R:
+        with pytest.raises(EmbeddingError):
+            layout.check("t")
+        return
+    table = np.arange(t * e, dtype=np.float32).reshape(t, e) + 1
+    back = np.zeros_like(table)
+    for r in range(R):
+        shard = layout.shard(table, r)
+        assert shard.shape == (layout.rows + 1, layout.width)
+        layout.unshard(shard, r, back)
+    np.testing.assert_array_equal(back, table)
+    assert sum(int(np.count_nonzero(layout.shard(table, r))) for r in range(R)) == t * e
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: embedding.HostEmbeddingOptimizerSpec(-1), "learning_rate must be a finite"),
+        (lambda: embedding.HostEmbeddingOptimizerSpec("x"), "learning_rate must be a number"),
+        (
+            lambda: embedding.HostEmbeddingOptimizerSpec(0.1, optimizer_name="Adam"),
+            "optimizer_name must be",
+        ),
+        (lambda: embedding.HostEmbeddingSGDGAOptimizerSpec(0.1, 0), "accumulation_factor"),
+        (lambda: embedding.HostEmbeddingAdamOptimizerSpec(0.1, beta1=1.0), "beta1 must be in"),
+        (lambda: embedding.HostEmbeddingAdagradOptimizerSpec(0.1, eps=0), "eps must be"),
+    ],
+)
+def test_bad_optimizer_specs(make, message):
+    with pytest.raises(EmbeddingError, match=message):
+        make()
