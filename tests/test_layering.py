@@ -16,6 +16,7 @@ LAYERS = [
     "alias",
     "errors",
     "progress",
+    "data",
     "target",
     "poplar",
     "profile",

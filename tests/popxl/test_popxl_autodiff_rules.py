@@ -273,6 +273,8 @@ TESTED_ELSEWHERE = {
     "SparseFullyConnected", "SparseFullyConnectedGradA", "SparseFullyConnectedGradW",
     # tests/embedding (the lookup's rule sends the gradient to the table's optimizer)
     "HostEmbeddingLookup",
+    # test_popxl_rnn.py (popnn's GRU: its NumPy backward against finite differences)
+    "Gru",
 }  # fmt: skip
 
 

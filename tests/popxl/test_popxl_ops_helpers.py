@@ -88,6 +88,7 @@ FAMILIES = (
     "reduce", "nn", "shape", "gather", "misc", "random", "control", "debug", "conv", "resize",
     "fp8",
     "roi_align",
+    "rnn",
 )  # fmt: skip
 
 

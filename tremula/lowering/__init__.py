@@ -16,6 +16,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     random,
     reduce,
     resize,
+    rnn,
     roi_align,
     shape,
     sparse,

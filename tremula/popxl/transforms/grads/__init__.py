@@ -15,6 +15,7 @@ from tremula.popxl.transforms.grads import (  # noqa: F401  (register the rules)
     random,
     reduce,
     resize,
+    rnn,
     roi_align,
     shape,
     sparse,
