@@ -32,7 +32,8 @@ def test_segment_sums_equal_add_at_bit_for_bit(make):
     n, e = 5000, 7
     idx = make(n).astype(np.int32)
     grads = RNG.standard_normal((n, e)).astype(np.float32)
-    rows, sums = kernels.segment_sum(idx, grads)
+    result = kernels.segment_sum(idx, grads)
+    rows, sums = result.rows, result.sums()
     acc = np.zeros((int(idx.max()) + 1, e), np.float32)
     np.add.at(acc, idx, grads)
     assert sorted(rows.tolist()) == sorted(set(idx.tolist()))
@@ -40,8 +41,8 @@ def test_segment_sums_equal_add_at_bit_for_bit(make):
 
 
 def test_segment_sums_of_nothing():
-    rows, sums = kernels.segment_sum(np.zeros(0, np.int32), np.zeros((0, 3), np.float32))
-    assert rows.shape == (0,) and sums.shape == (0, 3)
+    result = kernels.segment_sum(np.zeros(0, np.int32), np.zeros((0, 3), np.float32))
+    assert result.rows.shape == (0,) and result.sums().shape == (0, 3)
 
 
 def test_read_modify_write_restores_the_chunks_written_when_a_step_fails():

@@ -10,6 +10,7 @@ connects the host callbacks, or fills the remote buffers, when a run starts).
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -111,7 +112,16 @@ def _open_memmap(
         raise EmbeddingError(
             f"{where}: {str(path)!r} holds {arr.dtype} {arr.shape}; expected {want} {shape}"
         )
+    _random_access(arr)
     return arr
+
+
+def _random_access(arr: np.ndarray) -> None:
+    """Tell the OS that a memmap is read at random (no read-ahead, no mapping of the pages
+    around a fault), so that lookups bring in only the pages of the rows they read."""
+    mm = getattr(arr, "_mmap", None)
+    if mm is not None and hasattr(mmap, "MADV_RANDOM"):
+        mm.madvise(mmap.MADV_RANDOM)
 
 
 def create_host_embedding(

@@ -8,6 +8,8 @@ sum never calls ``np.add.at`` (slow: a ufunc call per index): one sort of (row, 
 keys groups the repeats; rows seen a few times are summed one rank of repeat at a time
 (the ``r``-th occurrences of all rows in one vectorised add), the few rows seen many times
 one by one with ``np.add.reduce`` over their occurrences (sequential along the rows too).
+The rows seen once (most of a batch over a large table) are not summed at all: the update
+reads their gradients straight from the batch.
 
 Updates are read-modify-write over chunks of rows (gather a chunk, compute, scatter it back
 while its cache lines are still in the cache): one random access per row instead of two.
@@ -16,11 +18,12 @@ while its cache lines are still in the cache): one random access per row instead
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-#: rows per read-modify-write chunk (about 256 KiB of 64-float rows: in the L2 cache)
-CHUNK = 1024
+#: rows per read-modify-write chunk (128 KiB of 64-float rows: in the L2 cache)
+CHUNK = 512
 
 
 def lookup(table: np.ndarray, indices: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -30,39 +33,74 @@ def lookup(table: np.ndarray, indices: np.ndarray, out: np.ndarray) -> np.ndarra
     return np.take(table, indices, axis=0, mode="clip", out=out)
 
 
-def segment_sum(indices: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@dataclass
+class RowSums:
+    """The distinct rows a batch of gradients touches and each row's summed gradient.
+
+    ``rows`` lists the rows seen once first, in order of occurrence, then the repeated rows
+    in increasing order. The sums of the rows seen once are their gradients, read from
+    ``grads`` when needed (:meth:`take`) rather than copied; the repeated rows' sums are
+    ``repeated``.
+    """
+
+    rows: np.ndarray  # [u]
+    grads: np.ndarray  # [n, e]: the batch
+    once: np.ndarray  # positions in ``grads`` of the rows seen once (``rows[:once.size]``)
+    repeated: np.ndarray  # [u - once.size, e] float32 sums of the others
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.size)
+
+    def take(self, chunk: slice, out: np.ndarray) -> np.ndarray:
+        """The sums of ``rows[chunk]``, written into ``out`` (float32, at least as long)."""
+        lo, hi, k = chunk.start, min(chunk.stop, self.size), self.once.size
+        out = out[: hi - lo]
+        if lo < k:
+            _gather(self.grads, self.once[lo : min(hi, k)], out[: min(hi, k) - lo])
+        if hi > k:
+            b = max(lo, k)
+            out[b - lo :] = self.repeated[b - k : hi - k]
+        return out
+
+    def sums(self) -> np.ndarray:
+        """All the sums, ``[u, e]`` float32."""
+        out = np.empty((self.size, self.grads.shape[1]), self.repeated.dtype)
+        return self.take(slice(0, self.size), out)
+
+
+def segment_sum(indices: np.ndarray, grads: np.ndarray) -> RowSums:
     """The distinct rows of ``indices`` and the sum of each row's gradients (float32, or
     float64 for float64 gradients), summed in order of occurrence.
-
-    Rows that occur once come first, in order of occurrence (their gradients are read in
-    order, not scattered), then the repeated rows in increasing order.
 
     Args:
         indices: ``[n]`` non-negative integers below 2**31.
         grads: ``[n, e]``.
 
     Returns:
-        ``(rows [u], sums [u, e])``.
+        The :class:`RowSums`.
     """
-    n = indices.size
+    n, e = indices.size, grads.shape[1]
     dtype = np.float64 if grads.dtype == np.float64 else np.float32
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros((0, grads.shape[1]), dtype)
-    keys = (indices.astype(np.int64) << 32) | np.arange(n, dtype=np.int64)
+    keys = indices.astype(np.int64)
+    keys <<= 32
+    keys |= np.arange(n, dtype=np.int64)
     keys.sort()  # by row, then by position: each row's repeats in order of occurrence
     rows_sorted = keys >> 32
     pos = keys & 0xFFFFFFFF
-    first = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
-    counts = np.diff(np.r_[first, n])
-    once = np.sort(pos[first[counts == 1]])  # positions of the rows seen once, in order
+    starts = np.ones(n, bool)
+    np.not_equal(rows_sorted[1:], rows_sorted[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    counts = np.diff(first, append=n)
+    single = np.zeros(n, bool)
+    single[pos[first[counts == 1]]] = True
+    once = np.flatnonzero(single)  # positions of the rows seen once, in order
     repeated = np.flatnonzero(counts > 1)
     rows = np.concatenate([indices[once].astype(np.int64), rows_sorted[first[repeated]]])
-    sums = np.empty((rows.size, grads.shape[1]), dtype)
-    _gather(grads, once, sums[: once.size])
-    tail = sums[once.size :]
-    _gather(grads, pos[first[repeated]], tail)
-    _add_repeats(grads, pos, first[repeated], counts[repeated], tail)
-    return rows, sums
+    sums = np.empty((repeated.size, e), dtype)
+    _gather(grads, pos[first[repeated]], sums)
+    _add_repeats(grads, pos, first[repeated], counts[repeated], sums)
+    return RowSums(rows, grads, once, sums)
 
 
 def _gather(src: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
@@ -77,20 +115,35 @@ def _add_repeats(
     grads: np.ndarray, pos: np.ndarray, first: np.ndarray, counts: np.ndarray, sums: np.ndarray
 ) -> None:
     """Add the 2nd, 3rd ... occurrences of each repeated row ``k`` (``counts[k]`` of them,
-    at ``pos[first[k]:]``) into ``sums[k]``, sequentially: rank by rank (one vectorised add
-    per rank over the rows repeated that often) up to a depth ``h``, then row by row
-    (``np.add.reduce`` along the rows, which is sequential) for the few rows repeated more
-    than ``h`` times; ``h`` balances the two loops."""
+    at ``pos[first[k]:]``) into ``sums[k]``, sequentially.
+
+    Rows repeated at most ``h`` times go rank by rank: ordered by decreasing count, the
+    rows that have an ``r``-th repeat are a prefix, so rank ``r`` is one add of a slice of
+    the gradients (gathered once, rank after rank). The few rows repeated more than ``h``
+    times go row by row (``np.add.reduce`` along the rows, which is sequential, over a slice
+    of their occurrences, gathered once). ``h`` balances the two loops."""
     h = _depth(counts)
     light = np.flatnonzero(counts <= h)
-    for r in range(1, h):
-        light = light[counts[light] > r]
-        if light.size == 0:
-            break
-        sums[light] += grads[pos[first[light] + r]]
-    for k in np.flatnonzero(counts > h):
-        occ = grads[pos[first[k] : first[k] + counts[k]]]
-        sums[k] = np.add.reduce(occ.astype(sums.dtype, copy=False), axis=0)
+    if light.size and h > 1:
+        order = light[np.argsort(-counts[light], kind="stable")]
+        alive = np.searchsorted(-counts[order], -np.arange(1, h), side="left")  # c > r
+        ranks = np.repeat(np.arange(1, h), alive)
+        within = np.arange(ranks.size) - np.repeat(np.cumsum(alive) - alive, alive)
+        block = grads[pos[first[order[within]] + ranks]].astype(sums.dtype, copy=False)
+        part = sums[order]
+        offset = 0
+        for m in alive.tolist():
+            part[:m] += block[offset : offset + m]
+            offset += m
+        sums[order] = part
+    heavy = np.flatnonzero(counts > h)
+    if heavy.size:
+        lengths = counts[heavy]
+        starts = np.cumsum(lengths) - lengths
+        within = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+        block = grads[pos[np.repeat(first[heavy], lengths) + within]].astype(sums.dtype, copy=False)
+        for k, lo, n in zip(heavy.tolist(), starts.tolist(), lengths.tolist()):
+            sums[k] = np.add.reduce(block[lo : lo + n], axis=0)
 
 
 def _depth(counts: np.ndarray) -> int:
@@ -106,12 +159,14 @@ def _depth(counts: np.ndarray) -> int:
 RowStep = Callable[[np.ndarray, np.ndarray, slice], np.ndarray]
 
 
-def read_modify_write(table: np.ndarray, rows: np.ndarray, step: RowStep) -> None:
+def read_modify_write(
+    table: np.ndarray, rows: np.ndarray, step: RowStep, scratch: np.ndarray | None = None
+) -> None:
     """``table[rows] = step(old_rows, sums_chunk...)`` chunk by chunk, all or nothing.
 
     ``step(old, new, chunk)`` receives a chunk's old rows (``old``, a gathered copy in the
-    table's dtype) and a float32 buffer ``new`` to fill with the new rows (the chunk being
-    ``chunk``, a slice of ``rows``); it returns the array to write (``new`` or another). If
+    table's dtype) and a float32 buffer ``new`` of the same shape to fill with the new rows
+    (the chunk being ``chunk``, a slice of ``rows``); it returns the array to write. If
     it raises, the chunks already written are restored and the exception propagates: the
     table is never left half-updated.
 
@@ -119,9 +174,13 @@ def read_modify_write(table: np.ndarray, rows: np.ndarray, step: RowStep) -> Non
         table: ``[t, e]``, written in place (a memmap too).
         rows: ``[u]`` distinct row indices.
         step: the update of one chunk.
+        scratch: a buffer of at least ``u`` rows of the table's dtype to keep the old rows
+            in (reused across calls, it saves allocating and faulting in fresh pages).
     """
     u = rows.size
-    old = np.empty((u, table.shape[1]), table.dtype)
+    if scratch is None or scratch.shape[0] < u:
+        scratch = np.empty((u, table.shape[1]), table.dtype)
+    old = scratch[:u]
     new = np.empty((min(u, CHUNK), table.shape[1]), np.float32)
     done = 0
     try:

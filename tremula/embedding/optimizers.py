@@ -116,7 +116,7 @@ class HostEmbeddingOptimizerSpec:
 
         Args:
             old: the rows' values (the table's dtype).
-            sums: the rows' summed gradients (float32; may be overwritten).
+            sums: the rows' summed gradients (float32; may be ``new`` itself).
             new: a float32 buffer of ``old``'s shape for the result.
             state: the rows of each state array (gathered copies, updated in place).
             step: how many updates have been applied before this one.

@@ -58,8 +58,9 @@ class HostTable:
     state: dict[str, np.ndarray] = field(default_factory=dict)
     steps: int = 0
     stats: Statistics = field(default_factory=Statistics)
-    _pending: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    _pending: list[kernels.RowSums] = field(default_factory=list)
     _calls: int = 0
+    _scratch: np.ndarray | None = None  # the old rows of an update (kept for undo)
 
     def __post_init__(self) -> None:
         if self.spec is not None and not self.state:
@@ -105,43 +106,46 @@ class HostTable:
         if self.spec is None or not self.spec.trainable:
             return
         start = time.perf_counter()
-        rows, sums = kernels.segment_sum(indices, grads)
+        sums = kernels.segment_sum(indices, grads)
         s = self.stats
         s.updates += 1
         s.update_rows += indices.size
         s.bytes_from_device += indices.nbytes + grads.nbytes
         factor = self.spec.accumulation_factor
         if factor > 1:
-            self._pending.append((rows, sums))
+            self._pending.append(sums)
             self._calls += 1
             if self._calls % factor == 0:
                 self.flush()
         else:
-            self.apply(rows, sums)
+            self.apply(sums)
         s.update_seconds += time.perf_counter() - start
 
     def flush(self) -> None:
         """Apply the gradients accumulated so far (gradient accumulation), if any."""
         if not self._pending:
             return
-        rows = np.concatenate([r for r, _ in self._pending])
-        sums = np.concatenate([g for _, g in self._pending])
-        rows, sums = kernels.segment_sum(rows, sums)  # sums of the steps, in step order
-        self.apply(rows, sums)
+        rows = np.concatenate([p.rows for p in self._pending])
+        grads = np.concatenate([p.sums() for p in self._pending])
+        self.apply(kernels.segment_sum(rows, grads))  # the steps' sums, in step order
         self._pending.clear()
 
-    def apply(self, rows: np.ndarray, sums: np.ndarray) -> None:
-        """One update: distinct ``rows`` get their summed gradients ``sums`` (float32),
-        through the spec; all or nothing (the table and the state)."""
+    def apply(self, sums: kernels.RowSums) -> None:
+        """One update: each distinct row of ``sums`` gets its summed gradient through the
+        spec; all or nothing (the table and the state)."""
         spec = self.spec
         assert spec is not None
+        rows = sums.rows
         gathered = {k: s[rows] for k, s in self.state.items()}  # copies, written at the end
 
         def step(old: np.ndarray, new: np.ndarray, chunk: slice) -> np.ndarray:
             rows_state = {k: g[chunk] for k, g in gathered.items()}
-            return spec.apply(old, sums[chunk], new, rows_state, self.steps)
+            return spec.apply(old, sums.take(chunk, new), new, rows_state, self.steps)
 
-        kernels.read_modify_write(self.array, rows, step)
+        scratch = self._scratch
+        if scratch is None or scratch.shape[0] < rows.size:
+            scratch = self._scratch = np.empty((rows.size, self.encoding), self.array.dtype)
+        kernels.read_modify_write(self.array, rows, step, scratch)
         for k, g in gathered.items():
             self.state[k][rows] = g
         self.steps += 1
