@@ -99,9 +99,9 @@ def lookup_and_update(repeats: int) -> None:
         print(f"   {name} ({distinct} distinct rows): {_ratio(t, 'numpy.add.at', 'host update')}")
 
 
-def _host_exchange_share(session: popxl.Session, prefix: str) -> float:
-    """Modelled cycles of the host calls named ``prefix...`` / all cycles, in the execution
-    profile of the last run."""
+def _simulated(session: popxl.Session, prefix: str, runs: int) -> tuple[float, float]:
+    """(simulated ms per run, the share of the modelled cycles spent in the host calls
+    named ``prefix...``), from the execution profile of the last ``runs`` runs."""
     steps = session.engine.get_execution_profile()["simulation"]["steps"]
     total = sum(s["cycles"] for s in steps)
     host = sum(
@@ -111,7 +111,8 @@ def _host_exchange_share(session: popxl.Session, prefix: str) -> float:
         and str(s.get("name", "")).startswith(prefix)
         and "HostCall" in s["name"]
     )
-    return host / total if total else 0.0
+    ms = total / max(runs, 1) / session.engine.target.tile_clock_frequency * 1e3
+    return ms, (host / total if total else 0.0)
 
 
 def char_gru(steps: int) -> None:
@@ -137,16 +138,20 @@ def char_gru(steps: int) -> None:
             for _ in range(steps):
                 session.run({trainer.text: next(feed)})
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            share = _host_exchange_share(session, "char_embedding/") if emb else 0.0
+            ms, share = _simulated(session, "char_embedding/", steps)
             if reg is not None:
                 reg.__exit__(None, None, None)
-        results[label] = (steps / wall, steps / cpu, share)
+        results[label] = (steps / wall, steps / cpu, ms)
         print(
-            f"   {label:21s}: {steps / wall:.3f} steps/s ({steps / cpu:.3f} per CPU second)"
-            + (f", host exchanges {100 * share:.2f}% of the simulated step" if emb else "")
+            f"   {label:21s}: {steps / wall:.3f} steps/s ({steps / cpu:.3f} per CPU second); "
+            f"simulated {ms:.2f} ms per step"
+            + (f", {100 * share:.2f}% of it in the host exchanges" if emb else "")
         )
-    (h, hc, _), (d, dc, _) = results["host embedding"], results["ops.gather on device"]
-    print(f"   host / device steps per second: {h / d:.2f} ({hc / dc:.2f} per CPU second)")
+    (h, hc, hm), (d, dc, dm) = results["host embedding"], results["ops.gather on device"]
+    print(
+        f"   host / device: {h / d:.2f}x the steps per second ({hc / dc:.2f}x per CPU second), "
+        f"{hm / dm:.2f}x the simulated time per step"
+    )
 
 
 def _rss() -> int:

@@ -45,19 +45,30 @@ def test_segment_sums_of_nothing():
     assert result.rows.shape == (0,) and result.sums().shape == (0, 3)
 
 
-def test_read_modify_write_restores_the_chunks_written_when_a_step_fails():
-    table = RNG.standard_normal((3 * kernels.CHUNK, 2)).astype(np.float32)
+@pytest.mark.parametrize("rows", [3 * kernels.CHUNK, 2 * kernels.PARALLEL_ROWS])
+def test_read_modify_write_restores_the_chunks_written_when_a_step_fails(rows):
+    """One thread, or several (the failing chunk in the last part, after the others)."""
+    table = RNG.standard_normal((rows + 10, 2)).astype(np.float32)
     before = table.copy()
-    rows = RNG.permutation(table.shape[0])
+    order = RNG.permutation(table.shape[0])[:rows]
+    last = (rows - 1) // kernels.CHUNK * kernels.CHUNK
 
     def step(old, new, chunk):
-        if chunk.start >= 2 * kernels.CHUNK:
-            raise ValueError("third chunk")
+        if chunk.start == last:
+            raise ValueError("last chunk")
         new[...] = old + 1
         return new
 
-    with pytest.raises(ValueError, match="third chunk"):
-        kernels.read_modify_write(table, rows, step)
+    with pytest.raises(ValueError, match="last chunk"):
+        kernels.read_modify_write(table, order, step)
+    np.testing.assert_array_equal(table, before)
+
+    def add_one(old, new, chunk):
+        new[...] = old + 1
+        return new
+
+    kernels.read_modify_write(table, order, add_one)
+    before[order] += 1
     np.testing.assert_array_equal(table, before)
 
 

@@ -135,3 +135,19 @@ def test_the_global_option_selects_remote_buffers():
     finally:
         embedding.enable_remote_buffer_embedding(False)
     assert not embedding.create_host_embedding("t", [4, 4], popxl.float32).remote_buffer
+
+
+def test_float16_remote_tables():
+    init = RNG.standard_normal((9, 4)).astype(np.float16)
+    emb = embedding.create_host_embedding(
+        "half", [9, 4], popxl.float16, optimizer_spec=embedding.HostEmbeddingOptimizerSpec(0.5),
+        initializer=init, remote_buffer=True,
+    )  # fmt: skip
+    prog = build(emb, (3,), replicas=2)
+    idx = np.array([[0, 8, 8], [3, 8, 1]], np.int32)
+    grads = (RNG.integers(-4, 5, (2, 3, 4)) / 4).astype(np.float16)  # sums exact in half
+    with emb.register(prog.session), prog.session:  # registered before the session attaches
+        rows = prog.run(idx, grads)
+    np.testing.assert_array_equal(rows, init[idx])
+    want = (init.astype(np.float32) - 0.5 * gradient_sum(init, idx, grads)).astype(np.float16)
+    np.testing.assert_array_equal(emb.get_embedding_tensor(), want)

@@ -17,7 +17,10 @@ while its cache lines are still in the cache): one random access per row instead
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +32,19 @@ CHUNK = 512
 def lookup(table: np.ndarray, indices: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out[i] = table[indices[i]]``; ``indices`` must be in range (clipped or checked).
     ``np.take`` with ``mode="clip"`` writes straight into ``out`` (the default mode buffers
-    the result first)."""
-    return np.take(table, indices, axis=0, mode="clip", out=out)
+    the result first); a large lookup is split between the :data:`WORKERS` threads."""
+    n = indices.size
+    parts = WORKERS if n >= PARALLEL_ROWS else 1
+    bounds = np.linspace(0, n, parts + 1).round().astype(int).tolist()
+
+    def run(k: int) -> None:
+        part = slice(bounds[k], bounds[k + 1])
+        np.take(table, indices[part], axis=0, mode="clip", out=out[part])
+
+    errors = _run_parts(run, parts)
+    if errors:
+        raise errors[0]
+    return out
 
 
 @dataclass
@@ -162,7 +176,7 @@ RowStep = Callable[[np.ndarray, np.ndarray, slice], np.ndarray]
 def read_modify_write(
     table: np.ndarray, rows: np.ndarray, step: RowStep, scratch: np.ndarray | None = None
 ) -> None:
-    """``table[rows] = step(old_rows, sums_chunk...)`` chunk by chunk, all or nothing.
+    """``table[rows] = step(old rows ...)`` chunk by chunk, all or nothing.
 
     ``step(old, new, chunk)`` receives a chunk's old rows (``old``, a gathered copy in the
     table's dtype) and a float32 buffer ``new`` of the same shape to fill with the new rows
@@ -170,10 +184,15 @@ def read_modify_write(
     it raises, the chunks already written are restored and the exception propagates: the
     table is never left half-updated.
 
+    Large updates are split between :data:`WORKERS` threads, each taking a contiguous run of
+    chunks (NumPy releases the GIL in the gathers, scatters and arithmetic). The rows are
+    distinct, so the result does not depend on the split.
+
     Args:
         table: ``[t, e]``, written in place (a memmap too).
         rows: ``[u]`` distinct row indices.
-        step: the update of one chunk.
+        step: the update of one chunk; called from several threads at once, on different
+            chunks.
         scratch: a buffer of at least ``u`` rows of the table's dtype to keep the old rows
             in (reused across calls, it saves allocating and faulting in fresh pages).
     """
@@ -181,16 +200,60 @@ def read_modify_write(
     if scratch is None or scratch.shape[0] < u:
         scratch = np.empty((u, table.shape[1]), table.dtype)
     old = scratch[:u]
-    new = np.empty((min(u, CHUNK), table.shape[1]), np.float32)
-    done = 0
-    try:
-        for lo in range(0, u, CHUNK):
-            chunk = slice(lo, min(u, lo + CHUNK))
+    chunks = [slice(lo, min(u, lo + CHUNK)) for lo in range(0, u, CHUNK)]
+    parts = _split(chunks, WORKERS if u >= PARALLEL_ROWS else 1)
+    done = [0] * len(parts)
+
+    def run(k: int) -> None:
+        new = np.empty((min(u, CHUNK), table.shape[1]), np.float32)
+        for j, chunk in enumerate(parts[k]):
             r = rows[chunk]
             np.take(table, r, axis=0, mode="clip", out=old[chunk])
-            out = step(old[chunk], new[: r.size], chunk)
-            table[r] = out
-            done = chunk.stop
-    except BaseException:
-        table[rows[:done]] = old[:done]
-        raise
+            table[r] = step(old[chunk], new[: r.size], chunk)
+            done[k] = j + 1
+
+    errors = _run_parts(run, len(parts))
+    if errors:
+        for k, part in enumerate(parts):
+            for chunk in part[: done[k]]:
+                table[rows[chunk]] = old[chunk]
+        raise errors[0]
+
+
+#: threads of a large update (the host's cores, at most 2: the gathers and scatters are
+#: bound by memory latency, which two threads overlap)
+WORKERS = min(2, os.cpu_count() or 1)
+#: updates of fewer rows stay on one thread
+PARALLEL_ROWS = 8 * CHUNK
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _split(chunks: list[slice], n: int) -> list[list[slice]]:
+    """``chunks`` in ``n`` contiguous runs of about the same length."""
+    n = max(1, min(n, len(chunks)))
+    bounds = np.linspace(0, len(chunks), n + 1).round().astype(int)
+    return [chunks[a:b] for a, b in itertools.pairwise(bounds.tolist())]
+
+
+def _run_parts(run: Callable[[int], None], n: int) -> list[BaseException]:
+    """``run(k)`` for ``k < n`` (part 0 on this thread, the others on the pool); the
+    exceptions raised, in part order."""
+    if n == 1:
+        try:
+            run(0)
+        except BaseException as err:
+            return [err]
+        return []
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="embedding"))
+    futures = [_POOL[0].submit(run, k) for k in range(1, n)]
+    errors: list[BaseException] = []
+    try:
+        run(0)
+    except BaseException as err:
+        errors.append(err)
+    for f in futures:
+        err = f.exception()
+        if err is not None:
+            errors.append(err)
+    return errors
