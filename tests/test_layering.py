@@ -18,6 +18,7 @@ LAYERS = [
     "progress",
     "data",
     "target",
+    "popdist",
     "poplar",
     "profile",
     "engine",

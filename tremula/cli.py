@@ -5,6 +5,7 @@ tremula profile summary DIR [--steps]
 tremula profile validate DIR
 tremula profile report DIR [-o FILE.html] [--compare DIR2]
 tremula profile trace DIR -o trace.json
+tremula poprun [options] program [args]
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ def main(argv: list[str] | None = None) -> int:
         from tremula.profile.cli import main as profile_main
 
         return profile_main(argv[1:])
+    if argv and argv[0] == "poprun":
+        from tremula.popdist.poprun import main as poprun_main
+
+        return poprun_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="tremula",
-        description="Tremula: the IPU programming stack in Python. Commands: train, demo, profile.",
+        description=(
+            "Tremula: the IPU programming stack in Python. "
+            "Commands: train, demo, profile, poprun."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an MLP on the digits with PopXL")
@@ -37,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--steps", action="store_true", help="list every execution step")
     commands.add_parser(
         "profile", help="summarise, validate, view or export a profile (tremula profile --help)"
+    )
+    commands.add_parser(
+        "poprun", help="run a program as several instances (see: tremula poprun --help)"
     )
     args = parser.parse_args(argv)
     if args.command == "train":

@@ -131,3 +131,14 @@ class TensorIdError(PopartException, KeyError):
 class EmbeddingError(TremulaError, ValueError):
     """A host embedding was created, registered or used incorrectly (``tremula.embedding``):
     a bad shape, strategy or optimizer spec, an embedding run without being registered."""
+
+
+class DistributedError(TremulaError, RuntimeError):
+    """Instances of a PopRun job disagree or cannot reach each other: a collective device
+    call (``Session.run``, a weight transfer) made on only some instances, a peer that does
+    not answer within the collective time-out, or MPI missing."""
+
+
+class DistributedConfigError(DistributedError, ValueError):
+    """The PopRun / PopDist layout is invalid: replicas that the instances do not divide,
+    ``POPDIST_*`` variables that contradict each other or the MPI world."""

