@@ -37,6 +37,8 @@ class Job:
 def poprun(*args: str, timeout: float = 240) -> Job:
     """``python -m tremula.cli poprun *args`` with this tree first on the path."""
     environ = dict(os.environ)
+    # instances share compiled bytecode (else each compiles every module it imports)
+    environ.pop("PYTHONDONTWRITEBYTECODE", None)
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
     start = time.monotonic()
     proc = subprocess.run(

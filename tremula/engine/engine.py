@@ -24,6 +24,7 @@ from tremula.engine.report import execution_profile, graph_profile
 from tremula.engine.run import Runtime, StreamConnection
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError, StreamError
+from tremula.popdist.replicas import runtime_replicas
 from tremula.poplar.device import Device
 from tremula.poplar.graph import Graph
 from tremula.poplar.program import Program
@@ -58,6 +59,10 @@ class Engine:
         options: Poplar engine options (``autoReport.all``, ``autoReport.directory``,
             ``debug.allowOutOfMemory``, ``debug.executionProfile`` ...), overridden by the
             ``POPLAR_ENGINE_OPTIONS`` environment variable as in Poplar.
+            ``target.firstRuntimeReplica`` / ``target.numberRuntimeReplica`` run only a
+            block of the replicas here, one instance's part of a PopRun job (the other
+            blocks run in the other instances, over MPI); host data and streams then
+            cover this instance's replicas only (rows ``0..count-1``).
         progress: A progress bar (``tremula.progress.bar``) to advance by one per stage of
             compilation (:data:`COMPILE_STAGES`), or None.
 
@@ -84,7 +89,13 @@ class Engine:
         self.graph = graph
         self.state = graph.state
         self.target = self.state.target
-        self.replicas = self.state.replication_factor
+        self.replication_factor = self.state.replication_factor
+        o = self.options
+        #: the replicas this process runs (all of them, or an instance's block)
+        self.runtime_replicas = runtime_replicas(
+            self.replication_factor, o.first_runtime_replica, o.number_runtime_replica
+        )
+        self.replicas = self.runtime_replicas.count
         stage = _stages(progress)
         stage(COMPILE_STAGES[0])
         graph.verify()
@@ -128,7 +139,7 @@ class Engine:
         )
         rt = Runtime(
             self.step_plan,
-            self.replicas,
+            self.runtime_replicas,
             tl,
             record_cs=self.mode in ("COMPUTE_SETS", "SINGLE_TILE_COMPUTE_SETS"),
         )

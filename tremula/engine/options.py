@@ -37,6 +37,7 @@ IGNORED = {
     "opt.enableSwSyncs",
     "debug.retainDebugInformation",
     "debug.verify",
+    "target.syncReplicasIndependently",
 }
 KNOWN = {
     "autoReport.all",
@@ -46,6 +47,8 @@ KNOWN = {
     "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
     "debug.allowOutOfMemory",
     "debug.executionProfile",
+    "target.firstRuntimeReplica",
+    "target.numberRuntimeReplica",
 } | IGNORED
 
 
@@ -66,6 +69,10 @@ class EngineOptions:
     allow_out_of_memory: bool = False
     profiler_mode: str = "IPU_MODEL"
     report_html: bool = False
+    #: the replicas this process runs (Poplar's runtime replica subset): ``first`` and a
+    #: ``count`` (None: all); the others run in the other instances of a PopRun job
+    first_runtime_replica: int = 0
+    number_runtime_replica: int | None = None
 
     @property
     def auto_report(self) -> bool:
@@ -109,4 +116,19 @@ def parse_options(
         _flag(merged.get("debug.allowOutOfMemory", "false"), "debug.allowOutOfMemory"),
         MODES[mode_name],
         _flag(merged.get("autoReport.outputHtml", "false"), "autoReport.outputHtml"),
+        _count(merged, "target.firstRuntimeReplica", 0),
+        _count(merged, "target.numberRuntimeReplica", None),
     )
+
+
+def _count(merged: dict[str, Any], name: str, default: int | None) -> int | None:
+    if name not in merged:
+        return default
+    value = merged[name]
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise EngineError(f"engine option {name!r}: expected a non-negative integer, got {value!r}")
+    return n

@@ -1,6 +1,7 @@
 """The reference interpreter: one handler per node type of the step plan (a dispatch table).
 
-State is a :class:`Runtime`: storage for every element type (``[replica, address]``),
+State is a :class:`Runtime`: storage for every element type (``[replica, address]``, one
+row per replica this process runs: all of them, or an instance's block of a PopRun job),
 remote buffers (``[replica, row, element]``), stream connections and host-function
 callbacks. Handlers take a replica selection ``rsel``: ``slice(None)`` for all replicas
 (the fast path), or a sorted index array when replicas took different branches. The
@@ -141,11 +142,13 @@ class Runtime:
     """Device state and the interpreter over the step plan's nodes."""
 
     def __init__(
-        self, step_plan: Any, replicas: int, timeline: Timeline, record_cs: bool = False
+        self, step_plan: Any, replicas: Any, timeline: Timeline, record_cs: bool = False
     ) -> None:
         st = step_plan.state
         self.step_plan = step_plan
-        self.replicas = replicas
+        #: the replica runtime (``tremula.popdist.replicas``): which replicas the rows are
+        self.group = replicas
+        self.replicas = replicas = self.group.count  # rows of storage
         self.storage: dict[Type, np.ndarray] = {
             t: np.zeros((replicas, sp.size), dtype=t.numpy) for t, sp in st.spaces.items()
         }
@@ -155,7 +158,7 @@ class Runtime:
         }
         self.streams: dict[str, StreamConnection] = {}
         self.host_functions: dict[str, tuple[Callable[..., Any], bool]] = {}  # fn, all replicas
-        self.replica_ids = np.arange(replicas)
+        self.replica_ids = self.group.ids
         self.tl = timeline
         self.record_cs = record_cs
         self.cs_cycles = np.zeros((len(step_plan.compute_sets), st.target.num_tiles), np.int64)
@@ -198,8 +201,15 @@ def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
 
 
 def _cross_replica(rt: Runtime, node: N.CrossReplicaNode, rsel: Any) -> None:
-    src = node.src.read(rt.storage, node.sources)  # [pairs, n], a copy (fancy index)
-    node.dst.write(rt.storage, node.dests, src)
+    storage, src, dst = rt.storage, node.src, node.dst
+    rt.group.cross_copy(  # rows in this process; MPI messages to other instances' replicas
+        id(node),
+        node.sources,
+        node.dests,
+        lambda rows: src.read(storage, rows),  # [pairs, n], a copy (fancy index)
+        lambda rows, values: dst.write(storage, rows, values),
+        (src.size, src.dtype.numpy),
+    )
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
@@ -337,8 +347,8 @@ def _host_results(hf: Any, res: Any, outs: list[np.ndarray]) -> None:
 
 def _print(rt: Runtime, a: N.Print, rsel: Any, where: str) -> None:
     data = a.src.read(rt.storage, rsel)
-    for i, r in enumerate(np.arange(rt.replicas)[rsel]):
-        prefix = a.title + (f" (replica {r})" if rt.replicas > 1 else "")
+    for i, r in enumerate(rt.replica_ids[rsel]):
+        prefix = a.title + (f" (replica {r})" if rt.group.total > 1 else "")
         value = np.array2string(data[i].reshape(a.shape), separator=", ")
         print(f"{prefix}: {value}", file=rt.out)
 

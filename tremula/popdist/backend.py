@@ -108,7 +108,7 @@ def _at_exit() -> None:
     try:
         agree("exit")
     except DistributedError as err:
-        print(f"PopDist: {err}", file=sys.stderr, flush=True)
+        print(err, file=sys.stderr, flush=True)
         _B.world.Abort(1)
 
 
@@ -133,16 +133,18 @@ def agree(kind: str) -> None:
     if np.all(every == every[0]):
         return
     rank = comm.Get_rank()
-    seen = ", ".join(
-        f"instance {i}: {KINDS[int(k)] if int(k) else 'finished the program'} #{int(n)}"
-        for i, (n, k) in enumerate(every)
-    )
+    seen = ", ".join(f"instance {i}: {_call(int(k), int(n))}" for i, (n, k) in enumerate(every))
     raise DistributedError(
-        f"PopDist: instance {rank} called {kind} (#{_B.calls}) but the instances disagree "
+        f"PopDist: instance {rank} {_call(KINDS.index(kind), _B.calls)} but the instances "
+        f"disagree "
         f"({seen}). Session.run, weights_from_host/weights_to_host and get_tensor_data "
         f"after a run are collective: every instance must call them in the same order "
         f"(do not call them under `if instance == 0`)"
     )
+
+
+def _call(kind: int, number: int) -> str:
+    return "finished the program" if kind == 0 else f"called {KINDS[kind]} (#{number})"
 
 
 # ---- the watchdog ----

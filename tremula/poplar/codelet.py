@@ -371,6 +371,8 @@ class Batch(_Segmented):
         self.__dict__["_cache"] = {}
         self.replicas = replicas
         self.replica_ids = np.arange(replicas)
+        #: every replica of this process runs (False under control flow on which they differ)
+        self.all_replicas = True
 
     def _begin(self, group: Any, storage: dict, rsel: Any, replica_ids: np.ndarray) -> None:
         """Called by the engine before each compute: a fresh set of lazily gathered fields."""
@@ -380,6 +382,7 @@ class Batch(_Segmented):
         d["_ctx"] = (group, storage, rsel)
         d["replicas"] = int(replica_ids.size)
         d["replica_ids"] = replica_ids
+        d["all_replicas"] = isinstance(rsel, slice)
 
     def _field(self, name: str) -> np.ndarray:
         data = self._data

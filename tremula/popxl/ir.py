@@ -18,13 +18,31 @@ _IR_IDS = itertools.count()
 
 
 class Ir:
-    """A PopXL IR. ``Ir(replication=R)`` runs ``R`` replicas of the program."""
+    """A PopXL IR. ``Ir(replication=R)`` runs ``R`` replicas of the program.
+
+    ``Ir(replication="popdist")`` takes the layout of the PopRun job the program runs in
+    (``popdist``): ``replication_factor`` is the global replica count, and this instance
+    drives ``instance_replication_factor`` of them (replicas ``[offset, offset + L)``);
+    without poprun it is one replica. Replica groupings, collectives and variables' host
+    data are global; host streams feed this instance's replicas.
+
+    Raises:
+        ValueError: a replication that is not a positive integer or ``"popdist"``;
+            ``DistributedConfigError`` (a ``ValueError``) when the ``POPDIST_*`` variables
+            contradict each other or the MPI world.
+    """
 
     def __init__(self, replication: int | str = 1) -> None:
+        from tremula.popdist import env as popdist_env
+
+        self._layout = popdist_env.Layout()
         if replication == "popdist":
-            replication = 1  # single process: popdist would give the local replica count
-        if int(replication) != replication or int(replication) < 1:
-            raise ValueError(f"Ir: replication must be a positive integer, got {replication!r}")
+            self._layout = popdist_env.layout()
+            replication = self._layout.total_replicas
+        elif isinstance(replication, str) or int(replication) != replication or replication < 1:
+            raise ValueError(
+                f"Ir: replication must be a positive integer or 'popdist', got {replication!r}"
+            )
         self._id = next(_IR_IDS)
         self._replication = int(replication)
         self._num_host_transfers = 1
@@ -158,11 +176,24 @@ class Ir:
             )
         if int(value) != value or value < 1:
             raise ValueError(f"replication_factor must be a positive integer, got {value!r}")
+        if self._layout.num_instances > 1:
+            raise RuntimeError(
+                f"{self!r}: replication_factor is set by poprun ({self._replication} replicas "
+                f"over {self._layout.num_instances} instances) and cannot be changed"
+            )
         self._replication = int(value)
 
     @property
     def instance_replication_factor(self) -> int:
+        """The replicas this instance drives (``replication_factor`` without poprun)."""
+        if self._layout.num_instances > 1:
+            return self._layout.local_replicas
         return self._replication
+
+    @property
+    def _replica_offset(self) -> int:
+        """The global index of this instance's first replica."""
+        return self._layout.replica_offset
 
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
         return ReplicaGrouping._build(self, stride, group_size)

@@ -58,15 +58,18 @@ def _ipus_per_replica(ir: Ir) -> int:
 
 def _given_device(device: poplar.Device, ir: Ir) -> poplar.Device:
     """A device made by the caller (``popart.DeviceInfo``, or a ``poplar.Device``): it must
-    have an IPU for each replica's IPUs."""
-    need = _ipus_per_replica(ir) * ir.replication_factor
+    have an IPU for each replica's IPUs (each of this instance's replicas, in a PopRun job:
+    the device of the whole job's graph is then that of all instances together)."""
+    L, R = ir.instance_replication_factor, ir.replication_factor
+    need = _ipus_per_replica(ir) * L
     have = device.target.num_ipus
     if need > 1 and (device.target.is_cpu or have % need):
         raise ValueError(
             f"Session: the device has {have} IPU(s); this Ir needs a multiple of {need} "
-            f"({_ipus_per_replica(ir)} per replica x replication_factor "
-            f"{ir.replication_factor})"
+            f"({_ipus_per_replica(ir)} per replica x replication_factor {L})"
         )
+    if L < R and not device.target.is_cpu:
+        return poplar.Device(device.target.with_overrides(num_ipus=have * R // L))
     return device
 
 
@@ -78,8 +81,8 @@ def _device(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
             f"Session: device_desc must be one of {_DEVICES} or a device "
             f"(popart.DeviceInfo), got {desc!r}"
         )
-    if desc == "cpu":
-        ipus, R = _ipus_per_replica(ir), ir.replication_factor
+    if desc == "cpu":  # one IPU per process (an instance of a PopRun job may have one)
+        ipus, R = _ipus_per_replica(ir), ir.instance_replication_factor
         if ipus * R > 1:
             raise ValueError(
                 f"Session: the 'cpu' device has one IPU; this Ir needs {ipus * R} "
@@ -144,12 +147,26 @@ class Session:
         _check_execution_contexts(ir)
         self._ir = ir
         self._device = _device(device_desc, ir)
-        graph = poplar.Graph(self._device.target, replication_factor=ir.replication_factor)
+        # the graph is the global one (R replicas); an instance of a PopRun job runs its
+        # block of L replicas (rows 0..L-1 of the engine's data) and reaches the others
+        # over MPI
+        self._R, self._L = ir.replication_factor, ir.instance_replication_factor
+        self._local = slice(ir._replica_offset, ir._replica_offset + self._L)
+        options = {}
+        if self._L < self._R:
+            from tremula import popdist
+
+            popdist.init()  # once per process, as PopXL does
+            options = {
+                "target.firstRuntimeReplica": ir._replica_offset,
+                "target.numberRuntimeReplica": self._L,
+            }
+        graph = poplar.Graph(self._device.target, replication_factor=self._R)
         total = sum(len(g.ops) for g in ir.graphs) + len(COMPILE_STAGES)
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
             self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
             program = self._lowerer.lower_main()
-            options = dict(engine_options or {})
+            options = {**(engine_options or {}), **options}
             self._engine = poplar.Engine(graph, program, options, progress=bar)
         ir._prepared = True
         self._weights_to_host_on_exit = weights_to_host_on_exit
@@ -247,9 +264,11 @@ class Session:
         """Write every variable's host copy to the device (remote variables to their
         remote-buffer entries, replica-sharded ones to their shards)."""
         self._require_attached("weights_from_host")
+        self._collective("weights_from_host")
+        local = self._local
         for v, h in self._device_variables():
             owner = self._shard_owner(v)
-            self._engine.write_tensor(h.write, self._rows(v if owner is None else owner))
+            self._engine.write_tensor(h.write, self._rows(v if owner is None else owner)[local])
         for v in self._remote_variables():
             where = self._remote_entry(v)
             if where is not None:
@@ -257,14 +276,28 @@ class Session:
                 self._write_entry(where, self._rows(v), same)
         self._host_stale = False
 
+    def _collective(self, what: str) -> None:
+        """In a PopRun job, check that every instance makes this device call now (they
+        are collective); nothing in one process."""
+        if self._L < self._R:
+            from tremula.popdist import backend
+
+            backend.agree(what)
+
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """``[R, ...]`` from this process's ``[L, ...]`` replica rows (every instance's,
+        in replica order, in a PopRun job)."""
+        return self._engine.runtime_replicas.gather_rows(rows)
+
     def weights_to_host(self) -> None:
         """Read every variable from the device into its host copy (a replica-sharded
         variable from its shards, which are also stored back to its remote buffer)."""
         self._require_attached("weights_to_host")
-        R = self._ir.replication_factor
+        self._collective("weights_to_host")
+        R, L = self._R, self._L
         synced = set()
         for v, h in self._device_variables():
-            rows = self._engine.read_tensor(h.read).reshape(R, *v.shape)
+            rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
             owner = self._shard_owner(v)
             if owner is None:
                 self._store_host(v, group_rows(v.replica_grouping, rows, v.shape))
@@ -279,20 +312,21 @@ class Session:
             if v in synced or where is None:
                 continue
             rows = np.stack(
-                [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(R)]
+                [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(L)]
             )
-            self._store_host(v, self._from_rows(v, rows))
+            self._store_host(v, self._from_rows(v, self._gather(rows)))
         self._host_stale = False
 
     def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
-        """Write ``[R, ...]`` rows to a remote-buffer entry of every replica (one transfer
-        to all of them when every replica gets the same value)."""
+        """Write ``[R, ...]`` rows to a remote-buffer entry of every replica of this process
+        (one transfer to all of them when every replica gets the same value)."""
         name, entry = where
         if same:
             self._engine.copy_to_remote_buffer(name, rows[0], entry)
             return
-        for r in range(self._ir.replication_factor):
-            self._engine.copy_to_remote_buffer(name, rows[r], entry, r)
+        local = rows[self._local]
+        for r in range(self._L):
+            self._engine.copy_to_remote_buffer(name, local[r], entry, r)
 
     def _store_host(self, v: Variable, value: np.ndarray) -> None:
         """Set ``v``'s host copy (``shape_on_host``); a memmap is written and flushed, a
@@ -396,14 +430,15 @@ class Session:
         return np.array(arr)
 
     # ---- running ----
-    # Host buffers are [num_host_transfers if > 1] + [replicas if > 1] + stream shape; the
-    # engine's per-replica stream buffers are [replica, transfers * elements].
+    # Host buffers are [num_host_transfers if > 1] + [replicas if > 1] + stream shape (the
+    # replicas of this instance in a PopRun job); the engine's per-replica stream buffers
+    # are [replica, transfers * elements].
     def _lead(self) -> tuple[int, ...]:
-        nht, R = self._ir.num_host_transfers, self._ir.replication_factor
+        nht, R = self._ir.num_host_transfers, self._L
         return tuple(d for d in (nht, R) if d > 1)
 
     def _host_shape(self, s: Any) -> tuple[int, ...]:
-        key = (self._ir.num_host_transfers, self._ir.replication_factor)
+        key = (self._ir.num_host_transfers, self._L)
         shapes = self._shapes
         if shapes[0] != key:  # made once per transfer count
             shapes = self._shapes = (key, {})
@@ -413,7 +448,7 @@ class Session:
         return shape
 
     def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
-        nht, R = self._ir.num_host_transfers, self._ir.replication_factor
+        nht, R = self._ir.num_host_transfers, self._L
         return ValueError(
             f"{what}: the array for stream {s.tensor_id!r} has shape {shape}; expected "
             f"{self._host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R} if "
@@ -505,7 +540,8 @@ class Session:
         self._require_attached("run_with_outputs")
         arrays = self._check_inputs(inputs or {}, downcast_inputs)
         self._check_outputs(outputs)
-        nht, R = self._ir.num_host_transfers, self._ir.replication_factor
+        self._collective("Session.run")
+        nht, R = self._ir.num_host_transfers, self._L
         with ExitStack() as hooks:  # host state the program needs (lowering's run hooks)
             for hook in self._lowerer.run_hooks:
                 hooks.enter_context(hook(self))

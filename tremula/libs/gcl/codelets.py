@@ -6,7 +6,8 @@ moves one chunk ``[C]`` per ring step. Which chunk a replica touches in a step
 depends on its index in its group: ``k = (index + shift) mod G``, with ``index = (replica //
 stride) mod G`` for a constant grouping. The vertices read the replica index from the
 replica they run on (Poplar's replication index constant): a vertex field is
-``[replica, element]``, so row ``r`` is replica ``r``; they refuse to run on a subset of the
+``[replica, element]`` whose rows are the replicas ``replica_ids`` (all of them, or an
+instance's block in a PopRun job); they refuse to run on a subset of the
 replicas (a collective inside control flow on which the replicas disagree).
 
 * ``gcl::SelectChunk<OP,T>``: ``out = pre(work[:, k])`` (OP's pre-map, e.g. the square of
@@ -41,15 +42,15 @@ class _RingVertex(poplar.Codelet):
 
 def chunk_index(v: poplar.Batch) -> tuple[np.ndarray, int]:
     """``([replica] chunk index, G)`` for the vertices of ``v`` (one step: same state)."""
-    R = int(v.num_replicas[0])
-    if v.replicas != R:
+    if not v.all_replicas:
+        R = int(v.num_replicas[0])
         raise EngineError(
             f"{v.vertex_type.name}: a collective ran on {v.replicas} of the {R} replicas; "
             f"every replica must execute a collective (do not place it under control flow "
             f"on which the replicas disagree)"
         )
     S, G, shift = int(v.stride[0]), int(v.group_size[0]), int(v.shift[0])
-    return ((np.arange(R) // S) % G + shift) % G, G
+    return ((np.asarray(v.replica_ids) // S) % G + shift) % G, G
 
 
 def _blocks(v: poplar.Batch) -> tuple[np.ndarray, np.ndarray]:
