@@ -1,5 +1,7 @@
 """Every script in examples/ runs (they assert their own results), with the arguments of
-:data:`ARGS` where its defaults are sized for a person rather than the test suite."""
+:data:`ARGS` where its defaults are sized for a person rather than the test suite. The
+multi-instance examples of ``examples/distributed`` run under ``tremula poprun`` in
+``tests/popdist``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").rglob("*.py"))
+ROOT = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = sorted(p for p in ROOT.rglob("*.py") if p.parent.name != "distributed")
 #: command-line arguments of examples run at smaller sizes here
 ARGS = {"char_gru.py": ["--steps", "2", "--iterations", "1"]}
 

@@ -69,6 +69,13 @@ class Target:
     ipu_link_bits_per_second: float = 128 * 2**30
     ipu_link_efficiency: float = 0.85
     ipu_links_between_ipus: int = 2
+    # -- gateway links between IPU-Link domains (spec/profile-and-machine.md: 2 x 100 Gbps
+    # GW-Links per Bow-2000 / M2000 gateway); a domain is at most 64 IPUs (Poplar's
+    # ipuLinkDomainSize, set by POPLAR_TARGET_OPTIONS or poprun --num-ilds)
+    gw_link_bits_per_second: float = 100e9
+    gw_link_efficiency: float = 0.85  # [proposal] as the IPU-links
+    gw_links: int = 2
+    ipu_link_domain_size: int = 64
     # -- host and streaming memory --
     host_bytes_per_second: float = 32e9  # PCIe Gen4 x16, one direction
     host_sync_latency_seconds: float = 1.5e-6  # [proposal] deterministic host round trip
@@ -230,6 +237,11 @@ class Target:
     def ipu_link_bytes_per_cycle(self) -> float:
         per_link = self.ipu_link_bits_per_second * self.ipu_link_efficiency / 8
         return per_link * self.ipu_links_between_ipus / self.tile_clock_frequency
+
+    @property
+    def gw_link_bytes_per_cycle(self) -> float:
+        per_link = self.gw_link_bits_per_second * self.gw_link_efficiency / 8
+        return per_link * self.gw_links / self.tile_clock_frequency
 
     def with_overrides(self, **overrides: Any) -> Target:
         """A copy with the given fields replaced; unknown names raise :class:`TargetError`."""

@@ -12,9 +12,10 @@ import sys
 
 import numpy as np
 import pytest
-from tremula_tests_popdist_launch import PROGRAMS, poprun, program
+from tremula_tests_popdist_launch import PROGRAMS, ROOT, poprun, program
 
 import popxl
+from tremula import profile
 from tremula.errors import DistributedConfigError
 
 
@@ -40,11 +41,16 @@ def single_process() -> dict[str, np.ndarray]:
 def test_instances_match_one_process_bit_for_bit(
     tmp_path, single_process, instances, device
 ) -> None:
+    """Outputs of every replica and get_tensor_data on every instance equal the one-process
+    run bit for bit; each instance's profile (2 IPU-Link domains in the 2x2 job) is valid
+    and shows its replicas and its cross-instance copies."""
     job = poprun(
         "--num-instances",
         str(instances),
         "--num-replicas",
         "4",
+        "--num-ilds",
+        "2",
         "python",
         program("cases.py"),
         str(tmp_path),
@@ -57,6 +63,50 @@ def test_instances_match_one_process_bit_for_bit(
         for key, want in single_process.items():
             assert got[key].dtype == want.dtype and got[key].shape == want.shape, key
             assert np.array_equal(got[key], want), f"instance {i}: {key} differs"
+        if device == "ipu_model":
+            _check_profile(tmp_path / f"profile{i}", i, instances)
+
+
+def _check_profile(folder, index: int, count: int) -> None:
+    graph, execution = profile.read_profile(folder)
+    profile.validate(graph, execution)
+    inst = graph["instances"]
+    L = 4 // count
+    assert (inst["count"], inst["index"], inst["replicationFactor"]) == (count, index, 4)
+    assert inst["replicas"] == list(range(index * L, index * L + L))
+    copies = inst["crossInstanceCopies"]
+    assert copies and all(c["bytesSent"] > 0 or c["bytesReceived"] > 0 for c in copies)
+    assert all(c["cycles"] > 0 for c in copies)
+    # replicas 0, 1 and 2, 3 are two IPU-Link domains: copies between them use GW-Links
+    assert {c["link"] for c in copies} == {"GW-Link"}
+    steps = execution["simulation"]["steps"]
+    glob = {s["program"]: s for s in steps if s["type"] == "GlobalExchange"}
+    for c in copies:
+        assert glob[c["program"]]["cycles"] >= c["cycles"]
+    text = profile.summarise(graph)
+    assert f"{index} of {count}" in text and "Cross-instance copies" in text
+
+
+def test_data_parallel_example_matches_one_process() -> None:
+    """examples/distributed/data_parallel.py: 2 instances x 2 replicas, each instance
+    reading its shard; the example asserts its weights equal the one-process run."""
+    job = poprun(
+        "--num-instances",
+        "2",
+        "--num-replicas",
+        "4",
+        "python",
+        str(ROOT / "examples" / "distributed" / "data_parallel.py"),
+        "--steps",
+        "2",
+        "--batch",
+        "4",
+    )
+    assert job.rc == 0, job.stderr[-3000:]
+    for i in range(2):
+        (line,) = job.lines(i)
+        assert line.startswith(f"instance {i} of 2: trained replicas {2 * i}..{2 * i + 1} of 4")
+        assert line.endswith("weights equal the 4-replica single-process run")
 
 
 def _printed(job, instance: int) -> dict[str, str]:

@@ -20,6 +20,7 @@ from tremula.engine.exchange import (
     ExchangePlan,
     TileLayout,
     Transfers,
+    cross_replica_link,
     plan_exchange,
     split_by_ipu,
     transfers_for,
@@ -393,7 +394,8 @@ class StepPlan:
         sent = self.bytes_by_tile(p.src)
         recv = self.bytes_by_tile(p.dst)
         busy = np.maximum(sent, recv)
-        link = int(np.ceil(busy.sum() / tg.ipu_link_bytes_per_cycle))
+        pairs = np.array(p.replica_map, dtype=np.int64).reshape(-1, 2)
+        link = int(np.ceil(busy.sum() / cross_replica_link(tg, pairs)[1]))
         cycles = np.where(
             busy > 0,
             tg.exchange_fixed_cycles + np.maximum(-(-busy // tg.exchange_bytes_per_cycle), link),
@@ -409,7 +411,6 @@ class StepPlan:
         )
         index = len(self.external_exchanges)
         self.external_exchanges.append(plan)
-        pairs = np.array(p.replica_map, dtype=np.int64).reshape(-1, 2)
         name = p.name or "CrossReplicaCopy"
         step = self._step(
             "GlobalExchange",
@@ -509,3 +510,4 @@ COMPILE_RULES: dict[type, Callable[[StepPlan, P.Program], N.Node]] = {
     P.WriteUndef: StepPlan.compile_write_undef,
     P.PrintTensor: StepPlan.compile_print,
 }
+

@@ -20,7 +20,7 @@ from tremula.engine.memory import MemoryModel, check_fits
 from tremula.engine.options import parse_options
 from tremula.engine.plan import Gather
 from tremula.engine.replay import TimelineReplay
-from tremula.engine.report import execution_profile, graph_profile
+from tremula.engine.report import execution_profile, graph_profile, instances
 from tremula.engine.run import Runtime, StreamConnection
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError, StreamError
@@ -317,8 +317,13 @@ class Engine:
 
     # ---- profiles ----
     def get_graph_profile(self) -> dict[str, Any]:
+        """The graph profile; an instance of a PopRun job adds its ``instances`` section
+        (its replicas, the copies to and from other instances with bytes and cycles)."""
         if self._graph_profile is None:
-            self._graph_profile = graph_profile(self.step_plan, self.memory, self._tree)
+            profile = graph_profile(self.step_plan, self.memory, self._tree)
+            if self.runtime_replicas.distributed:
+                profile["instances"] = instances(self.step_plan, self.runtime_replicas)
+            self._graph_profile = profile
         return self._graph_profile
 
     def get_execution_profile(self) -> dict[str, Any]:

@@ -273,3 +273,13 @@ def split_by_ipu(target: Target, t: Transfers) -> tuple[Transfers, Transfers]:
         return t, Transfers.empty()
     same = (t.src // target.tiles_per_ipu) == (t.dst // target.tiles_per_ipu)
     return t.select(same), t.select(~same)
+
+
+def cross_replica_link(target: Target, pairs: np.ndarray) -> tuple[str, float]:
+    """The links a copy between replicas uses and their bytes per cycle: the IPU-Links
+    when every pair is in one IPU-Link domain (``target.ipu_link_domain_size`` IPUs, a
+    replica taking ``target.num_ipus`` of them), else the slower GW-Links of the gateways."""
+    domain = (pairs * target.num_ipus) // max(1, target.ipu_link_domain_size)
+    if pairs.size and np.any(domain[:, 0] != domain[:, 1]):
+        return "GW-Link", target.gw_link_bytes_per_cycle
+    return "IPU-Link", target.ipu_link_bytes_per_cycle

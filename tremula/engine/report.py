@@ -13,6 +13,7 @@ import numpy as np
 
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
+from tremula.engine.exchange import cross_replica_link
 from tremula.engine.memory import MemoryReport
 from tremula.engine.timeline import Timeline
 from tremula.profile import schema
@@ -264,3 +265,39 @@ def execution_profile(
         arrays = _MODE_ARRAYS[mode](sp, cs_cycles)
         out.update((k, arrays[k]) for k in schema.MODE_FIELDS[mode])
     return out
+
+
+def instances(sp: StepPlan, replicas: Any) -> dict[str, Any]:
+    """The ``instances`` section of an instance's graph profile (a Tremula extension, see
+    ``tremula/profile/FORMAT.md``): the job's layout, this instance's replicas, and every
+    cross-replica copy that moves data to or from other instances, with the bytes this
+    instance sends and receives, the links it uses and its modelled cycles."""
+    copies = []
+    for node in sp.nodes:
+        if not isinstance(node, N.CrossReplicaNode):
+            continue
+        peers = replicas.peers_of(node.sources, node.dests)
+        if not peers["sendsTo"] and not peers["receivesFrom"]:
+            continue
+        region = node.src.size * node.src.dtype.size
+        pairs = np.stack([node.sources, node.dests], axis=1)
+        copies.append(
+            {
+                "program": node.pid,
+                "name": node.name,
+                "externalExchange": node.exchange,
+                "sendsTo": peers["sendsTo"],
+                "receivesFrom": peers["receivesFrom"],
+                "bytesSent": region * peers["regionsSent"],
+                "bytesReceived": region * peers["regionsReceived"],
+                "link": cross_replica_link(sp.target, pairs)[0],
+                "cycles": int(node.step.cycles.max()) if node.step.cycles.size else 0,
+            }
+        )
+    return {
+        "count": replicas.instances,
+        "index": replicas.instance,
+        "replicationFactor": replicas.total,
+        "replicas": [int(r) for r in replicas.ids],
+        "crossInstanceCopies": copies,
+    }

@@ -70,8 +70,9 @@ class LocalReplicas:
         return rows
 
     def peers_of(self, sources: np.ndarray, dests: np.ndarray) -> dict[str, Any]:
-        """The instances a copy talks to (none in one process)."""
-        return {"sendsTo": [], "receivesFrom": [], "bytesFactor": 0}
+        """The other instances a copy sends to and receives from, and how many replica
+        regions it sends and receives (none in one process)."""
+        return {"sendsTo": [], "receivesFrom": [], "regionsSent": 0, "regionsReceived": 0}
 
 
 @dataclass
@@ -192,13 +193,12 @@ class InstanceReplicas(LocalReplicas):
         return out.reshape(self.total, *mine.shape[1:])
 
     def peers_of(self, sources: np.ndarray, dests: np.ndarray) -> dict[str, Any]:
-        """The instances a copy sends to and receives from, and how many of this
-        instance's replica rows cross (each row is one copy of the region)."""
         plan = self._plan(("peers", sources.tobytes(), dests.tobytes()), sources, dests)
         return {
             "sendsTo": [int(p) for p, _ in plan.sends],
             "receivesFrom": [int(p) for p, _ in plan.recvs],
-            "bytesFactor": int(sum(r.size for _, r in plan.sends)),
+            "regionsSent": int(sum(r.size for _, r in plan.sends)),
+            "regionsReceived": int(sum(r.size for _, r in plan.recvs)),
         }
 
 

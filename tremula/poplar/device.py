@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -41,10 +43,31 @@ class IPUModel:
         return getattr(self.create_target(), key)
 
     def create_target(self) -> Target:
-        return targets.preset(self._version, target_type="IPU_MODEL", **self._params)
+        params = {**_target_options(), **self._params}
+        return targets.preset(self._version, target_type="IPU_MODEL", **params)
 
     def create_device(self) -> Device:
         return Device(self.create_target())
+
+
+def _target_options() -> dict[str, Any]:
+    """Poplar's ``POPLAR_TARGET_OPTIONS`` (a JSON object): ``ipuLinkDomainSize``, the IPUs
+    of one IPU-Link domain (copies between domains go over the GW-Links)."""
+    text = os.environ.get("POPLAR_TARGET_OPTIONS")
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TargetError(f"POPLAR_TARGET_OPTIONS is not valid JSON: {err}") from None
+    if not isinstance(options, dict):
+        raise TargetError("POPLAR_TARGET_OPTIONS must hold a JSON object")
+    size = options.get("ipuLinkDomainSize")
+    if size is None:
+        return {}
+    if not str(size).isdigit() or int(size) < 1:
+        raise TargetError(f"POPLAR_TARGET_OPTIONS: ipuLinkDomainSize {size!r} must be >= 1")
+    return {"ipu_link_domain_size": int(size)}
 
 
 class Device:

@@ -105,6 +105,8 @@ def summarise(
             ("Memory Usage", _MemoryReport(graph).rows(top_tiles, show_var_storage)),
             ("Liveness", _liveness_rows(graph, show_var_storage)),
         ]
+        if "instances" in graph:
+            sections.append(("Instance", _instance_rows(graph["instances"])))
         if execution is not None:
             sections.append(("Execution", _execution_rows(graph, execution, show_execution_steps)))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -173,6 +175,25 @@ def _target_rows(t: Mapping[str, Any]) -> list[Row]:
         (0, "Total Memory", _scaled(t["totalMemory"])),
         (0, "Clock Speed (approx)", f"{t['clockFrequency'] / 1e6:,.1f} MHz"),
     ]
+
+
+def _instance_rows(inst: Mapping[str, Any]) -> list[Row]:
+    """An instance of a PopRun job: its replicas and its copies to and from the others."""
+    reps = inst["replicas"]
+    span = f"{reps[0]}..{reps[-1]}" if len(reps) > 1 else str(reps[0])
+    rows: list[Row] = [
+        (0, "Instance", f"{inst['index']} of {inst['count']}"),
+        (0, "Replicas", f"{span} of {inst['replicationFactor']}"),
+        (0, "Cross-instance copies", f"{len(inst['crossInstanceCopies']):,}"),
+    ]
+    for c in inst["crossInstanceCopies"]:
+        rows.append((1, c["name"] or f"program {c['program']}", None))
+        rows.append((2, "Sent", f"{_bytes(c['bytesSent'])} to instances {c['sendsTo']}"))
+        rows.append(
+            (2, "Received", f"{_bytes(c['bytesReceived'])} from instances {c['receivesFrom']}")
+        )
+        rows.append((2, "Cycles", f"{c['cycles']:,} ({c['link']})"))
+    return rows
 
 
 def _graph_rows(g: Mapping[str, Any]) -> list[Row]:

@@ -57,9 +57,10 @@ def _global(arr: np.ndarray, axis: int, ir: popxl.Ir) -> np.ndarray:
     return np.concatenate(parts, axis=axis)
 
 
-def collectives(device: str) -> dict[str, np.ndarray]:
+def collectives(device: str, report: Path | None = None) -> dict[str, np.ndarray]:
     """All-reduce, reduce-scatter, all-gather and replica-sharded slice over groupings
-    within and across instances, fed by a host stream of 3 transfers."""
+    within and across instances, fed by a host stream of 3 transfers (the profile written
+    to ``report`` when given)."""
     ir = _ir()
     ir.num_host_transfers = 3
     groups = {
@@ -92,6 +93,8 @@ def collectives(device: str) -> dict[str, np.ndarray]:
             body()
     with popxl.Session(ir, device) as session:
         results = session.run({x_in: _local(X, 1, ir)})
+    if report is not None:
+        session.engine.write_report(str(report))
     return {s.tensor_id: _global(a, 1, ir) for s, a in results.items()}
 
 
@@ -158,14 +161,17 @@ CASES: dict[str, Callable[[str], dict[str, np.ndarray]]] = {
 }
 
 
-def run_all(device: str = "ipu_model") -> dict[str, np.ndarray]:
-    out = {}
+def run_all(device: str = "ipu_model", report: Path | None = None) -> dict[str, np.ndarray]:
+    out = {f"collectives/{k}": v for k, v in collectives(device, report).items()}
     for name, case in CASES.items():
-        out.update({f"{name}/{k}": v for k, v in case(device).items()})
+        if name != "collectives":
+            out.update({f"{name}/{k}": v for k, v in case(device).items()})
     return out
 
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])
     device = sys.argv[2] if len(sys.argv) > 2 else "ipu_model"
-    np.savez(folder / f"instance{popdist.getInstanceIndex()}.npz", **run_all(device))
+    i = popdist.getInstanceIndex()
+    results = run_all(device, folder / f"profile{i}")
+    np.savez(folder / f"instance{i}.npz", **results)

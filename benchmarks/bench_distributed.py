@@ -1,0 +1,213 @@
+"""PopRun / PopDist benchmark: three ratios, each against a reference measured in the same run.
+
+1. All-reduce of 64 MiB float32 over 4 instances (one replica each): PopXL's
+   ``replicated_all_reduce`` across the instances (gcl's ring: vertices on the IPU Model,
+   cross-instance copies over MPI), timed inside the instances (``Session.run``, best of
+   several), against raw ``mpi4py`` ``Allreduce`` on the same buffers in the same
+   instances.
+2. Data-parallel training of the digits MLP (``examples/distributed/data_parallel.py``),
+   2 instances x 2 replicas: steps per second next to the same 4 replicas in one process.
+3. Start-up of a 4-instance job (``tremula poprun`` of a program that imports PopXL and
+   initialises PopDist) against ``mpirun -n 4 python -c pass`` plus one single-process
+   start of the same program.
+
+Run: ``python benchmarks/bench_distributed.py [--elements N] [--steps K] [--repeat R]``.
+It launches its own jobs through ``tremula poprun`` (the ``distributed`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALLREDUCE = r"""
+import json, sys, time
+import numpy as np
+import popdist, popxl
+from popxl import ops
+from mpi4py import MPI
+
+n, repeat = int(sys.argv[1]), int(sys.argv[2])
+ir = popxl.Ir(replication="popdist")
+with ir.main_graph:
+    x = popxl.h2d_stream((n,), popxl.float32, "x")
+    y = ops.collectives.replicated_all_reduce(ops.host_load(x))
+    out = popxl.d2h_stream((n,), popxl.float32, "y")
+    ops.host_store(out, y)
+data = np.random.default_rng(popdist.getInstanceIndex()).standard_normal(n, dtype=np.float32)
+comm = MPI.COMM_WORLD
+session = popxl.Session(ir, "ipu_model")
+outputs = session.create_host_outputs()
+
+def timed(fn):
+    best = float("inf")
+    for _ in range(repeat):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        comm.Barrier()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+with session:
+    tremula = timed(lambda: session.run_with_outputs({x: data}, outputs))
+    ref = np.empty_like(data)
+    raw = timed(lambda: comm.Allreduce(data, ref, MPI.SUM))
+    err = float(np.max(np.abs(outputs[out] - ref)))
+if comm.Get_rank() == 0:
+    print("RESULT " + json.dumps({"tremula": tremula, "mpi": raw, "err": err}), flush=True)
+"""
+
+START = "import popdist, popxl; popdist.init(); print('up', flush=True)\n"
+
+
+def _env() -> dict[str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environ
+
+
+def _poprun(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "tremula.cli", "poprun", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _result(text: str) -> dict:
+    line = next(ln for ln in text.splitlines() if "RESULT " in ln)
+    return json.loads(line.split("RESULT ", 1)[1])
+
+
+def all_reduce(elements: int, repeat: int, folder: Path) -> None:
+    prog = folder / "allreduce.py"
+    prog.write_text(ALLREDUCE)
+    res = _result(
+        _poprun("--num-instances", "4", "python", str(prog), str(elements), str(repeat)).stdout
+    )
+    mib = elements * 4 / 2**20
+    print(
+        f"all-reduce {mib:.0f} MiB float32, 4 instances x 1 replica: "
+        f"Tremula {res['tremula']:.3f} s, "
+        f"mpi4py Allreduce {res['mpi']:.3f} s, ratio {res['tremula'] / res['mpi']:.2f}x "
+        f"(max |difference| {res['err']:.1e})"
+    )
+
+
+def training(steps: int, batch: int) -> None:
+    code = (
+        "import sys, time, json\n"
+        f"sys.path.insert(0, {str(ROOT / 'examples' / 'distributed')!r})\n"
+        "import popdist, data_parallel as dp\n"
+        "from tremula.digits import load_digits\n"
+        "steps, batch = int(sys.argv[1]), int(sys.argv[2])\n"
+        "rep = 'popdist' if popdist.isPopdistEnvSet() else dp.REPLICAS\n"
+        "x, y, _, _ = load_digits()\n"
+        "s, xs, ys, _ = dp.build(rep, batch, 0.05, 'ipu_model')\n"
+        "first, count = s.ir._replica_offset, s.ir.instance_replication_factor\n"
+        "def feed(k):\n"
+        "    return {xs: dp.shard(x, k, batch, first, count),\n"
+        "            ys: dp.shard(y, k, batch, first, count)}\n"
+        "with s:\n"
+        "    s.run(feed(0))\n"
+        "    t = time.perf_counter()\n"
+        "    for k in range(1, steps + 1):\n"
+        "        s.run(feed(k))\n"
+        "    dt = time.perf_counter() - t\n"
+        "if popdist.getInstanceIndex() == 0:\n"
+        "    print('RESULT ' + json.dumps({'rate': steps / dt}), flush=True)\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = Path(tmp) / "train.py"
+        prog.write_text(code)
+        one = subprocess.run(
+            [sys.executable, str(prog), str(steps), str(batch)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+            check=True,
+        )
+        single = _result(one.stdout)["rate"]
+        multi = _result(
+            _poprun(
+                "--num-instances",
+                "2",
+                "--num-replicas",
+                "4",
+                "python",
+                str(prog),
+                str(steps),
+                str(batch),
+            ).stdout
+        )["rate"]
+    print(
+        f"data-parallel MLP (4 replicas x batch {batch}), 2 instances x 2 replicas: "
+        f"{multi:.2f} steps/s; 4 replicas in one process: {single:.2f} steps/s; ratio "
+        f"{multi / single:.2f}x"
+    )
+
+
+def _seconds(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, env=_env(), cwd=ROOT, check=True)
+    return time.perf_counter() - t
+
+
+def start_up(repeat: int, folder: Path) -> None:
+    from tremula.popdist.poprun import find_mpirun
+
+    prog = folder / "start.py"
+    prog.write_text(START)
+    _seconds([sys.executable, str(prog)])  # bytecode compiled once, for every run below
+    mpirun = [find_mpirun(), "--allow-run-as-root", "--map-by", "slot:OVERSUBSCRIBE", "-n", "4"]
+    job = min(
+        _seconds(
+            [
+                sys.executable,
+                "-m",
+                "tremula.cli",
+                "poprun",
+                "--num-instances",
+                "4",
+                "python",
+                str(prog),
+            ]
+        )
+        for _ in range(repeat)
+    )
+    bare = min(_seconds([*mpirun, sys.executable, "-c", "pass"]) for _ in range(repeat))
+    one = min(_seconds([sys.executable, str(prog)]) for _ in range(repeat))
+    print(
+        f"start-up of 4 instances: tremula poprun {job:.2f} s; mpirun -n 4 python -c pass "
+        f"{bare:.2f} s + one Tremula start {one:.2f} s = {bare + one:.2f} s; ratio "
+        f"{job / (bare + one):.2f}x"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--elements", type=int, default=16 * 2**20, help="all-reduce size")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps")
+    parser.add_argument("--batch", type=int, default=8, help="rows per replica and step")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        start_up(args.repeat, folder)
+        all_reduce(args.elements, args.repeat, folder)
+    training(args.steps, args.batch)
+
+
+if __name__ == "__main__":
+    main()
