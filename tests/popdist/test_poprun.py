@@ -192,3 +192,23 @@ def test_a_failing_instance_ends_the_job(how) -> None:
     assert job.seconds < 30  # a hang would run into the subprocess time-out instead
     if how == "raise":
         assert any("instance 1 failed on purpose" in line for line in job.lines(1, "stderr"))
+
+
+def test_popdist_popart_configures_session_options(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import popdist.popart
+
+    for name, value in env.Layout(8, 2, 4, 2, 2).environment().items():
+        monkeypatch.setenv(name, value)
+    opts = SimpleNamespace()
+    popdist.popart.configureSessionOptions(opts)
+    assert vars(opts) == {
+        "enableReplicatedGraphs": True,
+        "replicatedGraphCount": 2,
+        "enableDistributedReplicatedGraphs": True,
+        "globalReplicaOffset": 4,
+        "globalReplicationFactor": 8,
+    }
+    with pytest.raises(ValueError, match="ipusPerReplica=1 but poprun set --ipus-per-replica 2"):
+        popdist.popart.getDevice(1)
