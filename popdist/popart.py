@@ -30,7 +30,6 @@ def getDevice(ipusPerReplica: int = 0, connectionType: Any = None) -> Any:
 
     Raises:
         ValueError: ``ipusPerReplica`` differs from poprun's ``--ipus-per-replica``.
-        ImportError: PopART's device manager is not available.
     """
     lay = env.layout()
     ipus = int(ipusPerReplica) or lay.ipus_per_replica
@@ -39,12 +38,7 @@ def getDevice(ipusPerReplica: int = 0, connectionType: Any = None) -> Any:
             f"popdist.popart.getDevice: ipusPerReplica={ipus} but poprun set "
             f"--ipus-per-replica {lay.ipus_per_replica}"
         )
-    try:
-        from popart import DeviceManager
-    except ImportError as err:
-        raise ImportError(
-            f"popdist.popart.getDevice needs popart.DeviceManager ({err})"
-        ) from None
+    from popart import DeviceManager
     count = 1 << max(0, (ipus * lay.local_replicas - 1).bit_length())
     kwargs = {} if connectionType is None else {"connectionType": connectionType}
     return DeviceManager().acquireAvailableDevice(count, **kwargs)

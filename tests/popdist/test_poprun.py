@@ -212,3 +212,10 @@ def test_popdist_popart_configures_session_options(monkeypatch) -> None:
     }
     with pytest.raises(ValueError, match="ipusPerReplica=1 but poprun set --ipus-per-replica 2"):
         popdist.popart.getDevice(1)
+    device = popdist.popart.getDevice()  # 2 IPUs x 2 local replicas
+    assert device.numIpus == 4
+    import popart
+
+    real = popart.SessionOptions()
+    popdist.popart.configureSessionOptions(real)
+    assert (real.replicatedGraphCount, real.getGlobalReplicationFactor()) == (2, 8)
