@@ -32,7 +32,7 @@ import numpy as np
 
 import popxl
 from tremula import embedding
-from tremula.embedding.lowering import _lookup_callback, _update_callback
+from tremula.embedding.lowering import lookup_callback, update_callback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,14 +71,14 @@ def lookup_and_update(repeats: int) -> None:
     host = emb.get_embedding_tensor()  # the embedding's own copy
     idx = rng.integers(0, tokens, n).astype(np.int32)
     rows = np.empty((1, n * enc), np.float32)
-    lookup = _lookup_callback(emb, clip=True)
+    lookup = lookup_callback(emb, clip=True)
     t = best_of({"numpy.take": lambda: np.take(host, idx, axis=0),
                  "host lookup": lambda: lookup([idx[None]], [rows])}, repeats)  # fmt: skip
     np.testing.assert_array_equal(rows.reshape(n, enc), host[idx])
     print(f"1. lookup, {n} indices into {tokens} x {enc} float32 (target >= 0.8x numpy.take):")
     print(f"   {_ratio(t, 'numpy.take', 'host lookup')}")
     grads = rng.standard_normal((n, enc), dtype=np.float32)
-    update = _update_callback(emb, clip=True)
+    update = update_callback(emb, clip=True)
     print("2. SGD update of the same batch (target >= 5x numpy.add.at):")
     for name, batch in (("uniform", idx), ("zipf(1.2)", ((rng.zipf(1.2, n) - 1) % tokens))):
         batch = batch.astype(np.int32)
@@ -173,7 +173,7 @@ def memmap_table(repeats: int) -> None:
         before = _rss()
         emb = embedding.create_host_embedding("big", [tokens, enc], popxl.float32,
                                               initializer=str(path))  # fmt: skip
-        lookup = _lookup_callback(emb, clip=True)
+        lookup = lookup_callback(emb, clip=True)
         rng = np.random.default_rng(1)
         rows = np.empty((1, n * enc), np.float32)
         start = time.perf_counter()

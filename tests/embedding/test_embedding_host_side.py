@@ -45,9 +45,9 @@ def test_segment_sums_of_nothing():
     assert result.rows.shape == (0,) and result.sums().shape == (0, 3)
 
 
-@pytest.mark.parametrize("rows", [3 * kernels.CHUNK, 2 * kernels.PARALLEL_ROWS])
+@pytest.mark.parametrize("rows", [3 * kernels.CHUNK, 40 * kernels.CHUNK])
 def test_read_modify_write_restores_the_chunks_written_when_a_step_fails(rows):
-    """One thread, or several (the failing chunk in the last part, after the others)."""
+    """A few chunks, or many shared between threads (the last one fails)."""
     table = RNG.standard_normal((rows + 10, 2)).astype(np.float32)
     before = table.copy()
     order = RNG.permutation(table.shape[0])[:rows]

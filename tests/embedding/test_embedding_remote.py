@@ -12,6 +12,7 @@ from tremula_tests_embedding_programs import build, gradient_sum, reference_step
 
 import popxl
 from tremula import embedding
+from tremula.profile import cli as profile_cli
 from tremula.errors import ApplicationRuntimeError, EmbeddingError
 
 RNG = np.random.default_rng(7)
@@ -101,12 +102,13 @@ def test_an_encoding_the_strategy_cannot_split_is_refused():
         build(emb, (2,), replicas=4)
 
 
-def test_the_profile_shows_remote_reads_writes_and_collectives():
+def test_the_profile_shows_remote_reads_writes_and_collectives(tmp_path, capsys):
     emb, _ = _embedding("TOKEN")
     prog = build(emb, (4,), replicas=2)
     with prog.session, emb.register(prog.session):
         prog.run(*_step_data(2, 4, 13, 6))
-    prog.check_profiles()
+    prog.session.engine.write_report(str(tmp_path))
+    assert profile_cli.main(["validate", str(tmp_path)]) == 0  # `tremula profile validate`
     steps = prog.session.engine.get_execution_profile()["simulation"]["steps"]
     names = " ".join(f"{s['type']}:{s.get('name', '')}" for s in steps)
     for part in ("StreamCopy:table/lookup/RemoteLoad", "table/lookup/allGatherIndices",

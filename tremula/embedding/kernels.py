@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,16 +33,15 @@ CHUNK = 512
 def lookup(table: np.ndarray, indices: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out[i] = table[indices[i]]``; ``indices`` must be in range (clipped or checked).
     ``np.take`` with ``mode="clip"`` writes straight into ``out`` (the default mode buffers
-    the result first); a large lookup is split between the :data:`WORKERS` threads."""
+    the result first); a large lookup is shared out in blocks (:func:`_share`)."""
     n = indices.size
-    parts = WORKERS if n >= PARALLEL_ROWS else 1
-    bounds = np.linspace(0, n, parts + 1).round().astype(int).tolist()
+    blocks = [slice(lo, min(n, lo + LOOKUP_BLOCK)) for lo in range(0, n, LOOKUP_BLOCK)]
 
-    def run(k: int) -> None:
-        part = slice(bounds[k], bounds[k + 1])
-        np.take(table, indices[part], axis=0, mode="clip", out=out[part])
+    def take(i: int) -> None:
+        b = blocks[i]
+        np.take(table, indices[b], axis=0, mode="clip", out=out[b])
 
-    errors = _run_parts(run, parts)
+    errors = _share(len(blocks), take)
     if errors:
         raise errors[0]
     return out
@@ -184,9 +184,9 @@ def read_modify_write(
     it raises, the chunks already written are restored and the exception propagates: the
     table is never left half-updated.
 
-    Large updates are split between :data:`WORKERS` threads, each taking a contiguous run of
-    chunks (NumPy releases the GIL in the gathers, scatters and arithmetic). The rows are
-    distinct, so the result does not depend on the split.
+    The chunks are shared between threads (:func:`_share`; NumPy releases the GIL in the
+    gathers, scatters and arithmetic). The rows are distinct, so the result does not
+    depend on which thread updates which chunk.
 
     Args:
         table: ``[t, e]``, written in place (a memmap too).
@@ -201,59 +201,59 @@ def read_modify_write(
         scratch = np.empty((u, table.shape[1]), table.dtype)
     old = scratch[:u]
     chunks = [slice(lo, min(u, lo + CHUNK)) for lo in range(0, u, CHUNK)]
-    parts = _split(chunks, WORKERS if u >= PARALLEL_ROWS else 1)
-    done = [0] * len(parts)
+    done = np.zeros(len(chunks), bool)
+    buffers: dict[int, np.ndarray] = {}  # a float32 chunk buffer per thread
 
-    def run(k: int) -> None:
-        new = np.empty((min(u, CHUNK), table.shape[1]), np.float32)
-        for j, chunk in enumerate(parts[k]):
-            r = rows[chunk]
-            np.take(table, r, axis=0, mode="clip", out=old[chunk])
-            table[r] = step(old[chunk], new[: r.size], chunk)
-            done[k] = j + 1
+    def update(i: int) -> None:
+        chunk = chunks[i]
+        r = rows[chunk]
+        new = buffers.get(threading.get_ident())
+        if new is None:
+            new = buffers[threading.get_ident()] = np.empty((CHUNK, table.shape[1]), np.float32)
+        np.take(table, r, axis=0, mode="clip", out=old[chunk])
+        table[r] = step(old[chunk], new[: r.size], chunk)
+        done[i] = True
 
-    errors = _run_parts(run, len(parts))
+    errors = _share(len(chunks), update)
     if errors:
-        for k, part in enumerate(parts):
-            for chunk in part[: done[k]]:
-                table[rows[chunk]] = old[chunk]
+        for i in np.flatnonzero(done).tolist():
+            table[rows[chunks[i]]] = old[chunks[i]]
         raise errors[0]
 
 
-#: threads of a large update (the host's cores, at most 2: the gathers and scatters are
-#: bound by memory latency, which two threads overlap)
+#: threads sharing a large lookup or update (the host's cores, at most 2: random row
+#: accesses are bound by memory latency, which two threads overlap)
 WORKERS = min(2, os.cpu_count() or 1)
-#: updates of fewer rows stay on one thread
-PARALLEL_ROWS = 8 * CHUNK
+#: rows per block of a shared lookup
+LOOKUP_BLOCK = 4096
 _POOL: list[ThreadPoolExecutor] = []
 
 
-def _split(chunks: list[slice], n: int) -> list[list[slice]]:
-    """``chunks`` in ``n`` contiguous runs of about the same length."""
-    n = max(1, min(n, len(chunks)))
-    bounds = np.linspace(0, len(chunks), n + 1).round().astype(int)
-    return [chunks[a:b] for a, b in itertools.pairwise(bounds.tolist())]
-
-
-def _run_parts(run: Callable[[int], None], n: int) -> list[BaseException]:
-    """``run(k)`` for ``k < n`` (part 0 on this thread, the others on the pool); the
-    exceptions raised, in part order."""
-    if n == 1:
-        try:
-            run(0)
-        except BaseException as err:
-            return [err]
-        return []
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="embedding"))
-    futures = [_POOL[0].submit(run, k) for k in range(1, n)]
+def _share(count: int, work: Callable[[int], None]) -> list[BaseException]:
+    """``work(i)`` for every ``i < count``, shared between this thread and the pool's:
+    each claims the next item until none is left, so this thread never waits for a helper
+    that has not started (on a busy machine the work simply stays on this thread). Work
+    stops at the first exception; the exceptions raised are returned."""
+    claim = itertools.count()
     errors: list[BaseException] = []
-    try:
-        run(0)
-    except BaseException as err:
-        errors.append(err)
-    for f in futures:
-        err = f.exception()
-        if err is not None:
-            errors.append(err)
+
+    def loop() -> None:
+        while not errors:
+            i = next(claim)  # atomic under the GIL
+            if i >= count:
+                return
+            try:
+                work(i)
+            except BaseException as err:
+                errors.append(err)
+
+    helpers = []
+    if WORKERS > 1 and count > 1:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="embedding"))
+        helpers = [_POOL[0].submit(loop) for _ in range(WORKERS - 1)]
+    loop()
+    for h in helpers:
+        if not h.cancel():  # started: wait for the item it holds
+            h.result()
     return errors

@@ -164,13 +164,13 @@ def _host_lookup(
         rows = lw.new_tensor(None, dtype, (n, e), f"{name}/rows")
         hf = g.add_host_function(name, [(poplar.INT, n)], [(dtype, n * e)])
         prog.add(poplar.Call(hf, [idx], [rows.flatten()], name=f"{name}/HostCall"))
-        uses.callbacks[name] = _lookup_callback(emb, clip)
+        uses.callbacks[name] = lookup_callback(emb, clip)
         return rows
     uniq, inv, count = codelets.unique(g, idx, dedup, 0, prog, name)
     found = popops.create_sliceable_tensor(g, dtype, (dedup, e), f"{name}/uniqueRows")
     hf = g.add_host_function(name, [(poplar.INT, dedup), (poplar.INT, 1)], [(dtype, dedup * e)])
     prog.add(poplar.Call(hf, [uniq, count], [found.flatten()], name=f"{name}/HostCall"))
-    uses.callbacks[name] = _lookup_callback(emb, clip, dedup)
+    uses.callbacks[name] = lookup_callback(emb, clip, dedup)
     return popops.multi_slice(g, found, inv, prog, name=f"{name}/expand")
 
 
@@ -189,7 +189,7 @@ def _host_update(
     if dedup is None:
         hf = g.add_host_function(name, [(poplar.INT, n), (dtype, n * e)], [])
         prog.add(poplar.Call(hf, [idx, grad.flatten()], [], name=f"{name}/HostCall"))
-        uses.callbacks[name] = _update_callback(emb, clip)
+        uses.callbacks[name] = update_callback(emb, clip)
         return
     uniq, inv, count = codelets.unique(g, idx, dedup, 0, prog, name)
     sums = popops.create_sliceable_tensor(g, dtype, (dedup, e), f"{name}/sums")
@@ -198,7 +198,7 @@ def _host_update(
     ins = [(poplar.INT, dedup), (poplar.INT, 1), (dtype, dedup * e)]
     hf = g.add_host_function(name, ins, [])
     prog.add(poplar.Call(hf, [uniq, count, sums.flatten()], [], name=f"{name}/HostCall"))
-    uses.callbacks[name] = _update_callback(emb, clip, dedup)
+    uses.callbacks[name] = update_callback(emb, clip, dedup)
 
 
 def _check_count(emb: HostEmbedding, count: np.ndarray, capacity: int) -> None:
@@ -211,7 +211,9 @@ def _check_count(emb: HostEmbedding, count: np.ndarray, capacity: int) -> None:
         )
 
 
-def _lookup_callback(emb: HostEmbedding, clip: bool, dedup: int | None = None) -> HostCallback:
+def lookup_callback(emb: HostEmbedding, clip: bool, dedup: int | None = None) -> HostCallback:
+    """The host's side of a lookup of ``emb``: ``fn([indices [R, n]], [rows [R, n e]])``
+    (``[unique [R, K], count [R, 1]]`` with deduplication), called once for all replicas."""
     table, e = emb.table, emb.shape[1]
 
     def lookup(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
@@ -225,7 +227,9 @@ def _lookup_callback(emb: HostEmbedding, clip: bool, dedup: int | None = None) -
     return lookup
 
 
-def _update_callback(emb: HostEmbedding, clip: bool, dedup: int | None = None) -> HostCallback:
+def update_callback(emb: HostEmbedding, clip: bool, dedup: int | None = None) -> HostCallback:
+    """The host's side of an update of ``emb``: ``fn([indices [R, n], grads [R, n e]], [])``
+    (``[unique, count, sums]`` with deduplication), called once for all replicas."""
     table, e = emb.table, emb.shape[1]
 
     def update(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
