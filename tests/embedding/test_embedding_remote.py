@@ -12,8 +12,8 @@ from tremula_tests_embedding_programs import build, gradient_sum, reference_step
 
 import popxl
 from tremula import embedding
-from tremula.profile import cli as profile_cli
 from tremula.errors import ApplicationRuntimeError, EmbeddingError
+from tremula.profile import cli as profile_cli
 
 RNG = np.random.default_rng(7)
 
