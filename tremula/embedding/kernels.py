@@ -33,18 +33,9 @@ CHUNK = 512
 def lookup(table: np.ndarray, indices: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out[i] = table[indices[i]]``; ``indices`` must be in range (clipped or checked).
     ``np.take`` with ``mode="clip"`` writes straight into ``out`` (the default mode buffers
-    the result first); a large lookup is shared out in blocks (:func:`_share`)."""
-    n = indices.size
-    blocks = [slice(lo, min(n, lo + LOOKUP_BLOCK)) for lo in range(0, n, LOOKUP_BLOCK)]
-
-    def take(i: int) -> None:
-        b = blocks[i]
-        np.take(table, indices[b], axis=0, mode="clip", out=out[b])
-
-    errors = _share(len(blocks), take)
-    if errors:
-        raise errors[0]
-    return out
+    the result first). One thread: a helper thread made lookups slower on a busy machine
+    (waiting for a descheduled helper) and gained little on an idle one."""
+    return np.take(table, indices, axis=0, mode="clip", out=out)
 
 
 @dataclass
@@ -221,11 +212,9 @@ def read_modify_write(
         raise errors[0]
 
 
-#: threads sharing a large lookup or update (the host's cores, at most 2: random row
-#: accesses are bound by memory latency, which two threads overlap)
+#: threads sharing a large update (the host's cores, at most 2: random row accesses are
+#: bound by memory latency, which two threads overlap)
 WORKERS = min(2, os.cpu_count() or 1)
-#: rows per block of a shared lookup
-LOOKUP_BLOCK = 4096
 _POOL: list[ThreadPoolExecutor] = []
 
 
