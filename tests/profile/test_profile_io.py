@@ -114,3 +114,71 @@ def test_unreadable_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ProfileError, match=r"binary\.json: cannot read the profile"):
         read_profile(path)
+
+
+# ---- atomic writes (issue 15) ----
+
+_KILLED_WRITER = """
+import resource, signal, sys
+from tremula.profile.io import write_profile
+limit = int(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the kernel's default kills
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+graph = {"target": {}, "filler": "x" * (4 * limit)}
+write_profile(sys.argv[1], graph, None)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_report(tmp_path: Path, graph: dict) -> None:
+    """A process killed while writing (SIGXFSZ: the file-size limit is hit halfway through
+    the new graph.json) leaves the previous report whole: the new data went to a temporary
+    file, never over the old one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    write_profile(tmp_path, graph, None)
+    before = (tmp_path / "graph.json").read_bytes()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, str(tmp_path), str(len(before) + 1000)],
+        env=env,
+        capture_output=True,
+    )
+    assert done.returncode == -signal.SIGXFSZ, done.stderr.decode()
+    assert (tmp_path / "graph.json").read_bytes() == before
+    assert read_profile(tmp_path) == (graph, None)
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path: Path, graph: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from tremula.profile import io
+
+    write_profile(tmp_path, graph, None)
+    before = (tmp_path / "graph.json").read_bytes()
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(ProfileError, match=r"graph\.json.*No space left"):
+        io.write_atomic(tmp_path / "graph.json", "{}\n")
+    assert (tmp_path / "graph.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph.json"]
+
+
+def test_atomic_files_get_the_mode_of_an_ordinary_new_file(tmp_path: Path) -> None:
+    import os
+
+    from tremula.profile.io import write_atomic
+
+    (tmp_path / "ordinary").write_text("x")
+    write_atomic(tmp_path / "atomic", "x")
+    mode = os.stat(tmp_path / "ordinary").st_mode & 0o777
+    assert os.stat(tmp_path / "atomic").st_mode & 0o777 == mode
+    write_atomic(tmp_path / "atomic", b"\x00\x01")
+    assert (tmp_path / "atomic").read_bytes() == b"\x00\x01"

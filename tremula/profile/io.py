@@ -4,11 +4,17 @@ A report directory holds ``graph.json`` and ``execution.json`` (each profile unw
 single file holds either ``{"graphProfile": ..., "executionProfile": ...}`` or a bare graph
 profile. Files are written with sorted keys and a two-space indent plus a final newline, so
 that equal profiles are equal bytes and reading then writing a file reproduces it exactly.
+
+Every file is written by :func:`write_atomic` (a temporary file in the same folder, renamed
+over the old one), so a reader, or a process killed mid-write, sees the old file or the new
+one, never a partial one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,10 +72,45 @@ def write_profile(
     texts = [(directory / name, dumps(profile)) for name, profile in files]
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for path, text in texts:
-            path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"cannot write the profile to {directory}: {exc}") from exc
+    for path, text in texts:
+        write_atomic(path, text)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write a file so that it holds its old content or all of ``data``, never a part.
+
+    The data go to a temporary file in the same folder (created with the mode an ordinary
+    new file gets), which is flushed to disk and then renamed over ``path``: a rename within
+    a folder is atomic, so a reader or a process killed mid-write never sees a partial or
+    empty file. The folder must exist. Every profile and report file Tremula writes goes
+    through here.
+
+    Args:
+        path: The file to write (replaced if it exists).
+        data: Text (written as UTF-8) or bytes.
+
+    Raises:
+        ProfileError: If the file cannot be written; ``path`` is then as it was and no
+            temporary file is left behind.
+    """
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ProfileError(f"cannot write {path}: {exc}") from exc
 
 
 def read_profile(path: str | Path) -> tuple[Profile, Profile | None]:
