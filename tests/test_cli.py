@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tremula.cli import main
 
 
@@ -24,3 +26,35 @@ def test_validate_reports_a_broken_profile(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["profile", "validate", str(tmp_path)]) == 1
     assert "numTiles" in capsys.readouterr().out
+
+
+# ---- bad arguments are argument errors, not tracebacks (issue 15) ----
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--tiles", "-1"], "argument --tiles: -1 tiles: expected 1 to 65,536"),
+        (["demo", "--tiles", "0"], "argument --tiles: 0 tiles: expected 1 to 65,536"),
+        (["demo", "--tiles", "1000000000"], "1000000000 tiles: expected 1 to 65,536"),
+        (["demo", "--tiles", "many"], "argument --tiles: 'many' is not a whole number"),
+        (["train", "--epochs", "0"], "argument --epochs: 0 epochs: expected at least 1"),
+        (["train", "--epochs", "-3"], "argument --epochs: -3 epochs: expected at least 1"),
+    ],
+)
+def test_bad_counts_are_refused_by_the_argument_parser(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_an_unwritable_report_folder_is_refused_before_the_demo_runs(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--tiles", "4", "--report", str(blocker / "report")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --report" in err and "cannot write a report there (Not a directory)" in err

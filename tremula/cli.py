@@ -12,6 +12,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
+
+from tremula.target import MAX_TILES_PER_IPU
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _tiles(text: str) -> int:
+    """``--tiles``: 1 to MAX_TILES_PER_IPU."""
+    n = _whole(text)
+    if not 1 <= n <= MAX_TILES_PER_IPU:
+        raise argparse.ArgumentTypeError(
+            f"{n} tiles: expected 1 to {MAX_TILES_PER_IPU:,} (a Mk2 IPU has 1,472)"
+        )
+    return n
+
+
+def _epochs(text: str) -> int:
+    """``--epochs``: at least 1."""
+    n = _whole(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} epochs: expected at least 1")
+    return n
+
+
+def _report_dir(text: str) -> str:
+    """``--report``: a folder that can be created and written (tried now, so that a bad
+    path is an argument error rather than a failure after the program ran)."""
+    try:
+        Path(text).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=text):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: cannot write a report there ({exc.strerror or exc})"
+        ) from None
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,15 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an MLP on the digits with PopXL")
-    train.add_argument("--epochs", type=int, default=8)
+    train.add_argument("--epochs", type=_epochs, default=8, help="passes over the data (>= 1)")
     train.add_argument("--device", default="ipu_model", choices=["ipu_model", "cpu"])
     train.add_argument("--no-summary", action="store_true", help="skip the profile summary")
     train.add_argument(
         "--no-progress", action="store_true", help="no progress bars (shown on a terminal)"
     )
     demo = commands.add_parser("demo", help="run an example program on the Mk2 IPU Model")
-    demo.add_argument("--tiles", type=int, default=1472, help="tiles per IPU (default 1472)")
-    demo.add_argument("--report", metavar="DIR", help="write graph.json / execution.json here")
+    demo.add_argument(
+        "--tiles", type=_tiles, default=1472, help="tiles per IPU (default 1472, at most 65536)"
+    )
+    demo.add_argument(
+        "--report", type=_report_dir, metavar="DIR", help="write graph.json / execution.json here"
+    )
     demo.add_argument("--steps", action="store_true", help="list every execution step")
     commands.add_parser(
         "profile", help="summarise, validate, view or export a profile (tremula profile --help)"

@@ -91,6 +91,14 @@ class UndefinedValue(TremulaError, ValueError):
     IPU of a tensor created outside ``popxl.ipu``. Also a ``ValueError``."""
 
 
+def format_bytes(n: int) -> str:
+    """``n`` bytes for a message: ``16.0 GiB``, ``624.0 KiB``, ``512 B``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 def reworded(err: Exception, message: str) -> Exception:
     """``err`` as an exception of the same type carrying ``message`` (used to add the names
     of the tensors or streams involved) and ``err``'s traceback; ``err`` itself if its type

@@ -22,6 +22,14 @@ from tremula.errors import TargetError
 
 KIB = 1024
 
+#: Upper bounds of the machine's shape. A Mk2 has 1,472 tiles and the largest IPU-PODs 256
+#: IPUs; every compiled program, timeline and profile holds several arrays per tile, so a
+#: larger machine only exhausts the host. The bounds leave room for much bigger
+#: architectures than were built (44 Mk2s' worth of tiles per IPU, 2**20 tiles in all).
+MAX_TILES_PER_IPU = 2**16
+MAX_IPUS = 1024
+MAX_TILES = 2**20
+
 #: Names accepted for ``ipu_version``, with the product each models.
 IPU_VERSIONS = {"ipu1": "Mk1 GC2", "ipu2": "Mk2 GC200", "bow": "Bow IPU", "cpu": "CPU"}
 
@@ -110,8 +118,21 @@ class Target:
             "data_path_width",
         ):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise bad(name, value, "expected a positive integer")
+        for name, most, real in (
+            ("tiles_per_ipu", MAX_TILES_PER_IPU, "a Mk2 IPU has 1,472"),
+            ("num_ipus", MAX_IPUS, "the largest IPU-POD has 256"),
+        ):
+            if getattr(self, name) > most:
+                raise bad(name, getattr(self, name), f"at most {most:,} ({real})")
+        if self.num_tiles > MAX_TILES:
+            raise bad(
+                "num_ipus",
+                self.num_ipus,
+                f"{self.num_ipus} IPUs x {self.tiles_per_ipu:,} tiles = {self.num_tiles:,} "
+                f"tiles; at most {MAX_TILES:,} in all",
+            )
         if self.tile_clock_frequency <= 0:
             raise bad("tile_clock_frequency", self.tile_clock_frequency, "expected > 0 Hz")
         if self.relative_sync_delay_type not in ("AUTO", "NO_DELAY"):

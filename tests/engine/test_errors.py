@@ -199,7 +199,7 @@ TINY = {"memory_bytes_per_tile": 4096, "memory_element_bytes": 1024,
 
 def _huge_variable_graph():
     g, dev = new_graph(tiles=4, **TINY)
-    big = var(g, 2000, tile=1, write="big")  # 8000 bytes on a 4096-byte tile
+    big = var(g, 2000, tile=1, name="big", write="big")  # 8000 bytes on a 4096-byte tile
     small = var(g, 8, tile=None, read="small")
     return g, dev, big, small
 
@@ -212,6 +212,7 @@ def test_a_tile_that_overflows_raises_out_of_memory_naming_it():
     assert "tile 1: " in message and "variable" in message
     assert "tile 0:" not in message and "tile 2:" not in message
     assert "debug.allowOutOfMemory" in message
+    assert "variables: 'big' 8,000 B" in message  # the variable filling the tile, by name
 
 
 def test_allow_out_of_memory_builds_the_engine_anyway():

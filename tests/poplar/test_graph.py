@@ -226,3 +226,45 @@ def test_bad_handles():
         g.add_remote_buffer("rb", poplar.FLOAT, 2, repeats=0)
     with pytest.raises(GraphError, match="belongs to another graph"):
         g.create_host_write("w", new_graph().add_variable(poplar.FLOAT, 1))
+
+
+# ---- sizes (issue 15) ----
+def test_a_variable_larger_than_the_whole_target_is_refused_before_allocation():
+    """Refused from its size: nothing is added, and no per-element table is allocated
+    (a 2**34-element variable would need 200 GB of host tables)."""
+    import tracemalloc
+
+    from tremula.errors import OutOfMemoryError
+
+    g = poplar.Graph(poplar.IPUModel(tiles_per_ipu=4).create_target())
+    w = g.add_variable(poplar.FLOAT, (1000,), "w")
+    before = (len(g.state.variables), g.state.space(poplar.FLOAT).size, g.state.generation)
+    tracemalloc.start()
+    try:
+        with pytest.raises(OutOfMemoryError) as err:
+            g.add_variable(poplar.FLOAT, (2**17, 2**17), "huge")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    message = str(err.value)
+    for part in ("'huge'", "(131072, 131072) float", "64.0 GiB", "all 4 tiles would overflow",
+                 "16.0 GiB each", "'w' 3.9 KiB"):
+        assert part in message, (part, message)
+    assert (len(g.state.variables), g.state.space(poplar.FLOAT).size, g.state.generation) == before
+    assert w.shape == (1000,)
+
+
+def test_a_variable_one_byte_over_the_target_is_refused_and_one_that_fits_is_not():
+    from tremula.errors import OutOfMemoryError
+
+    tg = poplar.IPUModel(tiles_per_ipu=2, memory_bytes_per_tile=4096,
+                         memory_element_bytes=1024, interleaved_memory_element_index=2)
+    g = poplar.Graph(tg.create_target())
+    g.add_variable(poplar.HALF, (4096,), "fits")  # 8192 B: the whole target
+    with pytest.raises(OutOfMemoryError, match=r"add_variable 'over'.*8,196 B"):
+        g.add_variable(poplar.FLOAT, (2049,), "over")
+    with pytest.raises(OutOfMemoryError, match=r"add_constant 'c'"):
+        g.add_constant(poplar.FLOAT, (64, 64), 1.0, "c")
+    cpu = poplar.Graph(poplar.Device.create_cpu_device().target)
+    cpu.add_variable(poplar.FLOAT, (2049,), "any")  # the CPU target has no tile limit

@@ -146,3 +146,26 @@ def test_device():
     d.detach()
     assert not d.attached
     assert "4 tiles" in repr(d)
+
+
+# ---- bounds (issue 15) ----
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"tiles_per_ipu": True}, r"tiles_per_ipu = True: expected a positive integer"),
+        ({"num_ipus": False}, r"num_ipus = False: expected a positive integer"),
+        ({"tiles_per_ipu": 10**9}, r"tiles_per_ipu = 1000000000: at most 65,536"),
+        ({"tiles_per_ipu": target.MAX_TILES_PER_IPU + 1}, r"at most 65,536 \(a Mk2 IPU"),
+        ({"num_ipus": 2048}, r"num_ipus = 2048: at most 1,024"),
+        ({"num_ipus": 64, "tiles_per_ipu": 65536}, r"4,194,304 tiles; at most 1,048,576"),
+    ],
+)
+def test_ipu_model_refuses_a_machine_too_big_or_not_a_count(params, match):
+    with pytest.raises(TargetError, match=match):
+        poplar.IPUModel(**params)
+
+
+def test_the_largest_allowed_machine_is_accepted():
+    t = poplar.IPUModel(tiles_per_ipu=target.MAX_TILES_PER_IPU).create_target()
+    assert t.num_tiles == 65536
+    assert poplar.IPUModel(num_ipus=16, tiles_per_ipu=65536).create_target().num_tiles == 2**20

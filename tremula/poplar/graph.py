@@ -8,13 +8,14 @@ a sub-range whose tile numbers start at 0, as in Poplar. All views share one sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tremula.errors import CodeletError, GraphError, VerifyError
+from tremula.errors import CodeletError, GraphError, OutOfMemoryError, VerifyError, format_bytes
 from tremula.poplar.codelet import Codelet, CodeletRegistry
 from tremula.poplar.handles import (
     ComputeSet,
@@ -243,7 +244,30 @@ class Graph:
         """A new variable; ``mapping="linear"`` maps it with ``map_tensor_linearly``."""
         dtype = as_type(dtype)
         shape = _shape(shape, f"add_variable {name!r}")
+        self._refuse_oversize(dtype, shape, name, "add_variable")
         return self._new_variable(dtype, shape, name, None, mapping)
+
+    def _refuse_oversize(self, dtype: Type, shape: tuple[int, ...], name: str, what: str) -> None:
+        """A variable larger than the whole target's memory cannot fit however it is mapped:
+        refuse it from its size, before its per-element tables are allocated on the host
+        (Poplar would refuse it when compiling; holding it first could exhaust the host)."""
+        need = math.prod(shape) * dtype.size
+        target = self._state.target
+        have = target.total_memory
+        if need <= have or target.is_cpu:
+            return
+        st = self._state
+        sizes = sorted(((v.size * v.dtype.size, v.name) for v in st.variables), reverse=True)
+        others = ", ".join(f"{n!r} {format_bytes(b)}" for b, n in sizes[:3])
+        raise OutOfMemoryError(
+            f"{what} {name!r}: out of memory: {shape} {dtype.name} needs {format_bytes(need)} "
+            f"({need:,} B) but the target holds {format_bytes(have)} in all "
+            f"({target.num_tiles:,} tiles x {format_bytes(target.memory_bytes_per_tile)}): "
+            f"all {target.num_tiles:,} tiles would overflow, with at least "
+            f"{format_bytes(-(-need // target.num_tiles))} each even spread evenly. "
+            + (f"Largest variables so far: {others}. " if others else "")
+            + "Split it, shrink it, keep it in a remote buffer, or use more IPUs."
+        )
 
     def _new_variable(
         self,
@@ -278,6 +302,7 @@ class Graph:
         """A constant of ``shape`` holding ``value`` (broadcast to the shape)."""
         dtype = as_type(dtype)
         shape = _shape(shape, f"add_constant {name!r}")
+        self._refuse_oversize(dtype, shape, name or "constant", "add_constant")
         try:
             data = np.broadcast_to(np.asarray(value, dtype=dtype.numpy), shape)
         except ValueError:

@@ -20,7 +20,9 @@ import numpy as np
 
 from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES
+from tremula.engine.options import parse_options
 from tremula.errors import reworded
+from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -162,6 +164,8 @@ class Session:
                 "target.numberRuntimeReplica": self._L,
             }
         graph = poplar.Graph(self._device.target, replication_factor=self._R)
+        allow_oom = parse_options(dict(engine_options or {})).allow_out_of_memory
+        check_sizes(ir, graph.target, allow_oom)
         total = sum(len(g.ops) for g in ir.graphs) + len(COMPILE_STAGES)
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
             self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
