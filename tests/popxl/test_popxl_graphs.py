@@ -149,7 +149,7 @@ def test_session_errors():
     with pytest.raises(ValueError, match="not attached"):
         session.run({s: np.ones(2, np.float32)})
     with session:
-        with pytest.raises(ValueError, match="missing input streams"):
+        with pytest.raises(ValueError, match=r"input streams given .*missing \[.s.\]"):
             session.run({})
         with pytest.raises(ValueError, match="expected"):
             session.run({s: np.ones(3, np.float32)})

@@ -100,14 +100,14 @@ def test_input_and_output_errors_name_the_stream_and_leave_the_session_usable():
         session.run({x_s: good})
     with session:
         assert session.expected_inputs() == {x_s}
-        with pytest.raises(ValueError, match=r"missing input streams \['xs'\]"):
+        with pytest.raises(ValueError, match=r"missing \['xs'\]"):
             session.run({})
-        with pytest.raises(ValueError, match=r"unexpected input streams \['unused'\]"):
+        with pytest.raises(ValueError, match=r"stream 'unused' is not an input stream this"):
             session.run({x_s: good, other: good})
         for bad in (np.zeros((R, 3)), np.zeros((nht, R, 1, 3)), np.zeros((R, nht, 3 + 1))):
             with pytest.raises(ValueError, match=r"'xs' has shape .*expected \(2, 2, 3\)"):
                 session.run({x_s: bad})
-        with pytest.raises(ValueError, match=r"missing output streams \['ys'\]"):
+        with pytest.raises(ValueError, match=r"output streams given .*missing \['ys'\]"):
             session.run_with_outputs({x_s: good}, {})
         with pytest.raises(ValueError, match=r"'ys' has shape \(2, 3\)"):
             session.run_with_outputs({x_s: good}, {y_s: np.zeros((R, 3), np.float32)})

@@ -29,6 +29,7 @@ from tremula.poplar.device import Device
 from tremula.poplar.graph import Graph
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
+from tremula.poplar.types import exact_cast
 
 #: The stages of compilation a progress bar shows.
 COMPILE_STAGES: tuple[str, ...] = ("verifying", "step plan", "liveness", "memory layout")
@@ -222,7 +223,7 @@ class Engine:
         """Write a tensor through a ``create_host_write`` handle: data of the tensor's
         shape (every replica) or ``[replicas, *shape]``."""
         t = self._handle(self.state.host_writes, name, "write_tensor")
-        arr = np.asarray(data)
+        arr = exact_cast(data, t.dtype, f"write_tensor({name!r})")
         R, n = self.replicas, t.num_elements
         if arr.size == n:
             rows = np.broadcast_to(arr.reshape(1, n), (R, n))
@@ -233,9 +234,7 @@ class Engine:
                 f"write_tensor({name!r}): data of shape {arr.shape} ({arr.size} "
                 f"elements); expected {t.shape} or ({R}, *{t.shape})"
             )
-        Gather.of(t.dtype, t.addresses).write(
-            self.runtime.storage, slice(None), rows.astype(t.dtype.numpy)
-        )
+        Gather.of(t.dtype, t.addresses).write(self.runtime.storage, slice(None), rows)
 
     def read_tensor(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Read a tensor through a ``create_host_read`` handle: the tensor's shape, with a
@@ -243,16 +242,30 @@ class Engine:
         t = self._handle(self.state.host_reads, name, "read_tensor")
         data = Gather.of(t.dtype, t.addresses).read(self.runtime.storage, slice(None))
         shape = t.shape if self.replicas == 1 else (self.replicas, *t.shape)
-        value = data.reshape(shape).copy()
-        if out is not None:
-            if out.size != value.size:
-                raise StreamError(
-                    f"read_tensor({name!r}): output buffer has {out.size} "
-                    f"elements, tensor has {value.size}"
-                )
-            out.reshape(value.shape)[...] = value
-            return out
-        return value
+        if out is None:
+            return data.reshape(shape).copy()
+        what = f"read_tensor({name!r})"
+        if not isinstance(out, np.ndarray):
+            raise StreamError(
+                f"{what}: the output buffer must be a NumPy array, got {type(out).__name__}"
+            )
+        checks = (
+            (
+                out.dtype != t.dtype.numpy,
+                f"the output buffer is {out.dtype}; the tensor is {t.dtype} ({t.dtype.numpy})",
+            ),
+            (not out.flags.writeable, "the output buffer is read-only"),
+            (not out.flags.c_contiguous, "the output buffer must be C-contiguous"),
+            (
+                out.size != data.size,
+                f"output buffer has {out.size} elements, tensor has {data.size}",
+            ),
+        )
+        problem = next((message for bad, message in checks if bad), "")
+        if problem:
+            raise StreamError(f"{what}: {problem}")
+        out.reshape(shape)[...] = data.reshape(shape)
+        return out
 
     def _replica(self, replica: int | None, what: str, name: str) -> int | slice:
         if replica is None:
@@ -281,7 +294,9 @@ class Engine:
         self, name: str, data: Any, repeat_index: int = 0, replica: int | None = None
     ) -> None:
         buf = self._remote(name, repeat_index, "copy_to_remote_buffer")
-        arr = np.asarray(data)
+        arr = exact_cast(
+            data, self.state.remote_buffers[name].dtype, f"copy_to_remote_buffer({name!r})"
+        )
         if arr.size != buf.shape[2]:
             raise StreamError(
                 f"copy_to_remote_buffer({name!r}): {arr.size} elements, rows have {buf.shape[2]}"

@@ -23,9 +23,47 @@ from tremula.engine.plan import Gather
 from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
 from tremula.poplar.handles import DataStream
-from tremula.poplar.types import Type
+from tremula.poplar.types import Type, exact_cast
 
 ALL = slice(None)
+
+
+def host_buffer(stream: DataStream, source: Any) -> np.ndarray:
+    """Check (and for host-to-device data of other types, convert) a stream's host buffer.
+
+    A device-to-host stream fills a NumPy array in place: it must be one, of the stream's
+    type, writable and C-contiguous. Host-to-device data of the stream's type are used as they
+    are; an array of another numeric type is checked now and converted at each transfer
+    (so later changes to it are seen); anything else is converted now. Conversions keep
+    every value or fail (:func:`tremula.poplar.types.exact_cast`).
+
+    Raises:
+        StreamError: Naming the stream and what is wrong with the buffer.
+    """
+    what = f"stream {stream.name!r}"
+    if stream.is_host_to_device:
+        if isinstance(source, np.ndarray) and source.dtype.kind in "biuf":
+            exact_cast(source, stream.dtype, what)
+            return source
+        return exact_cast(source, stream.dtype, what)
+    want = stream.dtype.numpy
+    if not isinstance(source, np.ndarray):
+        raise StreamError(
+            f"{what}: the device fills a NumPy array in place, got {type(source).__name__} "
+            f"(use e.g. np.zeros({stream.num_elements}, np.{want}))"
+        )
+    if source.dtype != want:
+        raise StreamError(
+            f"{what} is {stream.dtype}: the output buffer is {source.dtype}; pass a {want} "
+            f"array (the device writes its values as they are)"
+        )
+    if not source.flags.writeable:
+        raise StreamError(f"{what}: the output buffer is read-only")
+    if not source.flags.c_contiguous:
+        raise StreamError(
+            f"{what}: the host buffer must be C-contiguous so that the device can fill it in place"
+        )
+    return source
 
 
 class StreamConnection:
@@ -45,14 +83,8 @@ class StreamConnection:
             self.buffer = None
             return
         self.callback = None
-        if not isinstance(source, np.ndarray):
-            source = np.asarray(source)
+        source = host_buffer(stream, source)
         shared = replicas == 1 or stream.replication_mode == "broadcast"
-        if not stream.is_host_to_device and not source.flags.c_contiguous:
-            raise StreamError(
-                f"stream {name!r}: the host buffer must be C-contiguous so that "
-                f"the device can fill it in place"
-            )
         if shared:
             if source.size == 0 or source.size % n:
                 raise StreamError(
@@ -82,12 +114,18 @@ class StreamConnection:
     def rebind(self, source: Any) -> bool:
         """Take ``source`` as the buffer, restarting at its first transfer, when it is an
         array of the current buffer's shape, type and contiguity (the checks of a new
-        connection then hold already); False (nothing changed) otherwise."""
+        connection then hold already); False (nothing changed) otherwise.
+
+        Raises:
+            StreamError: ``source`` is an array this stream cannot use (see
+                :func:`host_buffer`).
+        """
         old = self.buffer
+        if old is None or type(source) is not np.ndarray:
+            return False
+        source = host_buffer(self.stream, source)
         if (
-            old is None
-            or type(source) is not np.ndarray
-            or source.shape != self._source_shape
+            source.shape != self._source_shape
             or source.dtype != old.dtype
             or not source.flags.c_contiguous
         ):
@@ -95,6 +133,10 @@ class StreamConnection:
         self.buffer = source.reshape(old.shape)
         self.pos[:] = 0
         return True
+
+    def _exact(self, data: Any) -> np.ndarray:
+        """One transfer's host data as the stream's type (converted only when exact)."""
+        return exact_cast(data, self.stream.dtype, f"stream {self.stream.name!r}")
 
     def _rows(self, rsel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         reps = self._all if rsel is ALL else np.arange(self.replicas)[rsel]
@@ -110,12 +152,18 @@ class StreamConnection:
             out = np.zeros((count, self.stream.num_elements), dtype=dtype.numpy)
             res = self.callback(out[0] if self.replicas == 1 else out)
             if res is not None:
-                out[...] = np.asarray(res).reshape(out.shape)
+                res = self._exact(res)
+                if res.size != out.size:
+                    raise StreamError(
+                        f"stream {self.stream.name!r}: the callback returned {res.size} "
+                        f"values for a transfer of {out.size}"
+                    )
+                out[...] = res.reshape(out.shape)
             return out
         if self.replicas == 1 and self._one(rsel):  # a view of the transfer, no fancy index
-            return self.buffer[0, self._next()][None].astype(dtype.numpy, copy=False)
+            return self._exact(self.buffer[0, self._next()])[None]
         reps, pos = self._rows(rsel)
-        return self.buffer[reps, pos].astype(dtype.numpy, copy=False)
+        return self._exact(self.buffer[reps, pos])
 
     @staticmethod
     def _one(rsel: slice | np.ndarray) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tremula.errors import GraphError
+from tremula.errors import GraphError, StreamError
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,3 +109,81 @@ def as_type(value: Type | str | np.dtype | type) -> Type:
     except (TypeError, KeyError):
         known = ", ".join(t.name for t in ALL_TYPES)
         raise GraphError(f"unknown element type {value!r}; known: {known}") from None
+
+
+def exact_cast(data: object, dtype: Type, what: str) -> np.ndarray:
+    """Host data as an array of ``dtype``, converted only when every value is kept.
+
+    Data already of ``dtype``'s NumPy type are returned as they are (no copy). Otherwise:
+    to an integer or bool type, every value must be a whole number in the type's range (so
+    NaN, infinities, 2.7, -1 for an unsigned type and 1e10 for ``int`` are refused); to a
+    float type, values are rounded to the nearest representable one, and a finite value that
+    would become infinite is refused. QUARTER data must be uint8 codes (convert numbers
+    with ``tremula.poplar.quarter``), or records of one uint8 field (PopXL's float8 host
+    dtypes), which are taken as codes.
+
+    Args:
+        data: An array or anything ``np.asarray`` takes.
+        dtype: The element type wanted.
+        what: What the data are for, to begin the error message (``stream 'x'``), or "".
+
+    Returns:
+        The data as a ``dtype.numpy`` array.
+
+    Raises:
+        StreamError: Naming ``what``, the first value that cannot be kept and why.
+    """
+    arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+    want = dtype.numpy
+    what = f"{what}: " if what else ""
+    if arr.dtype == want:
+        return arr
+    if isinstance(dtype, QuarterType):
+        fields = arr.dtype.fields or {}
+        if len(fields) == 1 and next(iter(fields.values()))[0] == np.uint8:
+            return arr.view(np.uint8)  # codes in a one-field record (PopXL's float8 dtypes)
+        raise StreamError(
+            f"{what}{dtype} data are uint8 codes, got {arr.dtype}; convert numbers with "
+            f"tremula.poplar.quarter"
+        )
+    if arr.dtype.kind not in "biuf":
+        raise StreamError(f"{what}{arr.dtype} data cannot become {dtype}; pass {want} data")
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = arr.astype(want)
+        bad = _lost(arr, out)
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        value = arr.reshape(-1)[i].item()
+        index = tuple(int(k) for k in np.unravel_index(i, arr.shape))
+        where = "" if not index else f" at index {index[0] if len(index) == 1 else index}"
+        raise StreamError(
+            f"{what}{value!r}{where} cannot become {dtype} ({_why(value, want)}); "
+            f"{int(bad.sum())} of {arr.size} value(s) would change. Pass {want} data, or "
+            f"values the type holds exactly"
+        )
+    return out
+
+
+def _lost(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Where converting ``arr`` to ``out`` changed a value (rounding to a float aside)."""
+    if out.dtype.kind == "f":
+        return np.isfinite(arr) & ~np.isfinite(out)
+    bad = out.astype(arr.dtype) != arr  # NaN, fractions and wrapped values do not come back
+    if arr.dtype.kind == "i" and out.dtype.kind == "u":
+        bad |= arr < 0
+    elif arr.dtype.kind == "u" and out.dtype.kind == "i":
+        bad |= out < 0
+    return bad
+
+
+def _why(value: float | int | bool, want: np.dtype) -> str:
+    if want.kind == "f":
+        return f"overflows {want} to infinity"
+    if isinstance(value, float) and not np.isfinite(value):
+        return "not a number" if value != value else "infinite"
+    if isinstance(value, float) and value != int(value):
+        return "not a whole number"
+    if want.kind == "b":
+        return "a bool holds 0 or 1"
+    info = np.iinfo(want)
+    return f"outside [{info.min}, {info.max}]"

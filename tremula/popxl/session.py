@@ -22,6 +22,7 @@ from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES
 from tremula.engine.options import parse_options
 from tremula.errors import reworded
+from tremula.poplar.types import QuarterType, exact_cast
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
@@ -475,41 +476,84 @@ class Session:
             s: np.zeros(self._host_shape(s), dtype=s.dtype.as_numpy()) for s in self._lowerer.d2h
         }
 
-    @staticmethod
-    def _stream_sets(given: set[Any], wanted: set[Any], what: str, kind: str) -> None:
-        if given != wanted:
-            extra = sorted(getattr(s, "tensor_id", repr(s)) for s in given - wanted)
-            missing = sorted(s.tensor_id for s in wanted - given)
-            raise ValueError(
-                f"{what}: unexpected {kind} streams {extra}, missing {kind} streams {missing}"
-            )
+    def _check_streams(
+        self, given: Mapping[Any, Any], wanted: Iterable[Any], what: str, kind: str
+    ) -> None:
+        """``ValueError`` unless ``given`` is keyed by exactly the ``wanted`` streams, saying
+        what each wrong key is (a name, a stream of another Ir, a stream no op uses)."""
+        wanted = set(wanted)
+        if set(given) == wanted:
+            return
+        ours = {id(s) for s in self._ir._streams}
+        by_id = {s.tensor_id: s for s in wanted}
+        notes = []
+        for key in given:
+            if key in wanted:
+                continue
+            if isinstance(key, str):
+                hint = f"the stream {key!r} itself" if key in by_id else "the stream objects"
+                notes.append(f"{key!r} is a name: key by {hint}, not by its name")
+            elif not hasattr(key, "tensor_id"):
+                notes.append(f"{key!r} ({type(key).__name__}) is not a stream")
+            elif id(key) not in ours:
+                notes.append(f"stream {key.tensor_id!r} belongs to another Ir, not this session's")
+            else:
+                notes.append(f"stream {key.tensor_id!r} is not an {kind} stream this program uses")
+        missing = sorted(s.tensor_id for s in wanted - set(given))
+        expected = sorted(by_id)
+        raise ValueError(
+            f"{what}: the {kind} streams given are not the ones the program uses "
+            f"(expected {expected}"
+            + (f"; missing {missing}" if missing else "")
+            + ")"
+            + "".join(f"; {n}" for n in notes)
+        )
 
     def _check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> dict[Any, np.ndarray]:
-        self._stream_sets(set(inputs), set(self._lowerer.h2d), "Session.run", "input")
+        self._check_streams(inputs, self._lowerer.h2d, "Session.run", "input")
         out = {}
         for s, value in inputs.items():
             try:
-                arr = to_numpy(value, None if downcast else s.dtype, downcast)
-                arr = np.ascontiguousarray(arr, dtype=s.dtype.as_numpy())
+                arr = self._input_array(s, value, downcast)
             except (TypeError, ValueError) as err:
-                message = (
-                    f"Session.run: the value for stream {s.tensor_id!r} cannot become a "
-                    f"{s.dtype} array: {err}"
-                )
+                message = f"Session.run: stream {s.tensor_id!r} ({s.dtype.name}): {err}"
                 raise reworded(err, message) from None
             if not self._fits(s, arr.shape):
                 raise self._shape_error("Session.run", s, arr.shape)
             out[s] = arr.reshape(self._host_shape(s))
         return out
 
+    @staticmethod
+    def _input_array(s: Any, value: Any, downcast: bool) -> np.ndarray:
+        """A stream's host value as the engine's array: float8 as uint8 codes; other types
+        converted only when every value is kept (``poplar.exact_cast``: 2.7 or NaN for an
+        integer stream are refused, not truncated; floats are rounded to the stream's)."""
+        device_type = s.dtype.as_poplar()
+        if isinstance(device_type, QuarterType):
+            arr = to_numpy(value, None if downcast else s.dtype, downcast)
+            return np.ascontiguousarray(arr, dtype=s.dtype.as_numpy()).view(np.uint8)
+        return np.ascontiguousarray(exact_cast(to_numpy(value, None, False), device_type, ""))
+
     def _check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> None:
         what = "Session.run_with_outputs"
-        self._stream_sets(set(outputs), set(self._lowerer.d2h), what, "output")
+        self._check_streams(outputs, self._lowerer.d2h, what, "output")
         for s, arr in outputs.items():
             if not isinstance(arr, np.ndarray):
                 raise TypeError(
                     f"{what}: the output for stream {s.tensor_id!r} must be a NumPy array, "
                     f"got {type(arr).__name__}"
+                )
+            codes = (np.dtype(np.uint8),) if s.dtype.as_numpy().names else ()
+            if arr.dtype != s.dtype.as_numpy() and arr.dtype not in codes:
+                raise TypeError(
+                    f"{what}: the output for stream {s.tensor_id!r} is {arr.dtype}; the stream "
+                    f"is {s.dtype.name}: pass an array of that type "
+                    f"(Session.create_host_outputs() makes them)"
+                )
+            if not arr.flags.writeable:
+                raise ValueError(
+                    f"{what}: the output for stream {s.tensor_id!r} is read-only; the run "
+                    f"writes into it"
                 )
             if not self._fits(s, arr.shape):
                 raise self._shape_error(what, s, arr.shape)
@@ -553,15 +597,16 @@ class Session:
                 self._engine.connect_stream(s.tensor_id, self._to_engine(arr, nht, R))
             buffers = {}
             for s in self._lowerer.d2h:
-                start = np.asarray(outputs[s]).astype(s.dtype.as_numpy())
-                buffers[s] = self._to_engine(start.reshape(self._host_shape(s)), nht, R).copy()
+                start = outputs[s].reshape(self._host_shape(s))
+                codes = start.view(np.uint8) if start.dtype.names else start  # float8: codes
+                buffers[s] = self._to_engine(codes, nht, R).copy()
                 self._engine.connect_stream(s.tensor_id, buffers[s])
             self._engine.run(0)
             self._host_stale = True
         for s, buf in buffers.items():
             n = max(1, math.prod(s.shape))
-            arr = buf.reshape(R, nht, n).transpose(1, 0, 2)
-            outputs[s][...] = arr.reshape(outputs[s].shape)
+            arr = buf.reshape(R, nht, n).transpose(1, 0, 2).reshape(outputs[s].shape)
+            outputs[s][...] = arr.view(outputs[s].dtype) if outputs[s].dtype.names else arr
 
     @staticmethod
     def _to_engine(arr: np.ndarray, nht: int, R: int) -> np.ndarray:

@@ -1,0 +1,82 @@
+"""Session inputs and outputs (issue 15): values an integer stream cannot hold are refused
+rather than truncated, outputs must be writable arrays of the stream's type, and inputs keyed
+wrongly (by name, by another Ir's stream) are explained. Each error names the stream and
+leaves the session usable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import popxl
+import popxl.ops as ops
+
+
+def _int_program():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((3,), popxl.int32, "x")
+        y_s = popxl.d2h_stream((3,), popxl.int32, "y")
+        ops.host_store(y_s, ops.host_load(x_s) + 1)
+    return ir, x_s, y_s
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ([2.7, 0, 0], r"stream 'x'.*2.7 at index 0 cannot become int \(not a whole number\)"),
+        ([0, np.nan, 0], r"stream 'x'.*nan at index 1 cannot become int \(not a number\)"),
+        ([0, 0, 1e10], r"stream 'x'.*10000000000.0 at index 2 .*outside"),
+        (np.array([0, 0, 2**40]), r"stream 'x'.*1099511627776 at index 2"),
+    ],
+)
+@pytest.mark.parametrize("downcast", [True, False])
+def test_values_an_integer_stream_cannot_hold_are_refused(value, match, downcast):
+    ir, x_s, y_s = _int_program()
+    with popxl.Session(ir, "ipu_model") as session:
+        with pytest.raises(ValueError, match=match):
+            session.run({x_s: value}, downcast_inputs=downcast)
+        out = session.run({x_s: [1.0, -2.0, 3.0]}, downcast_inputs=downcast)[y_s]  # exact
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [2, -1, 4])
+
+
+@pytest.mark.parametrize(
+    ("output", "error", "match"),
+    [
+        (np.zeros(3, np.float32), TypeError, r"stream 'y' is float32; the stream is int32"),
+        (np.zeros(3, np.int64), TypeError, r"stream 'y' is int64"),
+        ([0, 0, 0], TypeError, r"stream 'y' must be a NumPy array, got list"),
+        ("readonly", ValueError, r"stream 'y' is read-only"),
+    ],
+)
+def test_an_output_the_run_cannot_fill_exactly_is_refused(output, error, match):
+    ir, x_s, y_s = _int_program()
+    if isinstance(output, str):
+        output = np.zeros(3, np.int32)
+        output.flags.writeable = False
+    with popxl.Session(ir, "ipu_model") as session:
+        with pytest.raises(error, match=match):
+            session.run_with_outputs({x_s: np.arange(3, dtype=np.int32)}, {y_s: output})
+        good = np.zeros((4, 2), np.int32)[:3, 0]  # a strided array is filled through its view
+        session.run_with_outputs({x_s: np.arange(3, dtype=np.int32)}, {y_s: good})
+    np.testing.assert_array_equal(good, [1, 2, 3])
+
+
+def test_inputs_keyed_by_name_or_by_another_irs_stream_are_explained():
+    ir = _int_program()[0]
+    other_x = _int_program()[1]
+    with popxl.Session(ir, "ipu_model") as session:
+        with pytest.raises(ValueError) as by_name:
+            session.run({"x": np.arange(3, dtype=np.int32)})
+        with pytest.raises(ValueError) as by_other:
+            session.run({other_x: np.arange(3, dtype=np.int32)})
+        with pytest.raises(ValueError) as not_a_stream:
+            session.run({3: np.arange(3, dtype=np.int32)})
+    assert str(by_name.value) == (
+        "Session.run: the input streams given are not the ones the program uses "
+        "(expected ['x']; missing ['x']); 'x' is a name: key by the stream 'x' itself, not by "
+        "its name"
+    )
+    assert "stream 'x' belongs to another Ir, not this session's" in str(by_other.value)
+    assert "3 (int) is not a stream" in str(not_a_stream.value)
