@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from tremula.errors import ProfileError
 from tremula.profile.chrome import to_chrome_trace
-from tremula.profile.io import read_profile
+from tremula.profile.io import read_profile, write_atomic
 from tremula.profile.summary import summarise
 from tremula.profile.validate import check_execution_profile, check_graph_profile
 
@@ -127,10 +126,7 @@ def _trace(graph: dict, execution: dict | None, path: str, output: str) -> int:
     if execution is None:
         raise ProfileError(f"{path}: no execution profile (execution.json): no steps to trace")
     trace = to_chrome_trace(graph, execution)
-    try:
-        Path(output).write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"cannot write the trace to {output}: {exc}") from exc
+    write_atomic(output, json.dumps(trace, separators=(",", ":")) + "\n")
     events = sum(1 for e in trace["traceEvents"] if e["ph"] != "M")
     print(f"wrote {output} ({events} events); open it in Perfetto UI or chrome://tracing")
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tremula.errors import ProfileError
+from tremula.profile.io import write_atomic
 from tremula.profile.report.data import MAX_STEPS, build_model
 from tremula.profile.report.load import LoadedReport, load_report
 from tremula.profile.report.page import render_page
@@ -62,9 +63,9 @@ def write_html(
     text = render_page(model, other)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"cannot write the report page to {path}: {exc}") from exc
+    write_atomic(path, text)
     warnings = model["warnings"] + [f"compare: {w}" for w in (other or {}).get("warnings", [])]
     return HtmlReport(path, len(text.encode("utf-8")), warnings)
 
