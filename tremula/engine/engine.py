@@ -7,9 +7,11 @@ replays it.
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
@@ -51,6 +53,21 @@ def _stages(progress: Any) -> Callable[[str | None], None]:
     return stage
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def locked(method: _F) -> _F:
+    """Make ``method`` run holding its object's ``lock`` (:attr:`Engine.lock`; a PopXL
+    ``Session`` uses its engine's)."""
+
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
 class Engine:
     """Poplar's ``Engine(graph, programs, options)``.
 
@@ -67,6 +84,11 @@ class Engine:
         progress: A progress bar (``tremula.progress.bar``) to advance by one per stage of
             compilation (:data:`COMPILE_STAGES`), or None.
 
+    Threads: every method that loads, runs, connects or moves data holds :attr:`lock` (a
+    re-entrant lock, one per engine), so calls from several threads never interleave. A
+    sequence of calls that must not be split (``connect_stream`` then ``run``) holds it
+    too: ``with engine.lock: ...``. Host callbacks run with the lock held.
+
     Raises:
         VerifyError: the graph is ill-formed.
         OutOfMemoryError: a tile does not fit (unless ``debug.allowOutOfMemory``).
@@ -80,6 +102,7 @@ class Engine:
         *,
         progress: Any = None,
     ) -> None:
+        self.lock = threading.RLock()
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a poplar.Graph, got {type(graph).__name__}")
         progs = [programs] if isinstance(programs, Program) else list(programs)
@@ -118,6 +141,7 @@ class Engine:
         self._generation = self.state.generation
 
     # ---- loading ----
+    @locked
     def load(self, device: Device) -> None:
         """Load the compiled programs on ``device`` and initialise constants and initial
         values; variables start at zero."""
@@ -162,6 +186,7 @@ class Engine:
         return self._runtime
 
     # ---- running ----
+    @locked
     def run(self, index: int = 0, name: str = "") -> None:
         """Run program ``index``."""
         rt = self.runtime
@@ -175,6 +200,7 @@ class Engine:
             self.write_report(self.options.report_directory)
 
     # ---- host data ----
+    @locked
     def connect_stream(self, name: str, buffer_or_callback: Any) -> None:
         """Connect a stream to a host buffer (consumed or filled one transfer at a time,
         circularly) or to a callback called with one transfer's array."""
@@ -189,6 +215,7 @@ class Engine:
             return  # the same stream again with a buffer of the same layout
         streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
 
+    @locked
     def connect_host_function(
         self, name: str, fn: Callable[..., Any], all_replicas: bool = False
     ) -> None:
@@ -219,6 +246,7 @@ class Engine:
             raise StreamError(f"{what}: no handle named {name!r}; handles: {sorted(table)}")
         return t
 
+    @locked
     def write_tensor(self, name: str, data: Any) -> None:
         """Write a tensor through a ``create_host_write`` handle: data of the tensor's
         shape (every replica) or ``[replicas, *shape]``."""
@@ -236,6 +264,7 @@ class Engine:
             )
         Gather.of(t.dtype, t.addresses).write(self.runtime.storage, slice(None), rows)
 
+    @locked
     def read_tensor(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Read a tensor through a ``create_host_read`` handle: the tensor's shape, with a
         leading replica axis when the graph is replicated."""
@@ -290,6 +319,7 @@ class Engine:
             )
         return buf
 
+    @locked
     def copy_to_remote_buffer(
         self, name: str, data: Any, repeat_index: int = 0, replica: int | None = None
     ) -> None:
@@ -303,12 +333,14 @@ class Engine:
             )
         buf[self._replica(replica, "copy_to_remote_buffer", name), repeat_index] = arr.reshape(-1)
 
+    @locked
     def copy_from_remote_buffer(
         self, name: str, repeat_index: int = 0, replica: int = 0
     ) -> np.ndarray:
         buf = self._remote(name, repeat_index, "copy_from_remote_buffer")
         return buf[self._replica(replica, "copy_from_remote_buffer", name), repeat_index].copy()
 
+    @locked
     def write_remote_buffer(self, name: str, data: Any, replica: int | None = None) -> None:
         """Write every repeat of remote buffer ``name`` at once: ``data`` is
         ``[repeats, elements]`` (any shape of that size), for one replica or, with
@@ -324,6 +356,7 @@ class Engine:
         rows = self._replica(replica, "write_remote_buffer", name)
         buf[rows] = arr.reshape(buf.shape[1:])
 
+    @locked
     def read_remote_buffer(self, name: str, replica: int = 0) -> np.ndarray:
         """Every repeat of remote buffer ``name`` of one replica, ``[repeats, elements]``
         (a copy)."""
@@ -331,6 +364,7 @@ class Engine:
         return buf[self._replica(replica, "read_remote_buffer", name)].copy()
 
     # ---- profiles ----
+    @locked
     def get_graph_profile(self) -> dict[str, Any]:
         """The graph profile; an instance of a PopRun job adds its ``instances`` section
         (its replicas, the copies to and from other instances with bytes and cycles)."""
@@ -341,6 +375,7 @@ class Engine:
             self._graph_profile = profile
         return self._graph_profile
 
+    @locked
     def get_execution_profile(self) -> dict[str, Any]:
         rt = self.runtime
         return execution_profile(self.step_plan, rt.tl, self.mode, rt.cs_cycles)
@@ -351,11 +386,13 @@ class Engine:
             "executionProfile": self.get_execution_profile(),
         }
 
+    @locked
     def reset_execution_profile(self) -> None:
         rt = self.runtime
         rt.tl.reset()
         rt.cs_cycles[...] = 0
 
+    @locked
     def write_report(self, directory: str) -> None:
         """Write ``graph.json`` and ``execution.json`` (as autoReport does), and
         ``report.html`` when ``autoReport.outputHtml`` is set."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tremula import poplar
-from tremula.engine.engine import COMPILE_STAGES
+from tremula.engine.engine import COMPILE_STAGES, locked
 from tremula.engine.options import parse_options
 from tremula.errors import reworded
 from tremula.poplar.types import QuarterType, exact_cast
@@ -199,7 +199,15 @@ class Session:
     def engine(self) -> poplar.Engine:
         return self._engine
 
+    @property
+    def lock(self) -> Any:
+        """The engine's re-entrant lock: every method that attaches, runs or moves data
+        holds it, so one session can be used from several threads (their calls run one at
+        a time); two sessions have two locks and run side by side."""
+        return self._engine.lock
+
     # ---- attach / detach ----
+    @locked
     def __enter__(self) -> Session:
         if self._depth == 0 and not self._attached:
             self._attach()
@@ -207,6 +215,7 @@ class Session:
         self._depth += 1
         return self
 
+    @locked
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
         self._depth -= 1
         if self._depth == 0:
@@ -265,6 +274,7 @@ class Session:
         rb = self._lowerer.remote.get(buffer)
         return None if rb is None else (rb.name, entry)
 
+    @locked
     def weights_from_host(self) -> None:
         """Write every variable's host copy to the device (remote variables to their
         remote-buffer entries, replica-sharded ones to their shards)."""
@@ -294,6 +304,7 @@ class Session:
         in replica order, in a PopRun job)."""
         return self._engine.runtime_replicas.gather_rows(rows)
 
+    @locked
     def weights_to_host(self) -> None:
         """Read every variable from the device into its host copy (a replica-sharded
         variable from its shards, which are also stored back to its remote buffer)."""
@@ -351,6 +362,7 @@ class Session:
         """
         return self.get_tensors_data([t])[t]
 
+    @locked
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """The values of variables and constants: ``shape_on_host`` for ``"one_per_group"``
         variables (the first replica of each group), ``(R, *shape)`` for ``"all_replicas"``
@@ -391,6 +403,7 @@ class Session:
         """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`."""
         self.write_variables_data({var: data})
 
+    @locked
     def write_variables_data(self, values: Mapping[Variable, Any]) -> None:
         """Set variables' values. Each value must have the variable's ``shape_on_host`` and
         exactly its dtype (Python numbers and lists are converted). The host copies are
@@ -558,6 +571,7 @@ class Session:
             if not self._fits(s, arr.shape):
                 raise self._shape_error(what, s, arr.shape)
 
+    @locked
     def run(
         self, inputs: Mapping[Any, Any] | None = None, downcast_inputs: bool = True
     ) -> dict[DeviceToHostStream, np.ndarray]:
@@ -568,6 +582,7 @@ class Session:
         self.run_with_outputs(inputs, outputs, downcast_inputs)
         return outputs
 
+    @locked
     def run_with_outputs(
         self,
         inputs: Mapping[Any, Any] | None,
