@@ -58,3 +58,18 @@ def test_an_unwritable_report_folder_is_refused_before_the_demo_runs(tmp_path, c
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --report" in err and "cannot write a report there (Not a directory)" in err
+
+
+def test_summary_refuses_a_graph_and_an_execution_profile_of_different_programs(
+    tmp_path, capsys
+) -> None:
+    import shutil
+
+    for tiles in (4, 8):
+        assert main(["demo", "--tiles", str(tiles), "--report", str(tmp_path / str(tiles))]) == 0
+    shutil.copy(tmp_path / "8" / "execution.json", tmp_path / "4" / "execution.json")
+    capsys.readouterr()
+    for command in ("summary", "validate"):
+        assert main(["profile", command, str(tmp_path / "4")]) == 1
+        err = capsys.readouterr().err
+        assert "not of the program the graph profile describes" in err and "graphId" in err

@@ -128,4 +128,5 @@ def main(tiles_per_ipu: int = 1472, report: str | None = None, steps: bool = Fal
         print(f"Profile written to {report}/graph.json and {report}/execution.json")
     print()
     result.engine.print_profile_summary(options={"showExecutionSteps": str(steps).lower()})
+    result.engine.close()  # autoReport writes execution.json now
     return 0 if ok else 1

@@ -83,7 +83,8 @@ def test_cpu_target_profiles_validate():
     x = var(g, 3, write="x")
     e = make_engine(g, increment(g, x), device=dev)
     e.run()
-    assert e.get_execution_profile() == {"profilerMode": "CPU"}
+    graph_id = e.get_graph_profile()["graphId"]
+    assert e.get_execution_profile() == {"profilerMode": "CPU", "graphId": graph_id}
     validate(e.get_graph_profile(), e.get_execution_profile())
 
 
@@ -116,10 +117,14 @@ def test_identical_engines_give_identical_profiles():
 
 # ---- autoReport ----
 def _check_report(directory, e):
+    """graph.json is written when compiled, execution.json once, when the engine closes."""
+    assert sorted(p.name for p in directory.iterdir()) == ["graph.json"]
+    want = json.loads(json.dumps(e.get_profile()))
+    e.close()
     assert sorted(p.name for p in directory.iterdir()) == ["execution.json", "graph.json"]
     graph, execution = read_profile(directory)
-    assert graph == json.loads(json.dumps(e.get_graph_profile()))
-    assert execution == json.loads(json.dumps(e.get_execution_profile()))
+    assert graph == want["graphProfile"]
+    assert execution == want["executionProfile"]
     validate(graph, execution)
 
 
@@ -148,8 +153,10 @@ def test_auto_report_of_the_graph_profile_only(tmp_path):
 def test_auto_report_of_the_execution_profile_only(tmp_path):
     e = kitchen_sink({"autoReport.outputExecutionProfile": "true",
                       "autoReport.directory": str(tmp_path)})
-    assert json.loads((tmp_path / "execution.json").read_text()) == \
-        json.loads(json.dumps(e.get_execution_profile()))
+    want = json.loads(json.dumps(e.get_execution_profile()))
+    with e:
+        pass
+    assert json.loads((tmp_path / "execution.json").read_text()) == want
     graph_file = tmp_path / "graph.json"
     assert not graph_file.exists() or json.loads(graph_file.read_text()) is not None
 
@@ -193,7 +200,8 @@ def test_vertices_mode_lists_every_vertex():
 
 def test_none_mode_records_nothing():
     e = _two_compute_sets("none")
-    assert e.get_execution_profile() == {"profilerMode": "NONE"}
+    assert e.get_execution_profile() == {
+        "profilerMode": "NONE", "graphId": e.get_graph_profile()["graphId"]}
 
 
 def test_reset_execution_profile_empties_the_steps():
@@ -365,3 +373,100 @@ def test_variables_crossing_programs_or_read_first_are_always_live(layout, alway
             - np.array(_liveness_case("one program")["byCategory"]["controlCode"]["total"]))
     np.testing.assert_array_equal(grow - code, [0, 32 if always else 0, 0, 0])
     assert mem["liveness"]["notAlwaysLive"]["maxBytesByTile"][1] == (0 if always else 32)
+
+
+# ---- autoReport in a loop, the run count, bounded profiles (issue 15) ----
+def _counter(options=None):
+    """x += 1 on every run; x readable through handle "x"."""
+    g, dev = new_graph()
+    x = var(g, 4, tile=None, dtype=poplar.INT, read="x")
+    return make_engine(g, increment(g, x), options, dev)
+
+
+def test_auto_report_writes_each_file_once_however_many_runs(tmp_path, monkeypatch):
+    from tremula.profile import io as profile_io
+
+    writes = []
+    real = profile_io.write_atomic
+    monkeypatch.setattr(profile_io, "write_atomic",
+                        lambda path, data: (writes.append(path.name), real(path, data)))
+    e = _counter({"autoReport.all": "true", "autoReport.directory": str(tmp_path)})
+    for _ in range(50):
+        e.run()
+    assert writes == ["graph.json"]  # when compiled; nothing per run
+    e.close()
+    assert writes == ["graph.json", "execution.json"]
+    e.close()  # nothing new to write
+    assert writes == ["graph.json", "execution.json"]
+    graph, execution = read_profile(tmp_path)
+    validate(graph, execution)
+    assert len(execution["programTrace"]) == 2 * len(_counter().get_graph_profile()["programs"])
+
+
+def test_the_execution_profile_captures_the_run_count_of_each_program():
+    one = _counter()
+    one.run()
+    steps_of_one_run = len(one.get_execution_profile()["simulation"]["steps"])
+    cycles_of_one_run = one.get_execution_profile()["simulation"]["cycles"]
+    for count, runs in ((None, 2), ("5", 5), ("0", 0)):
+        options = None if count is None else {"autoReport.executionProfileProgramRunCount": count}
+        e = _counter(options)
+        for _ in range(7):
+            e.run()
+        np.testing.assert_array_equal(e.read_tensor("x"), [7] * 4)  # every run computed
+        sim = e.get_execution_profile()["simulation"]
+        assert len(sim["steps"]) == runs * steps_of_one_run
+        assert sim["cycles"] == runs * cycles_of_one_run
+    e.reset_execution_profile()  # the next runs are captured again
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("x"), [8] * 4)
+
+
+def test_the_in_memory_profile_stays_bounded_over_many_runs():
+    e = _counter()
+    for _ in range(2):
+        e.run()
+    two = json.dumps(e.get_execution_profile(), sort_keys=True)
+    for _ in range(500):
+        e.run()
+    assert json.dumps(e.get_execution_profile(), sort_keys=True) == two
+    np.testing.assert_array_equal(e.read_tensor("x"), [502] * 4)
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_a_bad_run_count_names_the_option(value):
+    from tremula.errors import EngineError
+
+    with pytest.raises(EngineError, match=r"executionProfileProgramRunCount.*non-negative integer"):
+        _counter({"autoReport.executionProfileProgramRunCount": value})
+
+
+def test_an_engine_that_is_collected_or_outlives_the_program_writes_its_report(tmp_path):
+    import gc
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    g, dev = new_graph()
+    var(g, 4, tile=None, read="x")
+    e = poplar.Engine(g, poplar.Sequence(), {"autoReport.all": "true",
+                                              "autoReport.directory": str(tmp_path / "gc")})
+    e.load(dev)
+    e.run()
+    del e
+    gc.collect()
+    validate(*read_profile(tmp_path / "gc"))
+    script = (
+        "import numpy as np\n"
+        "from tremula import demo\n"
+        f"r = demo.build_and_run(4, options={{'autoReport.all': 'true', "
+        f"'autoReport.directory': {str(tmp_path / 'exit')!r}}})\n"
+        "raise SystemExit(0)  # the engine is still referenced\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": ""}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    graph, execution = read_profile(tmp_path / "exit")
+    validate(graph, execution)
+    assert execution["simulation"]["steps"]

@@ -23,6 +23,7 @@ def test_engine_writes_the_page_next_to_the_json(tmp_path: Path) -> None:
         "autoReport.outputHtml": "true",
     }
     result = demo.build_and_run(16, options=options)
+    result.engine.close()  # autoReport writes the execution profile and page at the end
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["execution.json", "graph.json", "report.html"]
     page = decode_data((tmp_path / "report.html").read_text())["report"]

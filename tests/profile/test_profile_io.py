@@ -182,3 +182,42 @@ def test_atomic_files_get_the_mode_of_an_ordinary_new_file(tmp_path: Path) -> No
     assert os.stat(tmp_path / "atomic").st_mode & 0o777 == mode
     write_atomic(tmp_path / "atomic", b"\x00\x01")
     assert (tmp_path / "atomic").read_bytes() == b"\x00\x01"
+
+
+# ---- a graph.json / execution.json pair from one program (issue 15) ----
+def test_a_pair_from_two_programs_is_refused(tmp_path: Path, graph: dict, execution: dict) -> None:
+    from tremula.profile.io import graph_id
+
+    graph = dict(graph, graphId=graph_id(graph))
+    write_profile(tmp_path, graph, dict(execution, graphId=graph["graphId"]))
+    assert read_profile(tmp_path)[0]["graphId"] == graph_id(graph)  # the id ignores itself
+    other = dict(execution, graphId="0123456789abcdef")
+    for bad in (other, {k: v for k, v in execution.items() if k != "graphId"}):
+        write_profile(tmp_path, None, bad)
+        with pytest.raises(ProfileError, match=r"not of the program the graph profile describes"):
+            read_profile(tmp_path)
+    combined = tmp_path / "both.json"
+    combined.write_text(json.dumps({"graphProfile": graph, "executionProfile": other}))
+    with pytest.raises(ProfileError, match=r"both\.json.*graphId '0123456789abcdef'"):
+        read_profile(combined)
+
+
+def test_graph_ids_tell_programs_apart(graph: dict) -> None:
+    from tremula.profile.io import graph_id
+
+    changed = json.loads(json.dumps(graph))
+    changed["graph"]["numVertices"] += 1
+    assert graph_id(graph) == graph_id(json.loads(json.dumps(graph)))
+    assert graph_id(changed) != graph_id(graph)
+    assert len(graph_id(graph)) == 16
+
+
+def test_the_validator_reports_a_pair_of_two_programs(graph: dict, execution: dict) -> None:
+    from tremula.profile import check_execution_profile
+
+    assert check_execution_profile(execution, graph) == []
+    problems = check_execution_profile(dict(execution, graphId="b"), dict(graph, graphId="a"))
+    assert problems == [
+        "executionProfile.graphId: 'b' != graphProfile.graphId 'a': the profiles are of "
+        "different programs"
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO, TypeVar
 
@@ -21,8 +22,9 @@ from tremula.engine.liveness import Linearizer, intervals
 from tremula.engine.memory import MemoryModel, check_fits
 from tremula.engine.options import parse_options
 from tremula.engine.plan import Gather
+from tremula.engine.profiles import Profiles
 from tremula.engine.replay import TimelineReplay
-from tremula.engine.report import execution_profile, graph_profile, instances
+from tremula.engine.report import instances
 from tremula.engine.run import Runtime, StreamConnection
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError, StreamError
@@ -66,6 +68,14 @@ def locked(method: _F) -> _F:
             return method(self, *args, **kwargs)
 
     return locked  # type: ignore[return-value]
+
+
+def _flush_at_end(profiles: Profiles) -> None:
+    """The engine's finalizer: autoReport's last write, reported (not raised) on failure."""
+    try:
+        profiles.flush()
+    except Exception as exc:  # at exit or collection there is no caller to raise to
+        print(f"Tremula: autoReport could not write the execution profile: {exc}", file=sys.stderr)
 
 
 class Engine:
@@ -136,9 +146,16 @@ class Engine:
         if not self.options.allow_out_of_memory:
             check_fits(self.memory, self.target)
         self.mode = "CPU" if self.target.is_cpu else self.options.profiler_mode
-        self._graph_profile: dict[str, Any] | None = None
         self._runtime: Runtime | None = None
         self._generation = self.state.generation
+        rr = self.runtime_replicas
+        sections = (lambda: {"instances": instances(sp, rr)}) if rr.distributed else None
+        self._profiles = Profiles(
+            sp, self.memory, self._tree, self.mode, self.options, len(progs), sections
+        )
+        if self.options.auto_report:
+            self._profiles.write_compiled()
+            weakref.finalize(self, _flush_at_end, self._profiles)
 
     # ---- loading ----
     @locked
@@ -175,6 +192,7 @@ class Engine:
             Gather.of(t.dtype, t.addresses).write(rt.storage, slice(None), data.reshape(1, -1))
         self._runtime = rt
         self._replay = TimelineReplay(self.roots)
+        self._profiles.loaded(rt)
 
     @property
     def runtime(self) -> Runtime:
@@ -195,9 +213,28 @@ class Engine:
                 f"run: program index {index} out of range; the engine has "
                 f"{len(self.roots)} program(s)"
             )
-        self._replay.run(rt, index, self.roots[index])
-        if self.options.auto_report:
-            self.write_report(self.options.report_directory)
+        with self._profiles.run(rt, index):
+            self._replay.run(rt, index, self.roots[index])
+
+    @locked
+    def flush_report(self) -> None:
+        """Write autoReport's ``execution.json`` now if programs ran since it was last
+        written (a PopXL ``Session`` does this when it detaches)."""
+        self._profiles.flush()
+
+    @locked
+    def close(self) -> None:
+        """Write autoReport's pending ``execution.json`` and unload the engine (``load``
+        makes it usable again). Also done when the engine is collected, when the
+        interpreter exits, and on leaving ``with engine:``."""
+        self._profiles.flush()
+        self._runtime = self._profiles.runtime = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ---- host data ----
     @locked
@@ -368,17 +405,13 @@ class Engine:
     def get_graph_profile(self) -> dict[str, Any]:
         """The graph profile; an instance of a PopRun job adds its ``instances`` section
         (its replicas, the copies to and from other instances with bytes and cycles)."""
-        if self._graph_profile is None:
-            profile = graph_profile(self.step_plan, self.memory, self._tree)
-            if self.runtime_replicas.distributed:
-                profile["instances"] = instances(self.step_plan, self.runtime_replicas)
-            self._graph_profile = profile
-        return self._graph_profile
+        return self._profiles.graph()
 
     @locked
     def get_execution_profile(self) -> dict[str, Any]:
-        rt = self.runtime
-        return execution_profile(self.step_plan, rt.tl, self.mode, rt.cs_cycles)
+        """The execution profile: the first ``autoReport.executionProfileProgramRunCount``
+        runs (default 2) of each program since load or reset."""
+        return self._profiles.execution(self.runtime)
 
     def get_profile(self) -> dict[str, Any]:
         return {
@@ -391,23 +424,19 @@ class Engine:
         rt = self.runtime
         rt.tl.reset()
         rt.cs_cycles[...] = 0
+        self._profiles.reset()
 
     @locked
     def write_report(self, directory: str) -> None:
-        """Write ``graph.json`` and ``execution.json`` (as autoReport does), and
-        ``report.html`` when ``autoReport.outputHtml`` is set."""
+        """Write ``graph.json`` and ``execution.json`` into ``directory`` now (those autoReport
+        writes, when it is set), and ``report.html`` when ``autoReport.outputHtml`` is set.
+        Each file is replaced atomically."""
         o = self.options
-        graph = self.get_graph_profile() if (o.report_graph or not o.auto_report) else None
-        execution = (
-            self.get_execution_profile()
-            if (o.report_execution or not o.auto_report) and self._runtime
-            else None
+        self._profiles.write(
+            directory,
+            graph=o.report_graph or not o.auto_report,
+            execution=o.report_execution or not o.auto_report,
         )
-        profile_format.write_profile(directory, graph, execution)
-        if o.report_html:
-            from tremula.profile.report import write_profiles_html
-
-            write_profiles_html(directory, self.get_graph_profile(), execution)
 
     def profile_summary(self, show_execution_steps: bool = False) -> str:
         execution = self.get_execution_profile() if self._runtime is not None else None

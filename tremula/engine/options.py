@@ -31,7 +31,6 @@ IGNORED = {
     "profiler.useUnstableFormat",
     "profiler.includeCycleEstimates",
     "target.saveArchive",
-    "autoReport.executionProfileProgramRunCount",
     "autoReport.outputArchive",
     "autoReport.outputDebugInfo",
     "opt.enableSwSyncs",
@@ -45,11 +44,17 @@ KNOWN = {
     "autoReport.outputGraphProfile",
     "autoReport.outputExecutionProfile",
     "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
+    "autoReport.executionProfileProgramRunCount",
     "debug.allowOutOfMemory",
     "debug.executionProfile",
     "target.firstRuntimeReplica",
     "target.numberRuntimeReplica",
 } | IGNORED
+
+
+#: Poplar's default of ``autoReport.executionProfileProgramRunCount``: the runs of each
+#: program the execution profile captures.
+RUN_COUNT = 2
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -73,6 +78,7 @@ class EngineOptions:
     #: ``count`` (None: all); the others run in the other instances of a PopRun job
     first_runtime_replica: int = 0
     number_runtime_replica: int | None = None
+    run_count: int = RUN_COUNT
 
     @property
     def auto_report(self) -> bool:
@@ -118,6 +124,7 @@ def parse_options(
         _flag(merged.get("autoReport.outputHtml", "false"), "autoReport.outputHtml"),
         _count(merged, "target.firstRuntimeReplica", 0),
         _count(merged, "target.numberRuntimeReplica", None),
+        _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
     )
 
 

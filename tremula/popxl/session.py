@@ -222,6 +222,7 @@ class Session:
             if exc_type is None and self._weights_to_host_on_exit:
                 self.weights_to_host()
             self._attached = False
+            self._engine.flush_report()  # autoReport's execution.json, once per attach
 
     def _attach(self) -> None:
         if not self._loaded:

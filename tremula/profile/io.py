@@ -7,11 +7,14 @@ that equal profiles are equal bytes and reading then writing a file reproduces i
 
 Every file is written by :func:`write_atomic` (a temporary file in the same folder, renamed
 over the old one), so a reader, or a process killed mid-write, sees the old file or the new
-one, never a partial one.
+one, never a partial one. A graph profile carries ``graphId`` (a hash of the rest of it) and the
+execution profiles of the same program carry the same value, so :func:`read_profile` refuses
+a pair from two different programs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import ProfileError
+from tremula.profile.schema import GRAPH_ID
 
 GRAPH_FILE = "graph.json"
 EXECUTION_FILE = "execution.json"
@@ -48,6 +52,33 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic | np.ndarray):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def graph_id(graph: Mapping[str, Any]) -> str:
+    """The ``graphId`` of a graph profile: 16 hex digits of the SHA-256 of its JSON (its own
+    ``graphId`` left out), so equal programs have equal ids and different ones differ."""
+    rest = {k: v for k, v in graph.items() if k != GRAPH_ID}
+    return hashlib.sha256(dumps(rest).encode("utf-8")).hexdigest()[:16]
+
+
+def check_pair(graph: Mapping[str, Any], execution: Mapping[str, Any] | None, where: str) -> None:
+    """Refuse an execution profile that was not recorded for ``graph``.
+
+    Both must carry the same ``graphId``; profiles without one (older files, other tools)
+    pass only if neither has it.
+
+    Raises:
+        ProfileError: Naming ``where`` and both ids.
+    """
+    if execution is None:
+        return
+    ids = (graph.get(GRAPH_ID), execution.get(GRAPH_ID))
+    if ids[0] != ids[1]:
+        raise ProfileError(
+            f"{where}: the execution profile (graphId {ids[1]!r}) is not of the program the "
+            f"graph profile describes (graphId {ids[0]!r}): the files come from different "
+            f"programs or runs; write them again together"
+        )
 
 
 def write_profile(
@@ -128,12 +159,13 @@ def read_profile(path: str | Path) -> tuple[Profile, Profile | None]:
 
     Raises:
         ProfileError: If the path, or a file it needs, is missing, unreadable, not JSON, or
-            not shaped like a profile. The message names the path.
+            not shaped like a profile, or if the execution profile is not of the graph
+            profile's program (:func:`check_pair`). The message names the path.
     """
     path = Path(path)
-    if path.is_dir():
-        return _read_directory(path)
-    return _split(_load(path), path)
+    graph, execution = _read_directory(path) if path.is_dir() else _split(_load(path), path)
+    check_pair(graph, execution, str(path))
+    return graph, execution
 
 
 def _read_directory(directory: Path) -> tuple[Profile, Profile | None]:

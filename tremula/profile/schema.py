@@ -242,6 +242,11 @@ STEP_PROGRAM_LINKS: dict[str, tuple[str, str]] = {
 
 # -- Tremula extensions (FORMAT.md) ---------------------------------------------------------
 
+#: Top-level key of both profiles: a hash of the graph profile, equal in the execution
+#: profiles of the same compiled program (so a mismatched graph.json / execution.json pair is
+#: refused).
+GRAPH_ID = "graphId"
+
 #: Keys of ``memory.liveness.programSteps``: each linearised step's program and the
 #: not-always-live bytes over all tiles at that step.
 PROGRAM_STEPS_KEYS: tuple[str, ...] = ("program", "notAlwaysLiveBytes")

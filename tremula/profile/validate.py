@@ -19,6 +19,7 @@ from tremula.profile._checker import Checker
 from tremula.profile._dims import Dims, dims_of
 from tremula.profile._execution_checks import check_execution
 from tremula.profile._graph_checks import check_graph
+from tremula.profile.schema import GRAPH_ID
 
 #: How many problems :func:`validate` lists in its error message.
 MAX_LISTED_PROBLEMS = 20
@@ -44,7 +45,8 @@ def check_execution_profile(
     """List the problems of an execution profile, using its graph profile if given.
 
     Without ``graph`` only self-contained checks are made; with it, program, compute-set and
-    exchange indices, per-tile lengths and ``activeTiles <= numTiles`` are checked as well.
+    exchange indices, per-tile lengths and ``activeTiles <= numTiles`` are checked as well,
+    and the two must carry the same ``graphId`` (or neither).
     The graph profile itself is not checked here (see :func:`check_graph_profile`).
 
     Args:
@@ -56,6 +58,12 @@ def check_execution_profile(
     """
     checker = Checker()
     check_execution(checker, e, dims_of(graph) if graph is not None else Dims())
+    if graph is not None and graph.get(GRAPH_ID) != e.get(GRAPH_ID):
+        checker.add(
+            f"executionProfile.{GRAPH_ID}",
+            f"{e.get(GRAPH_ID)!r} != graphProfile.{GRAPH_ID} {graph.get(GRAPH_ID)!r}: the "
+            f"profiles are of different programs",
+        )
     return checker.problems
 
 

@@ -1,0 +1,142 @@
+"""An engine's profiles: what it records, how much, and when autoReport writes them.
+
+As Poplar does: the execution profile captures the first
+``autoReport.executionProfileProgramRunCount`` runs of each program (default 2); later runs
+compute their results without touching the timeline, so a long training loop keeps a
+bounded profile in memory and runs faster. autoReport writes ``graph.json`` once, when the
+engine is compiled, and ``execution.json`` once, at the end: on ``Engine.close()``, when the
+engine is collected, or when the interpreter exits, whichever comes first after the last run
+(not after every run, which made a loop's cost grow with its profile). Both files carry the
+graph profile's ``graphId``, so a reader can tell a mismatched pair.
+
+This object holds everything those writes need and no reference to the engine, so that the
+engine's finalizer (``weakref.finalize``) can write after the engine itself is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tremula import profile as profile_format
+from tremula.engine.compiler import StepPlan
+from tremula.engine.memory import MemoryReport
+from tremula.engine.options import EngineOptions
+from tremula.engine.report import execution_profile, graph_profile
+from tremula.engine.run import Runtime
+from tremula.engine.timeline import NullTimeline
+from tremula.profile.io import graph_id
+from tremula.profile.schema import GRAPH_ID
+
+
+class Profiles:
+    """The profiles of one engine and its autoReport.
+
+    Args:
+        step_plan: The compiled programs.
+        memory: The memory report.
+        tree: The linearised program tree (liveness by program).
+        mode: The profiler mode (``IPU_MODEL``, ``CPU``, ``NONE`` ...).
+        options: The engine options (autoReport's files, folder and run count).
+        programs: How many control programs the engine has.
+        sections: Extra top-level sections of the graph profile (an instance of a PopRun
+            job adds ``instances``), made when it is first built, or None.
+    """
+
+    def __init__(
+        self,
+        step_plan: StepPlan,
+        memory: MemoryReport,
+        tree: list[dict],
+        mode: str,
+        options: EngineOptions,
+        programs: int,
+        sections: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.step_plan = step_plan
+        self.memory = memory
+        self.tree = tree
+        self.mode = mode
+        self.options = options
+        self.sections = sections
+        self.runtime: Runtime | None = None
+        self.runs = [0] * programs  # runs of each program since load or reset
+        self.pending = False  # runs not yet in an autoReport execution.json
+        self._graph: dict[str, Any] | None = None
+        self._quiet: NullTimeline | None = None
+
+    # ---- building ----
+    def graph(self) -> dict[str, Any]:
+        """The graph profile (built once), with its ``graphId``."""
+        if self._graph is None:
+            g = graph_profile(self.step_plan, self.memory, self.tree)
+            if self.sections is not None:
+                g.update(self.sections())
+            g[GRAPH_ID] = graph_id(g)
+            self._graph = g
+        return self._graph
+
+    def execution(self, runtime: Runtime) -> dict[str, Any]:
+        """The execution profile of the runs recorded on ``runtime``'s timeline."""
+        out = execution_profile(self.step_plan, runtime.tl, self.mode, runtime.cs_cycles)
+        out[GRAPH_ID] = self.graph()[GRAPH_ID]
+        return out
+
+    # ---- recording ----
+    def loaded(self, runtime: Runtime) -> None:
+        """A new runtime (``Engine.load``): nothing recorded yet."""
+        self.runtime = runtime
+        self.reset()
+        self._quiet = NullTimeline(runtime.tl.target)
+
+    def reset(self) -> None:
+        """Forget the recorded runs; the next runs of each program are captured again."""
+        self.runs = [0] * len(self.runs)
+
+    @contextmanager
+    def run(self, runtime: Runtime, index: int) -> Iterator[None]:
+        """Around a run of program ``index``: captured on the timeline while the program
+        has run fewer than the run count's times since load or reset, else run on a
+        timeline that records nothing (the results are the same)."""
+        captured = self.runs[index] < self.options.run_count
+        self.runs[index] += 1
+        self.pending = True
+        if captured or self._quiet is None:
+            yield
+            return
+        tl, record_cs = runtime.tl, runtime.record_cs
+        runtime.tl, runtime.record_cs = self._quiet, False
+        try:
+            yield
+        finally:
+            runtime.tl, runtime.record_cs = tl, record_cs
+
+    # ---- writing ----
+    def write(self, directory: str, graph: bool, execution: bool) -> None:
+        """Write the chosen profiles into ``directory`` (and ``report.html`` when
+        ``autoReport.outputHtml`` is set). The execution profile needs a loaded runtime."""
+        rt = self.runtime
+        g = self.graph() if graph else None
+        e = self.execution(rt) if execution and rt is not None else None
+        profile_format.write_profile(directory, g, e)
+        if self.options.report_html:
+            from tremula.profile.report import write_profiles_html
+
+            write_profiles_html(directory, self.graph(), e)
+
+    def write_compiled(self) -> None:
+        """autoReport after compiling: ``graph.json`` (Poplar writes it then)."""
+        o = self.options
+        if o.report_graph:
+            self.write(o.report_directory, graph=True, execution=False)
+
+    def flush(self) -> None:
+        """autoReport at the end: ``execution.json`` (and the page) if runs happened since
+        the last write. Safe to call more than once; the engine's finalizer calls it."""
+        o = self.options
+        if not self.pending or self.runtime is None:
+            return
+        self.pending = False
+        if o.report_execution or o.report_html:
+            self.write(o.report_directory, graph=False, execution=o.report_execution)
