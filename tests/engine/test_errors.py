@@ -8,7 +8,7 @@ import pytest
 from tremula_tests_engine_codelets import increment, make_engine, new_graph, var
 
 from tremula import poplar
-from tremula.errors import EngineError, OutOfMemoryError, StreamError
+from tremula.errors import CodeletError, EngineError, OutOfMemoryError, StreamError
 
 
 def _stream_engine(replicas=1, load=True):
@@ -241,3 +241,37 @@ def test_a_failed_call_leaves_the_engine_usable():
     e.connect_stream("out", out)
     e.run()
     np.testing.assert_array_equal(out, np.full(4, 3))
+
+
+# ---- messages (issue 15) ----
+@pytest.mark.parametrize("index", ["0", None, True, 1.0])
+def test_a_program_index_that_is_not_an_int_is_named(index):
+    g, dev = new_graph()
+    var(g, 4, write="x")
+    e = make_engine(g, poplar.Sequence(), device=dev)
+    with pytest.raises(EngineError, match=r"run: the program index must be an int, got "
+                                          + type(index).__name__):
+        e.run(index)
+    e.run(0)
+
+
+def test_a_codelet_writing_a_field_of_the_wrong_shape_is_named():
+    class WrongShape(poplar.Codelet):
+        name = "WrongShape"
+        x = poplar.Input(poplar.FLOAT)
+        y = poplar.Output(poplar.FLOAT)
+
+        @staticmethod
+        def compute(v):
+            v.y = v.x[:, :3]
+
+    g, dev = new_graph()
+    g.add_codelets(WrongShape)
+    x, y = var(g, (4, 8), tile=None), var(g, (4, 8), tile=None, read="y")
+    cs = g.add_compute_set("wrong")
+    g.add_vertices(cs, "WrongShape", {"x": x, "y": y}, tiles=range(4))
+    e = make_engine(g, poplar.Execute(cs), device=dev)
+    with pytest.raises(CodeletError, match=r"codelet WrongShape: compute wrote field 'y' with a "
+                                           r"value of shape \(1, 3\); the field is \(1, 32\)"):
+        e.run()
+    np.testing.assert_array_equal(e.read_tensor("y"), np.zeros((4, 8)))  # nothing written

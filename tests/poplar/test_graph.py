@@ -268,3 +268,40 @@ def test_a_variable_one_byte_over_the_target_is_refused_and_one_that_fits_is_not
         g.add_constant(poplar.FLOAT, (64, 64), 1.0, "c")
     cpu = poplar.Graph(poplar.Device.create_cpu_device().target)
     cpu.add_variable(poplar.FLOAT, (2049,), "any")  # the CPU target has no tile limit
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [
+        ("abc", r"the shape must be a sequence of whole numbers, got str 'abc'"),
+        (None, r"the shape .* got NoneType None"),
+        (3.0, r"the shape .* got float 3.0"),
+        ([2, "x"], r"invalid shape \(2, 'x'\): 'x' is not a whole number >= 0"),
+        ([True], r"invalid shape \(True,\): True is not a whole number"),
+        ([2.5], r"invalid shape \(2.5,\): 2.5 is not a whole number"),
+    ],
+)
+def test_a_shape_that_is_not_whole_numbers_is_named(shape, match):
+    g = poplar.Graph(ipu2(tiles_per_ipu=4))
+    with pytest.raises(GraphError, match=r"add_variable 'v': " + match):
+        g.add_variable(poplar.FLOAT, shape, "v")
+    assert g.add_variable(poplar.FLOAT, [2.0, np.int64(3)], "w").shape == (2, 3)
+
+
+def test_a_field_type_written_as_a_string_must_be_a_template():
+    from tremula.errors import CodeletError
+
+    class Untemplated(poplar.Codelet):
+        name = "Untemplated"
+        x = poplar.Input("float")
+
+        @staticmethod
+        def compute(v):
+            pass
+
+    g = poplar.Graph(ipu2(tiles_per_ipu=4))
+    with pytest.raises(CodeletError, match=r"codelet 'Untemplated' field 'x': type 'float' is a "
+                                           r"string, which names a template parameter.*write "
+                                           r"poplar.FLOAT"):
+        g.add_codelets(Untemplated)
+    assert "Untemplated" not in g.state.codelets

@@ -682,3 +682,35 @@ def test_call_site_info_errors() -> None:
             info.graph_to_parent(p.oc)
         with pytest.raises(ValueError, match="is not a parent graph input of the call site"):
             info.parent_to_graph(p.sc)
+
+
+def test_a_tensor_of_another_ir_or_graph_is_named_as_such() -> None:
+    """Issue 15: two main graphs share the name 'main_graph'; the message says 'another Ir'."""
+    first, second = popxl.Ir(), popxl.Ir()
+    with first.main_graph:
+        a = popxl.variable(np.ones(2, np.float32), name="a")
+    with second.main_graph, pytest.raises(ValueError) as other_ir:
+        _ = a + 1
+    assert str(other_ir.value).startswith("Add: input 0 'a' belongs to another Ir")
+    assert "make it in this Ir" in str(other_ir.value)
+    sub = first.create_empty_graph("sub")
+    with sub, pytest.raises(ValueError, match=r"belongs to graph 'main_graph', not to the current"
+                                               r" graph 'sub': pass it in as an input"):
+        _ = a + 1
+
+
+def test_integer_division_by_zero_gives_zero_without_a_warning() -> None:
+    """Issue 15: as popops (C division, Tremula defines x / 0 = 0 and fmod(x, 0) = 0, NumPy's
+    integer results), with no warning (the suite turns warnings into errors)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        p = popxl.variable(np.array([7, -7, 0, 5], np.int32))
+        q = popxl.variable(np.array([0, 0, 0, 2], np.int32))
+        quotient = popxl.d2h_stream((4,), popxl.int32)
+        remainder = popxl.d2h_stream((4,), popxl.int32)
+        ops.host_store(quotient, p / q)
+        ops.host_store(remainder, ops.fmod(p, q))
+    with popxl.Session(ir, "ipu_model") as session:
+        out = session.run()
+    np.testing.assert_array_equal(out[quotient], [0, 0, 0, 2])
+    np.testing.assert_array_equal(out[remainder], [0, 0, 0, 1])

@@ -208,6 +208,10 @@ class Engine:
     def run(self, index: int = 0, name: str = "") -> None:
         """Run program ``index``."""
         rt = self.runtime
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise EngineError(
+                f"run: the program index must be an int, got {type(index).__name__} {index!r}"
+            )
         if not 0 <= index < len(self.roots):
             raise EngineError(
                 f"run: program index {index} out of range; the engine has "

@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tremula.errors import CodeletError
+from tremula.errors import CodeletError, GraphError
 from tremula.poplar.types import Type, as_type
 
 
@@ -193,6 +194,21 @@ class VertexType:
         return field.dtype
 
 
+def _check_templates(codelet: type[Codelet]) -> None:
+    """A field type given as a string names a template parameter of the codelet."""
+    for f in codelet.fields.values():
+        if not isinstance(f.dtype, str) or f.dtype in codelet.templates:
+            continue
+        hint = ""
+        with contextlib.suppress(GraphError):  # the string is not a type name either
+            hint = f"; for the element type {f.dtype!r} write {as_type(f.dtype)!r}"
+        raise CodeletError(
+            f"codelet {codelet.name!r} field {f.name!r}: type {f.dtype!r} is a string, which "
+            f"names a template parameter, but the codelet's templates are "
+            f"{codelet.templates}{hint} (or add {f.dtype!r} to templates)"
+        )
+
+
 class CodeletRegistry:
     """Maps codelet names to classes; ``resolve`` binds template arguments."""
 
@@ -218,6 +234,7 @@ class CodeletRegistry:
         for c in items:
             if not (isinstance(c, type) and issubclass(c, Codelet)):
                 raise CodeletError(f"add_codelets: {c!r} is not a Codelet subclass")
+            _check_templates(c)
             existing = self._codelets.get(c.name)
             if existing is not None and existing is not c:
                 raise CodeletError(
@@ -407,7 +424,15 @@ class Batch(_Segmented):
                     f"codelet {self.vertex_type.name}: field {name!r} is an "
                     f"input and cannot be assigned"
                 )
-            self._field(name)[...] = value
+            target = self._field(name)
+            try:
+                target[...] = value
+            except (ValueError, TypeError) as exc:
+                raise CodeletError(
+                    f"codelet {self.vertex_type.name}: compute wrote field {name!r} with a value "
+                    f"of shape {np.shape(value)}; the field is {target.shape} ([replica, "
+                    f"element] of every vertex in the group) of {target.dtype}: {exc}"
+                ) from None
             return
         super().__setattr__(name, value)
 

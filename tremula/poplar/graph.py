@@ -135,9 +135,19 @@ class GraphState:
 
 
 def _shape(shape: Sequence[int] | int, where: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(int(s) != s or s < 0 for s in shape):
-        raise GraphError(f"{where}: invalid shape {shape}")
+    """A shape as a tuple of ints: whole numbers >= 0 (an int is a 1-D shape)."""
+    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
+        raise GraphError(
+            f"{where}: the shape must be a sequence of whole numbers, got "
+            f"{type(shape).__name__} {shape!r}"
+        )
+    shape = tuple(shape)
+    for s in shape:
+        number = isinstance(s, int | float | np.integer | np.floating) and not isinstance(s, bool)
+        if not number or int(s) != s or s < 0:
+            raise GraphError(f"{where}: invalid shape {shape}: {s!r} is not a whole number >= 0")
     return tuple(int(s) for s in shape)
 
 

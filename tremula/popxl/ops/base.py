@@ -83,6 +83,22 @@ def defop(
 _next_op_id = [0]
 
 
+def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
+    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph."""
+    if t.graph.ir is not graph.ir:
+        return (
+            f"{op_type}: input {i} {t.id!r} belongs to another Ir (its graph "
+            f"{t.graph.name!r} is not in the Ir of the current graph {graph.name!r}): a "
+            f"tensor cannot cross Irs; make it in this Ir (popxl.variable / popxl.constant "
+            f"with its data)"
+        )
+    return (
+        f"{op_type}: input {i} {t.id!r} belongs to graph {t.graph.name!r}, not to the "
+        f"current graph {graph.name!r}: pass it in as an input of the graph "
+        f"(popxl.graph_input, or an argument of ir.create_graph)"
+    )
+
+
 def create_op(
     op_type: str,
     inputs: Sequence[Tensor],
@@ -104,10 +120,7 @@ def create_op(
         if not isinstance(t, Tensor):
             raise TypeError(f"{op_type}: input {i} must be a Tensor, got {type(t).__name__}")
         if t.graph is not graph:
-            raise ValueError(
-                f"{op_type}: input {i} {t.id!r} belongs to graph "
-                f"{t.graph.name!r}, not to the current graph {graph.name!r}"
-            )
+            raise ValueError(_foreign_input(op_type, i, t, graph))
         if graph._tensors.get(t.id) is not t:
             raise ValueError(
                 f"{op_type}: input {i} {t.id!r} is no longer in graph {graph.name!r}: the "
