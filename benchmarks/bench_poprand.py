@@ -62,7 +62,9 @@ def bench(name: str, n: int, repeats: int) -> None:
     run = _best(lambda: engine.run(0), repeats)
     rng = np.random.Generator(np.random.Philox(0))
     ref_time = _best(lambda: reference(rng, n), repeats)
-    cycles = engine.get_execution_profile()["simulation"]["cycles"] // repeats  # per run
+    engine.reset_execution_profile()
+    engine.run(0)
+    cycles = engine.get_execution_profile()["simulation"]["cycles"]  # one run
     micros = cycles / device.target.tile_clock_frequency * 1e6
     print(
         f"{name:24s} n={n}: build {build * 1e3:7.1f} ms, run {run * 1e3:7.1f} ms, "
