@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tremula import poplar
+from tremula.errors import TremulaError, reworded
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op
 from tremula.popxl.tensor import Constant, Tensor, Variable
@@ -46,6 +47,21 @@ class Env(dict):
             f"lowering: tensor {t.id!r} has no Poplar tensor yet (an op uses it "
             f"before it is produced?)"
         )
+
+
+@contextmanager
+def naming(ops: list[Op]) -> Iterator[None]:
+    """Say which PopXL ops were being lowered when a library refused them: an error from
+    below (a popops type check names ``IS_INF``, not ``ops.isinf``) is raised again, of the
+    same type, prefixed with the ops' types and output tensors."""
+    try:
+        yield
+    except (TremulaError, TypeError, ValueError, NotImplementedError) as err:
+        where = "; ".join(
+            f"{op.type} (output {', '.join(repr(t.id) for t in op.outputs) or 'none'})"
+            for op in ops
+        )
+        raise reworded(err, f"lowering op {where}: {err}") from None
 
 
 @dataclass
@@ -172,7 +188,9 @@ class Lowerer:
         items = fusion.plan(graph) if self.fuse_elementwise else graph.ops
         for item in items:
             if isinstance(item, fusion.Chain):
-                if fusion.lower_chain(self, item, env, prog):
+                with naming(item.ops):
+                    fused = fusion.lower_chain(self, item, env, prog)
+                if fused:
                     if self.on_lowered is not None:
                         self.on_lowered(len(item.ops))
                     continue
@@ -185,7 +203,7 @@ class Lowerer:
                     raise NotImplementedError(
                         f"lowering: no rule for op type {op.type!r} ({op!r})"
                     )
-                with self.on_ipu(op.ipu):
+                with self.on_ipu(op.ipu), naming([op]):
                     fn(self, op, env, prog)
             if self.on_lowered is not None:
                 self.on_lowered(len(ops))
