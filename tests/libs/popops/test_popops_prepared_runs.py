@@ -46,7 +46,7 @@ def test_later_runs_read_new_host_data_through_prepared_paths():
     outputs = {"ra": a, "rc": c, "rh": h, "sum": total, "max": biggest, "half": halves}
     for name, t in outputs.items():
         _output(g, name, t)
-    engine = poplar.Engine(g, prog)
+    engine = poplar.Engine(g, prog, {"autoReport.executionProfileProgramRunCount": "3"})
     engine.load(device)
     rng = np.random.default_rng(11)
     profiles = []
