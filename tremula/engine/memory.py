@@ -461,7 +461,7 @@ def _variables_on(report: MemoryReport, tile: int, top: int = 3) -> str:
     """The largest variables with elements on ``tile``, with their bytes there (read from
     the variable table's tile runs)."""
     table = report.variables
-    here = []
+    here: list[tuple[int, int, str]] = []
     for name, runs in zip(table.get("names", []), table.get("tileRuns", [])):
         for first, count, nbytes in zip(runs[::3], runs[1::3], runs[2::3]):
             if first <= tile < first + count:
