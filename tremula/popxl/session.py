@@ -21,15 +21,13 @@ import numpy as np
 from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES, locked
 from tremula.engine.options import parse_options
-from tremula.errors import reworded
-from tremula.poplar.types import QuarterType, exact_cast
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
+from tremula.popxl.session_io import HostStreams
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Constant, Tensor, Variable
 from tremula.popxl.tensorlocation import ExecutionContext
-from tremula.popxl.utils import to_numpy
 from tremula.progress import bar as progress_bar
 
 if TYPE_CHECKING:
@@ -179,7 +177,7 @@ class Session:
         self._attached = False
         self._depth = 0
         self._host_stale = False  # device weights newer than the host copies
-        self._shapes: tuple[tuple[int, int], dict[Any, tuple[int, ...]]] = ((0, 0), {})
+        self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
         self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
             v._shard[0]: v
             for v in ir.main_graph.variables
@@ -449,128 +447,13 @@ class Session:
         return np.array(arr)
 
     # ---- running ----
-    # Host buffers are [num_host_transfers if > 1] + [replicas if > 1] + stream shape (the
-    # replicas of this instance in a PopRun job); the engine's per-replica stream buffers
-    # are [replica, transfers * elements].
-    def _lead(self) -> tuple[int, ...]:
-        nht, R = self._ir.num_host_transfers, self._L
-        return tuple(d for d in (nht, R) if d > 1)
-
-    def _host_shape(self, s: Any) -> tuple[int, ...]:
-        key = (self._ir.num_host_transfers, self._L)
-        shapes = self._shapes
-        if shapes[0] != key:  # made once per transfer count
-            shapes = self._shapes = (key, {})
-        shape = shapes[1].get(s)
-        if shape is None:
-            shape = shapes[1][s] = self._lead() + tuple(s.shape)
-        return shape
-
-    def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
-        nht, R = self._ir.num_host_transfers, self._L
-        return ValueError(
-            f"{what}: the array for stream {s.tensor_id!r} has shape {shape}; expected "
-            f"{self._host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R} if "
-            f"> 1] + stream shape {tuple(s.shape)})"
-        )
-
-    def _fits(self, s: Any, shape: tuple[int, ...]) -> bool:
-        """The array shape for stream ``s``: exact, or any all-ones shape (a scalar too)
-        when the expected shape is all ones."""
-        want = self._host_shape(s)
-        return shape == want or (all(d == 1 for d in want) and all(d == 1 for d in shape))
-
     def expected_inputs(self) -> set[HostToDeviceStream]:
         """The host-to-device streams a run needs (those some executed host_load reads)."""
         return set(self._lowerer.h2d)
 
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Zeroed output arrays, ``[num_host_transfers?, replicas?] + stream.shape``."""
-        return {
-            s: np.zeros(self._host_shape(s), dtype=s.dtype.as_numpy()) for s in self._lowerer.d2h
-        }
-
-    def _check_streams(
-        self, given: Mapping[Any, Any], wanted: Iterable[Any], what: str, kind: str
-    ) -> None:
-        """``ValueError`` unless ``given`` is keyed by exactly the ``wanted`` streams, saying
-        what each wrong key is (a name, a stream of another Ir, a stream no op uses)."""
-        wanted = set(wanted)
-        if set(given) == wanted:
-            return
-        ours = {id(s) for s in self._ir._streams}
-        by_id = {s.tensor_id: s for s in wanted}
-        notes = []
-        for key in given:
-            if key in wanted:
-                continue
-            if isinstance(key, str):
-                hint = f"the stream {key!r} itself" if key in by_id else "the stream objects"
-                notes.append(f"{key!r} is a name: key by {hint}, not by its name")
-            elif not hasattr(key, "tensor_id"):
-                notes.append(f"{key!r} ({type(key).__name__}) is not a stream")
-            elif id(key) not in ours:
-                notes.append(f"stream {key.tensor_id!r} belongs to another Ir, not this session's")
-            else:
-                notes.append(f"stream {key.tensor_id!r} is not an {kind} stream this program uses")
-        missing = sorted(s.tensor_id for s in wanted - set(given))
-        expected = sorted(by_id)
-        raise ValueError(
-            f"{what}: the {kind} streams given are not the ones the program uses "
-            f"(expected {expected}"
-            + (f"; missing {missing}" if missing else "")
-            + ")"
-            + "".join(f"; {n}" for n in notes)
-        )
-
-    def _check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> dict[Any, np.ndarray]:
-        self._check_streams(inputs, self._lowerer.h2d, "Session.run", "input")
-        out = {}
-        for s, value in inputs.items():
-            try:
-                arr = self._input_array(s, value, downcast)
-            except (TypeError, ValueError) as err:
-                message = f"Session.run: stream {s.tensor_id!r} ({s.dtype.name}): {err}"
-                raise reworded(err, message) from None
-            if not self._fits(s, arr.shape):
-                raise self._shape_error("Session.run", s, arr.shape)
-            out[s] = arr.reshape(self._host_shape(s))
-        return out
-
-    @staticmethod
-    def _input_array(s: Any, value: Any, downcast: bool) -> np.ndarray:
-        """A stream's host value as the engine's array: float8 as uint8 codes; other types
-        converted only when every value is kept (``poplar.exact_cast``: 2.7 or NaN for an
-        integer stream are refused, not truncated; floats are rounded to the stream's)."""
-        device_type = s.dtype.as_poplar()
-        if isinstance(device_type, QuarterType):
-            arr = to_numpy(value, None if downcast else s.dtype, downcast)
-            return np.ascontiguousarray(arr, dtype=s.dtype.as_numpy()).view(np.uint8)
-        return np.ascontiguousarray(exact_cast(to_numpy(value, None, False), device_type, ""))
-
-    def _check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> None:
-        what = "Session.run_with_outputs"
-        self._check_streams(outputs, self._lowerer.d2h, what, "output")
-        for s, arr in outputs.items():
-            if not isinstance(arr, np.ndarray):
-                raise TypeError(
-                    f"{what}: the output for stream {s.tensor_id!r} must be a NumPy array, "
-                    f"got {type(arr).__name__}"
-                )
-            codes = (np.dtype(np.uint8),) if s.dtype.as_numpy().names else ()
-            if arr.dtype != s.dtype.as_numpy() and arr.dtype not in codes:
-                raise TypeError(
-                    f"{what}: the output for stream {s.tensor_id!r} is {arr.dtype}; the stream "
-                    f"is {s.dtype.name}: pass an array of that type "
-                    f"(Session.create_host_outputs() makes them)"
-                )
-            if not arr.flags.writeable:
-                raise ValueError(
-                    f"{what}: the output for stream {s.tensor_id!r} is read-only; the run "
-                    f"writes into it"
-                )
-            if not self._fits(s, arr.shape):
-                raise self._shape_error(what, s, arr.shape)
+        return self._io.create_outputs()
 
     @locked
     def run(
@@ -602,33 +485,19 @@ class Session:
             TypeError: an output that is not a NumPy array.
         """
         self._require_attached("run_with_outputs")
-        arrays = self._check_inputs(inputs or {}, downcast_inputs)
-        self._check_outputs(outputs)
+        io = self._io
+        arrays = io.check_inputs(inputs or {}, downcast_inputs)
+        io.check_outputs(outputs)
         self._collective("Session.run")
-        nht, R = self._ir.num_host_transfers, self._L
         with ExitStack() as hooks:  # host state the program needs (lowering's run hooks)
             for hook in self._lowerer.run_hooks:
                 hooks.enter_context(hook(self))
             for s, arr in arrays.items():
-                self._engine.connect_stream(s.tensor_id, self._to_engine(arr, nht, R))
-            buffers = {}
-            for s in self._lowerer.d2h:
-                start = outputs[s].reshape(self._host_shape(s))
-                codes = start.view(np.uint8) if start.dtype.names else start  # float8: codes
-                buffers[s] = self._to_engine(codes, nht, R).copy()
-                self._engine.connect_stream(s.tensor_id, buffers[s])
+                self._engine.connect_stream(s.tensor_id, io.to_engine(arr))
+            buffers = {s: io.output_buffer(s, outputs[s]) for s in self._lowerer.d2h}
+            for s, buf in buffers.items():
+                self._engine.connect_stream(s.tensor_id, buf)
             self._engine.run(0)
             self._host_stale = True
         for s, buf in buffers.items():
-            n = max(1, math.prod(s.shape))
-            arr = buf.reshape(R, nht, n).transpose(1, 0, 2).reshape(outputs[s].shape)
-            outputs[s][...] = arr.view(outputs[s].dtype) if outputs[s].dtype.names else arr
-
-    @staticmethod
-    def _to_engine(arr: np.ndarray, nht: int, R: int) -> np.ndarray:
-        """A host array ``[nht, R, ...]`` (ones omitted) as the engine's stream buffer:
-        ``[nht * n]`` for one replica, ``[R, nht * n]`` for several."""
-        full = arr.reshape(nht, R, -1)
-        if R == 1:
-            return np.ascontiguousarray(full[:, 0].reshape(-1))
-        return np.ascontiguousarray(full.transpose(1, 0, 2).reshape(R, -1))
+            io.fill_output(s, buf, outputs[s])

@@ -1,0 +1,184 @@
+"""The host side of ``Session.run``: the arrays it takes and fills, checked against the
+streams the program uses, and their layout as the engine's stream buffers.
+
+Host arrays are ``[num_host_transfers if > 1] + [replicas if > 1] + stream shape`` (the
+replicas of this instance in a PopRun job; any all-ones shape where that is all ones); the
+engine's per-replica stream buffers are
+``[replica, transfers * elements]``. Inputs are converted to the stream's type only when
+every value is kept (``poplar.exact_cast``); outputs must be writable arrays of the stream's
+type. Every error names the stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tremula.errors import reworded
+from tremula.poplar.types import QuarterType, exact_cast
+from tremula.popxl.ir import Ir
+from tremula.popxl.utils import to_numpy
+
+
+class HostStreams:
+    """The host arrays of a compiled Ir's streams.
+
+    Args:
+        ir: The Ir (its transfer count may change between runs).
+        replicas: The replicas this process feeds (all of them, or an instance's in a
+            PopRun job).
+        h2d: The host-to-device streams the program reads.
+        d2h: The device-to-host streams it writes.
+    """
+
+    def __init__(self, ir: Ir, replicas: int, h2d: Iterable[Any], d2h: Iterable[Any]) -> None:
+        self.ir = ir
+        self.replicas = replicas
+        self.h2d = h2d
+        self.d2h = d2h
+        self._shapes: tuple[tuple[int, int], dict[Any, tuple[int, ...]]] = ((0, 0), {})
+
+    # ---- shapes ----
+    def _counts(self) -> tuple[int, int]:
+        return self.ir.num_host_transfers, self.replicas
+
+    def host_shape(self, s: Any) -> tuple[int, ...]:
+        """The host array shape of stream ``s`` (made once per transfer count)."""
+        key = self._counts()
+        shapes = self._shapes
+        if shapes[0] != key:
+            shapes = self._shapes = (key, {})
+        shape = shapes[1].get(s)
+        if shape is None:
+            lead = tuple(d for d in key if d > 1)
+            shape = shapes[1][s] = lead + tuple(s.shape)
+        return shape
+
+    def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
+        nht, R = self._counts()
+        return ValueError(
+            f"{what}: the array for stream {s.tensor_id!r} has shape {shape}; expected "
+            f"{self.host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R} if "
+            f"> 1] + stream shape {tuple(s.shape)})"
+        )
+
+    def _fits(self, s: Any, shape: tuple[int, ...]) -> bool:
+        """The array shape for stream ``s``: exact, or any all-ones shape (a scalar too)
+        when the expected shape is all ones."""
+        want = self.host_shape(s)
+        return shape == want or (all(d == 1 for d in want) and all(d == 1 for d in shape))
+
+    # ---- checks ----
+    def check_streams(
+        self, given: Mapping[Any, Any], wanted: Iterable[Any], what: str, kind: str
+    ) -> None:
+        """``ValueError`` unless ``given`` is keyed by exactly the ``wanted`` streams, saying
+        what each wrong key is (a name, a stream of another Ir, a stream no op uses)."""
+        wanted = set(wanted)
+        if set(given) == wanted:
+            return
+        ours = {id(s) for s in self.ir._streams}
+        by_id = {s.tensor_id: s for s in wanted}
+        notes = []
+        for key in given:
+            if key in wanted:
+                continue
+            if isinstance(key, str):
+                hint = f"the stream {key!r} itself" if key in by_id else "the stream objects"
+                notes.append(f"{key!r} is a name: key by {hint}, not by its name")
+            elif not hasattr(key, "tensor_id"):
+                notes.append(f"{key!r} ({type(key).__name__}) is not a stream")
+            elif id(key) not in ours:
+                notes.append(f"stream {key.tensor_id!r} belongs to another Ir, not this session's")
+            else:
+                notes.append(f"stream {key.tensor_id!r} is not an {kind} stream this program uses")
+        missing = sorted(s.tensor_id for s in wanted - set(given))
+        raise ValueError(
+            f"{what}: the {kind} streams given are not the ones the program uses "
+            f"(expected {sorted(by_id)}"
+            + (f"; missing {missing}" if missing else "")
+            + ")"
+            + "".join(f"; {n}" for n in notes)
+        )
+
+    def check_inputs(self, inputs: Mapping[Any, Any], downcast: bool) -> dict[Any, np.ndarray]:
+        """Each input as a contiguous array of its stream's device type and host shape."""
+        self.check_streams(inputs, self.h2d, "Session.run", "input")
+        out = {}
+        for s, value in inputs.items():
+            try:
+                arr = _input_array(s, value, downcast)
+            except (TypeError, ValueError) as err:
+                message = f"Session.run: stream {s.tensor_id!r} ({s.dtype.name}): {err}"
+                raise reworded(err, message) from None
+            if not self._fits(s, arr.shape):
+                raise self._shape_error("Session.run", s, arr.shape)
+            out[s] = arr.reshape(self.host_shape(s))
+        return out
+
+    def check_outputs(self, outputs: Mapping[Any, np.ndarray]) -> None:
+        """Outputs must be writable NumPy arrays of each stream's type and host shape."""
+        what = "Session.run_with_outputs"
+        self.check_streams(outputs, self.d2h, what, "output")
+        for s, arr in outputs.items():
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(
+                    f"{what}: the output for stream {s.tensor_id!r} must be a NumPy array, "
+                    f"got {type(arr).__name__}"
+                )
+            codes = (np.dtype(np.uint8),) if s.dtype.as_numpy().names else ()
+            if arr.dtype != s.dtype.as_numpy() and arr.dtype not in codes:
+                raise TypeError(
+                    f"{what}: the output for stream {s.tensor_id!r} is {arr.dtype}; the stream "
+                    f"is {s.dtype.name}: pass an array of that type "
+                    f"(Session.create_host_outputs() makes them)"
+                )
+            if not arr.flags.writeable:
+                raise ValueError(
+                    f"{what}: the output for stream {s.tensor_id!r} is read-only; the run "
+                    f"writes into it"
+                )
+            if not self._fits(s, arr.shape):
+                raise self._shape_error(what, s, arr.shape)
+
+    # ---- layout ----
+    def create_outputs(self) -> dict[Any, np.ndarray]:
+        """Zeroed output arrays, ``[num_host_transfers?, replicas?] + stream.shape``."""
+        return {s: np.zeros(self.host_shape(s), dtype=s.dtype.as_numpy()) for s in self.d2h}
+
+    def to_engine(self, arr: np.ndarray) -> np.ndarray:
+        """A host array ``[nht, R, ...]`` (ones omitted) as the engine's stream buffer:
+        ``[nht * n]`` for one replica, ``[R, nht * n]`` for several."""
+        nht, R = self._counts()
+        full = arr.reshape(nht, R, -1)
+        if R == 1:
+            return np.ascontiguousarray(full[:, 0].reshape(-1))
+        return np.ascontiguousarray(full.transpose(1, 0, 2).reshape(R, -1))
+
+    def output_buffer(self, s: Any, output: np.ndarray) -> np.ndarray:
+        """The engine's buffer for stream ``s``, starting from ``output``'s values (slices
+        the run does not write keep them); float8 as uint8 codes."""
+        start = output.reshape(self.host_shape(s))
+        codes = start.view(np.uint8) if start.dtype.names else start
+        return self.to_engine(codes).copy()
+
+    def fill_output(self, s: Any, buffer: np.ndarray, output: np.ndarray) -> None:
+        """Copy the engine's buffer of stream ``s`` back into the host array ``output``."""
+        nht, R = self._counts()
+        n = max(1, math.prod(s.shape))
+        arr = buffer.reshape(R, nht, n).transpose(1, 0, 2).reshape(output.shape)
+        output[...] = arr.view(output.dtype) if output.dtype.names else arr
+
+
+def _input_array(s: Any, value: Any, downcast: bool) -> np.ndarray:
+    """A stream's host value as the engine's array: float8 as uint8 codes; other types
+    converted only when every value is kept (``poplar.exact_cast``: 2.7 or NaN for an
+    integer stream are refused, not truncated; floats are rounded to the stream's)."""
+    device_type = s.dtype.as_poplar()
+    if isinstance(device_type, QuarterType):
+        arr = to_numpy(value, None if downcast else s.dtype, downcast)
+        return np.ascontiguousarray(arr, dtype=s.dtype.as_numpy()).view(np.uint8)
+    return np.ascontiguousarray(exact_cast(to_numpy(value, None, False), device_type, ""))
