@@ -233,6 +233,7 @@ class Engine:
         interpreter exits, and on leaving ``with engine:``."""
         self._profiles.flush()
         self._runtime = self._profiles.runtime = None
+        self._replay = TimelineReplay(self.roots)  # drops the plans bound to the old state
 
     def __enter__(self) -> Engine:
         return self
