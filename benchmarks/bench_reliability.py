@@ -12,8 +12,9 @@
    run in place, reproduced here with ``executionProfileProgramRunCount`` = runs and the
    old writer after each run).
 
-Run: ``python benchmarks/bench_reliability.py [--runs 1000]``. Wall-clock figures measured
-in the same run; the reference of each is printed next to it.
+Run: ``python benchmarks/bench_reliability.py [--runs 1000]``. Figures measured in the same
+run, the reference of each printed next to it; [2] gives wall-clock and this process's CPU
+time (steadier on a shared machine).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,52 +109,59 @@ def _old_write_report(engine, directory: Path) -> None:
     (directory / "execution.json").write_text(dumps(engine.get_execution_profile()))
 
 
-def _timed_runs(engine, runs: int, after_each=None, at_end=None) -> list[float]:
-    """Seconds of each of ``runs`` runs (with ``after_each``), and of ``at_end`` last."""
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def _timed_runs(engine, runs: int, after_each=None) -> np.ndarray:
+    """``[run, (wall seconds, CPU seconds of this process)]`` of ``runs`` runs, each
+    followed by ``after_each``."""
+    times = np.zeros((runs, 2))
+    for i in range(runs):
+        wall, cpu = time.perf_counter(), time.process_time()
         engine.run(0)
         if after_each is not None:
             after_each()
-        times.append(time.perf_counter() - start)
-    if at_end is not None:
-        start = time.perf_counter()
-        at_end()
-        times.append(time.perf_counter() - start)
+        times[i] = time.perf_counter() - wall, time.process_time() - cpu
     return times
+
+
+def _clocked(fn) -> np.ndarray:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return np.array([time.perf_counter() - wall, time.process_time() - cpu])
 
 
 def bench_auto_report(runs: int, rounds: int = 3) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        plain, new = [], []
+        plain, new, close = [], [], []
         for r in range(rounds):  # alternating, fresh engines (compiling is not timed)
-            plain.append(sum(_timed_runs(_demo_engine(None), runs)))
+            plain.append(_timed_runs(_demo_engine(None), runs).sum(axis=0))
             auto = _demo_engine({"autoReport.all": "true", "autoReport.directory": f"{tmp}/{r}"})
-            new.append(sum(_timed_runs(auto, runs, at_end=auto.close)))
+            new.append(_timed_runs(auto, runs).sum(axis=0))
+            close.append(_clocked(auto.close))
         old_engine = _demo_engine({"autoReport.executionProfileProgramRunCount": str(runs + 1)})
         old_dir = Path(tmp) / "old"
         old = _timed_runs(old_engine, runs, lambda: _old_write_report(old_engine, old_dir))
         sizes = [(Path(tmp) / d / "execution.json").stat().st_size for d in ("0", "old")]
-    ms = 1e3
-    base = min(plain) / runs
-    now = min(new) / runs - base
-    before = sum(old) / runs - base
+    base, now = np.min(plain, axis=0) / runs, np.min(new, axis=0) / runs
+    at_close = np.min(close, axis=0)
     tenth = max(1, runs // 10)
+
+    def ms(pair: np.ndarray) -> str:
+        return f"{pair[0] * 1e3:.3f} ms wall / {pair[1] * 1e3:.3f} ms CPU"
+
     print(f"[2] autoReport over {runs} runs of the demo program on 64 tiles (best of {rounds})")
-    print(f"    reference: a run without autoReport {base * ms:.3f} ms")
+    print(f"    reference: a run without autoReport {ms(base)}")
     print(
-        f"    now: write time per run {now * ms:.3f} ms, the one write at close included "
+        f"    now: a run with autoReport {ms(now)} (nothing written during the loop); the one "
+        f"write, at close, {ms(at_close)} = {ms(at_close / runs)} per run "
         f"(execution.json {sizes[0] / 1e3:.0f} kB: the first 2 runs)"
     )
+    first, last = old[:tenth].mean(axis=0) - base, old[-tenth:].mean(axis=0) - base
     print(
         f"    before (every run recorded, both files rewritten after each run): "
-        f"{before * ms:.2f} ms per run; first {tenth} runs "
-        f"{(sum(old[:tenth]) / tenth - base) * ms:.2f} ms, last {tenth} "
-        f"{(sum(old[-tenth:]) / tenth - base) * ms:.2f} ms; execution.json "
-        f"{sizes[1] / 1e6:.1f} MB at the end"
+        f"{ms(old.mean(axis=0) - base)} of writing per run; first {tenth} runs {ms(first)}, "
+        f"last {tenth} {ms(last)}; execution.json {sizes[1] / 1e6:.1f} MB at the end"
     )
-    print(f"    whole loop, before / now: {sum(old) / min(new):.1f}x")
+    whole = old.sum(axis=0) / (np.min(new, axis=0) + at_close)
+    print(f"    whole loop, before / now: {whole[0]:.0f}x wall, {whole[1]:.0f}x CPU")
 
 
 def main() -> None:
