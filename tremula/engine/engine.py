@@ -389,7 +389,9 @@ class Engine:
         ``replica=None``, for every replica (a Tremula extension of
         ``copy_to_remote_buffer``, which writes one repeat)."""
         buf = self._remote(name, 0, "write_remote_buffer")
-        arr = np.asarray(data)
+        arr = exact_cast(
+            data, self.state.remote_buffers[name].dtype, f"write_remote_buffer({name!r})"
+        )
         if arr.size != buf.shape[1] * buf.shape[2]:
             raise StreamError(
                 f"write_remote_buffer({name!r}): {arr.size} elements; the buffer holds "

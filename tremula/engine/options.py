@@ -124,7 +124,7 @@ def parse_options(
         _flag(merged.get("autoReport.outputHtml", "false"), "autoReport.outputHtml"),
         _count(merged, "target.firstRuntimeReplica", 0),
         _count(merged, "target.numberRuntimeReplica", None),
-        _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
+        _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT) or 0,
     )
 
 
