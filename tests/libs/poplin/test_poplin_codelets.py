@@ -174,6 +174,24 @@ def test_mac_estimator_is_slower_than_the_amp_peak(m, k, n, in_size):
     assert cyc >= m * k * n / t.max_macs_per_cycle_per_tile(in_size)
 
 
+@pytest.mark.parametrize(
+    "n_out, depth, sizes, accumulate, want",
+    [
+        # spec 3.6 "Reduce", float partials: 6 x (32 + (3 depth + 7) ceil(ceil(n/4) / 6))
+        (180, 16, (4, 2), False, 6 * (32 + (3 * 16 + 7) * 8)),  # 45 loops, 8 per worker
+        (12, 32, (4, 4), False, 6 * (32 + (3 * 32 + 7) * 1)),
+        (24, 2, (4, 4), True, 6 * (32 + (3 * 2 + 7 + 1) * 1)),  # += scale x sum
+        # half partials: 8 outputs per loop, 8 (half out) / 9 (float out) besides partials
+        (96, 4, (2, 2), False, 6 * (32 + (3 * 4 + 8) * 2)),
+        (96, 4, (2, 4), False, 6 * (32 + (3 * 4 + 9) * 2)),
+    ],
+)
+def test_reduce_estimator_is_poplibs_reduce_add(n_out, depth, sizes, accumulate, want):
+    """Stage 2 sums the partials with PopLibs' ReduceAdd shape (the conv reduction of
+    spec 3.6), hand-computed here."""
+    assert int(est.reduce_cycles(targets.ipu2(), n_out, depth, *sizes, accumulate)) == want
+
+
 def test_flops_in_the_profile(session):
     s = session(tiles=16)
     a = s.graph.add_variable(poplar.FLOAT, (24, 40), "a", mapping="linear")

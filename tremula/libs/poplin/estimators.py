@@ -39,13 +39,14 @@ MAC_SUPERVISOR_CYCLES = 11
 MAC_WORKER_CYCLES = 12
 MAC_OUTPUT_CYCLES = 5  # pointer set-up, accumulator clear, store, per output element
 
-# ---- reduction of partials (generic Reduce shape, spec 3.4) ----
-REDUCE_SUPERVISOR_CYCLES = 11
-REDUCE_WORKER_CYCLES = 7 + 26  # entry / exit + set-up
-REDUCE_PER_PARTIAL_CYCLES = 10  # pointer fetch + loop, per partial of a worker's region
-REDUCE_PER_VECTOR_CYCLES = 5  # per output vector: loop, store, advance
-REDUCE_PER_PARTIAL_VECTOR_CYCLES = 6  # per partial element vector: 2 + load + 3
-REDUCE_CAST_CYCLES = 5  # output not float
+# ---- reduction of partials (PopLibs' ReduceAdd, spec 3.6 "Reduce") ----
+REDUCE_WORKER_CYCLES = 32  # a worker's set-up and exit
+REDUCE_PER_PARTIAL_CYCLES = 3  # per partial in each loop (load + add)
+#: Loop cycles besides the partials, by (partials size, output size): float partials 7;
+#: half partials "8/9" (spec): 8 into half outputs, 9 into float [choice].
+REDUCE_LOOP_CYCLES = {(4, 4): 7, (4, 2): 7, (2, 2): 8, (2, 4): 9}
+#: Outputs per loop: 4 floats or 8 halves (the accumulators).
+REDUCE_LOOP_OUTPUTS = {4: 4, 2: 8}
 
 
 def _ceil_div(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
@@ -130,19 +131,21 @@ def reduce_cycles(
     out_size: int,
     accumulate: bool,
 ) -> np.ndarray:
-    """Tile cycles of a vertex summing ``partials`` partials into each of ``n_out`` outputs
-    (and, when ``accumulate``, adding the scaled sum to the output). Accumulator vector
-    width: 4 floats or 8 halves."""
+    """Tile cycles of PopLibs' ``ReduceAdd`` vertex (spec 3.6 "Reduce", the reduction of
+    matmul and convolution partials) summing ``partials`` partials into each of ``n_out``
+    outputs: each loop handles 4 float or 8 half outputs in ``3 x partials + 7`` cycles
+    (half partials: 8 or 9), the loops are shared by the workers, and a worker costs 32 more:
+    ``W x (32 + (3 depth + c) x ceil(loops / W))``, ``loops = ceil(n_out / width)``. When
+    ``accumulate`` (``out += scale x sum``) each loop also loads and scales the output (+1).
+    """
     W = target.num_worker_contexts
-    vw = 8 if partials_size <= 2 else 4
+    psize = 4 if partials_size >= 4 else 2
+    width = REDUCE_LOOP_OUTPUTS[psize]
+    loop = REDUCE_LOOP_CYCLES[(psize, 4 if out_size >= 4 else 2)] + int(accumulate)
     n_out, partials = np.asarray(n_out, dtype=np.int64), np.asarray(partials, dtype=np.int64)
-    vectors = _ceil_div(_ceil_div(n_out, W), vw)
-    setup = REDUCE_WORKER_CYCLES + 16 + 6 + 2 * int(np.log2(vw)) + 2
-    per_vector = REDUCE_PER_VECTOR_CYCLES + int(accumulate)
-    per_vector = per_vector + partials * REDUCE_PER_PARTIAL_VECTOR_CYCLES
-    worker = setup + partials * REDUCE_PER_PARTIAL_CYCLES + vectors * per_vector
-    worker = worker + (REDUCE_CAST_CYCLES if out_size != 4 else 0)
-    return REDUCE_SUPERVISOR_CYCLES + W * worker
+    loops = _ceil_div(_ceil_div(n_out, width), W)
+    worker = REDUCE_WORKER_CYCLES + (REDUCE_PER_PARTIAL_CYCLES * partials + loop) * loops
+    return W * worker
 
 
 def exchange_cycles(target: Target, busy_bytes: np.ndarray | int) -> np.ndarray:

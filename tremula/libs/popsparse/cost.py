@@ -258,7 +258,7 @@ def _fwd_like(
     received = (pb - 1) * outs * ps
     reduce = np.where(
         pb > 1,
-        est.exchange_cycles(target, received) + est.reduce_cycles(target, ps, pb, outs),
+        est.exchange_cycles(target, received) + est.reduce_cycles(target, ps, pb, outs, ts),
         np.where(ps != ts, est.cast_cycles(target, a_t * zt, ps, ts), 0),
     )
     temp = np.maximum(dense + (pz - 1) * bucket + partials, 2 * bucket + dense + partials)

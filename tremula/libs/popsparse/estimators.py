@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tremula.libs.poplin import estimators as poplin_est
 from tremula.target import Target
 
 Array = np.ndarray | int
@@ -58,14 +59,15 @@ def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
     return np.where(words > 0, w * (ZERO_OVERHEAD_CYCLES + cdiv(words, w)), 0)
 
 
-def reduce_cycles(target: Target, partials_size: int, depth: Array, outputs: Array) -> np.ndarray:
-    """Reduce ``depth`` partials into ``outputs`` values per tile (spec 3.6 "Reduce"):
-    float ``32 + (3 depth + 7) ceil(loops/6)`` with ``loops = out/4``, half
-    ``32 + (3 depth + 8) ceil(loops/6)`` with ``loops = out/8``; both x6."""
-    w = target.num_worker_contexts
-    per, width = (7, 4) if partials_size == 4 else (8, 8)  # [choice] 8 of "8/9" for half
-    loops = cdiv(outputs, width)
-    return w * (32 + (3 * np.asarray(depth) + per) * cdiv(loops, w))
+def reduce_cycles(
+    target: Target, partials_size: int, depth: Array, outputs: Array, out_size: int | None = None
+) -> np.ndarray:
+    """Reduce ``depth`` partials into ``outputs`` values per tile: the reduction of the
+    partials is PopLibs' conv reduction helper (spec 3.6 "Reduce"), i.e. poplin's
+    ``ReduceAdd`` estimate (:func:`tremula.libs.poplin.estimators.reduce_cycles`); outputs
+    of the partials' type unless ``out_size`` is given."""
+    out = partials_size if out_size is None else out_size
+    return poplin_est.reduce_cycles(target, outputs, depth, partials_size, out, False)
 
 
 def cast_cycles(target: Target, n: Array, from_size: int, to_size: int) -> np.ndarray:
