@@ -152,6 +152,51 @@ class CompiledGroup:
             shape = (a.size // row, row)
         return shape if self._affine(name, shape) is not None else None
 
+    def cover(
+        self, name: str, storage: dict, rsel: slice | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Read-only field ``name`` whose addresses increase: ``(view, positions)``, the
+        zero-copy ``[replica, span]`` view of storage from its first to its last address
+        and each element's position in it; None when the addresses do not increase or
+        the span is more than twice the field (decided once)."""
+        key = ("#cover", name)
+        if key not in self._layouts:
+            self._layouts[key] = _cover_layout(self.gathers[name])
+        layout = self._layouts[key]
+        if layout is None or not isinstance(rsel, slice) or name in self.writes:
+            return None
+        lo, span, positions = layout
+        view = storage[self.gathers[name].dtype][:, lo : lo + span].view()
+        view.flags.writeable = False
+        return view, positions
+
+    def permuted_grid(
+        self, name: str, block: tuple[int, ...], storage: dict, rsel: slice | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """Field ``name`` read as blocks of shape ``block`` that all have the same affine
+        layout and whose first addresses form an affine grid in *some* order (e.g. a
+        reduction's pieces listed tile by tile): ``(view, order, rank)`` where ``view`` is
+        the zero-copy ``[replica, *grid, *block]`` strided view of storage (grid in address
+        order, ``rank`` axes; the block's first axis may come split in two when its
+        addresses step evenly only that way) and ``order[i]`` the grid position (flat) of
+        the field's ``i``-th block; None otherwise (decided once). For read-only fields."""
+        key = ("#grid", name, block)
+        if key not in self._layouts:
+            self._layouts[key] = _grid_layout(self.sources.get(name), block)
+        layout = self._layouts[key]
+        if layout is None or not isinstance(rsel, slice) or name in self.writes:
+            return None
+        start, shape, strides, order, rank = layout
+        arr = storage[self.gathers[name].dtype]
+        item = arr.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            arr[:, start:],
+            shape=(arr.shape[0], *shape),
+            strides=(arr.strides[0], *(s * item for s in strides)),
+            writeable=False,
+        )
+        return view, order, rank
+
     def _affine(self, name: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
         source = self.sources.get(name)
         if source is None or int(np.prod(shape, dtype=np.int64)) != source.size:
@@ -164,6 +209,73 @@ class CompiledGroup:
         if layout is None:  # addresses gathered from pieces may still step evenly
             layout = numeric_affine(addresses, distinct=name in self.writes)
         return layout
+
+
+def _cover_layout(gather: Gather) -> tuple[int, int, np.ndarray] | None:
+    starts, lengths = gather.runs()
+    if starts.size == 0 or np.any(starts[1:] < starts[:-1] + lengths[:-1]):
+        return None
+    lo = int(starts[0])
+    span = int(starts[-1] + lengths[-1]) - lo
+    if span > 2 * gather.size:
+        return None
+    within = np.arange(gather.size, dtype=np.int64) - np.repeat(
+        np.cumsum(lengths) - lengths, lengths
+    )
+    return lo, span, np.repeat(starts - lo, lengths) + within
+
+
+def _grid_layout(source: np.ndarray | None, block: tuple[int, ...]) -> Any:
+    """``(first, grid + block shape, strides, order, grid rank)`` of
+    :meth:`CompiledGroup.permuted_grid`, or None."""
+    size = int(np.prod(block, dtype=np.int64))
+    if source is None or size == 0 or source.size % size or source.size == size:
+        return None
+    a = source.reshape(-1, size).astype(np.int64, copy=False)
+    bases = a[:, 0]
+    rel = a[0] - bases[0]
+    if not np.all(a - bases[:, None] == rel):
+        return None
+    inner = _affine_block(rel.reshape(block))
+    if inner is None:
+        return None
+    sorted_bases = np.sort(bases)
+    if np.any(sorted_bases[1:] == sorted_bases[:-1]):
+        return None
+    grid = _first_run_shape(sorted_bases)
+    outer = None if grid is None else numeric_affine(sorted_bases.reshape(grid))
+    if outer is None:
+        return None
+    order = np.searchsorted(sorted_bases, bases)
+    shape, strides = inner
+    return int(sorted_bases[0]), (*grid, *shape), (*outer[1], *strides), order, len(grid)
+
+
+def _first_run_shape(a: np.ndarray) -> tuple[int, ...] | None:
+    """``(n,)`` when ``a`` steps evenly, else ``(n // row, row)`` with ``row`` the length of
+    the first run of equal steps (None when it does not divide ``n``)."""
+    if a.size < 3:
+        return (a.size,)
+    steps = np.diff(a)
+    change = np.flatnonzero(steps != steps[0])
+    if change.size == 0:
+        return (a.size,)
+    row = int(change[0]) + 1
+    return (a.size // row, row) if a.size % row == 0 else None
+
+
+def _affine_block(rel: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(shape, strides) of a block's relative addresses: its own shape when affine, else
+    with its first axis split in two (e.g. pieces from two planes of memory)."""
+    found = numeric_affine(rel)
+    if found is not None:
+        return rel.shape, found[1]
+    split = _first_run_shape(rel.reshape(rel.shape[0], -1)[:, 0])
+    if split is None or len(split) < 2:
+        return None
+    shape = (*split, *rel.shape[1:])
+    found = numeric_affine(rel.reshape(shape))
+    return None if found is None else (shape, found[1])
 
 
 def numeric_affine(

@@ -478,6 +478,25 @@ class Batch(_Segmented):
             view.flags.writeable = False
         return view
 
+    def stable_cover(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Read-only field ``name`` whose addresses increase (with a few gaps): the
+        zero-copy ``[replica, span]`` view of device memory covering them, valid across
+        runs, and each element's position in it; or None. For ``Codelet.prepare``."""
+        group, storage, rsel = self._ctx
+        return group.cover(name, storage, rsel)
+
+    def stable_grid(
+        self, name: str, block: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """Read-only field ``name`` as equal blocks of shape ``block`` lying on an affine
+        grid of device memory in a permuted order: ``(view, order, rank)``, ``view`` a
+        zero-copy ``[replica, *grid, *block]`` view valid across runs (grid in address
+        order, ``rank`` axes; the block's first axis possibly split in two) and ``order[i]``
+        the flat grid position of the field's ``i``-th block; or None (see
+        ``CompiledGroup.permuted_grid``). For ``Codelet.prepare``."""
+        group, storage, rsel = self._ctx
+        return group.permuted_grid(name, tuple(int(x) for x in block), storage, rsel)
+
     def affine_shape(self, name: str) -> tuple[int, ...] | None:
         """A shape under which ``stable_view(name, shape)`` succeeds although the field is
         not one flat run (e.g. ``(rows, row)`` for a transposed matrix), or None."""

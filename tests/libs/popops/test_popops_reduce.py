@@ -167,6 +167,81 @@ def test_strided_reduction_with_rows_split_over_tiles() -> None:
     np.testing.assert_array_equal(got_min, x.min(0))
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def kernels(request):
+    """Run with the optional compiled kernels (when numba is installed) and without."""
+    from tremula.libs import jit
+
+    if request.param == "compiled" and not jit.available():
+        pytest.skip("numba (the fast extra) is not installed")
+    previous = jit.set_enabled(request.param == "compiled")
+    yield request.param
+    jit.set_enabled(previous)
+
+
+def _fast_paths(rig: Rig) -> list[str]:
+    """Vertex types of the compiled engine that run a prepared (in-place) path."""
+    plan = rig.engine.step_plan
+    return [g.vertex_type.name for c in plan.compute_sets for g in c.groups if g._fast]
+
+
+@pytest.mark.parametrize("op", ["ADD", "MAX", "MUL"])
+def test_column_reduction_reads_rows_and_partials_in_place(kernels, op) -> None:
+    """A column reduction of a matrix spread over the tiles: stage 1 sums each tile's two
+    or three whole rows in place (compiled or NumPy), the later stages read their pieces as
+    a grid of device memory listed tile by tile; every stage runs a prepared path and the
+    numbers are NumPy's, over several runs with new data."""
+    rig = Rig(tiles=24)
+    t = rig.input(RNG.standard_normal((64, 48)).astype(np.float32))
+    out = reduce(rig.graph, t, [0], op, rig.prog, options={"maxFanIn": 4})
+    assert len(rig.compute_sets("reduce/ReduceStage")) >= 3
+    for _ in range(2):
+        x = data_for(op, (64, 48), np.float32)
+        rig.feeds["in0"] = x
+        (got,) = rig.run([out])
+        np.testing.assert_allclose(got, reference(op, x, (0,)), rtol=1e-5, atol=1e-5)
+    fast = _fast_paths(rig)  # stage 1 and the first later stage (16 equal groups of 4)
+    types = [f"popops::{kind}<{op},float,float>" for kind in ("ReduceBlock", "ReducePartials")]
+    assert fast[:2] == types, fast
+
+
+def test_row_reduction_reads_around_single_element_pieces() -> None:
+    """Rows whose last element sits on another tile: that element is a partial of its
+    own (no vertex), so stage 1's input has gaps; it is still read in place (the runs of
+    the memory covering it), with NumPy's numbers."""
+    tiles = np.repeat(np.arange(8), 16).reshape(8, 16)
+    tiles[:, 15] = (np.arange(8) + 1) % 8
+    rig = Rig(tiles=8)
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    t = rig.input(x, mapping=tiles)
+    out = reduce(rig.graph, t, [1], "ADD", rig.prog)
+    (got,) = rig.run([out])
+    np.testing.assert_allclose(got, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert _fast_paths(rig)[0] == "popops::ReduceBlock<ADD,float,float>"
+
+
+def test_row_runs_are_summed_in_row_order(kernels) -> None:
+    """The stage-1 row sums equal a left-to-right sum of each unit's rows, bit for bit, in
+    both implementations, over chunk boundaries and units of 1 to 4 rows."""
+    from tremula.libs.popops import reduce_inplace as reduce_rows
+
+    rng = np.random.default_rng(3)
+    count = rng.integers(1, 5, 300)
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    rows = rng.standard_normal((2, int(count.sum()), 96)).astype(np.float32)
+    out = np.empty((2, count.size, 96), np.float32)
+    runs = reduce_rows.plan_runs(first, count, row_bytes=96 * 4 * 20)  # chunks of ~136
+    assert len(runs.chunks) > 1
+    reduce_rows.reduce_rows(np.add, rows, out, runs)
+    want = np.zeros_like(out)
+    for u, (f, c) in enumerate(zip(first, count)):
+        acc = rows[:, f].copy()
+        for i in range(1, c):
+            acc = acc + rows[:, f + i]
+        want[:, u] = acc
+    np.testing.assert_array_equal(out, want)
+
+
 def test_views_transposed_and_irregular() -> None:
     rig = Rig(tiles=8)
     x = RNG.standard_normal((12, 10, 6)).astype(np.float32)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popops import reduce_inplace as inplace
 from tremula.libs.popops.reduce_ops import (
     SPECS,
     Operation,
@@ -82,6 +83,9 @@ def _prepare(
         if partials is None and strided is not None:
             # pieces of one length and count may still be a strided view of one variable
             partials, lay = strided(v, lay)
+        runs = inplace.as_runs(lay, int(v.lengths("partials").sum()))
+        if partials is None and runs is not None:
+            partials, lay = inplace.covered_runs(v, runs)
         if partials is None:
             return None
         op = Operation[v.params["OP"]]
@@ -90,9 +94,11 @@ def _prepare(
         update = v.fields["out"].direction == "inout"
         plain = not update and not (first_stage and spec.square) and out_t.kind == "f"
         if plain and spec.ufunc is not None and partials.dtype == acc == out.dtype:
-            direct = _direct(spec.ufunc, partials, out, lay, scale)
+            direct = inplace.direct(spec.ufunc, partials, out, lay, scale)
             if direct is not None:
                 return direct
+        if lay["path"] in inplace.IN_PLACE_ONLY:
+            return None  # views only the direct paths read (the compute gathers)
 
         def run() -> None:
             x = prepare_input(spec, partials, acc, first_stage=first_stage)
@@ -102,79 +108,6 @@ def _prepare(
         return run
 
     return prepare
-
-
-def _direct(
-    ufunc: np.ufunc,
-    partials: np.ndarray,
-    out: np.ndarray,
-    lay: dict[str, Any],
-    scale: np.ndarray | None,
-) -> Any:
-    """One ``ufunc.reduce`` (or ``reduceat``) from views of ``partials`` straight into views
-    of ``out`` (then scaled in place: the numbers of :func:`_finished`), for a float
-    reduction in the accumulator type; None when the layout has no such form or a reshape
-    would copy."""
-    R, path = partials.shape[0], lay["path"]
-    if scale is not None:
-        scale = scale.astype(out.dtype)
-    if path == "runs":
-        lengths = lay["lengths"]
-        if not lengths.size or not np.all(lengths > 0):
-            return None
-        starts = lay["starts"]
-
-        def run_runs() -> None:
-            ufunc.reduceat(partials, starts, axis=-1, out=out)
-            if scale is not None:
-                np.multiply(out, scale, out=out)
-
-        return run_runs
-    if path == "uniform" and len(lay["shape"]) == 3:  # ReduceBlock [outer, N, inner]
-        O, N, I = lay["shape"]
-        src, dst, axes = partials.reshape(R, -1, O, N, I), out.reshape(R, -1, N), (2, 4)
-    elif path == "uniform":  # ReducePartials: equal pieces per output region
-        C, L = lay["shape"]
-        src, dst, axes = partials.reshape(R, -1, C, L), out.reshape(R, -1, L), (2,)
-    elif path == "pieces":
-        src, dst, axes = partials, out.reshape(R, -1, partials.shape[-1]), (2,)
-    else:
-        return None
-    if not (np.may_share_memory(src, partials) and np.may_share_memory(dst, out)):
-        return None  # a reshape copied: later runs would not see device memory
-    if scale is None:
-        return lambda: ufunc.reduce(src, axis=axes, out=dst)
-    factor = scale.reshape(dst.shape[1:])
-
-    def run_scaled() -> None:
-        ufunc.reduce(src, axis=axes, out=dst)
-        np.multiply(dst, factor, out=dst)
-
-    return run_scaled
-
-
-def _strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """ReducePartials' pieces as a zero-copy ``[replica, outputs, pieces, length]`` view and
-    the layout reducing it, when every output region has the same piece count and length
-    and the pieces form an affine view of one variable (e.g. a column sum's rows); else
-    ``(None, lay)``."""
-    if (
-        lay.get("path") == "runs"
-        and lay["lengths"].size
-        and np.all(lay["lengths"] == lay["lengths"][0])
-    ):
-        C, L = int(lay["lengths"][0]), 1
-    elif lay.get("path") == "uniform":
-        C, L = lay["shape"]
-    else:
-        return None, lay
-    total = int(v.lengths("partials").sum())
-    if C == 0 or total % (C * L):
-        return None, lay
-    view = v.stable_view("partials", (total // (C * L), C, L))
-    if view is None:
-        return None, lay
-    return view, {"path": "pieces"}
 
 
 def _block_layout(v: poplar.Batch) -> dict[str, Any]:
@@ -203,6 +136,8 @@ def _block_layout(v: poplar.Batch) -> dict[str, Any]:
             "row": (int(N[0]), int(I[0])),
             "classes": classes,
             "units": unit_rows.size,
+            "first": first_row,
+            "count": unit_rows,
         }
     # general: reduce runs of ``inner``, then regroup runs (v, g, a, k) as (v, g, k, a)
     runs_per = G * O * N
@@ -416,7 +351,7 @@ class ReducePartials(poplar.Codelet):
     compute = staticmethod(_partials_compute)
     prepare = staticmethod(
         _prepare(
-            _partials_reduce, "partials", _partials_layout, False, strided=_strided_partials
+            _partials_reduce, "partials", _partials_layout, False, strided=inplace.strided_partials
         )
     )
     cycles = staticmethod(partials_cycles)
