@@ -13,12 +13,18 @@
 4. The planner's ESTIMATES for shapes too slow to simulate here (the estimate equals the
    simulation within a few cycles where both exist, see
    ``tests/libs/poplin/test_poplin_plan.py``).
+5. ``--paper`` (only this table): the shape of the PopSparse paper's dense curve (arXiv
+   2303.16999, as quoted in issue 17: m = k = 4096, FP16 inputs with FP32 partials, a
+   1,472-tile IPU whose generation the paper does not give). The planner's estimated
+   TFLOP/s on Mk2 and Bow at each n, next to the published figures, and each figure over
+   its own large-n figure (the curve's shape, which does not depend on the clock): target
+   within 15 % of the paper's.
 
 Run: ``python benchmarks/bench_poplin_matmul.py [--size 1024] [--repeat 5] [--rounds 5]
 [--simulate 1024x1024x1024] [--simulate-half 4096x4096x4096,4096x8192x4096]
-[--estimate 8192] [--partials float,half]``. Target: a large half matmul reaches at least 70 %
-of the AMP peak in simulated cycles (4096x8192x4096 with half partials: 72.5 %; it compiles
-and runs in about 40 s and 6 GB).
+[--estimate 8192] [--partials float,half] [--paper]``. Target: a large half matmul reaches at
+least 70 % of the AMP peak in simulated cycles (4096x8192x4096 with half partials: 72.5 %; it
+compiles and runs in about 40 s and 6 GB).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import time
 import numpy as np
 
 from tremula import poplar
+from tremula import target as target_presets
 from tremula.libs import poplin
 from tremula.libs.poplin import plan as plan_mod
 
@@ -137,6 +144,44 @@ def estimated(n: int, dtype: poplar.Type, partials: str) -> None:
     )
 
 
+#: Dense TFLOP/s of the PopSparse paper at m = k = 4096 (issue 17; None: not quoted).
+PAPER_HALF = {4: 19.0, 64: 130.0, 1024: None, 16384: 230.0}
+PAPER_FLOAT_LARGE = 55.0
+PAPER_LARGE = 16384  # "large n": the end of the paper's sweep
+
+
+def paper_figures(machine: str, dtype: poplar.Type, n: int) -> float:
+    """Planned TFLOP/s of ``[4096, 4096] x [4096, n]`` (float partials) on a preset."""
+    target = target_presets.preset(machine)
+    opts = {"partialsType": "float"}
+    plan = poplin.matmul_plan(target, dtype, (4096, 4096), (4096, n), options=opts)
+    return efficiency(target, plan, plan.cycles)[0]
+
+
+def paper_table() -> None:
+    """The paper's dense FP16 curve next to Tremula's Mk2 and Bow estimates, and the shape
+    of each curve (figure over its own large-n figure)."""
+    ours = {m: {n: paper_figures(m, poplar.HALF, n) for n in PAPER_HALF} for m in ("mk2", "bow")}
+    print("dense FP16 matmul, m = k = 4096, float partials (planner estimates), TFLOP/s;")
+    print(f"ratio: figure / its own n = {PAPER_LARGE} figure; off: Mk2 ratio / paper ratio - 1")
+    print(f"{'n':>6} {'paper':>6} {'Mk2':>6} {'Bow':>6}   {'paper':>6} {'Mk2':>6} {'off':>6}")
+    for n, published in PAPER_HALF.items():
+        mk2, bow = ours["mk2"][n], ours["bow"][n]
+        ratio = mk2 / ours["mk2"][PAPER_LARGE]
+        if published is None:
+            pub, pub_ratio, off = "-", "-", "-"
+        else:
+            paper_ratio = published / PAPER_HALF[PAPER_LARGE]  # type: ignore[operator]
+            pub, pub_ratio = f"{published:.0f}", f"{paper_ratio:.3f}"
+            off = f"{100 * (ratio / paper_ratio - 1):+.0f}%"
+        print(f"{n:>6} {pub:>6} {mk2:>6.1f} {bow:>6.1f}   {pub_ratio:>6} {ratio:>6.3f} {off:>6}")
+    flt = [paper_figures(m, poplar.FLOAT, PAPER_LARGE) for m in ("mk2", "bow")]
+    print(
+        f"dense FP32 at n = {PAPER_LARGE}: paper ~{PAPER_FLOAT_LARGE:.0f}, Mk2 {flt[0]:.1f}, "
+        f"Bow {flt[1]:.1f} TFLOP/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024)
@@ -148,7 +193,11 @@ def main() -> None:
     )
     parser.add_argument("--estimate", default="8192")
     parser.add_argument("--partials", default="float,half", help="partials types of simulated half")
+    parser.add_argument("--paper", action="store_true", help="only the paper's dense curve")
     args = parser.parse_args()
+    if args.paper:
+        paper_table()
+        return
     print(f"planning {args.size}^3: {planning_time(args.size, args.repeat) * 1e3:.1f} ms "
           f"(target < 100 ms)")  # fmt: skip
     for created in (True, False):

@@ -122,6 +122,23 @@ def test_add_vertices_with_leading_vertex_dimension():
         g.add_vertices(g.add_compute_set(), "Scale<float>", {"x": x}, [0, 1, 2])
 
 
+def test_add_vertices_returns_handles_made_on_demand():
+    """The handles of a bulk group behave as a sequence of Vertex values: indices (also
+    negative), slices, iteration; an index past the group names it."""
+    g = new_graph()
+    x, y = mapped(g, (4, 3), "x"), mapped(g, (4, 3), "y")
+    cs = g.add_compute_set("cs")
+    vs = g.add_vertices(cs, "Scale<float>", {"x": x, "y": y, "a": 1.0}, [0, 1, 2, 3])
+    assert isinstance(vs, poplar.Vertices) and len(vs) == 4
+    assert [v.index for v in vs] == [0, 1, 2, 3] == [v.index for v in vs[:]]
+    assert vs[-1].index == 3 and [v.index for v in vs[1::2]] == [1, 3]
+    assert {(v.compute_set, v.group, v.type_name) for v in vs} == {(cs, 0, "Scale<float>")}
+    with pytest.raises(IndexError, match=r"vertex 4 of a group of 4 Scale<float> .*'cs'"):
+        vs[4]
+    g.set_perf_estimate(vs[-1], 7)  # a handle made later names the same vertex
+    assert group(g, cs).perf_estimates[3] == 7
+
+
 def test_add_vertices_with_ragged_lists():
     g = new_graph()
     x, y = mapped(g, (2, 3), "x"), mapped(g, (2, 3), "y")

@@ -32,6 +32,7 @@ from tremula.poplar.handles import (
     RemoteBuffer,
     Vertex,
     VertexField,
+    Vertices,
 )
 from tremula.poplar.mapping import calc_linear_tile_mapping, linear_tiles, map_tensor_linearly
 from tremula.poplar.program import (
@@ -127,6 +128,7 @@ __all__ = [
     "VertexField",
     "VertexInfo",
     "VertexType",
+    "Vertices",
     "WriteUndef",
     "as_type",
     "calc_linear_tile_mapping",

@@ -27,6 +27,7 @@ from tremula.poplar.handles import (
     RemoteBuffer,
     Vertex,
     VertexField,
+    Vertices,
 )
 from tremula.poplar.program import Program
 from tremula.poplar.tensor import Tensor
@@ -456,15 +457,16 @@ class Graph:
         vertex_type: str,
         fields: dict[str, Any],
         tiles: Sequence[int] | np.ndarray,
-    ) -> list[Vertex]:
+    ) -> Vertices:
         """Add ``len(tiles)`` vertices at once. Each edge value is a tensor with a leading
         dimension of one row per vertex, a list of one tensor per vertex (one list of
         tensors per vertex for vector lists), or :class:`Segments` (consecutive parts of one
-        tensor); state values are one per vertex or one for all."""
+        tensor); state values are one per vertex or one for all. Returns their handles
+        (:class:`Vertices`, made on demand)."""
         tiles = np.asarray(tiles, dtype=np.int64).reshape(-1)
         group = self._add_group(cs, vertex_type, tiles.size, fields, bulk=True, tiles=tiles)
         gid = len(self._state.vertex_groups[cs.id]) - 1
-        return [Vertex(cs, gid, i, group.vertex_type.name) for i in range(group.n)]
+        return Vertices(cs, gid, group.n, group.vertex_type.name)
 
     def _add_group(
         self,

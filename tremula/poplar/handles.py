@@ -3,8 +3,9 @@ compute sets and vertex handles. Each is a small immutable value; the graph owns
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from tremula.poplar.types import Type
 
@@ -37,6 +38,43 @@ class Vertex:
 
     def __repr__(self) -> str:
         return f"Vertex({self.type_name} in {self.compute_set.name!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Vertices(Sequence[Vertex]):
+    """The handles of a group of vertices added at once (``Graph.add_vertices``), made on
+    demand: a compute set of 1472 vertices costs one object until its handles are used."""
+
+    compute_set: ComputeSet
+    group: int
+    size: int
+    type_name: str
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, index: int) -> Vertex: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Vertex]: ...
+
+    def __getitem__(self, index: int | slice) -> Vertex | list[Vertex]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.size))]
+        i = int(index)
+        if not -self.size <= i < self.size:
+            raise IndexError(
+                f"vertex {index} of a group of {self.size} {self.type_name} vertices in "
+                f"{self.compute_set.name!r}"
+            )
+        return Vertex(self.compute_set, self.group, i % self.size, self.type_name)
+
+    def __iter__(self) -> Iterator[Vertex]:
+        return (Vertex(self.compute_set, self.group, i, self.type_name) for i in range(self.size))
+
+    def __repr__(self) -> str:
+        return f"Vertices({self.size} x {self.type_name} in {self.compute_set.name!r})"
 
 
 @dataclass(frozen=True)
