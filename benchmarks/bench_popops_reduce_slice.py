@@ -7,9 +7,9 @@
    each), with the compiled kernels of the ``fast`` extra and with the NumPy path, rounds
    alternating the three.
 3. The reductions autodiff emits in the digits MLP (``tremula train``'s model: the bias
-   gradients, ``[32, n]`` summed over the batch): the run time of each reduction's compute
-   sets in a session against ``numpy.sum(axis=0)`` of an array of the same shape (target:
-   at most 1.5).
+   gradients, ``[32, n]`` summed over the batch) and in the char-GRU example's step: the
+   run time of each reduction's compute sets in a session against ``numpy.sum(axis=0)`` of
+   an array reducing as many elements to as many outputs (target: at most 1.5).
 2. ``popops.multi_update_add`` of 200k rows of 64 floats with many duplicate indices (10k
    distinct rows) into a 100k x 64 float32 table: ``numpy.add.at`` time over the engine
    program's (target: at least 5), with the same result. It runs on the CPU device (one
@@ -89,6 +89,36 @@ def bench_reduce(shape: tuple[int, ...], dims: tuple[int, ...], repeats: int) ->
     return ratio
 
 
+def autodiff_reductions(engine: poplar.Engine, replicas: int, label: str, repeats: int) -> None:
+    """Each popops reduction autodiff emitted in a compiled step (the ``.../reducesum*``
+    compute sets, one or more stages each): the run time of its stages against
+    ``numpy.sum(axis=0)`` of a ``[inputs // outputs, outputs]`` array (the same elements
+    reduced to the same number of outputs)."""
+    storage, everyone = engine.runtime.storage, np.arange(replicas)
+    stages: dict[str, list] = {}
+    for cs in engine.step_plan.compute_sets:
+        head, sep, _ = cs.name.rpartition("/ReduceStage")
+        name = head if sep else cs.name
+        if "/reducesum" in name:
+            stages.setdefault(name, []).append(cs)
+    for name, sets in stages.items():
+        first = sum(g.gathers["partials"].size for g in sets[0].groups) // replicas
+        outputs = sum(g.gathers["out"].size for g in sets[-1].groups) // replicas
+        ref = np.random.default_rng(0).standard_normal((replicas, first // outputs, outputs))
+        ref = ref.astype(np.float32)
+
+        def ours(sets=sets) -> None:
+            for cs in sets:
+                cs.run(storage, slice(None), everyone)
+
+        mine, theirs = best_of([ours, lambda ref=ref: ref.sum(1)], repeats * 50)
+        print(
+            f"{label}, {name} ({len(sets)} stage(s)): {mine * 1e6:.1f} us, numpy.sum of "
+            f"{ref.shape} over axis 1 {theirs * 1e6:.1f} us, ratio {mine / theirs:.2f} "
+            f"(target <= 1.5)"
+        )
+
+
 def bench_mlp_reductions(repeats: int) -> None:
     """The bias-gradient reductions of the digits MLP's training step."""
     from tremula.digits import build_training, load_digits
@@ -97,20 +127,26 @@ def bench_mlp_reductions(repeats: int) -> None:
     trainer = build_training(32, 0.05)
     with trainer.session as session:
         session.run({trainer.x: x[:32], trainer.labels: y[:32]})
-        engine = session.engine
-        storage, everyone = engine.runtime.storage, np.arange(1)
-        sets = [c for c in engine.step_plan.compute_sets if "/reducesum" in c.name]
-        for cs in sets:
-            n = sum(g.gathers["out"].size for g in cs.groups)
-            ref = np.random.default_rng(0).standard_normal((32, n)).astype(np.float32)
-            mine, theirs = best_of(
-                [lambda cs=cs: cs.run(storage, slice(None), everyone), lambda ref=ref: ref.sum(0)],
-                repeats * 50,
-            )
-            print(
-                f"MLP step, {cs.name}: {mine * 1e6:.1f} us, numpy.sum(axis=0) of {ref.shape} "
-                f"{theirs * 1e6:.1f} us, ratio {mine / theirs:.2f} (target <= 1.5)"
-            )
+        autodiff_reductions(session.engine, 1, "MLP step", repeats)
+
+
+def bench_gru_reductions(repeats: int) -> None:
+    """The reductions autodiff emits in the char-GRU example's step (device embedding, two
+    replicas: each replica's reduction runs in the same call)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "examples" / "host_embedding" / "char_gru.py"
+    spec = importlib.util.spec_from_file_location("char_gru", path)
+    assert spec is not None and spec.loader is not None
+    char_gru = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(char_gru)
+    cfg = char_gru.Config(device_embedding=True)
+    trainer = char_gru.build(cfg)
+    text = next(char_gru.batches(cfg)).reshape(cfg.iterations, cfg.replicas, cfg.batch, -1)
+    with trainer.session as session:
+        session.run({trainer.text: text})
+        autodiff_reductions(session.engine, cfg.replicas, "char-GRU step", repeats)
 
 
 def bench_multi_update_add(rows: int, cols: int, n: int, distinct: int, repeats: int) -> float:
@@ -167,6 +203,7 @@ def main() -> None:
         r = bench_reduce((side, side), dims, repeats)
         print(f"  -> target: ratio <= 1.5: {'met' if r <= 1.5 else 'MISSED'}")
     bench_mlp_reductions(repeats)
+    bench_gru_reductions(repeats)
     scale = 10 if args.quick else 1
     s = bench_multi_update_add(100_000 // scale, 64, 200_000 // scale, 10_000 // scale, repeats)
     print(f"  -> target: speedup >= 5: {'met' if s >= 5 else 'MISSED'}")

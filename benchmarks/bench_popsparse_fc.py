@@ -21,8 +21,18 @@
    dense line counts ``2 m k n``. ``--quick`` simulates a subset (n = 64, densities 1/8
    and 1/32, blocks 1 and 16); the full table takes long (one compile per line).
 
+3. ``--paper`` (only this): the PopSparse paper's figures (arXiv 2303.16999, as quoted in
+   issue 17; m = k = 4096, uniformly random patterns) next to Tremula's, simulated on Mk2
+   (Bow runs the same cycles at its clock): the dynamic sparse speed-up over dense
+   ``poplin.matmul`` at d = 1/16, best over n, for b = 1 and 16, half and float (target:
+   each within 25 %); the block-size sweep (half, d = 1/16, useful TFLOP/s at the best n);
+   the density sweep (half, b = 16; the issue quotes no figures for it). One compile per
+   (case, n): about 30 compiles, tens of minutes on a shared host (``--paper-ns`` to
+   restrict n).
+
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
-[--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]``.
+[--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]
+[--paper [--paper-ns 4,64,1024]]``.
 """
 
 from __future__ import annotations
@@ -200,7 +210,20 @@ def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
         )
 
 
-def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: float, n: int) -> str:
+@dataclass(frozen=True)
+class SparseRun:
+    """The simulated forward pass of one layer: cycles, non-zeros, propagation computes."""
+
+    cycles: int
+    nnz: int
+    steps: int
+    layer: Layer
+
+
+def sparse_run(
+    machine: str, dtype: poplar.Type, block: int, density: float, n: int
+) -> SparseRun | str:
+    """One simulated forward pass on a uniformly random pattern, or why it was not built."""
     rng = np.random.default_rng(1)
     try:
         layer = build(machine, dtype, block, density, n, {})
@@ -211,9 +234,17 @@ def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: floa
     layer.engine.reset_execution_profile()
     layer.engine.run()
     cycles = layer.engine.get_execution_profile()["simulation"]["cycles"]
+    return SparseRun(cycles, m.nz_values.size, steps, layer)
+
+
+def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: float, n: int) -> str:
+    run = sparse_run(machine, dtype, block, density, n)
+    if isinstance(run, str):
+        return run
+    cycles, steps, layer = run.cycles, run.steps, run.layer
     target = poplar.IPUModel(machine).create_target()
     seconds = cycles / target.tile_clock_frequency
-    flops = 2.0 * m.nz_values.size * n
+    flops = 2.0 * run.nnz * n
     plan = layer.partitioner.plan
     return (
         f"{seconds * 1e6:8.1f} us {flops / seconds / 1e12:6.2f} TFLOP/s ({cycles} cycles, "
@@ -222,7 +253,8 @@ def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: floa
     )
 
 
-def dense_simulated(machine: str, dtype: poplar.Type, n: int) -> str:
+def dense_cycles(machine: str, dtype: poplar.Type, n: int) -> int:
+    """Simulated cycles of the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]``."""
     device = poplar.IPUModel(machine).create_device()
     graph = poplar.Graph(device.target)
     a = poplin.create_matmul_input_lhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "x")
@@ -232,8 +264,12 @@ def dense_simulated(machine: str, dtype: poplar.Type, n: int) -> str:
     engine = poplar.Engine(graph, prog, NO_OOM)
     engine.load(device)
     engine.run()
-    cycles = engine.get_execution_profile()["simulation"]["cycles"]
-    seconds = cycles / device.target.tile_clock_frequency
+    return int(engine.get_execution_profile()["simulation"]["cycles"])
+
+
+def dense_simulated(machine: str, dtype: poplar.Type, n: int) -> str:
+    cycles = dense_cycles(machine, dtype, n)
+    seconds = cycles / poplar.IPUModel(machine).create_target().tile_clock_frequency
     flops = 2.0 * n * SIZE * SIZE
     return f"{seconds * 1e6:8.1f} us {flops / seconds / 1e12:6.2f} TFLOP/s ({cycles} cycles)"
 
@@ -254,6 +290,80 @@ def simulated(quick: bool, machines: list[str]) -> None:
         print(f"    ({time.perf_counter() - start:.0f} s)")
 
 
+#: The PopSparse paper at m = k = 4096 (issue 17): dynamic sparse speed-up over dense at
+#: d = 1/16, best over n, by (block, type); and the block sweep (half, d = 1/16), TFLOP/s.
+PAPER_SPEEDUP = {(1, "half"): 0.4, (1, "float"): 0.9, (16, "half"): 1.9, (16, "float"): 3.8}
+PAPER_BLOCK_TFLOPS = {1: 5.8, 4: 14.0, 8: 21.0, 16: 27.0}
+PAPER_DENSITIES = (1 / 4, 1 / 8, 1 / 16, 1 / 32)
+TYPES = {"half": poplar.HALF, "float": poplar.FLOAT}
+
+
+@dataclass(frozen=True)
+class Best:
+    """A case's best point over n: speed-up over dense, n, useful TFLOP/s on Mk2 and Bow."""
+
+    speedup: float
+    n: int
+    mk2: float
+    bow: float
+    steps: int
+
+
+def best_over_n(ns: tuple[int, ...], dense: dict, type_name: str, block: int, d: float) -> Best:
+    """Simulate the case at each n (on Mk2; Bow differs only by its clock) and keep the
+    n where it gains most over dense."""
+    clocks = [poplar.IPUModel(m).create_target().tile_clock_frequency for m in ("ipu2", "bow")]
+    found: Best | None = None
+    for n in ns:
+        gc.collect()  # engines hold cycles; large ones must go before the next
+        run = sparse_run("ipu2", TYPES[type_name], block, d, n)
+        if isinstance(run, str):
+            print(f"    b={block} d=1/{round(1 / d)} {type_name} n={n}: {run}")
+            continue
+        flops = 2.0 * run.nnz * n
+        mk2, bow = (flops * clock / run.cycles / 1e12 for clock in clocks)
+        point = Best(dense[type_name, n] / run.cycles, n, mk2, bow, run.steps)
+        if found is None or point.speedup > found.speedup:
+            found = point
+    if found is None:
+        raise SystemExit(f"b={block} d={d} {type_name}: no n could be built")
+    return found
+
+
+def off(ours: float, paper: float) -> str:
+    return f"{100 * (ours / paper - 1):+.0f}%"
+
+
+def paper_tables(ns: tuple[int, ...]) -> None:
+    """The paper's figures next to Tremula's (see the module docstring, part 3)."""
+    dense = {(t, n): dense_cycles("ipu2", TYPES[t], n) for t in TYPES for n in ns}
+    cases: dict[tuple[int, str, float], Best] = {}
+
+    def case(block: int, type_name: str, d: float) -> Best:
+        if (block, type_name, d) not in cases:
+            cases[block, type_name, d] = best_over_n(ns, dense, type_name, block, d)
+        return cases[block, type_name, d]
+
+    print(f"speed-up of the dynamic sparse FC over dense poplin.matmul, m = k = {SIZE}, "
+          f"d = 1/16, best over n in {ns} (simulated; target: within 25 %)")  # fmt: skip
+    print(f"{'case':>12} {'paper':>6} {'Tremula':>8} {'at n':>5} {'off':>6}")
+    for (block, type_name), paper in PAPER_SPEEDUP.items():
+        b = case(block, type_name, 1 / 16)
+        label = f"b={block} {type_name}"
+        print(f"{label:>12} {paper:>6.1f} {b.speedup:>8.2f} {b.n:>5} {off(b.speedup, paper):>6}")
+    print("block sweep, half, d = 1/16, useful TFLOP/s (2 nnz n / time) at the best n")
+    print(f"{'b':>3} {'paper':>6} {'Mk2':>6} {'Bow':>6} {'off Mk2':>8} {'off Bow':>8}")
+    for block, paper in PAPER_BLOCK_TFLOPS.items():
+        b = case(block, "half", 1 / 16)
+        row = f"{block:>3} {paper:>6.1f} {b.mk2:>6.1f} {b.bow:>6.1f}"
+        print(f"{row} {off(b.mk2, paper):>8} {off(b.bow, paper):>8}")
+    print("density sweep, half, b = 16 (the issue quotes no paper figures): speed-up, TFLOP/s")
+    for d in PAPER_DENSITIES:
+        b = case(16, "half", d)
+        print(f"  d=1/{round(1 / d):<2} speed-up {b.speedup:.2f} at n={b.n}, Mk2 {b.mk2:.1f} "
+              f"Bow {b.bow:.1f} TFLOP/s, {b.steps} propagation computes")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="simulate a subset")
@@ -263,7 +373,12 @@ def main() -> None:
     parser.add_argument("--skip-simulated", action="store_true")
     parser.add_argument("--cases", default="ew,b16half,b16float", help="CPU-time cases")
     parser.add_argument("--machines", default="ipu2,bow")
+    parser.add_argument("--paper", action="store_true", help="only the paper's tables")
+    parser.add_argument("--paper-ns", default="4,64,1024", help="batch sizes of --paper")
     args = parser.parse_args()
+    if args.paper:
+        paper_tables(tuple(int(x) for x in args.paper_ns.split(",")))
+        return
     cases = {"ew": (1, poplar.FLOAT), "b16half": (16, poplar.HALF), "b16float": (16, poplar.FLOAT)}
     for name in [] if args.skip_cpu else args.cases.split(","):
         cpu_time(*cases[name], args.repeat, args.rounds)
