@@ -23,6 +23,7 @@ Times are the best of several interleaved runs. ``python benchmarks/bench_popops
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 
@@ -102,8 +103,8 @@ def autodiff_reductions(engine: poplar.Engine, replicas: int, label: str, repeat
         if "/reducesum" in name:
             stages.setdefault(name, []).append(cs)
     for name, sets in stages.items():
-        first = sum(g.gathers["partials"].size for g in sets[0].groups) // replicas
-        outputs = sum(g.gathers["out"].size for g in sets[-1].groups) // replicas
+        first = sum(g.gathers["partials"].size for g in sets[0].groups)  # per replica
+        outputs = sum(g.gathers["out"].size for g in sets[-1].groups)
         ref = np.random.default_rng(0).standard_normal((replicas, first // outputs, outputs))
         ref = ref.astype(np.float32)
 
@@ -139,8 +140,8 @@ def bench_gru_reductions(repeats: int) -> None:
     path = pathlib.Path(__file__).parents[1] / "examples" / "host_embedding" / "char_gru.py"
     spec = importlib.util.spec_from_file_location("char_gru", path)
     assert spec is not None and spec.loader is not None
-    char_gru = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(char_gru)
+    char_gru = sys.modules["char_gru"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(char_gru)  # registered first: its dataclasses look it up
     cfg = char_gru.Config(device_embedding=True)
     trainer = char_gru.build(cfg)
     text = next(char_gru.batches(cfg)).reshape(cfg.iterations, cfg.replicas, cfg.batch, -1)
