@@ -323,6 +323,7 @@ def best_over_n(ns: tuple[int, ...], dense: dict, type_name: str, block: int, d:
         flops = 2.0 * run.nnz * n
         mk2, bow = (flops * clock / run.cycles / 1e12 for clock in clocks)
         point = Best(dense[type_name, n] / run.cycles, n, mk2, bow, run.steps)
+        del run  # its engine goes before the next one is built
         if found is None or point.speedup > found.speedup:
             found = point
     if found is None:
