@@ -21,6 +21,7 @@ import numpy as np
 from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES, locked
 from tremula.engine.options import parse_options
+from tremula.errors import StreamError
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
@@ -169,6 +170,7 @@ class Session:
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
             self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
             program = self._lowerer.lower_main()
+            self._check_remote_variables()
             options = {**(engine_options or {}), **options}
             self._engine = poplar.Engine(graph, program, options, progress=bar)
         ir._prepared = True
@@ -266,6 +268,36 @@ class Session:
             return unshard_rows(v.replica_grouping, v._shard[1], rows, v.shape)
         return group_rows(v.replica_grouping, rows, v.shape)
 
+    def _check_remote_variables(self) -> None:
+        """Each remote variable whose buffer the program uses fits one entry of it (as many
+        elements as the variable on a replica, or as its shard; the same dtype), at an
+        offset below ``entries``, alone (PopXL leaves these to its compiler).
+
+        Raises:
+            StreamError: (a ``ValueError``) naming the variable and the buffer.
+        """
+        taken: dict[tuple[Any, int], Variable] = {}
+        for v in self._remote_variables():
+            buffer, entry = v._remote  # type: ignore[misc]
+            if buffer not in self._lowerer.remote:
+                continue
+            n = v.nelms if v._shard is None else -(-v.nelms // v._shard[1])
+            what = f"Session: remote variable {v.id!r} ({v.dtype}, {n} elements per replica"
+            what += ")" if v._shard is None else f" in shards over {v._shard[1]} replicas)"
+            if math.prod(buffer.tensor_shape) != n or buffer.tensor_dtype != v.dtype:
+                raise StreamError(
+                    f"{what} does not fit an entry of {buffer!r} "
+                    f"({math.prod(buffer.tensor_shape)} elements): make the buffer with the "
+                    f"variable's shape without the replica-group axis"
+                )
+            if entry >= buffer.entries:
+                raise StreamError(f"{what}: entry {entry} is out of range for {buffer!r}")
+            other = taken.setdefault((buffer, entry), v)
+            if other is not v:
+                raise StreamError(
+                    f"{what}: entry {entry} of {buffer!r} already holds {other.id!r}"
+                )
+
     def _remote_entry(self, v: Variable) -> tuple[str, int] | None:
         """(Poplar remote buffer name, entry) of a remote variable whose buffer the program
         uses (None if no op uses it: the host copy is then its only copy)."""
@@ -329,6 +361,8 @@ class Session:
             rows = np.stack(
                 [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(L)]
             )
+            if v._shard is None:  # entries are flat: the variable may have any shape
+                rows = rows.reshape(L, *v.shape)
             self._store_host(v, self._from_rows(v, self._gather(rows)))
         self._host_stale = False
 

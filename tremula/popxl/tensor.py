@@ -577,15 +577,13 @@ def _check_remote(buffer: Any, graph: Graph, what: str) -> None:
         raise ValueError(f"{what}: {buffer!r} belongs to another Ir")
 
 
-def _check_entry(buffer: Any, offset: Any, graph: Graph, what: str) -> int:
-    if isinstance(offset, bool) or int(offset) != offset or not 0 <= offset < buffer.entries:
-        raise ValueError(
-            f"{what}: offset {offset!r} out of range for {buffer!r} (entries 0.."
-            f"{buffer.entries - 1})"
-        )
-    for v in graph.variables:
-        if v._remote is not None and v._remote[0] is buffer and v._remote[1] == offset:
-            raise ValueError(f"{what}: entry {offset} of {buffer!r} already holds {v.id!r}")
+def _entry(offset: Any, what: str) -> int:
+    """The buffer entry: a non-negative integer (its range is checked against the buffer's
+    ``entries`` when a Session compiles the Ir: PopXL programs may grow ``entries`` later)."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"{what}: offset must be an int, got {type(offset).__name__} {offset!r}")
+    if offset < 0:
+        raise ValueError(f"{what}: offset {offset} must be >= 0")
     return int(offset)
 
 
@@ -607,14 +605,15 @@ def remote_variable(
 
     Args:
         data, dtype, name, downcast, replica_grouping, retrieval_mode: as :func:`variable`.
-        remote_buffer: the buffer; its tensor shape and dtype must be the variable's shape on
-            a replica and dtype.
-        offset: the buffer entry (``0 <= offset < entries``).
+        remote_buffer: the buffer. An entry holds the variable's value on a replica: the
+            buffer's tensor shape is the variable's shape without the group axis (or any
+            shape of as many elements), its dtype the variable's. As in PopXL this is not
+            compared here (``remote_buffer.entries`` may still grow): ``Session`` checks it.
+        offset: the buffer entry (``0 <= offset < entries`` when the Session is made).
 
     Raises:
-        ValueError: as :func:`variable`; a buffer whose shape or dtype differ, an offset out
-            of range or an entry already holding a variable.
-        TypeError: ``remote_buffer`` is not a RemoteBuffer.
+        ValueError: as :func:`variable`, or a negative offset.
+        TypeError: ``remote_buffer`` is not a RemoteBuffer, or ``offset`` not an int.
     """
     what = _named("remote_variable", name)
     graph = _main_graph(what)
@@ -623,13 +622,7 @@ def remote_variable(
     arr, shape, mode = _host_data(
         data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )
-    dt = dtypes.dtype.as_dtype(arr.dtype)
-    if remote_buffer.tensor_shape != shape or remote_buffer.tensor_dtype != dt:
-        raise ValueError(
-            f"{what}: {remote_buffer!r} holds {remote_buffer.tensor_dtype} "
-            f"{remote_buffer.tensor_shape} tensors; the variable is {dt} {shape} per replica"
-        )
-    entry = _check_entry(remote_buffer, offset, graph, what)
+    entry = _entry(offset, what)
     v = _add_variable(graph, arr, shape, rg, mode, name)
     v._remote = (remote_buffer, entry)
     return v
@@ -691,6 +684,16 @@ def replica_sharded_buffer(
     return buffer
 
 
+def _buffer_shard_over(rg: ReplicaGrouping, nelms: int, buffer: Any, what: str) -> int:
+    """The ``shard_over`` a buffer not made by :func:`replica_sharded_buffer` implies: the
+    group size when its shards fit the buffer's entries, else the largest divisor of the
+    group size whose shards do (``Session`` refuses a buffer no divisor fits)."""
+    size = math.prod(buffer.tensor_shape)
+    fits = [n for n in range(rg.group_size, 0, -1) if rg.group_size % n == 0]
+    fits = [n for n in fits if -(-nelms // n) == size and rg.const_rg.group_size % n == 0]
+    return fits[0] if fits else _shard_over(rg, None, what)
+
+
 def _sharded(
     data: Any,
     buffer: Any,
@@ -714,16 +717,13 @@ def _sharded(
         _shard_over(rg, shard_over, what)
         buffer = replica_sharded_buffer(shape, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
     _check_remote(buffer, graph, what)
-    n = _SHARD_OVER.get(buffer) or _shard_over(rg, None, what)
-    size = -(-math.prod(shape) // n)
-    dt = dtypes.dtype.as_dtype(arr.dtype)
-    if buffer.tensor_shape != (size,) or buffer.tensor_dtype != dt:
+    if buffer.meta_shape and tuple(buffer.meta_shape) != shape:
         raise ValueError(
-            f"{what}: {buffer!r} holds {buffer.tensor_dtype} {buffer.tensor_shape} shards; a "
-            f"{dt} {shape} value sharded over {n} replicas needs {dt} ({size},) (use "
-            f"popxl.replica_sharded_buffer)"
+            f"Cannot use {buffer!r} for replica sharded variable {name!r} of shape {shape}: "
+            f"the buffer's meta_shape {tuple(buffer.meta_shape)} differs"
         )
-    entry = _check_entry(buffer, offset, graph, what)
+    n = _SHARD_OVER.get(buffer) or _buffer_shard_over(rg, math.prod(shape), buffer, what)
+    entry = _entry(offset, what)
     buffer.meta_shape = shape
     v = _add_variable(graph, arr, shape, rg, mode, name)
     v._remote = (buffer, entry)
@@ -750,11 +750,13 @@ def remote_replica_sharded_variable(
     Args:
         data, dtype, name, downcast, replica_grouping, retrieval_mode: as :func:`variable`.
         remote_buffer: a buffer of flat shards, e.g. from :func:`replica_sharded_buffer`
-            (whose ``shard_over`` is used; otherwise the group size).
+            (whose ``shard_over`` is used; otherwise the divisor of the group size whose
+            shards fit the buffer, preferring the group size). Its shape and dtype are
+            checked by ``Session``, as for :func:`remote_variable`.
         offset: the buffer entry.
 
     Raises:
-        ValueError: replication 1, a buffer of the wrong shard shape or dtype, and as
+        ValueError: replication 1, a buffer whose ``meta_shape`` is another shape, and as
             :func:`remote_variable`.
     """
     what = _named("remote_replica_sharded_variable", name)
