@@ -269,6 +269,9 @@ TESTED_ELSEWHERE = {
     "Call", "Repeat", "If", "ReplicatedAllReduce", "ReplicatedAllReduceInplace",
     "ReplicatedAllGather", "ReplicatedReduceScatter", "ReplicatedSlice", "Dropout",
     "ShapedDropout",
+    # test_popxl_collectives_across_ipus.py (the identical-inputs forms' rules are PopART's
+    # conventions, not derivatives; the plain form's is checked against its derivative)
+    "AllReduce",
     # test_popxl_sparse.py (their inputs are host data of the PopSparse partitioner)
     "SparseFullyConnected", "SparseFullyConnectedGradA", "SparseFullyConnectedGradW",
     # tests/embedding (the lookup's rule sends the gradient to the table's optimizer)

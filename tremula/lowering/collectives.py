@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from tremula import poplar
-from tremula.libs import gcl
+from tremula.libs import gcl, util
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 from tremula.popxl.ops.collectives.collectives import OPERATORS
@@ -62,3 +62,18 @@ def replicated_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> No
     )
     size = t.shape[axis] // _group(op).group_size
     env[out] = chunk.reshape((size, *front.shape[1:])).dim_roll(0, axis).reshape(out.shape)
+
+
+@rule("AllReduce")
+def all_reduce_across_ipus(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """Within a replica: gcl's ring over the IPUs, each output mapped like its input (on
+    its IPU); with identical inputs, a copy of each input (PopART's AllReduceToIdentity)."""
+    ins = [env[t] for t in op.inputs]
+    if op.attrs["identical_inputs"]:
+        for t, out in zip(ins, op.outputs):
+            env[out] = util.create_output(lw.graph, t.dtype, t.shape, lw.name(out.id), like=t)
+            prog.add(poplar.Copy(t, env[out]))
+        return
+    gop = OPERATORS[op.attrs["op"]]
+    outs = gcl.all_reduce_within_replica(lw.graph, ins, gop, prog, name=op.outputs[0].id)
+    env.update(zip(op.outputs, outs))

@@ -20,6 +20,7 @@ from tremula.libs.gcl.collectives import (
 from tremula.libs.gcl.errors import CollectiveError, GroupingError
 from tremula.libs.gcl.grouping import CommGroup, CommGroupType, ReplicaGrouping
 from tremula.libs.gcl.operators import CollectiveOperator
+from tremula.libs.gcl.within_replica import all_reduce_within_replica
 
 __all__ = [
     "CollectiveError",
@@ -31,6 +32,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_reduce_in_place",
+    "all_reduce_within_replica",
     "all_to_all",
     "broadcast",
     "reduce_scatter",

@@ -3,6 +3,11 @@
 
 from tremula.libs.gcl.grouping import CommGroup, CommGroupType
 from tremula.popxl.context import make_atomic
+from tremula.popxl.ops.collectives.all_reduce import (
+    all_reduce,
+    all_reduce_identical_grad_inputs,
+    all_reduce_identical_inputs,
+)
 from tremula.popxl.ops.collectives.collectives import (
     replica_sharded_slice,
     replicated_all_gather,
@@ -15,6 +20,9 @@ from tremula.popxl.ops.collectives.collectives import (
 __all__ = [
     "CommGroup",
     "CommGroupType",
+    "all_reduce",
+    "all_reduce_identical_grad_inputs",
+    "all_reduce_identical_inputs",
     "replica_sharded_slice",
     "replicated_all_gather",
     "replicated_all_reduce",

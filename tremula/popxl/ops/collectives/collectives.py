@@ -61,10 +61,16 @@ def _group(t: Tensor, group: ReplicaGrouping | None, what: str) -> ReplicaGroupi
     return group
 
 
-def _operator(t: Tensor, op: str, what: str) -> str:
+def check_op(op: str) -> str:
+    """``op`` if PopXL takes it (``ValueError`` naming the choices otherwise)."""
     if not isinstance(op, str) or op not in OPERATORS or op == "local":
-        names = ", ".join(repr(k) for k in OPERATORS if k != "local")
-        raise ValueError(f"{what}: op {op!r} unknown; expected one of {names}")
+        names = ", ".join(k for k in OPERATORS if k != "local")
+        raise ValueError(f"Not a valid op: {op!r}. Must choose from: {names}")
+    return op
+
+
+def check_dtype(t: Tensor, op: str, what: str) -> None:
+    """``TypeError`` unless ``op`` reduces ``t``'s dtype."""
     kind = t.dtype.as_numpy().kind
     kind = "i" if kind in "iu" else kind
     rule = RULES[OPERATORS[op]]
@@ -75,6 +81,10 @@ def _operator(t: Tensor, op: str, what: str) -> str:
             f"{what}: op {op!r}{alias} does not apply to {t.id!r} of dtype {t.dtype}; it "
             f"takes {allowed} tensors"
         )
+
+
+def _operator(t: Tensor, op: str, what: str) -> str:
+    check_dtype(t, check_op(op), what)
     return op
 
 
@@ -120,7 +130,7 @@ def _by_group(x: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
     return x[rg.grouping.group_matrix]
 
 
-def _reduce(m: np.ndarray, op: str) -> np.ndarray:
+def reduce_stack(m: np.ndarray, op: str) -> np.ndarray:
     """Reduce ``[num_groups, G, ...]`` over axis 1 as ``op`` does."""
     gop = OPERATORS[op]
     if gop is CollectiveOperator.MEAN:
@@ -143,7 +153,7 @@ def _to_replicas(per_group: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
 
 def _ref_all_reduce(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
     x, rg = np.asarray(arrays[0]), attrs["group"]
-    return [_to_replicas(_reduce(_by_group(x, rg), attrs["op"]), rg)]
+    return [_to_replicas(reduce_stack(_by_group(x, rg), attrs["op"]), rg)]
 
 
 def _chunks(x: np.ndarray, G: int) -> np.ndarray:
@@ -162,7 +172,7 @@ def _ref_reduce_scatter(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> 
     index = rg.grouping.indices_in_group
     if attrs["op"] == "local":
         return [chunks[np.arange(x.shape[0]), index]]
-    reduced = _to_replicas(_reduce(_by_group(chunks, rg), attrs["op"]), rg)  # [R, G, C]
+    reduced = _to_replicas(reduce_stack(_by_group(chunks, rg), attrs["op"]), rg)  # [R, G, C]
     return [reduced[np.arange(x.shape[0]), index]]
 
 

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tremula.errors import PopartException
 from tremula.popxl import ops
 from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.collectives.all_reduce import create_all_reduce
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
@@ -81,3 +83,20 @@ def _replicated_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[boo
     if gg.rank < x.rank:  # a slice of size 1 dropped the axis
         gg = ops.reshape(gg, (*x.shape[:axis], 1, *x.shape[axis + 1 :]))
     return [_gather(gg, group, axis)]
+
+
+@grad("AllReduce")
+def _all_reduce_across_ipus(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """PopART's AllReduceGradOp: an AllReduce of the gradients with the identical-inputs
+    and identical-grad-inputs flags swapped (so identical inputs give an all-reduce of the
+    gradients, identical gradients an identity); only for "add"."""
+    if op.attrs["op"] != "add":
+        raise PopartException(
+            f"Cannot create grad op for AllReduceOp {op!r} with op {op.attrs['op']!r}: only "
+            f"'add' is differentiable"
+        )
+    grads = [g[i] for i in range(len(op.outputs))]
+    return create_all_reduce(
+        grads, op.attrs["ipus"], "add", op.attrs["identical_grad_inputs"],
+        op.attrs["identical_inputs"],
+    )  # fmt: skip
