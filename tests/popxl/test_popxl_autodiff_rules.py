@@ -249,6 +249,10 @@ CASES: dict[str, Case] = {
         [u(1, 2, 3, 4)],
         build=lambda x: ops.interpolate(x, (1.0, 1.0, 2.0, 1.5), mode="linear"),
     ),
+    "Resize/cubic": Case(
+        [u(1, 1, 4, 3)],
+        build=lambda x: ops.interpolate(x, (1.0, 1.0, 1.5, 2.0), "cubic"),
+    ),
     "Resize/nearest-size": Case(
         [u(2, 5, 3)], build=lambda x: ops.interpolate(x, output_size=(2, 3, 7), mode="nearest")
     ),

@@ -11,6 +11,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
+from tremula.errors import PopartException, UndefinedValue
 
 _spec = importlib.util.spec_from_file_location(
     "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
@@ -63,7 +64,57 @@ def test_conditional_runs_one_branch(flag):
         np.testing.assert_allclose(got[s], w)
 
 
-def test_conditional_modifies_by_ref_input():
+def test_conditional_site_info_as_popxl():
+    """spec popxl-fidelity 6: index methods per branch (then_branch=True), IndexError
+    outside, set_parent_input_modified not implemented, outputs named <then>_or_<else>."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        then_g, else_g = _branches(ir)
+        x = popxl.constant(np.zeros(3, np.float32), name="x")
+        y = popxl.constant(np.ones(3, np.float32), name="y")
+        info = ops.conditional_with_info(popxl.constant(True), then_g, else_g, [x, y], [y])
+        then_names = [t.name for t in then_g.outputs]
+        else_names = [t.name for t in else_g.outputs]
+        assert [t.name for t in info.outputs] == [
+            f"{a}_or_{b}" for a, b in zip(then_names, else_names)
+        ]
+        assert info.graph_to_parent_input_index(1) == 2
+        assert info.graph_to_parent_input_index(0, then_branch=False) == 3
+        assert info.parent_to_graph_input_index(3, then_branch=False) == 0
+        assert info.parent_to_graph_input_index(2) == 1
+        assert info.parent_input(3) is y
+        with pytest.raises(IndexError, match="Invalid graph input index 2"):
+            info.graph_to_parent_input_index(2)
+        with pytest.raises(IndexError, match="Invalid graph input index 1"):
+            info.graph_to_parent_input_index(1, then_branch=False)
+        with pytest.raises(IndexError, match="Invalid parent graph input index 3"):
+            info.parent_to_graph_input_index(3)
+        with pytest.raises(IndexError, match="Invalid parent graph input index 0"):
+            info.parent_to_graph_input_index(0, then_branch=False)
+        with pytest.raises(IndexError, match="Invalid parent graph input index 7"):
+            info.is_parent_index_in_then_branch(7)
+        with pytest.raises(NotImplementedError, match="set_parent_input_modified"):
+            info.set_parent_input_modified(x)
+
+
+@pytest.mark.parametrize("flag", [0, 3])
+def test_conditional_takes_any_one_element_condition_and_one_graph_twice(flag):
+    """The condition is not checked for bool (non-zero is true); one graph may serve both
+    branches with different inputs."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        g = ir.create_graph(lambda t: t * 2, popxl.TensorSpec((2,), popxl.float32))
+        a = popxl.constant(np.array([1, 2], np.float32))
+        b = popxl.constant(np.array([5, 7], np.float32))
+        (out,) = ops.conditional(popxl.constant(np.int32(flag)), g, g, [a], [b])
+        s = popxl.d2h_stream(out.shape, out.dtype)
+        ops.host_store(s, out)
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()[s]
+    np.testing.assert_array_equal(got, [2, 4] if flag else [10, 14])
+
+
+def test_conditional_refuses_by_ref_inputs():
     ir = popxl.Ir()
 
     def inc(x: popxl.TensorByRef):
@@ -75,11 +126,11 @@ def test_conditional_modifies_by_ref_input():
     with ir.main_graph:
         v = popxl.variable(np.float32(5), name="v")
         inc_g, keep_g = ir.create_graph(inc, v), ir.create_graph(keep, v)
-        ops.conditional(popxl.constant(True), inc_g, keep_g, [v], [v])
-        ops.conditional(popxl.constant(False), inc_g, keep_g, [v], [v])
-    with popxl.Session(ir, "cpu") as session:
-        session.run()
-    assert session.get_tensor_data(v) == 6
+        n = len(ir.main_graph.ops)
+        with pytest.raises(NotImplementedError, match="TensorByRef is not implemented for the "
+                           "conditional op"):  # fmt: skip
+            ops.conditional(popxl.constant(True), inc_g, keep_g, [v], [v])
+        assert len(ir.main_graph.ops) == n
 
 
 def test_conditional_errors():
@@ -87,15 +138,31 @@ def test_conditional_errors():
     with ir.main_graph:
         then_g, else_g = _branches(ir)
         x = popxl.constant(np.zeros(3, np.float32))
-        with pytest.raises(TypeError, match="must be bool"):
-            ops.conditional(popxl.constant(1), then_g, else_g, [x, x], [x])
         with pytest.raises(ValueError, match="one element"):
             ops.conditional(popxl.constant([True, False]), then_g, else_g, [x, x], [x])
         one = ir.create_graph(lambda t: t, popxl.TensorSpec((3,), popxl.float32))
-        with pytest.raises(ValueError, match="same number of outputs"):
+        with pytest.raises(
+            ValueError,
+            match=r"^`then_branch` graph and `else_branch` graph must have the same number of "
+            r"outputs: 2 != 1",
+        ):
             ops.conditional(popxl.constant(True), then_g, one, [x, x], [x])
         with pytest.raises(ValueError, match="Not enough inputs have been provided"):
             ops.conditional(popxl.constant(True), then_g, else_g, [x], [x])
+
+
+def test_else_outputs_of_other_infos_fail_when_compiled():
+    """PopXL takes the output infos from the then-branch and checks nothing else."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        spec = popxl.TensorSpec((3,), popxl.float32)
+        g1 = ir.create_graph(lambda t: t + 1, spec)
+        g2 = ir.create_graph(lambda t: ops.cast(t, popxl.int32), spec)
+        x = popxl.constant(np.zeros(3, np.float32))
+        (out,) = ops.conditional(popxl.constant(True), g1, g2, [x], [x])
+        assert out.dtype == popxl.float32
+    with pytest.raises(PopartException, match=r"output 0 is .*float32 \(3,\) in .* but "):
+        popxl.Session(ir, "cpu")
 
 
 def test_print_tensor_prints_at_run_time(capfd):
@@ -168,3 +235,17 @@ def test_ipu_copy_and_io_tile_copy():
         with pytest.raises(ValueError, match="Could not infer the ipu for Tensor 'v'"):
             ops.ipu_copy(v, 1)
         assert ops.ipu_copy(v + 0, 1).producer.attrs["source"] == 0  # ops default to IPU 0
+    # spec popxl-fidelity 7: popxl.ipu(None) places ops on no IPU, so ipu_copy cannot
+    # infer the source
+    def unplaced(t):
+        assert (t + 0).ipu == 0
+        with popxl.ipu(None):
+            y = t + 1
+        with pytest.raises(UndefinedValue, match="Tensor's IPU is undefined"):
+            y.ipu  # noqa: B018
+        return ops.ipu_copy(y, 1)
+
+    with pytest.raises(ValueError, match="Could not infer the ipu for Tensor"):
+        run(unplaced, x)
+    got, _ = run(lambda t: ops.ipu_copy(t, 1), x, device="ipu_model")  # t on IPU 0
+    np.testing.assert_array_equal(got[0], x)

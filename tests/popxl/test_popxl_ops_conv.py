@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import popxl.ops as ops
+from tremula.errors import PopartException
 
 _spec = importlib.util.spec_from_file_location(
     "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
@@ -109,6 +110,60 @@ def test_conv_transpose(stride, pads, out_pad, groups):
     check(build, want, x, w, rtol=1e-4, atol=1e-5)
 
 
+def onnx_transpose_pads(in_hw, k, stride, out_pad, target, upper):
+    """ONNX ConvTranspose: total padding = s (in - 1) + out_pad + k - target, split with
+    the odd element at the end (SAME_UPPER) or the start (otherwise)."""
+    total = [
+        s * (i - 1) + op + kk - o for i, kk, s, op, o in zip(in_hw, k, stride, out_pad, target)
+    ]
+    half = [p // 2 for p in total]
+    rest = [p - p // 2 for p in total]
+    begin, end = (half, rest) if upper else (rest, half)
+    return (begin[0], begin[1], end[0], end[1])
+
+
+@pytest.mark.parametrize(
+    "kwargs, target, upper",
+    [
+        ({"output_shape": (6, 7)}, (6, 7), False),  # one entry per spatial axis
+        ({"output_shape": (2, 3, 5, 8)}, (5, 8), False),  # the whole output shape
+        ({"output_shape": (6, 5), "pad_type": "same_upper"}, (6, 5), True),
+        ({"pad_type": "same_upper"}, (6, 8), True),  # in * stride
+        ({"pad_type": "same_lower"}, (6, 8), False),
+        ({"pad_type": "valid"}, None, False),
+    ],
+)
+def test_conv_transpose_output_shape_and_auto_padding(kwargs, target, upper):
+    x = RNG.normal(size=(2, 4, 3, 4)).astype(np.float32)
+    w = RNG.normal(size=(4, 3, 3, 2)).astype(np.float32)
+    stride = (2, 2)  # unpadded output (7, 8)
+    if target is None:
+        pads = (0, 0, 0, 0)
+    else:
+        pads = onnx_transpose_pads((3, 4), (3, 2), stride, (0, 0), target, upper)
+    want = naive_conv_transpose(x, w, stride, pads, (0, 0), 1)
+    if target is not None:
+        assert want.shape[2:] == target
+    check(lambda a, b: ops.conv_transpose(a, b, stride, **kwargs), want, x, w, rtol=1e-4,
+          atol=1e-5)  # fmt: skip
+
+
+def test_conv_transpose_errors():
+    x = np.zeros((1, 4, 3, 3), np.float32)
+    w = np.zeros((4, 2, 2, 2), np.float32)
+    with pytest.raises(PopartException, match=r"output_shape .* cannot be used with pad_type"):
+        run(lambda a, b: ops.conv_transpose(a, b, output_shape=(4, 4), pad_type="valid"), x, w)
+    with pytest.raises(ValueError, match="pad_type 'same' is not valid"):
+        run(lambda a, b: ops.conv_transpose(a, b, pad_type="same"), x, w)
+    with pytest.raises(ValueError, match=r"output_shape \(4, 4, 4\) must have 2"):
+        run(lambda a, b: ops.conv_transpose(a, b, output_shape=(4, 4, 4)), x, w)
+    with pytest.raises(ValueError, match=r"output shape \(9, 4\) is larger"):
+        run(lambda a, b: ops.conv_transpose(a, b, output_shape=(9, 4)), x, w)
+    w3 = np.zeros((3, 2, 2, 2), np.float32)
+    with pytest.raises(PopartException, match="must have 4 input channels first"):
+        run(lambda a, b: ops.conv_transpose(a, b), x, w3)
+
+
 def naive_pool(x, k, s, pads, mode):
     n, c = x.shape[:2]
     fill = -np.inf if mode == "max" else np.nan
@@ -144,52 +199,98 @@ def test_pool_ceil_mode_and_errors():
         run(lambda a: ops.average_pool(a, (2, 2), in_dilations=(2, 2)), x)
 
 
-def naive_resize_axis(x, n_out, mode, coord, axis):
-    """ONNX Resize along one axis by per-output loops."""
+def naive_resize_axis(x, n_out, mode, coord, axis, nearest="round_prefer_floor"):
+    """ONNX Resize along one axis by per-output loops (ONNX's reference: edge values stand
+    in for positions outside the input; cubic with a = -0.75)."""
     n_in = x.shape[axis]
     scale = n_out / n_in
     outs = []
+
+    def at(k):
+        return np.take(x, min(max(k, 0), n_in - 1), axis=axis)
+
     for j in range(n_out):
-        if coord == "align_corners":
+        if coord in ("align_corners", "tf_crop_and_resize"):
             c = j * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+            c = 0.5 * (n_in - 1) if n_out == 1 and coord == "tf_crop_and_resize" else c
         elif coord == "asymmetric":
             c = j / scale
+        elif coord == "pytorch_half_pixel" and n_out == 1:
+            c = 0.0
         else:
             c = (j + 0.5) / scale - 0.5
-        if mode == "nearest":  # round_prefer_floor
-            k = min(max(int(np.ceil(c - 0.5)), 0), n_in - 1)
-            outs.append(np.take(x, k, axis=axis))
-        else:
+        if mode == "nearest":
+            k = {
+                "round_prefer_floor": np.ceil(c - 0.5),
+                "round_prefer_ceil": np.floor(c + 0.5),
+                "floor": np.floor(c),
+                "ceil": np.ceil(c),
+            }[nearest]
+            outs.append(at(int(k)))
+        elif mode == "linear":
             c = min(max(c, 0.0), n_in - 1)
             k0 = int(np.floor(c))
-            k1 = min(k0 + 1, n_in - 1)
             f = c - k0
-            outs.append((1 - f) * np.take(x, k0, axis=axis) + f * np.take(x, k1, axis=axis))
+            outs.append((1 - f) * at(k0) + f * at(k0 + 1))
+        else:
+            k0 = int(np.floor(c))
+            f = c - k0
+            a = -0.75
+            # Keys: weights of k0-1 .. k0+2 at distances 1+f, f, 1-f, 2-f
+            w = [
+                a * (1 + f) ** 3 - 5 * a * (1 + f) ** 2 + 8 * a * (1 + f) - 4 * a,
+                (a + 2) * f**3 - (a + 3) * f**2 + 1,
+                (a + 2) * (1 - f) ** 3 - (a + 3) * (1 - f) ** 2 + 1,
+                a * (2 - f) ** 3 - 5 * a * (2 - f) ** 2 + 8 * a * (2 - f) - 4 * a,
+            ]
+            outs.append(sum(wi * at(k0 - 1 + i) for i, wi in enumerate(w)))
     return np.stack(outs, axis=axis)
 
 
-@pytest.mark.parametrize("mode", ["nearest", "linear"])
-@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric"])
+COORDS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coord", COORDS)
 def test_interpolate(mode, coord):
     x = RNG.normal(size=(1, 2, 3, 4)).astype(np.float32)
     want = naive_resize_axis(
         naive_resize_axis(x.astype(np.float64), 6, mode, coord, 2), 6, mode, coord, 3
     )
 
-    def build(t):
-        return ops.interpolate(
-            t, (1.0, 1.0, 2.0, 1.5), mode=mode, coordinate_transformation_mode=coord
-        )
+    def build(t):  # PopXL's positional order: t, scale_factor, mode, nearest_mode, coords
+        return ops.interpolate(t, (1.0, 1.0, 2.0, 1.5), mode, "round_prefer_floor", coord)
 
-    check(build, want, x, rtol=1e-5)
+    check(build, want, x, rtol=1e-5, atol=1e-6)
     want = naive_resize_axis(x.astype(np.float64), 2, mode, coord, 3)
     check(lambda t: ops.interpolate(t, output_size=(1, 2, 3, 2), mode=mode,
-                                    coordinate_transformation_mode=coord), want, x)  # fmt: skip
+                                    coordinate_transformation_mode=coord), want, x,
+          rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("nearest", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_interpolate_nearest_modes(nearest):
+    x = RNG.normal(size=(2, 5)).astype(np.float32)
+    want = naive_resize_axis(x.astype(np.float64), 7, "nearest", "half_pixel", 1, nearest)
+    want = naive_resize_axis(want, 3, "nearest", "half_pixel", 0, nearest)
+    check(lambda t: ops.interpolate(t, (1.5, 1.4), "nearest", nearest), want, x)
+
+
+def test_interpolate_nearest_of_integers():
+    x = np.arange(12, dtype=np.int32).reshape(1, 1, 3, 4)
+    want = naive_resize_axis(naive_resize_axis(x, 6, "nearest", "half_pixel", 2), 2, "nearest",
+                             "half_pixel", 3)  # fmt: skip
+    got = check(lambda t: ops.interpolate(t, (1, 1, 2, 0.5)), want, x)
+    assert got[0].dtype == np.int32
+    with pytest.raises(TypeError):
+        run(lambda t: ops.interpolate(t, (1, 1, 2, 2), "linear"), x)
 
 
 def test_interpolate_errors():
     x = np.zeros((1, 1, 2, 2), np.float32)
-    with pytest.raises(NotImplementedError, match="cubic"):
-        run(lambda t: ops.interpolate(t, mode="cubic"), x)
-    with pytest.raises(ValueError, match="one positive entry per axis"):
+    with pytest.raises(ValueError, match="interpolate type 'bicubic' is not valid for mode"):
+        run(lambda t: ops.interpolate(t, mode="bicubic"), x)
+    with pytest.raises(ValueError, match="interpolate type 'tf_half_pixel_for_nn' is not valid"):
+        run(lambda t: ops.interpolate(t, coordinate_transformation_mode="tf_half_pixel_for_nn"), x)
+    with pytest.raises(PopartException, match="one positive entry per axis"):
         run(lambda t: ops.interpolate(t, (2.0, 2.0)), x)

@@ -11,6 +11,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
+from tremula.errors import PopartException
 
 _spec = importlib.util.spec_from_file_location(
     "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
@@ -145,8 +146,24 @@ def test_slice_subsample_and_inplace_slice():
     np.testing.assert_allclose(got[4], y)
     with pytest.raises(ValueError, match="step 2"):
         run(lambda t: ops.slice(t, 0, 4, 2), x)
-    with pytest.raises(ValueError, match="positive integers"):
+    with pytest.raises(PopartException, match=r"strides \[0, 1, 1\] .* must be integers >= 1"):
         run(lambda t: ops.subsample(t, [0, 1, 1]), x)
+
+
+def test_subsample_strides_as_popxl_takes_them():
+    """spec popxl-fidelity 7: an int is a stride for axis 0; a short list is padded with
+    1s in place; a short tuple is a TypeError; too many strides a ValueError."""
+    x = RNG.normal(size=(5, 4, 3)).astype(np.float32)
+    strides = [2, 3]
+    got, _ = run(lambda t: (ops.subsample(t, 2), ops.subsample(t, strides)), x)
+    np.testing.assert_array_equal(got[0], x[::2])
+    np.testing.assert_array_equal(got[1], x[::2, ::3])
+    assert strides == [2, 3, 1]
+    assert got[0].shape == (3, 4, 3)  # ceil(5 / 2)
+    with pytest.raises(TypeError):
+        run(lambda t: ops.subsample(t, (2, 3)), x)
+    with pytest.raises(ValueError, match="must not be greater than the rank"):
+        run(lambda t: ops.subsample(t, [1, 1, 1, 1]), x)
 
 
 def _scatter_reduce_loop(data, idx, reduction, axis, size, initial=None):

@@ -134,3 +134,6 @@ def test_histogram():
 def test_lamb_square():
     x = RNG.normal(size=(4, 5)).astype(np.float16)
     check(lambda t: ops.lamb_square(t), np.sum(x.astype(np.float64) ** 2), x, rtol=1e-3)
+    i = RNG.integers(-300, 300, size=(3, 7)).astype(np.int32)  # float32, whatever the dtype
+    got = check(lambda t: ops.lamb_square(t), np.sum(i.astype(np.float64) ** 2), i, rtol=1e-6)
+    assert got[0].dtype == np.float32

@@ -71,9 +71,12 @@ def all_reduce_across_ipus(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
     ins = [env[t] for t in op.inputs]
     if op.attrs["identical_inputs"]:
         for t, out in zip(ins, op.outputs):
-            env[out] = util.create_output(lw.graph, t.dtype, t.shape, lw.name(out.id), like=t)
+            graph = lw.replica_graph  # the outputs are on the inputs' IPUs
+            env[out] = util.create_output(graph, t.dtype, t.shape, lw.name(out.id), like=t)
             prog.add(poplar.Copy(t, env[out]))
         return
     gop = OPERATORS[op.attrs["op"]]
-    outs = gcl.all_reduce_within_replica(lw.graph, ins, gop, prog, name=op.outputs[0].id)
+    outs = gcl.all_reduce_within_replica(
+        lw.replica_graph, ins, gop, prog, name=op.outputs[0].id
+    )
     env.update(zip(op.outputs, outs))

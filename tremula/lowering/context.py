@@ -208,6 +208,11 @@ class Lowerer:
             if self.on_lowered is not None:
                 self.on_lowered(len(ops))
 
+    @property
+    def replica_graph(self) -> poplar.Graph:
+        """The graph of the whole replica (all its IPUs), whatever IPU is being lowered."""
+        return self._ipu_graphs[0]
+
     @contextmanager
     def on_ipu(self, ipu: int | None) -> Iterator[None]:
         """Lower onto virtual IPU ``ipu``'s tiles (``popxl.ipu(n)``) while inside, when the
@@ -215,7 +220,7 @@ class Lowerer:
         root, before = self._ipu_graphs[0], self.graph
         per = root.target.tiles_per_ipu
         ipus = root.num_tiles // per
-        if ipu is None or ipus <= 1 or root.num_tiles % per:
+        if ipu is None or ipu < 0 or ipus <= 1 or root.num_tiles % per:
             yield
             return
         if len(self._ipu_graphs) == 1:

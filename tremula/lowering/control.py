@@ -5,12 +5,25 @@ into the op's outputs (and modified inputs back to the parent)."""
 from __future__ import annotations
 
 from tremula import poplar
+from tremula.errors import PopartException
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 
 
+def _check_branch_outputs(op: Op) -> None:
+    then_g, else_g = op.attrs["graphs"]
+    for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs)):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            raise PopartException(
+                f"conditional {op.outputs[i].id!r}: output {i} is {a.dtype} {a.shape} in "
+                f"{then_g.name!r} but {b.dtype} {b.shape} in {else_g.name!r}; both branches "
+                f"must produce the then-branch's output infos"
+            )
+
+
 @rule("If")
 def conditional(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    _check_branch_outputs(op)
     then_g, else_g = op.attrs["graphs"]
     outs = [lw.new_tensor(o) for o in op.outputs]
     branches = []

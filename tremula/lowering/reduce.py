@@ -137,6 +137,8 @@ def histogram(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 def lamb_square(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     dims = list(range(t.rank))
+    if t.dtype not in (poplar.FLOAT, poplar.HALF):  # integers: squared in float32
+        t = popops.cast(lw.graph, t, poplar.FLOAT, prog, name=f"{out.id}/cast")
     r = popops.reduce(
         lw.graph, t, dims, Operation.SQUARE_ADD, prog, name=out.id, out_dtype=poplar.FLOAT
     )

@@ -1,6 +1,7 @@
-"""Lowering of ``popxl/ops/resize.py``: per resized axis, the input positions are gathered
-as views (integer-array indexing of the Poplar tensor, no compute) and, for linear mode,
-blended by one popops map with constant weights; nearest ends with one copy."""
+"""Lowering of ``popxl/ops/resize.py``: per resized axis, the input positions of each tap
+are gathered as views (integer-array indexing of the Poplar tensor, no compute) and, for
+linear and cubic modes, blended by one popops map with constant weights; nearest ends with
+one copy."""
 
 from __future__ import annotations
 
@@ -28,20 +29,23 @@ def resize(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     for ax, (n_out, scale) in enumerate(zip(a["shape"], a["scales"])):
         if n_out == v.shape[ax] and scale == 1.0:
             continue
-        i0, i1, w = axis_plan(v.shape[ax], n_out, scale, a)
+        idx, w = axis_plan(v.shape[ax], n_out, scale, a)
         if a["mode"] == "nearest":
-            v = _take(v, i0, ax)
+            v = _take(v, idx[0], ax)
             continue
-        shape = [n_out if d == ax else 1 for d in range(v.rank)]
+        shape = [len(idx), *(n_out if d == ax else 1 for d in range(v.rank))]
         weights = w.astype(v.dtype.numpy).reshape(shape)
         c = lw.graph.add_constant(v.dtype, weights.shape, weights, lw.name(f"{name}/w{ax}"))
         poplar.map_tensor_linearly(
             lw.graph, c, grain_size=lw.graph.target.vector_width(v.dtype.size)
         )
-        lo, hi = _take(v, i0, ax), _take(v, i1, ax)
-        v = popops.map(
-            lw.graph, pe._1 + (pe._2 - pe._1) * pe._3, [lo, hi, c], prog, name=f"{name}/{ax}"
+        taps = [_take(v, i, ax) for i in idx]
+        k = len(taps)
+        e = sum(
+            (pe.PlaceHolder(1 + j) * pe.PlaceHolder(1 + k + j) for j in range(k)),
+            start=pe.Const(0.0),
         )
+        v = popops.map(lw.graph, e, [*taps, *(c[j] for j in range(k))], prog, name=f"{name}/{ax}")
         computed = True
     if not computed:  # views of the input (nearest, or no resize): copy them out
         t = lw.new_tensor(out)

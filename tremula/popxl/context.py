@@ -40,7 +40,7 @@ class Context:
         self.graphs: list[Graph] = []
         self.sequences: list[Any] = []  # in_sequence modes (True, False, "pass")
         self.scopes: list[str] = []
-        self.ipus: list[int] = []
+        self.ipus: list[int] = []  # popxl.ipu blocks (NO_IPU for popxl.ipu(None))
         self.tile_sets: list[str] = []
         self.execution_contexts: list[ExecutionContext] = []
 
@@ -242,12 +242,22 @@ def name_scope(name: str) -> Iterator[None]:
         _CONTEXT.scopes.pop()
 
 
+#: the virtual graph id of ops made inside ``popxl.ipu(None)`` (PopART's unset id)
+NO_IPU = -1
+
+
 @contextmanager
-def ipu(ipu: int) -> Iterator[None]:
-    """Place ops created inside on virtual IPU ``ipu``."""
-    if int(ipu) != ipu or ipu < 0:
-        raise ValueError(f"ipu: expected a non-negative integer, got {ipu!r}")
-    _CONTEXT.ipus.append(int(ipu))
+def ipu(ipu: int | None) -> Iterator[None]:
+    """Place ops created inside on virtual IPU ``ipu`` (ops outside any ``ipu`` block are on
+    IPU 0). ``None`` places them on no IPU (virtual graph id -1): their outputs' ``.ipu`` is
+    undefined (``UndefinedValue``) and ``ipu_copy`` of them needs ``source``.
+
+    Raises:
+        ValueError: ``ipu`` is neither None nor an integer >= 0.
+    """
+    if ipu is not None and (isinstance(ipu, bool) or int(ipu) != ipu or ipu < 0):
+        raise ValueError(f"ipu: expected None or a non-negative integer, got {ipu!r}")
+    _CONTEXT.ipus.append(NO_IPU if ipu is None else int(ipu))
     try:
         yield
     finally:

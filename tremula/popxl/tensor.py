@@ -133,11 +133,12 @@ class Tensor:
         op = self._producer
         if op is None:
             op = next((o for o in self._graph._ops if any(i is self for i in o.inputs)), None)
-        ipu, tile_set = (-1, "undefined") if op is None else (op.ipu or 0, op.tile_set)
+        ipu, tile_set = (-1, "undefined") if op is None else (op.ipu_of(self) or 0, op.tile_set)
         if raise_on_undefined_ipu and ipu == -1:
+            why = "made in popxl.ipu(None)" if op else "has no producer and no consumer yet"
             raise UndefinedValue(
                 f"Tensor's IPU is undefined. Tensor {self._id!r} of graph "
-                f"{self._graph.name!r} has no producer and no consumer yet."
+                f"{self._graph.name!r} {why}."
             )
         if raise_on_undefined_tile_set and tile_set == "undefined":
             raise UndefinedValue(
@@ -152,7 +153,8 @@ class Tensor:
         ``popxl.ipu(n)``), else its first consumer's.
 
         Raises:
-            UndefinedValue: (a ``ValueError``) no op produces or consumes the tensor.
+            UndefinedValue: (a ``ValueError``) no op produces or consumes the tensor, or
+                its op was made inside ``popxl.ipu(None)``.
         """
         return self._get_ipu_and_tile_set(False, True)[0]
 

@@ -43,6 +43,18 @@ class Op:
     def called_graphs(self) -> tuple[Graph, ...]:
         return tuple(self.attrs.get("graphs", ()))
 
+    def ipu_of(self, t: Tensor) -> int | None:
+        """The virtual IPU of input or output ``t``: the op's, except for an op spanning
+        IPUs (``attrs["ipus"]``: input ``i`` and output ``i`` on ``ipus[i]``, as PopART's
+        introspection ids of the cross-IPU all-reduce)."""
+        ipus = self.attrs.get("ipus")
+        if ipus is not None:
+            for group in (self.outputs, self.inputs):
+                for i, x in enumerate(group):
+                    if x is t:
+                        return int(ipus[i])
+        return self.ipu
+
     def __repr__(self) -> str:
         return f"Op[{self.type} #{self.id} in {self.graph.name}]"
 

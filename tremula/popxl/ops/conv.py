@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import IRError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -30,6 +31,17 @@ class PadType(enum.StrEnum):
     SAME_UPPER = "same_upper"
     SAME_LOWER = "same_lower"
     VALID = "valid"
+
+
+def pad_mode(pad_type: PadType | str) -> PadType:
+    """``pad_type`` as a :class:`PadType` (``ValueError`` naming the choices otherwise)."""
+    value = pad_type.value if isinstance(pad_type, PadType) else str(pad_type).lower()
+    if value not in PadType.__members__.values():
+        raise ValueError(
+            f"pad_type {pad_type!r} is not valid: it must be one of "
+            f"{', '.join(m.value for m in PadType)}"
+        )
+    return PadType(value)
 
 
 def _ints(v: Any, n: int, default: int, what: str, arg: str) -> tuple[int, ...]:
@@ -65,7 +77,7 @@ def _geometry(
         raise ValueError(
             f"{what}: kernel {kernel}, stride {stride}, dilation {dilation} must be >= 1"
         )
-    mode = PadType(pad_type.value if isinstance(pad_type, PadType) else str(pad_type).lower())
+    mode = pad_mode(pad_type)
     window = _window(kernel, dilation)
     if mode is PadType.NOT_SET:
         pads = _ints(padding, 2 * n, 0, what, "padding")
@@ -248,9 +260,17 @@ def conv_transpose(
     ``[C, C_out / groups, *kernel]``; the output's spatial size is
     ``stride (in - 1) + output_padding + dilation (kernel - 1) + 1 - pads``.
 
+    Padding is ``padding``, or derived (ONNX's rule) from ``output_shape`` (one entry per
+    spatial axis, or the whole output shape) or from ``pad_type`` ``"same_upper"`` /
+    ``"same_lower"`` (output ``in * stride``): the total padding is split evenly, the odd
+    element at the end for ``same_upper`` and at the start otherwise; ``"valid"`` pads
+    nothing.
+
     Raises:
-        ValueError: as :func:`conv`; ``output_shape`` and automatic padding are not
-            supported (give ``padding`` / ``output_padding``).
+        ValueError: as :func:`conv`, an unknown ``pad_type``, an ``output_shape`` of the
+            wrong length or larger than the unpadded output.
+        popart.popart_exception: weight channels not matching ``t`` (also a
+            ``ValueError``), ``output_shape`` with ``pad_type="valid"``.
     """
     _check_conv("conv_transpose", t, weight, groups)
     attrs = conv_transpose_attrs("conv_transpose", t, weight, stride, padding, dilation, groups,
@@ -259,29 +279,63 @@ def conv_transpose(
     return res
 
 
+def _transpose_pads(
+    what: str,
+    t: Tensor,
+    full: list[int],
+    mode: PadType,
+    padding: Any,
+    output_shape: Sequence[int],
+    stride: tuple[int, ...],
+) -> tuple[int, ...]:
+    """The pads (begin..., end...) of a ConvTranspose whose unpadded output is ``full``."""
+    n = len(full)
+    target: Sequence[int] | None = None
+    if len(output_shape):
+        shape = tuple(int(v) for v in output_shape)
+        if len(shape) not in (n, n + 2):
+            raise ValueError(
+                f"{what}: output_shape {shape} must have {n} (spatial) or {n + 2} entries"
+            )
+        if mode is PadType.VALID:
+            raise IRError(f"{what}: output_shape {shape} cannot be used with pad_type 'valid'")
+        target = shape[-n:]
+    elif mode in (PadType.SAME_UPPER, PadType.SAME_LOWER):
+        target = [s * st for s, st in zip(t.shape[2:], stride)]
+    elif mode is PadType.VALID:
+        return (0,) * (2 * n)
+    else:
+        return _ints(padding, 2 * n, 0, what, "padding")
+    total = [f - o for f, o in zip(full, target)]
+    if min(total) < 0:
+        raise ValueError(
+            f"{what}: output shape {tuple(target)} is larger than the unpadded output "
+            f"{tuple(full)} of {t.id!r}; use output_padding"
+        )
+    small, big = [p // 2 for p in total], [p - p // 2 for p in total]
+    return tuple(small + big) if mode is PadType.SAME_UPPER else tuple(big + small)
+
+
 def conv_transpose_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups,
                          pad_type, output_padding, output_shape) -> dict[str, Any]:  # fmt: skip
     """The attributes of a ``ConvTranspose`` (shapes checked, types not)."""
     n = t.rank - 2
     if weight.shape[0] != t.shape[1]:
-        raise ValueError(
+        raise IRError(
             f"{what}: weight {weight.id!r} {weight.shape} must have {t.shape[1]} "
             f"input channels first"
         )
-    if len(output_shape) or str(getattr(pad_type, "value", pad_type)) != "not_set":
-        raise ValueError(f"{what}: give padding and output_padding (output_shape and "
-                         "automatic padding are not supported)")  # fmt: skip
+    mode = pad_mode(pad_type)
     kernel = weight.shape[2:]
     stride = _ints(stride, n, 1, what, "stride")
     dilation = _ints(dilation, n, 1, what, "dilation")
-    pads = _ints(padding, 2 * n, 0, what, "padding")
     out_pad = _ints(output_padding, n, 0, what, "output_padding")
-    out = [
-        st * (s - 1) + op + d * (k - 1) + 1 - b - e
-        for s, st, op, d, k, b, e in zip(
-            t.shape[2:], stride, out_pad, dilation, kernel, pads[:n], pads[n:]
-        )
+    full = [
+        st * (s - 1) + op + d * (k - 1) + 1
+        for s, st, op, d, k in zip(t.shape[2:], stride, out_pad, dilation, kernel)
     ]
+    pads = _transpose_pads(what, t, full, mode, padding, output_shape or (), stride)
+    out = [f - b - e for f, b, e in zip(full, pads[:n], pads[n:])]
     if min(out) < 1 or min(pads + out_pad) < 0:
         raise ValueError(f"{what}: output spatial shape {out} (padding {pads}) is empty")
     return {

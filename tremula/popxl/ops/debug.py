@@ -98,10 +98,10 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
     if source is None:
         try:
             source = t.ipu
-        except ValueError:
+        except ValueError as err:
             raise ValueError(
-                f"Could not infer the ipu for Tensor {t.id!r} in ipu_copy: no op produces or "
-                f"consumes it yet; pass source="
+                f"Could not infer the ipu for Tensor {t.id!r} in ipu_copy ({err}); pass "
+                f"source="
             ) from None
     with _placed(ipu=int(destination)):
         (out,) = create_op("IpuCopy", [t], {"source": int(source), "destination": int(destination)})

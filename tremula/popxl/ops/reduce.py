@@ -427,7 +427,7 @@ defop(
 def lamb_square(t: Tensor) -> Tensor:
     """The float32 sum of the squares of ``t``'s elements (LAMB's norms)."""
     check_tensor(t, "lamb_square")
-    require_float(t, "lamb_square")
+    require_numeric(t, "lamb_square")
     (out,) = create_op("LambSquare", [t])
     return out
 

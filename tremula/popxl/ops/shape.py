@@ -199,20 +199,33 @@ def slice_(
     return _slice_op(t, _slice_key(t, start, stop, step, axis, "slice_"), True)
 
 
-def subsample(t: Tensor, strides: Sequence[int]) -> Tensor:
-    """Every ``strides[d]``-th element along each axis ``d``, starting at 0.
+def subsample(t: Tensor, strides: int | Sequence[int]) -> Tensor:
+    """Every ``strides[d]``-th element along each axis ``d``, starting at 0 (output size
+    ``ceil(size / stride)``).
+
+    As in PopXL, an int is a stride for axis 0, and a list shorter than the rank is padded
+    with 1s (in place: the caller's list grows); a tuple must then have one stride per
+    axis.
 
     Raises:
-        ValueError: not one stride per axis of ``t``, or a stride below 1.
+        TypeError: a tuple shorter than the rank (PopXL's ``tuple += list``).
+        ValueError: more strides than axes.
+        popart.popart_exception: a stride below 1 or not an integer.
     """
     check_tensor(t, "subsample")
-    strides = list(strides)
-    if len(strides) != t.rank or any(int(s) != s or s < 1 for s in strides):
+    given: Any = [int(strides)] if isinstance(strides, (int, np.integer)) else strides
+    if len(given) > t.rank:
         raise ValueError(
-            f"subsample: strides {strides} must be {t.rank} positive integers "
-            f"(one per axis of {t.id!r} of shape {t.shape})"
+            f"The length of subsample `strides` must not be greater than the rank of the "
+            f"input Tensor {t.id!r}: {len(given)} > {t.rank}"
         )
-    return _slice_op(t, tuple(builtins.slice(None, None, int(s)) for s in strides), False)
+    if len(given) < t.rank:
+        given += [1] * (t.rank - len(given))  # PopXL's: a list grows in place
+    if any(isinstance(s, bool) or int(s) != s or s < 1 for s in given):
+        raise OpSetupError(
+            f"subsample: strides {list(given)} of {t.id!r} {t.shape} must be integers >= 1"
+        )
+    return _slice_op(t, tuple(builtins.slice(None, None, int(s)) for s in given), False)
 
 
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:

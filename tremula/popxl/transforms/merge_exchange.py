@@ -66,7 +66,8 @@ def io_tile_exchange(verify_overlap: bool = True) -> Iterator[None]:
         if merged + len(others) > 1:
             graph.ir._truncate(mark)
             raise RuntimeError(
-                f"io_tile_exchange: {merged + len(others)} ops remain in graph "
+                f"More than one Op remained after `io_tile_exchange`: "
+                f"{merged + len(others)} ops remain in graph "
                 f"{graph.name!r} after merging the exchanges, expected 1; ops other than "
                 f"host/remote loads and stores cannot overlap: {others} (the block was "
                 f"undone)"

@@ -20,7 +20,7 @@ from tremula.errors import PopartException, UndefinedValue
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.collectives.collectives import check_dtype, check_op, reduce_stack
-from tremula.popxl.ops.var_updates.utils import check_in_graph
+from tremula.popxl.ops.utils import check_in_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -58,7 +58,7 @@ def create_all_reduce(
     outs = create_op("AllReduce", list(ts), attrs, [f"all_reduce_out{i}" for i in range(len(ts))])
     producer = outs[0].producer
     assert producer is not None
-    producer.ipu = None
+    producer.ipu = None  # it spans the IPUs: Op.ipu_of gives each input and output its own
     for t, ipu in zip(outs, ipus):
         t._ipu = ipu
     return list(outs)

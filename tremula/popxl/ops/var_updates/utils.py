@@ -1,6 +1,6 @@
-"""What the variable updates share (PopXL's ``ops/var_updates/utils.py`` and the input
-checks of ``ops/utils.py``): optimiser hyper-parameters, the checks PopXL runs on inputs,
-and the op attributes every update records.
+"""What the variable updates share (PopXL's ``ops/var_updates/utils.py``): optimiser
+hyper-parameters, the input checks (``ops/utils.py``'s, as PopXL runs them), and the op
+attributes every update records.
 
 A hyper-parameter is a Tensor (an op input), a number (a constant the op records: no tensor
 is added to the graph, as PopART's ``OptimizerValue(f, isConst=True)``) or ``None``
@@ -21,54 +21,15 @@ import numpy as np
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import create_op
+from tremula.popxl.ops.utils import check_in_graph, check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor
 
 Hyper = Tensor | float | int | None
 
 
-def check_in_graph(graph: Graph, **tensors: Any) -> None:
-    """PopXL's ``check_in_graph``: each keyword names a Tensor of ``graph``.
-
-    Raises:
-        TypeError: a value is not a Tensor.
-        ValueError: a tensor belongs to another graph.
-    """
-    for name, t in tensors.items():
-        if not isinstance(t, Tensor):
-            raise TypeError(f"The input `{name}` is not a Tensor. Type: {type(t)}. Value: {t}.")
-        if t.graph is not graph:
-            raise ValueError(
-                f"The input tensor `{name}` is not in the current Graph {graph.name}. "
-                f"({t.id!r} belongs to {t.graph.name!r}.)"
-            )
-
-
-def check_tensor_ipu_and_tile_set(**tensors: Tensor) -> None:
-    """PopXL's ``check_tensor_ipu_and_tile_set``: the tensors made by ops are on one IPU
-    and one tile set. Tensors without an IPU (made outside ``popxl.ipu`` or by no op) are
-    skipped, as PopXL skips IPU -1 and tile set "undefined".
-
-    Raises:
-        ValueError: two tensors on different IPUs or tile sets.
-    """
-    seen: dict[str, tuple[str, Any]] = {}
-    for name, t in tensors.items():
-        if t.producer is None:
-            continue
-        for what, value in (("IPUs", t._ipu), ("tile sets", t._tile_set)):
-            if value is None:
-                continue
-            first = seen.setdefault(what, (name, value))
-            if first[1] != value:
-                raise ValueError(
-                    f"The Tensor inputs `{first[0]}` and `{name}` are located on different "
-                    f"{what}: {first[1]} != {value}."
-                )
-
-
 def checked_inputs(**tensors: Any) -> Graph:
-    """The current graph, after :func:`check_in_graph` and the IPU / tile-set check of
-    the given tensors (``None`` values are skipped)."""
+    """The current graph, after ``check_in_graph`` and the IPU / tile-set check of the
+    given tensors (``None`` values are skipped)."""
     graph = get_current_graph()
     given = {k: v for k, v in tensors.items() if v is not None}
     check_in_graph(graph, **given)

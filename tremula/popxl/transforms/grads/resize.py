@@ -1,5 +1,5 @@
 """Gradient rules of ``popxl/ops/resize.py``: a resize is linear along each axis (output
-``j`` blends inputs ``i0[j]`` and ``i1[j]``), so its gradient applies each axis's blending
+``j`` blends the inputs of its taps), so its gradient applies each axis's blending
 matrix transposed, as a matmul with a constant built when the graph is."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from tremula.popxl.transforms.grads.base import (
 
 def _blend(n_in: int, n_out: int, scale: float, attrs: dict) -> np.ndarray:
     """``[n_out, n_in]``: the matrix the forward applies along one axis."""
-    i0, i1, w = axis_plan(n_in, n_out, scale, attrs)
+    idx, w = axis_plan(n_in, n_out, scale, attrs)
     m = np.zeros((n_out, n_in))
-    np.add.at(m, (np.arange(n_out), i0), 1 - w)
-    np.add.at(m, (np.arange(n_out), i1), w)
+    for i, wk in zip(idx, w):
+        np.add.at(m, (np.arange(n_out), i), wk)
     return m
 
 
