@@ -22,7 +22,6 @@ float32 constant.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,7 +234,7 @@ def sparse_accumulate_(
         raise TypeError(f"{what}: indices {indices.id!r} must be integers, got {indices.dtype}")
     ax = norm_axis(axis, t.rank, what, repr(t.id))
     want = (*t.shape[:ax], *indices.shape, *t.shape[ax + 1 :])
-    if X.shape != want or X.nelms != math.prod(want):
+    if X.shape != want:
         raise ValueError(
             f"{what}: {X.id!r} has shape {X.shape}; rows of {t.id!r} {t.shape} at "
             f"{indices.id!r} {indices.shape} along axis {ax} have shape {want}"
