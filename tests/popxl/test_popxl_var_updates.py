@@ -14,7 +14,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
-from tremula.errors import PopartException
+from tremula.errors import PopartInternalException
 
 V = ops.var_updates
 DEVICES = ["cpu", "ipu_model"]
@@ -371,7 +371,7 @@ def test_a_constant_zero_dampening_factor_fails_at_lowering(fn):
     with ir.main_graph:
         t = popxl.variable(np.zeros(3, np.float32), name="t")
         fn(t, popxl.constant(np.ones(3, np.float32)), 0.0)
-    with pytest.raises(PopartException, match="constant f of 0 is not allowed"):
+    with pytest.raises(PopartInternalException, match="constant f of 0 is not allowed"):
         popxl.Session(ir, "cpu")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
-from tremula.errors import PopartException
+from tremula.errors import PopartInternalException
 
 V = ops.var_updates
 DEVICES = ["cpu", "ipu_model"]
@@ -251,7 +251,7 @@ def test_constant_max_weight_norm_of_zero_fails_at_lowering():
         t = popxl.variable(np.ones(3, np.float32))
         one = popxl.constant(np.float32(1))
         V.adam_var_update(t, popxl.constant(np.ones(3, np.float32)), one, one, 0.1, 0.0)
-    with pytest.raises(PopartException, match="constant max_weight_norm of 0"):
+    with pytest.raises(PopartInternalException, match="constant max_weight_norm of 0"):
         popxl.Session(ir, "cpu")
 
 

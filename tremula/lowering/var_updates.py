@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from tremula import poplar
-from tremula.errors import PopartException
+from tremula.errors import PopartInternalException
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
@@ -57,7 +57,7 @@ class Terms:
 
 def _refuse_zero(op: Op, role: str, why: str) -> None:
     if role not in op.attrs["slots"] and op.attrs["values"].get(role) == 0:
-        raise PopartException(
+        raise PopartInternalException(
             f"{op.type} {op.outputs[0].id!r}: a constant {role} of 0 is not allowed ({why}); "
             f"PopART refuses it when lowering the op"
         )

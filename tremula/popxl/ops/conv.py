@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.errors import IRError
+from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -298,7 +298,7 @@ def _transpose_pads(
                 f"{what}: output_shape {shape} must have {n} (spatial) or {n + 2} entries"
             )
         if mode is PadType.VALID:
-            raise IRError(f"{what}: output_shape {shape} cannot be used with pad_type 'valid'")
+            raise OpSetupError(f"{what}: output_shape {shape} cannot be used with pad_type 'valid'")
         target = shape[-n:]
     elif mode in (PadType.SAME_UPPER, PadType.SAME_LOWER):
         target = [s * st for s, st in zip(t.shape[2:], stride)]
@@ -321,7 +321,7 @@ def conv_transpose_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, 
     """The attributes of a ``ConvTranspose`` (shapes checked, types not)."""
     n = t.rank - 2
     if weight.shape[0] != t.shape[1]:
-        raise IRError(
+        raise OpSetupError(
             f"{what}: weight {weight.id!r} {weight.shape} must have {t.shape[1]} "
             f"input channels first"
         )

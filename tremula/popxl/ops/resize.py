@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.errors import PopartException
+from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -120,7 +120,8 @@ def interpolate(
     Raises:
         ValueError: "interpolate type X is not valid" for an unknown mode, nearest mode or
             coordinate transformation mode.
-        popart.popart_exception: factors or sizes not one per axis, or not positive.
+        popart.popart_exception: (also a ``ValueError``) factors or sizes not one per
+            axis, or not positive.
         TypeError: non-float ``t`` for linear or cubic modes.
     """
     check_tensor(t, "interpolate")
@@ -143,7 +144,7 @@ def interpolate(
         scales = tuple(float(s) for s in (scale_factor or ()))
         shape = tuple(math.floor(i * s) for i, s in zip(t.shape, scales))
     if len(shape) != t.rank or len(scales) != t.rank or min(scales + shape, default=1) <= 0:
-        raise PopartException(
+        raise OpSetupError(
             f"interpolate: scale_factor / output_size must give one positive entry per axis "
             f"of {t.id!r} {t.shape}, got scales {scales} and sizes {shape}"
         )

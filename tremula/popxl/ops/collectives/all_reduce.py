@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.errors import PopartException, UndefinedValue
+from tremula.errors import OpSetupError, UndefinedValue
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.collectives.collectives import check_dtype, check_op, reduce_stack
@@ -27,7 +27,7 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 def _infer(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
     for i, s in enumerate(specs):
         if (s.shape, s.dtype) != (specs[0].shape, specs[0].dtype):
-            raise PopartException(
+            raise OpSetupError(
                 f"AllReduceOp: input {i} ({s.dtype} {s.shape}) does not have the TensorInfo of "
                 f"input 0 ({specs[0].dtype} {specs[0].shape}); all inputs must be alike"
             )
@@ -91,7 +91,7 @@ def _all_reduce(
             f"{len(ts)} != {len(ipus)}"
         )
     if not ts:
-        raise PopartException(f"{what}: AllReduceOp needs at least one input")
+        raise OpSetupError(f"{what}: AllReduceOp needs at least one input")
     if min(ipus) < 0:
         raise ValueError(f"{what}: IPUs must be >= 0, got {ipus}")
     check_dtype(ts[0], op, what)
@@ -115,7 +115,8 @@ def all_reduce(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add")
         ValueError: an unknown op, IPUs that cannot be inferred, as many IPUs as tensors
             missing, a tensor of another graph.
         TypeError: ``ts`` not a list of Tensors, an op that does not apply to the dtype.
-        popart.popart_exception: no tensors, or tensors of different shapes or dtypes.
+        popart.popart_exception: (also a ``ValueError``) no tensors, or tensors of
+            different shapes or dtypes.
     """
     return _all_reduce("all_reduce", ts, ipus, op)
 
