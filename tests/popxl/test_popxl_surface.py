@@ -26,16 +26,6 @@ import popxl
 
 SURFACE = (Path(__file__).parent / "popxl_surface.txt").read_text()
 
-#: Names another part of issue 11 is adding (the cross-IPU all_reduce: cause 8;
-#: interpolate's positional ``mode``: cause 9). Missing is allowed until they land; once
-#: present they must match like every other name.
-PENDING = {
-    "popxl.ops.collectives.all_reduce",
-    "popxl.ops.collectives.all_reduce_identical_inputs",
-    "popxl.ops.collectives.all_reduce_identical_grad_inputs",
-    "popxl.ops.interpolate",
-}
-
 #: Paths the table writes differently because a name is a function in PopXL's namespace
 #: but the module is needed: ``<x>_module`` is ``sys.modules[<x>]``.
 _MODULE_SUFFIX = "_module"
@@ -121,17 +111,10 @@ def test_popxl_name(kind: str, path: str, call: ast.Call | None) -> None:
     try:
         obj = _resolve(path)
     except (ImportError, AttributeError):
-        if path in PENDING:
-            pytest.skip(f"{path}: being added by another part of issue 11")
         raise AssertionError(f"{path} is missing") from None
     assert _KINDS[kind](obj), f"{path} is {type(obj).__name__}, PopXL has a {kind}"
-    if call is not None and path not in PENDING:
+    if call is not None:
         _check_signature(obj, call, path)
-    elif call is not None:
-        try:
-            _check_signature(obj, call, path)
-        except AssertionError:
-            pytest.skip(f"{path}: its signature is being fixed by another part of issue 11")
 
 
 def test_the_81_shadowed_op_names_are_functions_and_modules() -> None:
