@@ -235,6 +235,7 @@ def test_ipu_copy_and_io_tile_copy():
         with pytest.raises(ValueError, match="Could not infer the ipu for Tensor 'v'"):
             ops.ipu_copy(v, 1)
         assert ops.ipu_copy(v + 0, 1).producer.attrs["source"] == 0  # ops default to IPU 0
+
     # spec popxl-fidelity 7: popxl.ipu(None) places ops on no IPU, so ipu_copy cannot
     # infer the source
     def unplaced(t):

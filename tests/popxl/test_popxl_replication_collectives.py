@@ -259,3 +259,30 @@ def test_collective_errors_leave_the_ir_usable():
         store(stores, "y", C.replicated_all_reduce(x, "add", nonconst.const_rg))
     got, _ = run(ir, stores)
     np.testing.assert_array_equal(got["y"], np.full((R, 6), 2, np.float32))
+
+
+def test_to_collective_op_names_the_ir_operator_as_popxl():
+    """popxl-addons' custom collectives turn PopXL's op names into the IR's operator with
+    ``to_collective_op`` (PopXL maps "mul" to Mean) and type their ``op`` with
+    ``CollectiveOps``."""
+    import typing
+
+    from popxl.ops.collectives.collectives import CollectiveOps, to_collective_op
+
+    names = typing.get_args(CollectiveOps)
+    assert names == ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
+    got = {n: to_collective_op(n).name for n in names}
+    assert got == {
+        "add": "Add",
+        "mean": "Mean",
+        "mul": "Mean",
+        "min": "Min",
+        "max": "Max",
+        "and": "LogicalAnd",
+        "or": "LogicalOr",
+        "square_add": "SquareAdd",
+        "local": "Local",
+    }
+    for bad in ("sum", "ADD", 1):
+        with pytest.raises(ValueError, match=r"Not a valid op: .*Must choose from: add, mean"):
+            to_collective_op(bad)

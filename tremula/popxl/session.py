@@ -294,9 +294,7 @@ class Session:
                 raise StreamError(f"{what}: entry {entry} is out of range for {buffer!r}")
             other = taken.setdefault((buffer, entry), v)
             if other is not v:
-                raise StreamError(
-                    f"{what}: entry {entry} of {buffer!r} already holds {other.id!r}"
-                )
+                raise StreamError(f"{what}: entry {entry} of {buffer!r} already holds {other.id!r}")
 
     def _remote_entry(self, v: Variable) -> tuple[str, int] | None:
         """(Poplar remote buffer name, entry) of a remote variable whose buffer the program

@@ -100,8 +100,7 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
             source = t.ipu
         except ValueError as err:
             raise ValueError(
-                f"Could not infer the ipu for Tensor {t.id!r} in ipu_copy ({err}); pass "
-                f"source="
+                f"Could not infer the ipu for Tensor {t.id!r} in ipu_copy ({err}); pass source="
             ) from None
     with _placed(ipu=int(destination)):
         (out,) = create_op("IpuCopy", [t], {"source": int(source), "destination": int(destination)})

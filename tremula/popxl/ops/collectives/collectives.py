@@ -14,29 +14,69 @@ value) and each output is ``[R, *out_shape]``.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from tremula.libs.gcl.operators import RULES, CollectiveOperator
+from tremula.libs.gcl.operators import RULES
+from tremula.libs.gcl.operators import CollectiveOperator as GclOperator
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 #: PopXL's op strings and the GCL operator each one runs ("mul" -> MEAN: upstream's mapping)
-OPERATORS: dict[str, CollectiveOperator] = {
-    "add": CollectiveOperator.ADD,
-    "mean": CollectiveOperator.MEAN,
-    "mul": CollectiveOperator.MEAN,
-    "min": CollectiveOperator.MIN,
-    "max": CollectiveOperator.MAX,
-    "and": CollectiveOperator.LOGICAL_AND,
-    "or": CollectiveOperator.LOGICAL_OR,
-    "square_add": CollectiveOperator.SQUARE_ADD,
-    "local": CollectiveOperator.LOCAL,  # internal: replica_sharded_slice, replicated_slice
+OPERATORS: dict[str, GclOperator] = {
+    "add": GclOperator.ADD,
+    "mean": GclOperator.MEAN,
+    "mul": GclOperator.MEAN,
+    "min": GclOperator.MIN,
+    "max": GclOperator.MAX,
+    "and": GclOperator.LOGICAL_AND,
+    "or": GclOperator.LOGICAL_OR,
+    "square_add": GclOperator.SQUARE_ADD,
+    "local": GclOperator.LOCAL,  # internal: replica_sharded_slice, replicated_slice
 }
+
+#: the ``op`` names PopXL's collectives take (``popxl.ops.collectives.collectives``)
+CollectiveOps = Literal["add", "mean", "mul", "min", "max", "and", "or", "square_add", "local"]
+
+
+class CollectiveOperator(enum.Enum):
+    """PopART's ``CollectiveOperator`` as PopXL's IR bindings give it
+    (``popart._internal.ir.CollectiveOperator``); the value is PopXL's name of the op."""
+
+    Add = "add"
+    Mean = "mean"
+    Mul = "mul"
+    Min = "min"
+    Max = "max"
+    LogicalAnd = "and"
+    LogicalOr = "or"
+    SquareAdd = "square_add"
+    Local = "local"
+
+
+def to_collective_op(op: CollectiveOps) -> CollectiveOperator:
+    """The IR's operator for PopXL's ``op`` name, as custom ops pass it to their op
+    constructors. ``"mul"`` gives ``Mean``, as in PopXL (its mapping, kept on purpose).
+
+    Args:
+        op: one of :data:`CollectiveOps`.
+
+    Returns:
+        The :class:`CollectiveOperator` member.
+
+    Raises:
+        ValueError: ``op`` is not one of :data:`CollectiveOps` (the message lists them).
+    """
+    if not isinstance(op, str) or op not in OPERATORS:
+        raise ValueError(f"Not a valid op: {op!r}. Must choose from: {', '.join(OPERATORS)}")
+    return CollectiveOperator("mean" if op == "mul" else op)
+
+
 _KINDS = {"f": "floating-point", "i": "integer", "b": "bool"}
 _GATHER_MODES = ("auto", "new_axis", "concat", "meta_shape")
 
@@ -133,16 +173,16 @@ def _by_group(x: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
 def reduce_stack(m: np.ndarray, op: str) -> np.ndarray:
     """Reduce ``[num_groups, G, ...]`` over axis 1 as ``op`` does."""
     gop = OPERATORS[op]
-    if gop is CollectiveOperator.MEAN:
+    if gop is GclOperator.MEAN:
         return m.mean(axis=1).astype(m.dtype)
-    if gop is CollectiveOperator.SQUARE_ADD:
+    if gop is GclOperator.SQUARE_ADD:
         return (m * m).sum(axis=1, dtype=m.dtype)
     table = {
-        CollectiveOperator.ADD: lambda a: a.sum(axis=1, dtype=a.dtype),
-        CollectiveOperator.MIN: lambda a: a.min(axis=1),
-        CollectiveOperator.MAX: lambda a: a.max(axis=1),
-        CollectiveOperator.LOGICAL_AND: lambda a: a.all(axis=1),
-        CollectiveOperator.LOGICAL_OR: lambda a: a.any(axis=1),
+        GclOperator.ADD: lambda a: a.sum(axis=1, dtype=a.dtype),
+        GclOperator.MIN: lambda a: a.min(axis=1),
+        GclOperator.MAX: lambda a: a.max(axis=1),
+        GclOperator.LOGICAL_AND: lambda a: a.all(axis=1),
+        GclOperator.LOGICAL_OR: lambda a: a.any(axis=1),
     }
     return table[gop](m)
 
