@@ -1,0 +1,176 @@
+"""The factories of constants and variables (``popxl.constant``, ``popxl.variable``) and
+what the remote and replica-sharded factories share with them: the main-graph check, the
+replica grouping, the host data of a grouping and the making of a variable. Their public
+home is :mod:`tremula.popxl.tensor`, as in PopXL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tremula.errors import VariableDataError
+from tremula.popxl import dtypes
+from tremula.popxl.tensor import Constant, TensorSpec, Variable, _new_id
+from tremula.popxl.utils import to_numpy
+
+if TYPE_CHECKING:
+    from tremula.popxl.graph import Graph
+    from tremula.popxl.replica_grouping import ReplicaGrouping
+
+
+def constant(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Constant:
+    """A constant in the current graph. A float8 ``dtype`` takes float8 / uint8 codes, or
+    numbers with ``log2_scale`` (see :func:`to_numpy`)."""
+    from tremula.popxl.context import get_current_graph
+
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    graph = get_current_graph()
+    tid, short = _new_id(graph, name, "c")
+    t = Constant(
+        graph,
+        tid,
+        short,
+        TensorSpec(arr.shape, dtypes.dtype.as_dtype(arr.dtype)),
+        np.array(arr, order="C"),
+    )
+    graph._add_tensor(t)
+    return t
+
+
+def _named(factory: str, name: str | None) -> str:
+    """How messages name a variable being made: ``variable 'w'`` (or ``variable``)."""
+    return f"{factory} {name!r}" if name else factory
+
+
+def _main_graph(what: str) -> Graph:
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    if graph is not graph.ir.main_graph:
+        raise ValueError(
+            f"You cannot initialise a variable tensor within a graph other than the main "
+            f"graph ({what} in {graph!r}): variables can only be created in the main graph"
+        )
+    return graph
+
+
+def _grouping(graph: Graph, replica_grouping: ReplicaGrouping | None, what: str) -> ReplicaGrouping:
+    from tremula.popxl.replica_grouping import ReplicaGrouping
+
+    if replica_grouping is None:
+        return graph.ir.replica_grouping()
+    if not isinstance(replica_grouping, ReplicaGrouping):
+        raise TypeError(
+            f"{what}: replica_grouping must be a popxl.ReplicaGrouping, got "
+            f"{type(replica_grouping).__name__}"
+        )
+    if replica_grouping._ir is not graph.ir:
+        raise ValueError(f"{what}: {replica_grouping!r} belongs to another Ir")
+    return replica_grouping
+
+
+def _host_data(
+    data: Any,
+    dtype: dtypes.dtype | None,
+    downcast: bool,
+    rg: ReplicaGrouping,
+    retrieval_mode: str | None,
+    what: str,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> tuple[np.ndarray, tuple[int, ...], str]:
+    """Checked host data of a variable: (array of shape_on_host, shape on a replica, mode)."""
+    mode = retrieval_mode or "one_per_group"
+    if mode not in ("one_per_group", "all_replicas"):
+        raise ValueError(
+            f"{what}: retrieval_mode must be 'one_per_group' or 'all_replicas', got "
+            f"{retrieval_mode!r}"
+        )
+    arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    if isinstance(data, np.memmap) and dtype is None:
+        arr = data  # kept by reference: weights_to_host writes into it and flushes
+    shape = arr.shape
+    if rg.num_groups > 1:
+        if not shape or shape[0] != rg.num_groups:
+            raise VariableDataError(
+                f"{what}: {rg!r} has {rg.num_groups} groups, so the data needs a leading "
+                f"axis of {rg.num_groups} (one row per group); got shape {shape} (PopART: "
+                f"Return mismatch with possibly appended outer dimension)"
+            )
+        shape = shape[1:]
+    return arr, shape, mode
+
+
+def _add_variable(
+    graph: Graph,
+    arr: np.ndarray,
+    shape: tuple[int, ...],
+    rg: ReplicaGrouping,
+    mode: str,
+    name: str | None,
+    meta_shape: tuple[int, ...] = (),
+) -> Variable:
+    if isinstance(arr, np.memmap) and not rg.is_const:
+        import warnings
+
+        warnings.warn(
+            f"variable {name!r}: a memmap with the non-constant {rg!r} is copied (its rows "
+            f"are regrouped), so weights_to_host does not write into the memmap",
+            UserWarning,
+            stacklevel=3,
+        )
+        arr = np.array(arr)
+    tid, short = _new_id(graph, name, "t")
+    spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
+    t = Variable(graph, tid, short, spec, arr, rg, mode)
+    graph._add_tensor(t)
+    return t
+
+
+def variable(
+    data: Any,
+    dtype: dtypes.dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = None,
+    log2_scale: int | None = None,
+    nan_on_overflow: bool | None = None,
+) -> Variable:
+    """A variable in the main graph (``ValueError`` elsewhere).
+
+    Args:
+        data: the initial value (NumPy-convertible; a ``np.memmap`` is kept by reference).
+            With a grouping of several groups it has a leading axis of one row per group,
+            row ``g`` initialising every replica of group ``g``.
+        dtype: the dtype (default: the data's, 64-bit types downcast unless ``downcast`` is
+            False).
+        name: the tensor name.
+        downcast: downcast 64-bit host data to 32 bits.
+        replica_grouping: the grouping of replicas sharing a value (default: all replicas).
+        retrieval_mode: ``"one_per_group"`` (default) or ``"all_replicas"``: what
+            ``Session.get_tensor_data`` returns.
+        log2_scale, nan_on_overflow: for a float8 ``dtype`` and data that are not float8
+            or uint8 codes: the data are encoded as ``cast(data * 2**log2_scale)``
+            (``log2_scale`` required), NaN or saturating on overflow (default NaN).
+
+    Raises:
+        ValueError: not in the main graph, or a bad retrieval mode.
+        VariableDataError: (a ``ValueError`` and ``popart.popart_exception``) data
+            without the leading group axis of a grouping of several groups.
+    """
+    graph = _main_graph("variable")
+    rg = _grouping(graph, replica_grouping, "variable")
+    what = _named("variable", name)
+    arr, shape, mode = _host_data(
+        data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
+    )
+    return _add_variable(graph, arr, shape, rg, mode, name)
