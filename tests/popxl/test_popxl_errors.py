@@ -207,7 +207,13 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     ("mixed list", TypeError, r"f_subgraph\(2\)\): argument 'xs' mixes tensors", _mixed_list),
     ("mixed *args", TypeError, r"argument '\*parts' mixes tensors", _mixed_args),
     ("mixed **kwargs", TypeError, r"argument '\*\*parts' mixes tensors", _mixed_kwargs),
-    ("bad return", ValueError, r"returns_int_subgraph\(2\)\): .* got int", _bad_return),
+    (
+        "bad return",
+        ValueError,
+        r"Output of subgraph must be None, .* Output type: int \(create_graph\(.*"
+        r"returns_int_subgraph\(2\)\)\)",
+        _bad_return,
+    ),
     (
         "bad arity",
         ValueError,
@@ -237,8 +243,39 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         lambda p: p.ir.main_graph == 3,
     ),
     # spec 1.5: Tensor
-    ("empty operand", ValueError, "'w' with an empty value", _main(lambda p: p.w + np.array([]))),
+    (
+        "empty operand",
+        ValueError,
+        "The value has 0 elements: cannot combine tensor 'w'",
+        _main(lambda p: p.w + np.array([])),
+    ),
     ("getitem", TypeError, "cannot index tensor 'w' with 'a'", _main(lambda p: p.w["a"])),
+    (
+        "mixed return",
+        TypeError,
+        r"Output of subgraph can't contain a mixture of Tensors and other types: "
+        r"create_graph\(.*\) returned Tensors and int",
+        _main(lambda p: p.ir.create_graph(lambda u: (u + 1.0, 3), p.w)),
+    ),
+    (
+        "diag",
+        ValueError,
+        r"Diag expected a 2d tensor. Tensor 'sc' has shape \(\)",
+        lambda p: p.sc.diag(),
+    ),
+    (
+        "transpose axis",
+        ValueError,
+        r"Values in permutation must be less than the tensor's rank 2. Found 2 "
+        r"\(transpose of 'w' by \(0, 2\)\)",
+        _main(lambda p: p.w.transpose((0, 2))),
+    ),
+    (
+        "matmul partials",
+        ValueError,
+        r"matmul: partials_type must be 'float' or 'half', got popxl.dtypes.int32",
+        _main(lambda p: ops.matmul(p.w, p.w, partials_type=popxl.int32)),
+    ),
     ("len scalar", ValueError, "Tensor 'sc' doesn't have a length", lambda p: len(p.sc)),
     ("iter", TypeError, "tensor 'w' is not iterable", lambda p: iter(p.w)),
     ("contains", TypeError, "not supported on tensor 'w'", lambda p: 1.0 in p.w),
@@ -292,7 +329,12 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         lambda p: popxl.in_sequence(None).__enter__(),
     ),
     # spec 1.8: RemoteBuffer
-    ("entries 0", ValueError, r"RemoteBuffer\(.*\(2,\)\): entries must be .* 0", _buffer_entries),
+    (
+        "entries 0",
+        ValueError,
+        r"Entries must be a non-zero, positive integer. Got 0 \(RemoteBuffer\(.*\(2,\)\)\)",
+        _buffer_entries,
+    ),
     # spec 1.14: call, repeat, conditional, remote_code_load
     (
         "call too many",
@@ -714,3 +756,21 @@ def test_integer_division_by_zero_gives_zero_without_a_warning() -> None:
         out = session.run()
     np.testing.assert_array_equal(out[quotient], [0, 0, 0, 2])
     np.testing.assert_array_equal(out[remainder], [0, 0, 0, 1])
+
+
+def test_nll_reduction_and_remote_store_mismatch_give_popxl_messages() -> None:
+    """Programs match on PopXL's gist: ``Not a valid reduction`` and
+    ``Tensor <id> does not match buffer.`` (spec: popxl-fidelity 4 and 9)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        probs = popxl.variable(np.full((2, 3), 1 / 3, np.float32), name="probs")
+        labels = popxl.constant(np.zeros(2, np.int32), name="labels")
+        with pytest.raises(ValueError, match=r"Not a valid reduction: 'avg' \(nll_loss\)"):
+            ops.nll_loss(probs, labels, reduction="avg")
+        buffer = popxl.remote_buffer((3, 2), popxl.float32)
+        with pytest.raises(
+            ValueError,
+            match=r"Tensor probs does not match buffer. Tensor: popxl.dtypes.float32 \(2, 3\); "
+            r"remote buffer 1: popxl.dtypes.float32 \(3, 2\)",
+        ):
+            ops.remote_store(buffer, 0, probs)

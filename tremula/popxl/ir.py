@@ -348,7 +348,13 @@ def _outputs(result: Any, graph: str) -> Iterable[Tensor]:
         items = list(result)
         if all(isinstance(t, Tensor) for t in items):
             return items
+        if any(isinstance(t, Tensor) for t in items):
+            others = sorted({type(t).__name__ for t in items if not isinstance(t, Tensor)})
+            raise TypeError(
+                f"Output of subgraph can't contain a mixture of Tensors and other types: "
+                f"create_graph({graph}) returned Tensors and {', '.join(others)}"
+            )
     raise ValueError(
-        f"create_graph({graph}): the function must return None, a Tensor or an "
-        f"iterable of Tensors, got {type(result).__name__}"
+        f"Output of subgraph must be None, a Tensor or an iterable of Tensors. Output type: "
+        f"{type(result).__name__} (create_graph({graph}))"
     )

@@ -61,8 +61,8 @@ class RemoteBuffer:
     def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:
         if t.dtype != self._dtype or t.shape != self._shape:
             raise ValueError(
-                f"tensor {t.id!r} ({t.dtype} {t.shape}) does not match remote "
-                f"buffer {self.remote_buffer_id} ({self._dtype} {self._shape})"
+                f"Tensor {t.id} does not match buffer. Tensor: {t.dtype} {t.shape}; "
+                f"remote buffer {self.remote_buffer_id}: {self._dtype} {self._shape}"
             )
 
     def __repr__(self) -> str:
@@ -79,7 +79,7 @@ def _check_entries(entries: Any, what: str) -> None:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"{what}: entries must be an integer >= 1, got {entries!r}")
+        raise ValueError(f"Entries must be a non-zero, positive integer. Got {entries!r} ({what})")
 
 
 def remote_buffer(

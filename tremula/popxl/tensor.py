@@ -221,7 +221,9 @@ class Tensor:
             return value
         data = np.asarray(value)
         if data.size == 0:
-            raise ValueError(f"cannot combine tensor {self._id!r} with an empty value")
+            raise ValueError(
+                f"The value has 0 elements: cannot combine tensor {self._id!r} with {value!r}"
+            )
         return constant(data, dtype=self.dtype)
 
     def _binary(self, op_name: str, other: Any, reflected: bool = False) -> Tensor:
@@ -337,7 +339,9 @@ class Tensor:
 
     def diag(self) -> Tensor:
         if self.rank != 2:
-            raise ValueError(f"diag: tensor {self._id!r} must be 2-D, has shape {self.shape}")
+            raise ValueError(
+                f"Diag expected a 2d tensor. Tensor {self._id!r} has shape {self.shape}"
+            )
         n = min(self.shape)
         return self.flatten()[0 : n * self.shape[1] : self.shape[1] + 1]
 

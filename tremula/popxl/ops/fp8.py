@@ -67,12 +67,12 @@ def _log2_scale(log2_scale: Any, what: str) -> Tensor:
     if isinstance(log2_scale, Tensor):
         if log2_scale.dtype is not dtypes.int32:
             raise TypeError(
-                f"{what}: log2_scale {log2_scale.id!r} must be an int32 tensor, got "
+                f"{what}: log2_scale {log2_scale.id!r} must be of type popxl.int32, got "
                 f"{log2_scale.dtype}"
             )
         if log2_scale.nelms != 1:
             raise ValueError(
-                f"{what}: log2_scale {log2_scale.id!r} must have one element, has shape "
+                f"{what}: log2_scale {log2_scale.id!r} must be a scalar tensor, has shape "
                 f"{log2_scale.shape}"
             )
         return log2_scale

@@ -67,7 +67,9 @@ def _check_loss_args(
             f"probs {probs.id!r} {probs.shape} without its last (class) axis"
         )
     if reduction not in REDUCTIONS:
-        raise ValueError(f"{what}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        raise ValueError(
+            f"Not a valid reduction: {reduction!r} ({what}). Must choose from: {REDUCTIONS}"
+        )
     if ignore_index is not None and int(ignore_index) != ignore_index:
         raise ValueError(f"{what}: ignore_index must be an integer, got {ignore_index!r}")
 

@@ -88,7 +88,16 @@ def matmul(
     output_type: dtypes.dtype | None = None,
     partials_type: dtypes.dtype | None = None,
 ) -> Tensor:
-    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands)."""
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands).
+
+    Raises:
+        ValueError: ``partials_type`` other than float32 / float16 (PopXL's check).
+    """
+    if partials_type is not None and partials_type not in (dtypes.float32, dtypes.float16):
+        raise ValueError(
+            f"matmul: partials_type must be 'float' or 'half', got {partials_type!r} "
+            f"(matmul of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
+        )
     attrs = {
         "available_memory_proportion": available_memory_proportion,
         "output_type": output_type,
@@ -141,6 +150,11 @@ def flatten_(t: Tensor) -> Tensor:
 
 def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
     perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(permutation)
+    if perm and max(perm) >= t.rank:
+        raise ValueError(
+            f"Values in permutation must be less than the tensor's rank {t.rank}. Found "
+            f"{max(perm)} (transpose of {t.id!r} by {perm})"
+        )
     if sorted(perm) != list(range(t.rank)):
         raise ValueError(f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}")
     return perm
