@@ -286,3 +286,34 @@ def test_to_collective_op_names_the_ir_operator_as_popxl():
     for bad in ("sum", "ADD", 1):
         with pytest.raises(ValueError, match=r"Not a valid op: .*Must choose from: add, mean"):
             to_collective_op(bad)
+
+
+def test_all_gather_builds_popxl_tensors_and_puts_a_new_axis_at_axis():
+    """PopXL gathers the flattened tensor and reshapes it: ``graph.tensors`` holds the
+    input, the flatten, the gather and the reshape (spec popxl-fidelity 5); ``new_axis``
+    moves the group axis to ``axis``."""
+    R = 2
+    data = np.arange(R * 6, dtype=np.float32).reshape(R, 2, 3)
+    ir = popxl.Ir(replication=R)
+    with ir.main_graph:
+        v = popxl.variable(np.ones((2, 3), np.float32))
+        ops.collectives.replicated_all_gather(v)
+        assert len(ir.main_graph.tensors) == 4
+        x_h2d = popxl.h2d_stream((2, 3), popxl.float32, name="x")
+        x = ops.host_load(x_h2d)
+        outs = {
+            "new1": ops.collectives.replicated_all_gather(x, axis=1, output_shape="new_axis"),
+            "new2": ops.collectives.replicated_all_gather(x, axis=2, output_shape="new_axis"),
+            "cat1": ops.collectives.replicated_all_gather(x, axis=1),
+        }
+        streams = {}
+        for k, t in outs.items():
+            streams[k] = popxl.d2h_stream(t.shape, t.dtype, name=k)
+            ops.host_store(streams[k], t)
+    assert outs["new1"].shape == (2, R, 3) and outs["new2"].shape == (2, 3, R)
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run({x_h2d: data})
+    for r in range(R):
+        np.testing.assert_array_equal(got[streams["new1"]][r], np.stack(list(data), axis=1))
+        np.testing.assert_array_equal(got[streams["new2"]][r], np.stack(list(data), axis=2))
+        np.testing.assert_array_equal(got[streams["cat1"]][r], np.concatenate(list(data), 1))

@@ -310,20 +310,41 @@ def replicated_all_gather(
     mode = output_shape
     if mode == "auto":
         mode = "meta_shape" if t.meta_shape else "concat"
-    attrs: dict[str, Any] = {"group": rg, "output_shape": mode, "axis": 0}
-    if mode == "concat":
-        if t.rank == 0:
-            raise ValueError(f"{what}: cannot concatenate the scalar {t.id!r}; use 'new_axis'")
-        attrs["axis"] = _axis(axis, t.rank, what)
     if mode == "meta_shape":
         if not t.meta_shape or math.prod(t.meta_shape) > rg.group_size * t.nelms:
             raise ValueError(
                 f"{what}: {t.id!r} (shape {t.shape}, meta_shape {t.meta_shape}) has no meta "
                 f"shape that {rg.group_size} gathered shards cover"
             )
-        attrs["meta_shape"] = t.meta_shape
-    (out,) = create_op("ReplicatedAllGather", [t], attrs)
-    return out
+        attrs = {"group": rg, "output_shape": mode, "axis": 0, "meta_shape": t.meta_shape}
+        (out,) = create_op("ReplicatedAllGather", [t], attrs)
+        return out
+    if mode == "concat" and t.rank == 0:
+        raise ValueError(f"{what}: cannot concatenate the scalar {t.id!r}; use 'new_axis'")
+    ax = _axis(axis, t.rank + (mode == "new_axis"), what)
+    return _gather_flat(t, rg, mode, ax)
+
+
+def _gather_flat(t: Tensor, rg: ReplicaGrouping, mode: str, axis: int) -> Tensor:
+    """PopXL's all-gather: the flattened tensor is gathered (the group's copies one after
+    the other) and reshaped; the group axis moves to ``axis`` (``"new_axis"``) or is merged
+    into it (``"concat"``). So ``graph.tensors`` holds the same tensors as PopXL's (input,
+    flatten, gather, reshape)."""
+    from tremula.popxl.ops.tensor_ops import reshape, transpose
+
+    G = rg.group_size
+    attrs = {"group": rg, "output_shape": "concat", "axis": 0}
+    (flat,) = create_op("ReplicatedAllGather", [t.flatten()], attrs)
+    if mode == "concat" and axis == 0:
+        return reshape(flat, (G * t.shape[0], *t.shape[1:]))
+    out = reshape(flat, (G, *t.shape))
+    if axis:
+        out = transpose(out, (*range(1, axis + 1), 0, *range(axis + 1, t.rank + 1)))
+    if mode == "new_axis":
+        return out
+    shape = list(t.shape)
+    shape[axis] *= G
+    return reshape(out, tuple(shape))
 
 
 def replicated_reduce_scatter(
