@@ -271,6 +271,18 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         _main(lambda p: p.w.transpose((0, 2))),
     ),
     (
+        "squeeze size",
+        ValueError,
+        r"Can't squeeze axis 0 of 'w' \(shape \(2, 3\)\)",
+        _main(lambda p: ops.squeeze(p.w, [0])),
+    ),
+    (
+        "duplicate axes",
+        ValueError,
+        r"Axes contains duplicates: \[1, 1\] \(squeeze of 'w'\)",
+        _main(lambda p: ops.squeeze(p.w, [1, 1])),
+    ),
+    (
         "matmul partials",
         ValueError,
         r"matmul: partials_type must be 'float' or 'half', got popxl.dtypes.int32",

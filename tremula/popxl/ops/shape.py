@@ -44,7 +44,7 @@ def norm_axes(axis: Any, rank: int, what: str, name: str) -> tuple[int, ...]:
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
     out = [norm_axis(a, rank, what, name) for a in axes]
     if len(set(out)) != len(out):
-        raise ValueError(f"{what}: axes {axes} of {name} repeat an axis")
+        raise ValueError(f"Axes contains duplicates: {axes} ({what} of {name})")
     return tuple(sorted(out))
 
 
@@ -274,7 +274,8 @@ def squeeze(t: Tensor, axes: int | Sequence[int] | None = None) -> Tensor:
         bad = [d for d in sorted(drop) if t.shape[d] != 1]
         if bad:
             raise ValueError(
-                f"squeeze: axes {bad} of {t.id!r} (shape {t.shape}) do not have size 1"
+                f"Can't squeeze axis {bad[0]} of {t.id!r} (shape {t.shape}): squeeze axes "
+                f"{bad} do not have size 1"
             )
     shape = tuple(s for d, s in enumerate(t.shape) if d not in drop)
     (out,) = create_op("Reshape", [t], {"shape": shape})
