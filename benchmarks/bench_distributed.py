@@ -11,7 +11,8 @@
    initialises PopDist) against ``mpirun -n 4 python -c pass`` plus one single-process
    start of the same program.
 
-Run: ``python benchmarks/bench_distributed.py [--elements N] [--steps K] [--repeat R]``.
+Run: ``python benchmarks/bench_distributed.py [--elements N] [--steps K] [--repeat R]
+[--only start-up all-reduce training]``.
 It launches its own jobs through ``tremula poprun`` (the ``distributed`` extra).
 """
 
@@ -195,18 +196,27 @@ def start_up(repeat: int, folder: Path) -> None:
     )
 
 
+PARTS = ("start-up", "all-reduce", "training")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=16 * 2**20, help="all-reduce size")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps")
     parser.add_argument("--batch", type=int, default=8, help="rows per replica and step")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--only", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        start_up(args.repeat, folder)
-        all_reduce(args.elements, args.repeat, folder)
-    training(args.steps, args.batch)
+        if "start-up" in args.only:
+            start_up(args.repeat, folder)
+        if "all-reduce" in args.only:
+            all_reduce(args.elements, args.repeat, folder)
+    if "training" in args.only:
+        training(args.steps, args.batch)
 
 
 if __name__ == "__main__":

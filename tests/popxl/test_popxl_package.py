@@ -37,6 +37,31 @@ def test_import_popxl_loads_its_modules_as_attributes_in_a_fresh_interpreter() -
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_popsparse_and_scipy_load_with_the_first_sparse_layer_only() -> None:
+    """A dense program (import, build, compile, run) never loads PopSparse or SciPy; the
+    sparse ops module still offers its layer, which loads them on first use."""
+    code = (
+        "import sys, numpy as np, popxl\n"
+        "from popxl import ops\n"
+        "ir = popxl.Ir()\n"
+        "with ir.main_graph:\n"
+        "    a = popxl.variable(np.arange(4, dtype=np.float32).reshape(2, 2))\n"
+        "    s = popxl.d2h_stream((2, 2), popxl.float32)\n"
+        "    ops.host_store(s, ops.matmul(a, a))\n"
+        "with popxl.Session(ir, 'ipu_model') as session:\n"
+        "    got = session.run()[s]\n"
+        "assert got.tolist() == [[2.0, 3.0], [6.0, 11.0]], got\n"
+        "lazy = [m for m in ('scipy', 'tremula.libs.popsparse') if m in sys.modules]\n"
+        "assert not lazy, lazy\n"
+        "from tremula.libs.popsparse import dynamic\n"
+        "p = dynamic.FullyConnectedParams.create_with_nz_ratio(\n"
+        "    dynamic.SparsityParams(), 0.5, 2, 1, 8, 8)\n"
+        "ops.sparse.partitioner(p, {}, device='ipu_model')\n"
+        "assert 'tremula.libs.popsparse.dynamic' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_popxl_is_tremula_popxl_and_submodules_are_shared() -> None:
     import tremula.popxl
     import tremula.popxl.tensor

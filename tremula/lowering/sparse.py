@@ -18,22 +18,33 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tremula import poplar
 from tremula.errors import GraphError
-from tremula.libs.popsparse import dynamic
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 from tremula.popxl.tensor import Tensor, Variable
 from tremula.target import Target
+
+if TYPE_CHECKING:
+    from tremula.libs.popsparse import dynamic
+
+
+def _dynamic() -> ModuleType:
+    """``popsparse.dynamic``, loaded with the first sparse layer lowered: a program without
+    one never loads PopSparse (nor SciPy, its CSR kernel)."""
+    from tremula.libs.popsparse import dynamic
+
+    return dynamic
 
 
 def _check_plan(lw: Lowerer, op: Op) -> None:
     """The plan on the graph's target must be the op's (the one its data were made for)."""
     a = op.attrs
     plan = a["plan"]
-    here = dynamic.get_plan(lw.graph.target, plan.input_type, a["params"], a["options"])
+    here = _dynamic().get_plan(lw.graph.target, plan.input_type, a["params"], a["options"])
     if here != plan:
         t = lw.graph.target
         raise GraphError(
@@ -53,7 +64,7 @@ def _library_mapping(
     """Tile mappings (Poplar's interval lists, one per tile of an IPU) of the meta-info and
     nz tensors that ``create_fully_connected_weights`` makes for this layer on ``target``."""
     scratch = poplar.Graph(dataclasses.replace(target, num_ipus=1))
-    w = dynamic.create_fully_connected_weights(scratch, input_type, params, options)
+    w = _dynamic().create_fully_connected_weights(scratch, input_type, params, options)
     return scratch.get_tile_mapping(w.meta_info), scratch.get_tile_mapping(w.nz_values)
 
 
@@ -75,14 +86,14 @@ def _map(lw: Lowerer, op: Op, env: Env, inputs: dict[int, int]) -> None:
 
 def _weights(lw: Lowerer, op: Op, env: Env, meta: int, nz: int) -> dynamic.SparseTensor:
     _map(lw, op, env, {meta: 0, nz: 1})
-    return dynamic.SparseTensor(env[op.inputs[meta]], env[op.inputs[nz]])
+    return _dynamic().SparseTensor(env[op.inputs[meta]], env[op.inputs[nz]])
 
 
 @rule("SparseFullyConnected")
 def fully_connected(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     _check_plan(lw, op)
     a = op.attrs
-    env[op.outputs[0]] = dynamic.fully_connected_fwd(
+    env[op.outputs[0]] = _dynamic().fully_connected_fwd(
         lw.graph, _weights(lw, op, env, 1, 2), env[op.inputs[0]], a["params"], prog,
         options=a["options"], name=op.outputs[0].id,
     )  # fmt: skip
@@ -92,7 +103,7 @@ def fully_connected(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> Non
 def fully_connected_grad_a(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     _check_plan(lw, op)
     a = op.attrs
-    env[op.outputs[0]] = dynamic.fully_connected_grad_a(
+    env[op.outputs[0]] = _dynamic().fully_connected_grad_a(
         lw.graph, _weights(lw, op, env, 1, 2), env[op.inputs[0]], a["params"], prog,
         options=a["options"], name=op.outputs[0].id,
     )  # fmt: skip
@@ -104,7 +115,7 @@ def fully_connected_grad_w(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
     a = op.attrs
     _map(lw, op, env, {0: 0})
     meta, grad_out, x = (env[t] for t in op.inputs)
-    env[op.outputs[0]] = dynamic.fully_connected_sparse_grad_w(
+    env[op.outputs[0]] = _dynamic().fully_connected_sparse_grad_w(
         lw.graph, meta, grad_out, x, a["params"], prog, options=a["options"],
         name=op.outputs[0].id,
     )  # fmt: skip

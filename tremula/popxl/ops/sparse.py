@@ -41,19 +41,21 @@ Op types (their inputs in order): ``SparseFullyConnected`` (x, meta_info, nz_val
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tremula import target as targets
-from tremula.libs.popsparse import decoding, dynamic
-from tremula.libs.popsparse.options import Options
 from tremula.popxl import dtypes
 from tremula.popxl.context import make_atomic
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 from tremula.target import Target
+
+if TYPE_CHECKING:  # PopSparse (and SciPy) load on the first sparse layer, not with popxl
+    from tremula.libs.popsparse import dynamic
+    from tremula.libs.popsparse.options import Options
 
 WHAT = "sparse.fully_connected"
 #: the data types of the layer (PopSparse's half and float)
@@ -92,6 +94,8 @@ def partitioner(
     ``params``, ``options`` and ``device``: its ``create_sparsity_data_impl(matrix)`` gives
     the ``meta_info`` and ``nz_values`` arrays, ``sparsity_data_impl_to_coo_matrix`` and
     ``grad_w_to_coo_matrix`` read them (and GradW results) back."""
+    from tremula.libs.popsparse import dynamic
+
     return dynamic.Partitioner(params, _data_type(dtype), target_of(device), options)
 
 
@@ -109,6 +113,8 @@ def plan_of(
 ) -> dynamic.Plan:
     """The plan of the layer (``PopsparseError``, a ``ValueError``, for bad params or
     options; ``TypeError`` for params that are not ``FullyConnectedParams``)."""
+    from tremula.libs.popsparse import dynamic
+
     if not isinstance(params, dynamic.FullyConnectedParams):
         raise TypeError(
             f"{WHAT}: params must be popsparse dynamic.FullyConnectedParams, got "
@@ -123,6 +129,8 @@ def plan_of(
 
 def slots(plan: dynamic.Plan, meta_info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Element (row, column) of every ``nz_values`` slot, -1 for padding (host decoder)."""
+    from tremula.libs.popsparse import decoding
+
     return decoding.slot_coordinates(plan, np.asarray(meta_info).astype(np.uint16))
 
 
