@@ -89,8 +89,10 @@ def test_every_layer_listed() -> None:
 
 
 #: what tremula.popart may use from below it (DESIGN: PopART sits above PopXL and uses only
-#: its public API; the grouping maths is GCL's; devices are Poplar's)
+#: its public API; the grouping maths is GCL's; devices are Poplar's; a distributed
+#: session's layout is PopDist's, through its public API)
 POPART_USES = ("tremula.errors", "tremula.poplar", "tremula.libs.gcl", "tremula.popart")
+POPART_POPDIST = "tremula.popdist"
 POPXL_PUBLIC = (
     "tremula.popxl",
     "tremula.popxl.dtypes",
@@ -114,5 +116,7 @@ def test_popart_uses_public_popxl(path: Path) -> None:
             continue
         if imported.startswith("tremula.popxl"):
             assert imported in POPXL_PUBLIC, f"{path.name} imports {imported} (not public PopXL)"
+        elif imported.startswith("tremula.popdist"):
+            assert imported == POPART_POPDIST, f"{path.name} imports {imported} (not PopDist's API)"
         else:
             assert imported.startswith(POPART_USES), f"{path.name} imports {imported}"

@@ -51,6 +51,8 @@ class Config:
     mean_reduction: bool
     input_shapes: dict[str, tuple[int, ...]]
     seed: int = 0
+    #: the replicas span the instances of a PopRun job (``Ir(replication="popdist")``)
+    distributed: bool = False
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Program:
     def __init__(self, graph: OnnxGraph, cfg: Config) -> None:
         self.graph, self.cfg = graph, cfg
         R = cfg.replicas
-        self.ir = popxl.Ir(replication=R)
+        self.ir = popxl.Ir(replication="popdist" if cfg.distributed else R)
         self.ir.num_host_transfers = cfg.batches * cfg.accumulation
         targets = list(cfg.dataflow.anchors()) + ([cfg.loss] if cfg.loss else [])
         needed = graph.ancestors(t.removeprefix(GRAD) for t in targets)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula import popxl
+from tremula import popdist, popxl
 from tremula.errors import PopartException
 from tremula.popart import checkpoint, onnxutil
 from tremula.popart.convert import OnnxGraph
@@ -93,12 +93,16 @@ class _Session:
         self.replicationFactor = opts.getGlobalReplicationFactor()
         self.accumulationFactor = opts.getAccumulationFactor() if self._training else 1
         self._check_options(opts)
+        #: the replicas this process runs and streams data for: all of them, or this
+        #: instance's block of a PopRun job (weights stay global)
+        self.localReplicationFactor, distributed = _instance_replicas(opts, name)
         shapes = {
             k: tuple(v.shape()) for k, v in (inputShapeInfo or InputShapeInfo())._infos.items()
         }
         cfg = Config(
             training=self._training,
             replicas=self.replicationFactor,
+            distributed=distributed,
             accumulation=self.accumulationFactor,
             batches=dataFlow.batchesPerStep(),
             dataflow=dataFlow,
@@ -122,14 +126,10 @@ class _Session:
                 "enableReplicatedGraphs is false, but replicatedGraphCount > 1. Either enable "
                 "replication, or set the replicated graph count to 1"
             )
-        if opts.enableDistributedReplicatedGraphs and (
-            int(opts.globalReplicationFactor) != int(opts.replicatedGraphCount)
-        ):
-            raise PopartException(
-                f"{self.name}: a distributed session (globalReplicationFactor "
-                f"{opts.globalReplicationFactor} over instances of {opts.replicatedGraphCount} "
-                f"replicas) runs one instance per process: launch it with poprun"
-            )
+
+    @property
+    def _local(self) -> int:
+        return self.localReplicationFactor
 
     # ---- device ----
     def prepareDevice(self, loadEngine: bool = True) -> None:
@@ -258,7 +258,7 @@ class _Session:
 
     def _anchor_shape(self, tid: str) -> tuple[int, ...]:
         s = self._program.anchors[tid]
-        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self._local
         return anchor_lead(self.dataFlow.art(tid), bps, A, R) + s.shape
 
     def run(self, stepio: PyStepIO, debugName: str = "") -> None:
@@ -278,7 +278,7 @@ class _Session:
         feeds = {s.stream: self._input(stepio, s) for s in self._program.inputs.values()}
         outputs = self._check_outputs(stepio)
         results = session.run(feeds)
-        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self._local
         for tid, out in outputs.items():
             s = self._program.anchors[tid]
             values = results[s.stream].reshape(bps, A, R, *s.shape)
@@ -289,11 +289,11 @@ class _Session:
         if s.id not in stepio.inputs:
             raise PopartException(f"No tensor {s.id} provided in PyStepIO's inputs")
         arr = np.asarray(stepio.inputs[s.id])
-        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self.replicationFactor
+        bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self._local
         broadcast = s.id in self._program.broadcast  # one value for every replica
         expected = math.prod(s.shape) * A * bps * (1 if broadcast else R)
         if arr.size != expected:
-            replicas = "" if broadcast else f" x replicas {R}"
+            replicas = "" if broadcast else f" x local replicas {R}"
             raise PopartException(
                 f"Unexpected number of input elements for Tensor {s.id}. Expected {expected}, "
                 f"but received {arr.size}.\n(shape {list(s.shape)} x accumulation factor {A} x "
@@ -356,6 +356,45 @@ class _Session:
 
     def getModel(self) -> bytes:
         return self._model.SerializeToString()
+
+
+def _instance_replicas(opts: SessionOptions, name: str) -> tuple[int, bool]:
+    """(replicas this process runs, whether the session spans instances of a PopRun job).
+
+    A distributed session (``enableDistributedReplicatedGraphs``) runs
+    ``replicatedGraphCount`` of ``globalReplicationFactor`` replicas from
+    ``globalReplicaOffset``: that must be this instance's block of the PopRun job
+    (``popdist.popart.configureSessionOptions`` sets it so). Without poprun, a distributed
+    session of one instance (all replicas local) runs as a plain replicated one.
+
+    Raises:
+        PopartException: the options and the PopRun layout disagree.
+    """
+    R = opts.getGlobalReplicationFactor()
+    if not opts.enableDistributedReplicatedGraphs:
+        return R, False
+    L = int(opts.replicatedGraphCount) if opts.enableReplicatedGraphs else 1
+    mine = (R, L, int(opts.globalReplicaOffset))
+    launched = popdist.isPopdistEnvSet()
+    total, local, first = (
+        popdist.getNumTotalReplicas(),
+        popdist.getNumLocalReplicas(),
+        popdist.getReplicaIndexOffset(),
+    )
+    if launched and mine == (total, local, first):
+        return L, total > local
+    if not launched and mine == (R, R, 0):
+        return R, False
+    where = (
+        f"this instance of the PopRun job runs replicas [{first}, {first + local}) of {total}"
+        if launched
+        else "the process was not launched by poprun (one instance); launch it with poprun"
+    )
+    raise PopartException(
+        f"{name}: a distributed session of replicas [{mine[2]}, {mine[2] + L}) of {R} "
+        f"(globalReplicaOffset, replicatedGraphCount, globalReplicationFactor), but {where}; "
+        f"set the options with popdist.popart.configureSessionOptions(opts)"
+    )
 
 
 def _name(dtype: np.dtype) -> str:
