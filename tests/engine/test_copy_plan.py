@@ -90,3 +90,19 @@ def test_repeated_destinations_keep_the_copy_order():
     a = np.arange(16384)
     b = np.concatenate([np.arange(8192), np.arange(8192)]) + 20000
     _check(a, b, None)
+
+
+@pytest.mark.parametrize("direction", ["into", "out of"])
+def test_a_tensor_into_and_out_of_chunk_major_order_is_one_strided_copy(direction):
+    """gcl's work buffers: a flat tensor of G chunks copied into ``[blocks, G, L]`` (and
+    back) is G blocks of ``blocks`` runs of L, one block repeated at even steps: one 4-D
+    view pair, checked against the gather and scatter."""
+    G, blocks, L = 4, 300, 16
+    flat = np.arange(G * blocks * L)
+    work = 100_000 + np.arange(G * blocks * L).reshape(blocks, G, L).transpose(1, 0, 2)
+    a, b = (flat, work.reshape(-1)) if direction == "into" else (work.reshape(-1), flat)
+    _check(a, b, True, replicas=3)
+    plan = CopyPlan(Gather.of(F, a), Gather.of(F, b))
+    storage = {F: np.zeros((3, 200_000), np.float32)}
+    plan.run(storage, slice(None))
+    assert len(plan._views[1]) == 1 and plan._views[1][0][0].shape == (3, G, blocks, L)

@@ -116,10 +116,22 @@ class CopyPlan:
 
     def _make_views(self, arr: np.ndarray) -> list[tuple[Any, ...]]:
         """(source, buffer or None, destination) views of every block over ``arr``; the
-        buffer only when some element is both read and written."""
+        buffer only when some element is both read and written. Blocks that are one block
+        repeated at even steps in both lists (a tensor moved into or out of chunk-major
+        order) become one 4-D view, so that NumPy walks the copy in memory order rather
+        than block by block."""
         buf = None
         if self._overlap():
             buf = np.empty((arr.shape[0], self.src.size), dtype=arr.dtype)
+        elif (merged := _merged(self._blocks or [])) is not None:
+            sa, ea, da, sb, eb, db, k, count, length = merged
+            return [
+                (
+                    _strided(arr, sa, da, count, length, (k, ea)),
+                    None,
+                    _strided(arr, sb, db, count, length, (k, eb)),
+                )
+            ]
         views, at = [], 0  # each block's place in the buffer: after the previous ones
         for _, sa, da, sb, db, count, length in self._blocks or ():
             held = None
@@ -206,12 +218,37 @@ def _interleaved(
     return []
 
 
-def _strided(arr: np.ndarray, start: int, step: int, count: int, length: int) -> np.ndarray:
+def _strided(
+    arr: np.ndarray,
+    start: int,
+    step: int,
+    count: int,
+    length: int,
+    outer: tuple[int, int] | None = None,
+) -> np.ndarray:
     """``[replica, count, length]``: ``count`` runs of ``length`` elements of ``arr``'s rows,
-    the ``k``-th starting at ``start + k * step``."""
+    the ``k``-th starting at ``start + k * step``; with ``outer = (blocks, stride)``,
+    ``[replica, blocks, count, length]``, block ``b`` starting ``b * stride`` further."""
     item = arr.itemsize
-    return np.lib.stride_tricks.as_strided(
-        arr[:, start:],
-        shape=(arr.shape[0], count, length),
-        strides=(arr.strides[0], step * item, item),
-    )
+    shape: tuple[int, ...] = (arr.shape[0], count, length)
+    strides: tuple[int, ...] = (arr.strides[0], step * item, item)
+    if outer is not None:
+        shape = (shape[0], outer[0], *shape[1:])
+        strides = (strides[0], outer[1] * item, *strides[1:])
+    return np.lib.stride_tricks.as_strided(arr[:, start:], shape=shape, strides=strides)
+
+
+def _merged(
+    blocks: list[tuple[int, int, int, int, int, int, int]],
+) -> tuple[int, ...] | None:
+    """``(src start, src block step, src run step, dst start, dst block step, dst run step,
+    blocks, runs, run length)`` when ``blocks`` are one block shape repeated at even steps
+    in both address lists, else None."""
+    if len(blocks) < 2:
+        return None
+    _, sa, da, sb, db, count, length = blocks[0]
+    ea, eb = blocks[1][1] - sa, blocks[1][3] - sb
+    for i, (_, a, d_a, b, d_b, c, n) in enumerate(blocks):
+        if (d_a, d_b, c, n) != (da, db, count, length) or (a, b) != (sa + i * ea, sb + i * eb):
+            return None
+    return sa, ea, da, sb, eb, db, len(blocks), count, length

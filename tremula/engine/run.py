@@ -257,7 +257,21 @@ def _cross_replica(rt: Runtime, node: N.CrossReplicaNode, rsel: Any) -> None:
         lambda rows: src.read(storage, rows),  # [pairs, n], a copy (fancy index)
         lambda rows, values: dst.write(storage, rows, values),
         (src.size, src.dtype.numpy),
+        _row_views(storage, src, dst),
     )
+
+
+def _row_views(storage: dict, src: Gather, dst: Gather) -> Any:
+    """``(source row -> view, destination row -> view)`` of a copy whose regions are single
+    runs of storage that do not overlap, so that messages leave from and land in device
+    memory without copies; None otherwise."""
+    a, b = src.index, dst.index
+    if not (isinstance(a, slice) and isinstance(b, slice)):
+        return None
+    if src.dtype == dst.dtype and a.start < b.stop and b.start < a.stop:
+        return None
+    s, d = storage[src.dtype], storage[dst.dtype]
+    return (lambda row: s[row, a]), (lambda row: d[row, b])
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:

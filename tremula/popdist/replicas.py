@@ -30,6 +30,8 @@ from tremula.errors import DistributedConfigError
 
 Read = Callable[[np.ndarray], np.ndarray]  # rows -> [k, n] values of those rows
 Write = Callable[[np.ndarray, np.ndarray], None]  # (rows, [k, n] values)
+RowView = Callable[[int], np.ndarray]  # row -> its [n] region of device memory (a view)
+RowViews = tuple[RowView, RowView]  # (source, destination)
 
 
 class LocalReplicas:
@@ -60,9 +62,12 @@ class LocalReplicas:
         read: Read,
         write: Write,
         width: tuple[int, np.dtype],
+        row_views: RowViews | None = None,
     ) -> None:
         """Copy ``read`` of each source replica to ``write`` of its destination replica
-        (``width``: elements and dtype of one replica's region)."""
+        (``width``: elements and dtype of one replica's region; ``row_views``: views of a
+        row's source and destination regions in device memory, when they are single runs
+        that do not overlap)."""
         write(dests, read(sources))
 
     def gather_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -154,9 +159,12 @@ class InstanceReplicas(LocalReplicas):
         read: Read,
         write: Write,
         width: tuple[int, np.dtype],
+        row_views: RowViews | None = None,
     ) -> None:
-        """The local pairs as row copies, the others as one MPI message per peer instance
-        each way (non-blocking, so rings of instances do not wait on each other)."""
+        """The local pairs as row copies, the others as MPI messages to and from each peer
+        instance (non-blocking, so rings of instances do not wait on each other): one per
+        peer, or with ``row_views`` one per row, sent from and received into device memory
+        itself (no copies)."""
         from tremula.popdist import backend
 
         plan = self._plan(key, sources, dests)
@@ -166,11 +174,21 @@ class InstanceReplicas(LocalReplicas):
             return
         comm, requests, received = self.comm, [], []
         for peer, rows in plan.recvs:
+            if row_views is not None:  # straight into the destination rows
+                into = row_views[1]
+                for j, row in enumerate(rows.tolist()):
+                    requests.append(comm.Irecv(_bytes(into(row)), source=peer, tag=_TAG + j))
+                continue
             buf = np.empty((rows.size, width[0]), dtype=width[1])
             requests.append(comm.Irecv(_bytes(buf), source=peer, tag=_TAG))
             received.append((rows, buf))
         outgoing = []
         for peer, rows in plan.sends:
+            if row_views is not None:  # straight from the source rows (no write touches them)
+                out = row_views[0]
+                for j, row in enumerate(rows.tolist()):
+                    requests.append(comm.Isend(_bytes(out(row)), dest=peer, tag=_TAG + j))
+                continue
             data = np.ascontiguousarray(read(rows))
             outgoing.append(data)  # kept alive until the send completes
             requests.append(comm.Isend(_bytes(data), dest=peer, tag=_TAG))

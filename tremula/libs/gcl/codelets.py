@@ -22,6 +22,8 @@ plus cycles per 64-bit vector (integer arithmetic per element).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tremula import poplar
@@ -71,6 +73,38 @@ def _op(v: poplar.Batch | poplar.VertexInfo) -> CollectiveOperator:
     return CollectiveOperator[v.params["OP"]]
 
 
+Pieces = list[tuple[np.ndarray, ...]]
+
+
+def _row_pieces(v: poplar.Batch, names: tuple[str, ...]) -> tuple[Pieces, Pieces] | None:
+    """For ``prepare``: per replica row, views of device memory that split the step into
+    whole blocks and the last partial one: ``(own chunk, *fields)`` pieces, each own chunk a
+    strided ``[blocks, L]`` view of the work buffer (the row's chunk ``k``) and each chunk
+    field the same columns of a ``[C]`` field; and per row the unused end of its chunk's
+    partial block. None when a field is not a single run of device memory (``compute``
+    then gathers it)."""
+    if v.n == 0:
+        return None
+    k, G = chunk_index(v)
+    L = int(v.block[0])
+    blocks = int(v.lengths("work").sum()) // (G * L)
+    work = v.stable_view("work", (blocks, G, L))
+    fields = [v.stable_view(name) for name in names]
+    if work is None or any(f is None for f in fields):
+        return None
+    C = int(fields[0].shape[1])
+    full, tail = divmod(C, L)
+    pieces: Pieces = []
+    pads: Pieces = []
+    for row, chunk in enumerate(k.tolist()):
+        own = work[row, :, chunk]
+        pieces.append((own[:full], *(f[row, : full * L].reshape(full, L) for f in fields)))
+        if tail:
+            pieces.append((own[full, :tail], *(f[row, full * L :] for f in fields)))
+            pads.append((own[full, tail:],))
+    return pieces, pads
+
+
 class SelectChunk(_RingVertex):
     """``out = pre(work[:, k])``."""
 
@@ -86,6 +120,23 @@ class SelectChunk(_RingVertex):
         own = _own(v, v.out.shape[1])
         pre = RULES[_op(v)].pre
         v.out = own if pre is None else pre(own)
+
+    @staticmethod
+    def prepare(v: poplar.Batch) -> Any:
+        """Later runs: one copy (or pre-map) per row from its chunk's strided view."""
+        views = _row_pieces(v, ("out",))
+        if views is None:
+            return None
+        pieces, pre = views[0], RULES[_op(v)].pre
+
+        def run() -> None:
+            for own, out in pieces:
+                if pre is None:
+                    np.copyto(out, own)
+                else:
+                    out[...] = pre(own)
+
+        return run
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
@@ -117,6 +168,27 @@ class CombineChunk(_RingVertex):
         if scale != 1.0:
             res = res * np.asarray(scale, dtype=res.dtype)
         v.out = res
+
+    @staticmethod
+    def prepare(v: poplar.Batch) -> Any:
+        """Later runs: per row, the combine straight from its chunk's strided view into
+        ``out`` (and the scale in place): no gathered or temporary buffers."""
+        views = _row_pieces(v, ("out", "acc"))
+        if views is None:
+            return None
+        pieces, rule = views[0], RULES[_op(v)]
+        combine, pre = rule.combine, rule.pre
+        assert combine is not None  # LOCAL never combines
+        scale = float(v.scale[0])
+        factor = None if scale == 1.0 else np.asarray(scale, dtype=pieces[0][1].dtype)
+
+        def run() -> None:
+            for own, out, acc in pieces:
+                combine(acc, own if pre is None else pre(own), out=out)
+                if factor is not None:
+                    np.multiply(out, factor, out=out)
+
+        return run
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
@@ -156,6 +228,23 @@ class PlaceChunk(_RingVertex):
         blocks[np.arange(R), k] = values.reshape(R, *blocks.shape[2:])
         if not np.may_share_memory(blocks, v.work):
             v.work = blocks.transpose(0, 2, 1, 3).reshape(R, -1)
+
+    @staticmethod
+    def prepare(v: poplar.Batch) -> Any:
+        """Later runs: per row, one copy of the chunk into its strided place in the work
+        buffer (the partial block's tail zeroed, as ``compute`` does)."""
+        views = _row_pieces(v, ("chunk",))
+        if views is None:
+            return None
+        pieces, pads = views
+
+        def run() -> None:
+            for own, chunk in pieces:
+                np.copyto(own, chunk)
+            for (pad,) in pads:
+                pad[...] = 0
+
+        return run
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
