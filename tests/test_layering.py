@@ -36,6 +36,8 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 ALLOWED = {
     ("tremula.poplar", "engine"),  # lazy `poplar.Engine` facade, resolved on first use
     ("tremula.popxl.session", "lowering"),  # DESIGN: only session.py reaches into lowering
+    # PopXL's IR bindings give PopART's SessionOptions (Ir.getSessionOptions), made on use
+    ("tremula.popxl._ir.ir", "popart"),
 }
 
 

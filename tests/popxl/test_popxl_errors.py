@@ -204,14 +204,14 @@ def _main(fn: Callable[[Program], Any]) -> Callable[[Program], Any]:
 #: (id, exception, message pattern, action on a fresh Program)
 BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     # spec 1.3: create_graph
-    ("mixed list", TypeError, r"f_subgraph\(2\)\): argument 'xs' mixes tensors", _mixed_list),
+    ("mixed list", TypeError, r"f_subgraph\(3\)\): argument 'xs' mixes tensors", _mixed_list),
     ("mixed *args", TypeError, r"argument '\*parts' mixes tensors", _mixed_args),
     ("mixed **kwargs", TypeError, r"argument '\*\*parts' mixes tensors", _mixed_kwargs),
     (
         "bad return",
         ValueError,
         r"Output of subgraph must be None, .* Output type: int \(create_graph\(.*"
-        r"returns_int_subgraph\(2\)\)\)",
+        r"returns_int_subgraph\(3\)\)\)",
         _bad_return,
     ),
     (
@@ -322,7 +322,12 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         r"You cannot initialise a variable tensor within a graph .*other",
         _variable_in_subgraph,
     ),
-    ("graph_output", ValueError, r"Variable\[w .*current graph 'other'", _graph_output_elsewhere),
+    (
+        "graph_output",
+        ValueError,
+        r"Variable\[w .*current graph 'other_subgraph\(2\)'",
+        _graph_output_elsewhere,
+    ),
     ("grouped data", VariableDataError, r"'gv'.*possibly appended outer dimension", _grouped_data),
     (
         "shard_over > group",
@@ -358,7 +363,8 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     (
         "call not in parent",
         ValueError,
-        "Parent input tensor 'other/oc' at position 0 is not in parent graph 'main_graph'",
+        r"Parent input tensor 'other_subgraph\(2\)/oc' at position 0 is not in parent graph "
+        r"'main_graph'",
         _main(lambda p: ops.call(p.add1, p.oc)),
     ),
     (
@@ -388,7 +394,7 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         r"'add1_subgraph\(0\)' \(call\): 'c' is FLOAT \[4\]",
         _main(lambda p: ops.call(p.add1, np.ones(4, np.float32))),
     ),
-    ("conditional 2nd", ValueError, "'other/oc'", _conditional_second_branch),
+    ("conditional 2nd", ValueError, r"'other_subgraph\(2\)/oc'", _conditional_second_branch),
     (
         "repeat count",
         ValueError,
@@ -441,7 +447,7 @@ def test_refused_create_graph_gives_its_name_to_the_next_graph() -> None:
         g = p.ir.create_graph(add1, p.w)
         h2d = popxl.h2d_stream((1,), popxl.float32, name="made_inside")
         buf = popxl.remote_buffer((1,), popxl.float32)
-    assert g.name == "add1_subgraph(2)"  # not (3): the refused trace took no number
+    assert g.name == "add1_subgraph(3)"  # not (4): the refused trace took no number
     assert h2d.tensor_id == "made_inside" and buf.remote_buffer_id == 1
 
 

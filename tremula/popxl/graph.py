@@ -38,6 +38,9 @@ class Graph:
         self._by_ref_inputs: set[Tensor] = set()
         self._hooks: dict[int, Callable[[Op], Any]] = {}
         self._next_hook = 0
+        # False for a graph with a gradient graph of its own: autodiff must not recurse
+        # into it (PopART's setCanBeRecursivelyAutodiffed, through graph._pb_graph)
+        self._recursive_autodiff = True
 
     # ---- properties ----
     @property
@@ -97,6 +100,18 @@ class Graph:
             for g in op.called_graphs:
                 seen.setdefault(g.id, g)
         return tuple(seen.values())
+
+    @property
+    def _pb_graph(self) -> Any:
+        """This graph in PopXL's IR bindings (``popart._internal.ir.Graph``)."""
+        from tremula.popxl._ir import graph_handle
+
+        return graph_handle(self)
+
+    @classmethod
+    def _from_pb(cls, pb_graph: Any) -> Graph:
+        """The graph of a binding handle."""
+        return pb_graph._g
 
     def get_tensor(self, tensor_id: str) -> Tensor:
         """The tensor ``tensor_id`` of this graph.

@@ -78,7 +78,9 @@ class Ir:
         return tuple(self._graphs)
 
     def create_empty_graph(self, name: str | None = None) -> Graph:
-        return self._new_graph(name or f"graph_subgraph({self._subgraph_id()})")
+        """An empty subgraph named ``<name>_subgraph(<n>)`` (``n`` counts the Ir's
+        subgraphs, as PopXL names them: names are unique)."""
+        return self._new_graph(f"{name or 'graph'}_subgraph({self._subgraph_id()})")
 
     def create_graph(self, fn: Callable[..., Any] | Module, *args: Any, **kwargs: Any) -> Graph:
         """Trace ``fn`` (or ``module.build``) into a new subgraph. Tensor or TensorSpec
@@ -260,6 +262,18 @@ class Ir:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
         return str(path)
+
+    @property
+    def _pb_ir(self) -> Any:
+        """This Ir in PopXL's IR bindings (``popart._internal.ir.Ir``)."""
+        from tremula.popxl._ir import ir_handle
+
+        return ir_handle(self)
+
+    @classmethod
+    def _from_pb(cls, pb_ir: Any) -> Ir:
+        """The Ir of a binding handle."""
+        return pb_ir._ir
 
     def __eq__(self, other: object) -> bool:
         return self is other

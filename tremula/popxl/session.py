@@ -143,9 +143,11 @@ class Session:
         engine_options: Mapping[str, Any] | None = None,
     ) -> None:
         from tremula.lowering import Lowerer  # the frontend's one door into lowering
+        from tremula.popxl._ir import verify_ir
 
         if not isinstance(ir, Ir):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
+        verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
         _check_execution_contexts(ir)
         self._ir = ir
         self._device = _device(device_desc, ir)
@@ -205,6 +207,14 @@ class Session:
         holds it, so one session can be used from several threads (their calls run one at
         a time); two sessions have two locks and run side by side."""
         return self._engine.lock
+
+    @property
+    def _pb_session(self) -> Any:
+        """This session in PopXL's IR bindings (PopART's session: ``writeWeights``,
+        ``weightsFromHost``, ...)."""
+        from tremula.popxl._ir import session_handle
+
+        return session_handle(self)
 
     # ---- attach / detach ----
     @locked

@@ -182,6 +182,18 @@ class Tensor:
     def producer(self) -> Op | None:
         return self._producer
 
+    @property
+    def _pb_tensor(self) -> Any:
+        """This tensor in PopXL's IR bindings (``popart._internal.ir.Tensor``)."""
+        from tremula.popxl._ir import tensor_handle
+
+        return tensor_handle(self)
+
+    @staticmethod
+    def _from_pb_tensor(pb_tensor: Any) -> Tensor:
+        """The tensor of a binding handle (the same Tensor, Variable or Constant object)."""
+        return pb_tensor._t
+
     def strides(self, shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """Byte strides of a C-ordered array of ``shape`` (default: this tensor's)."""
         shape = self.shape if shape is None else tuple(shape)

@@ -26,7 +26,9 @@ Infer = Callable[[Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
 
 @dataclass(eq=False)
 class Op:
-    """One op of a graph."""
+    """One op of a graph. ``create_op`` makes each as an instance of its type's class in
+    PopXL's IR bindings (``tremula.popxl._ir``, PopART's ``popart._internal.ir.op``), which
+    adds PopART's op methods to the record."""
 
     id: int
     type: str
@@ -144,8 +146,10 @@ def create_op(
         names = ", ".join(repr(t.id) for t in inputs)
         where = f"op {op_type} in graph {graph.name!r}, inputs {names}"
         raise reworded(err, f"{err} ({where})") from None
+    from tremula.popxl._ir.op.classes import op_class  # the binding class of the type
+
     ctx = get_current_context()
-    op = Op(
+    op = op_class(op_type)(
         _next_op_id[0],
         op_type,
         graph,

@@ -276,6 +276,12 @@ class _Autodiff:
         """The grad info of a called graph: given by the caller, or made once here."""
         info = self.infos.get(graph)
         if info is None:
+            if not graph._recursive_autodiff:
+                raise IRError(
+                    f"autodiff: {graph.name} has been marked as unsafe to autodiff "
+                    f"recursively (setCanBeRecursivelyAutodiffed(False): it has a gradient "
+                    f"graph of its own); pass its GradGraphInfo in called_graphs_grad_info"
+                )
             info = _Autodiff(graph, graph.outputs, graph.inputs, self.infos, self.created).run()
             self.infos[graph] = info
             self.created[graph] = info
@@ -326,7 +332,7 @@ def _new_grad_graph(graph: Graph) -> Graph:
     while name in names:
         n += 1
         name = f"{graph.name}_grad_{n}"
-    return graph.ir.create_empty_graph(name)
+    return graph.ir._new_graph(name)
 
 
 def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tremula.popxl.tensor import Tensor
 
@@ -23,6 +23,11 @@ class ExpectedConnectionType(enum.Enum):
 
     def __repr__(self) -> str:
         return f"ExpectedConnectionType.{self.value}"
+
+    @classmethod
+    def _from_pb(cls, value: ExpectedConnectionType) -> ExpectedConnectionType:
+        """The bindings use this enum too (``popart._internal.ir.ExpectedConnectionType``)."""
+        return cls(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +49,25 @@ class ExpectedConnection:
 
     def __repr__(self) -> str:
         return f"({self.connection_type!r}, {self.fwd_tensor!r})"
+
+    @property
+    def _pb_ec(self) -> Any:
+        """This connection in PopXL's IR bindings (``popart._internal.ir.ExpectedConnection``:
+        the forward tensor's id and the type)."""
+        from tremula.popxl._ir import ExpectedConnection as PbExpectedConnection
+
+        return PbExpectedConnection(self.fwd_tensor.id, self.connection_type)
+
+    @classmethod
+    def _from_pb(cls, fwd_graph: Any, pb_ec: Any) -> ExpectedConnection:
+        """The connection to tensor ``pb_ec.fwdId`` of the forward graph ``fwd_graph`` (a
+        binding graph).
+
+        Raises:
+            PopartException: the forward graph has no such tensor.
+        """
+        t = fwd_graph.getTensor(pb_ec.fwdId)._t
+        return cls(t, pb_ec.type)
 
 
 class GradGraphInfo:
@@ -137,6 +161,32 @@ class GradGraphInfo:
             fwd_call_info.graph_to_parent(t): g
             for t, g in self.fwd_graph_ins_to_grad_parent_outs(grad_call_info).items()
         }
+
+    @property
+    def _pb_bwd_info(self) -> Any:
+        """This info in PopXL's IR bindings (``popart._internal.ir.BwdGraphInfo``)."""
+        from tremula.popxl._ir import BwdGraphInfo
+
+        return BwdGraphInfo(
+            self._graph._pb_graph.id,
+            [c._pb_ec for c in self._expected_inputs],
+            [c._pb_ec for c in self._expected_outputs],
+        )
+
+    @classmethod
+    def _from_pb(cls, pb_ir: Any, fwd_graph: Any, bwd_info: Any) -> GradGraphInfo:
+        """The info of gradient graph ``bwd_info.bwdGraphId`` of ``fwd_graph``, its inputs
+        and outputs standing for ``bwd_info``'s expected connections (binding objects, as
+        popxl-addons builds them).
+
+        Raises:
+            PopartException: no such graph, or a connection to a tensor the forward graph
+                does not have.
+        """
+        graph = pb_ir.getGraph(bwd_info.bwdGraphId)._g
+        ins = tuple(ExpectedConnection._from_pb(fwd_graph, c) for c in bwd_info.expectedInputs)
+        outs = tuple(ExpectedConnection._from_pb(fwd_graph, c) for c in bwd_info.expectedOutputs)
+        return cls(graph, fwd_graph._g, ins, outs)
 
     def __repr__(self) -> str:
         ins = ", ".join(map(repr, self._expected_inputs))

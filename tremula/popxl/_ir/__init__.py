@@ -1,0 +1,51 @@
+"""PopXL's IR bindings over Tremula's own IR: the module that programs import as
+``popart._internal.ir`` (``import popart._internal.ir as _ir``).
+
+In Graphcore's SDK this module is C++ (pybind11 over PopART's IR) and PopXL is written on
+it. In Tremula the IR is PopXL's own plain Python (``tremula.popxl``), and this module is a
+view of it under PopART's names: ``ir._pb_ir``, ``graph._pb_graph``, ``tensor._pb_tensor``
+and ``session._pb_session`` are handles on the same Ir, graphs, tensors and session the
+lowering reads, and the ops are the IR's op records themselves (each made as an instance of
+its binding class, ``op.py``). Editing through the bindings edits the program that runs.
+It lives in the PopXL layer because PopXL hands these handles out; it reaches up to
+``tremula.popart`` only for PopART's ``SessionOptions`` (``Ir.getSessionOptions``). See
+``OVERVIEW.md`` for the surface and what Tremula does not bind.
+"""
+
+from __future__ import annotations
+
+from tremula.popxl._ir import op, patterns, view
+from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
+from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
+from tremula.popxl._ir.ir import Ir, ir_handle
+from tremula.popxl._ir.op import Op
+from tremula.popxl._ir.session import Session, session_handle
+from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
+from tremula.popxl._ir.verify import verify_ir
+
+# TODO(popxl-surface): from tremula.popxl.tensorlocation import ExecutionContext, TileSet
+
+__all__ = [
+    "BwdGraphInfo",
+    "Consumers",
+    "ExecutionContext",
+    "ExpectedConnection",
+    "ExpectedConnectionType",
+    "Graph",
+    "GraphId",
+    "Ir",
+    "Op",
+    "Session",
+    "Tensor",
+    "TensorInfo",
+    "TileSet",
+    "TopoCons",
+    "graph_handle",
+    "ir_handle",
+    "op",
+    "patterns",
+    "session_handle",
+    "tensor_handle",
+    "verify_ir",
+    "view",
+]

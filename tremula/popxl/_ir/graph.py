@@ -1,0 +1,346 @@
+"""``popart._internal.ir.Graph`` (``graph._pb_graph``), ``GraphId`` and ``TopoCons``: a
+view of a Tremula graph with PopART's methods. Reading and editing through it reads and
+edits the popxl graph itself (one handle per graph)."""
+
+from __future__ import annotations
+
+import heapq
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tremula.errors import PopartException
+from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.graph import Graph as XlGraph
+
+if TYPE_CHECKING:
+    from tremula.popxl._ir.ir import Ir
+    from tremula.popxl._ir.op import Op
+    from tremula.popxl._ir.tensor import Tensor
+
+
+class GraphId:
+    """PopART's ``GraphId``: a graph's id string (the main graph's is ``""``; a subgraph's
+    is its name). Compares equal to the GraphId of the same string."""
+
+    def __init__(self, value: str = "") -> None:
+        self._value = str(value)
+
+    def str(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"GraphId({self._value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphId) and other._value == self._value
+
+    def __lt__(self, other: GraphId) -> bool:
+        return self._value < other._value
+
+    def __hash__(self) -> int:
+        return hash(("GraphId", self._value))
+
+
+def graph_id(g: XlGraph) -> GraphId:
+    return GraphId("" if g is g.ir.main_graph else g.name)
+
+
+def _op_of(graph: XlGraph, op_id: Any) -> Any:
+    for op in graph._ops:
+        if op.id == int(getattr(op_id, "id", op_id)):
+            return op
+    raise PopartException(f"Failed to find op {op_id} in Graph::getOp (graph {graph.name!r})")
+
+
+def schedule(graph: XlGraph) -> list[Any]:
+    """The graph's ops in a valid order: each op after the producers of its inputs,
+    otherwise in the graph's order (creation order, which ``in_sequence`` relies on)."""
+    ops = list(graph._ops)
+    pos = {id(op): i for i, op in enumerate(ops)}
+    producer = {id(t): op for op in ops for t in op.outputs if t is not None}
+    waits: dict[int, int] = {}
+    users: dict[int, list[Any]] = {}
+    for op in ops:
+        deps = {id(producer[id(t)]) for t in op.inputs if t is not None and id(t) in producer}
+        deps.discard(id(op))
+        waits[id(op)] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(op)
+    ready = [(pos[id(op)], op.id, op) for op in ops if waits[id(op)] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, _, op = heapq.heappop(ready)
+        out.append(op)
+        for u in users.get(id(op), ()):
+            waits[id(u)] -= 1
+            if waits[id(u)] == 0:
+                heapq.heappush(ready, (pos[id(u)], u.id, u))
+    if len(out) != len(ops):
+        stuck = [op.debugName() for op in ops if waits[id(op)] > 0]
+        raise PopartException(f"graph {graph.name!r} has a cycle through {stuck}")
+    return out
+
+
+def restore_order(graph: XlGraph) -> None:
+    """Reorder the graph's ops into :func:`schedule` if edits made its order invalid."""
+    order = schedule(graph)
+    if any(a is not b for a, b in zip(order, graph._ops)):
+        graph._ops[:] = order
+
+
+class TopoCons:
+    """A graph's topological constraints. Tremula's schedule is the graph's op order
+    (creation order wherever data allows), which carries every ``in_sequence``
+    constraint; no other constraint is recorded."""
+
+    def __init__(self, graph: XlGraph) -> None:
+        self._g = graph
+
+    def transferToSubgraph(self, replacement: Any, ops_map: Any, transferTied: bool = True) -> None:
+        """Move the constraints of ops moved into ``replacement``'s called graph (``ops_map``:
+        original op -> its copies there) onto ``replacement`` and the copies. The copies keep
+        the originals' order and ``replacement`` stands where it was created, so the order
+        already says it all: this checks the arguments."""
+        if getattr(replacement, "graph", None) is not self._g:
+            raise PopartException(
+                f"transferToSubgraph: {replacement!r} is not an op of graph {self._g.name!r}"
+            )
+        called = set(map(id, replacement.called_graphs))
+        for original, copies in dict(ops_map).items():
+            if original.graph is not self._g:
+                raise PopartException(f"transferToSubgraph: {original!r} is not in this graph")
+            for c in copies:
+                if id(c.graph) not in called:
+                    raise PopartException(
+                        f"transferToSubgraph: {c!r} is not in a graph {replacement!r} calls"
+                    )
+
+    def contains(self, before: Any, after: Any) -> bool:
+        """Whether ``before`` is scheduled before ``after``."""
+        order = schedule(self._g)
+        return order.index(before) < order.index(after)
+
+    def insert(self, before: Any, after: Any, tied: bool = False) -> None:
+        """Constrain ``before`` to run before ``after``: met by the order, or refused."""
+        if not self.contains(before, after):
+            raise NotImplementedError(
+                f"popart._internal.ir.TopoCons.insert: Tremula runs ops in graph order and "
+                f"cannot put {before.debugName()} before {after.debugName()}"
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        return unsupported_attr(self, name)
+
+
+class Graph:
+    """A Tremula graph as PopART's ``Graph`` bindings show it (``graph._pb_graph``)."""
+
+    def __init__(self, graph: XlGraph) -> None:
+        self._g = graph
+
+    # ---- identity ----
+    @property
+    def id(self) -> GraphId:
+        return graph_id(self._g)
+
+    def getGraphString(self) -> str:
+        return (
+            "the main graph" if self._g is self._g.ir.main_graph else f"subgraph '{self._g.name}'"
+        )
+
+    def getIr(self) -> Ir:
+        from tremula.popxl._ir.ir import ir_handle
+
+        return ir_handle(self._g.ir)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and other._g is self._g
+
+    def __hash__(self) -> int:
+        return id(self._g)
+
+    def __repr__(self) -> str:
+        return f"popart._internal.ir.Graph({self.id.str()!r})"
+
+    # ---- ops ----
+    def getOps(self) -> list[Op]:
+        """The ops, by id (creation order)."""
+        return sorted(self._g._ops, key=lambda op: op.id)
+
+    def getOpIds(self) -> list[int]:
+        return [op.id for op in self.getOps()]
+
+    def getOpSchedule(self, requireOptimalSchedule: bool = True) -> list[Op]:
+        """The ops in the order they run."""
+        return schedule(self._g)
+
+    def getOp(self, opId: int) -> Op:
+        return _op_of(self._g, opId)
+
+    def eraseOp(self, opId: int) -> None:
+        """Remove an op whose inputs and outputs were disconnected.
+
+        Raises:
+            PopartException: no such op, or it is still connected.
+        """
+        op = _op_of(self._g, opId)
+        if any(t is not None for t in (*op.inputs, *op.outputs)):
+            raise PopartException(
+                f"eraseOp: {op.debugName()} is still connected; call disconnectAllInputs() "
+                f"and disconnectAllOutputs() first"
+            )
+        self._g._ops.remove(op)
+
+    def getCalledGraphs(self) -> list[Graph]:
+        return [graph_handle(g) for g in self._g.called_graphs]
+
+    def topoCons(self) -> TopoCons:
+        return TopoCons(self._g)
+
+    # ---- tensors ----
+    def getTensor(self, tensorId: str) -> Tensor:
+        from tremula.popxl._ir.op.edit import graph_tensor
+        from tremula.popxl._ir.tensor import tensor_handle
+
+        return tensor_handle(graph_tensor(self._g, tensorId))
+
+    def hasTensor(self, tensorId: str) -> bool:
+        return str(tensorId) in self._g._tensors
+
+    def getTensorIds(self) -> list[str]:
+        return sorted(self._g._tensors)
+
+    # ---- inputs and outputs ----
+    def getInputIds(self) -> list[str]:
+        return [t.id for t in self._g._inputs]
+
+    def getOutputIds(self) -> list[str]:
+        return [t.id for t in self._g._outputs]
+
+    def getNumInputs(self) -> int:
+        return len(self._g._inputs)
+
+    def getNumOutputs(self) -> int:
+        return len(self._g._outputs)
+
+    def _at(self, ts: list[Any], index: int, what: str) -> Any:
+        if not 0 <= int(index) < len(ts):
+            raise PopartException(
+                f"{what} index {index} out of range for {self.getGraphString()} ({len(ts)} {what}s)"
+            )
+        return ts[int(index)]
+
+    def getInputId(self, index: int) -> str:
+        return self._at(self._g._inputs, index, "input").id
+
+    def getOutputId(self, index: int) -> str:
+        return self._at(self._g._outputs, index, "output").id
+
+    def getInputTensor(self, index: int) -> Tensor:
+        from tremula.popxl._ir.tensor import tensor_handle
+
+        return tensor_handle(self._at(self._g._inputs, index, "input"))
+
+    def getOutputTensor(self, index: int) -> Tensor:
+        from tremula.popxl._ir.tensor import tensor_handle
+
+        return tensor_handle(self._at(self._g._outputs, index, "output"))
+
+    def _index(self, ts: list[Any], tensor_id: str, what: str) -> int:
+        for i, t in enumerate(ts):
+            if t.id == str(tensor_id):
+                return i
+        raise PopartException(f"Could not find {what} {tensor_id} in {self.getGraphString()}")
+
+    def getInputIndex(self, tensorId: str) -> int:
+        return self._index(self._g._inputs, tensorId, "input")
+
+    def getOutputIndex(self, tensorId: str) -> int:
+        return self._index(self._g._outputs, tensorId, "output")
+
+    def hasInputId(self, tensorId: str) -> bool:
+        return any(t.id == str(tensorId) for t in self._g._inputs)
+
+    def hasOutputId(self, tensorId: str) -> bool:
+        return any(t.id == str(tensorId) for t in self._g._outputs)
+
+    def markAsOutput(self, *args: Any) -> None:
+        """``markAsOutput(tensorId)`` appends an output; ``markAsOutput(index, tensorId,
+        overwrite)`` puts it at ``index`` (replacing the output there if ``overwrite``)."""
+        from tremula.popxl._ir.op.edit import graph_tensor
+
+        if len(args) == 1:
+            self._g._add_output(graph_tensor(self._g, args[0]))
+            return
+        index, tensor_id, overwrite = args
+        t = graph_tensor(self._g, tensor_id)
+        outs = self._g._outputs
+        if not 0 <= index <= len(outs) or (overwrite and index == len(outs)):
+            raise PopartException(f"markAsOutput: index {index} out of range ({len(outs)})")
+        self._check_uncalled("markAsOutput(index, ...)")
+        if overwrite:
+            outs[index] = t
+        else:
+            outs.insert(index, t)
+
+    def removeOutput(self, where: int | str) -> None:
+        """Remove an output, by index or by tensor id; the tensor stays in the graph.
+
+        An index past the end removes the last output: what PopART's ``removeOutput(index)``
+        does on Graphcore's SDK (``std::vector::erase`` past the end in a release build),
+        which popxl-addons' ``autodiff_with_accumulation`` relies on when it removes the
+        trailing outputs in ascending order.
+
+        Raises:
+            PopartException: a negative index, a graph with no outputs or not having the id,
+                or a graph called by an op (its call sites would lose an output).
+        """
+        outs = self._g._outputs
+        if isinstance(where, str):
+            index = self.getOutputIndex(where)
+        else:
+            index = int(where)
+            if index < 0 or not outs:
+                raise PopartException(
+                    f"removeOutput: no output {index} in {self.getGraphString()} "
+                    f"({len(outs)} outputs)"
+                )
+        self._check_uncalled("removeOutput")
+        del outs[min(index, len(outs) - 1)]
+
+    def _check_uncalled(self, what: str) -> None:
+        """Changing the numbering of a graph's outputs is refused once an op calls it."""
+        for g in self._g.ir.graphs:
+            for op in g._ops:
+                if self._g in op.called_graphs and op.outputs:
+                    raise PopartException(
+                        f"{what}: {self.getGraphString()} is called by {op.debugName()}, "
+                        f"whose outputs follow the graph's outputs"
+                    )
+
+    # ---- autodiff ----
+    def setCanBeRecursivelyAutodiffed(self, value: bool) -> None:
+        """Whether ``autodiff`` may differentiate this graph where a differentiated graph
+        calls it (a graph with its own gradient graph says False)."""
+        self._g._recursive_autodiff = bool(value)
+
+    def canBeRecursivelyAutodiffed(self) -> bool:
+        return self._g._recursive_autodiff
+
+    def __getattr__(self, name: str) -> Any:
+        return unsupported_attr(self, name)
+
+
+_HANDLES: weakref.WeakKeyDictionary[XlGraph, Graph] = weakref.WeakKeyDictionary()
+
+
+def graph_handle(graph: XlGraph) -> Graph:
+    """The binding handle of a popxl graph (one per graph)."""
+    h = _HANDLES.get(graph)
+    if h is None:
+        h = _HANDLES[graph] = Graph(graph)
+    return h

@@ -1,0 +1,137 @@
+"""``popart._internal.ir.Ir`` (``ir._pb_ir``): a view of a Tremula Ir with PopART's methods
+(one handle per Ir): its graphs, its session options, its patterns."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tremula.errors import PopartException
+from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
+from tremula.popxl._ir.patterns import Patterns, PatternsLevel
+from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.ir import Ir as XlIr
+
+if TYPE_CHECKING:
+    from tremula.popart.options import SessionOptions
+
+
+def session_options(ir: XlIr) -> SessionOptions:
+    """PopART's ``SessionOptions`` of the Ir, with what ``popxl.Ir`` sets in PopXL.
+
+    PopXL keeps its Ir's options in PopART's ``SessionOptions``; Tremula makes them on first
+    use (``tremula.popart`` sits above PopXL: this is the one place PopXL's bindings reach
+    up to it, as PopXL itself builds on PopART's options). ``numIOTiles`` and the other
+    fields are the program's to set and read; the replication fields follow the Ir.
+    """
+    from tremula.popart.options import SessionOptions
+
+    opts = _OPTIONS.get(ir)
+    if opts is None:
+        opts = _OPTIONS[ir] = SessionOptions()
+        for name, value in _POPXL_DEFAULTS.items():
+            setattr(opts, name, value)
+    opts.enableReplicatedGraphs = ir.replication_factor > 1
+    opts.replicatedGraphCount = ir.instance_replication_factor
+    return opts
+
+
+#: what popxl.Ir sets in its SessionOptions (PopXL's ir.py)
+_POPXL_DEFAULTS: dict[str, Any] = {
+    "aliasZeroCopy": True,
+    "enableExplicitMainLoops": True,
+    "explicitRecomputation": True,
+    "useHostCopyOps": True,
+    "enableInplaceAmbiguityChecking": True,
+}
+
+_OPTIONS: weakref.WeakKeyDictionary[XlIr, Any] = weakref.WeakKeyDictionary()
+_PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
+
+
+class Ir:
+    """A Tremula Ir as PopART's ``Ir`` bindings show it (``ir._pb_ir``)."""
+
+    def __init__(self, ir: XlIr) -> None:
+        self._ir = ir
+
+    def getId(self) -> int:
+        return self._ir.id
+
+    def getMainGraph(self) -> Graph:
+        return graph_handle(self._ir.main_graph)
+
+    def getAllGraphs(self) -> list[Graph]:
+        """Every graph of the Ir, the main graph first."""
+        return [graph_handle(g) for g in self._ir.graphs]
+
+    def getGraph(self, graphId: GraphId | str) -> Graph:
+        gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
+        for g in self._ir.graphs:
+            if graph_id(g) == gid:
+                return graph_handle(g)
+        raise PopartException(f"No graph with id {gid.str()!r} in the Ir")
+
+    def hasGraph(self, graphId: GraphId | str) -> bool:
+        gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
+        return any(graph_id(g) == gid for g in self._ir.graphs)
+
+    def createUniqueSubgraphId(self, base: GraphId | str) -> GraphId:
+        """``<base>_subgraph(<n>)``, the next name ``create_graph`` would make."""
+        return GraphId(f"{base}_subgraph({self._ir._next_subgraph})")
+
+    def isPrepared(self) -> bool:
+        return self._ir._prepared
+
+    # ---- options and patterns ----
+    def getSessionOptions(self) -> SessionOptions:
+        return session_options(self._ir)
+
+    def setPatterns(self, patterns: Patterns) -> None:
+        if not isinstance(patterns, Patterns):
+            raise TypeError(
+                f"setPatterns: expected popart._internal.ir.patterns.Patterns, got "
+                f"{type(patterns).__name__}"
+            )
+        _PATTERNS[self._ir] = patterns
+
+    def getPatterns(self) -> Patterns:
+        return _PATTERNS.get(self._ir) or Patterns(PatternsLevel.Default)
+
+    def _own(self, graph: Any, what: str) -> None:
+        g = getattr(graph, "_g", None)
+        if g is None or g.ir is not self._ir:
+            raise PopartException(f"{what}: {graph!r} is not a graph of this Ir")
+
+    def applyPreAliasPatterns(self, graph: Graph) -> None:
+        """Apply the enabled pre-alias patterns to ``graph``: Tremula's graphs hold no
+        PopART gradient ops for them to rewrite, so the graph is left as it is."""
+        self._own(graph, "applyPreAliasPatterns")
+
+    def applyInplacePattern(self, graph: Graph) -> None:
+        """Apply the inplace pattern to ``graph``: Tremula's lowering makes views of
+        inputs itself, so the graph is left as it is."""
+        self._own(graph, "applyInplacePattern")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ir) and other._ir is self._ir
+
+    def __hash__(self) -> int:
+        return id(self._ir)
+
+    def __repr__(self) -> str:
+        return f"popart._internal.ir.Ir({self._ir.id})"
+
+    def __getattr__(self, name: str) -> Any:
+        return unsupported_attr(self, name)
+
+
+_HANDLES: weakref.WeakKeyDictionary[XlIr, Ir] = weakref.WeakKeyDictionary()
+
+
+def ir_handle(ir: XlIr) -> Ir:
+    """The binding handle of a popxl Ir (one per Ir)."""
+    h = _HANDLES.get(ir)
+    if h is None:
+        h = _HANDLES[ir] = Ir(ir)
+    return h

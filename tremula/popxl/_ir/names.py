@@ -1,0 +1,86 @@
+"""How PopART names Tremula's op types: the op type ``opType()`` returns, the binding class
+(``popart._internal.ir.op.<Class>``) and the namespace that holds it (``op``,
+``op.exchange``, ``op.collectives``).
+
+One table of the types whose PopART names differ from the rule; every other type ``T`` is
+PopART's ``T`` with class ``TOp``. In-place forms of binary ops are PopART's ``Lhs``
+in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
+writes its first input.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class OpName(NamedTuple):
+    """PopART's names of a Tremula op type."""
+
+    op_type: str  # what Op.opType() returns
+    cls: str  # the binding class name
+    namespace: str  # "" (popart._internal.ir.op), "exchange" or "collectives"
+
+
+#: the types whose names differ from the rule
+_NAMES: dict[str, OpName] = {
+    "Neg": OpName("Neg", "NegateOp", ""),
+    "NegInplace": OpName("NegInplace", "NegateInplaceOp", ""),
+    "Repeat": OpName("Loop", "LoopOp", ""),
+    "GroupNorm": OpName("GroupNormalization", "GroupNormOp", ""),
+    "BatchNormInference": OpName("BatchNormalization", "BatchNormOp", ""),
+    "OneHot": OpName("OneHot", "OnehotOp", ""),
+    "SparseAccumulate": OpName("PopartSparseAccumulate", "SparseAccumulateOp", ""),
+    "MatMulPow2Scaled": OpName("MatMul", "MatMulOp", ""),
+    "ConvPow2Scaled": OpName("Conv", "ConvOp", ""),
+    "ConvTransposePow2Scaled": OpName("ConvTranspose", "ConvTransposeOp", ""),
+    "Pow2ScaleCastToFp8": OpName("Pow2ScaleThenCast", "Pow2ScaleThenCastOp", ""),
+    "Pow2ScaleCastFromFp8": OpName("CastThenPow2Scale", "CastThenPow2ScaleOp", ""),
+    "IsNaN": OpName("IsNaN", "IsNaN", ""),
+    "IsInf": OpName("IsInf", "IsInf", ""),
+}
+
+#: binary ops whose in-place form writes the left-hand side (PopART's ``<T>LhsInplace``)
+_LHS_INPLACE = {"Add", "Sub", "Mul", "Div", "Pow", "Fmod", "Max", "Min", "ScaledAdd"}
+
+#: op types by namespace (PopART's ``op.exchange`` and ``op.collectives`` submodules)
+_NAMESPACES = {
+    "exchange": {"HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"},
+    "collectives": {
+        "ReplicatedAllReduce",
+        "ReplicatedAllReduceInplace",
+        "ReplicatedAllGather",
+        "ReplicatedReduceScatter",
+        "ReplicatedSlice",
+        "AllReduce",
+        "AllReduceIdenticalInputs",
+        "AllReduceIdenticalGradInputs",
+    },
+}
+
+#: the family base class each namespace's ops share, and the var-update family
+NAMESPACE_BASES = {"exchange": "ExchangeBaseOp", "collectives": "CollectivesBaseOp"}
+VAR_UPDATES = {
+    "Accumulate",
+    "AccumulatorScale",
+    "SparseAccumulate",
+    "CopyVarUpdate",
+    "AdamVarUpdate",
+}
+SUBGRAPH_OPS = {"Call", "Repeat", "If"}
+
+
+def op_name(op_type: str) -> OpName:
+    """PopART's names of the Tremula op type ``op_type``."""
+    named = _NAMES.get(op_type)
+    if named is not None:
+        return named
+    namespace = next((ns for ns, types in _NAMESPACES.items() if op_type in types), "")
+    base = op_type.removesuffix("Inplace")
+    if base != op_type and base in _LHS_INPLACE:
+        return OpName(f"{base}LhsInplace", f"{base}LhsInplaceOp", namespace)
+    return OpName(op_type, f"{op_type}Op", namespace)
+
+
+def pool_op_type(mode: str) -> str:
+    """PopART's op type of a ``Pool`` op of ``mode`` ("max" or "average")."""
+    return "MaxPool" if mode == "max" else "AveragePool"

@@ -1,0 +1,177 @@
+"""``popart._internal.ir.Op``: the binding methods of an op of Tremula's IR.
+
+Every op record (``tremula.popxl.ops.base.Op``) is made as an instance of a subclass of
+:class:`Op` (one class per PopART op, see ``classes.py``), so the ops that graphs hold, that
+op-created hooks receive and that ``CallSiteInfo._op`` names are themselves the binding
+objects: ``isinstance(op, _ir.op.CallOp)`` works on them, and what is read or edited through
+these methods is the op the lowering sees.
+
+Indices are PopART's: for most ops an input index is the position in ``op.inputs``; a
+``LoopOp`` (``repeat``) numbers its inputs from 2 (PopART's inputs 0 and 1, the trip count
+and the condition, are attributes in Tremula), see ``_IN_OFFSET``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tremula.errors import PopartException
+from tremula.popxl._ir import unsupported
+from tremula.popxl._ir.names import op_name, pool_op_type
+from tremula.popxl._ir.op.edit import Editing
+from tremula.popxl.ops.base import Op as _Record
+
+if TYPE_CHECKING:
+    from tremula.popxl._ir.graph import Graph
+    from tremula.popxl._ir.ir import Ir
+    from tremula.popxl._ir.tensor import Tensor
+    from tremula.popxl.tensor import Tensor as XlTensor
+
+
+def _view(t: XlTensor) -> Tensor:
+    from tremula.popxl._ir.tensor import tensor_handle
+
+    return tensor_handle(t)
+
+
+def _xl(t: Any) -> XlTensor:
+    """The popxl tensor of a binding tensor (or of a popxl tensor)."""
+    return getattr(t, "_t", t)
+
+
+class Op(_Record, Editing):
+    """An op of Tremula's IR, with PopART's ``Op`` bindings (``popart._internal.ir.Op``)."""
+
+    _IN_OFFSET = 0  # PopART input index of ``inputs[0]``
+
+    # ---- names ----
+    def opType(self) -> str:
+        """PopART's op type (``"Add"``, ``"MatMul"``, ``"Loop"``, ...)."""
+        if self.type == "Pool":
+            return pool_op_type(self.attrs.get("mode", "max"))
+        return op_name(self.type).op_type
+
+    def str(self) -> str:
+        """``"<id> (<type>)"``."""
+        return f"{self.id} ({self.opType()})"
+
+    def debugName(self) -> str:
+        ins = ", ".join(t.id for t in self.inputs if t is not None)
+        outs = ", ".join(t.id for t in self.outputs if t is not None)
+        return f"Op({self.opType()}, inputs=[{ins}], outputs=[{outs}])"
+
+    def name(self) -> str:
+        return str(self.attrs.get("name", ""))
+
+    getName = name
+
+    # ---- where ----
+    def getGraph(self) -> Graph:
+        from tremula.popxl._ir.graph import graph_handle
+
+        return graph_handle(self.graph)
+
+    def getIr(self) -> Ir:
+        from tremula.popxl._ir.ir import ir_handle
+
+        return ir_handle(self.graph.ir)
+
+    def getVirtualGraphId(self) -> int:
+        """The virtual IPU (0 for ops made outside ``popxl.ipu``)."""
+        return 0 if self.ipu is None else int(self.ipu)
+
+    def hasVirtualGraphId(self) -> bool:
+        return True
+
+    def setVirtualGraphId(self, value: int | None) -> None:
+        self.ipu = None if value is None else int(value)
+
+    def getCalledGraphs(self) -> list[Graph]:
+        """The graphs this op calls (none for ops that are not subgraph ops)."""
+        from tremula.popxl._ir.graph import graph_handle
+
+        return [graph_handle(g) for g in self.called_graphs]
+
+    # ---- inputs and outputs (PopART indices) ----
+    def _in_index(self, index: int) -> int:
+        return int(index) - self._IN_OFFSET
+
+    def _inputs(self) -> dict[int, XlTensor]:
+        off = self._IN_OFFSET
+        return {i + off: t for i, t in enumerate(self.inputs) if t is not None}
+
+    def _outputs(self) -> dict[int, XlTensor]:
+        return {i: t for i, t in enumerate(self.outputs) if t is not None}
+
+    def getInputIndexMap(self) -> dict[int, Tensor]:
+        return {i: _view(t) for i, t in self._inputs().items()}
+
+    def getOutputIndexMap(self) -> dict[int, Tensor]:
+        return {i: _view(t) for i, t in self._outputs().items()}
+
+    def getInputTensors(self) -> list[Tensor]:
+        return [_view(t) for _, t in sorted(self._inputs().items())]
+
+    def getOutputTensors(self) -> list[Tensor]:
+        return [_view(t) for _, t in sorted(self._outputs().items())]
+
+    def _tensor_at(self, where: dict[int, XlTensor], index: int, what: str) -> XlTensor:
+        t = where.get(int(index))
+        if t is None:
+            raise PopartException(
+                f"{self.debugName()}: no {what} tensor at index {index} (connected: "
+                f"{sorted(where)})"
+            )
+        return t
+
+    def inTensor(self, index: int) -> Tensor:
+        return _view(self._tensor_at(self._inputs(), index, "input"))
+
+    def outTensor(self, index: int) -> Tensor:
+        return _view(self._tensor_at(self._outputs(), index, "output"))
+
+    def inId(self, index: int) -> str:
+        return self._tensor_at(self._inputs(), index, "input").id
+
+    def outId(self, index: int) -> str:
+        return self._tensor_at(self._outputs(), index, "output").id
+
+    def hasInput(self, index: int) -> bool:
+        return int(index) in self._inputs()
+
+    def hasOutput(self, index: int) -> bool:
+        return int(index) in self._outputs()
+
+    def hasInputTensor(self, tensor: Any) -> bool:
+        return any(t is _xl(tensor) for t in self._inputs().values())
+
+    def hasOutputTensor(self, tensor: Any) -> bool:
+        return any(t is _xl(tensor) for t in self._outputs().values())
+
+    def _index_of(self, where: dict[int, XlTensor], tensor: Any, what: str) -> int:
+        t = _xl(tensor)
+        for i, u in sorted(where.items()):
+            if u is t:
+                return i
+        raise PopartException(f"{self.debugName()}: {t.id!r} is not an {what} of this op")
+
+    def inIndex(self, tensor: Any) -> int:
+        """The (first) input index of ``tensor``."""
+        return self._index_of(self._inputs(), tensor, "input")
+
+    def outIndex(self, tensor: Any) -> int:
+        return self._index_of(self._outputs(), tensor, "output")
+
+    def inTensorCount(self) -> int:
+        return len(self._inputs())
+
+    def outTensorCount(self) -> int:
+        return len(self._outputs())
+
+    def modifiesIndex(self, index: int) -> bool:
+        """Whether the op writes its input ``index`` in place."""
+        return self._in_index(index) in self.modified
+
+    # ---- PopART methods Tremula does not bind: NotImplementedError naming them ----
+    def __getattr__(self, name: str) -> Any:
+        return unsupported.unsupported_attr(self, name)

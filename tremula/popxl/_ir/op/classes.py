@@ -1,0 +1,80 @@
+"""The binding classes of Tremula's ops, generated from the op registry
+(``tremula.popxl.ops.base.OPS``): one class per PopART op, named as PopXL's bindings name
+it (``names.py``), made once on first use. ``create_op`` makes every op record as an
+instance of its type's class."""
+
+from __future__ import annotations
+
+from tremula.popxl._ir.names import NAMESPACE_BASES, SUBGRAPH_OPS, VAR_UPDATES, op_name
+from tremula.popxl._ir.op.base import Op
+from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
+from tremula.popxl.ops.base import OPS
+
+_MODULES = {"": "popart._internal.ir.op", "exchange": "popart._internal.ir.op.exchange"}
+_MODULES["collectives"] = "popart._internal.ir.op.collectives"
+
+
+def _family(name: str, doc: str, namespace: str) -> type[Op]:
+    return type(name, (Op,), {"__doc__": doc, "__module__": _MODULES[namespace]})
+
+
+class VarUpdateOp(Op):
+    """An op that updates its first input in place (``ops.var_updates``)."""
+
+
+#: classes written out (they carry methods of their own) and family base classes
+_WRITTEN: dict[str, type[Op]] = {
+    "CallOp": CallOp,
+    "LoopOp": LoopOp,
+    "IfOp": IfOp,
+    "IpuCopyOp": IpuCopyOp,
+    "MatMulOp": MatMulOp,
+}
+BASES: dict[str, dict[str, type[Op]]] = {
+    "": {"Op": Op, "SubgraphOp": SubgraphOp, "VarUpdateOp": VarUpdateOp},
+    "exchange": {
+        "ExchangeBaseOp": _family("ExchangeBaseOp", "A host or remote exchange.", "exchange")
+    },
+    "collectives": {
+        "CollectivesBaseOp": _family("CollectivesBaseOp", "A collective op.", "collectives")
+    },
+}
+_CLASSES: dict[str, type[Op]] = {}
+
+
+def op_class(op_type: str) -> type[Op]:
+    """The binding class of ops of the Tremula type ``op_type``."""
+    name = op_name(op_type)
+    cls = _CLASSES.get(name.cls)
+    if cls is not None:
+        return cls
+    cls = _WRITTEN.get(name.cls)
+    if cls is None:
+        base = BASES[name.namespace].get(NAMESPACE_BASES.get(name.namespace, ""), Op)
+        if op_type in VAR_UPDATES:
+            base = VarUpdateOp
+        doc = f"PopART's ``{name.cls}``: Tremula's ``{op_type}`` op (op type ``{name.op_type}``)."
+        cls = type(name.cls, (base,), {"__doc__": doc, "__module__": _MODULES[name.namespace]})
+    assert op_type not in SUBGRAPH_OPS or issubclass(cls, SubgraphOp)
+    _CLASSES[name.cls] = cls
+    return cls
+
+
+def classes_in(namespace: str) -> dict[str, type[Op]]:
+    """Every binding class of ``namespace`` ("" for ``op``): the family bases and one per
+    op type of the registry (ops defined later appear as they are defined)."""
+    out = dict(BASES[namespace])
+    for op_type in OPS:
+        if op_name(op_type).namespace == namespace:
+            cls = op_class(op_type)
+            out[cls.__name__] = cls
+    return out
+
+
+def class_named(name: str, namespace: str) -> type[Op]:
+    """``popart._internal.ir.op[.namespace].<name>`` (``AttributeError`` if no such op)."""
+    found = classes_in(namespace).get(name)
+    if found is None:
+        where = ".".join(filter(None, ("popart._internal.ir.op", namespace)))
+        raise AttributeError(f"module '{where}' has no attribute '{name}'")
+    return found

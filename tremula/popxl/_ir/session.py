@@ -1,0 +1,78 @@
+"""``session._pb_session``: PopART's session bindings over a Tremula ``popxl.Session``
+(writing and reading weights by tensor id, as popxl-addons' ``write_variables_pb`` does)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tremula.errors import PopartException
+from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.tensor import Variable
+
+if TYPE_CHECKING:
+    from tremula.popxl.session import Session as XlSession
+
+
+def _weights(io: Any) -> Mapping[str, np.ndarray]:
+    """The ``{tensor id: array}`` of a ``popart.PyWeightsIO`` (or a plain mapping)."""
+    weights = getattr(io, "weights", io)
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"expected a popart.PyWeightsIO, got {type(io).__name__}")
+    return weights
+
+
+class Session:
+    """A popxl Session as PopART's session bindings show it (``session._pb_session``)."""
+
+    def __init__(self, session: XlSession) -> None:
+        self._s = session
+
+    def _variable(self, tensor_id: str) -> Variable:
+        t = self._s.ir.main_graph._tensors.get(tensor_id)
+        if not isinstance(t, Variable):
+            raise PopartException(f"No weight tensor with id {tensor_id!r} in the session's Ir")
+        return t
+
+    def writeWeights(self, weightsIo: Any) -> None:
+        """Set the host copies of the variables named in ``weightsIo`` (sent to the device
+        by ``weightsFromHost``)."""
+        values = {self._variable(k): v for k, v in _weights(weightsIo).items()}
+        checked = {v: self._s._checked_value(v, data) for v, data in values.items()}
+        if self._s.is_attached and self._s._host_stale:
+            self._s.weights_to_host()  # keep the device values of the other weights
+        for v, arr in checked.items():
+            self._s._store_host(v, arr)
+
+    def weightsFromHost(self) -> None:
+        self._s.weights_from_host()
+
+    def weightsToHost(self) -> None:
+        self._s.weights_to_host()
+
+    def readWeights(self, weightsIo: Any) -> None:
+        """Copy the host copies of the named variables into ``weightsIo``'s arrays."""
+        for tensor_id, out in _weights(weightsIo).items():
+            value = self._s.get_tensor_data(self._variable(tensor_id))
+            if out.size != value.size:
+                raise PopartException(
+                    f"readWeights: the buffer for {tensor_id!r} holds {out.size} elements, "
+                    f"the weight {value.size}"
+                )
+            out.reshape(-1)[...] = value.reshape(-1)
+
+    def __getattr__(self, name: str) -> Any:
+        return unsupported_attr(self, name)
+
+
+_HANDLES: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+
+
+def session_handle(session: XlSession) -> Session:
+    h = _HANDLES.get(session)
+    if h is None:
+        h = _HANDLES[session] = Session(session)
+    return h

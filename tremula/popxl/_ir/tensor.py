@@ -1,0 +1,192 @@
+"""``popart._internal.ir.Tensor`` (``tensor._pb_tensor``), ``TensorInfo`` and ``Consumers``:
+a view of a Tremula tensor with PopART's methods (one handle per tensor)."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tremula.errors import PopartException
+from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.tensor import Constant, Variable
+from tremula.popxl.tensor import Tensor as XlTensor
+
+if TYPE_CHECKING:
+    from tremula.popxl._ir.graph import Graph
+    from tremula.popxl._ir.op import Op
+    from tremula.popxl._ir.view import Region
+    from tremula.popxl.dtypes import dtype
+
+
+class TensorInfo:
+    """A tensor's shape and data type (PopART's ``TensorInfo``)."""
+
+    def __init__(self, dtype: dtype, shape: tuple[int, ...], meta_shape: tuple[int, ...] = ()):
+        self._dtype = dtype
+        self._shape = tuple(int(d) for d in shape)
+        self._meta_shape = tuple(int(d) for d in meta_shape)
+
+    def shape(self) -> list[int]:
+        return list(self._shape)
+
+    def metaShape(self) -> list[int]:
+        return list(self._meta_shape)
+
+    def rank(self) -> int:
+        return len(self._shape)
+
+    def nelms(self) -> int:
+        return math.prod(self._shape)
+
+    def nbytes(self) -> int:
+        return self.nelms() * self._dtype.as_numpy().itemsize
+
+    def dim(self, index: int) -> int:
+        return self._shape[index]
+
+    def dataType(self) -> dtype:
+        """The popxl dtype (PopXL converts PopART's ``DataType`` to it the same way)."""
+        return self._dtype
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TensorInfo)
+            and other._dtype is self._dtype
+            and other._shape == self._shape
+            and other._meta_shape == self._meta_shape
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._dtype.name, self._shape, self._meta_shape))
+
+    def __repr__(self) -> str:
+        return f"TensorInfo({self._dtype.name}, {list(self._shape)})"
+
+
+class Consumers:
+    """The ops of a tensor's graph that read it."""
+
+    def __init__(self, t: XlTensor) -> None:
+        self._t = t
+
+    def getOps(self) -> list[Op]:
+        return [op for op in self._t.graph._ops if any(u is self._t for u in op.inputs)]
+
+    def getTotal(self) -> int:
+        return sum(u is self._t for op in self._t.graph._ops for u in op.inputs)
+
+    def getMap(self) -> dict[Op, int]:
+        return {op: sum(u is self._t for u in op.inputs) for op in self.getOps()}
+
+
+class Tensor:
+    """A Tremula tensor as PopART's ``Tensor`` bindings show it (``tensor._pb_tensor``)."""
+
+    def __init__(self, t: XlTensor) -> None:
+        self._t = t
+
+    @property
+    def id(self) -> str:
+        return self._t.id
+
+    def str(self) -> str:
+        return self._t.id
+
+    @property
+    def info(self) -> TensorInfo:
+        return TensorInfo(self._t.dtype, self._t.shape, self._t.meta_shape)
+
+    @property
+    def consumers(self) -> Consumers:
+        return Consumers(self._t)
+
+    def tensorType(self) -> str:
+        """``"Variable"``, ``"Const"`` or ``"ActGrad"`` (PopART's TensorType names)."""
+        if isinstance(self._t, Variable):
+            return "Variable"
+        return "Const" if isinstance(self._t, Constant) else "ActGrad"
+
+    def getGraph(self) -> Graph:
+        from tremula.popxl._ir.graph import graph_handle
+
+        return graph_handle(self._t.graph)
+
+    def hasProducer(self) -> bool:
+        return self._t._producer is not None
+
+    def getProducer(self) -> Op:
+        if self._t._producer is None:
+            raise PopartException(f"No producer for tensor {self._t.id}")
+        return self._t._producer
+
+    def isGraphInput(self) -> bool:
+        return any(u is self._t for u in self._t.graph._inputs)
+
+    def isGraphOutput(self) -> bool:
+        return any(u is self._t for u in self._t.graph._outputs)
+
+    def getGraphInputIndex(self) -> int:
+        return self.getGraph().getInputIndex(self._t.id)
+
+    def getGraphOutputIndex(self) -> int:
+        return self.getGraph().getOutputIndex(self._t.id)
+
+    def modifiedRegionsByOps(self, ops: Any, aliasModel: Any = None) -> list[Region]:
+        """The regions of this tensor that ``ops`` write in place: the whole tensor where one
+        of them modifies it or a view of it (Tremula records modification per input), else
+        an empty region."""
+        from tremula.popxl._ir.view import Region
+
+        written = _modified_by(self._t, list(ops))
+        return [Region.getFull(self._t.shape) if written else Region.getEmpty(self._t.rank)]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tensor) and other._t is self._t
+
+    def __hash__(self) -> int:
+        return id(self._t)
+
+    def __repr__(self) -> str:
+        return f"popart._internal.ir.Tensor({self._t.id!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        return unsupported_attr(self, name)
+
+
+#: in-place view ops: their output is a view of input 0 (writes to it write the input)
+_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace"}
+
+
+def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
+    """Whether one of ``ops`` writes ``t`` or a view of it in place."""
+    seen, todo = set(), [t]
+    chosen = set(map(id, ops))
+    while todo:
+        u = todo.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        for op in u.graph._ops:
+            for i, v in enumerate(op.inputs):
+                if v is not u:
+                    continue
+                if id(op) in chosen and i in op.modified:
+                    return True
+                aliases = i in op.modified and not op.called_graphs  # an in-place op's output
+                if op.type in _VIEWS or aliases:  # its outputs alias the input
+                    todo.extend(o for o in op.outputs if o is not None)
+    return False
+
+
+_HANDLES: weakref.WeakKeyDictionary[XlTensor, Tensor] = weakref.WeakKeyDictionary()
+
+
+def tensor_handle(t: XlTensor) -> Tensor:
+    """The binding handle of a popxl tensor (one per tensor)."""
+    if not isinstance(t, XlTensor):
+        raise TypeError(f"expected a popxl Tensor, got {type(t).__name__}")
+    h = _HANDLES.get(t)
+    if h is None:
+        h = _HANDLES[t] = Tensor(t)
+    return h

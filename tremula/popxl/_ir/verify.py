@@ -1,0 +1,84 @@
+"""Consistency of an Ir edited through the bindings: what ``Op.setup()`` checks of a call
+site, and what a ``Session`` checks of the whole Ir before lowering it (an op or graph left
+half-edited is refused, naming it, instead of failing somewhere inside the lowering)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tremula.errors import PopartException
+from tremula.popxl.tensor import Constant, Variable
+
+if TYPE_CHECKING:
+    from tremula.popxl.graph import Graph
+    from tremula.popxl.ir import Ir
+
+
+def _name(op: Any) -> str:
+    return op.debugName() if hasattr(type(op), "debugName") else repr(op)
+
+
+def check_site(op: Any) -> None:
+    """A ``Call`` / ``Repeat`` feeds every input of its graph with a tensor of the input's
+    shape and type (PopART's CallOp message), and a ``Repeat`` takes every body output.
+
+    Raises:
+        PopartException: the site does not match its graph.
+    """
+    if op.type not in ("Call", "Repeat"):
+        return
+    body = op.attrs["graphs"][0]
+    if len(op.inputs) != len(body.inputs):
+        raise PopartException(
+            f"{_name(op)}: {len(op.inputs)} inputs connected, graph {body.name!r} has "
+            f"{len(body.inputs)}"
+        )
+    for i, (p, g) in enumerate(zip(op.inputs, body.inputs)):
+        if p is not None and (p.shape != g.shape or p.dtype != g.dtype):
+            raise PopartException(
+                f"CallOp input (@{i}) does not match callee input tensor (@{i}): {p.id!r} is "
+                f"{p.dtype} {p.shape}, {g.id!r} of {body.name!r} is {g.dtype} {g.shape}"
+            )
+    if op.type == "Repeat" and len(op.outputs) != len(body.outputs):
+        raise PopartException(
+            f"{_name(op)}: {len(op.outputs)} outputs, its body {body.name!r} has "
+            f"{len(body.outputs)}"
+        )
+    if op.type == "Call" and len(op.outputs) > len(body.outputs):
+        raise PopartException(
+            f"{_name(op)}: {len(op.outputs)} outputs, graph {body.name!r} has {len(body.outputs)}"
+        )
+
+
+def _check_graph(graph: Graph) -> None:
+    available = {id(t) for t in graph._inputs}
+    available |= {id(t) for t in graph._tensors.values() if isinstance(t, (Variable, Constant))}
+    for op in graph._ops:
+        for i, t in enumerate(op.inputs):
+            if t is None:
+                raise PopartException(f"{_name(op)} in {graph.name!r}: input {i} is not connected")
+            if graph._tensors.get(t.id) is not t:
+                raise PopartException(f"{_name(op)}: input {t.id!r} is not in {graph.name!r}")
+            if id(t) not in available:
+                raise PopartException(
+                    f"{_name(op)} in {graph.name!r}: input {t.id!r} has no producer before it"
+                )
+        for i, t in enumerate(op.outputs):
+            if t is None or t._producer is not op:
+                raise PopartException(f"{_name(op)} in {graph.name!r}: output {i} not connected")
+            available.add(id(t))
+        check_site(op)
+    for t in graph._outputs:
+        if id(t) not in available:
+            raise PopartException(f"graph {graph.name!r}: output {t.id!r} is never produced")
+
+
+def verify_ir(ir: Ir) -> None:
+    """Check every graph of ``ir``: each op's inputs connected and produced before it, its
+    outputs connected, its call sites matching their graphs, the graph outputs produced.
+
+    Raises:
+        PopartException: naming the op or graph left inconsistent.
+    """
+    for graph in ir.graphs:
+        _check_graph(graph)
