@@ -23,12 +23,9 @@ from tremula.popxl._ir.session import Session, session_handle
 from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
 from tremula.popxl._ir.verify import verify_ir
 
-# TODO(popxl-surface): from tremula.popxl.tensorlocation import ExecutionContext, TileSet
-
 __all__ = [
     "BwdGraphInfo",
     "Consumers",
-    "ExecutionContext",
     "ExpectedConnection",
     "ExpectedConnectionType",
     "Graph",
@@ -38,7 +35,6 @@ __all__ = [
     "Session",
     "Tensor",
     "TensorInfo",
-    "TileSet",
     "TopoCons",
     "graph_handle",
     "ir_handle",

@@ -281,10 +281,12 @@ class Graph:
         outs = self._g._outputs
         if not 0 <= index <= len(outs) or (overwrite and index == len(outs)):
             raise PopartException(f"markAsOutput: index {index} out of range ({len(outs)})")
-        self._check_uncalled("markAsOutput(index, ...)")
         if overwrite:
+            if outs[index].spec != t.spec:
+                self._check_uncalled("markAsOutput(index, ..., True) of another shape or type")
             outs[index] = t
         else:
+            self._check_uncalled("markAsOutput(index, ...)")
             outs.insert(index, t)
 
     def removeOutput(self, where: int | str) -> None:

@@ -35,12 +35,11 @@ def graph_tensor(graph: XlGraph, tensor_id: str) -> XlTensor:
 
 
 def _put(seq: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:
-    """``seq`` with ``value`` at ``index`` (padding with unconnected slots), trailing empty
-    slots dropped."""
+    """``seq`` with ``value`` at ``index``, padding with unconnected slots (``None``: an
+    op keeps its number of inputs and outputs while they are disconnected, so that a
+    ``Session`` can tell a half-connected op)."""
     items = list(seq) + [None] * (index + 1 - len(seq))
     items[index] = value
-    while items and items[-1] is None:
-        items.pop()
     return tuple(items)
 
 
@@ -93,8 +92,8 @@ class Editing:
             self,  # type: ignore[type-var]
             id=_base._next_op_id[0],
             graph=target,
-            inputs=(),
-            outputs=(),
+            inputs=(None,) * len(self.inputs),  # unconnected, as many as the original's
+            outputs=(None,) * len(self.outputs),
             attrs=dict(self.attrs),
         )
         _base._next_op_id[0] += 1
@@ -129,14 +128,12 @@ class Editing:
         """Disconnect an input, given by index, by tensor, or by (index, tensor)."""
         if isinstance(where, int):
             rec = self._in_index(where)
-            if rec >= len(self.inputs) or self.inputs[rec] is None:
+            if not 0 <= rec < len(self.inputs) or self.inputs[rec] is None:
                 raise PopartException(f"{self.debugName()}: no input at index {where}")
-            self.inputs = _put(self.inputs, rec, None) if rec < len(self.inputs) else self.inputs
+            self.inputs = _put(self.inputs, rec, None)
             return
         t = getattr(where, "_t", where)
         self.inputs = tuple(None if u is t else u for u in self.inputs)
-        while self.inputs and self.inputs[-1] is None:
-            self.inputs = self.inputs[:-1]
 
     def disconnectOutTensor(self, tensor: Any) -> None:
         t = getattr(tensor, "_t", tensor)
@@ -144,17 +141,15 @@ class Editing:
             raise PopartException(f"{self.debugName()}: {t.id!r} is not an output")
         t._producer = None
         self.outputs = tuple(None if u is t else u for u in self.outputs)
-        while self.outputs and self.outputs[-1] is None:
-            self.outputs = self.outputs[:-1]
 
     def disconnectAllInputs(self) -> None:
-        self.inputs = ()
+        self.inputs = (None,) * len(self.inputs)
 
     def disconnectAllOutputs(self) -> None:
         for t in self.outputs:
             if t is not None:
                 t._producer = None
-        self.outputs = ()
+        self.outputs = (None,) * len(self.outputs)
 
     def setup(self) -> None:
         """Check the connected inputs and infer the outputs (creating any output a
