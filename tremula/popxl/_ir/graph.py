@@ -4,9 +4,10 @@ edits the popxl graph itself (one handle per graph)."""
 
 from __future__ import annotations
 
+import builtins
 import heapq
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -25,13 +26,13 @@ class GraphId:
     def __init__(self, value: str = "") -> None:
         self._value = str(value)
 
-    def str(self) -> str:
+    def str(self) -> builtins.str:
         return self._value
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:
         return self._value
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:
         return f"GraphId({self._value!r})"
 
     def __eq__(self, other: object) -> bool:
@@ -80,7 +81,7 @@ def schedule(graph: XlGraph) -> list[Any]:
             if waits[id(u)] == 0:
                 heapq.heappush(ready, (pos[id(u)], u.id, u))
     if len(out) != len(ops):
-        stuck = [op.debugName() for op in ops if waits[id(op)] > 0]
+        stuck = [repr(op) for op in ops if waits[id(op)] > 0]
         raise PopartException(f"graph {graph.name!r} has a cycle through {stuck}")
     return out
 
@@ -169,14 +170,14 @@ class Graph:
     # ---- ops ----
     def getOps(self) -> list[Op]:
         """The ops, by id (creation order)."""
-        return sorted(self._g._ops, key=lambda op: op.id)
+        return cast("list[Op]", sorted(self._g._ops, key=lambda op: op.id))
 
     def getOpIds(self) -> list[int]:
         return [op.id for op in self.getOps()]
 
     def getOpSchedule(self, requireOptimalSchedule: bool = True) -> list[Op]:
         """The ops in the order they run."""
-        return schedule(self._g)
+        return cast("list[Op]", schedule(self._g))
 
     def getOp(self, opId: int) -> Op:
         return _op_of(self._g, opId)
@@ -320,7 +321,7 @@ class Graph:
             for op in g._ops:
                 if self._g in op.called_graphs and op.outputs:
                     raise PopartException(
-                        f"{what}: {self.getGraphString()} is called by {op.debugName()}, "
+                        f"{what}: {self.getGraphString()} is called by {op!r}, "
                         f"whose outputs follow the graph's outputs"
                     )
 

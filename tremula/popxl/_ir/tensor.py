@@ -3,9 +3,10 @@ a view of a Tremula tensor with PopART's methods (one handle per tensor)."""
 
 from __future__ import annotations
 
+import builtins
 import math
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -71,7 +72,8 @@ class Consumers:
         self._t = t
 
     def getOps(self) -> list[Op]:
-        return [op for op in self._t.graph._ops if any(u is self._t for u in op.inputs)]
+        ops = [op for op in self._t.graph._ops if any(u is self._t for u in op.inputs)]
+        return cast("list[Op]", ops)
 
     def getTotal(self) -> int:
         return sum(u is self._t for op in self._t.graph._ops for u in op.inputs)
@@ -87,10 +89,10 @@ class Tensor:
         self._t = t
 
     @property
-    def id(self) -> str:
+    def id(self) -> builtins.str:
         return self._t.id
 
-    def str(self) -> str:
+    def str(self) -> builtins.str:
         return self._t.id
 
     @property
@@ -101,7 +103,7 @@ class Tensor:
     def consumers(self) -> Consumers:
         return Consumers(self._t)
 
-    def tensorType(self) -> str:
+    def tensorType(self) -> builtins.str:
         """``"Variable"``, ``"Const"`` or ``"ActGrad"`` (PopART's TensorType names)."""
         if isinstance(self._t, Variable):
             return "Variable"
@@ -118,7 +120,7 @@ class Tensor:
     def getProducer(self) -> Op:
         if self._t._producer is None:
             raise PopartException(f"No producer for tensor {self._t.id}")
-        return self._t._producer
+        return cast("Op", self._t._producer)
 
     def isGraphInput(self) -> bool:
         return any(u is self._t for u in self._t.graph._inputs)
@@ -147,10 +149,10 @@ class Tensor:
     def __hash__(self) -> int:
         return id(self._t)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:
         return f"popart._internal.ir.Tensor({self._t.id!r})"
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: builtins.str) -> Any:
         return unsupported_attr(self, name)
 
 

@@ -13,6 +13,7 @@ and the condition, are attributes in Tremula), see ``_IN_OFFSET``.
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
@@ -45,22 +46,22 @@ class Op(_Record, Editing):
     _IN_OFFSET = 0  # PopART input index of ``inputs[0]``
 
     # ---- names ----
-    def opType(self) -> str:
+    def opType(self) -> builtins.str:
         """PopART's op type (``"Add"``, ``"MatMul"``, ``"Loop"``, ...)."""
         if self.type == "Pool":
             return pool_op_type(self.attrs.get("mode", "max"))
         return op_name(self.type).op_type
 
-    def str(self) -> str:
+    def str(self) -> builtins.str:
         """``"<id> (<type>)"``."""
         return f"{self.id} ({self.opType()})"
 
-    def debugName(self) -> str:
+    def debugName(self) -> builtins.str:
         ins = ", ".join(t.id for t in self.inputs if t is not None)
         outs = ", ".join(t.id for t in self.outputs if t is not None)
         return f"Op({self.opType()}, inputs=[{ins}], outputs=[{outs}])"
 
-    def name(self) -> str:
+    def name(self) -> builtins.str:
         return str(self.attrs.get("name", ""))
 
     getName = name
@@ -115,7 +116,7 @@ class Op(_Record, Editing):
     def getOutputTensors(self) -> list[Tensor]:
         return [_view(t) for _, t in sorted(self._outputs().items())]
 
-    def _tensor_at(self, where: dict[int, XlTensor], index: int, what: str) -> XlTensor:
+    def _tensor_at(self, where: dict[int, XlTensor], index: int, what: builtins.str) -> XlTensor:
         t = where.get(int(index))
         if t is None:
             raise PopartException(
@@ -130,10 +131,10 @@ class Op(_Record, Editing):
     def outTensor(self, index: int) -> Tensor:
         return _view(self._tensor_at(self._outputs(), index, "output"))
 
-    def inId(self, index: int) -> str:
+    def inId(self, index: int) -> builtins.str:
         return self._tensor_at(self._inputs(), index, "input").id
 
-    def outId(self, index: int) -> str:
+    def outId(self, index: int) -> builtins.str:
         return self._tensor_at(self._outputs(), index, "output").id
 
     def hasInput(self, index: int) -> bool:
@@ -148,7 +149,7 @@ class Op(_Record, Editing):
     def hasOutputTensor(self, tensor: Any) -> bool:
         return any(t is _xl(tensor) for t in self._outputs().values())
 
-    def _index_of(self, where: dict[int, XlTensor], tensor: Any, what: str) -> int:
+    def _index_of(self, where: dict[int, XlTensor], tensor: Any, what: builtins.str) -> int:
         t = _xl(tensor)
         for i, u in sorted(where.items()):
             if u is t:
@@ -173,5 +174,5 @@ class Op(_Record, Editing):
         return self._in_index(index) in self.modified
 
     # ---- PopART methods Tremula does not bind: NotImplementedError naming them ----
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: builtins.str) -> Any:
         return unsupported.unsupported_attr(self, name)

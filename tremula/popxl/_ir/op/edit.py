@@ -10,7 +10,7 @@ infers its outputs, and a ``Session`` refuses an Ir with an op left inconsistent
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl import dtypes
@@ -97,7 +97,7 @@ class Editing:
             attrs=dict(self.attrs),
         )
         _base._next_op_id[0] += 1
-        target._ops.append(clone)
+        target._ops.append(cast(_base.Op, clone))
         return clone
 
     def connectInTensor(self, index: int, tensor_id: str, vgraph_id: int | None = None) -> None:
@@ -113,9 +113,9 @@ class Editing:
         t = graph_tensor(self.graph, tensor_id)
         if t._producer is not None and t._producer is not self:
             raise PopartException(
-                f"connectOutTensor: {t.id!r} is already produced by {t._producer.debugName()}"
+                f"connectOutTensor: {t.id!r} is already produced by {t._producer!r}"
             )
-        t._producer = self
+        t._producer = cast(_base.Op, self)
         self.outputs = _put(self.outputs, int(index), t)
 
     def createAndConnectOutTensor(self, index: int, tensor_id: str) -> None:

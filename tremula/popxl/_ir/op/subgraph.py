@@ -92,7 +92,7 @@ class LoopOp(_OneGraph):
                 if op is not self and body in op.called_graphs:
                     raise PopartException(
                         f"{what}: the loop body {body.name!r} is also called by "
-                        f"{op.debugName()}, whose inputs would no longer match"
+                        f"{op!r}, whose inputs would no longer match"
                     )
         return body
 
