@@ -158,3 +158,9 @@ __all__ = [
     "uint64",
     "variable",
 ]
+
+# C++ custom ops PopXL programs build at import time (popxl-addons' strided collectives)
+# are served in Python instead (tremula/popxl/_ir/native.py)
+from tremula.popxl._ir import native as _native
+
+_native.install()

@@ -115,6 +115,11 @@ def _check_execution_contexts(ir: Ir) -> None:
                 )
 
 
+#: what ``Session.run`` takes and gives (PopXL's type aliases, ``popxl.session``)
+h2dStreamBufferMaps = Mapping[HostToDeviceStream, np.ndarray]
+d2hStreamBufferMaps = Mapping[DeviceToHostStream, np.ndarray]
+
+
 class Session:
     """A compiled Ir on a device.
 

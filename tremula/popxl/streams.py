@@ -7,7 +7,9 @@ from tremula.popxl.context import get_current_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
-class _Stream:
+class Stream:
+    """A host stream (PopXL's ``popxl.streams.Stream``, the base of both directions)."""
+
     def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str) -> None:
         self._spec = TensorSpec(tuple(shape), dtype)
         self._name = name
@@ -38,17 +40,17 @@ class _Stream:
         return f"{type(self).__name__}[{self._name} {self.dtype} {self.shape}]"
 
 
-class HostToDeviceStream(_Stream):
+class HostToDeviceStream(Stream):
     """A stream from the host: ``ops.host_load`` pops its next slice."""
 
 
-class DeviceToHostStream(_Stream):
+class DeviceToHostStream(Stream):
     """A stream to the host: ``ops.host_store`` pushes its next slice."""
 
 
 def _make(
     cls: type, shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
-) -> _Stream:
+) -> Stream:
     ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
     stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
     ir._streams.append(stream)

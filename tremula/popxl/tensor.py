@@ -32,11 +32,14 @@ class TensorSpec(Mapping):
     """Shape, dtype and meta shape of a tensor; a Mapping so that ``**spec`` works."""
 
     def __init__(
-        self, shape: tuple[int, ...], dtype: dtypes.dtype, meta_shape: tuple[int, ...] = ()
+        self,
+        shape: tuple[int, ...],
+        dtype: dtypes.dtype,
+        meta_shape: tuple[int, ...] | None = (),
     ) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtypes.dtype.as_dtype(dtype)
-        self.meta_shape = tuple(int(s) for s in meta_shape)
+        self.meta_shape = tuple(int(s) for s in meta_shape or ())  # None: no meta shape
 
     def _dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}

@@ -22,10 +22,12 @@ from tremula.popxl._ir.op import Op
 from tremula.popxl._ir.session import Session, session_handle
 from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
 from tremula.popxl._ir.verify import verify_ir
+from tremula.popxl.ops.collectives.collectives import CollectiveOperator
 from tremula.popxl.tensorlocation import ExecutionContext, TileSet
 
 __all__ = [
     "BwdGraphInfo",
+    "CollectiveOperator",
     "Consumers",
     "ExecutionContext",
     "ExpectedConnection",

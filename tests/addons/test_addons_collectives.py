@@ -1,0 +1,102 @@
+"""popxl-addons' strided and tensor-parallel collectives (C++ custom ops in popxl-addons,
+served by Tremula in Python: tremula/popxl/_ir/native.py) over replica groupings with a
+stride, against NumPy;
+its other C++ custom ops are refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import popxl_addons  # noqa: F401  (imports the strided collectives, as users do)
+import pytest
+from popxl_addons.ops.replicated_all_reduce_TP import (
+    replicated_all_reduce,
+    replicated_all_reduce_identical_grad_inputs,
+    replicated_all_reduce_identical_inputs,
+)
+from popxl_addons.ops.replicated_strided_collectives import (
+    replicated_all_gather_strided,
+    replicated_all_reduce_strided,
+    replicated_all_reduce_strided_identical_grad_inputs,
+    replicated_all_reduce_strided_identical_inputs,
+    replicated_reduce_scatter_strided,
+)
+
+import popart
+import popxl
+from popxl import ops
+
+R = 4
+X = np.arange(R * 6, dtype=np.float32).reshape(R, 2, 3)  # one row per replica
+
+
+def _run(build) -> np.ndarray:
+    ir = popxl.Ir(replication=R)
+    with ir.main_graph:
+        x = popxl.variable(X, name="x", replica_grouping=ir.replica_grouping(group_size=1))
+        rg = ir.replica_grouping(stride=2, group_size=2)  # groups {0, 2} and {1, 3}
+        out = build(x, rg)
+        d2h = popxl.d2h_stream(out.shape, out.dtype)
+        ops.host_store(d2h, out)
+    with popxl.Session(ir, "ipu_model") as s:
+        return s.run()[d2h]
+
+
+PARTNER = [2, 3, 0, 1]
+
+
+def test_all_gather_strided() -> None:
+    got = _run(lambda x, rg: replicated_all_gather_strided(x, group=rg))
+    for r in range(R):
+        first, second = sorted((r, PARTNER[r]))
+        np.testing.assert_array_equal(got[r], np.concatenate([X[first].ravel(), X[second].ravel()]))
+
+
+def test_reduce_scatter_strided() -> None:
+    got = _run(lambda x, rg: replicated_reduce_scatter_strided(x, group=rg))
+    for r in range(R):
+        total = (X[r] + X[PARTNER[r]]).ravel()
+        np.testing.assert_array_equal(got[r], total[:3] if r < 2 else total[3:])
+
+
+AR = {  # (op, forward all-reduced, gradient all-reduced)
+    "plain": (replicated_all_reduce_strided, True, True),
+    "identical_grad_inputs": (replicated_all_reduce_strided_identical_grad_inputs, True, False),
+    "identical_inputs": (replicated_all_reduce_strided_identical_inputs, False, True),
+    "TP": (replicated_all_reduce, True, True),  # the tensor-parallel all-reduce
+    "TP_identical_grad_inputs": (replicated_all_reduce_identical_grad_inputs, True, False),
+    "TP_identical_inputs": (replicated_all_reduce_identical_inputs, False, True),
+}
+
+
+@pytest.mark.parametrize("kind", list(AR))
+@pytest.mark.parametrize("grad", [False, True])
+def test_all_reduce_strided_and_its_gradient(kind: str, grad: bool) -> None:
+    fn, fwd_reduces, grad_reduces = AR[kind]
+
+    def build(x, rg):
+        if not grad:
+            return fn(x, group=rg)
+        g = popxl.gcg().ir.create_graph(lambda t: fn(t, group=rg), x)
+        info = popxl.transforms.autodiff(g)
+        call = ops.call_with_info(g, x)
+        (dx,) = ops.call(info.graph, x * 2.0, inputs_dict=info.inputs_dict(call))
+        return dx
+
+    got = _run(build)
+    reduces, scale = (grad_reduces, 2) if grad else (fwd_reduces, 1)
+    for r in range(R):
+        ref = scale * (X[r] + X[PARTNER[r]] if reduces else X[r])
+        np.testing.assert_array_equal(got[r], ref)
+
+
+def test_tp_all_reduce_takes_add_only() -> None:
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        x = popxl.variable(np.ones(3, np.float32))
+        with pytest.raises(popart.popart_exception, match="Add is the only"):
+            replicated_all_reduce(x, op="max")
+
+
+def test_other_custom_ops_are_refused_by_name() -> None:
+    with pytest.raises(ImportError, match="rotary_pos_embed_binding is a C\\+\\+ PopART custom op"):
+        import popxl_addons.ops.rotary_pos_embed  # noqa: F401
