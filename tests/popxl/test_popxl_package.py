@@ -242,8 +242,10 @@ def test_context_internals_custom_ops_use() -> None:
             assert ctx.execution_context is popxl.ExecutionContext.WeightsToHostFragment
             u = t + 1
         assert ctx.execution_context is popxl.ExecutionContext.Normal
-    assert seen == [u.producer]
-    with pytest.raises(NotImplementedError, match="WeightsToHostFragment"):
+        with _execution_context(popxl.ExecutionContext.AccumulateOuterFragment):
+            t - 1
+    assert seen[0] is u.producer
+    with pytest.raises(NotImplementedError, match="AccumulateOuterFragment"):
         popxl.Session(ir, "cpu")
 
 

@@ -21,6 +21,17 @@ from tremula.errors import TremulaError, reworded
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op
 from tremula.popxl.tensor import Constant, Tensor, Variable
+from tremula.popxl.tensorlocation import ExecutionContext
+
+_NORMAL, _TO_HOST = ExecutionContext.Normal, ExecutionContext.WeightsToHostFragment
+#: the main graph's programs, in the engine's order, and their names
+FRAGMENTS = {
+    _NORMAL: "main",
+    ExecutionContext.WeightsFromHostFragment: "weights_from_host_fragment",
+    _TO_HOST: "weights_to_host_fragment",
+}
+#: the order the programs run in on a device (weights written, runs, weights read)
+ORDER = [ExecutionContext.WeightsFromHostFragment, _NORMAL, _TO_HOST]
 
 Rule = Callable[["Lowerer", Op, "Env", poplar.Sequence], None]
 RULES: dict[str, Rule] = {}
@@ -182,10 +193,14 @@ class Lowerer:
             if op.type == "RemoteCodeLoad"
         }
 
-    def lower_ops(self, graph: Graph, env: Env, prog: poplar.Sequence) -> None:
+    def lower_ops(
+        self, graph: Graph, env: Env, prog: poplar.Sequence, only: list[Op] | None = None
+    ) -> None:
+        """Lower ``graph``'s ops (or those of ``only``, in graph order) into ``prog``."""
         from tremula.lowering import fusion  # imports the rule tables, which import us
 
-        items = fusion.plan(graph) if self.fuse_elementwise else graph.ops
+        chosen = graph.ops if only is None else only
+        items = fusion.plan(graph, chosen) if self.fuse_elementwise else chosen
         for item in items:
             if isinstance(item, fusion.Chain):
                 with naming(item.ops):
@@ -232,11 +247,39 @@ class Lowerer:
             self.graph = before
 
     def lower_main(self) -> poplar.Sequence:
+        """The main graph as one control program (every op of it in the Normal context)."""
+        programs = self.lower_programs()
+        if any(p.programs for p in programs[1:]):
+            raise NotImplementedError(
+                "lower_main: the main graph has ops in the weights-from/to-host fragments; "
+                "use lower_programs"
+            )
+        return programs[0]
+
+    def lower_programs(self) -> list[poplar.Sequence]:
+        """The main graph as PopART's three programs: ``[main, weights-from-host fragment,
+        weights-to-host fragment]``. Ops made in ``ExecutionContext.WeightsFromHostFragment``
+        / ``WeightsToHostFragment`` lower into the second / third; what they produce stays on
+        the device for the others to read (Poplar tensors persist between programs)."""
+        main = self.ir.main_graph
         env = Env()
-        self.bind_leaves(self.ir.main_graph, env)
-        prog = poplar.Sequence(name="main")
-        self.lower_ops(self.ir.main_graph, env, prog)
-        return prog
+        self.bind_leaves(main, env)
+        parts: dict[ExecutionContext, list[Op]] = {c: [] for c in FRAGMENTS}
+        made_in: dict[Tensor, int] = {}  # tensor -> the position of its program in ORDER
+        for op in main.ops:
+            ctx = op.execution_context if op.execution_context in FRAGMENTS else _NORMAL
+            for t in op.inputs:
+                if made_in.get(t, 0) > ORDER.index(ctx):
+                    raise NotImplementedError(
+                        f"lowering: {op!r} ({ctx!r}) reads {t.id!r}, made by an op of a "
+                        f"program that runs after it ({ORDER[made_in[t]]!r})"
+                    )
+            made_in.update((t, ORDER.index(ctx)) for t in op.outputs)
+            parts[ctx].append(op)
+        progs = {c: poplar.Sequence(name=name) for c, name in FRAGMENTS.items()}
+        for c in ORDER:
+            self.lower_ops(main, env, progs[c], parts[c])  # producers before readers
+        return [progs[c] for c in FRAGMENTS]
 
     def subgraph(self, graph: Graph) -> LoweredGraph:
         """``graph`` as a Poplar function (lowered once, called from every site)."""

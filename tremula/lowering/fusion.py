@@ -36,8 +36,8 @@ class Chain:
     ops: list[Op]
 
 
-def plan(graph: Graph) -> list[Op | Chain]:
-    """``graph``'s ops in order, with fusible chains grouped."""
+def plan(graph: Graph, ops: list[Op] | None = None) -> list[Op | Chain]:
+    """``graph``'s ops (or those of ``ops``) in order, with fusible chains grouped."""
     uses = Counter(t for op in graph.ops for t in op.inputs)
     visible = set(graph.outputs)
     items: list[Op | Chain] = []
@@ -50,7 +50,7 @@ def plan(graph: Graph) -> list[Op | Chain]:
             items.extend(run)
         run.clear()
 
-    for op in graph.ops:
+    for op in graph.ops if ops is None else ops:
         if not _fusible(op):
             flush()
             items.append(op)

@@ -102,16 +102,26 @@ def _device(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
     return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else per * R).create_device()
 
 
+#: where ops may be made: the main graph's three programs (lowering's FRAGMENTS), subgraphs
+_CONTEXTS = (
+    ExecutionContext.Normal,
+    ExecutionContext.WeightsFromHostFragment,
+    ExecutionContext.WeightsToHostFragment,
+)
+
+
 def _check_execution_contexts(ir: Ir) -> None:
-    """Ops run where every op of a Tremula program runs (``ExecutionContext.Normal``): ops
-    made inside ``popxl.context._execution_context`` for another part of the program are
-    refused rather than run at the wrong time."""
+    """Ops run in the main program, in the weights-from-host fragment (run after weights
+    are written) or in the weights-to-host fragment (run before they are read); subgraph
+    ops where they are called. Ops made for another part of PopART's program are refused
+    rather than run at the wrong time."""
     for g in ir.graphs:
+        allowed = _CONTEXTS if g is ir.main_graph else (*_CONTEXTS[:1], ExecutionContext.Subgraph)
         for op in g.ops:
-            if op.execution_context not in (ExecutionContext.Normal, ExecutionContext.Subgraph):
+            if op.execution_context not in allowed:
                 raise NotImplementedError(
-                    f"Session: {op!r} was created in {op.execution_context!r}; Tremula runs "
-                    f"only ops of ExecutionContext.Normal (and Subgraph)"
+                    f"Session: {op!r} in {g.name!r} was created in {op.execution_context!r}; "
+                    f"Tremula runs ops of {', '.join(c.name for c in allowed)} there"
                 )
 
 
@@ -176,10 +186,14 @@ class Session:
         total = sum(len(g.ops) for g in ir.graphs) + len(COMPILE_STAGES)
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
             self._lowerer = Lowerer(graph, ir, on_lowered=bar.update)
-            program = self._lowerer.lower_main()
+            programs = self._lowerer.lower_programs()
+            #: whether the weights-from/to-host fragments (engine programs 1, 2) have ops
+            self._fragments = [bool(p.programs) for p in programs[1:]]
             self._check_remote_variables()
             options = {**(engine_options or {}), **options}
-            self._engine = poplar.Engine(graph, program, options, progress=bar)
+            self._engine = poplar.Engine(
+                graph, programs if any(self._fragments) else programs[0], options, progress=bar
+            )
         ir._prepared = True
         self._weights_to_host_on_exit = weights_to_host_on_exit
         self._loaded = False
@@ -333,6 +347,8 @@ class Session:
             if where is not None:
                 same = v.replica_grouping.num_groups == 1 and v._shard is None
                 self._write_entry(where, self._rows(v), same)
+        if self._fragments[0]:
+            self._engine.run(1)  # the ops made in ExecutionContext.WeightsFromHostFragment
         self._host_stale = False
 
     def _collective(self, what: str) -> None:
@@ -355,6 +371,8 @@ class Session:
         self._require_attached("weights_to_host")
         self._collective("weights_to_host")
         R, L = self._R, self._L
+        if self._fragments[1]:
+            self._engine.run(2)  # the ops made in ExecutionContext.WeightsToHostFragment
         synced = set()
         for v, h in self._device_variables():
             rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
