@@ -10,7 +10,6 @@ attached session; ``get_tensor_data`` reads device weights lazily.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
@@ -25,17 +24,14 @@ from tremula.errors import StreamError
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
+from tremula.popxl.session_device import check_execution_contexts, device_for
 from tremula.popxl.session_io import HostStreams
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Constant, Tensor, Variable
-from tremula.popxl.tensorlocation import ExecutionContext
 from tremula.progress import bar as progress_bar
 
 if TYPE_CHECKING:
     from tremula.lowering.context import VariableHandles
-
-_DEVICES = ("ipu_model", "cpu", "ipu_hw")
-
 
 class _Stderr:
     """Writes to whatever ``sys.stderr`` is at the time (so redirection and capture work)."""
@@ -48,82 +44,6 @@ class _Stderr:
 
 
 _STDERR = _Stderr()
-_HW_WARNED = [False]
-
-
-def _ipus_per_replica(ir: Ir) -> int:
-    """How many virtual IPUs a replica of ``ir`` uses (``popxl.ipu(n)``, ``ipu_copy``)."""
-    used = [op.ipu for g in ir.graphs for op in g.ops if op.ipu is not None]
-    used += [t._ipu for g in ir.graphs for t in g.tensors if t._ipu is not None]
-    return 1 + max(used, default=0)
-
-
-def _given_device(device: poplar.Device, ir: Ir) -> poplar.Device:
-    """A device made by the caller (``popart.DeviceInfo``, or a ``poplar.Device``): it must
-    have an IPU for each replica's IPUs (each of this instance's replicas, in a PopRun job:
-    the device of the whole job's graph is then that of all instances together)."""
-    L, R = ir.instance_replication_factor, ir.replication_factor
-    need = _ipus_per_replica(ir) * L
-    have = device.target.num_ipus
-    if need > 1 and (device.target.is_cpu or have % need):
-        raise ValueError(
-            f"Session: the device has {have} IPU(s); this Ir needs a multiple of {need} "
-            f"({_ipus_per_replica(ir)} per replica x replication_factor {L})"
-        )
-    if L < R and not device.target.is_cpu:
-        return poplar.Device(device.target.with_overrides(num_ipus=have * R // L))
-    return device
-
-
-def _device(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
-    if isinstance(desc, poplar.Device):
-        return _given_device(desc, ir)
-    if not isinstance(desc, str) or desc not in _DEVICES:
-        raise ValueError(
-            f"Session: device_desc must be one of {_DEVICES} or a device "
-            f"(popart.DeviceInfo), got {desc!r}"
-        )
-    if desc == "cpu":  # one IPU per process (an instance of a PopRun job may have one)
-        ipus, R = _ipus_per_replica(ir), ir.instance_replication_factor
-        if ipus * R > 1:
-            raise ValueError(
-                f"Session: the 'cpu' device has one IPU; this Ir needs {ipus * R} "
-                f"({ipus} per replica (popxl.ipu / ipu_copy) x replication_factor {R}); "
-                f"use 'ipu_model'"
-            )
-        return poplar.Device.create_cpu_device()
-    if desc == "ipu_hw" and not _HW_WARNED[0]:
-        print("Tremula: 'ipu_hw' runs on the IPU Model (there is no hardware)", file=sys.stderr)
-        _HW_WARNED[0] = True
-    # PopXL's 2 ** ceil(log2(ipus_per_replica x replicas)) IPUs; a count the replicas do not
-    # divide (3 replicas in 4 IPUs) becomes exactly ipus_per_replica x replicas
-    per, R = _ipus_per_replica(ir), ir.replication_factor
-    ipus = 2 ** math.ceil(math.log2(per * R))
-    return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else per * R).create_device()
-
-
-#: where ops may be made: the main graph's three programs (lowering's FRAGMENTS), subgraphs
-_CONTEXTS = (
-    ExecutionContext.Normal,
-    ExecutionContext.WeightsFromHostFragment,
-    ExecutionContext.WeightsToHostFragment,
-)
-
-
-def _check_execution_contexts(ir: Ir) -> None:
-    """Ops run in the main program, in the weights-from-host fragment (run after weights
-    are written) or in the weights-to-host fragment (run before they are read); subgraph
-    ops where they are called. Ops made for another part of PopART's program are refused
-    rather than run at the wrong time."""
-    for g in ir.graphs:
-        allowed = _CONTEXTS if g is ir.main_graph else (*_CONTEXTS[:1], ExecutionContext.Subgraph)
-        for op in g.ops:
-            if op.execution_context not in allowed:
-                raise NotImplementedError(
-                    f"Session: {op!r} in {g.name!r} was created in {op.execution_context!r}; "
-                    f"Tremula runs ops of {', '.join(c.name for c in allowed)} there"
-                )
-
 
 #: what ``Session.run`` takes and gives (PopXL's type aliases, ``popxl.session``)
 h2dStreamBufferMaps = Mapping[HostToDeviceStream, np.ndarray]
@@ -163,9 +83,9 @@ class Session:
         if not isinstance(ir, Ir):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
         verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
-        _check_execution_contexts(ir)
+        check_execution_contexts(ir)
         self._ir = ir
-        self._device = _device(device_desc, ir)
+        self._device = device_for(device_desc, ir)
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
         # block of L replicas (rows 0..L-1 of the engine's data) and reaches the others
         # over MPI
