@@ -121,7 +121,9 @@ def programs(tmp: Path, epochs: int) -> list[tuple[str, str, str]]:
 
 
 def run_one(kind: str, target: str, workdir: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # examples on Graphcore's popxl-addons import it from ../shared/clients, unmodified
+    addons = ROOT.parent / "shared" / "clients" / "popxl-addons"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(addons)]))
     env.pop("POPLAR_ENGINE_OPTIONS", None)
     res = subprocess.run(
         [sys.executable, "-c", _CHILD, kind, target, str(workdir)],
