@@ -10,6 +10,7 @@ attached session; ``get_tensor_data`` reads device weights lazily.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
