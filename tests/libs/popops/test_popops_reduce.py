@@ -220,6 +220,35 @@ def test_row_reduction_reads_around_single_element_pieces() -> None:
     assert _fast_paths(rig)[0] == "popops::ReduceBlock<ADD,float,float>"
 
 
+@pytest.mark.parametrize("ufunc", [np.add, np.maximum, np.multiply])
+def test_short_blocks_reduce_as_numpy_does(ufunc) -> None:
+    """Blocks of one outer row and 2 to 7 inner elements combined by strided ufunc calls
+    give ``ufunc.reduce``'s numbers bit for bit; other blocks keep ``reduce``."""
+    from tremula.libs.popops.reduce_inplace import _reducer
+
+    rng = np.random.default_rng(5)
+    for inner in range(1, 10):
+        for n in (1, 3):
+            src = (rng.standard_normal((2, 50, 1, n, inner)) * 100).astype(np.float32)
+            got, want = np.empty((2, 50, n), np.float32), np.empty((2, 50, n), np.float32)
+            _reducer(ufunc, src, got, (2, 4))()
+            ufunc.reduce(src, axis=(2, 4), out=want)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_row_sum_over_tiles_of_four_elements() -> None:
+    """A [16, 256] row sum whose tiles hold 4 elements each (the char-GRU step's): stage 1
+    runs prepared (short blocks) and the result is NumPy's."""
+    tiles = (np.arange(16 * 256) // 4).reshape(16, 256)
+    rig = Rig(tiles=1024)
+    x = RNG.standard_normal((16, 256)).astype(np.float32)
+    t = rig.input(x, mapping=tiles)
+    out = reduce(rig.graph, t, [1], "ADD", rig.prog)
+    (got,) = rig.run([out])
+    np.testing.assert_allclose(got, x.sum(1), rtol=1e-5, atol=1e-4)
+    assert _fast_paths(rig)[0] == "popops::ReduceBlock<ADD,float,float>"
+
+
 def test_row_runs_are_summed_in_row_order(kernels) -> None:
     """The stage-1 row sums equal a left-to-right sum of each unit's rows, bit for bit, in
     both implementations, over chunk boundaries and units of 1 to 4 rows."""

@@ -161,15 +161,40 @@ def direct(
         return None
     if not (np.may_share_memory(src, partials) and np.may_share_memory(dst, out)):
         return None  # a reshape copied: later runs would not see device memory
+    reduce_into = _reducer(ufunc, src, dst, axes)
     if scale is None:
-        return lambda: ufunc.reduce(src, axis=axes, out=dst)
+        return reduce_into
     factor = scale.reshape(dst.shape[1:])
 
     def run_scaled() -> None:
-        ufunc.reduce(src, axis=axes, out=dst)
+        reduce_into()
         np.multiply(dst, factor, out=dst)
 
     return run_scaled
+
+
+#: ReduceBlock blocks of fewer inner elements than this (one outer row) are combined by
+#: whole-array ufunc calls over strided views, in NumPy's order for such short axes.
+SHORT_INNER = 8
+
+
+def _reducer(ufunc: np.ufunc, src: np.ndarray, dst: np.ndarray, axes: tuple[int, ...]) -> Any:
+    """``ufunc.reduce(src, axis=axes, out=dst)`` as a closure; blocks ``[1, N, I]`` with a
+    short ``I`` (e.g. a row sum whose tiles hold 4 elements each) as ``I - 1`` ufunc calls
+    over strided views, ``((x0 op x1) op x2) ...``: the same numbers (NumPy combines an axis
+    under 8 elements in that order) without ``reduce``'s cost per output."""
+    inner = src.shape[-1]
+    if axes != (2, 4) or src.shape[2] != 1 or not 1 < inner < SHORT_INNER:
+        return lambda: ufunc.reduce(src, axis=axes, out=dst)
+    first = src[:, :, 0, :, 0]
+    rest = [src[:, :, 0, :, i] for i in range(1, inner)]
+
+    def run() -> None:
+        np.copyto(dst, first)
+        for part in rest:
+            ufunc(dst, part, out=dst)
+
+    return run
 
 
 def as_runs(lay: dict[str, Any], total: int) -> dict[str, Any] | None:
