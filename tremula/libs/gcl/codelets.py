@@ -16,8 +16,7 @@ replicas (a collective inside control flow on which the replicas disagree).
   ``1 / G`` in MEAN's last step, else 1).
 * ``gcl::PlaceChunk<T>``: ``work[:, k] = chunk``.
 
-Estimators ([proposal]) follow popops' 2D worker shapes (per-context cycles): an overhead
-plus cycles per 64-bit vector (integer arithmetic per element).
+Their cycle estimators are ``estimators.py``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import EngineError
-from tremula.libs import util
+from tremula.libs.gcl import estimators as E
 from tremula.libs.gcl.operators import RULES, CollectiveOperator, element_kind
 
 
@@ -140,8 +139,8 @@ class SelectChunk(_RingVertex):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        per_vector = 1 if RULES[_op(v)].pre is None else 2
-        return util.worker_cycles(v.lengths("out"), v.vector_width("out"), per_vector, 20)
+        pre_map = RULES[_op(v)].pre is not None
+        return E.select_chunk(v.lengths("out"), v.vector_width("out"), pre_map)
 
 
 class CombineChunk(_RingVertex):
@@ -193,10 +192,14 @@ class CombineChunk(_RingVertex):
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         rule = RULES[_op(v)]
-        n = v.lengths("out")
-        if element_kind(v.dtype("out")) == "i":
-            return 15 + n * rule.int_cycles
-        return util.worker_cycles(n, v.vector_width("out"), rule.cycles_per_vector, 15)
+        integer = element_kind(v.dtype("out")) == "i"
+        return E.combine_chunk(
+            v.lengths("out"),
+            v.vector_width("out"),
+            integer,
+            rule.cycles_per_vector,
+            rule.int_cycles,
+        )
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -248,7 +251,7 @@ class PlaceChunk(_RingVertex):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return util.worker_cycles(v.lengths("chunk"), v.vector_width("chunk"), 1, 20)
+        return E.place_chunk(v.lengths("chunk"), v.vector_width("chunk"))
 
 
 CODELETS = (SelectChunk, CombineChunk, PlaceChunk)
