@@ -2,34 +2,19 @@
 template argument dispatched through ``nonlinearity_table``), and the fused loss vertices
 (one-hot encoding, the loss transform, its row sum and the deltas in one pass).
 
-All are worker vertices (at most six per tile), like popops' element-wise codelets: their
-estimates are per-context cycles; the tile's cycles are 6 x its busiest context plus the
-compute-set launch, which stands for PopLibs' supervisor overhead.
-
-Estimators (``n`` elements, ``vw`` the 64-bit vector width: float 2, half 4):
-
-* ``popnn::NonLinearity1D<T,NL>`` (in place): ``20 + ceil(n / vw) x (cpv + 4)``, ``cpv``
-  the table's forward cycles per vector.
-* ``popnn::NonLinearityGrad1D<T,NL>``: ``29 + ceil(n / vw) x (cpv + 5)``, ``cpv`` the
-  table's gradient cycles (the derivative and the product with the incoming gradient).
-* ``popnn::Loss<KIND>Rows<T,L>`` over ``r`` rows of ``C`` classes [proposal]:
-  ``30 + r x (row + ceil(C / vw) x cpv)``: per row the label check, the scale and (for the
-  logarithmic losses) one log or exp of the label's element; per vector the deltas
-  (``cpv`` 4 for cross entropy, 6 for sum squared, 10 for NLL, which takes an exp per
-  element).
+Their cycle estimators are ``estimators.py``'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tremula import poplar
 from tremula.errors import CodeletError
+from tremula.libs.popnn import estimators as E
 from tremula.libs.popnn.nonlinearity_table import TABLE, NonLinearity, NonLinearityType
-from tremula.libs.util import worker_cycles
 
 #: A floor added inside the cross-entropy log (PopLibs adds an epsilon to the probability).
 LOG_EPSILON = np.float32(1e-7)
@@ -60,7 +45,7 @@ class NonLinearity1D(poplar.Codelet):
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         cpv = _nl(v).cycles_per_vector(_half(v), grad=False)
-        return worker_cycles(v.lengths("data"), v.vector_width("data"), cpv + 4, 20)
+        return E.nonlinearity(v.lengths("data"), v.vector_width("data"), cpv)
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -87,7 +72,7 @@ class NonLinearityGrad1D(poplar.Codelet):
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         cpv = _nl(v).cycles_per_vector(_half(v), grad=True)
-        return worker_cycles(v.lengths("inGrad"), v.vector_width("inGrad"), cpv + 5, 29)
+        return E.nonlinearity_grad(v.lengths("inGrad"), v.vector_width("inGrad"), cpv)
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -95,15 +80,6 @@ class NonLinearityGrad1D(poplar.Codelet):
 
 
 # ---- losses ----
-
-
-@dataclass(frozen=True)
-class LossKind:
-    """One fused loss: ``row`` cycles per row and ``cpv`` per vector [proposal]."""
-
-    name: str
-    row: float
-    cpv: float
 
 
 def _rows(v: poplar.Batch) -> tuple[int, int]:
@@ -219,25 +195,23 @@ def _loss_values(
     return d.reshape(R, -1), loss
 
 
-def _loss_class(kind: LossKind) -> type[poplar.Codelet]:
+def _loss_class(kind: str) -> type[poplar.Codelet]:
     def compute(v: poplar.Batch) -> None:
-        _loss_compute(kind.name, v)
+        _loss_compute(kind, v)
 
     def prepare(v: poplar.Batch) -> Any:
-        return _loss_prepare(kind.name, v)
+        return _loss_prepare(kind, v)
 
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        rows = v.lengths("labels")
-        c = np.asarray(v.numClasses, dtype=np.int64)
-        vw = v.vector_width("probs")
-        return 30 + rows * (kind.row + (-(-c // vw)) * kind.cpv)
+        classes = np.asarray(v.numClasses, dtype=np.int64)
+        return E.loss_rows(kind, v.lengths("labels"), classes, v.vector_width("probs"))
 
     def flops(v: poplar.VertexInfo) -> np.ndarray:
         return 3.0 * v.lengths("probs")
 
     attrs = {
-        "name": f"popnn::Loss{kind.name}Rows",
-        "__doc__": f"Fused {kind.name} loss over whole rows: deltas and the loss per row.",
+        "name": f"popnn::Loss{kind}Rows",
+        "__doc__": f"Fused {kind} loss over whole rows: deltas and the loss per row.",
         "templates": ("T", "L"),
         "probs": poplar.Input("T"),
         "labels": poplar.Input("L"),
@@ -251,18 +225,9 @@ def _loss_class(kind: LossKind) -> type[poplar.Codelet]:
         "cycles": staticmethod(cycles),
         "flops": staticmethod(flops),
     }
-    return type(f"Loss{kind.name}Rows", (poplar.Codelet,), attrs)
+    return type(f"Loss{kind}Rows", (poplar.Codelet,), attrs)
 
 
-LOSS_KINDS = {
-    k.name: k
-    for k in (
-        LossKind("CrossEntropy", 40, 4),
-        LossKind("SumSquared", 12, 6),
-        LossKind("NllLog", 14, 10),
-        LossKind("Nll", 34, 4),  # [proposal] one log per row, a scale and subtract a vector
-    )
-}
-LOSS_CODELETS = {name: _loss_class(k) for name, k in LOSS_KINDS.items()}
+LOSS_CODELETS = {kind: _loss_class(kind) for kind in E.LOSS_CYCLES}
 
 CODELETS: list[type[poplar.Codelet]] = [NonLinearity1D, NonLinearityGrad1D, *LOSS_CODELETS.values()]
