@@ -9,7 +9,7 @@ import pytest
 
 from tremula import poplar
 from tremula.libs import poprand
-from tremula.libs.poprand.codelets import CYCLES_PER_VECTOR
+from tremula.libs.poprand.estimators import CYCLES_PER_VECTOR
 from tremula.profile import validate
 
 

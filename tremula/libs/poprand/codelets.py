@@ -28,35 +28,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tremula import poplar
-from tremula.errors import CodeletError
+from tremula.libs.poprand import estimators as E
 from tremula.libs.poprand.philox import ndtri_lower, philox4x32
-from tremula.libs.util import multi_vertex_cycles
 
 _TWO_POW_M32 = 2.0**-32
 _U32 = np.uint64(32)
 
-# [proposal] Cycle costs: PopLibs' random codelets are MultiVertices built on the tile's
-# hardware PRNG (urand64, f32v2grand / f16v4grand, rmask); these values follow that shape.
-#: (kind, element type) -> (elements per vector, worker cycles per vector)
-CYCLES_PER_VECTOR: dict[tuple[str, str], tuple[int, float]] = {
-    ("uniform", "float"): (2, 3),  # [proposal] urand64, convert, scale + offset, store
-    ("uniform", "half"): (4, 3),  # [proposal]
-    ("uniform", "int"): (1, 5),  # [proposal] 64-bit draw, multiply-high, add, store
-    ("normal", "float"): (2, 3),  # [proposal] f32v2grand, axpby, store
-    ("normal", "half"): (4, 3),  # [proposal] f16v4grand
-    ("truncated_normal", "float"): (2, 9),  # [proposal] draw + quantile polynomial
-    ("truncated_normal", "half"): (4, 11),  # [proposal]
-    ("bernoulli", "float"): (2, 3),  # [proposal] rmask on a vector of ones
-    ("bernoulli", "half"): (4, 3),  # [proposal]
-    ("bernoulli", "int"): (2, 4),  # [proposal]
-    ("dropout", "float"): (2, 4),  # [proposal] load, rmask, scale, store
-    ("dropout", "half"): (4, 4),  # [proposal]
-    ("log_uniform", "float"): (2, 9),  # [proposal] uniform + exp (6 per float2)
-    ("log_uniform", "half"): (4, 7),  # [proposal] uniform + f16v2exp
-}
-WORKER_OVERHEAD = 30  # [proposal] per worker: state, pointers, loop set-up
-REGION_CYCLES = 8  # [proposal] per region a worker visits: pointer and count fetch
-SEED_CYCLES = 20  # [proposal] supervisor: seed and counter set-up before the workers start
 FLOPS_PER_ELEMENT = {
     "uniform": 2,
     "normal": 2,
@@ -164,18 +141,10 @@ class _Generator(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
-        entry = CYCLES_PER_VECTOR.get((cls.KIND, v.dtype("out").name))
-        if entry is None:
-            known = sorted(t for k, t in CYCLES_PER_VECTOR if k == cls.KIND)
-            raise CodeletError(
-                f"{v.vertex_type.name}: output type {v.dtype('out').name!r} is not supported; "
-                f"use one of {known}"
-            )
-        vw, cpv = entry
-        W = v.target.num_worker_contexts
-        regions = -(-v.sub_counts("out") // W)
-        base = multi_vertex_cycles(v.target, v.lengths("out"), vw, cpv, WORKER_OVERHEAD)
-        return base + W * regions * REGION_CYCLES + SEED_CYCLES
+        out = v.dtype("out").name
+        return E.generator(
+            v.target, cls.KIND, out, v.lengths("out"), v.sub_counts("out"), v.vertex_type.name
+        )
 
     @classmethod
     def flops(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
