@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tremula import poplar
-from tremula.libs.popsparse import control, dynamic
+from tremula.libs.popsparse import dynamic
+from tremula.libs.popsparse.codelets import control
 from tremula.profile import validate
 
 ALL = {"doGradAPass": True, "doGradWPass": True}

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tremula.libs.popsparse import estimators as est
-from tremula.libs.popsparse.layout import rectangle_split
 from tremula.libs.popsparse.options import Options
 from tremula.libs.popsparse.params import FullyConnectedParams, exact_ceil
 from tremula.target import Target
@@ -196,30 +195,6 @@ def range_checks(
     return checks
 
 
-def _worker_pieces(
-    rows: np.ndarray, z_grains: np.ndarray, workers: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows and Z grains of each worker's piece (``[N, workers]``, zeros for idle workers)
-    for ``rows`` uniform rows: contiguous row ranges beyond ``2 x workers`` rows, else the
-    rectangle split."""
-    n = rows.size
-    r_out = np.zeros((n, workers), dtype=np.int64)
-    z_out = np.zeros((n, workers), dtype=np.int64)
-    big = rows > 2 * workers
-    r_out[big, 0], z_out[big, 0] = cdiv(rows[big], workers), z_grains[big]
-    small = np.flatnonzero(~big & (rows > 0))
-    if small.size:
-        pairs, inverse = np.unique(
-            np.stack([rows[small], z_grains[small]]), axis=1, return_inverse=True
-        )
-        for j in range(pairs.shape[1]):
-            pieces = rectangle_split(int(pairs[0, j]), int(pairs[1, j]), workers)
-            sel = small[inverse.reshape(-1) == j]
-            for k, (_, nr, _, nzg) in enumerate(pieces):
-                r_out[sel, k], z_out[sel, k] = nr, nzg
-    return r_out, z_out
-
-
 def _fwd_like(
     problem: Problem,
     method: Method,
@@ -282,7 +257,6 @@ def _vertex(
     """Distribution compute of one tile: the vertex over the ``Pz`` buckets of its group,
     each holding one matching sub-group of ``u`` grain blocks (spec 3.5 step 3)."""
     target, ts = problem.target, problem.type_size
-    w = target.num_worker_contexts
     xg, yg = grains
     rows_grid = (
         occupancy(yg, xg, problem.params.nz_ratio)[0]
@@ -290,17 +264,13 @@ def _vertex(
         else occupancy(xg, yg, problem.params.nz_ratio)[0]
     )
     rows = np.where(u > 0, np.maximum(cdiv(rows_grid, pz), 1), 0)
-    per_row = np.where(rows > 0, cdiv(u, np.maximum(rows, 1)), 0)
     zt, gz = t["zt"], method.grouping[3]
     if method.is_block:
         edge = method.grouping[1]
         return est.block_fwd_cycles(target, edge, ts, zt, u, rows, pz, pz)
     if grad_a and method.grad_a == "Transpose":
-        sup = est.ew_supervisor(68, pz, pz, search=44, found=0)
-        return sup + w * pz * est.ew_transpose_worker(ts, zt, cdiv(u, w))
-    r_w, z_w = _worker_pieces(rows, zt // gz, w)
-    worker = est.ew_fwd_worker(ts, z_w * gz, r_w, per_row[:, None]).max(axis=1)
-    return est.ew_supervisor(46 if grad_a else 30, pz, pz) + w * pz * worker
+        return est.ew_transpose_product_cycles(target, ts, zt, u, pz)
+    return est.ew_product_cycles(target, ts, zt // gz, gz, rows, u, pz, grad_a)
 
 
 def _grad_w(
@@ -315,7 +285,6 @@ def _grad_w(
     an optional block re-layout, ``Pz - 1`` distribution exchanges of buckets or of
     operands, ``Pz`` computes into the nz partials, a final cast."""
     target, ts, ps = problem.target, problem.type_size, problem.partials_size
-    w = target.num_worker_contexts
     xt, yt, zt, pz = t["xt"], t["yt"], t["zt"], t["pz"]
     inputs = (xt + yt) * zt * ts
     cycles = est.exchange_cycles(target, inputs)
@@ -337,8 +306,7 @@ def _grad_w(
     if method.grad_w == "GradW":
         rows_grid = occupancy(xg, cdiv(problem.dims[1], t["py"]), problem.params.nz_ratio)[0]
         rows = np.where(u > 0, np.maximum(cdiv(rows_grid, pz), 1), 0)
-        worker = est.ew_gradw_worker(ts, zt, cdiv(rows, w), cdiv(u, w))
-        vertex = est.ew_supervisor(30, 1, 1) + w * worker
+        vertex = est.ew_gradw_cycles(target, ts, zt, rows, u)
     elif method.grad_w == "GradWBlock":
         vertex = est.block_gradw_cycles(target, edge, ts, zt, u)
     else:

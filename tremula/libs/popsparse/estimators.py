@@ -1,5 +1,6 @@
 """Cycle estimates of PopSparse's vertices, exchanges, reductions and casts (spec sections
-3.5 and 3.6), shared by the planner and (later) the codelets.
+3.5 and 3.6), shared by the planner (``cost.py``) and the codelets (``codelets/``): a vertex
+estimate is one function here that both call.
 
 Every function is vectorised: size arguments may be NumPy arrays (one entry per planner
 candidate) and results have their broadcast shape (int64). Vertex estimates are tile cycles:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tremula.libs.poplin import estimators as poplin_est
+from tremula.libs.popsparse.layout import rectangle_split
 from tremula.target import Target
 
 Array = np.ndarray | int
@@ -244,3 +246,77 @@ def block_bucket_transpose_cycles(
     vectors = cdiv(edge * edge, target.vector_width(type_size))
     blocks = np.asarray(blocks, dtype=np.int64)
     return np.where(blocks > 0, w * (20 + cdiv(blocks, w) * (8 + 2 * vectors)), 0)
+
+
+# ---- whole vertices (planner and codelets) ----
+
+
+def worker_pieces(
+    rows: np.ndarray, z_grains: np.ndarray, workers: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and Z grains of each worker's piece (``[N, workers]``, zeros for idle workers)
+    for ``rows`` uniform rows: contiguous row ranges beyond ``2 x workers`` rows, else the
+    rectangle split."""
+    n = rows.size
+    r_out = np.zeros((n, workers), dtype=np.int64)
+    z_out = np.zeros((n, workers), dtype=np.int64)
+    big = rows > 2 * workers
+    r_out[big, 0], z_out[big, 0] = cdiv(rows[big], workers), z_grains[big]
+    small = np.flatnonzero(~big & (rows > 0))
+    if small.size:
+        pairs, inverse = np.unique(
+            np.stack([rows[small], z_grains[small]]), axis=1, return_inverse=True
+        )
+        for j in range(pairs.shape[1]):
+            pieces = rectangle_split(int(pairs[0, j]), int(pairs[1, j]), workers)
+            sel = small[inverse.reshape(-1) == j]
+            for k, (_, nr, _, nzg) in enumerate(pieces):
+                r_out[sel, k], z_out[sel, k] = nr, nzg
+    return r_out, z_out
+
+
+def ew_product_cycles(
+    target: Target,
+    type_size: int,
+    z_grains: np.ndarray,
+    z_grain: int,
+    rows: np.ndarray,
+    blocks: Array,
+    buckets: Array,
+    grad_a: bool,
+) -> np.ndarray:
+    """An element-wise Fwd (or own-meta-info GradA) vertex over ``buckets`` buckets of one
+    matching sub-group of ``blocks`` non-zeros in ``rows`` rows each, ``z_grains`` grains of
+    ``z_grain`` batch columns."""
+    w = target.num_worker_contexts
+    r_w, z_w = worker_pieces(rows, z_grains, w)
+    per_row = np.where(rows > 0, cdiv(blocks, np.maximum(rows, 1)), 0)
+    worker = ew_fwd_worker(type_size, z_w * z_grain, r_w, per_row[:, None]).max(axis=1)
+    return ew_supervisor(46 if grad_a else 30, buckets, buckets) + w * buckets * worker
+
+
+def ew_transpose_product_cycles(
+    target: Target, type_size: int, z: Array, blocks: Array, buckets: Array
+) -> np.ndarray:
+    """An element-wise GradA vertex reading the forward meta-info (shared buckets)."""
+    w = target.num_worker_contexts
+    sup = ew_supervisor(68, buckets, buckets, search=44, found=0)
+    return sup + w * buckets * ew_transpose_worker(type_size, z, cdiv(blocks, w))
+
+
+def ew_gradw_cycles(
+    target: Target, type_size: int, z: Array, rows: Array, blocks: Array
+) -> np.ndarray:
+    """An element-wise GradW vertex over one bucket of ``blocks`` non-zeros in ``rows`` rows."""
+    w = target.num_worker_contexts
+    worker = ew_gradw_worker(type_size, z, cdiv(rows, w), cdiv(blocks, w))
+    return ew_supervisor(30, 1, 1) + w * worker
+
+
+#: [choice] cycles of the propagation control vertices: reading the overflow info and the
+#: step counter, testing the X-distance bit (PopLibs' ``BitIsSet``), writing the codes.
+CONTROL_CYCLES = {"init": 40, "step": 30}
+
+#: [choice] cycles of a dense-slice copy vertex: the exchange before it writes the slice
+#: into the tile's buffer (as the Copy program it stands for would), the vertex only starts.
+COPY_CYCLES = 10

@@ -8,11 +8,8 @@ from typing import ClassVar
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse.layout import DIMS, propagation_steps
-
-#: [choice] cycles of the control vertices: reading the overflow info and the step counter,
-#: testing the X-distance bit (PopLibs' ``BitIsSet``), writing the codes.
-CONTROL_CYCLES = {"init": 40, "step": 30}
 
 
 def schedule(
@@ -106,7 +103,7 @@ class _Control(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        return np.full(v.n, CONTROL_CYCLES["init" if cls.init else "step"])
+        return np.full(v.n, est.CONTROL_CYCLES["init" if cls.init else "step"])
 
 
 class PropagationInit(_Control):
