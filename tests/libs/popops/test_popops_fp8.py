@@ -10,7 +10,7 @@ import pytest
 from tremula import poplar
 from tremula.errors import ApplicationRuntimeError, GraphError
 from tremula.libs import popops
-from tremula.libs.popops.fp8 import Pow2ScaleCast
+from tremula.libs.popops.codelets.fp8 import Pow2ScaleCast
 from tremula.poplar.quarter import F143, F152, decode, encode
 from tremula.profile import validate
 

@@ -89,7 +89,8 @@ def test_transposed_operands_run_as_strided_views(monkeypatch):
     """A scaled add of a transposed matrix and a column sum (pieces strided through the
     rows) are served as strided views: later runs never fall back to ``compute``, and read
     the new host data."""
-    from tremula.libs.popops import reduce_codelets, scaled_add
+    from tremula.libs.popops.codelets import reduce as reduce_codelets
+    from tremula.libs.popops.codelets import scaled_add
 
     device = poplar.IPUModel(tiles_per_ipu=4).create_device()
     g = poplar.Graph(device.target)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tremula import poplar
 from tremula.errors import GraphError
+from tremula.libs.popops.codelets.slicing import scatter_add, stable_argsort
 from tremula.libs.popops.slicing import (
     create_sliceable_tensor,
     dynamic_slice,
@@ -24,7 +25,6 @@ from tremula.libs.popops.slicing import (
     multi_update_add,
     multi_update_op,
 )
-from tremula.libs.popops.slicing_codelets import scatter_add, stable_argsort
 from tremula.libs.popops.slicing_plan import plan_multi
 
 

@@ -16,60 +16,12 @@ output). Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
 from tremula import poplar
 from tremula.errors import GraphError, TensorError
 from tremula.libs import util
-from tremula.libs.popops import ops
-from tremula.libs.popops.elementwise_codelets import type_arg
-from tremula.libs.popops.elementwise_math import convert
+from tremula.libs.popops.codelets.cast import Cast1D
+from tremula.libs.popops.codelets.elementwise import type_arg
 from tremula.poplar.types import QuarterType, Type, as_type
-
-
-class Cast1D(poplar.Codelet):
-    """dst = cast<DST>(src) over one vector."""
-
-    name = "popops::Cast1D"
-    templates = ("SRC", "DST")
-    src = poplar.Input("SRC")
-    dst = poplar.Output("DST")
-
-    @staticmethod
-    def compute(v: poplar.Batch) -> None:
-        out = v["dst"]
-        out[...] = convert(v.src, v.dtype("dst"))
-
-    @staticmethod
-    def prepare(v: poplar.Batch) -> Any:
-        """Direct views of ``src`` and ``dst`` for later runs (None when either is gathered)."""
-        src, dst = v.stable_view("src"), v.stable_view("dst")
-        if src is None or dst is None:
-            return None
-        dst_type = v.dtype("dst")
-
-        def run() -> None:
-            dst[...] = convert(src, dst_type)
-
-        return run
-
-    @staticmethod
-    def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        src, dst = v.dtype("src"), v.dtype("dst")
-        n = v.lengths("src").astype(np.int64)
-        base = 20  # [proposal] worker entry, pointer and count unpacking
-        if dst.size == 8:
-            return base + 3 + 5 * n
-        cost = ops.cast_cost(src, dst)
-        atom = cost.elements
-        atoms = n // atom
-        return base + 6 + np.maximum(atoms - 1, 0) * cost.cycles + 2 * (n % atom)
-
-    @staticmethod
-    def flops(v: poplar.VertexInfo) -> np.ndarray:
-        return np.zeros(v.n)
 
 
 def cast(

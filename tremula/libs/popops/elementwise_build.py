@@ -16,7 +16,7 @@ import numpy as np
 from tremula import poplar
 from tremula.errors import GraphError, TensorError
 from tremula.libs import util
-from tremula.libs.popops.elementwise_codelets import FAMILIES, family_for, fused_codelet
+from tremula.libs.popops.codelets.elementwise import FAMILIES, family_for, fused_codelet
 from tremula.libs.popops.elementwise_plan import Typed, infer
 from tremula.libs.popops.expr import (
     BinaryOpType,

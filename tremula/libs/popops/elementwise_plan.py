@@ -218,9 +218,7 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
     return run
 
 
-def _op_step(
-    op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray
-) -> Callable[[], None]:
+def _op_step(op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray) -> Callable[[], None]:
     ref = op.ref
     if t.numpy == np.float16:  # half: computed in float32, rounded once into buf
         halves = [i for i, a in enumerate(args) if a.dtype == np.float16]
@@ -235,22 +233,6 @@ def _op_step(
     if op.takes_out and buf.dtype == op.result_type(t).numpy:
         return lambda: ref(*args, out=buf)
     return lambda: np.copyto(buf, ref(*args), casting="unsafe")
-
-
-def cycles_per_vector(t: Typed, vector_width: int, natural: Callable[[Type], int]) -> float:
-    """Cycles of a fused loop iteration over ``vector_width`` elements: the table's cycles
-    per element of every op (and cast), times the width. ``natural(type)`` is the natural
-    vector width of a type."""
-    total = 0.0
-    for node in t.nodes():
-        if node.op is not None:
-            cost = node.op.cost(node.in_type)  # type: ignore[arg-type]
-        elif node.args:
-            cost = ops.cast_cost(node.in_type, node.dtype)  # type: ignore[arg-type]
-        else:
-            continue
-        total += cost.per_element(natural(node.in_type)) * vector_width  # type: ignore[arg-type]
-    return total
 
 
 def flops_per_element(t: Typed) -> int:

@@ -15,36 +15,9 @@ import numpy as np
 from tremula import poplar
 from tremula.errors import GraphError, TensorError
 from tremula.libs import util
-from tremula.libs.popops.elementwise_codelets import type_arg
+from tremula.libs.popops.codelets.elementwise import type_arg
+from tremula.libs.popops.codelets.fill import Fill
 from tremula.libs.popops.elementwise_plan import scalar_value
-
-
-class Fill(poplar.Codelet):
-    """out[:] = value."""
-
-    name = "popops::Fill"
-    templates = ("T",)
-    out = poplar.Output("T")
-    value = poplar.State("T")
-
-    @staticmethod
-    def compute(v: poplar.Batch) -> None:
-        values = v.value
-        out = v["out"]
-        if values.size and bool(np.all((values == values[0]) | (values != values))):
-            out[...] = values[0]  # one fill call: every vertex holds the same value
-        else:
-            out[...] = v.expand(values, "out")
-
-    @staticmethod
-    def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        n = v.lengths("out").astype(np.int64)
-        size = v.dtype("out").size
-        if size == 1:
-            return np.where(n < 64, 28 + n / 4, 39 + n / 8)
-        if size == 8:
-            return 5 + n
-        return 16 + -(-n * size // 8)  # [proposal]
 
 
 def fill(

@@ -12,31 +12,12 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError
+from tremula.libs.popops.codelets.iota import Iota
 from tremula.libs.popops.reduce import check_mapped, check_tensor, type_arg
 from tremula.libs.popops.reduce_plan import TileRuns
-from tremula.libs.util import ensure_codelets, split_counts, worker_cycles
+from tremula.libs.util import ensure_codelets, split_counts
 
 __all__ = ["iota"]
-
-
-class Iota(poplar.Codelet):
-    """``out[i] = first + i``."""
-
-    name = "popops::Iota"
-    templates = ("T",)
-    out = poplar.Output("T")
-    first = poplar.State("T")
-
-    @staticmethod
-    def compute(v: poplar.Batch) -> None:
-        offsets = v.offsets("out")[:-1]
-        step = np.arange(v.out.shape[1], dtype=np.int64) - v.expand(offsets, "out")
-        values = v.expand(v.first.astype(np.int64), "out") + step
-        v.out = values.astype(v.out.dtype)[None, :]
-
-    @staticmethod
-    def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return worker_cycles(v.lengths("out"), v.vector_width("out"), 2, 12)
 
 
 _TYPES = (poplar.INT, poplar.UNSIGNED_INT)

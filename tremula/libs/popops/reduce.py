@@ -24,7 +24,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError
-from tremula.libs.popops.reduce_codelets import CODELETS
+from tremula.libs.popops.codelets.reduce import CODELETS
 from tremula.libs.popops.reduce_ops import SPECS, Operation, as_operation
 from tremula.libs.popops.reduce_plan import GroupStage, ReducePlan, TileRuns, plan_reduction
 from tremula.libs.util import ensure_codelets

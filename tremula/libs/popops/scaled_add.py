@@ -18,170 +18,25 @@ per tensor scale [proposal]; integers ``53 + 26 floor(n/3) + 9 (n mod 3)``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError, TensorError
 from tremula.libs import util
+from tremula.libs.popops.codelets.elementwise import type_arg
+from tremula.libs.popops.codelets.scaled_add import (
+    CODELETS,
+    AXPlusBY1DTensor,
+    ScaledAdd,
+    ScaledAdd1D,
+    ScaledAdd1DTensor,
+)
 from tremula.libs.popops.elementwise_build import overlaps
-from tremula.libs.popops.elementwise_codelets import type_arg
 from tremula.libs.popops.elementwise_plan import scalar_value
-from tremula.poplar.types import BOOL, FLOAT, HALF, Type, as_type
+from tremula.poplar.types import FLOAT, HALF, Type
 
-
-def _scale(
-    v: poplar.Batch, name: str, kind: str, negate: np.ndarray | None = None
-) -> np.ndarray | float:
-    """Scale ``name`` as an operand broadcastable to the data: [R, 1] or [R, n]."""
-    if kind == "one":
-        return 1.0
-    if kind == "state":  # static: derived once per vertex group
-        return v.cached(
-            ("scale", name, negate is not None),
-            lambda: _scale_of(v, v.state(name)[None, :], negate),
-        )
-    return _scale_of(v, v[name], negate)
-
-
-def _scale_of(v: poplar.Batch, values: np.ndarray, negate: np.ndarray | None) -> np.ndarray:
-    if negate is not None:
-        values = np.where(negate, -values, values)
-    first = values[..., :1]
-    if bool(np.all((values == first) | (values != values))):
-        return first
-    return v.expand(values, "data")
-
-
-class _ScaledAdd(poplar.Codelet):
-    """data = A data + B deltas (A and B from state or one-element inputs)."""
-
-    templates = ("T", "S")
-    data = poplar.InOut("T")
-    deltas = poplar.Input("T")
-    kinds: ClassVar[tuple[str, str]] = ("one", "state")  # how A and B are given
-
-    @classmethod
-    def compute(cls, v: poplar.Batch) -> None:  # type: ignore[override]
-        negate = v.state("subtract") if "subtract" in cls.fields else None
-        a = _scale(v, "scaleA", cls.kinds[0])
-        b = _scale(v, "scaleB", cls.kinds[1], negate)
-        data, deltas = v["data"], v.deltas
-        with np.errstate(all="ignore"):
-            if data.dtype.kind == "f":
-                a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
-                data[...] = a32 * data.astype(np.float32) + b32 * deltas.astype(np.float32)
-            else:
-                dt = data.dtype
-                data[...] = np.asarray(a).astype(dt) * data + np.asarray(b).astype(dt) * deltas
-
-    @classmethod
-    def prepare(cls, v: poplar.Batch) -> Any:
-        """A closure over views of device memory for later runs (None: keep ``compute``):
-        ``data`` and ``deltas`` as direct views, number scales derived once, tensor scales
-        as one-element views (when every vertex reads the same one and subtracts alike)."""
-        data, deltas = v.stable_view("data"), v.stable_view("deltas")
-        if data is not None and deltas is None and (shape := v.affine_shape("deltas")):
-            # e.g. a transposed gradient: both fields as views of that shape
-            data, deltas = v.stable_view("data", shape), v.stable_view("deltas", shape)
-        if data is None or deltas is None:
-            return None
-        negative = False  # a tensor scaleB is subtracted (the same for every vertex)
-        if "subtract" in cls.fields:
-            subtract = v.state("subtract")
-            if subtract.size and not np.all(subtract == subtract[0]):
-                return None
-            negative = bool(subtract.size and subtract[0])
-        scales: list[Any] = []
-        for name, kind in zip(("scaleA", "scaleB"), cls.kinds):
-            if kind == "one":
-                scales.append(None)
-            elif kind == "state":
-                negate = v.state("subtract") if "subtract" in cls.fields else None
-                scales.append(np.asarray(_scale(v, name, kind, negate)))
-            else:
-                view = v.stable_scalar(name)
-                if view is None:
-                    return None
-                scales.append(view)
-        dt = data.dtype
-        work = np.dtype(np.float32) if dt.kind == "f" else dt
-        a, b = (
-            s.astype(work) if s is not None and kind == "state" else s
-            for s, kind in zip(scales, cls.kinds)
-        )
-        a_is_one = a is None or (a.size == 1 and cls.kinds[0] == "state" and a.item() == 1)
-        if dt == np.float32 and a_is_one and cls.kinds[1] == "state":  # b carries any sign
-            # the common update ``data += b * deltas``: in place, into one kept temporary
-            tmp = np.empty(np.broadcast_shapes(np.shape(b), deltas.shape), np.float32)
-
-            def run_axpy() -> None:
-                with np.errstate(all="ignore"):
-                    np.multiply(b, deltas, out=tmp)
-                    np.add(data, tmp, out=data)
-
-            return run_axpy
-
-        def run() -> None:
-            sa = a if a is None or cls.kinds[0] == "state" else a.astype(work)
-            sb = b if cls.kinds[1] == "state" else b.astype(work)
-            if negative and cls.kinds[1] != "state":
-                sb = -sb
-            with np.errstate(all="ignore"):
-                if dt == np.float32 and a_is_one:
-                    data[...] += sb * deltas
-                elif dt.kind == "f":
-                    x = data.astype(np.float32) if sa is None else sa * data.astype(np.float32)
-                    data[...] = x + sb * deltas.astype(np.float32)
-                else:
-                    x = data if sa is None else sa * data
-                    data[...] = x + sb * deltas
-
-        return run
-
-    @classmethod
-    def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
-        n = v.lengths("data").astype(np.int64)
-        t, s = v.dtype("data"), as_type(v.params["S"])
-        tensors = sum(k == "input" for k in cls.kinds)
-        if t.numpy.kind in "iu":
-            return 53 + 26 * (n // 3) + 9 * (n % 3) + 4 * tensors
-        vw = v.target.vector_width(t.size)
-        kind_a = cls.kinds[0]
-        scaled_a = v.state("scaleA") != 1 if kind_a == "state" else kind_a == "input"
-        cpv = (5 if t is HALF and s is FLOAT else 3) + np.asarray(scaled_a, np.int64)
-        return 25 + cpv * np.maximum(n // vw - 1, 0) + 4 * (n % vw) + 4 * tensors
-
-
-class ScaledAdd1D(_ScaledAdd):
-    """Number scales in the vertex state."""
-
-    name = "popops::ScaledAdd1D"
-    scaleA = poplar.State("S")
-    scaleB = poplar.State("S")
-    kinds = ("state", "state")
-
-
-class ScaledAdd1DTensor(_ScaledAdd):
-    """data += (subtract ? -1 : 1) scaleB deltas, scaleB a one-element tensor."""
-
-    name = "popops::ScaledAdd1DTensor"
-    scaleB = poplar.Input("S", kind="scalar")
-    subtract = poplar.State(BOOL, default=False)
-    kinds = ("one", "input")
-
-
-class AXPlusBY1DTensor(_ScaledAdd):
-    """data = scaleA data + scaleB deltas, both one-element tensors."""
-
-    name = "popops::aXPlusbY1DTensor"
-    scaleA = poplar.Input("S", kind="scalar")
-    scaleB = poplar.Input("S", kind="scalar")
-    kinds = ("input", "input")
-
-
-CODELETS = (ScaledAdd1D, ScaledAdd1DTensor, AXPlusBY1DTensor)
 Scale = int | float | poplar.Tensor
 
 
@@ -271,7 +126,7 @@ def _run(
     fields: dict[str, Any] = {"data": part.segments(a), "deltas": part.segments(b)}
     each = np.zeros(nv, dtype=np.int64)
     if not any(isinstance(x, poplar.Tensor) for _, x in scales):
-        cls: type[_ScaledAdd] = ScaledAdd1D
+        cls: type[ScaledAdd] = ScaledAdd1D
         fields["scaleA"] = _number(1 if scale_a is None else scale_a, s, False)
         fields["scaleB"] = _number(scale_b, s, subtract)
     elif scale_a is None:

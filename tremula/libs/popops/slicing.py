@@ -24,8 +24,8 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError
+from tremula.libs.popops.codelets.slicing import CODELETS, UPDATE_OPS
 from tremula.libs.popops.reduce import check_mapped, check_tensor, reduce_with_output, type_arg
-from tremula.libs.popops.slicing_codelets import CODELETS, UPDATE_OPS
 from tremula.libs.popops.slicing_plan import MultiPlan, plan_multi
 from tremula.libs.util import ensure_codelets
 

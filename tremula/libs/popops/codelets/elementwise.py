@@ -43,17 +43,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popops import estimators as E
 from tremula.libs.popops import ops
 from tremula.libs.popops.elementwise_plan import (
     Typed,
     compile_run,
-    cycles_per_vector,
     evaluate,
     flops_per_element,
     infer,
 )
 from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
-from tremula.poplar.types import BOOL, HALF, Type, as_type
+from tremula.poplar.types import BOOL, Type, as_type
 
 
 def type_arg(t: Type) -> str:
@@ -191,19 +191,13 @@ class Family(Elementwise):
     def typed(cls, params: dict[str, str]) -> Typed:
         return _single_op(cls.fixed_op or params["OP"], params["T"])
 
-    @classmethod
-    def base_cycles(cls, rec: ops.Op, t: Type) -> tuple[float, float]:
-        """(worker base cycles, loop overhead per natural vector)."""
-        raise NotImplementedError
+    kind: ClassVar[str] = ""  # the family's estimator (``estimators.FAMILY_BASE``)
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
-        rec = cls.op_of(v.params)
         t = as_type(v.params["T"])
-        base, overhead = cls.base_cycles(rec, t)
-        n = v.lengths(cls.output)
-        vw = v.target.vector_width(t.size)
-        return base + rec.cost(t).loop_cycles(n, vw, overhead)
+        n, vw = v.lengths(cls.output), v.target.vector_width(t.size)
+        return E.family_cycles(cls.kind, cls.in_place, cls.op_of(v.params), t, n, vw)
 
 
 @lru_cache(maxsize=1024)
@@ -215,35 +209,20 @@ def _single_op(op: str, t_name: str) -> Typed:
     return infer(make(rec.op, *(PlaceHolder(i + 1) for i in range(rec.arity))), types)
 
 
-def _fast(rec: ops.Op, t: Type) -> bool:
-    return rec.fast and ops.family(t) in ("float", "half")
-
-
 class _Unary(Family):
-    @classmethod
-    def base_cycles(cls, rec: ops.Op, t: Type) -> tuple[float, float]:
-        if cls.in_place:
-            return 55, 4
-        return (33 if rec.op.name == "EXPONENT" else 17), 4
+    kind = "unary"
 
 
 class _Binary(Family):
-    @classmethod
-    def base_cycles(cls, rec: ops.Op, t: Type) -> tuple[float, float]:
-        base = 58 if cls.in_place else (26 if t is HALF else 29)
-        return base, 2 if _fast(rec, t) else 5
+    kind = "binary"
 
 
 class _Broadcast(Family):
-    @classmethod
-    def base_cycles(cls, rec: ops.Op, t: Type) -> tuple[float, float]:
-        return 20, 1 if _fast(rec, t) else 4
+    kind = "broadcast"
 
 
 class _Ternary(Family):
-    @classmethod
-    def base_cycles(cls, rec: ops.Op, t: Type) -> tuple[float, float]:
-        return 30, 6  # [proposal]
+    kind = "ternary"
 
 
 def _family(
@@ -336,16 +315,9 @@ class Fused(Elementwise):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:  # type: ignore[override]
-        typed = cls.typed(v.params)
-        types = [*cls.input_types(v.params), typed.dtype]
-        vectors = [not s for s in cls.scalars] + [not cls.in_place]
-        widths = [v.target.vector_width(t.size) for t, vec in zip(types, vectors) if vec]
-        vw = min(widths)
-        nvec, nscalar = sum(not s for s in cls.scalars), sum(cls.scalars)
-        per_vector = cycles_per_vector(typed, vw, lambda t: v.target.vector_width(t.size))
+        typed, types = cls.typed(v.params), cls.input_types(v.params)
         n = v.lengths(cls.output)
-        base = 17 + 6 * (nvec - 1) + 4 * nscalar  # [proposal]
-        return base + -(-n // vw) * (per_vector + 3 + nvec)
+        return E.fused_cycles(typed, types, cls.scalars, cls.in_place, n, v.target)
 
 
 _FUSED: dict[str, type[Elementwise]] = {}

@@ -18,7 +18,7 @@ rank (at most the fan-in).
 
 The index arrays of each path are built once per compiled compute set and cached on the
 batch. Half and float data accumulate in float, other types in their own type. Estimators
-follow spec section 3.4 (see :func:`block_cycles` and :func:`partials_cycles`).
+follow spec section 3.4 (``estimators.reduce_block_cycles`` and ``reduce_partials_cycles``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popops import estimators as E
 from tremula.libs.popops import reduce_inplace as inplace
 from tremula.libs.popops.reduce_ops import (
     SPECS,
@@ -247,62 +248,6 @@ def _combine(op: Operation, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.logaddexp(a, b) if ufunc is None else ufunc(a, b)
 
 
-def op_vector(op: Operation, itemsize: int, target: Any) -> tuple[int, float]:
-    """(elements per vector, cycles per vector) of ``op`` on accumulators of ``itemsize``."""
-    spec = SPECS[op]
-    if spec.op is Operation.LOG_ADD:
-        return (2, 23.0) if itemsize == 4 else (4, 13.0)
-    if spec.op in (Operation.LOGICAL_AND, Operation.LOGICAL_OR):
-        return 1, spec.cycles_per_vector
-    if spec.accumulating and itemsize <= 4:
-        return (4 if itemsize == 4 else 8), spec.cycles_per_vector
-    return target.vector_width(itemsize), spec.cycles_per_vector
-
-
-def block_cycles(v: poplar.VertexInfo) -> np.ndarray:
-    """Tile cycles of ReduceBlock vertices: ``11 + W x worker`` with the continuous-reduce
-    worker shape ``17 + 12 x outputs + cycles x vectors`` when the runs are contiguous
-    (``inner > 1``), else the strided shape ``33 + outputVectors x (6 + outer x
-    (vw / loadWidth + 1))`` (spec 3.4)."""
-    W = v.target.num_worker_contexts
-    op = Operation[v.params["OP"]]
-    in_size = v.dtype("partials").size
-    acc_size = 4 if v.dtype("partials").is_float else in_size
-    vw, cpv = op_vector(op, acc_size, v.target)
-    load = min(vw, max(1, v.target.data_path_width // (8 * in_size)))
-    G = v.groups.astype(np.int64)
-    O = v.outer.astype(np.int64)
-    I = v.inner.astype(np.int64)
-    n_out = v.lengths("out").astype(np.int64)
-    elems = v.lengths("partials").astype(np.int64)
-    per_worker = -(-elems // W)
-    contiguous = 17 + 12 * -(-n_out // W) + (cpv + vw / load) * -(-per_worker // vw)
-    out_vecs = G * -(-(n_out // np.maximum(G, 1)) // vw)
-    strided = 33 + -(-out_vecs // W) * (6 + O * (vw / load + 1))
-    worker = np.where(I > 1, contiguous, strided)
-    update = 1 if v.fields["out"].direction == "inout" else 0
-    return 11 + W * worker + 3 * update * n_out
-
-
-def partials_cycles(v: poplar.VertexInfo) -> np.ndarray:
-    """Tile cycles of ReducePartials vertices, the generic Reduce vertex of spec 3.4 with
-    the work shared by the workers: ``11 + W x 33 + sum over groups of (28 + 10 x pieces +
-    outputVectors x (6 + pieces x (vw / loadWidth + 3)))``."""
-    W = v.target.num_worker_contexts
-    op = Operation[v.params["OP"]]
-    in_type = v.dtype("partials")
-    vw, _ = op_vector(op, 4 if in_type.is_float else in_type.size, v.target)
-    load = min(vw, max(1, v.target.data_path_width // (8 * in_type.size)))
-    L = v.sub_lengths("out").astype(np.int64)
-    n_groups = v.sub_counts("out").astype(np.int64)
-    C = np.concatenate([np.asarray(c, dtype=np.int64) for c in v.counts]) if v.n else L
-    per_group = 28 + 10 * C + -(-L // vw) * (6 + C * (vw / load + 3))
-    owner = np.repeat(np.arange(v.n), n_groups)
-    per = np.bincount(owner, weights=per_group, minlength=v.n)
-    update = 1 if v.fields["out"].direction == "inout" else 0
-    return 11 + W * 33 + per + 3 * update * v.lengths("out")
-
-
 def _flops(v: poplar.VertexInfo) -> np.ndarray:
     op = Operation[v.params["OP"]]
     return v.lengths("partials") * (2.0 if SPECS[op].square else 1.0)
@@ -324,7 +269,7 @@ class ReduceBlock(poplar.Codelet):
 
     compute = staticmethod(_block_compute)
     prepare = staticmethod(_prepare(_block_reduce, "block", _block_layout, first_stage=True))
-    cycles = staticmethod(block_cycles)
+    cycles = staticmethod(E.reduce_block_cycles)
     flops = staticmethod(_flops)
 
 
@@ -354,7 +299,7 @@ class ReducePartials(poplar.Codelet):
             _partials_reduce, "partials", _partials_layout, False, strided=inplace.strided_partials
         )
     )
-    cycles = staticmethod(partials_cycles)
+    cycles = staticmethod(E.reduce_partials_cycles)
     flops = staticmethod(_flops)
 
 

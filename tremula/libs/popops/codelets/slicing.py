@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popops import estimators as E
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -75,18 +76,6 @@ def _dynamic_update_compute(v: poplar.Batch) -> None:
     v.write_at("base", _dynamic_index(v), v.sub)
 
 
-def _dynamic_cycles(v: poplar.VertexInfo) -> np.ndarray:
-    """Per region and sub-row: a row copy of ``ceil(len / vw)`` vectors plus 10 cycles of
-    addressing, shared by the workers (DynamicSlice2d's shape)."""
-    vw = v.vector_width("sub")
-    counts = v.sub_counts("sub").astype(np.int64)
-    per_row = 10 + -(-v.sub_lengths("sub").astype(np.int64) // vw)
-    owner = np.repeat(np.arange(v.n), counts)
-    work = np.bincount(owner, weights=per_row, minlength=v.n)
-    W = v.target.num_worker_contexts
-    return 11 + W * 13 + work + 4 * counts
-
-
 class DynamicSlice(poplar.Codelet):
     """``sub`` row ``s`` of each region = ``base`` row ``(offset + s) mod numBase``."""
 
@@ -100,7 +89,7 @@ class DynamicSlice(poplar.Codelet):
     numSub = poplar.State(poplar.UNSIGNED_INT)
 
     compute = staticmethod(_dynamic_slice_compute)
-    cycles = staticmethod(_dynamic_cycles)
+    cycles = staticmethod(E.dynamic_slice_cycles)
 
 
 class DynamicUpdate(DynamicSlice):
@@ -349,18 +338,6 @@ def _add_heavy_hitters(
     acc[heavy] += np.add.reduceat(rows, first, axis=0)
 
 
-def _multi_cycles(v: poplar.VertexInfo, extra: float) -> np.ndarray:
-    """MultiSlice's shape (spec 3.3) with every index assumed in range (the worst case):
-    ``W x (30 + ceil(n / W) x (19 + ceil(rowElems / vw) x cyclesPerVector))``."""
-    size = v.dtype("base").size
-    vw, cpv = {1: (4, 3), 2: (2, 2)}.get(size, (max(1, v.target.data_path_width // 32), 2))
-    E = v.rowElems.astype(np.int64)
-    per_index = 19 + -(-E // vw) * (cpv + extra)
-    n = v.lengths("indices").astype(np.int64)
-    W = v.target.num_worker_contexts
-    return 11 + W * (30 + -(-n // W) * per_index)
-
-
 class MultiSlice(poplar.Codelet):
     """Gather rows by index from a partition of a table (see the module docstring)."""
 
@@ -378,7 +355,7 @@ class MultiSlice(poplar.Codelet):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return _multi_cycles(v, 0)
+        return E.multi_slice_cycles(v, "MultiSlice")
 
 
 class MultiUpdate(poplar.Codelet):
@@ -397,7 +374,7 @@ class MultiUpdate(poplar.Codelet):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return _multi_cycles(v, 0)
+        return E.multi_slice_cycles(v, "MultiUpdate")
 
 
 class MultiUpdateAdd(poplar.Codelet):
@@ -417,7 +394,7 @@ class MultiUpdateAdd(poplar.Codelet):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return _multi_cycles(v, 2)
+        return E.multi_slice_cycles(v, "MultiUpdateAdd")
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -436,7 +413,7 @@ class MultiUpdateOp(MultiUpdate):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        return _multi_cycles(v, 1)
+        return E.multi_slice_cycles(v, "MultiUpdateOp")
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
