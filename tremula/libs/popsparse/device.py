@@ -95,6 +95,11 @@ class Layer:
     def partials(self) -> poplar.Type:
         return poplar.as_type(self.plan.partials_type)
 
+    @property
+    def prefix(self) -> str:
+        """The debug prefix of the layer's compute sets and tensors."""
+        return self.name or self.where
+
     def fail(self, what: str) -> PopsparseError:
         return PopsparseError(f"{self.where}{f' {self.name!r}' if self.name else ''}: {what}")
 

@@ -17,7 +17,7 @@ The ``useDense`` plan constraint (spec 4.8) runs the passes as poplin matmuls of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -25,33 +25,24 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import poplin, popops
 from tremula.libs.popsparse import codelets as cl
-from tremula.libs.popsparse import propagation
 from tremula.libs.popsparse.device import (
     Layer,
     OpMetaData,
     Params,
-    Region,
     SparseTensor,
     bucket_rows,
     check_dense,
     check_meta_info,
     check_weights,
-    dense_slices,
-    group_buckets,
     make_layer,
     map_buckets,
     map_dense_input,
     map_pn_tensor,
-    own_buckets,
     partials_slices,
-    pn_full_z,
-    pn_slices,
-    product_states,
-    regions,
-    segments,
 )
 from tremula.libs.popsparse.errors import PopsparseError
 from tremula.libs.popsparse.options import Options
+from tremula.libs.popsparse.passes import Bucket, Operand, Pass, distribute_and_propagate
 from tremula.libs.popsparse.plan import PlanningCache
 
 OptionsArg = Mapping[str, Any] | Options | None
@@ -154,7 +145,7 @@ def fully_connected_fwd(
     act = check_dense(layer, activations, (z, y), "activations")
     if layer.plan.use_dense:
         w = weights.nz_values.reshape((y, x))
-        return poplin.matmul(graph, act, w, prog, name=_prefix(layer))
+        return poplin.matmul(graph, act, w, prog, name=layer.prefix)
     return _sparse_pass(layer, prog, "fwd", weights, act)
 
 
@@ -176,7 +167,7 @@ def fully_connected_grad_a(
     qg = check_dense(layer, grad_out, (z, x), "grad_out")
     if layer.plan.use_dense:
         w = weights.nz_values.reshape((y, x)).transpose()
-        return poplin.matmul(graph, qg, w, prog, name=_prefix(layer))
+        return poplin.matmul(graph, qg, w, prog, name=layer.prefix)
     return _sparse_pass(layer, prog, "grad_a", weights, qg)
 
 
@@ -206,7 +197,7 @@ def fully_connected_sparse_grad_w(
     qg = check_dense(layer, grad_out, (z, x), "grad_out")
     act = check_dense(layer, activations, (z, y), "activations")
     if layer.plan.use_dense:
-        out = poplin.matmul(graph, act.transpose(), qg, prog, name=_prefix(layer))
+        out = poplin.matmul(graph, act.transpose(), qg, prog, name=layer.prefix)
         return out.reshape((x * y,))
     return _grad_w(layer, prog, meta, _meta_info_rows(layer, meta, "grad_w"), qg, act)
 
@@ -227,10 +218,6 @@ def _layer(
     )
     check_weights(layer, weights)
     return layer
-
-
-def _prefix(layer: Layer) -> str:
-    return layer.name or layer.where
 
 
 # ---- the sparse passes ----
@@ -257,11 +244,9 @@ def _sparse_pass(
     """Fwd or GradA: partials from the buckets and the dense input, then the reduction."""
     g, plan = layer.graph, layer.plan
     x, y, z = layer.params.shape
-    px, py, pz = plan.partition.xyz
+    px = plan.partition.xyz[0]
     nb = plan.num_buckets
-    prefix = _prefix(layer)
     mi_rows = _meta_info_rows(layer, weights.meta_info, kind)
-    words = mi_rows.shape[1]
     tiles = plan.bucket_tiles(kind)
     nz_rows = weights.nz_values.reshape((nb, plan.nz_elems_per_bucket))
     method = plan.method.fwd if kind == "fwd" else plan.method.grad_a
@@ -273,65 +258,19 @@ def _sparse_pass(
     partials = g.add_variable(
         layer.partials,
         (plan.partition.y if red == "y" else px, sizes[out_dim], z),
-        f"{prefix}/partials",
+        f"{layer.prefix}/partials",
     )
     map_pn_tensor(g, partials, plan, red, out_dim, tiles, rows_first=True)
-    shape = _shape(out_dim, in_dim, plan.z_tile)
-    grad_a = kind == "grad_a"
-
-    def distribution(name: str, dense_view: Callable[[Region], poplar.Tensor]) -> poplar.Program:
-        cs = g.add_compute_set(f"{prefix}/{name}")
-        _add_regions(
-            layer,
-            cs,
-            method,
-            False,
-            tiles,
-            shape,
-            lambda r: {
-                "meta_info": group_buckets(mi_rows, plan, r),
-                "nz": group_buckets(nz_rows, plan, r),
-                "s": dense_view(r),
-                "q": partials_slices(partials, r, red, out_dim),
-            },
-            lambda r: product_states(plan, r, words, pz, grad_a),
-        )
-        return poplar.Execute(cs, name=f"{prefix}/{name}")
-
-    direct = distribution("distribution", lambda r: dense_slices(dense, r, in_dim))
-    if not propagation.needed(layer):
-        prog.add(direct)
-        return _reduce(layer, prog, partials)
-    # per-PN copies of the dense slices, [P][Z][N_in]: slab i for partition i of the dim
-    # that does not split N_in
-    other = "x" if in_dim == "y" else "y"
-    buf = g.add_variable(
-        layer.dtype, (px if other == "x" else py, z, sizes[in_dim]), f"{prefix}/dense"
+    other = "x" if in_dim == "y" else "y"  # the dim of the PN buffers' slabs
+    sparse_pass = Pass(
+        kind,
+        method,
+        (out_dim, in_dim),
+        buckets=(Bucket("meta_info", mi_rows, "metaInfo"), Bucket("nz", nz_rows, "nz")),
+        operands=(Operand("s", dense, in_dim, other, "dense"),),
+        fixed=lambda r: {"q": partials_slices(partials, r, red, out_dim)},
     )
-    map_pn_tensor(g, buf, plan, other, in_dim, tiles)
-    prepare = _copy_slices(layer, tiles, [("s", dense, buf, in_dim, other)])
-    local = distribution("distributionLocal", lambda r: pn_slices(buf, r, other, in_dim))
-
-    def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
-        _add_regions(
-            layer,
-            cs,
-            method,
-            True,
-            tiles,
-            shape,
-            lambda r: {
-                "meta_info": own_buckets(bufs[0], plan, r),
-                "nz": own_buckets(bufs[1], plan, r),
-                "s": pn_slices(buf, r, other, in_dim),
-                "q": partials_slices(partials, r, red, out_dim),
-            },
-            lambda r: product_states(plan, r, words, 1, grad_a),
-        )
-
-    moving = [propagation.Moving(mi_rows, "metaInfo"), propagation.Moving(nz_rows, "nz")]
-    phase = propagation.Phase(moving, tiles, add, prepare, local, direct)
-    propagation.build(layer, prog, weights.meta_info, phase)
+    distribute_and_propagate(layer, prog, weights.meta_info, sparse_pass)
     return _reduce(layer, prog, partials)
 
 
@@ -347,145 +286,24 @@ def _grad_w(
     (the distribution), then the partial buckets travel with their meta-info (the
     propagation, each PN adding its Z slice) and come home; the result is cast."""
     g, plan = layer.graph, layer.plan
-    x, y, z = layer.params.shape
-    px, py, pz = plan.partition.xyz
     nb, nzb = plan.num_buckets, plan.nz_elems_per_bucket
-    tiles = plan.bucket_tiles("grad_w")
-    prefix = _prefix(layer)
     method = plan.method.grad_w
-    words = plan.fwd_meta_info_elems_per_bucket
-    zg = plan.method.grouping[3] if method == "GradWAMPBlock" else None
-    acc = g.add_variable(layer.partials, (nb, nzb), f"{prefix}/partials")
-    map_buckets(g, acc, plan, tiles)
-
-    def acc_view(rows: poplar.Tensor, r: Region) -> poplar.Tensor:
-        return rows.reshape((px, py, pz, nzb))[r.x0 : r.x1, r.y0 : r.y1]
-
-    def distribution(name: str, qg_view: Any, s_view: Any) -> poplar.Program:
-        cs = g.add_compute_set(f"{prefix}/{name}")
-        _add_regions(
-            layer,
-            cs,
-            method,
-            False,
-            tiles,
-            _shape("x", "y", z),
-            lambda r: {
-                "meta_info": own_buckets(mi_rows, plan, r),
-                "acc": acc_view(acc, r),
-                "qgrad": qg_view(r),
-                "s": s_view(r),
-            },
-            lambda r: product_states(plan, r, words, pz, False, zg),
-        )
-        return poplar.Execute(cs, name=f"{prefix}/{name}")
-
-    direct = distribution(
-        "distribution",
-        lambda r: dense_slices(qg, r, "x", full_z=True),
-        lambda r: dense_slices(act, r, "y", full_z=True),
+    acc = g.add_variable(layer.partials, (nb, nzb), f"{layer.prefix}/partials")
+    map_buckets(g, acc, plan, plan.bucket_tiles("grad_w"))
+    grad_w = Pass(
+        "grad_w",
+        method,
+        ("x", "y"),
+        buckets=(Bucket("meta_info", mi_rows, "metaInfo"), Bucket("acc", acc, "partials", True)),
+        operands=(Operand("qgrad", qg, "x", "y", "qgrad"), Operand("s", act, "y", "x", "s")),
+        whole_batch=True,
+        z_grain=plan.method.grouping[3] if method == "GradWAMPBlock" else None,
     )
-    if propagation.needed(layer):
-        qbuf = g.add_variable(layer.dtype, (py, z, x), f"{prefix}/qgrad")
-        sbuf = g.add_variable(layer.dtype, (px, z, y), f"{prefix}/s")
-        map_pn_tensor(g, qbuf, plan, "y", "x", tiles)
-        map_pn_tensor(g, sbuf, plan, "x", "y", tiles)
-        prepare = _copy_slices(
-            layer, tiles, [("qgrad", qg, qbuf, "x", "y"), ("s", act, sbuf, "y", "x")]
-        )
-        local = distribution(  # each PN reads the Z slices of its group's buffers
-            "distributionLocal",
-            lambda r: pn_full_z(qbuf, r, "y", "x"),
-            lambda r: pn_full_z(sbuf, r, "x", "y"),
-        )
-
-        def add(cs: poplar.ComputeSet, bufs: list[poplar.Tensor]) -> None:
-            _add_regions(
-                layer,
-                cs,
-                method,
-                True,
-                tiles,
-                _shape("x", "y", plan.z_tile),
-                lambda r: {
-                    "meta_info": own_buckets(bufs[0], plan, r),
-                    "acc": acc_view(bufs[1], r),
-                    "qgrad": pn_slices(qbuf, r, "y", "x"),
-                    "s": pn_slices(sbuf, r, "x", "y"),
-                },
-                lambda r: product_states(plan, r, words, 1, False, zg),
-            )
-
-        moving = [
-            propagation.Moving(mi_rows, "metaInfo"),
-            propagation.Moving(acc, "partials", copy_back=True),
-        ]
-        phase = propagation.Phase(moving, tiles, add, prepare, local, direct)
-        propagation.build(layer, prog, meta_info, phase)
-    else:
-        prog.add(direct)
+    distribute_and_propagate(layer, prog, meta_info, grad_w)
     flat = acc.reshape((nb * nzb,))
     if layer.partials is layer.dtype:
         return flat
-    return popops.cast(layer.graph, flat, layer.dtype, prog, name=f"{prefix}/cast")
-
-
-def _shape(out_dim: str, in_dim: str, zc: int) -> Callable[[Region], tuple[int, int, int]]:
-    return lambda r: (r.size(out_dim), r.size(in_dim), zc)
-
-
-def _add_regions(
-    layer: Layer,
-    cs: poplar.ComputeSet,
-    method: str,
-    accumulate: bool,
-    tiles: np.ndarray,
-    shape: Callable[[Region], tuple[int, int, int]],
-    fields: Callable[[Region], dict[str, poplar.Tensor]],
-    states: Callable[[Region], dict[str, Any]],
-) -> None:
-    """One ``add_vertices`` call per region, its own vertex type."""
-    plan = layer.plan
-    for r in regions(plan):
-        vtype = cl.vertex_name(
-            method,
-            accumulate,
-            layer.dtype.name,
-            layer.partials.name,
-            block=plan.block_dimensions,
-            shape=shape(r),
-        )
-        conn: dict[str, Any] = {k: segments(t, r.n) for k, t in fields(r).items()}
-        conn.update(states(r))
-        layer.graph.add_vertices(cs, vtype, conn, tiles[r.pns(plan)])
-
-
-def _copy_slices(
-    layer: Layer,
-    tiles: np.ndarray,
-    operands: list[tuple[str, poplar.Tensor, poplar.Tensor, str, str]],
-) -> poplar.Program:
-    """One compute set copying every PN's slices of dense operands into per-PN buffers on
-    the PNs' tiles. Each operand is ``(name, [Z][N] tensor, [P][Z][N] buffer, the dim
-    splitting N, the dim of the buffer's slabs)``."""
-    g, plan = layer.graph, layer.plan
-    name = f"{_prefix(layer)}/propagation/denseSlices"
-    cs = g.add_compute_set(name)
-    for what, dense, buf, n_dim, a_dim in operands:
-        for r in regions(plan):
-            shape = cl.shape_arg(plan.z_tile, r.size(n_dim))
-            gx, gy, gz = r.grid
-            fields = {
-                "src": segments(dense_slices(dense, r, n_dim), r.n),
-                "dst": segments(pn_slices(buf, r, a_dim, n_dim), r.n),
-                "grid_x": gx,
-                "grid_y": gy,
-                "grid_z": gz,
-            }
-            region = cl.shape_arg(r.xt, r.yt)  # a vertex type per region
-            vtype = f"popsparse::DenseSlice<{layer.dtype.name},{what},{region},{shape}>"
-            g.add_vertices(cs, vtype, fields, tiles[r.pns(plan)])
-    return poplar.Execute(cs, name=name)
+    return popops.cast(layer.graph, flat, layer.dtype, prog, name=f"{layer.prefix}/cast")
 
 
 def _transpose_blocks(
@@ -493,7 +311,7 @@ def _transpose_blocks(
 ) -> poplar.Tensor:
     """The buckets with every block transposed (block GradA reads ``B^T``, spec 4.5)."""
     g, plan = layer.graph, layer.plan
-    prefix = _prefix(layer)
+    prefix = layer.prefix
     out = g.add_variable(layer.dtype, nz_rows.shape, f"{prefix}/nzTransposed")
     map_buckets(g, out, plan, tiles)
     cs = g.add_compute_set(f"{prefix}/transposeBuckets")
@@ -511,7 +329,7 @@ def _transpose_blocks(
 def _reduce(layer: Layer, prog: poplar.Sequence, partials: poplar.Tensor) -> poplar.Tensor:
     """The sum of the ``[P][N][Z]`` partials over their partitions in the data type, as
     the batch-major ``[Z][N]`` result (a transposed view)."""
-    g, prefix = layer.graph, _prefix(layer)
+    g, prefix = layer.graph, layer.prefix
     if partials.shape[0] > 1:
         out = g.add_variable(layer.dtype, partials.shape[1:], f"{prefix}/out")
         g.set_tile_mapping(out, _even_chunks(out.num_elements, g).reshape(out.shape))
