@@ -260,4 +260,6 @@ def repeat_with_info(
 def repeat(
     graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
 ) -> tuple[Tensor, ...]:
+    """Call ``graph`` ``repeat_count`` times, output i of one iteration feeding input i of
+    the next; the outputs of the last iteration (see :func:`repeat_with_info`)."""
     return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs

@@ -130,6 +130,11 @@ def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def reshape(t: Tensor, shape: Sequence[int]) -> Tensor:
+    """A copy of ``t`` with another shape of as many elements (one ``-1`` is inferred).
+
+    Raises:
+        ValueError: the shape holds another number of elements.
+    """
     (out,) = create_op("Reshape", [t], {"shape": _target_shape(t, shape)})
     return out
 
@@ -141,10 +146,12 @@ def reshape_(t: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 def flatten(t: Tensor) -> Tensor:
+    """A copy of ``t`` as one dimension of ``t.nelms`` elements."""
     return reshape(t, (t.nelms,))
 
 
 def flatten_(t: Tensor) -> Tensor:
+    """A view of ``t`` as one dimension: writes to it reach ``t``."""
     return reshape_(t, (t.nelms,))
 
 
@@ -161,11 +168,13 @@ def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
 
 
 def transpose(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
+    """A copy of ``t`` with its axes permuted (reversed when ``permutation`` is None)."""
     (out,) = create_op("Transpose", [t], {"permutation": _perm(t, permutation)})
     return out
 
 
 def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
+    """A view of ``t`` with its axes permuted: writes to it reach ``t``."""
     (out,) = create_op("TransposeInplace", [t], {"permutation": _perm(t, permutation)})
     return out
 
@@ -207,6 +216,7 @@ def getitem(t: Tensor, key: Any) -> Tensor:
 
 
 def identity(t: Tensor, output_name: str | None = None) -> Tensor:
+    """A copy of ``t``, named ``output_name`` where given (``ops.rename`` is the same op)."""
     (out,) = create_op("Identity", [t], {}, [output_name])
     return out
 
@@ -215,15 +225,23 @@ rename = identity
 
 
 def detach(t: Tensor) -> Tensor:
+    """A copy of ``t`` through which autodiff passes no gradient."""
     (out,) = create_op("Detach", [t])
     return out
 
 
 def detach_(t: Tensor) -> Tensor:
+    """PopXL's in-place :func:`detach`: the same op here (``t`` itself is not written)."""
     return detach(t)
 
 
 def cast(t: Tensor, dtype: dtypes.dtype) -> Tensor:
+    """``t`` converted to ``dtype`` (NumPy's conversion; float8 needs the scaled casts).
+
+    Raises:
+        TypeError: a float8 type at either end (use ``ops.pow2scale_cast_to_fp8`` /
+            ``ops.pow2scale_cast_from_fp8``).
+    """
     dtype = dtypes.dtype.as_dtype(dtype)
     ends = (dtype, getattr(t, "dtype", dtype))
     if any(d.name.startswith("float8") for d in ends):  # as PopXL: scaled casts only
