@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -50,6 +51,13 @@ def _balance(d: np.ndarray, n: int) -> tuple[float, float]:
         return 1.0, 1.0
     active = int(np.count_nonzero(d))
     return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
+
+
+class DataFields(TypedDict):
+    """The data fields of an exchange step (as the execution profile names them)."""
+
+    totalData: int
+    dataBalance: float
 
 
 class StepPlan:
@@ -142,12 +150,14 @@ class StepPlan:
         return info
 
     @staticmethod
-    def _data_fields(sent: np.ndarray, recv: np.ndarray) -> dict[str, object]:
+    def _data_fields(sent: np.ndarray, recv: np.ndarray) -> DataFields:
         data = sent + recv
         peak = int(data.max(initial=0))
         active = int(np.count_nonzero(data))
         balance = float(data.sum() / (active * peak)) if peak else 1.0
-        return {"totalData": int(recv.sum() if recv.sum() else sent.sum()), "dataBalance": balance}
+        return DataFields(
+            totalData=int(recv.sum() if recv.sum() else sent.sum()), dataBalance=balance
+        )
 
     def exchange_node(
         self, plan: ExchangePlan, name: str, copy: tuple[Gather, Gather] | None = None
@@ -263,6 +273,7 @@ class StepPlan:
         name = p.name
         if isinstance(s, Tensor) and isinstance(d, Tensor):
             return self._tensor_copy(s, d, name or "Copy")
+        action: N.HostAction
         if isinstance(s, DataStream) and isinstance(d, Tensor):
             b = self.bytes_by_tile(d)
             action = N.StreamIn(s, Gather.of(d.dtype, d.addresses))
@@ -495,7 +506,8 @@ def _instructions(plan: ExchangePlan) -> dict[str, int]:
     return out
 
 
-COMPILE_RULES: dict[type, Callable[[StepPlan, P.Program], N.Node]] = {
+#: program class -> its compile method (each takes a program of its key's class)
+COMPILE_RULES: dict[type[P.Program], Callable[[StepPlan, Any], N.Node]] = {
     P.Sequence: StepPlan.compile_sequence,
     P.Execute: StepPlan.compile_execute,
     P.Repeat: StepPlan.compile_repeat,

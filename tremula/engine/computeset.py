@@ -45,6 +45,7 @@ class CompiledGroup:
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # N-d address views
     roots: dict[int, int] = field(default_factory=dict)  # variable aranges (GraphState)
     _layouts: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
+    _shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
     _views: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
     _fast: Any = None  # the codelet's prepared closure (see Codelet.prepare)
     _fast_storage: Any = None
@@ -131,10 +132,9 @@ class CompiledGroup:
         """The shape under which field ``name``'s addresses step evenly along every axis
         (``(n,)`` for one stride, ``(rows, row)`` for e.g. a transposed matrix), so that
         :meth:`strided` serves it as a view; None if neither (decided once)."""
-        key = ("#shape", name)
-        if key not in self._layouts:
-            self._layouts[key] = self._find_affine_shape(name)
-        return self._layouts[key]
+        if name not in self._shapes:
+            self._shapes[name] = self._find_affine_shape(name)
+        return self._shapes[name]
 
     def _find_affine_shape(self, name: str) -> tuple[int, ...] | None:
         source = self.sources.get(name)
@@ -347,17 +347,19 @@ def _edge_memory(vtype: VertexType, group: VertexGroup) -> tuple[np.ndarray, ...
             ptr = 4 if f.kind == "scalar" else 8
             inst += ptr
             ptrs += ptr
-            if f.kind == "vector_list" and name in group.edges:
-                desc += 4 * group.edges[name].sub_counts
-        elif f.kind == "scalar":
-            inst += max(4, vtype.field_dtype(f).size if vtype.field_dtype(f) else 4)
+            counts = group.edges[name].sub_counts if name in group.edges else None
+            if f.kind == "vector_list" and counts is not None:
+                desc += 4 * counts
+            continue
+        dtype = vtype.field_dtype(f)
+        size = dtype.size if dtype else 4
+        if f.kind == "scalar":
+            inst += max(4, size)
         else:
             inst += 8
             vals = group.state.get(name)
             if vals is not None:
-                data += np.array([v.size for v in vals], dtype=np.int64) * (
-                    vtype.field_dtype(f).size if vtype.field_dtype(f) else 4
-                )
+                data += np.array([v.size for v in vals], dtype=np.int64) * size
     return inst, desc, data, ptrs
 
 
@@ -382,7 +384,7 @@ def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray)
     lengths = {name: c.lengths for name, c in group.edges.items()}
     subs: dict[str, np.ndarray] = {}
     for name, c in group.edges.items():
-        if c.sub_lengths is not None:
+        if c.sub_lengths is not None and c.sub_counts is not None:
             subs[name] = c.sub_lengths
             subs[name + "#count"] = c.sub_counts
     states = dict(group.state)

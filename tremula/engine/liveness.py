@@ -45,7 +45,7 @@ class Linearizer:
         self.roots = function_roots
         self.fn_of_pos = {pos: fid for fid, pos in function_ids.items()}
         self.w = Walk()
-        self._var_cache: dict[int, np.ndarray] = {}
+        self._var_cache: dict[int, tuple[Gather, np.ndarray]] = {}
         self._prog = 0
         self._branches: list[int] = []
         self._branch_ids = 0
@@ -96,7 +96,7 @@ class Linearizer:
         if isinstance(node, N.CallNode):
             fid = self.fn_of_pos[node.function]
             first = self.w.num_steps
-            entry["children"].append(self.walk(node.body))
+            entry["children"].append(self.walk(node.callee))
             site = (first, max(first, self.w.num_steps - 1), tuple(self._branches))
             self.w.calls.setdefault(fid, []).append(site)
         elif isinstance(node, (N.RepeatNode, N.RepeatWhileNode)):

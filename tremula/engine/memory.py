@@ -358,7 +358,7 @@ class MemoryModel:
         at_peak = np.bincount(
             tile[(start <= gpeak) & (gpeak <= end)], raw[(start <= gpeak) & (gpeak <= end)], T
         ).astype(np.int64)
-        always = sum(self.al_raw.values())
+        always = np.add.reduce(list(self.al_raw.values()))
         bcs, bvt, names, sizes = self._per_cs_and_type()
         step_programs = np.zeros(self.walk.num_steps, np.int64)
         for node, step in self.walk.leaf_steps:
@@ -422,7 +422,7 @@ class MemoryModel:
         names: list[str] = []
         sizes: list[int] = []
         keys = VERTEX_MEMORY_KEYS
-        by_cs = {k: [] for k in keys}
+        by_cs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         by_type: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         type_rows: dict[str, dict[str, np.ndarray]] = {}
         for ccs in self.step_plan.compute_sets:
@@ -446,12 +446,12 @@ class MemoryModel:
                     row[k] += v
                     tr = type_rows[name]
                     tr[k] = np.maximum(tr[k], v) if k == "codeBytes" else tr[k] + v
-            row["totalBytes"] = sum(row[k] for k in VERTEX_MEMORY_PARTS)
+            row["totalBytes"] = np.add.reduce([row[k] for k in VERTEX_MEMORY_PARTS])
             for k in keys:
                 by_cs[k].append(row[k])
         for name in names:
             tr = type_rows[name]
-            tr["totalBytes"] = sum(tr[k] for k in VERTEX_MEMORY_PARTS)
+            tr["totalBytes"] = np.add.reduce([tr[k] for k in VERTEX_MEMORY_PARTS])
             for k in keys:
                 by_type[k].append(tr[k])
         return by_cs, by_type, names, sizes

@@ -16,6 +16,7 @@ import numpy as np
 from tremula.engine.computeset import CompiledComputeSet
 from tremula.engine.plan import CopyPlan, Gather
 from tremula.engine.timeline import StepInfo
+from tremula.errors import EngineError
 from tremula.poplar.handles import DataStream, HostFunction, RemoteBuffer
 
 
@@ -314,6 +315,13 @@ class CallNode(Node):
 
     def __post_init__(self) -> None:
         self.ptype = "Call"
+
+    @property
+    def callee(self) -> Node:
+        """The called function's body (compiled before the plan is run or walked)."""
+        if self.body is None:
+            raise EngineError(f"function {self.graph_function} called before it was compiled")
+        return self.body
 
     def profile_fields(self) -> dict[str, Any]:
         return {"target": self.function}

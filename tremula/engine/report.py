@@ -6,7 +6,7 @@ comes from, so a key renamed there fails here at once rather than drifting."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,7 +90,7 @@ _EXCHANGE_ATTRS = {
 
 
 def _exchanges(sp: StepPlan) -> dict[str, Any]:
-    tables = {
+    tables: dict[str, Sequence[object]] = {
         "exchanges": sp.exchanges,
         "externalExchanges": sp.external_exchanges,
         "hostExchanges": sp.host_exchanges,
@@ -112,11 +112,11 @@ def _by_program(entry: dict, totals: np.ndarray) -> dict[str, Any]:
 
 
 def _memory(mem: MemoryReport, tree: list[dict]) -> dict[str, Any]:
-    by_cat = {}
+    by_cat: dict[str, dict[str, Any]] = {}
     for c in schema.MEMORY_CATEGORIES:
         regions = mem.by_category[c]
         kinds = schema.OVERLAP_KINDS
-        total = sum(regions[r][k] for r in schema.MEMORY_REGIONS for k in kinds)
+        total = np.add.reduce([regions[r][k] for r in schema.MEMORY_REGIONS for k in kinds])
         by_cat[c] = {r: {k: _l(regions[r][k]) for k in kinds} for r in schema.MEMORY_REGIONS}
         by_cat[c]["total"] = _l(total)
     return {

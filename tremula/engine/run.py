@@ -433,11 +433,11 @@ def _flat_seq(rt: Runtime, node: N.SeqNode, into: list[FlatStep]) -> None:
 
 def _call(rt: Runtime, node: N.CallNode, rsel: Any) -> None:
     rt.trace(node.pid, rsel)
-    rt.run(node.body, rsel)
+    rt.run(node.callee, rsel)
 
 
 def _flat_call(rt: Runtime, node: N.CallNode, into: list[FlatStep]) -> None:
-    flatten_into(rt, node.body, into)
+    flatten_into(rt, node.callee, into)
 
 
 def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:

@@ -216,7 +216,7 @@ class CodeletRegistry:
         self._codelets: dict[str, type[Codelet]] = {}
         self._bound: dict[str, VertexType] = {}
 
-    def add(self, codelets: type[Codelet] | Iterable[type[Codelet]] | Any) -> None:
+    def add(self, codelets: object) -> None:
         """Register codelet classes: a class, an iterable of classes, or a module whose
         ``CODELETS`` attribute (or public Codelet subclasses) lists them."""
         if isinstance(codelets, type) and issubclass(codelets, Codelet):
@@ -229,8 +229,10 @@ class CodeletRegistry:
                 for v in vars(codelets).values()
                 if isinstance(v, type) and issubclass(v, Codelet) and v is not Codelet
             ]
-        else:
+        elif isinstance(codelets, Iterable):
             items = codelets
+        else:
+            raise CodeletError(f"add_codelets: {codelets!r} is not a Codelet subclass")
         for c in items:
             if not (isinstance(c, type) and issubclass(c, Codelet)):
                 raise CodeletError(f"add_codelets: {c!r} is not a Codelet subclass")
@@ -310,7 +312,13 @@ class _Segmented:
         return self.vertex_type.params
 
     def dtype(self, name: str) -> Type:
-        return self.vertex_type.field_dtype(self.fields[name])
+        """The element type of field ``name`` (declared, or bound from a template)."""
+        dtype = self.vertex_type.field_dtype(self.fields[name])
+        if dtype is None:
+            raise CodeletError(
+                f"codelet {self.vertex_type.name}: field {name!r} declares no element type"
+            )
+        return dtype
 
     def vector_width(self, name: str) -> int:
         return self.target.vector_width(self.dtype(name).size)
@@ -558,7 +566,7 @@ class Batch(_Segmented):
         arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
         arr[rows, addr] = values
 
-    def reduce(self, ufunc: Callable[..., Any], values: np.ndarray, name: str) -> np.ndarray:
+    def reduce(self, ufunc: np.ufunc, values: np.ndarray, name: str) -> np.ndarray:
         """Reduce ``values`` (laid out like field ``name``) per vertex with ``ufunc``
         (e.g. ``np.add``); vertices with an empty field get the ufunc's identity."""
         off = self.offsets(name)

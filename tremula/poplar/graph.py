@@ -171,9 +171,8 @@ class Graph:
                 )
             target = _per_replica_target(target, int(replication_factor))
             _state = GraphState(target, int(replication_factor))
-            _tiles = (0, target.num_tiles)
         self._state = _state
-        self._lo, self._hi = _tiles
+        self._lo, self._hi = (0, _state.target.num_tiles) if _tiles is None else _tiles
         self.target = self._view_target()
 
     def _view_target(self) -> Target:
@@ -226,7 +225,7 @@ class Graph:
             )
         return self.create_virtual_graph(ipu * per, (ipu + 1) * per)
 
-    def _tile(self, tile: int, what: str) -> int:
+    def _tile(self, tile: int | np.integer, what: str) -> int:
         if int(tile) != tile or not 0 <= tile < self.num_tiles:
             raise GraphError(
                 f"{what}: tile {tile} is out of range: this graph has "

@@ -385,8 +385,8 @@ class PrintTensor(Program):
     name: str = ""
 
     def __init__(self, title: str | Tensor, tensor: Tensor | None = None, name: str = "") -> None:
-        if isinstance(title, Tensor):
-            title, tensor = "", title
+        if isinstance(title, Tensor):  # PrintTensor(tensor)
+            tensor, title = title, ""
         if not isinstance(tensor, Tensor):
             raise ProgramError("PrintTensor: expected a Tensor")
         object.__setattr__(self, "title", title)

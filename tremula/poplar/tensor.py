@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 
 
+def _bounds(value: int | Sequence[int]) -> list[int]:
+    """The per-dimension bounds of a slice whose other bound is a sequence."""
+    if isinstance(value, int | np.integer):
+        raise TypeError(f"slice: bounds are both integers or both sequences, got {value!r}")
+    return list(value)
+
+
 def _norm_dim(dim: int, rank: int, what: str) -> int:
     if not -rank <= dim < max(rank, 1):
         raise TensorError(f"{what}: dimension {dim} out of range for a rank-{rank} tensor")
@@ -103,7 +110,7 @@ class Tensor:
     ) -> Tensor:
         """Poplar's ``slice``: ``[begin, end)`` along ``dim`` (default 0), or per dimension
         when ``begin`` and ``end`` are sequences."""
-        if isinstance(begin, (int, np.integer)):
+        if isinstance(begin, int | np.integer) and isinstance(end, int | np.integer):
             d = _norm_dim(0 if dim is None else dim, self.rank, "slice")
             if not 0 <= begin <= end <= self.shape[d]:
                 raise TensorError(
@@ -112,11 +119,11 @@ class Tensor:
             key = [slice(None)] * self.rank
             key[d] = slice(int(begin), int(end))
             return self._view(self._addr[tuple(key)])
-        begin, end = list(begin), list(end)
-        if len(begin) != self.rank or len(end) != self.rank:
-            raise TensorError(f"slice bounds {begin}, {end} must have {self.rank} entries")
+        begins, ends = _bounds(begin), _bounds(end)
+        if len(begins) != self.rank or len(ends) != self.rank:
+            raise TensorError(f"slice bounds {begins}, {ends} must have {self.rank} entries")
         out = self
-        for d, (b, e) in enumerate(zip(begin, end)):
+        for d, (b, e) in enumerate(zip(begins, ends)):
             out = out.slice(b, e, d)
         return out
 

@@ -170,17 +170,19 @@ def connect_edge(
         _check_lengths(lengths, f, vtype)
         return FieldConnection(t.dtype, AddressList(t.addresses, roots), lengths, bulk_view=True)
     if bulk and isinstance(value, Sequence) and not isinstance(value, str):
-        tensors = [_check_tensor(t, f, vtype, expected) for t in value]
-        if len(tensors) != n:
-            raise CodeletError(f"{_where(vtype, f.name)}: {len(tensors)} tensors for {n} vertices")
-        dtype = expected or (tensors[0].dtype if tensors else None)
-        if any(t.dtype is not dtype for t in tensors):
+        items = [_check_tensor(t, f, vtype, expected) for t in value]
+        if len(items) != n:
+            raise CodeletError(f"{_where(vtype, f.name)}: {len(items)} tensors for {n} vertices")
+        dtype = expected or (items[0].dtype if items else None)
+        if dtype is None:
+            raise CodeletError(f"{_where(vtype, f.name)}: cannot infer the type of an empty list")
+        if any(t.dtype is not dtype for t in items):
             raise CodeletError(f"{_where(vtype, f.name)}: tensors of different types")
-        lengths = np.array([t.num_elements for t in tensors], dtype=np.int64)
+        lengths = np.array([t.num_elements for t in items], dtype=np.int64)
         _check_lengths(lengths, f, vtype)
         addr = (
-            np.concatenate([t.addresses.reshape(-1) for t in tensors])
-            if tensors
+            np.concatenate([t.addresses.reshape(-1) for t in items])
+            if items
             else np.zeros(0, np.int64)
         )
         return FieldConnection(dtype, AddressList.of(addr), lengths)
@@ -215,6 +217,12 @@ def connect_state(vtype: VertexType, f: Field, value: Any, n: int, bulk: bool) -
         raise CodeletError(f"{_where(vtype, f.name)}: bad state value {value!r}: {err}") from None
 
 
+def _concat_present(arrays: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """The arrays joined, or None for a field that has none (not a vector list)."""
+    present = [a for a in arrays if a is not None]
+    return np.concatenate(present) if present and len(present) == len(arrays) else None
+
+
 def concat_groups(groups: Sequence[VertexGroup]) -> VertexGroup:
     """One group holding the vertices of ``groups`` (same compute set and type) in order."""
     if len(groups) == 1:
@@ -223,13 +231,12 @@ def concat_groups(groups: Sequence[VertexGroup]) -> VertexGroup:
     edges = {}
     for name in g0.edges:
         conns = [g.edges[name] for g in groups]
-        subs = [c.sub_lengths for c in conns]
         edges[name] = FieldConnection(
             conns[0].dtype,
             AddressList.of(np.concatenate([c.addresses for c in conns])),
             np.concatenate([c.lengths for c in conns]),
-            None if subs[0] is None else np.concatenate(subs),
-            None if subs[0] is None else np.concatenate([c.sub_counts for c in conns]),
+            _concat_present([c.sub_lengths for c in conns]),
+            _concat_present([c.sub_counts for c in conns]),
         )
     state = {name: np.concatenate([g.state[name] for g in groups]) for name in g0.state}
     perf = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -24,7 +24,7 @@ _COMPARISONS: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
 }
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int | np.integer]:
     """True for Python or NumPy integers, but not for booleans."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 

@@ -99,8 +99,8 @@ def _check_tile_cycles(
 ) -> None:
     """Every key present and >= 0; the partition keys fit in ``cycles x numTiles``."""
     values = {key: c.count(tc, key, path) for key in schema.TILE_CYCLES_KEYS}
-    parts = [values[key] for key in schema.TILE_CYCLES_PARTITION]
-    if total is None or num_tiles is None or None in parts:
+    parts = [v for key in schema.TILE_CYCLES_PARTITION if (v := values[key]) is not None]
+    if total is None or num_tiles is None or len(parts) < len(schema.TILE_CYCLES_PARTITION):
         return
     used, available = sum(parts), total * num_tiles
     if used > available:

@@ -35,6 +35,14 @@ def check_graph(c: Checker, graph: Any, path: str = "graphProfile") -> None:
 # -- target, optimisation info, counts, vertex types ----------------------------------------
 
 
+#: target fields that are the product of two others
+_TARGET_PRODUCTS = (
+    ("numTiles", ("numIPUs", "tilesPerIPU")),
+    ("totalMemory", ("bytesPerTile", "numTiles")),
+    ("bytesPerIPU", ("bytesPerTile", "tilesPerIPU")),
+)
+
+
 def _check_target(c: Checker, t: Mapping[str, Any], path: str, dims: Dims) -> None:
     c.choice(t, "type", path, schema.TARGET_TYPES)
     c.choice(t, "ipuVersion", path, schema.IPU_VERSIONS)
@@ -46,15 +54,10 @@ def _check_target(c: Checker, t: Mapping[str, Any], path: str, dims: Dims) -> No
     delays = c.field(t, "relativeSyncDelayByTile", path, "list")
     if delays is not None:
         c.array(delays, f"{path}.relativeSyncDelayByTile", [(n["tilesPerIPU"], "tilesPerIPU")])
-    if None not in (n["numTiles"], n["numIPUs"], n["tilesPerIPU"]):
-        product = n["numIPUs"] * n["tilesPerIPU"]
-        c.equal(f"{path}.numTiles", n["numTiles"], product, "numIPUs x tilesPerIPU")
-    if None not in (n["totalMemory"], n["bytesPerTile"], n["numTiles"]):
-        product = n["bytesPerTile"] * n["numTiles"]
-        c.equal(f"{path}.totalMemory", n["totalMemory"], product, "bytesPerTile x numTiles")
-    if None not in (n["bytesPerIPU"], n["bytesPerTile"], n["tilesPerIPU"]):
-        product = n["bytesPerTile"] * n["tilesPerIPU"]
-        c.equal(f"{path}.bytesPerIPU", n["bytesPerIPU"], product, "bytesPerTile x tilesPerIPU")
+    for key, (a, b) in _TARGET_PRODUCTS:
+        value, x, y = n[key], n[a], n[b]
+        if value is not None and x is not None and y is not None:
+            c.equal(f"{path}.{key}", value, x * y, f"{a} x {b}")
 
 
 def _check_optimization_info(c: Checker, info: Mapping[str, Any], path: str, dims: Dims) -> None:

@@ -47,19 +47,30 @@ def _tile_arrays(
     return arrays
 
 
+def _total(arrays: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """The elementwise sum of ``arrays``; None when there are none or one is unusable."""
+    present = [a for a in arrays if a is not None]
+    if not present or len(present) < len(arrays):
+        return None
+    total = present[0]
+    for a in present[1:]:
+        total = total + a
+    return total
+
+
 def _check_by_tile(
     c: Checker, by_tile: Mapping[str, Any], path: str, dims: Dims
 ) -> np.ndarray | None:
     """Check ``byTile``; return its ``total`` array if usable."""
     a = _tile_arrays(c, by_tile, schema.BY_TILE_KEYS, path, dims)
-    regions = [a[r] for r in schema.MEMORY_REGIONS]
-    if a["total"] is not None and all(r is not None for r in regions):
+    regions = _total([a[r] for r in schema.MEMORY_REGIONS])
+    if a["total"] is not None and regions is not None:
         text = " + ".join(schema.MEMORY_REGIONS)
-        c.elementwise(f"{path}.total", a["total"], "==", sum(regions), text)
+        c.elementwise(f"{path}.total", a["total"], "==", regions, text)
     for key in (*schema.MEMORY_REGIONS, "total"):
-        gaps = a[f"{key}IncludingGaps"]
-        if gaps is not None and a[key] is not None:
-            c.elementwise(f"{path}.{key}IncludingGaps", gaps, ">=", a[key], key)
+        gaps, without = a[f"{key}IncludingGaps"], a[key]
+        if gaps is not None and without is not None:
+            c.elementwise(f"{path}.{key}IncludingGaps", gaps, ">=", without, key)
     return a["total"]
 
 
@@ -78,8 +89,9 @@ def _check_by_category(
         category = c.field(categories, name, path, "dict")
         total = None if category is None else _check_category(c, category, f"{path}.{name}", dims)
         totals.append(total)
-    if by_tile_total is not None and totals and all(t is not None for t in totals):
-        c.elementwise(f"{path}.*.total", sum(totals), "==", by_tile_total, "byTile.total")
+    total = _total(totals)
+    if by_tile_total is not None and total is not None:
+        c.elementwise(f"{path}.*.total", total, "==", by_tile_total, "byTile.total")
 
 
 def _check_category(
@@ -95,9 +107,10 @@ def _check_category(
         arrays = _tile_arrays(c, split, schema.OVERLAP_KINDS, f"{path}.{region}", dims)
         parts.extend(arrays.values())
     total = _tile_arrays(c, category, ("total",), path, dims)["total"]
-    if total is None or any(p is None for p in parts):
+    summed = _total(parts)
+    if total is None or summed is None:
         return None
-    c.elementwise(f"{path}.total", total, "==", sum(parts), "sum of the six region arrays")
+    c.elementwise(f"{path}.total", total, "==", summed, "sum of the six region arrays")
     return total
 
 
@@ -109,11 +122,10 @@ def _check_vertex_memory(
     for key in schema.VERTEX_MEMORY_KEYS:
         value = c.field(section, key, path, "list")
         arrays[key] = None if value is None else c.array(value, f"{path}.{key}", shape)
-    parts = [arrays[key] for key in schema.VERTEX_MEMORY_PARTS]
+    parts = _total([arrays[key] for key in schema.VERTEX_MEMORY_PARTS])
     total = arrays["totalBytes"]
-    if total is not None and all(p is not None for p in parts):
-        expected = sum(parts) if parts else np.zeros_like(total)
-        c.elementwise(f"{path}.totalBytes", total, "==", expected, "sum of the other parts")
+    if total is not None and parts is not None:
+        c.elementwise(f"{path}.totalBytes", total, "==", parts, "sum of the other parts")
 
 
 def _check_liveness(c: Checker, liveness: Mapping[str, Any], path: str, dims: Dims) -> None:

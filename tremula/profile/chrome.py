@@ -217,4 +217,4 @@ class IpuLocator:
             return None
         rows, tiles = total.shape
         per_ipu = total.reshape(rows, self.num_ipus, tiles // self.num_ipus)
-        return (per_ipu > 0).any(axis=2)
+        return np.asarray((per_ipu > 0).any(axis=2))

@@ -15,6 +15,7 @@ at most ``max_steps`` steps (the first ones, with the count of the rest).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,23 +61,27 @@ def build_model(loaded: LoadedReport, max_steps: int = MAX_STEPS) -> Model:
     """
     model: Model = {"source": loaded.source, "warnings": list(loaded.warnings)}
     g, e = loaded.graph, loaded.execution
-    traced = e is not None and isinstance(e.get("simulation"), Mapping)
-    if e is not None and not traced:
+    trace = e if e is not None and isinstance(e.get("simulation"), Mapping) else None
+    if e is not None and trace is None:
         model["warnings"].append(
             f"execution profile: profiler mode {e.get('profilerMode')!r} records no steps; "
             "the trace and operations views are empty"
         )
-    builders: tuple[tuple[str, bool, Callable[[], Any]], ...] = (
-        ("target", g is not None, lambda: _target(g)),
-        ("graph", g is not None, lambda: dict(g["graph"])),
-        ("memory", g is not None, lambda: memory_section(g)),
-        ("liveness", g is not None, lambda: liveness_section(g)),
-        ("programs", g is not None, lambda: programs_section(g)),
-        ("execution", traced, lambda: execution_section(g, e, max_steps)),
-        ("operations", traced, lambda: operations_section(g, e)),
+    graph_views: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+        ("target", _target),
+        ("graph", lambda graph: dict(graph["graph"])),
+        ("memory", memory_section),
+        ("liveness", liveness_section),
+        ("programs", programs_section),
     )
-    for name, possible, build in builders:
-        model[name] = _section(model, name, build) if possible else None
+    for name, view in graph_views:
+        model[name] = None if g is None else _section(model, name, partial(view, g))
+    trace_views: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+        ("execution", lambda x: execution_section(g, x, max_steps)),
+        ("operations", lambda x: operations_section(g, x)),
+    )
+    for name, view in trace_views:
+        model[name] = None if trace is None else _section(model, name, partial(view, trace))
     model["summary"] = _section(model, "summary", lambda: summary_section(g, e, model))
     return model
 
