@@ -94,7 +94,6 @@ class Timeline:
         self.trace: list[int] = []
         self.tile_cycles = dict.fromkeys(TILE_CYCLES_KEYS, 0)
         self.cs_cycles: dict[int, np.ndarray] = {}
-        self.ex_cycles: dict[tuple[str, int], np.ndarray] = {}
         self.prev_to = 0
         self.t[:] = 0
 

@@ -14,8 +14,6 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 from tremula import poplar
 from tremula.errors import TremulaError, reworded
 from tremula.popxl.graph import Graph
@@ -302,7 +300,3 @@ class Lowerer:
         if src is dst or (src.shape == dst.shape and src.same_as(dst)):
             return
         prog.add(poplar.Copy(src, dst))
-
-
-def as_numpy_dtype(t: Tensor) -> np.dtype:
-    return t.dtype.as_numpy()

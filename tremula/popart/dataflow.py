@@ -180,10 +180,9 @@ class PyStepIO:
     def __init__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray]) -> None:
         self.inputs = dict(inputs)
         self.outputs = dict(outputs)
-        self._checks = True
 
     def enableRuntimeAsserts(self, value: bool) -> None:
-        self._checks = bool(value)
+        """Accepted as in PopART; the arrays' element counts are checked on every step."""
 
 
 class PyWeightsIO:

@@ -50,10 +50,6 @@ class LocalReplicas:
     def distributed(self) -> bool:
         return False
 
-    def rows_of(self, replicas: np.ndarray) -> np.ndarray:
-        """Rows of global ``replicas`` (all local here)."""
-        return np.asarray(replicas, dtype=np.int64) - self.offset
-
     def cross_copy(
         self,
         key: Any,

@@ -94,12 +94,6 @@ def partition_starts(size: int, parts: int, grain: int) -> np.ndarray:
     return starts
 
 
-def partition_sizes(size: int, parts: int, grain: int) -> np.ndarray:
-    """Size (elements) of each partition."""
-    starts = partition_starts(size, parts, grain)
-    return np.diff(np.r_[starts, size])
-
-
 def valid_partition_counts(grains: int, limit: int) -> np.ndarray:
     """Partition counts of a dimension of ``grains`` grains that leave no partition empty
     (``ceil(grains / ceil(grains / P)) == P``), up to ``limit``."""
