@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,11 +87,10 @@ class EngineOptions:
 
 
 def parse_options(
-    options: dict[str, Any] | None, env: dict[str, str] | None = None
+    options: dict[str, Any] | None, env: Mapping[str, str] | None = None
 ) -> EngineOptions:
     merged: dict[str, Any] = dict(options or {})
-    env = os.environ if env is None else env
-    text = env.get("POPLAR_ENGINE_OPTIONS")
+    text = (os.environ if env is None else env).get("POPLAR_ENGINE_OPTIONS")
     if text:
         try:
             from_env = json.loads(text)
@@ -123,12 +123,16 @@ def parse_options(
         MODES[mode_name],
         _flag(merged.get("autoReport.outputHtml", "false"), "autoReport.outputHtml"),
         _count(merged, "target.firstRuntimeReplica", 0),
-        _count(merged, "target.numberRuntimeReplica", None),
-        _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT) or 0,
+        _optional_count(merged, "target.numberRuntimeReplica"),
+        _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
     )
 
 
-def _count(merged: dict[str, Any], name: str, default: int | None) -> int | None:
+def _optional_count(merged: dict[str, Any], name: str) -> int | None:
+    return _count(merged, name, 0) if name in merged else None
+
+
+def _count(merged: dict[str, Any], name: str, default: int) -> int:
     if name not in merged:
         return default
     value = merged[name]

@@ -80,7 +80,7 @@ class StreamConnection:
         name = stream.name
         if callable(source):
             self.callback: Callable[..., Any] | None = source
-            self.buffer = None
+            self.buffer: np.ndarray | None = None
             return
         self.callback = None
         source = host_buffer(stream, source)
@@ -138,9 +138,15 @@ class StreamConnection:
         """One transfer's host data as the stream's type (converted only when exact)."""
         return exact_cast(data, self.stream.dtype, f"stream {self.stream.name!r}")
 
-    def _rows(self, rsel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def _array(self) -> np.ndarray:
+        """The host buffer, ``[rows, transfers, n]``."""
+        if self.buffer is None:
+            raise StreamError(f"stream {self.stream.name!r} is connected to a callback")
+        return self.buffer
+
+    def _rows(self, rsel: slice | np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         reps = self._all if rsel is ALL else np.arange(self.replicas)[rsel]
-        depth = self.buffer.shape[1]
         pos = self.pos[reps] % depth
         self.pos[reps] = pos + 1
         return (np.zeros_like(reps) if self.shared else reps), pos
@@ -160,18 +166,19 @@ class StreamConnection:
                     )
                 out[...] = res.reshape(out.shape)
             return out
+        buf = self._array
         if self.replicas == 1 and self._one(rsel):  # a view of the transfer, no fancy index
-            return self._exact(self.buffer[0, self._next()])[None]
-        reps, pos = self._rows(rsel)
-        return self._exact(self.buffer[reps, pos])
+            return self._exact(buf[0, self._next(buf.shape[1])])[None]
+        reps, pos = self._rows(rsel, buf.shape[1])
+        return self._exact(buf[reps, pos])
 
     @staticmethod
     def _one(rsel: slice | np.ndarray) -> bool:
         return isinstance(rsel, slice) or len(rsel) == 1
 
-    def _next(self) -> int:
+    def _next(self, depth: int) -> int:
         """The one replica's next transfer (and advance)."""
-        pos = int(self.pos[0]) % self.buffer.shape[1]
+        pos = int(self.pos[0]) % depth
         self.pos[0] = pos + 1
         return pos
 
@@ -179,11 +186,12 @@ class StreamConnection:
         if self.callback is not None:
             self.callback(data[0].copy() if self.replicas == 1 else data.copy())
             return
+        buf = self._array
         if self.replicas == 1 and self._one(rsel):
-            self.buffer[0, self._next()] = data[0]
+            buf[0, self._next(buf.shape[1])] = data[0]
             return
-        reps, pos = self._rows(rsel)
-        self.buffer[reps, pos] = data
+        reps, pos = self._rows(rsel, buf.shape[1])
+        buf[reps, pos] = data
 
 
 class Runtime:
