@@ -44,7 +44,8 @@ class CompiledGroup:
     outputs_only: tuple[str, ...]
     sources: dict[str, np.ndarray] = field(default_factory=dict)  # N-d address views
     roots: dict[int, int] = field(default_factory=dict)  # variable aranges (GraphState)
-    _layouts: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
+    #: decided layouts: (field, shape), ("#cover", field), ("#grid", field, block) -> layout
+    _layouts: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     _shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
     _views: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
     _fast: Any = None  # the codelet's prepared closure (see Codelet.prepare)
@@ -243,7 +244,9 @@ def _grid_layout(source: np.ndarray | None, block: tuple[int, ...]) -> Any:
     if np.any(sorted_bases[1:] == sorted_bases[:-1]):
         return None
     grid = _first_run_shape(sorted_bases)
-    outer = None if grid is None else numeric_affine(sorted_bases.reshape(grid))
+    if grid is None:
+        return None
+    outer = numeric_affine(sorted_bases.reshape(grid))
     if outer is None:
         return None
     order = np.searchsorted(sorted_bases, bases)
