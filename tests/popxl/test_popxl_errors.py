@@ -792,3 +792,23 @@ def test_nll_reduction_and_remote_store_mismatch_give_popxl_messages() -> None:
             r"remote buffer 1: popxl.dtypes.float32 \(3, 2\)",
         ):
             ops.remote_store(buffer, 0, probs)
+
+
+def test_an_error_while_lowering_names_the_op_its_debug_name_and_the_users_line() -> None:
+    """popops refuses ``IS_INF`` of an int tensor when the Session lowers the graph; the
+    error says which PopXL op it was, its debug name and the line that created it."""
+    import inspect
+
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.name_scope("layer"):
+        x = popxl.variable(np.arange(4, dtype=np.int32), name="x")
+        line = inspect.currentframe().f_lineno + 1
+        y = ops.isinf(x)
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype), y)
+    assert y.producer.name == "layer/IsInf"
+    assert y.producer.created_at == f"{__file__}:{line}"
+    with pytest.raises(ValueError) as info:
+        popxl.Session(ir, "ipu_model")
+    message = str(info.value)
+    assert message.startswith(f"lowering op IsInf 'layer/IsInf' (output '{y.id}'; created at ")
+    assert f"{__file__}:{line})" in message and "operands of type int" in message

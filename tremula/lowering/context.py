@@ -62,14 +62,12 @@ class Env(dict):
 def naming(ops: list[Op]) -> Iterator[None]:
     """Say which PopXL ops were being lowered when a library refused them: an error from
     below (a popops type check names ``IS_INF``, not ``ops.isinf``) is raised again, of the
-    same type, prefixed with the ops' types and output tensors."""
+    same type, prefixed with each op's type, debug name, outputs and the ``file:line`` of the
+    user's code that created it (:meth:`Op.describe`)."""
     try:
         yield
     except (TremulaError, TypeError, ValueError, NotImplementedError) as err:
-        where = "; ".join(
-            f"{op.type} (output {', '.join(repr(t.id) for t in op.outputs) or 'none'})"
-            for op in ops
-        )
+        where = "; ".join(op.describe() for op in ops)
         raise reworded(err, f"lowering op {where}: {err}") from None
 
 
@@ -214,7 +212,7 @@ class Lowerer:
                 fn = RULES.get(op.type)
                 if fn is None:
                     raise NotImplementedError(
-                        f"lowering: no rule for op type {op.type!r} ({op!r})"
+                        f"lowering: no rule for op type {op.type!r}: op {op.describe()}"
                     )
                 with self.on_ipu(op.ipu), naming([op]):
                     fn(self, op, env, prog)

@@ -9,8 +9,10 @@ tables keyed by the same type name.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from tremula.errors import reworded
@@ -40,6 +42,16 @@ class Op:
     ipu: int | None = None  # None: made outside popxl.ipu (virtual IPU 0)
     tile_set: str = "compute"
     execution_context: ExecutionContext = ExecutionContext.Normal
+    #: the op's debug name: its type under the name scope it was created in
+    name: str = ""
+    #: ``file:line`` of the user's code that created the op (the first frame outside
+    #: Tremula and its PopXL / PopART packages)
+    created_at: str = ""
+
+    def describe(self) -> str:
+        """The op for a message: type, debug name, outputs and where the user made it."""
+        outputs = ", ".join(repr(t.id) for t in self.outputs) or "none"
+        return f"{self.type} {self.name!r} (output {outputs}; created at {self.created_at})"
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
@@ -95,6 +107,20 @@ def defop(
 
 
 _next_op_id = [0]
+
+#: packages whose frames are not the user's code
+_INTERNAL = ("tremula", "popxl", "popart", "popdist")
+
+
+def user_site() -> str:
+    """``file:line`` of the innermost caller outside Tremula's packages (``?`` if none)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.partition(".")[0] not in _INTERNAL:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
 
 
 def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
@@ -160,6 +186,8 @@ def create_op(
         ctx.ipu,
         "io" if ctx.io_tiles else "compute",
         ctx.execution_context,
+        f"{ctx.name_scope}/{op_type}" if ctx.name_scope else op_type,
+        user_site(),
     )
     _next_op_id[0] += 1
     names = list(names or [])
