@@ -147,7 +147,6 @@ class Engine:
             check_fits(self.memory, self.target)
         self.mode = "CPU" if self.target.is_cpu else self.options.profiler_mode
         self._runtime: Runtime | None = None
-        self._generation = self.state.generation
         rr = self.runtime_replicas
         sections = (lambda: {"instances": instances(sp, rr)}) if rr.distributed else None
         self._profiles = Profiles(

@@ -143,7 +143,7 @@ class Lowerer:
 
     def constant(self, c: Constant) -> poplar.Tensor:
         dtype = c.dtype.as_poplar()
-        v = self.graph.add_constant(dtype, c.shape, c._data, self.name(c.id))
+        v = self.graph.add_constant(dtype, c.shape, c.host_data, self.name(c.id))
         poplar.map_tensor_linearly(
             self.graph, v, grain_size=self.graph.target.vector_width(dtype.size)
         )
@@ -164,7 +164,7 @@ class Lowerer:
         for t in graph._tensors.values():  # creation order: the layout does not depend on ids
             with self.on_ipu(t._ipu):
                 if isinstance(t, Variable):
-                    if t._remote is None:  # remote variables live in their remote buffer
+                    if t.remote is None:  # remote variables live in their remote buffer
                         env[t] = self.variable(t)
                 elif isinstance(t, Constant):
                     env[t] = self.constant(t)

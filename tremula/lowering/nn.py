@@ -94,7 +94,7 @@ def _deltas_scale(
     g_ir, dtype = op.inputs[2], op.inputs[0].dtype.as_poplar()
     divisor = n if op.attrs["reduction"] == "mean" else 1
     if isinstance(g_ir, Constant) and kept is None:
-        return float(g_ir._data.reshape(())) / max(divisor, 1)
+        return float(g_ir.host_data.reshape(())) / max(divisor, 1)
     g = popops.cast(lw.graph, env[g_ir].reshape((1,)), dtype, prog, name=f"{g_ir.id}/cast")
     if op.attrs["reduction"] != "mean":
         return g

@@ -71,7 +71,7 @@ def _library_mapping(
 def _made_here(t: Tensor) -> bool:
     """A tensor whose Poplar tensor the lowering made with a linear mapping: a main-graph
     variable or a subgraph input."""
-    return (isinstance(t, Variable) and t._remote is None) or t in t.graph.inputs
+    return (isinstance(t, Variable) and t.remote is None) or t in t.graph.inputs
 
 
 def _map(lw: Lowerer, op: Op, env: Env, inputs: dict[int, int]) -> None:

@@ -107,7 +107,7 @@ class GraphState:
         self.host_reads: dict[str, Tensor] = {}
         self.initial_values: list[tuple[Tensor, np.ndarray]] = []
         self.address_roots: dict[int, int] = {}  # id(variable arange) -> its first address
-        self.generation = 0  # bumped on every change; engines compile one generation
+        self.generation = 0  # bumped on every change (a refused call leaves it as it was)
 
     def space(self, dtype: Type) -> Space:
         sp = self.spaces.get(dtype)

@@ -27,7 +27,7 @@ def _device_tensors(ir: Ir) -> Iterator[tuple[Tensor, int]]:
     """Every tensor that occupies device memory, with its bytes on one replica."""
     for graph in ir.graphs:
         for t in graph.tensors:
-            if isinstance(t, Variable) and t._remote is not None:
+            if isinstance(t, Variable) and t.remote is not None:
                 continue
             yield t, t.nelms * t.dtype.itemsize
 

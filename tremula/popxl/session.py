@@ -123,9 +123,7 @@ class Session:
         self._host_stale = False  # device weights newer than the host copies
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
         self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
-            v._shard[0]: v
-            for v in ir.main_graph.variables
-            if v._shard is not None and v._shard[0] is not None
+            shard: v for v in ir.main_graph.variables if (shard := v.shard) is not None
         }
 
     # ---- properties ----
@@ -193,10 +191,10 @@ class Session:
     # whose rows are the shards of the full variable (its host copy). Host copies hold
     # ``shape_on_host``; ``replica_grouping.py`` maps them to one row per replica and back.
     def _device_variables(self) -> list[tuple[Variable, VariableHandles]]:
-        return [(v, h) for v, h in self._lowerer.variables.items() if v._remote is None]
+        return [(v, h) for v, h in self._lowerer.variables.items() if v.remote is None]
 
     def _remote_variables(self) -> list[Variable]:
-        return [v for v in self._ir.main_graph.variables if v._remote is not None]
+        return [v for v in self._ir.main_graph.variables if v.remote is not None]
 
     def _shard_owner(self, v: object) -> Variable | None:
         """The replica-sharded variable whose on-device shard ``v`` is (else None)."""
@@ -204,18 +202,18 @@ class Session:
 
     @staticmethod
     def _host_array(v: Variable) -> np.ndarray:
-        return np.asarray(v._data).astype(v.dtype.as_numpy(), copy=False)
+        return np.asarray(v.host_data).astype(v.dtype.as_numpy(), copy=False)
 
     def _rows(self, v: Variable) -> np.ndarray:
         """``[R, ...]``: each replica's value of ``v`` (its shard, for a sharded variable)."""
-        if v._shard is not None:
-            return shard_rows(v.replica_grouping, v._shard[1], self._host_array(v), v.shape)
+        if v.shard_over is not None:
+            return shard_rows(v.replica_grouping, v.shard_over, self._host_array(v), v.shape)
         return replica_rows(v.replica_grouping, self._host_array(v), v.shape)
 
     def _from_rows(self, v: Variable, rows: np.ndarray) -> np.ndarray:
         """``v``'s host data from ``[R, ...]`` per-replica values (or shards)."""
-        if v._shard is not None:
-            return unshard_rows(v.replica_grouping, v._shard[1], rows, v.shape)
+        if v.shard_over is not None:
+            return unshard_rows(v.replica_grouping, v.shard_over, rows, v.shape)
         return group_rows(v.replica_grouping, rows, v.shape)
 
     def _check_remote_variables(self) -> None:
@@ -228,12 +226,13 @@ class Session:
         """
         taken: dict[tuple[Any, int], Variable] = {}
         for v in self._remote_variables():
-            buffer, entry = v._remote  # type: ignore[misc]
-            if buffer not in self._lowerer.remote:
+            if v.remote is None or v.remote[0] not in self._lowerer.remote:
                 continue
-            n = v.nelms if v._shard is None else -(-v.nelms // v._shard[1])
+            buffer, entry = v.remote
+            shards = v.shard_over
+            n = v.nelms if shards is None else -(-v.nelms // shards)
             what = f"Session: remote variable {v.id!r} ({v.dtype}, {n} elements per replica"
-            what += ")" if v._shard is None else f" in shards over {v._shard[1]} replicas)"
+            what += ")" if shards is None else f" in shards over {shards} replicas)"
             if math.prod(buffer.tensor_shape) != n or buffer.tensor_dtype != v.dtype:
                 raise StreamError(
                     f"{what} does not fit an entry of {buffer!r} "
@@ -249,7 +248,9 @@ class Session:
     def _remote_entry(self, v: Variable) -> tuple[str, int] | None:
         """(Poplar remote buffer name, entry) of a remote variable whose buffer the program
         uses (None if no op uses it: the host copy is then its only copy)."""
-        buffer, entry = v._remote  # type: ignore[misc]
+        if v.remote is None:
+            return None
+        buffer, entry = v.remote
         rb = self._lowerer.remote.get(buffer)
         return None if rb is None else (rb.name, entry)
 
@@ -266,7 +267,7 @@ class Session:
         for v in self._remote_variables():
             where = self._remote_entry(v)
             if where is not None:
-                same = v.replica_grouping.num_groups == 1 and v._shard is None
+                same = v.replica_grouping.num_groups == 1 and v.shard_over is None
                 self._write_entry(where, self._rows(v), same)
         if self._fragments[0]:
             self._engine.run(1)  # the ops made in ExecutionContext.WeightsFromHostFragment
@@ -299,9 +300,9 @@ class Session:
             rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
             owner = self._shard_owner(v)
             if owner is None:
-                self._store_host(v, group_rows(v.replica_grouping, rows, v.shape))
+                v.store_host(group_rows(v.replica_grouping, rows, v.shape))
                 continue
-            self._store_host(owner, self._from_rows(owner, rows))
+            owner.store_host(self._from_rows(owner, rows))
             synced.add(owner)
             where = self._remote_entry(owner)
             if where is not None:  # the shard is stored back to its remote buffer
@@ -313,9 +314,9 @@ class Session:
             rows = np.stack(
                 [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(L)]
             )
-            if v._shard is None:  # entries are flat: the variable may have any shape
+            if v.shard_over is None:  # entries are flat: the variable may have any shape
                 rows = rows.reshape(L, *v.shape)
-            self._store_host(v, self._from_rows(v, self._gather(rows)))
+            v.store_host(self._from_rows(v, self._gather(rows)))
         self._host_stale = False
 
     def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
@@ -328,16 +329,6 @@ class Session:
         local = rows[self._local]
         for r in range(self._L):
             self._engine.copy_to_remote_buffer(name, local[r], entry, r)
-
-    def _store_host(self, v: Variable, value: np.ndarray) -> None:
-        """Set ``v``'s host copy (``shape_on_host``); a memmap is written and flushed, a
-        read-only one left as it is."""
-        if isinstance(v._data, np.memmap):
-            if v._data.flags.writeable:
-                v._data[...] = value
-                v._data.flush()
-        else:
-            v._data = np.array(value, dtype=v.dtype.as_numpy())  # float8: codes, PopXL's dtype
 
     def get_tensor_data(self, t: Tensor) -> np.ndarray:
         """A variable's or constant's value (syncing from the device if it ran since).
@@ -376,9 +367,11 @@ class Session:
 
     def _host_value(self, t: Tensor) -> np.ndarray:
         if isinstance(t, Constant):
-            return np.array(t._data)
-        v: Variable = t  # type: ignore[assignment]
-        data = np.array(v._data)
+            return np.array(t.host_data)
+        if not isinstance(t, Variable):
+            raise TypeError(f"{t!r} is not a Variable or Constant")
+        v = t
+        data = np.array(v.host_data)
         rg = v.replica_grouping
         if v.retrieval_mode == "all_replicas" and rg.group_size > 1:
             return replica_rows(rg, data, v.shape)
@@ -404,7 +397,7 @@ class Session:
         if self._attached and self._host_stale:
             self.weights_to_host()  # keep the device values of the other weights
         for var, arr in checked.items():
-            self._store_host(var, arr)
+            var.store_host(arr)
         if self._attached:
             self.weights_from_host()
 

@@ -402,6 +402,38 @@ class Variable(Tensor):
         groups = self._replica_grouping.num_groups
         return (groups, *self.shape) if groups > 1 else self.shape
 
+    # ---- host storage (Tremula: what a Session reads and writes) ----
+    @property
+    def host_data(self) -> np.ndarray:
+        """The host copy, ``shape_on_host`` (the initial value until a Session writes it)."""
+        return self._data
+
+    def store_host(self, value: np.ndarray) -> None:
+        """Set the host copy (``shape_on_host``); a memmap is written and flushed, a read-only
+        one left as it is."""
+        if isinstance(self._data, np.memmap):
+            if self._data.flags.writeable:
+                self._data[...] = value
+                self._data.flush()
+        else:
+            self._data = np.array(value, dtype=self.dtype.as_numpy())  # float8: codes
+
+    @property
+    def remote(self) -> tuple[Any, int] | None:
+        """``(RemoteBuffer, entry)`` of a variable that lives in a remote buffer, else None."""
+        return self._remote
+
+    @property
+    def shard(self) -> Variable | None:
+        """The on-device shard of a replica-sharded variable (None: not sharded, or its
+        shards live in a remote buffer)."""
+        return None if self._shard is None else self._shard[0]
+
+    @property
+    def shard_over(self) -> int | None:
+        """The number of replicas the variable is sharded over (None: not sharded)."""
+        return None if self._shard is None else self._shard[1]
+
 
 class Constant(Tensor):
     """A tensor with a value fixed when the graph is built."""
@@ -411,6 +443,11 @@ class Constant(Tensor):
     ) -> None:
         super().__init__(graph, tensor_id, name, spec)
         self._data = data
+
+    @property
+    def host_data(self) -> np.ndarray:
+        """The constant's value."""
+        return self._data
 
 
 #: Annotate a ``create_graph`` function parameter to pass that input by reference.

@@ -257,7 +257,7 @@ class _Autodiff:
             return value
         with self.grad_graph:
             if isinstance(t, Constant):
-                value = constant(t._data, t.dtype, t.name)
+                value = constant(t.host_data, t.dtype, t.name)
             else:
                 self._check_unmodified(t)
                 value = graph_input(t.shape, t.dtype, t.name)
