@@ -805,7 +805,7 @@ def test_an_error_while_lowering_names_the_op_its_debug_name_and_the_users_line(
         line = inspect.currentframe().f_lineno + 1
         y = ops.isinf(x)
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype), y)
-    assert y.producer.name == "layer/IsInf"
+    assert y.producer.debug_name == "layer/IsInf"
     assert y.producer.created_at == f"{__file__}:{line}"
     with pytest.raises(ValueError) as info:
         popxl.Session(ir, "ipu_model")

@@ -45,7 +45,7 @@ class Session:
         if self._s.is_attached and self._s._host_stale:
             self._s.weights_to_host()  # keep the device values of the other weights
         for v, arr in checked.items():
-            self._s._store_host(v, arr)
+            v.store_host(arr)
 
     def weightsFromHost(self) -> None:
         self._s.weights_from_host()

@@ -43,15 +43,15 @@ class Op:
     tile_set: str = "compute"
     execution_context: ExecutionContext = ExecutionContext.Normal
     #: the op's debug name: its type under the name scope it was created in
-    name: str = ""
+    debug_name: str = ""
     #: ``file:line`` of the user's code that created the op (the first frame outside
     #: Tremula and its PopXL / PopART packages)
-    created_at: str = ""
+    created_at: str = "?"
 
     def describe(self) -> str:
         """The op for a message: type, debug name, outputs and where the user made it."""
         outputs = ", ".join(repr(t.id) for t in self.outputs) or "none"
-        return f"{self.type} {self.name!r} (output {outputs}; created at {self.created_at})"
+        return f"{self.type} {self.debug_name!r} (output {outputs}; created at {self.created_at})"
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
