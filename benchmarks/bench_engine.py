@@ -51,7 +51,10 @@ def best(fn, repeat: int = 5) -> float:
 def elementwise_engine(n: int, tiles: int) -> tuple[poplar.Engine, float]:
     """An AXPY over ``n`` elements on ``tiles`` tiles, one vertex per worker; returns the
     loaded engine and the compile time in seconds."""
-    device = poplar.IPUModel(tiles_per_ipu=tiles).create_device()
+    # tiles enough memory for the data however few they are (the memory is not what is
+    # measured; a variable larger than the whole target is refused when it is added)
+    per_tile = max(poplar.IPUModel().memory_bytes_per_tile, -(-4 * n * 2 // tiles) + 2**16)
+    device = poplar.IPUModel(tiles_per_ipu=tiles, memory_bytes_per_tile=per_tile).create_device()
     graph = poplar.Graph(device.target)
     graph.add_codelets(AXPY)
     x = graph.add_variable(poplar.FLOAT, (n,), "x")
