@@ -18,6 +18,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     resize,
     rnn,
     roi_align,
+    scatter,
     shape,
     sparse,
     tensor_ops,

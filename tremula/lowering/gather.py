@@ -16,20 +16,22 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
-from tremula.popxl.ops.gather import grouped_layout, grouped_out_perm, start_value
+from tremula.popxl.ops.gather import grouped_layout, grouped_out_perm
 
 
-def _const(lw: Lowerer, dtype: poplar.Type, data: np.ndarray, name: str) -> poplar.Tensor:
+def const(lw: Lowerer, dtype: poplar.Type, data: np.ndarray, name: str) -> poplar.Tensor:
+    """A constant of ``data``, mapped linearly over the tiles."""
     c = lw.graph.add_constant(dtype, data.shape, data, lw.name(name))
     poplar.map_tensor_linearly(lw.graph, c, grain_size=lw.graph.target.vector_width(dtype.size))
     return c
 
 
-def _signed(index: poplar.Tensor, e: pe.Expr) -> pe.Expr:
+def signed(index: poplar.Tensor, e: pe.Expr) -> pe.Expr:
+    """The index expression ``e`` of ``index`` as a signed int (uint32 indices are cast)."""
     return pe.Cast(e, poplar.INT) if index.dtype is not poplar.INT else e
 
 
-def _wrapped(i: pe.Expr, n: int) -> pe.Expr:
+def wrapped(i: pe.Expr, n: int) -> pe.Expr:
     """A signed index with negative values counted from the end."""
     return pe.Select(i + n, i, pe.Lt(i, 0))
 
@@ -54,10 +56,10 @@ def _grouped_rows(
     index``, -1 for an index outside ``[0, n)`` (zeros in multi_slice, ignored by the
     updates)."""
     starts = (np.arange(groups, dtype=np.int32) * n).reshape(groups, 1)
-    i = _signed(idx, pe._1)
+    i = signed(idx, pe._1)
     e = pe.Select(pe._2 + i, -1, pe.And(pe.Gte(i, 0), pe.Lt(i, n)))
     per_group = idx.reshape((groups, idx.num_elements // groups))
-    starts_t = _const(lw, poplar.INT, starts, f"{name}/starts")
+    starts_t = const(lw, poplar.INT, starts, f"{name}/starts")
     return popops.map(lw.graph, e, [per_group, starts_t], prog, name=f"{name}/rows").flatten()
 
 
@@ -95,89 +97,6 @@ def grouped_gather_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) ->
     env[op.outputs[0]] = table.dim_shuffle([int(d) for d in np.argsort(perm)])
 
 
-@rule("Scatter")
-def scatter(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    t_ir, idx_ir, _ = op.inputs
-    t, idx, values = (env[i] for i in op.inputs)
-    name = op.outputs[0].id
-    flat = _flat_targets(lw, idx, idx_ir.shape, t_ir.shape, op.attrs["axis"], prog, name)
-    out = lw.new_tensor(op.outputs[0])
-    prog.add(poplar.Copy(t, out))
-    n = values.num_elements
-    popops.multi_update(
-        lw.graph, out.reshape((out.num_elements, 1)), flat, values.reshape((n, 1)), prog,
-        name=name,
-    )  # fmt: skip
-    env[op.outputs[0]] = out
-
-
-def _flat_targets(
-    lw: Lowerer,
-    idx: poplar.Tensor,
-    data_shape: tuple[int, ...],
-    out_shape: tuple[int, ...],
-    ax: int,
-    prog: poplar.Sequence,
-    name: str,
-) -> poplar.Tensor:
-    """The flat output element each element of ``data`` goes to (``idx`` has data's shape,
-    its values on axis ``ax``; negatives count from the end), -1 for out-of-range indices
-    (ignored by the multi-updates). Shared by scatter and scatter_reduce."""
-    strides = np.array(
-        [math.prod(out_shape[d + 1 :]) for d in range(len(out_shape))], dtype=np.int64
-    )
-    pos = np.indices(data_shape).reshape(len(data_shape), -1)
-    pos[ax] = 0
-    base = _const(lw, poplar.INT, (strides @ pos).astype(np.int32).reshape(data_shape), name)
-    i = _wrapped(_signed(idx, pe._2), out_shape[ax])
-    valid = pe.And(pe.Gte(i, 0), pe.Lt(i, out_shape[ax]))
-    e = pe.Select(pe._1 + i * int(strides[ax]), -1, valid)
-    return popops.map(lw.graph, e, [base, idx], prog, name=f"{name}/indices").flatten()
-
-
-@rule("ScatterReduce")
-def scatter_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    data_ir = op.inputs[0]
-    data, idx = env[data_ir], env[op.inputs[1]]
-    a, name = op.attrs, op.outputs[0].id
-    ax, red = a["axis"], a["reduction"]
-    shape, out_shape = data_ir.shape, op.outputs[0].shape
-    if a["broadcast"]:  # a 1-D index per position on the axis, the same across the others
-        idx = idx.reshape(tuple(s if d == ax else 1 for d, s in enumerate(shape)))
-        for d, s in enumerate(shape):
-            if d != ax:
-                idx = idx.broadcast(s, d)
-    flat = _flat_targets(lw, idx, shape, out_shape, ax, prog, name)
-    out = lw.new_tensor(op.outputs[0])
-    table = out.reshape((out.num_elements, 1))
-    rows = data.reshape((data.num_elements, 1))
-    g = lw.graph
-    initial = len(op.inputs) > 2
-    if initial:
-        prog.add(poplar.Copy(env[op.inputs[2]], out))
-    elif red in ("sum", "none"):
-        popops.zero(g, out, prog, name=f"{name}/zero")
-    if red == "sum":
-        popops.multi_update_add(g, table, flat, rows, 1.0, prog, name=name)
-    elif red == "none":
-        popops.multi_update(g, table, flat, rows, prog, name=name)
-    else:
-        if not initial:
-            popops.fill(g, out, start_value(red, out.dtype.numpy), prog, name=f"{name}/start")
-        popops.multi_update_op(g, table, flat, rows, red.upper(), prog, name=name)
-        if not initial:  # positions no index reaches are 0
-            hits = lw.new_tensor(None, poplar.FLOAT, out_shape, name=f"{name}/hits")
-            popops.zero(g, hits, prog, name=f"{name}/hits")
-            ones = _const(lw, poplar.FLOAT, np.ones((data.num_elements, 1), np.float32), name)
-            popops.multi_update_add(
-                g, hits.reshape((hits.num_elements, 1)), flat, ones, 1.0, prog, name=f"{name}/hits"
-            )
-            popops.map_in_place(
-                g, pe.Select(pe._1, 0, pe.Gt(pe._2, 0.0)), [out, hits], prog, name=f"{name}/empty"
-            )
-    env[op.outputs[0]] = out
-
-
 @rule("DynamicSlice")
 def dynamic_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     t, index = env[op.inputs[0]], env[op.inputs[1]]
@@ -208,10 +127,10 @@ def onehot(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     classes = np.arange(n, dtype=np.int32).reshape(
         [n if d == ax else 1 for d in range(idx.rank + 1)]
     )
-    arange = _const(lw, poplar.INT, classes, f"{name}/classes")
-    i = _signed(idx, pe._1)
+    arange = const(lw, poplar.INT, classes, f"{name}/classes")
+    i = signed(idx, pe._1)
     if idx.dtype is poplar.INT:
-        i = _wrapped(i, n)
+        i = wrapped(i, n)
     e = pe.Select(pe._4, pe._3, pe.Equal(i, pe._2))
     env[op.outputs[0]] = popops.map(
         lw.graph, e, [idx.expand([ax]), arange, values[0:1], values[1:2]], prog, name=name

@@ -15,7 +15,7 @@ from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
-from tremula.lowering.gather import _const, _signed
+from tremula.lowering.gather import const, signed
 from tremula.popxl.ops.base import Op
 from tremula.popxl.ops.roi_align import sample_steps
 
@@ -48,7 +48,7 @@ def _axis_samples(
         g,
         start + pe._3 * (length / float(bins)),
         [rois[:, cols[0] : cols[0] + 1], rois[:, cols[1] : cols[1] + 1],
-         _const(lw, poplar.FLOAT, steps, f"{name}/steps")],
+         const(lw, poplar.FLOAT, steps, f"{name}/steps")],
         prog,
         name=f"{name}/coord",
     )  # fmt: skip
@@ -84,7 +84,7 @@ def sample_plan(
     x, wx = _axis_samples(lw, rois, (0, 2), w, ow, a, prog, f"{name}/x")
     y, wy = (v.reshape((k, oh, r, 1, 1, 2, 1)) for v in (y, wy))
     x, wx = (v.reshape((k, 1, 1, ow, r, 1, 2)) for v in (x, wx))
-    b = _signed(bidx, pe._1)
+    b = signed(bidx, pe._1)
     inside = pe.And(pe.And(pe.Gte(pe._2, 0), pe.Gte(pe._3, 0)), pe.And(pe.Gte(b, 0), pe.Lt(b, n)))
     rows = popops.map(
         lw.graph,

@@ -53,6 +53,8 @@ from tremula.popxl.ops.resize import *  # noqa: F403
 from tremula.popxl.ops.resize import __all__ as _resize
 from tremula.popxl.ops.roi_align import *  # noqa: F403
 from tremula.popxl.ops.roi_align import __all__ as _roi_align
+from tremula.popxl.ops.scatter import *  # noqa: F403
+from tremula.popxl.ops.scatter import __all__ as _scatter
 from tremula.popxl.ops.shape import *  # noqa: F403
 from tremula.popxl.ops.shape import __all__ as _shape
 from tremula.popxl.ops.tensor_ops import (
@@ -81,6 +83,7 @@ __all__ = [
     *_unary,
     *_nn,
     *_gather,
+    *_scatter,
     *_misc,
     *_random,
     *_control,
