@@ -13,16 +13,17 @@ numba.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-try:  # the optional accelerator
-    import numba as _numba
-except ImportError:  # pragma: no cover - the extra is absent
-    _numba = None
-
-_enabled = _numba is not None
+#: whether the optional accelerator is installed; it is imported only when a kernel first
+#: compiles (importing numba takes a second and pulls in SciPy)
+_installed = importlib.util.find_spec("numba") is not None
+_enabled = _installed
 
 
 def available() -> bool:
@@ -35,7 +36,7 @@ def set_enabled(enabled: bool) -> bool:
     previous setting. With them off every vertex runs its NumPy path."""
     global _enabled
     previous = _enabled
-    _enabled = bool(enabled) and _numba is not None
+    _enabled = bool(enabled) and _installed
     return previous
 
 
@@ -54,11 +55,12 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         if self._compiled is not None:
             return self._compiled(*args)
-        compiled = _compile(self.py)
+        numba = _numba()
+        compiled = numba.njit(cache=True, nogil=True)(self.py)
         with warnings.catch_warnings():
             # the first call compiles (or loads the disk cache); a read-only install cannot
             # cache and says so: it then compiles again in each process
-            warnings.simplefilter("ignore", _numba.NumbaWarning)
+            warnings.simplefilter("ignore", numba.NumbaWarning)
             result = compiled(*args)
         self._compiled = compiled
         return result
@@ -70,7 +72,8 @@ def kernel(fn: Callable[..., Any]) -> Kernel:
     return Kernel(fn)
 
 
-def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
-    if _numba is None:  # pragma: no cover - guarded by available()
-        raise RuntimeError(f"kernel {fn.__name__}: numba is not installed")
-    return _numba.njit(cache=True, nogil=True)(fn)
+def _numba() -> ModuleType:
+    """numba, imported on a kernel's first call."""
+    if not _installed:  # pragma: no cover - guarded by available()
+        raise RuntimeError("compiled kernels need numba (pip install 'tremula[fast]')")
+    return importlib.import_module("numba")
