@@ -59,7 +59,7 @@ class ProfileError(TremulaError, ValueError):
     """A profile does not follow the Poplar profile format or breaks one of its invariants."""
 
 
-class PopartException(TremulaError, RuntimeError):
+class PopartException(TremulaError):
     """PopART's ``popart.popart_exception``: the IR refused a program. PopXL programs catch
     it by that name (``import popart``)."""
 

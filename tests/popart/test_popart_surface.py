@@ -21,6 +21,9 @@ def test_exceptions_are_tremulas() -> None:
     assert issubclass(popart.popart_internal_exception, popart.popart_exception)
     assert issubclass(popart.popart_runtime_error, popart.popart_exception)
     assert popart.popart_exception is tremula_popart.popart_exception
+    # PopART's exception subclasses Exception, not RuntimeError (spec: popxl-fidelity)
+    assert issubclass(popart.popart_exception, Exception)
+    assert not issubclass(popart.popart_exception, RuntimeError)
 
 
 @pytest.mark.parametrize(
