@@ -88,8 +88,12 @@ CASES = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float16"])
 @pytest.mark.parametrize(
     ("case", "as_tensor"),
-    [(c, t) for c, (_, _, f) in CASES.items() for t in (False, True) if f is not None or not t],
-    ids=lambda v: {False: "number", True: "tensor"}.get(v, v) if isinstance(v, bool) else v,
+    [
+        pytest.param(case, as_tensor, id=f"{case}-{'tensor' if as_tensor else 'number'}")
+        for case, (_, _, factor) in CASES.items()
+        for as_tensor in (False, True)
+        if factor is not None or not as_tensor  # a tensor factor only where there is one
+    ],
 )
 def test_accumulators_match_numpy(case, as_tensor, dtype, device):
     fn, formula, f = CASES[case]
