@@ -7,7 +7,8 @@ reference measured in the same run (best of several repetitions, interleaved).
    (target: at least 0.8x its speed).
 2. SGD update of the same batch with repeated indices (uniform and Zipf-distributed): the
    host callback (sum the repeats, apply ``row -= lr * sum``) against
-   ``numpy.add.at(table, idx, -lr * grads)`` (target: at least 5x faster).
+   ``numpy.add.at(table, idx, -lr * grads)`` (target: at least 5x faster), both host paths:
+   NumPy (``kernels.py``) and compiled (``fused.py``, when numba is installed).
 3. The char-GRU example (``examples/host_embedding/char_gru.py``, replication 2) on the IPU
    Model: steps per second with the host embedding, next to the same model with a
    device-resident ``ops.gather`` embedding; and the simulated share of a step spent in the
@@ -33,6 +34,7 @@ import numpy as np
 import popxl
 from tremula import embedding
 from tremula.embedding.lowering import lookup_callback, update_callback
+from tremula.libs import jit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,24 +81,43 @@ def lookup_and_update(repeats: int) -> None:
     print(f"   {_ratio(t, 'numpy.take', 'host lookup')}")
     grads = rng.standard_normal((n, enc), dtype=np.float32)
     update = update_callback(emb, clip=True)
-    print("2. SGD update of the same batch (target >= 5x numpy.add.at):")
+    paths = {"NumPy": False, "compiled": True} if jit.available() else {"NumPy": False}
+    print(
+        "2. SGD update of the same batch (target >= 5x numpy.add.at); the host's NumPy path"
+        + (" and its compiled path (numba):" if jit.available() else " (numba is not installed):")
+    )
     for name, batch in (("uniform", idx), ("zipf(1.2)", ((rng.zipf(1.2, n) - 1) % tokens))):
         batch = batch.astype(np.int32)
         ins = [batch[None], grads.reshape(1, -1)]
-        check = host.copy()
-        update(ins, [])
+        start, after = host.copy(), {}
+        for path, enabled in paths.items():  # one update each (compiles the kernels)
+            host[...] = start
+            _with_kernels(enabled, lambda i=ins: update(i, []))
+            after[path] = host.copy()
+        check = start.copy()
         np.add.at(check, batch, np.float32(-lr) * grads)
-        np.testing.assert_allclose(host, check, rtol=1e-5, atol=1e-4)  # the same update
+        np.testing.assert_allclose(after["NumPy"], check, rtol=1e-5, atol=1e-4)  # the update
+        for path in after:  # and the paths agree bit for bit
+            np.testing.assert_array_equal(after[path], after["NumPy"])
         scaled = np.float32(-lr) * grads
-        t = best_of(
-            {
-                "numpy.add.at": lambda b=batch, s=scaled: np.add.at(host, b, s),
-                "host update": lambda i=ins: update(i, []),
-            },
-            repeats,
-        )
-        distinct = np.unique(batch).size
-        print(f"   {name} ({distinct} distinct rows): {_ratio(t, 'numpy.add.at', 'host update')}")
+        fns = {"numpy.add.at": lambda b=batch, s=scaled: np.add.at(host, b, s)}
+        for path, enabled in paths.items():
+            fns[f"host update ({path})"] = lambda e=enabled, i=ins: _with_kernels(
+                e, lambda: update(i, [])
+            )
+        t = best_of(fns, repeats)
+        print(f"   {name} ({np.unique(batch).size} distinct rows):")
+        for path in paths:
+            print(f"     {_ratio(t, 'numpy.add.at', f'host update ({path})')}")
+
+
+def _with_kernels(enabled: bool, fn: Callable[[], None]) -> None:
+    """``fn()`` with the compiled kernels on or off (:mod:`tremula.libs.jit`)."""
+    previous = jit.set_enabled(enabled)
+    try:
+        fn()
+    finally:
+        jit.set_enabled(previous)
 
 
 def _simulated(session: popxl.Session, prefix: str, runs: int) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from tremula.errors import EmbeddingError
 RNG = np.random.default_rng(4)
 
 
-def test_a_npy_path_is_opened_as_a_memmap_and_updates_reach_the_file(tmp_path):
+def test_a_npy_path_is_opened_as_a_memmap_and_updates_reach_the_file(tmp_path, host_path):
     path = tmp_path / "table.npy"
     table = RNG.standard_normal((50, 8)).astype(np.float32)
     np.save(path, table)

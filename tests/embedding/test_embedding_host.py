@@ -1,7 +1,8 @@
 """Host embeddings in host mode, run through PopXL sessions: lookups and SGD / SGD+GA
-updates (repeats and replicas summed) against NumPy, clamping and refused indices,
-deduplication, inference-only embeddings, updates that autodiff must not prune, float16,
-several lookups, atomic updates and the host exchanges in the profile."""
+updates (repeats and replicas summed) against NumPy, on both host paths (``host_path``:
+compiled and NumPy), clamping and refused indices, deduplication, inference-only embeddings,
+updates that autodiff must not prune, float16, several lookups, atomic updates and the host
+exchanges in the profile."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _indices(R, shape, t, spread=2):
 
 
 @pytest.mark.parametrize("R", [1, 2, 4])
-def test_lookups_and_sgd_updates_match_numpy_exactly(R):
+def test_lookups_and_sgd_updates_match_numpy_exactly(R, host_path):
     """Random (not dyadic) gradients: the sums follow np.add.at's order bit for bit."""
     emb, table = _embedding()
     prog = build(emb, (3, 4), replicas=R)
@@ -70,7 +71,7 @@ def test_inference_only_embedding_gets_no_update_from_autodiff():
     assert not zero.trainable
 
 
-def test_the_update_is_not_pruned_when_grads_required_names_nothing():
+def test_the_update_is_not_pruned_when_grads_required_names_nothing(host_path):
     emb, table = _embedding()
     prog = build(emb, (4,), grads_required="none")
     idx = np.array([1, 1, 20, -3], np.int32)
@@ -82,7 +83,7 @@ def test_the_update_is_not_pruned_when_grads_required_names_nothing():
     )
 
 
-def test_two_lookups_of_one_table_both_update_it():
+def test_two_lookups_of_one_table_both_update_it(host_path):
     emb, table = _embedding()
     prog = build(emb, (4,), lookups=2)
     idx, grads = np.array([0, 3, 3, 7], np.int32), dyadic(RNG, (4, 6))
@@ -95,7 +96,7 @@ def test_two_lookups_of_one_table_both_update_it():
 
 
 @pytest.mark.parametrize("R", [1, 2])
-def test_gradient_accumulation_applies_once_per_window(R):
+def test_gradient_accumulation_applies_once_per_window(R, host_path):
     spec = embedding.HostEmbeddingSGDGAOptimizerSpec(0.5, accumulation_factor=3)
     emb, table = _embedding(spec=spec)
     assert spec.name == "SGD+GA"
@@ -140,7 +141,7 @@ def test_unclipped_indices_out_of_range_fail_the_run_naming_the_index():
 
 
 @pytest.mark.parametrize("R", [1, 2])
-def test_deduplicated_lookups_give_the_same_rows_with_fewer_bytes(R):
+def test_deduplicated_lookups_give_the_same_rows_with_fewer_bytes(R, host_path):
     results = {}
     init = RNG.standard_normal((12, 8)).astype(np.float32)  # True: capacity min(16, 12)
     for dedup in (False, True, 6):

@@ -1,5 +1,6 @@
 """The host side alone: the repeat sums (exactly np.add.at's, in order), all-or-nothing
-read-modify-write, the optimizer specs against their formulas in NumPy, the TOKEN and
+read-modify-write, SGD and SGD + GA updates on both host paths (compiled and NumPy) against
+np.add.at bit for bit, the optimizer specs against their formulas in NumPy, the TOKEN and
 ENCODING layouts (the spec's examples, and round trips), and the specs' bad input."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from tremula import embedding
 from tremula.embedding import kernels
 from tremula.embedding.partition import Layout
 from tremula.embedding.table import HostTable
-from tremula.errors import EmbeddingError
+from tremula.errors import ApplicationRuntimeError, EmbeddingError
 
 RNG = np.random.default_rng(3)
 
@@ -70,6 +71,84 @@ def test_read_modify_write_restores_the_chunks_written_when_a_step_fails(rows):
     kernels.read_modify_write(table, order, add_one)
     before[order] += 1
     np.testing.assert_array_equal(table, before)
+
+
+MAKERS = {
+    "distinct": lambda n: RNG.integers(0, 10 * n, n),
+    "zipf": lambda n: (RNG.zipf(1.3, n) - 1) % 1000,
+    "uniform-small": lambda n: RNG.integers(0, 40, n),
+    "one-row": lambda n: np.zeros(n, np.int64),
+}
+
+
+def _sgd_reference(table, steps, lr, factor):
+    """SGD (+ GA) in NumPy: each step's gradients summed per row by ``np.add.at`` into
+    zeros (order of occurrence), a window's step sums summed in step order, then
+    ``row + (-lr) * sum`` for the rows the window touched."""
+    table, window, touched = table.copy(), np.zeros_like(table), np.zeros(len(table), bool)
+    for k, (idx, grads) in enumerate(steps, start=1):
+        step = np.zeros_like(table)
+        np.add.at(step, idx, grads)
+        window += step
+        touched[idx] = True
+        if k % factor == 0:
+            table[touched] = table[touched] + np.float32(-lr) * window[touched]
+            window[...], touched[...] = 0, False
+    return table
+
+
+@pytest.mark.parametrize("factor", [1, 3])
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS.keys())
+def test_sgd_updates_equal_the_add_at_reference_bit_for_bit(make, factor, host_path):
+    n, e, lr = 3000, 5, 0.375
+    table = RNG.standard_normal((10 * n, e)).astype(np.float32)
+    steps = [
+        (make(n).astype(np.int32), RNG.standard_normal((n, e)).astype(np.float32))
+        for _ in range(2 * factor)
+    ]
+    spec = embedding.HostEmbeddingSGDGAOptimizerSpec(lr, accumulation_factor=factor)
+    host = _apply(spec, table, steps)
+    assert (host._fused is not None) == (host_path == "compiled")
+    assert host.steps == 2
+    np.testing.assert_array_equal(host.array, _sgd_reference(table, steps, lr, factor))
+
+
+def test_a_discarded_window_leaves_nothing_behind(host_path):
+    t, e = 50, 3
+    table = RNG.standard_normal((t, e)).astype(np.float32)
+    steps = _steps(t, e, count=5, n=40)
+    host = _apply(
+        embedding.HostEmbeddingSGDGAOptimizerSpec(0.5, accumulation_factor=3), table, steps[:2]
+    )
+    host.discard_pending()
+    for idx, grads in steps[2:]:
+        host.update(idx, grads)
+    np.testing.assert_array_equal(host.array, _sgd_reference(table, steps[2:], 0.5, 3))
+
+
+def test_an_update_with_an_index_out_of_range_writes_nothing(host_path):
+    t, e = 20, 4
+    table = RNG.standard_normal((t, e)).astype(np.float32)
+    host = HostTable("t", table.copy(), embedding.HostEmbeddingOptimizerSpec(0.5))
+    grads = RNG.standard_normal((4, e)).astype(np.float32)
+    with pytest.raises(ApplicationRuntimeError, match=r"'t': update index 20 .*position 2"):
+        host.update(np.array([3, 3, 20, 1], np.int32), grads)
+    np.testing.assert_array_equal(host.array, table)
+    idx = np.array([3, 3, 19, 1], np.int32)  # the next update is whole
+    host.update(idx, grads)
+    np.testing.assert_array_equal(host.array, _sgd_reference(table, [(idx, grads)], 0.5, 1))
+
+
+def test_only_plain_sgd_takes_the_compiled_path():
+    class Own(embedding.HostEmbeddingOptimizerSpec):
+        def apply(self, old, sums, new, state, step):
+            return super().apply(old, sums, new, state, step)
+
+    assert embedding.HostEmbeddingOptimizerSpec(0.1).plain_sgd
+    assert embedding.HostEmbeddingSGDGAOptimizerSpec(0.1, accumulation_factor=2).plain_sgd
+    assert not Own(0.1).plain_sgd
+    assert not embedding.HostEmbeddingAdamOptimizerSpec(0.1).plain_sgd
+    assert not embedding.HostEmbeddingAdagradOptimizerSpec(0.1).plain_sgd
 
 
 def _apply(spec, table, steps):

@@ -91,6 +91,12 @@ class HostEmbeddingOptimizerSpec:
         return self.learning_rate != 0
 
     @property
+    def plain_sgd(self) -> bool:
+        """Whether the update is this class's SGD rule (not a subclass's own ``apply``):
+        the host may then run it as a compiled loop (``fused.py``), with the same bits."""
+        return type(self).apply is HostEmbeddingOptimizerSpec.apply
+
+    @property
     def accumulation_factor(self) -> int:
         """The number of steps whose gradients are summed before an update is applied."""
         return 1

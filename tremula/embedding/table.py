@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tremula.embedding import kernels
+from tremula.embedding import fused, kernels
 from tremula.embedding.optimizers import HostEmbeddingOptimizerSpec
 from tremula.errors import ApplicationRuntimeError
+from tremula.libs import jit
 
 
 @dataclass
@@ -61,6 +62,7 @@ class HostTable:
     _pending: list[kernels.RowSums] = field(default_factory=list)
     _calls: int = 0
     _scratch: np.ndarray | None = None  # the old rows of an update (kept for undo)
+    _fused: fused.FusedSGD | None = None  # the compiled SGD update's scratch and window
 
     def __post_init__(self) -> None:
         if self.spec is not None and not self.state:
@@ -106,23 +108,74 @@ class HostTable:
         if self.spec is None or not self.spec.trainable:
             return
         start = time.perf_counter()
-        sums = kernels.segment_sum(indices, grads)
         s = self.stats
         s.updates += 1
         s.update_rows += indices.size
         s.bytes_from_device += indices.nbytes + grads.nbytes
-        factor = self.spec.accumulation_factor
-        if factor > 1:
+        if self._compiled(grads):
+            self._update_compiled(indices, grads)
+        else:
+            self._update_numpy(indices, grads)
+        s.update_seconds += time.perf_counter() - start
+
+    def _compiled(self, grads: np.ndarray) -> bool:
+        """Whether this update takes the compiled SGD path (:mod:`fused`): numba is
+        installed, the spec is plain SGD (or SGD + GA), the table and the gradients are
+        float32; an accumulation window stays on the path it started on."""
+        if self._pending:
+            return False
+        if self._fused is not None and self._fused.pending:
+            return True
+        spec = self.spec
+        return (
+            jit.available()
+            and spec is not None
+            and spec.plain_sgd
+            and self.array.dtype == np.float32
+            and grads.dtype == np.float32
+        )
+
+    def _update_numpy(self, indices: np.ndarray, grads: np.ndarray) -> None:
+        assert self.spec is not None
+        self.check(indices.reshape(1, -1), "update")  # as the compiled path: nothing written
+        sums = kernels.segment_sum(indices, grads)
+        if self.spec.accumulation_factor > 1:
             self._pending.append(sums)
             self._calls += 1
-            if self._calls % factor == 0:
+            if self._calls % self.spec.accumulation_factor == 0:
                 self.flush()
         else:
             self.apply(sums)
-        s.update_seconds += time.perf_counter() - start
+
+    def _update_compiled(self, indices: np.ndarray, grads: np.ndarray) -> None:
+        assert self.spec is not None
+        f = self._fused
+        if f is None:
+            f = self._fused = fused.FusedSGD(self.tokens, self.encoding)
+        idx = np.ascontiguousarray(indices)
+        g = np.ascontiguousarray(grads, np.float32)
+        factor = self.spec.accumulation_factor
+        if factor > 1:
+            u = f.accumulate(idx, g)
+        else:
+            u = f.update(np.asarray(self.array), idx, g, self.spec.learning_rate)
+        if u < 0:
+            self.check(idx.reshape(1, -1), "update")  # raises, naming the index
+        if factor == 1:
+            self.steps += 1
+            self.stats.updated_rows += u
+            return
+        self._calls += 1
+        if self._calls % factor == 0:
+            self.flush()
 
     def flush(self) -> None:
         """Apply the gradients accumulated so far (gradient accumulation), if any."""
+        if self._fused is not None and self._fused.pending:
+            assert self.spec is not None
+            table = np.asarray(self.array)  # a memmap's ndarray view (the same memory)
+            self.stats.updated_rows += self._fused.flush(table, self.spec.learning_rate)
+            self.steps += 1
         if not self._pending:
             return
         rows = np.concatenate([p.rows for p in self._pending])
@@ -154,6 +207,8 @@ class HostTable:
     def discard_pending(self) -> None:
         """Forget accumulated gradients not yet applied."""
         self._pending.clear()
+        if self._fused is not None:
+            self._fused.discard()
         self._calls = 0
 
 
