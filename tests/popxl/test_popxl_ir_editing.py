@@ -136,6 +136,10 @@ def test_routing_a_tensor_into_a_called_graph() -> None:
 
 
 def test_loop_input_added_to_a_repeat() -> None:
+    """PopXL's loop structure edited as popxl-addons' pipelining and route_tensor_into_graph
+    edit it: a new fixed loop input enters the wrapper graph, the wrapper's CallOp passes
+    it on to the repeated graph, and a new output of that graph, through a new output of
+    the CallOp, replaces the loop-carried value."""
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(np.ones(3, np.float32), name="x")
@@ -143,14 +147,25 @@ def test_loop_input_added_to_a_repeat() -> None:
         body = ir.create_graph(lambda t: t * 1.0, x)
         info = ops.repeat_with_info(body, 4, x)
         loop = info._op
+        wrapper = popxl.Graph._from_pb(loop.getCalledGraph())
+        (call,) = wrapper._pb_graph.getOps()
         n = loop.getNumExplicitInputs()
         assert n == 3
-        inner_id = body._unique_id("step")
-        loop.addLoopInput(n, step.id, inner_id, False)
-        inner = body.get_tensor(inner_id)
+        w_step = wrapper._create_tensor_id("step")
+        loop.addLoopInput(n, step.id, w_step, False)
+        assert loop.opInToSubgraphInIndex(n) == wrapper._pb_graph.getInputIndex(w_step) == 3
         with body:  # the body now adds the fixed input each iteration
+            inner = popxl.graph_input(step.shape, step.dtype, "step")
             out = body.outputs[0] + inner
-        loop.addLoopOutput(0, loop.outId(0), out.id, True)  # as popxl-addons' pipelining
+            popxl.graph_output(out)
+        call.connectInTensor(
+            call.subgraphInToOpInIndex(body._pb_graph.getInputIndex(inner.id)), w_step
+        )
+        w_out = wrapper._create_tensor_id("out")
+        call.createAndConnectOutTensor(body._pb_graph.getOutputIndex(out.id), w_out)
+        call.setup()
+        loop.addLoopOutput(0, loop.outId(0), w_out, True)
+        assert wrapper._pb_graph.getOutputId(1) == w_out
         s = store(info.outputs[0])
     with pytest.raises(popart.popart_exception, match="must be a new fixed input"):
         loop.addLoopInput(2, step.id, "other", False)

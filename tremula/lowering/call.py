@@ -1,6 +1,7 @@
-"""Lowering of ``popxl/ops/call.py``: a call copies the inputs into the subgraph's input
-tensors, calls its function, and copies the outputs out (and modified inputs back); a
-repeat loops the call, copying each output back into its loop-carried input."""
+"""Lowering of ``popxl/ops/call.py`` and ``repeat.py``: a call copies the inputs into the
+subgraph's input tensors, calls its function, and copies the outputs out (and modified
+inputs back); a repeat loops the call of its body, copying each output back into its
+loop-carried input."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from tremula import poplar
 from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.repeat import loop_plan
 
 
 def _copy_in(lw: Lowerer, op: Op, env: Env, inputs: list, prog: poplar.Sequence) -> None:
@@ -63,18 +65,32 @@ def call(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 @rule("Repeat")
 def repeat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    sub = lw.subgraph(op.attrs["graphs"][0])
-    _copy_in(lw, op, env, sub.inputs, prog)
+    """Loop the body's call through the wrapper's routing (``loop_plan``): each loop input
+    lives in the body input(s) it feeds (or a tensor of its own if it feeds none), and each
+    iteration carries its outputs into them; the wrapper itself lowers to nothing."""
+    plan = loop_plan(op)
+    sub = lw.subgraph(plan.body)
+    homes: list[list[poplar.Tensor]] = [[] for _ in op.inputs]
+    for i, k in enumerate(plan.feeds):
+        homes[k].append(sub.inputs[i])
+    for k, parent in enumerate(op.inputs):
+        if not homes[k]:
+            homes[k].append(lw.new_tensor(parent, name=f"{parent.id}/loop_in{k}"))
+        for dst in homes[k]:
+            lw.copy(env[parent], dst, prog)
     body = poplar.Sequence([poplar.Call(sub.function)])
     carried = []
-    for i, src in enumerate(sub.outputs):  # through temporaries: outputs may alias inputs
-        tmp = lw.new_tensor(op.outputs[i], name=f"{op.outputs[i].id}/carry")
+    for j, (kind, idx) in enumerate(plan.carries):  # via temporaries: outputs may alias inputs
+        src = sub.outputs[idx] if kind == "output" else homes[idx][0]
+        tmp = lw.new_tensor(op.outputs[j], name=f"{op.outputs[j].id}/carry")
         lw.copy(src, tmp, body)
         carried.append(tmp)
-    for i, tmp in enumerate(carried):
-        lw.copy(tmp, sub.inputs[i], body)
+    for j, tmp in enumerate(carried):
+        for dst in homes[j]:
+            lw.copy(tmp, dst, body)
     prog.add(poplar.Repeat(op.attrs["count"], body))
-    for i, out in enumerate(op.outputs):
+    for j, out in enumerate(op.outputs):
         env[out] = lw.new_tensor(out)
-        lw.copy(sub.inputs[i], env[out], prog)
-    _copy_back(lw, op, env, sub.inputs, prog)
+        lw.copy(homes[j][0], env[out], prog)
+    for k in op.modified:
+        lw.copy(homes[k][0], env[op.inputs[k]], prog)

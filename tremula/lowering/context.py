@@ -284,7 +284,10 @@ class Lowerer:
             return done
         env = Env()
         self.bind_leaves(graph, env)
-        inputs = [self.new_tensor(t, name=t.id) for t in graph.inputs]
+        inputs = []
+        for t in graph.inputs:
+            with self.on_ipu(_input_ipu(graph, t)):
+                inputs.append(self.new_tensor(t, name=t.id))
         env.update(zip(graph.inputs, inputs))
         body = poplar.Sequence(name=graph.name)
         self.lower_ops(graph, env, body)
@@ -298,3 +301,15 @@ class Lowerer:
         if src is dst or (src.shape == dst.shape and src.same_as(dst)):
             return
         prog.add(poplar.Copy(src, dst))
+
+
+def _input_ipu(graph: Graph, t: Tensor) -> int | None:
+    """The virtual IPU a graph input lives on: its own (made inside ``popxl.ipu``), else that
+    of the first op reading it (a graph built outside ``popxl.ipu``, as popxl-addons'
+    pipeline stages are), else the caller's (None)."""
+    if t._ipu is not None:
+        return t._ipu
+    for op in graph.ops:
+        if any(x is t for x in op.inputs):
+            return op.ipu_of(t)
+    return None

@@ -26,6 +26,8 @@ NAMED = 5
 def _device_tensors(ir: Ir) -> Iterator[tuple[Tensor, int]]:
     """Every tensor that occupies device memory, with its bytes on one replica."""
     for graph in ir.graphs:
+        if graph._loop_wrapper:  # a loop's wrapper only routes tensors: nothing on the device
+            continue
         for t in graph.tensors:
             if isinstance(t, Variable) and t.remote is not None:
                 continue

@@ -41,6 +41,8 @@ class Graph:
         # False for a graph with a gradient graph of its own: autodiff must not recurse
         # into it (PopART's setCanBeRecursivelyAutodiffed, through graph._pb_graph)
         self._recursive_autodiff = True
+        # the wrapper graph a repeat loops (ops/repeat.py), which only routes tensors
+        self._loop_wrapper = False
 
     # ---- properties ----
     @property

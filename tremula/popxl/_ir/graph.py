@@ -102,7 +102,7 @@ class TopoCons:
         self._g = graph
 
     def transferToSubgraph(self, replacement: Any, ops_map: Any, transferTied: bool = True) -> None:
-        """Move the constraints of ops moved into ``replacement``'s called graph (``ops_map``:
+        """Move the constraints of ops moved into ``replacement``'s called graphs (``ops_map``:
         original op -> its copies there) onto ``replacement`` and the copies. The copies keep
         the originals' order and ``replacement`` stands where it was created, so the order
         already says it all: this checks the arguments."""
@@ -110,7 +110,7 @@ class TopoCons:
             raise PopartException(
                 f"transferToSubgraph: {replacement!r} is not an op of graph {self._g.name!r}"
             )
-        called = set(map(id, replacement.called_graphs))
+        called = _reachable(replacement.called_graphs)  # a loop's body is inside its wrapper
         for original, copies in dict(ops_map).items():
             if original.graph is not self._g:
                 raise PopartException(f"transferToSubgraph: {original!r} is not in this graph")
@@ -135,6 +135,18 @@ class TopoCons:
 
     def __getattr__(self, name: str) -> Any:
         return unsupported_attr(self, name)
+
+
+def _reachable(graphs: Any) -> set[int]:
+    """The ids of ``graphs`` and of every graph their ops call, at any depth."""
+    seen: set[int] = set()
+    todo = list(graphs)
+    while todo:
+        g = todo.pop()
+        if id(g) not in seen:
+            seen.add(id(g))
+            todo.extend(c for op in g._ops for c in op.called_graphs)
+    return seen
 
 
 class Graph:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
+from tremula.popxl.ops.repeat import CONDITION, IN_OFFSET, ITERATOR, loop_plan
 from tremula.popxl.tensor import Constant, Variable
 
 if TYPE_CHECKING:
@@ -19,34 +20,43 @@ def _name(op: Any) -> str:
 
 
 def check_site(op: Any) -> None:
-    """A ``Call`` / ``Repeat`` feeds every input of its graph with a tensor of the input's
-    shape and type (PopART's CallOp message), and a ``Repeat`` takes every body output.
+    """A ``Call`` feeds every input of its graph with a tensor of the input's shape and type
+    (PopART's CallOp message); a ``Repeat`` (a ``Loop``) feeds its wrapper graph's inputs
+    after the iterator and condition likewise, takes every wrapper output after the
+    condition, and has a wrapper Tremula can loop (``ops.repeat.loop_plan``).
 
     Raises:
         PopartException: the site does not match its graph.
     """
     if op.type not in ("Call", "Repeat"):
         return
-    body = op.attrs["graphs"][0]
-    if len(op.inputs) != len(body.inputs):
+    graph = op.attrs["graphs"][0]
+    skip_in, skip_out = (IN_OFFSET, 1) if op.type == "Repeat" else (0, 0)
+    g_ins = graph.inputs[skip_in:]
+    if len(op.inputs) != len(g_ins):
         raise PopartException(
-            f"{_name(op)}: {len(op.inputs)} inputs connected, graph {body.name!r} has "
-            f"{len(body.inputs)}"
+            f"{_name(op)}: {len(op.inputs)} inputs connected, graph {graph.name!r} has "
+            f"{len(g_ins)}" + (f" after {ITERATOR} and {CONDITION}" if skip_in else "")
         )
-    for i, (p, g) in enumerate(zip(op.inputs, body.inputs)):
+    for i, (p, g) in enumerate(zip(op.inputs, g_ins)):
         if p is not None and (p.shape != g.shape or p.dtype != g.dtype):
             raise PopartException(
-                f"CallOp input (@{i}) does not match callee input tensor (@{i}): {p.id!r} is "
-                f"{p.dtype} {p.shape}, {g.id!r} of {body.name!r} is {g.dtype} {g.shape}"
+                f"CallOp input (@{i + skip_in}) does not match callee input tensor "
+                f"(@{i + skip_in}): {p.id!r} is {p.dtype} {p.shape}, {g.id!r} of "
+                f"{graph.name!r} is {g.dtype} {g.shape}"
             )
-    if op.type == "Repeat" and len(op.outputs) != len(body.outputs):
+    n_out = len(graph.outputs) - skip_out
+    if op.type == "Repeat":
+        if len(op.outputs) != n_out:
+            raise PopartException(
+                f"{_name(op)}: {len(op.outputs)} outputs, its graph {graph.name!r} has "
+                f"{n_out} after {CONDITION}"
+            )
+        if all(t is not None for t in op.inputs):
+            loop_plan(op)
+    elif len(op.outputs) > n_out:
         raise PopartException(
-            f"{_name(op)}: {len(op.outputs)} outputs, its body {body.name!r} has "
-            f"{len(body.outputs)}"
-        )
-    if op.type == "Call" and len(op.outputs) > len(body.outputs):
-        raise PopartException(
-            f"{_name(op)}: {len(op.outputs)} outputs, graph {body.name!r} has {len(body.outputs)}"
+            f"{_name(op)}: {len(op.outputs)} outputs, graph {graph.name!r} has {n_out}"
         )
 
 

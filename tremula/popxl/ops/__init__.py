@@ -20,7 +20,7 @@ from tremula.popxl.ops import rnn as rnn  # Tremula's GRU layer: not in __all__
 from tremula.popxl.ops import sparse as sparse  # Tremula's sparse layer: not in __all__
 from tremula.popxl.ops.binary import *  # noqa: F403
 from tremula.popxl.ops.binary import __all__ as _binary
-from tremula.popxl.ops.call import CallSiteInfo, call, call_with_info, repeat, repeat_with_info
+from tremula.popxl.ops.call import CallSiteInfo, call, call_with_info
 from tremula.popxl.ops.control import *  # noqa: F403
 from tremula.popxl.ops.control import __all__ as _control
 from tremula.popxl.ops.conv import *  # noqa: F403
@@ -49,6 +49,7 @@ from tremula.popxl.ops.random import *  # noqa: F403
 from tremula.popxl.ops.random import __all__ as _random
 from tremula.popxl.ops.reduce import *  # noqa: F403
 from tremula.popxl.ops.reduce import __all__ as _reduce
+from tremula.popxl.ops.repeat import repeat, repeat_with_info
 from tremula.popxl.ops.resize import *  # noqa: F403
 from tremula.popxl.ops.resize import __all__ as _resize
 from tremula.popxl.ops.roi_align import *  # noqa: F403

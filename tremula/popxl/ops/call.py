@@ -1,5 +1,5 @@
-"""Calling subgraphs: ``call``, ``call_with_info`` (with :class:`CallSiteInfo`), ``repeat``,
-``repeat_with_info``.
+"""Calling subgraphs: ``call``, ``call_with_info`` (with :class:`CallSiteInfo`); ``repeat``
+is in ``repeat.py``.
 
 Inputs are passed by value: the subgraph works on copies, and the parent sees a modification
 only for inputs marked by-ref in the subgraph or with ``set_parent_input_modified``.
@@ -22,7 +22,6 @@ def _graph_outputs(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[T
 
 
 defop("Call", _graph_outputs)
-defop("Repeat", _graph_outputs)
 
 
 class CallSiteInfo:
@@ -77,10 +76,10 @@ class CallSiteInfo:
         g = self.called_graph
         for i, t in enumerate(g.inputs):
             if t is graph_tensor:
-                return self._op.inputs[i]
+                return self._op.inputs[self.graph_to_parent_input_index(i)]
         for i, t in enumerate(g.outputs):
             if t is graph_tensor:
-                return self._op.outputs[i]
+                return self._op.outputs[self.graph_to_parent_output_index(i)]
         raise ValueError(
             f"Tensor {graph_tensor.id!r} is not an input or output of the called graph {g.name!r}"
         )
@@ -89,7 +88,7 @@ class CallSiteInfo:
         """The subgraph input fed by ``parent_tensor`` (its first occurrence)."""
         for i, t in enumerate(self._op.inputs):
             if t is parent_tensor:
-                return self.called_graph.inputs[i]
+                return self.called_graph.inputs[self.parent_to_graph_input_index(i)]
         raise ValueError(
             f"Tensor {parent_tensor.id!r} is not a parent graph input of the call site of "
             f"{self.called_graph.name!r}"
@@ -222,44 +221,3 @@ def call(
 ) -> tuple[Tensor, ...]:
     """Run ``graph`` on copies of the inputs; returns its outputs (as a tuple)."""
     return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
-
-
-def repeat_with_info(
-    graph: Graph,
-    repeat_count: int,
-    *inputs: Any,
-    inputs_dict: Mapping[Tensor, Any] | None = None,
-    check_inputs: bool = True,
-) -> CallSiteInfo:
-    """Run ``graph`` ``repeat_count`` times; output ``i`` feeds input ``i`` of the next
-    iteration (loop-carried), the other inputs stay; returns the call site."""
-    if int(repeat_count) != repeat_count or repeat_count < 0:
-        raise ValueError(
-            f"Repeat count must be >= 0 (an integer), got {repeat_count!r} (repeat of "
-            f"{graph.name!r})"
-        )
-    if len(graph.outputs) > len(graph.inputs):
-        raise ValueError(
-            f"To repeat the subgraph ({graph.name}) the number of inputs must be greater than "
-            f"or equal to the number of outputs: it has {len(graph.outputs)} outputs but "
-            f"only {len(graph.inputs)} inputs (output i feeds input i)"
-        )
-    for i, (o, t) in enumerate(zip(graph.outputs, graph.inputs)):
-        if o.shape != t.shape or o.dtype != t.dtype:
-            raise ValueError(
-                f"repeat: output {i} ({o.dtype} {o.shape}) of {graph.name!r} "
-                f"does not match input {i} ({t.dtype} {t.shape})"
-            )
-    parents = _connect(graph, inputs, inputs_dict, "repeat", check_inputs)
-    create_op("Repeat", parents, {"graphs": (graph,), "count": int(repeat_count)})
-    op = get_current_graph().ops[-1]
-    op.modified = tuple(i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs)
-    return CallSiteInfo(op)
-
-
-def repeat(
-    graph: Graph, repeat_count: int, *inputs: Any, inputs_dict: Mapping[Tensor, Any] | None = None
-) -> tuple[Tensor, ...]:
-    """Call ``graph`` ``repeat_count`` times, output i of one iteration feeding input i of
-    the next; the outputs of the last iteration (see :func:`repeat_with_info`)."""
-    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs

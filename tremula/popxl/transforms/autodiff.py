@@ -345,8 +345,8 @@ def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
         for op in g.ops
         if any(called is graph for called in op.called_graphs)
     ]
-    for op in sites:
-        if op.type not in ("Call", "If", "RemoteCodeLoad"):
+    for op in sites:  # a loop's wrapper call cannot gain outputs: the loop carries them
+        if op.type not in ("Call", "If", "RemoteCodeLoad") or op.graph._loop_wrapper:
             raise ValueError(
                 f"autodiff: the backward pass needs {t.id!r}, so it must become an output "
                 f"of {graph.name!r}; but {graph.name!r} is called by {op!r} in "

@@ -1,10 +1,12 @@
 """The bindings of ops that call graphs (``CallOp``, ``LoopOp``, ``IfOp``) and of the ops
 with settings of their own (``IpuCopyOp``, ``MatMulOp``).
 
-A ``LoopOp`` is Tremula's ``repeat``: its body is the graph ``repeat`` was given (output
-``i`` carried into input ``i``), its trip count an attribute. PopART numbers a loop's
-inputs from 2 (0 and 1 are the trip count and the condition), so op input ``i + 2`` feeds
-body input ``i``, and op output ``i`` is body output ``i``.
+A ``LoopOp`` is Tremula's ``repeat``, built as PopXL builds it (``ops/repeat.py``): it calls
+a wrapper graph whose inputs are ``Iterator___``, ``LoopCond___`` and the loop's inputs,
+and whose outputs are ``LoopCond___`` and the loop's outputs; the wrapper holds the
+``CallOp`` of the repeated graph. Its trip count is an attribute. PopART's indices: op
+input ``k`` (from 2: inputs 0 and 1, the trip count and the condition, are not connected)
+is wrapper input ``k``, op output ``j`` is wrapper output ``j + 1``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class SubgraphOp(Op):
 class _OneGraph(SubgraphOp):
     """A subgraph op that calls one graph."""
 
+    _OUT_OFFSET = 0  # called graph output of op output 0
+
     def getCalledGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle
 
@@ -48,26 +52,30 @@ class _OneGraph(SubgraphOp):
         return self.attrs["graphs"][0]
 
     def opInToSubgraphInIndex(self, index: int) -> int:
-        return self._in_index(index)
+        return int(index) - self._IN_OFFSET + self._GRAPH_IN_OFFSET
 
     def subgraphInToOpInIndex(self, index: int) -> int:
-        return int(index) + self._IN_OFFSET
+        return int(index) - self._GRAPH_IN_OFFSET + self._IN_OFFSET
 
     def opOutToSubgraphOutIndex(self, index: int) -> int:
-        return int(index)
+        return int(index) + self._OUT_OFFSET
 
     def subgraphOutToOpOutIndex(self, index: int) -> int:
-        return int(index)
+        return int(index) - self._OUT_OFFSET
+
+    _GRAPH_IN_OFFSET = 0  # called graph input of ``inputs[0]``
 
 
 class CallOp(_OneGraph):
-    """``ops.call``."""
+    """``ops.call`` (and the call of the repeated graph in a loop's wrapper)."""
 
 
 class LoopOp(_OneGraph):
-    """``ops.repeat``."""
+    """``ops.repeat``: loops its wrapper graph (PopXL's ``<graph>__loop_wrapper``)."""
 
     _IN_OFFSET = 2
+    _GRAPH_IN_OFFSET = 2  # the wrapper's inputs 0 and 1: Iterator___, LoopCond___
+    _OUT_OFFSET = 1  # the wrapper's output 0: LoopCond___
 
     def getTripCountValue(self) -> int:
         return int(self.attrs["count"])
@@ -86,66 +94,77 @@ class LoopOp(_OneGraph):
         return 0
 
     def _only_caller(self, what: str) -> XlGraph:
-        body = self._body()
-        for g in body.ir.graphs:
+        wrapper = self._body()
+        for g in wrapper.ir.graphs:
             for op in g._ops:
-                if op is not self and body in op.called_graphs:
+                if op is not self and wrapper in op.called_graphs:
                     raise PopartException(
-                        f"{what}: the loop body {body.name!r} is also called by "
+                        f"{what}: the loop's graph {wrapper.name!r} is also called by "
                         f"{op!r}, whose inputs would no longer match"
                     )
-        return body
+        return wrapper
+
+    def _carried(self) -> int:
+        return len(self._body().outputs) - self._OUT_OFFSET
 
     def addLoopInput(
         self, index: int, tensorId: str, subgraphTensorId: str, overwrite: bool
     ) -> None:
         """Feed parent tensor ``tensorId`` to the loop at op input ``index`` through a new
-        body input ``subgraphTensorId``. Inputs past the loop-carried ones stay fixed
-        across iterations; an input may not be put among the loop-carried ones.
+        input ``subgraphTensorId`` of the loop's (wrapper) graph, at the same index. Inputs
+        past the loop-carried ones stay fixed across iterations; an input may not be put
+        among the loop-carried ones.
 
         Raises:
             PopartException: ``index`` among the loop-carried inputs or past the end, an
-                id in use, or a body called by another op too.
+                id in use, or a loop graph called by another op too.
         """
-        body = self._only_caller("addLoopInput")
+        wrapper = self._only_caller("addLoopInput")
         rec = self._in_index(index)
-        if overwrite or not len(body.outputs) <= rec <= len(self.inputs):
+        if overwrite or not self._carried() <= rec <= len(self.inputs):
             raise PopartException(
                 f"addLoopInput: index {index} must be a new fixed input, between "
-                f"{len(body.outputs) + self._IN_OFFSET} and {len(self.inputs) + self._IN_OFFSET}"
+                f"{self._carried() + self._IN_OFFSET} and {len(self.inputs) + self._IN_OFFSET}"
             )
         parent = graph_tensor(self.graph, tensorId)
-        inner = new_tensor(body, subgraphTensorId, None, parent.spec)
+        inner = new_tensor(wrapper, subgraphTensorId, None, parent.spec)
         inner._ipu, inner._tile_set = parent._ipu, parent._tile_set
-        body._inputs.insert(rec, inner)
+        wrapper._inputs.insert(self.opInToSubgraphInIndex(index), inner)
         self.inputs = (*self.inputs[:rec], parent, *self.inputs[rec:])
         self.modified = tuple(i + (i >= rec) for i in self.modified)
 
     def addLoopOutput(
         self, index: int, tensorId: str, subgraphTensorId: str, overwrite: bool
     ) -> None:
-        """Make body tensor ``subgraphTensorId`` the body's output ``index`` and the loop's
-        output ``index`` tensor ``tensorId``: with ``overwrite``, replacing the body output
-        already there (the loop's output tensor stays); else appending a loop-carried
-        output (body input ``index`` must match it).
+        """Make graph tensor ``subgraphTensorId`` the loop graph's output ``index + 1`` and
+        the loop's output ``index`` tensor ``tensorId``: with ``overwrite``, replacing the
+        graph output already there (the loop's output tensor stays); else appending a
+        loop-carried output (graph input ``index + 2`` must match it).
 
         Raises:
             PopartException: a position that would break the loop-carried pairing, or a
-                body tensor whose shape or type differ.
+                graph tensor whose shape or type differ.
         """
-        body = self._only_caller("addLoopOutput")
-        inner = graph_tensor(body, subgraphTensorId)
-        i, outs = int(index), body._outputs
-        if overwrite and i < len(outs) and i < len(self.outputs) and self.outputs[i].id == tensorId:
-            _same_spec(inner, outs[i], "addLoopOutput")
-            outs[i] = inner
+        wrapper = self._only_caller("addLoopOutput")
+        inner = graph_tensor(wrapper, subgraphTensorId)
+        i, outs = int(index), wrapper._outputs
+        at = self.opOutToSubgraphOutIndex(i)
+        if (
+            overwrite
+            and at < len(outs)
+            and i < len(self.outputs)
+            and self.outputs[i].id == tensorId
+        ):
+            _same_spec(inner, outs[at], "addLoopOutput")
+            outs[at] = inner
             return
-        if overwrite or i != len(outs) or i >= len(body._inputs):
+        g_in = self.opInToSubgraphInIndex(i + self._IN_OFFSET)
+        if overwrite or at != len(outs) or g_in >= len(wrapper._inputs):
             raise PopartException(
-                f"addLoopOutput: output {i} of the loop body {body.name!r} ({len(outs)} "
-                f"outputs, {len(body._inputs)} inputs) cannot be set to {subgraphTensorId!r}"
+                f"addLoopOutput: output {i} of the loop cannot be {subgraphTensorId!r} (its "
+                f"graph {wrapper.name!r} has {len(outs)} outputs, {len(wrapper._inputs)} inputs)"
             )
-        _same_spec(inner, body._inputs[i], "addLoopOutput")
+        _same_spec(inner, wrapper._inputs[g_in], "addLoopOutput")
         outs.append(inner)
         self.createAndConnectOutTensor(i, tensorId)
         self.outputs[i]._spec = inner.spec
