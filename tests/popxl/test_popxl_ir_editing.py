@@ -236,3 +236,38 @@ def test_call_site_must_match_its_graph() -> None:
         moved = ops.call_with_info(g, x)._op
     with pytest.raises(popart.popart_exception, match="not an op of graph"):
         g._pb_graph.topoCons().transferToSubgraph(moved, {}, True)
+
+
+def test_repeat_site_marks_a_modified_input_through_the_wrapper() -> None:
+    """``repeat_with_info(...).set_parent_input_modified``: the loop and the wrapper's call
+    both mark the input, so the repeated graph's in-place update reaches the parent."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        acc = popxl.variable(np.zeros(3, np.float32), name="acc")
+        body = ir.create_graph(
+            lambda t: ops.var_updates.accumulate_(t, popxl.constant(np.ones(3, np.float32))), acc
+        )
+        g_in = body.inputs[0]
+        body._pb_graph.removeOutput(0)  # nothing loop-carried: the update is by reference
+        info = ops.repeat_with_info(body, 3, acc)
+        info.set_parent_input_modified(acc)
+        (call,) = info._op.getCalledGraph().getOps()
+    assert info._op.modifiesIndex(2) and call.modifiesIndex(0)
+    assert info.parent_to_graph(acc) is g_in and info.graph_to_parent(g_in) is acc
+    with popxl.Session(ir, "ipu_model") as s:
+        s.run()
+        got = s.get_tensor_data(acc)
+    np.testing.assert_allclose(got, 3.0)
+
+
+def test_a_wrapper_with_other_ops_is_refused_by_the_session() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(X0, name="x")
+        body = ir.create_graph(lambda t: t + 1, x)
+        loop = ops.repeat_with_info(body, 2, x)._op
+        wrapper = popxl.Graph._from_pb(loop.getCalledGraph())
+        with wrapper:
+            ops.exp(wrapper.inputs[2])
+    with pytest.raises(popart.popart_exception, match="exactly one Call"):
+        popxl.Session(ir, "ipu_model")
