@@ -8,7 +8,8 @@ reference measured in the same run (best of several repetitions, interleaved).
 2. SGD update of the same batch with repeated indices (uniform and Zipf-distributed): the
    host callback (sum the repeats, apply ``row -= lr * sum``) against
    ``numpy.add.at(table, idx, -lr * grads)`` (target: at least 5x faster), both host paths:
-   NumPy (``kernels.py``) and compiled (``fused.py``, when numba is installed).
+   NumPy (``kernels.py``) and compiled (``fused.py``, when numba is installed); and
+   row-wise Adagrad and Adam on both paths.
 3. The char-GRU example (``examples/host_embedding/char_gru.py``, replication 2) on the IPU
    Model: steps per second with the host embedding, next to the same model with a
    device-resident ``ops.gather`` embedding; and the simulated share of a step spent in the
@@ -27,6 +28,7 @@ import runpy
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +111,33 @@ def lookup_and_update(repeats: int) -> None:
         print(f"   {name} ({np.unique(batch).size} distinct rows):")
         for path in paths:
             print(f"     {_ratio(t, 'numpy.add.at', f'host update ({path})')}")
+
+
+def stateful_updates(repeats: int) -> None:
+    """Row-wise Adagrad and Adam on the uniform batch: the compiled path against the NumPy
+    path (no target; the stateful specs have no ``numpy.add.at`` form)."""
+    if not jit.available():
+        return
+    tokens, enc, n = 1_000_000, 64, 65_536
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((tokens, enc), dtype=np.float32)
+    idx = rng.integers(0, tokens, n).astype(np.int32)
+    grads = rng.standard_normal((n, enc), dtype=np.float32)
+    print("2b. row-wise Adagrad and Adam updates of the uniform batch:")
+    for spec in (
+        embedding.HostEmbeddingAdagradOptimizerSpec(0.01),
+        embedding.HostEmbeddingAdamOptimizerSpec(0.01),
+    ):
+        emb = embedding.create_host_embedding(
+            f"bench_{spec.name}", [tokens, enc], popxl.float32, optimizer_spec=spec,
+            initializer=table,
+        )  # fmt: skip
+        step = partial(update_callback(emb, clip=True), [idx[None], grads.reshape(1, -1)], [])
+        ours, ref = f"{spec.name} (compiled)", f"{spec.name} (NumPy)"
+        fns = {ref: partial(_with_kernels, False, step), ours: partial(_with_kernels, True, step)}
+        for fn in fns.values():  # compile; touch the state's pages
+            fn()
+        print(f"     {_ratio(best_of(fns, repeats), ref, ours)}")
 
 
 def _with_kernels(enabled: bool, fn: Callable[[], None]) -> None:
@@ -216,10 +245,13 @@ def main() -> None:
     p.add_argument("--gru-steps", type=int, default=3)
     p.add_argument("--skip-gru", action="store_true")
     a = p.parse_args()
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     lookup_and_update(a.repeats)
+    stateful_updates(a.repeats)
     if not a.skip_gru:
         char_gru(a.gru_steps)
     memmap_table(2)
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The host side alone: the repeat sums (exactly np.add.at's, in order), all-or-nothing
 read-modify-write, SGD and SGD + GA updates on both host paths (compiled and NumPy) against
-np.add.at bit for bit, the optimizer specs against their formulas in NumPy, the TOKEN and
+np.add.at bit for bit, the optimizer specs against their formulas in NumPy (both paths, and
+the paths against each other bit for bit), the TOKEN and
 ENCODING layouts (the spec's examples, and round trips), and the specs' bad input."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tremula.embedding import kernels
 from tremula.embedding.partition import Layout
 from tremula.embedding.table import HostTable
 from tremula.errors import ApplicationRuntimeError, EmbeddingError
+from tremula.libs import jit
 
 RNG = np.random.default_rng(3)
 
@@ -139,16 +141,50 @@ def test_an_update_with_an_index_out_of_range_writes_nothing(host_path):
     np.testing.assert_array_equal(host.array, _sgd_reference(table, [(idx, grads)], 0.5, 1))
 
 
-def test_only_plain_sgd_takes_the_compiled_path():
-    class Own(embedding.HostEmbeddingOptimizerSpec):
+def test_only_the_specs_own_rules_take_the_compiled_path():
+    class Own(embedding.HostEmbeddingAdamOptimizerSpec):
         def apply(self, old, sums, new, state, step):
             return super().apply(old, sums, new, state, step)
 
-    assert embedding.HostEmbeddingOptimizerSpec(0.1).plain_sgd
-    assert embedding.HostEmbeddingSGDGAOptimizerSpec(0.1, accumulation_factor=2).plain_sgd
-    assert not Own(0.1).plain_sgd
-    assert not embedding.HostEmbeddingAdamOptimizerSpec(0.1).plain_sgd
-    assert not embedding.HostEmbeddingAdagradOptimizerSpec(0.1).plain_sgd
+    assert embedding.HostEmbeddingOptimizerSpec(0.1).compiled_rule == "sgd"
+    assert embedding.HostEmbeddingSGDGAOptimizerSpec(0.1, 2).compiled_rule == "sgd"
+    assert embedding.HostEmbeddingAdagradOptimizerSpec(0.1).compiled_rule == "adagrad"
+    assert embedding.HostEmbeddingAdamOptimizerSpec(0.1).compiled_rule == "adam"
+    assert Own(0.1).compiled_rule is None
+
+
+@pytest.mark.parametrize("e", [5, 64])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        embedding.HostEmbeddingAdagradOptimizerSpec(0.1, initial_accumulator_value=0.5),
+        embedding.HostEmbeddingAdamOptimizerSpec(0.01, beta1=0.8, beta2=0.9),
+    ],
+    ids=["adagrad", "adam"],
+)
+def test_stateful_specs_give_the_same_bits_on_both_paths(spec, e):
+    """The compiled Adagrad and Adam (``fused.py``) against the NumPy rules (``apply``):
+    the table and the state equal bit for bit (e = 64: NumPy's pairwise row means)."""
+    if not jit.available():
+        pytest.skip("numba (the fast extra) is not installed")
+    t = 300
+    table = RNG.standard_normal((t, e)).astype(np.float32)
+    steps = [
+        (make(400).astype(np.int32) % t, RNG.standard_normal((400, e)).astype(np.float32))
+        for make in MAKERS.values()
+    ]
+    hosts = {}
+    for compiled in (True, False):
+        previous = jit.set_enabled(compiled)
+        try:
+            hosts[compiled] = _apply(spec, table, steps)
+        finally:
+            jit.set_enabled(previous)
+    assert hosts[True]._fused is not None and hosts[False]._fused is None
+    np.testing.assert_array_equal(hosts[True].array, hosts[False].array)
+    for k, state in hosts[False].state.items():
+        np.testing.assert_array_equal(hosts[True].state[k], state)
+    assert hosts[True].steps == hosts[False].steps == len(steps)
 
 
 def _apply(spec, table, steps):
@@ -165,7 +201,7 @@ def _steps(t, e, count=3, n=9):
     ]
 
 
-def test_row_wise_adagrad_matches_its_formula():
+def test_row_wise_adagrad_matches_its_formula(host_path):
     t, e = 10, 4
     table = RNG.standard_normal((t, e)).astype(np.float32)
     spec = embedding.HostEmbeddingAdagradOptimizerSpec(0.1, initial_accumulator_value=0.5)
@@ -182,7 +218,7 @@ def test_row_wise_adagrad_matches_its_formula():
     np.testing.assert_allclose(host.state["accumulator"], a, rtol=1e-5)
 
 
-def test_lazy_adam_matches_its_formula():
+def test_lazy_adam_matches_its_formula(host_path):
     t, e = 10, 4
     table = RNG.standard_normal((t, e)).astype(np.float32)
     spec = embedding.HostEmbeddingAdamOptimizerSpec(0.01, beta1=0.8, beta2=0.9)

@@ -66,6 +66,8 @@ class HostEmbeddingOptimizerSpec:
     #: the device can apply it (remote-buffer embeddings)
     on_device: ClassVar[bool] = True
     _name: ClassVar[str] = "SGD"
+    #: the compiled loop that computes :meth:`apply` (see :attr:`compiled_rule`)
+    _compiled: ClassVar[str] = "sgd"
 
     def __post_init__(self) -> None:
         lr = _number(self.learning_rate, f"{type(self).__name__}: learning_rate")
@@ -91,10 +93,12 @@ class HostEmbeddingOptimizerSpec:
         return self.learning_rate != 0
 
     @property
-    def plain_sgd(self) -> bool:
-        """Whether the update is this class's SGD rule (not a subclass's own ``apply``):
-        the host may then run it as a compiled loop (``fused.py``), with the same bits."""
-        return type(self).apply is HostEmbeddingOptimizerSpec.apply
+    def compiled_rule(self) -> str | None:
+        """The compiled loop (``fused.py``: ``"sgd"``, ``"adagrad"``, ``"adam"``) that
+        computes this spec's update with the same bits, or None when the class's ``apply``
+        is not the one the loop was written for (a subclass with its own rule)."""
+        cls = type(self)
+        return cls._compiled if _owner(cls, "apply") is _owner(cls, "_compiled") else None
 
     @property
     def accumulation_factor(self) -> int:
@@ -130,9 +134,14 @@ class HostEmbeddingOptimizerSpec:
         Returns:
             The new rows (``new``).
         """
-        np.multiply(sums, np.float32(-self.learning_rate), out=new)
+        np.multiply(sums, self.constants(step)[0], out=new)
         new += old
         return new
+
+    def constants(self, step: int) -> np.ndarray:
+        """The float32 constants of the update after ``step`` updates (what :meth:`apply`
+        and the compiled loop multiply by): ``-learning_rate``."""
+        return np.array([-self.learning_rate], np.float32)
 
     def __str__(self) -> str:
         return f"{self.name}(learning_rate={self.learning_rate:g})"
@@ -197,6 +206,7 @@ class HostEmbeddingAdagradOptimizerSpec(HostEmbeddingOptimizerSpec):
     slots: ClassVar[dict[str, str]] = {"accumulator": "row"}
     on_device: ClassVar[bool] = False
     _name: ClassVar[str] = "Adagrad"
+    _compiled: ClassVar[str] = "adagrad"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -218,10 +228,15 @@ class HostEmbeddingAdagradOptimizerSpec(HostEmbeddingOptimizerSpec):
     ) -> np.ndarray:
         acc = state["accumulator"]
         acc += np.mean(np.square(sums, dtype=np.float32), axis=1)
-        scale = np.float32(-self.learning_rate) / (np.sqrt(acc) + np.float32(self.eps))
+        lr, eps = self.constants(step)
+        scale = lr / (np.sqrt(acc) + eps)
         np.multiply(sums, scale[:, None], out=new)
         new += old
         return new
+
+    def constants(self, step: int) -> np.ndarray:
+        """The float32 constants of the update: ``-learning_rate, eps``."""
+        return np.array([-self.learning_rate, self.eps], np.float32)
 
     def __str__(self) -> str:
         return f"Adagrad(learning_rate={self.learning_rate:g}, eps={self.eps:g})"
@@ -247,6 +262,7 @@ class HostEmbeddingAdamOptimizerSpec(HostEmbeddingOptimizerSpec):
     slots: ClassVar[dict[str, str]] = {"m": "element", "v": "element"}
     on_device: ClassVar[bool] = False
     _name: ClassVar[str] = "Adam"
+    _compiled: ClassVar[str] = "adam"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -267,18 +283,24 @@ class HostEmbeddingAdamOptimizerSpec(HostEmbeddingOptimizerSpec):
         step: int,
     ) -> np.ndarray:
         m, v = state["m"], state["v"]
-        b1, b2 = np.float32(self.beta1), np.float32(self.beta2)
+        b1, c1, b2, c2, lr, bias2, eps = self.constants(step)
         m *= b1
-        m += (1 - b1) * sums
+        m += c1 * sums
         v *= b2
-        v += (1 - b2) * np.square(sums)
-        k = step + 1
-        lr = np.float32(self.learning_rate / (1 - self.beta1**k))
-        denom = np.sqrt(v / np.float32(1 - self.beta2**k)) + np.float32(self.eps)
+        v += c2 * np.square(sums)
+        denom = np.sqrt(v / bias2) + eps
         np.divide(m, denom, out=new)
-        new *= -lr
+        new *= lr
         new += old
         return new
+
+    def constants(self, step: int) -> np.ndarray:
+        """The float32 constants of the update after ``step`` updates: ``b1, 1 - b1, b2,
+        1 - b2, -learning_rate / (1 - b1^k), 1 - b2^k, eps`` with ``k = step + 1``."""
+        b1, b2, k = np.float32(self.beta1), np.float32(self.beta2), step + 1
+        lr = -np.float32(self.learning_rate / (1 - self.beta1**k))
+        bias2 = np.float32(1 - self.beta2**k)
+        return np.array([b1, 1 - b1, b2, 1 - b2, lr, bias2, self.eps], np.float32)
 
     def __str__(self) -> str:
         return (
@@ -288,6 +310,11 @@ class HostEmbeddingAdamOptimizerSpec(HostEmbeddingOptimizerSpec):
 
 
 Spec = HostEmbeddingOptimizerSpec
+
+
+def _owner(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO that defines attribute ``name``."""
+    return next(c for c in cls.__mro__ if name in c.__dict__)
 
 
 def check_spec(spec: Any, where: str) -> Spec | None:

@@ -62,7 +62,7 @@ class HostTable:
     _pending: list[kernels.RowSums] = field(default_factory=list)
     _calls: int = 0
     _scratch: np.ndarray | None = None  # the old rows of an update (kept for undo)
-    _fused: fused.FusedSGD | None = None  # the compiled SGD update's scratch and window
+    _fused: fused.FusedUpdate | None = None  # the compiled updates' scratch, GA window
 
     def __post_init__(self) -> None:
         if self.spec is not None and not self.state:
@@ -119,9 +119,10 @@ class HostTable:
         s.update_seconds += time.perf_counter() - start
 
     def _compiled(self, grads: np.ndarray) -> bool:
-        """Whether this update takes the compiled SGD path (:mod:`fused`): numba is
-        installed, the spec is plain SGD (or SGD + GA), the table and the gradients are
-        float32; an accumulation window stays on the path it started on."""
+        """Whether this update takes a compiled path (:mod:`fused`): numba is installed,
+        the spec's rule has a compiled loop (SGD, SGD + GA, Adagrad, Adam; not a subclass's
+        own ``apply``), the table and the gradients are float32; an accumulation window
+        stays on the path it started on."""
         if self._pending:
             return False
         if self._fused is not None and self._fused.pending:
@@ -130,7 +131,7 @@ class HostTable:
         return (
             jit.available()
             and spec is not None
-            and spec.plain_sgd
+            and spec.compiled_rule is not None
             and self.array.dtype == np.float32
             and grads.dtype == np.float32
         )
@@ -148,17 +149,18 @@ class HostTable:
             self.apply(sums)
 
     def _update_compiled(self, indices: np.ndarray, grads: np.ndarray) -> None:
-        assert self.spec is not None
+        spec = self.spec
+        assert spec is not None and spec.compiled_rule is not None
         f = self._fused
         if f is None:
-            f = self._fused = fused.FusedSGD(self.tokens, self.encoding)
+            f = self._fused = fused.FusedUpdate(self.tokens, self.encoding)
         idx = np.ascontiguousarray(indices)
         g = np.ascontiguousarray(grads, np.float32)
-        factor = self.spec.accumulation_factor
+        factor = spec.accumulation_factor
         if factor > 1:
             u = f.accumulate(idx, g)
         else:
-            u = f.update(np.asarray(self.array), idx, g, self.spec.learning_rate)
+            u = _COMPILED[spec.compiled_rule](self, f, spec.constants(self.steps), idx, g)
         if u < 0:
             self.check(idx.reshape(1, -1), "update")  # raises, naming the index
         if factor == 1:
@@ -174,7 +176,7 @@ class HostTable:
         if self._fused is not None and self._fused.pending:
             assert self.spec is not None
             table = np.asarray(self.array)  # a memmap's ndarray view (the same memory)
-            self.stats.updated_rows += self._fused.flush(table, self.spec.learning_rate)
+            self.stats.updated_rows += self._fused.flush(table, self.spec.constants(self.steps))
             self.steps += 1
         if not self._pending:
             return
@@ -210,6 +212,25 @@ class HostTable:
         if self._fused is not None:
             self._fused.discard()
         self._calls = 0
+
+
+def _sgd(t: HostTable, f: fused.FusedUpdate, k: np.ndarray, idx: np.ndarray, g: np.ndarray) -> int:
+    return f.sgd(np.asarray(t.array), idx, g, k)
+
+
+def _adagrad(
+    t: HostTable, f: fused.FusedUpdate, k: np.ndarray, idx: np.ndarray, g: np.ndarray
+) -> int:
+    return f.adagrad(np.asarray(t.array), t.state["accumulator"], idx, g, k)
+
+
+def _adam(t: HostTable, f: fused.FusedUpdate, k: np.ndarray, idx: np.ndarray, g: np.ndarray) -> int:
+    return f.adam(np.asarray(t.array), t.state["m"], t.state["v"], idx, g, k)
+
+
+#: the compiled update of each rule (``spec.compiled_rule``) without accumulation; the table
+#: as an ndarray (a memmap's view of the same memory)
+_COMPILED = {"sgd": _sgd, "adagrad": _adagrad, "adam": _adam}
 
 
 def new_state(spec: HostEmbeddingOptimizerSpec, shape: tuple[int, ...]) -> dict[str, np.ndarray]:

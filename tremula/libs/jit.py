@@ -48,15 +48,16 @@ class Kernel:
     inputs).
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], **options: Any) -> None:
         self.py = fn
+        self.options = options  # more ``numba.njit`` options (``error_model``)
         self._compiled: Callable[..., Any] | None = None
 
     def __call__(self, *args: Any) -> Any:
         if self._compiled is not None:
             return self._compiled(*args)
         numba = _numba()
-        compiled = numba.njit(cache=True, nogil=True)(self.py)
+        compiled = numba.njit(cache=True, nogil=True, **self.options)(self.py)
         with warnings.catch_warnings():
             # the first call compiles (or loads the disk cache); a read-only install cannot
             # cache and says so: it then compiles again in each process
@@ -66,10 +67,14 @@ class Kernel:
         return result
 
 
-def kernel(fn: Callable[..., Any]) -> Kernel:
+def kernel(fn: Callable[..., Any] | None = None, *, error_model: str = "python") -> Any:
     """Decorator: ``fn`` (loops over NumPy arrays and scalars, nothing else) as a
-    :class:`Kernel`."""
-    return Kernel(fn)
+    :class:`Kernel`; ``@kernel(error_model="numpy")`` lets float divisions by zero give
+    inf / nan as NumPy's do (numba's default, ``"python"``, checks every division to raise
+    ZeroDivisionError, which also keeps loops with a division from being vectorised)."""
+    if fn is None:
+        return lambda f: Kernel(f, error_model=error_model)
+    return Kernel(fn, error_model=error_model)
 
 
 def _numba() -> ModuleType:
