@@ -17,6 +17,8 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from tremula import profile as profile_format
+from tremula import progress as progress_bars
+from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Linearizer, intervals
 from tremula.engine.memory import MemoryModel, check_fits
@@ -53,6 +55,17 @@ def _stages(progress: Any) -> Callable[[str | None], None]:
             progress.set_description(f"compiling: {name}")
 
     return stage
+
+
+def _has_loop(root: N.Node) -> bool:
+    """Whether a program runs a ``Repeat`` of more than one iteration (a bar could show)."""
+    return any(isinstance(n, N.RepeatNode) and n.count > 1 for n in N.reachable(root))
+
+
+def _loop_bar(total: int, name: str) -> Any:
+    """The bar of an on-device loop of ``total`` iterations (``Runtime.loop_progress``)."""
+    desc = f"running: {name}" if name else "running"
+    return progress_bars.bar(total, desc, "iteration", enabled=True)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -93,6 +106,10 @@ class Engine:
             cover this instance's replicas only (rows ``0..count-1``).
         progress: A progress bar (``tremula.progress.bar``) to advance by one per stage of
             compilation (:data:`COMPILE_STAGES`), or None.
+        run_progress: Show a bar advancing per iteration of a program's outermost on-device
+            loops (``Repeat``) while ``run`` runs it: None (the default, see
+            ``tremula.progress``) on a terminal when ``tqdm`` is installed, True or False.
+            The attribute of that name may be changed later.
 
     Threads: every method that loads, runs, connects or moves data holds :attr:`lock` (a
     re-entrant lock, one per engine), so calls from several threads never interleave. A
@@ -111,8 +128,10 @@ class Engine:
         options: dict[str, Any] | None = None,
         *,
         progress: Any = None,
+        run_progress: bool | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self.run_progress = run_progress
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a poplar.Graph, got {type(graph).__name__}")
         progs = [programs] if isinstance(programs, Program) else list(programs)
@@ -143,6 +162,7 @@ class Engine:
         stage(None)
         self.step_plan = sp
         self._tree = walk.tree
+        self._loops = [_has_loop(root) for root in self.roots]
         if not self.options.allow_out_of_memory:
             check_fits(self.memory, self.target)
         self.mode = "CPU" if self.target.is_cpu else self.options.profiler_mode
@@ -216,6 +236,8 @@ class Engine:
                 f"run: program index {index} out of range; the engine has "
                 f"{len(self.roots)} program(s)"
             )
+        show = self._loops[index] and progress_bars.progress_bars_enabled(self.run_progress)
+        rt.loop_progress = _loop_bar if show else None
         with self._profiles.run(rt, index):
             self._replay.run(rt, index, self.roots[index])
 

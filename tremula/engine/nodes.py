@@ -8,6 +8,7 @@ liveness analysis needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,3 +337,17 @@ class WriteUndefNode(Node):
 
     def accesses(self) -> list[tuple[str, Gather]]:
         return [("u", g) for g in self.gathers]
+
+
+def reachable(root: Node) -> Iterator[Node]:
+    """Every node reachable from ``root``, function bodies included, each once."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        if isinstance(node, CallNode) and node.body is not None:
+            stack.append(node.body)
+        stack.extend(node.children())

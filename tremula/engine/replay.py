@@ -28,18 +28,7 @@ from tremula.engine.timeline import NullTimeline, Timeline
 def is_static(root: N.Node) -> bool:
     """True when no node reachable from ``root`` (function bodies included) branches on
     data (its kind has no flat form)."""
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if KINDS[type(node)].flat is None:
-            return False
-        if isinstance(node, N.CallNode) and node.body is not None:
-            stack.append(node.body)
-        stack.extend(node.children())
-    return True
+    return all(KINDS[type(node)].flat is not None for node in N.reachable(root))
 
 
 class TimelineReplay:

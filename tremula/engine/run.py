@@ -219,6 +219,11 @@ class Runtime:
         self.record_cs = record_cs
         self.cs_cycles = np.zeros((len(step_plan.compute_sets), st.target.num_tiles), np.int64)
         self.out = sys.stdout
+        #: ``bar(total, name)``: a progress bar (``tremula.progress.bar``) for an outermost
+        #: ``Repeat`` of ``total`` iterations, advanced once per iteration; None (the
+        #: default) shows nothing and costs one test per loop, not per iteration
+        self.loop_progress: Callable[[int, str], Any] | None = None
+        self._in_shown_loop = False
 
     def _tl(self, rsel: slice | np.ndarray) -> bool:
         return isinstance(rsel, slice) or (rsel.size > 0 and rsel[0] == 0)
@@ -451,6 +456,9 @@ def _flat_call(rt: Runtime, node: N.CallNode, into: list[FlatStep]) -> None:
 def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
     rt.trace(node.pid, rsel)
     body, run = node.body, KINDS[type(node.body)].run
+    if rt.loop_progress is not None and _shown(rt, node):
+        _shown_loop(rt, node, partial(run, rt, body, rsel))
+        return
     for _ in range(node.count):
         run(rt, body, rsel)
 
@@ -458,13 +466,40 @@ def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
 def _flat_repeat(rt: Runtime, node: N.RepeatNode, into: list[FlatStep]) -> None:
     body: list[FlatStep] = []
     flatten_into(rt, node.body, body)
-    into.append(partial(_loop, body, node.count))
+    into.append(partial(_loop, rt, node, body))
 
 
-def _loop(body: list[FlatStep], count: int) -> None:
-    for _ in range(count):
+def _loop(rt: Runtime, node: N.RepeatNode, body: list[FlatStep]) -> None:
+    if rt.loop_progress is not None and _shown(rt, node):
+        _shown_loop(rt, node, partial(_steps, body))
+        return
+    for _ in range(node.count):
         for step in body:
             step()
+
+
+def _steps(body: list[FlatStep]) -> None:
+    for step in body:
+        step()
+
+
+def _shown(rt: Runtime, node: N.RepeatNode) -> bool:
+    """A loop's iterations advance a bar when it is the outermost shown loop (a loop nested
+    in it runs inside one of its iterations) and runs more than once."""
+    return not rt._in_shown_loop and node.count > 1
+
+
+def _shown_loop(rt: Runtime, node: N.RepeatNode, iteration: FlatStep) -> None:
+    """Run ``node.count`` iterations advancing a bar made by ``rt.loop_progress``."""
+    assert rt.loop_progress is not None
+    rt._in_shown_loop = True
+    try:
+        with rt.loop_progress(node.count, node.name) as bar:
+            for _ in range(node.count):
+                iteration()
+                bar.update(1)
+    finally:
+        rt._in_shown_loop = False
 
 
 # ---- control flow on data: run only through the interpreter ----

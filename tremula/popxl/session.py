@@ -61,9 +61,10 @@ class Session:
             ``tremula.poplar.Device``) with a multiple of the IPUs the Ir needs.
         weights_to_host_on_exit: read the weights back when leaving the outermost
             ``with session:``.
-        progress: (Tremula option) show a progress bar while compiling: None (the default,
-            see ``tremula.progress``) on a terminal when ``tqdm`` is installed, or True /
-            False.
+        progress: (Tremula option) show progress bars while compiling and, in ``run``, per
+            iteration of the program's on-device loops (``ops.repeat``): None (the
+            default, see ``tremula.progress``) on a terminal when ``tqdm`` is installed,
+            or True / False.
         engine_options: Poplar engine options (Tremula extension, keyword only; what
             PopART's ``SessionOptions.engineOptions`` passes): ``autoReport.all``,
             ``autoReport.directory``, ``debug.allowOutOfMemory``, ...
@@ -113,7 +114,11 @@ class Session:
             self._check_remote_variables()
             options = {**(engine_options or {}), **options}
             self._engine = poplar.Engine(
-                graph, programs if any(self._fragments) else programs[0], options, progress=bar
+                graph,
+                programs if any(self._fragments) else programs[0],
+                options,
+                progress=bar,
+                run_progress=progress,
             )
         ir._prepared = True
         self._weights_to_host_on_exit = weights_to_host_on_exit
