@@ -1,5 +1,5 @@
-"""Tremula's extensions of the graph profile (FORMAT.md): ``programSteps`` and
-``variables``, as the engine writes them and as the validator checks them."""
+"""Tremula's extensions of the graph profile (FORMAT.md): ``programSteps``, ``variables``
+and ``computeSets.flops``, as the engine writes them and as the validator checks them."""
 
 from __future__ import annotations
 
@@ -43,9 +43,27 @@ def test_engine_writes_the_program_steps(demo_graph: dict) -> None:
     )
 
 
+def test_engine_writes_compute_set_flops(demo_graph: dict) -> None:
+    # "square" computes x * x + 1 on 96 x 64 elements: 2 FLOPs each; the sums' codelet
+    # (Sum) estimates no FLOPs: unknown, not 0
+    assert demo_graph["computeSets"]["flops"] == [2 * 96 * 64, None, None]
+
+
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
+        (
+            lambda g: g["computeSets"]["flops"].pop(),
+            "len(graphProfile.computeSets.flops): 2 != len(computeSets.names) = 3",
+        ),
+        (
+            lambda g: g["computeSets"]["flops"].__setitem__(1, -5),
+            "computeSets.flops[1]: -5 < 0",
+        ),
+        (
+            lambda g: g["computeSets"]["flops"].__setitem__(2, 1.5),
+            "computeSets.flops[2]: expected an int",
+        ),
         (lambda g: g["variables"]["bytes"].pop(), "variables.bytes: 4 entries != len(names) = 5"),
         (
             lambda g: g["variables"]["tileRuns"].__setitem__(0, [0, 17, 1536]),

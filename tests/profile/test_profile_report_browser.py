@@ -174,6 +174,28 @@ def test_tree_liveness_and_operations(context: Any, golden_dir: Path, tmp_path: 
     page.close()
 
 
+def test_operations_show_flops_where_known(
+    context: Any, graph: dict, execution: dict, tmp_path: Path
+) -> None:
+    graph["computeSets"]["flops"] = [6, None]  # "double": 6 FLOPs a run; "add": unknown
+    write_profile(tmp_path / "flops", graph, execution)
+    page = _open(context, write_html(tmp_path / "flops", tmp_path / "f.html").path)
+    page.show("operations")
+    runs = sum(1 for s in execution["simulation"]["steps"] if s.get("computeSet") == 0)
+    headers = page.page.locator("#ops-table th").all_inner_texts()
+    column = headers.index("FLOPs")
+    cells = {}
+    for row in page.page.locator("#ops-table tbody tr").all():
+        texts = row.locator("td").all_inner_texts()
+        cells[texts[0]] = texts[column]
+    assert runs >= 1 and cells["double"] == f"{6 * runs:,}"
+    assert cells["add"] == "\u2013"  # an en dash: unknown
+    page.page.click("#ops-table th[data-key='flops']")  # sortable, unknown below known
+    assert page.page.locator("#ops-table tbody tr").first.inner_text().startswith("double")
+    assert page.errors == []
+    page.close()
+
+
 def test_bad_input_shows_a_warning(context: Any, golden_dir: Path, tmp_path: Path) -> None:
     text = (golden_dir / "execution.json").read_text()
     (golden_dir / "execution.json").write_text(text[:100])
@@ -221,6 +243,25 @@ def example_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+def _check_example_page(page: Any, directory: Path) -> None:
+    """The page of an example's profile: the summary's numbers are the profile's, every
+    view renders, and a tile clicked on the map shows its bytes."""
+    graph = json.loads((directory / "graph.json").read_text())
+    execution = json.loads((directory / "execution.json").read_text())
+    if "simulation" in execution:
+        assert page.number("#summary-cycles") == execution["simulation"]["cycles"]
+    live = graph["memory"]["liveness"]
+    assert page.number("#summary-peak-nal") == live["notAlwaysLive"]["maxBytes"]
+    assert page.number("#summary-always-live") == live["alwaysLive"]["bytes"]
+    _render_all(page)
+    page.show("memory")
+    tile = graph["target"]["numTiles"] // 2
+    x, y = page.page.evaluate(f"window.tremulaReport.memoryMap.center({tile})")
+    page.click_canvas("#tile-map", x, y)
+    assert page.page.get_attribute("#tile-breakdown", "data-tile") == str(tile)
+    assert page.number("#tile-total-gaps") == graph["memory"]["byTile"]["totalIncludingGaps"][tile]
+
+
 @pytest.mark.parametrize("name", ["mlp", "popsparse"])
 def test_example_reports_render(
     context: Any, example_dirs: dict[str, Path], name: str, tmp_path: Path
@@ -230,19 +271,9 @@ def test_example_reports_render(
     written = write_html(directory, tmp_path / f"{name}.html", compare=other)
     assert written.warnings == []
     graph = json.loads((directory / "graph.json").read_text())
-    execution = json.loads((directory / "execution.json").read_text())
     page = _open(context, written.path)
     assert graph["target"]["numTiles"] == 1472
-    assert page.number("#summary-cycles") == execution["simulation"]["cycles"]
-    live = graph["memory"]["liveness"]
-    assert page.number("#summary-peak-nal") == live["notAlwaysLive"]["maxBytes"]
-    assert page.number("#summary-always-live") == live["alwaysLive"]["bytes"]
-    _render_all(page)
-    page.show("memory")
-    tile = 700
-    x, y = page.page.evaluate(f"window.tremulaReport.memoryMap.center({tile})")
-    page.click_canvas("#tile-map", x, y)
-    assert page.number("#tile-total-gaps") == graph["memory"]["byTile"]["totalIncludingGaps"][tile]
+    _check_example_page(page, directory)
     link = page.page.locator("#tile-breakdown a[data-variable]").first
     index = int(link.get_attribute("data-variable"))
     link.click()  # the variable across the tiles
@@ -251,5 +282,30 @@ def test_example_reports_render(
     page.page.click("#trace-zoom-in")
     page.page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
     assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    assert page.errors == []
+    page.close()
+
+
+# ---- every other example: the profile its run wrote (autoReport, tests/conftest.py) ----
+
+EXAMPLES = ROOT / "examples"
+#: examples whose engines write the profiles rendered here (the last engine each closes)
+REPORTED = sorted(
+    p
+    for p in EXAMPLES.rglob("*.py")
+    if p.parent.name != "distributed"  # several processes: tests/popdist
+    and p.name != "rigl_digits.py"  # its training engine's profile: above
+    and p.name != "listing_6_1_replica_grouping.py"  # groupings only, no engine
+)
+
+
+@pytest.mark.parametrize("path", REPORTED, ids=lambda p: p.name)
+def test_every_example_renders(context: Any, run_example: Any, path: Path, tmp_path: Path) -> None:
+    directory = run_example(path).profile
+    assert directory is not None, f"{path.name} wrote no profile"
+    written = write_html(directory, tmp_path / "report.html")
+    assert written.warnings == []
+    page = _open(context, written.path)
+    _check_example_page(page, directory)
     assert page.errors == []
     page.close()

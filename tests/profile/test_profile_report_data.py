@@ -116,6 +116,29 @@ def test_operations_rows(report_dir: Path) -> None:
     assert ops["rows"][0]["name"] == "add"  # largest first
 
 
+def test_operations_flops_of_a_matmul(tmp_path: Path) -> None:
+    """A matmul's FLOPs are 2 m n k; the bias add's m n; unknown FLOPs stay None."""
+    import numpy as np
+
+    import popxl
+    import popxl.ops as ops
+
+    m, k, n = 12, 40, 20
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((m, k), np.float32), name="a")
+        b = popxl.variable(np.ones((k, n), np.float32), name="b")
+        y = ops.add(ops.matmul(a, b), popxl.variable(np.ones(n, np.float32), name="bias"))
+        ops.host_store(popxl.d2h_stream((m, n), popxl.float32, name="y"), y)
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        session.engine.write_report(str(tmp_path / "mm"))
+    rows = build_model(load_report(tmp_path / "mm"))["operations"]["rows"]
+    flops = {r["name"].split("/")[0]: r["flops"] for r in rows if r["flops"] is not None}
+    assert flops == {"matmul": 2 * m * n * k, "add": m * n}
+    assert any(r["flops"] is None for r in rows)  # the stream copies
+
+
 def test_page_carries_the_model(report_dir: Path, tmp_path: Path) -> None:
     page = write_html(report_dir, tmp_path / "page.html")
     text = page.path.read_text()

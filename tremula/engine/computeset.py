@@ -15,7 +15,7 @@ import numpy as np
 from tremula.engine.exchange import Transfers
 from tremula.engine.plan import Gather
 from tremula.errors import CodeletError, VerifyError
-from tremula.poplar.codelet import Batch, VertexInfo, VertexType
+from tremula.poplar.codelet import Batch, Codelet, VertexInfo, VertexType
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
 from tremula.poplar.tensor import affine_layout
@@ -330,6 +330,13 @@ class CompiledComputeSet:
     @property
     def num_vertices(self) -> int:
         return sum(g.n for g in self.groups)
+
+    @property
+    def flops(self) -> int | None:
+        """Floating-point operations of one run: the sum of its vertices' codelet estimates
+        (``Codelet.flops``), or None when no codelet of the compute set estimates them."""
+        known = [g for g in self.groups if g.vertex_type.codelet.flops is not Codelet.flops]
+        return round(sum(float(g.flops.sum()) for g in known)) if known else None
 
 
 def _edge_memory(vtype: VertexType, group: VertexGroup) -> tuple[np.ndarray, ...]:

@@ -68,6 +68,7 @@ def _compute_sets(sp: StepPlan, types: list[str], cycle_estimates: bool) -> dict
         "names": [c.name for c in sp.compute_sets],
         "vertexCounts": counts,
         "vertexTypes": vtypes,
+        "flops": [c.flops for c in sp.compute_sets],  # a Tremula extension (FORMAT.md)
     }
     if cycle_estimates:
         estimates = {

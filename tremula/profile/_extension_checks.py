@@ -1,6 +1,6 @@
 """The checks of Tremula's extensions of the graph profile (FORMAT.md, "Tremula
-extensions"): ``memory.liveness.programSteps`` and ``variables``. Both are optional; when
-present they must agree with the rest of the profile."""
+extensions"): ``memory.liveness.programSteps``, ``variables`` and ``computeSets.flops``.
+All are optional; when present they must agree with the rest of the profile."""
 
 from __future__ import annotations
 
@@ -31,6 +31,23 @@ def check_extensions(c: Checker, graph: Mapping[str, Any], path: str, dims: Dims
         num_steps = check_program_steps(c, liveness["programSteps"], steps_path, dims, limit)
     if "variables" in graph and c.kind(graph["variables"], f"{path}.variables", "dict"):
         check_variables(c, graph["variables"], f"{path}.variables", dims, num_steps)
+    compute_sets = graph.get("computeSets")
+    if isinstance(compute_sets, Mapping) and "flops" in compute_sets:
+        check_flops(c, compute_sets["flops"], f"{path}.computeSets.flops", dims)
+
+
+def check_flops(c: Checker, flops: Any, path: str, dims: Dims) -> None:
+    """Check ``computeSets.flops``: one entry per compute set, each an int >= 0 or null."""
+    if c.kind(flops, path, "list") is None:
+        return
+    size = dims.sizes.get("computeSets")
+    if size is not None:
+        c.equal(f"len({path})", len(flops), size, "len(computeSets.names)")
+    for i, value in enumerate(flops):
+        if value is None or c.kind(value, f"{path}[{i}]", "int") is None:
+            continue
+        if value < 0:
+            c.add(f"{path}[{i}]", f"{value} < 0 (FLOPs are counts; null where unknown)")
 
 
 def check_program_steps(

@@ -119,15 +119,17 @@ def operation_of(name: str) -> str:
 
 
 def operations_section(graph: Mapping[str, Any] | None, execution: Mapping[str, Any]) -> Model:
-    """Steps grouped by operation: cycles per lane, steps, cycle-weighted tile balance and
-    the vertex memory of the operation's compute sets, largest first."""
+    """Steps grouped by operation: cycles per lane, steps, cycle-weighted tile balance, the
+    vertex memory of the operation's compute sets and the FLOPs of the compute sets its
+    steps ran (None where no compute set's FLOPs are known), largest first."""
     rows: dict[str, Model] = {}
     memory = _compute_set_memory(graph)
+    flops = compute_set_flops(graph)
     for step in _steps(execution):
         op = operation_of(step_name(step))
         row = rows.get(op)
         if row is None:
-            row = rows[op] = {"name": op, "cycles": 0, "steps": 0, "balanced": 0.0,
+            row = rows[op] = {"name": op, "cycles": 0, "steps": 0, "balanced": 0.0, "flops": None,
                               "computeSets": set(), **{lane: 0 for lane in LANES}}  # fmt: skip
         cycles = int(step["cycles"])
         row[STEP_LANES.get(step["type"], "Exchange")] += cycles
@@ -135,7 +137,11 @@ def operations_section(graph: Mapping[str, Any] | None, execution: Mapping[str, 
         row["steps"] += 1
         row["balanced"] += cycles * float(step.get("tileBalance", 0.0))
         if "computeSet" in step:
-            row["computeSets"].add(int(step["computeSet"]))
+            cs = int(step["computeSet"])
+            row["computeSets"].add(cs)
+            known = flops.get(cs)
+            if known is not None:
+                row["flops"] = (row["flops"] or 0) + known
     out = []
     for row in rows.values():
         cs = row.pop("computeSets")
@@ -145,6 +151,15 @@ def operations_section(graph: Mapping[str, Any] | None, execution: Mapping[str, 
         out.append(row)
     out.sort(key=lambda r: (-r["cycles"], r["name"]))
     return {"rows": out, "totalCycles": int(sum(r["cycles"] for r in out)), "lanes": list(LANES)}
+
+
+def compute_set_flops(graph: Mapping[str, Any] | None) -> dict[int, int | None]:
+    """The FLOPs of one run of each compute set (``computeSets.flops``, a Tremula extension
+    of the format): compute set -> FLOPs, or None where unknown; empty without the table."""
+    table = ((graph or {}).get("computeSets") or {}).get("flops")
+    if not isinstance(table, list):
+        return {}
+    return {i: None if v is None else int(v) for i, v in enumerate(table)}
 
 
 def _compute_set_memory(graph: Mapping[str, Any] | None) -> np.ndarray:

@@ -1,5 +1,6 @@
 /* Operations view: steps grouped by operation (debug name), at a chosen depth of the name's
-   path, with cycles, share, cycles per lane, tile balance and vertex memory; sortable. */
+   path, with cycles, share, cycles per lane, tile balance, vertex memory and FLOPs where
+   known (null where not); sortable. */
 "use strict";
 
 /* Rows grouped by the first `depth` components of their names (0: whole names). */
@@ -10,10 +11,11 @@ R.groupOperations = (rows, depth, lanes) => {
     const key = r.name.split("/").slice(0, depth).join("/");
     let g = groups.get(key);
     if (!g) {
-      g = { name: key, cycles: 0, steps: 0, memory: 0, balanced: 0, ...Object.fromEntries(lanes.map((l) => [l, 0])) };
+      g = { name: key, cycles: 0, steps: 0, memory: 0, balanced: 0, flops: null, ...Object.fromEntries(lanes.map((l) => [l, 0])) };
       groups.set(key, g);
     }
     for (const k of ["cycles", "steps", "memory", ...lanes]) g[k] += r[k];
+    if (r.flops !== null && r.flops !== undefined) g.flops = (g.flops || 0) + r.flops;
     g.balanced += r.tileBalance * r.cycles;
   }
   return [...groups.values()].map((g) => ({ ...g, tileBalance: g.cycles ? g.balanced / g.cycles : 1 }));
@@ -35,6 +37,7 @@ R.views.push({
       ...lanes.map((l) => ({ key: l, title: l, num: true })),
       { key: "tileBalance", title: "Tile balance", num: true, help: "cycle-weighted mean of the steps' tile balance" },
       { key: "memory", title: "Vertex memory", num: true, help: "vertex memory of the operation's compute sets" },
+      { key: "flops", title: "FLOPs", num: true, help: "floating-point operations of the compute sets the steps ran (the codelets' estimates); – where unknown" },
     ];
     let sortKey = "cycles", descending = true;
     const body = R.el("tbody");
@@ -44,7 +47,7 @@ R.views.push({
         .filter((r) => !filter.value || r.name.toLowerCase().includes(filter.value.toLowerCase()));
       for (const r of rows) r.share = ops.totalCycles ? r.cycles / ops.totalCycles : 0;
       rows.sort((x, y) => {
-        const a = x[sortKey], b = y[sortKey];
+        const a = x[sortKey] ?? -1, b = y[sortKey] ?? -1;  /* unknown FLOPs sort below 0 */
         const order = typeof a === "string" ? a.localeCompare(b) : a - b;
         return descending ? -order : order;
       });
@@ -63,7 +66,7 @@ R.views.push({
     host.append(R.panel("Operations",
       R.el("div", { class: "controls" }, R.el("label", {}, "Group by ", depth), filter, count),
       R.el("table", { id: "ops-table" }, R.el("thead", {}, head), body),
-      R.note("An operation is a step's debug name; the exchanges before and after a compute set belong to its operation. FLOPs are not in the profile format.")));
+      R.note("An operation is a step's debug name; the exchanges before and after a compute set belong to its operation. FLOPs are the codelets' estimates for the compute sets the steps ran (computeSets.flops, a Tremula extension of the format); – where unknown.")));
     fill();
   },
 });
