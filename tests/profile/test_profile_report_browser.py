@@ -294,7 +294,7 @@ REPORTED = sorted(
     p
     for p in EXAMPLES.rglob("*.py")
     if p.parent.name != "distributed"  # several processes: tests/popdist
-    and p.name != "rigl_digits.py"  # its training engine's profile: above
+    and p.name != "rigl_digits.py"  # its training engine's profile: above (NO_REPORT)
     and p.name != "listing_6_1_replica_grouping.py"  # groupings only, no engine
 )
 

@@ -457,7 +457,7 @@ def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
     rt.trace(node.pid, rsel)
     body, run = node.body, KINDS[type(node.body)].run
     if rt.loop_progress is not None and _shown(rt, node):
-        _shown_loop(rt, node, partial(run, rt, body, rsel))
+        _shown_loop(rt, rt.loop_progress, node, partial(run, rt, body, rsel))
         return
     for _ in range(node.count):
         run(rt, body, rsel)
@@ -471,7 +471,7 @@ def _flat_repeat(rt: Runtime, node: N.RepeatNode, into: list[FlatStep]) -> None:
 
 def _loop(rt: Runtime, node: N.RepeatNode, body: list[FlatStep]) -> None:
     if rt.loop_progress is not None and _shown(rt, node):
-        _shown_loop(rt, node, partial(_steps, body))
+        _shown_loop(rt, rt.loop_progress, node, partial(_steps, body))
         return
     for _ in range(node.count):
         for step in body:
@@ -489,12 +489,14 @@ def _shown(rt: Runtime, node: N.RepeatNode) -> bool:
     return not rt._in_shown_loop and node.count > 1
 
 
-def _shown_loop(rt: Runtime, node: N.RepeatNode, iteration: FlatStep) -> None:
-    """Run ``node.count`` iterations advancing a bar made by ``rt.loop_progress``."""
-    assert rt.loop_progress is not None
+def _shown_loop(
+    rt: Runtime, bars: Callable[[int, str], Any], node: N.RepeatNode, iteration: FlatStep
+) -> None:
+    """Run ``node.count`` iterations, advancing a bar made by ``bars`` (the runtime's
+    ``loop_progress``) after each."""
     rt._in_shown_loop = True
     try:
-        with rt.loop_progress(node.count, node.name) as bar:
+        with bars(node.count, node.name) as bar:
             for _ in range(node.count):
                 iteration()
                 bar.update(1)
