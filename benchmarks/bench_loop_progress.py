@@ -10,9 +10,9 @@ differ only in the loop:
 * ``auto``: the default, standard error not a terminal (the case of CI and pipes);
 * ``on``: a tqdm bar, drawn into ``os.devnull``.
 
-It prints the best of 15 runs of each and the ratio to ``bare`` (target: ``off`` and ``auto``
-within noise of 1.00) on the CPU target (no timeline, so the loop's own cost shows most) and
-on the IPU Model.
+It prints the best process CPU time of 15 runs of each (steadier than wall time on a shared
+machine) and the ratio to ``bare`` (target: ``off`` and ``auto`` within noise of 1.00), on
+the CPU target (no timeline, so the loop's own cost shows most) and on the IPU Model.
 
 Run: ``python benchmarks/bench_loop_progress.py`` (``tqdm`` for the ``on`` row).
 """
@@ -67,9 +67,10 @@ def _session(device: str, setting: str) -> popxl.Session:
 
 
 def _time(session: popxl.Session) -> float:
-    start = time.perf_counter()
+    """The process's CPU time of one run (steadier than wall time on a shared machine)."""
+    start = time.process_time()
     session.run()
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def main() -> None:
@@ -90,7 +91,7 @@ def main() -> None:
                 rows[device] = best
         finally:
             sys.stderr = stderr
-    print(f"ops.repeat of {COUNT} iterations, best of {ROUNDS} runs (ms); ratio to bare")
+    print(f"ops.repeat of {COUNT} iterations, best CPU time of {ROUNDS} runs (ms); ratio to bare")
     print(f"{'device':10} " + " ".join(f"{s:>14}" for s in settings))
     for device, best in rows.items():
         cells = [f"{best[s] * 1e3:7.1f} x{best[s] / best['bare']:5.3f}" for s in settings]
