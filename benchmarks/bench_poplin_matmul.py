@@ -18,7 +18,10 @@
    1,472-tile IPU whose generation the paper does not give). The planner's estimated
    TFLOP/s on Mk2 and Bow at each n, next to the published figures, and each figure over
    its own large-n figure (the curve's shape, which does not depend on the clock): target
-   within 15 % of the paper's.
+   within 15 % of the paper's. Two products: the plain ``matmul`` of ``[m, k] x [k, n]``
+   (the planner may swap the operands) and the forward pass of a training FC layer,
+   ``x [n, k] x W [k, m]`` with ``fullyConnectedPass`` ``TRAINING_FWD``, which PopLibs
+   plans jointly and never swaps: the batch ``n`` stays the AMP's output positions.
 
 Run: ``python benchmarks/bench_poplin_matmul.py [--size 1024] [--repeat 5] [--rounds 5]
 [--simulate 1024x1024x1024] [--simulate-half 4096x4096x4096,4096x8192x4096]
@@ -150,36 +153,53 @@ PAPER_FLOAT_LARGE = 55.0
 PAPER_LARGE = 16384  # "large n": the end of the paper's sweep
 
 
-def paper_figures(machine: str, dtype: poplar.Type, n: int) -> float:
-    """Planned TFLOP/s of ``[4096, 4096] x [4096, n]`` (float partials) on a preset."""
+#: The products of the table: label -> (fullyConnectedPass, batch-major operands).
+PAPER_PRODUCTS = {
+    "matmul [m,k]x[k,n]": ("NONE", False),
+    "FC fwd x[n,k]xW[k,m], TRAINING_FWD": ("TRAINING_FWD", True),
+}
+
+
+def paper_figures(machine: str, dtype: poplar.Type, n: int, product: str) -> float:
+    """Planned TFLOP/s of a ``4096 x 4096 x n`` product (float partials) on a preset."""
     target = target_presets.preset(machine)
-    opts = {"partialsType": "float"}
-    plan = poplin.matmul_plan(target, dtype, (4096, 4096), (4096, n), options=opts)
+    fc_pass, batch_major = PAPER_PRODUCTS[product]
+    opts = {"partialsType": "float", "fullyConnectedPass": fc_pass}
+    a, b = ((n, 4096), (4096, 4096)) if batch_major else ((4096, 4096), (4096, n))
+    plan = poplin.matmul_plan(target, dtype, a, b, options=opts)
     return efficiency(target, plan, plan.cycles)[0]
 
 
 def paper_table() -> None:
-    """The paper's dense FP16 curve next to Tremula's Mk2 and Bow estimates, and the shape
-    of each curve (figure over its own large-n figure)."""
-    ours = {m: {n: paper_figures(m, poplar.HALF, n) for n in PAPER_HALF} for m in ("mk2", "bow")}
-    print("dense FP16 matmul, m = k = 4096, float partials (planner estimates), TFLOP/s;")
+    """The paper's dense FP16 curve next to Tremula's Mk2 and Bow estimates of each product,
+    and the shape of each curve (figure over its own large-n figure)."""
+    print("dense FP16, m = k = 4096, float partials (planner estimates), TFLOP/s;")
     print(f"ratio: figure / its own n = {PAPER_LARGE} figure; off: Mk2 ratio / paper ratio - 1")
-    print(f"{'n':>6} {'paper':>6} {'Mk2':>6} {'Bow':>6}   {'paper':>6} {'Mk2':>6} {'off':>6}")
-    for n, published in PAPER_HALF.items():
-        mk2, bow = ours["mk2"][n], ours["bow"][n]
-        ratio = mk2 / ours["mk2"][PAPER_LARGE]
-        if published is None:
-            pub, pub_ratio, off = "-", "-", "-"
-        else:
-            paper_ratio = published / PAPER_HALF[PAPER_LARGE]  # type: ignore[operator]
-            pub, pub_ratio = f"{published:.0f}", f"{paper_ratio:.3f}"
-            off = f"{100 * (ratio / paper_ratio - 1):+.0f}%"
-        print(f"{n:>6} {pub:>6} {mk2:>6.1f} {bow:>6.1f}   {pub_ratio:>6} {ratio:>6.3f} {off:>6}")
-    flt = [paper_figures(m, poplar.FLOAT, PAPER_LARGE) for m in ("mk2", "bow")]
-    print(
-        f"dense FP32 at n = {PAPER_LARGE}: paper ~{PAPER_FLOAT_LARGE:.0f}, Mk2 {flt[0]:.1f}, "
-        f"Bow {flt[1]:.1f} TFLOP/s"
-    )
+    for product in PAPER_PRODUCTS:
+        ours = {
+            m: {n: paper_figures(m, poplar.HALF, n, product) for n in PAPER_HALF}
+            for m in ("mk2", "bow")
+        }
+        print(f"{product}:")
+        print(f"{'n':>6} {'paper':>6} {'Mk2':>6} {'Bow':>6}   {'paper':>6} {'Mk2':>6} {'off':>6}")
+        for n, published in PAPER_HALF.items():
+            print(_paper_row(n, published, ours["mk2"], ours["bow"][n]))
+        flt = [paper_figures(m, poplar.FLOAT, PAPER_LARGE, product) for m in ("mk2", "bow")]
+        print(
+            f"  FP32 at n = {PAPER_LARGE}: paper ~{PAPER_FLOAT_LARGE:.0f}, Mk2 {flt[0]:.1f}, "
+            f"Bow {flt[1]:.1f} TFLOP/s"
+        )
+
+
+def _paper_row(n: int, published: float | None, mk2: dict[int, float], bow: float) -> str:
+    ratio = mk2[n] / mk2[PAPER_LARGE]
+    if published is None:
+        pub, pub_ratio, off = "-", "-", "-"
+    else:
+        paper_ratio = published / PAPER_HALF[PAPER_LARGE]  # type: ignore[operator]
+        pub, pub_ratio = f"{published:.0f}", f"{paper_ratio:.3f}"
+        off = f"{100 * (ratio / paper_ratio - 1):+.0f}%"
+    return f"{n:>6} {pub:>6} {mk2[n]:>6.1f} {bow:>6.1f}   {pub_ratio:>6} {ratio:>6.3f} {off:>6}"
 
 
 def main() -> None:

@@ -176,6 +176,42 @@ def test_cpu_target_plans_keep_the_natural_frame():
     assert not poplin.matmul_plan(targets.cpu(), poplar.FLOAT, *shape).swap
 
 
+@pytest.mark.parametrize("fc_pass", ["TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU"])
+def test_training_passes_keep_the_rows_of_a_as_positions(fc_pass):
+    """PopLibs plans a training layer's passes jointly and never swaps a joint plan's
+    operands: a short-M product, which a plain matmul swaps onto the AMP's wide side, keeps
+    its M rows as the output positions (and costs more: four rows cannot feed the AMP)."""
+    t = targets.ipu2(tiles_per_ipu=64)
+    shape = ((4, 512), (512, 512))
+    plain = poplin.matmul_plan(t, poplar.HALF, *shape)
+    inference = poplin.matmul_plan(
+        t, poplar.HALF, *shape, options={"fullyConnectedPass": "INFERENCE_FWD"}
+    )
+    joint = poplin.matmul_plan(t, poplar.HALF, *shape, options={"fullyConnectedPass": fc_pass})
+    assert plain.swap and inference == plain
+    assert not joint.swap and not joint.params.swappable
+    assert joint.dims == (1, 4, 512, 512)
+    assert joint.cycles > plain.cycles
+
+
+@pytest.mark.parametrize("dtype", [poplar.FLOAT, poplar.HALF])
+def test_a_training_pass_computes_the_product_as_planned(session, close, dtype):
+    opts = {"fullyConnectedPass": "TRAINING_FWD"}
+    m, k, n = 8, 200, 96
+    s = session(tiles=16)
+    a = poplin.create_matmul_input_lhs(s.graph, dtype, (m, k), (k, n), "a", opts)
+    b = poplin.create_matmul_input_rhs(s.graph, dtype, (m, k), (k, n), "b", opts)
+    c = poplin.matmul(s.graph, a, b, s.prog, options=opts)
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((m, k)).astype(dtype.numpy)
+    B = rng.standard_normal((k, n)).astype(dtype.numpy)
+    got = s.run({"a": (a, A), "b": (b, B)}, {"c": c})["c"]
+    close(got, A, B, dtype.numpy)
+    plan = poplin.matmul_plan(s.graph.target, dtype, (m, k), (k, n), options=opts)
+    assert not plan.swap and poplin.matmul_plan(s.graph.target, dtype, (m, k), (k, n)).swap
+    assert abs(s.cycles - plan.cycles) <= 0.02 * plan.cycles + 20
+
+
 def test_smaller_memory_gives_plans_that_fit_less_memory():
     t = targets.ipu2(tiles_per_ipu=16)
     temps = [

@@ -295,7 +295,15 @@ def _params(
     opts: MatMulOptions,
 ) -> MatMulParams:
     return MatMulParams(
-        g, m, k, n, in_type.name, p_type.name, out.name, opts.available_memory_proportion
+        g,
+        m,
+        k,
+        n,
+        in_type.name,
+        p_type.name,
+        out.name,
+        opts.available_memory_proportion,
+        swappable=not opts.joint,
     )
 
 

@@ -21,20 +21,33 @@ class MatMulError(GraphError):
 INPUT_TYPES = {"half": ("half", "float"), "float": ("half", "float"), "int": ("int",)}
 PARTIALS_TYPES = ("float", "half")
 FULLY_CONNECTED_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
+#: Passes PopLibs plans jointly (the three passes of a training layer at once); its conv
+#: planner never swaps the operands of a joint plan (``ConvPlan.cpp``,
+#: ``getSwapOperandCandidates``: "the joint planning logic doesn't yet handle swapped
+#: operands"), so these matmuls keep the rows of ``a`` as the AMP's output positions.
+JOINT_PASSES = ("TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 KNOWN_OPTIONS = ("availableMemoryProportion", "partialsType", "fullyConnectedPass")
 
 
 @dataclass(frozen=True)
 class MatMulOptions:
     """Parsed options: ``availableMemoryProportion`` (share of a tile's memory the plan's
-    temporaries may use, in (0, 1]), ``partialsType`` (``float`` or ``half``)."""
+    temporaries may use, in (0, 1]), ``partialsType`` (``float`` or ``half``),
+    ``fullyConnectedPass`` (one of :data:`FULLY_CONNECTED_PASSES`)."""
 
     available_memory_proportion: float = 0.6
     partials_type: str = "float"
+    fully_connected_pass: str = "NONE"
+
+    @property
+    def joint(self) -> bool:
+        """Whether PopLibs plans this pass jointly (:data:`JOINT_PASSES`): no operand swap."""
+        return self.fully_connected_pass in JOINT_PASSES
 
 
 def parse_options(options: Mapping[str, Any] | None, where: str) -> MatMulOptions:
-    """Check and parse ``options``; ``fullyConnectedPass`` is accepted and ignored.
+    """Check and parse ``options``. Of ``fullyConnectedPass`` only what it does to the
+    plan is modelled: a training pass is planned without swapping the operands.
 
     Raises:
         MatMulError: an unknown option or a bad value, naming it and what is allowed.
@@ -69,7 +82,7 @@ def parse_options(options: Mapping[str, Any] | None, where: str) -> MatMulOption
             f"{where}: fullyConnectedPass = {options['fullyConnectedPass']!r}; expected one "
             f"of {list(FULLY_CONNECTED_PASSES)}"
         )
-    return MatMulOptions(amp, partials)
+    return MatMulOptions(amp, partials, fc)
 
 
 def check_input_type(dtype: Any, where: str, what: str) -> poplar.Type:

@@ -16,7 +16,9 @@ blocks, one block product per tile and serial step:
   the output type; it is skipped when there is a single partial of the output type.
 
 ``swap`` plans compute ``C^T = B^T A^T`` instead (the planned frame has ``M`` and ``N``
-exchanged), which the AMP prefers when ``N`` offers more output positions than ``M``.
+exchanged), which the AMP prefers when ``N`` offers more output positions than ``M``; as in
+PopLibs, not for a pass of a training layer (``fullyConnectedPass`` ``TRAINING_*``, planned
+jointly), whose rows of ``A`` stay the AMP's output positions (``params.swappable``).
 ``method`` is ``amp`` (the accumulating matrix product units, for half and float when the
 target has them) or ``mac`` (a dot-product vertex, for ints or where the AMP loses).
 
@@ -67,6 +69,9 @@ class MatMulParams:
     partials_type: str
     out_type: str
     available_memory_proportion: float = 0.6
+    #: Whether the planner may compute ``C^T = B^T A^T`` instead (not for the passes PopLibs
+    #: plans jointly: ``fullyConnectedPass`` ``TRAINING_*``).
+    swappable: bool = True
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
         methods.insert(0, "amp")
     # the CPU target simulates no cycles: its plans keep the natural frame, whose row-major
     # output is what the host's following element-wise work reads fastest
-    swaps = (False,) if target.is_cpu else (False, True)
+    swaps = (False, True) if params.swappable and not target.is_cpu else (False,)
     cands = [_candidates(params, target, method, swap) for method in methods for swap in swaps]
     table = _shortlist(_concat(cands))
     return _choose(params, _concat([table, _refine(params, target, table)]))
