@@ -25,7 +25,11 @@
    issue 17; m = k = 4096, uniformly random patterns) next to Tremula's, simulated on Mk2
    (Bow runs the same cycles at its clock): the dynamic sparse speed-up over dense
    ``poplin.matmul`` at d = 1/16, best over n, for b = 1 and 16, half and float (target:
-   each within 25 %); the block-size sweep (half, d = 1/16, best useful TFLOP/s over n);
+   each within 25 %), against two dense references of ``x [n, k] x W [k, m]``: the plain
+   matmul (the planner may swap the operands) and the FC layer's training forward pass
+   (``fullyConnectedPass`` ``TRAINING_FWD``: never swapped, as PopLibs' joint plans; the
+   paper's dense curve has this shape at small n, see ``bench_poplin_matmul.py --paper``);
+   the block-size sweep (half, d = 1/16, best useful TFLOP/s over n);
    the density sweep (half, b = 16; the issue quotes no figures for it). One compile per
    (case, n): about 30 compiles, tens of minutes on a shared host (``--paper-ns`` to
    restrict n).
@@ -253,14 +257,17 @@ def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: floa
     )
 
 
-def dense_cycles(machine: str, dtype: poplar.Type, n: int) -> int:
-    """Simulated cycles of the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]``."""
+def dense_cycles(machine: str, dtype: poplar.Type, n: int, fc_pass: str = "NONE") -> int:
+    """Simulated cycles of the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]`` with
+    ``fullyConnectedPass`` ``fc_pass`` (``TRAINING_FWD``: the batch stays the AMP's output
+    positions; ``NONE``: the planner may swap the operands)."""
     device = poplar.IPUModel(machine).create_device()
     graph = poplar.Graph(device.target)
-    a = poplin.create_matmul_input_lhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "x")
-    b = poplin.create_matmul_input_rhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "w")
+    opts = {"fullyConnectedPass": fc_pass}
+    a = poplin.create_matmul_input_lhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "x", opts)
+    b = poplin.create_matmul_input_rhs(graph, dtype, (n, SIZE), (SIZE, SIZE), "w", opts)
     prog = poplar.Sequence()
-    poplin.matmul(graph, a, b, prog)
+    poplin.matmul(graph, a, b, prog, options=opts)
     engine = poplar.Engine(graph, prog, NO_OOM)
     engine.load(device)
     engine.run()
@@ -296,12 +303,14 @@ PAPER_SPEEDUP = {(1, "half"): 0.4, (1, "float"): 0.9, (16, "half"): 1.9, (16, "f
 PAPER_BLOCK_TFLOPS = {1: 5.8, 4: 14.0, 8: 21.0, 16: 27.0}
 PAPER_DENSITIES = (1 / 4, 1 / 8, 1 / 16, 1 / 32)
 TYPES = {"half": poplar.HALF, "float": poplar.FLOAT}
+#: The dense references: label -> ``fullyConnectedPass`` of ``x [n, k] x W [k, m]``.
+DENSE_REFS = {"matmul": "NONE", "FC pass": "TRAINING_FWD"}
 
 
 @dataclass(frozen=True)
 class Best:
-    """A case over n: its best speed-up over dense and the n giving it (with that point's
-    propagation computes), and its best useful TFLOP/s on Mk2 and Bow."""
+    """A case over n against one dense reference: its best speed-up and the n giving it
+    (with that point's propagation computes), and its best useful TFLOP/s on Mk2 and Bow."""
 
     speedup: float
     n: int
@@ -310,30 +319,34 @@ class Best:
     steps: int
 
 
-def best_over_n(ns: tuple[int, ...], dense: dict, type_name: str, block: int, d: float) -> Best:
-    """Simulate the case at each n (on Mk2; Bow differs only by its clock): the n where it
-    gains most over dense, and its best TFLOP/s."""
-    clocks = [poplar.IPUModel(m).create_target().tile_clock_frequency for m in ("ipu2", "bow")]
-    found: Best | None = None
+def sparse_points(ns: tuple[int, ...], type_name: str, block: int, d: float) -> dict:
+    """Simulated cycles, non-zeros and propagation computes of a case at each n (on Mk2;
+    Bow differs only by its clock)."""
+    points = {}
     for n in ns:
         gc.collect()  # engines hold cycles; large ones must go before the next
         run = sparse_run("ipu2", TYPES[type_name], block, d, n)
         if isinstance(run, str):
             print(f"    b={block} d=1/{round(1 / d)} {type_name} n={n}: {run}")
             continue
-        flops = 2.0 * run.nnz * n
-        mk2, bow = (flops * clock / run.cycles / 1e12 for clock in clocks)
-        point = Best(dense[type_name, n] / run.cycles, n, mk2, bow, run.steps)
+        points[n] = (run.cycles, run.nnz, run.steps)
         del run  # its engine goes before the next one is built
-        if found is None:
-            found = point
-        elif point.speedup > found.speedup:
-            found = dataclasses.replace(point, mk2=max(mk2, found.mk2), bow=max(bow, found.bow))
-        elif mk2 > found.mk2:
-            found = dataclasses.replace(found, mk2=mk2, bow=bow)
-    if found is None:
+    if not points:
         raise SystemExit(f"b={block} d={d} {type_name}: no n could be built")
-    return found
+    return points
+
+
+def best_over_n(points: dict, dense: dict, type_name: str, ref: str) -> Best:
+    """The n where a case gains most over the ``ref`` dense product, and its best
+    TFLOP/s over n."""
+    clocks = [poplar.IPUModel(m).create_target().tile_clock_frequency for m in ("ipu2", "bow")]
+    speedups = {n: dense[ref, type_name, n] / cycles for n, (cycles, _, _) in points.items()}
+    top = max(speedups, key=lambda n: speedups[n])
+    mk2, bow = (
+        max(2.0 * nnz * n * clock / cycles / 1e12 for n, (cycles, nnz, _) in points.items())
+        for clock in clocks
+    )
+    return Best(speedups[top], top, mk2, bow, points[top][2])
 
 
 def off(ours: float, paper: float) -> str:
@@ -342,21 +355,40 @@ def off(ours: float, paper: float) -> str:
 
 def paper_tables(ns: tuple[int, ...]) -> None:
     """The paper's figures next to Tremula's (see the module docstring, part 3)."""
-    dense = {(t, n): dense_cycles("ipu2", TYPES[t], n) for t in TYPES for n in ns}
-    cases: dict[tuple[int, str, float], Best] = {}
+    dense = {}
+    for (ref, fc_pass), t, n in itertools.product(DENSE_REFS.items(), TYPES, ns):
+        gc.collect()  # engines hold cycles; large ones must go before the next
+        dense[ref, t, n] = dense_cycles("ipu2", TYPES[t], n, fc_pass)
+    print(f"dense simulated cycles (Mk2), x [n, {SIZE}] x W [{SIZE}, {SIZE}]:")
+    clock = poplar.IPUModel("ipu2").create_target().tile_clock_frequency
+    for (ref, t, n), cycles in dense.items():
+        tflops = 2.0 * n * SIZE * SIZE * clock / cycles / 1e12
+        print(f"    {ref:>8} {t:>5} n={n:<5} {cycles:>8} cycles, {tflops:6.1f} TFLOP/s")
+    cases: dict[tuple[int, str, float], dict] = {}
 
-    def case(block: int, type_name: str, d: float) -> Best:
+    def case(block: int, type_name: str, d: float, ref: str = "matmul") -> Best:
         if (block, type_name, d) not in cases:
-            cases[block, type_name, d] = best_over_n(ns, dense, type_name, block, d)
-        return cases[block, type_name, d]
+            cases[block, type_name, d] = sparse_points(ns, type_name, block, d)
+        return best_over_n(cases[block, type_name, d], dense, type_name, ref)
 
     print(f"speed-up of the dynamic sparse FC over dense poplin.matmul, m = k = {SIZE}, "
           f"d = 1/16, best over n in {ns} (simulated; target: within 25 %)")  # fmt: skip
-    print(f"{'case':>12} {'paper':>6} {'Tremula':>8} {'at n':>5} {'off':>6}")
+    print(
+        f"{'case':>12} {'paper':>6}"
+        + "".join(f" {r:>8} {'at n':>5} {'off':>6}" for r in DENSE_REFS)
+    )
     for (block, type_name), paper in PAPER_SPEEDUP.items():
-        b = case(block, type_name, 1 / 16)
-        label = f"b={block} {type_name}"
-        print(f"{label:>12} {paper:>6.1f} {b.speedup:>8.2f} {b.n:>5} {off(b.speedup, paper):>6}")
+        row = f"{f'b={block} {type_name}':>12} {paper:>6.1f}"
+        for ref in DENSE_REFS:
+            b = case(block, type_name, 1 / 16, ref)
+            row += f" {b.speedup:>8.2f} {b.n:>5} {off(b.speedup, paper):>6}"
+        print(row)
+        points = cases[block, type_name, 1 / 16]
+        each = ", ".join(
+            f"n={n} " + "/".join(f"{dense[r, type_name, n] / c:.2f}" for r in DENSE_REFS)
+            for n, (c, _, _) in points.items()
+        )
+        print(f"{'':>19} per n ({' / '.join(DENSE_REFS)}): {each}")
     print("block sweep, half, d = 1/16, best useful TFLOP/s (2 nnz n / time) over n")
     print(f"{'b':>3} {'paper':>6} {'Mk2':>6} {'Bow':>6} {'off Mk2':>8} {'off Bow':>8}")
     for block, paper in PAPER_BLOCK_TFLOPS.items():
