@@ -31,6 +31,7 @@ def _training():
 
 
 def test_two_instances_train_like_four_replicas_in_one_process(tmp_path) -> None:
+    # instance 0 starts from other weights; broadcastWeights(1) gives it instance 1's
     training = _training()
     want = training.train(distributed=False)
     proto = training.model()[0]
@@ -92,3 +93,27 @@ def test_distributed_options_that_are_not_this_instances_block_are_refused(monke
 def test_a_distributed_session_of_one_instance_runs_without_poprun() -> None:
     session = _session(_distributed_options(4, 4, 0))
     assert (session.replicationFactor, session.localReplicationFactor) == (4, 4)
+
+
+def test_broadcast_weights_needs_a_prepared_session_and_an_instance() -> None:
+    session = _session(_distributed_options(4, 4, 0))
+    with pytest.raises(PopartException, match="broadcastWeights: call prepareDevice first"):
+        session.broadcastWeights()
+    session.prepareDevice()
+    for bad in (1, -1, 0.0):
+        with pytest.raises(PopartException, match=r"rootRank .* \(instances 0 to 0\)"):
+            session.broadcastWeights(bad)
+
+
+def test_broadcast_weights_in_one_instance_writes_the_host_weights() -> None:
+    training = _training()
+    session = _session(_distributed_options(4, 4, 0))
+    session.prepareDevice()
+    session.weightsFromHost()
+    w1 = np.full((training.IN, training.HID), 3.0, np.float32)
+    session.writeWeights(popart.PyWeightsIO({"w1": w1}))  # on the host only
+    session.broadcastWeights(0)
+    session.weightsToHost()
+    out = {"w1": np.zeros_like(w1)}
+    session.readWeights(popart.PyWeightsIO(out))
+    assert np.array_equal(out["w1"], w1)

@@ -24,7 +24,7 @@ from tremula.popart.optimizers import Optimizer
 from tremula.popart.options import SessionOptions
 from tremula.popart.program import Config, Program
 from tremula.popart.types import BY_NUMPY, TensorInfo
-from tremula.popart.weights import read_into, write_from
+from tremula.popart.weights import broadcast_hosts, read_into, write_from
 
 __all__ = ["InferenceSession", "InputShapeInfo", "Patterns", "TrainingSession"]
 
@@ -458,6 +458,27 @@ class TrainingSession(_Session):
                     data[self._program.hypers[name]] = np.float32(value)
         if data:
             session.write_variables_data(data)
+
+    def broadcastWeights(self, rootRank: int = 0) -> None:
+        """Make every instance of the PopRun job hold instance ``rootRank``'s host weights
+        and optimizer state (what its ``weightsFromHost`` sends), and write them to each
+        instance's device: instances that initialised their weights differently train as
+        one from here. Collective: every instance calls it with the same ``rootRank``.
+
+        Raises:
+            PopartException: before ``prepareDevice``; ``rootRank`` not an instance of the
+                job.
+            DistributedError: the instances disagree on the call or on ``rootRank``.
+        """
+        self._prepared("broadcastWeights")
+        n = popdist.getNumInstances()
+        if isinstance(rootRank, bool) or not isinstance(rootRank, int) or not 0 <= rootRank < n:
+            raise PopartException(
+                f"broadcastWeights: rootRank {rootRank!r} is not an instance of the job "
+                f"(instances 0 to {n - 1})"
+            )
+        broadcast_hosts(self._variable_weights(), rootRank)
+        self.weightsFromHost()
 
     def setRandomSeed(self, seedValue: int) -> None:
         """Seed the random ops (dropout) of the program."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula import popxl
+from tremula import popdist, popxl
 from tremula.errors import PopartException, PopartInternalException, PopartRuntimeError
 from tremula.popart.enums import CommGroupType, VariableRetrievalMode
 from tremula.popart.grouping import CommGroup
@@ -140,3 +140,11 @@ def write_from(weight: Weight, R: int, data: Any) -> np.ndarray:
             f"given {arr.dtype} {list(arr.shape)})"
         )
     return arr.reshape(weight.host.shape).copy()
+
+
+def broadcast_hosts(weights: list[Weight], root: int) -> None:
+    """Set the host data of ``weights`` to instance ``root``'s on every instance of the
+    PopRun job (one MPI broadcast)."""
+    hosts = popdist.broadcast([w.host for w in weights], root)
+    for w, host in zip(weights, hosts):
+        w.host = host

