@@ -1,7 +1,8 @@
 """The vertices of the ring collectives.
 
-Every collective keeps a *work* buffer of ``G`` chunks of ``C`` columns, laid out in blocks
-``[C / L, G, L]`` (``ring.Layout``: a block of ``L`` columns of every chunk on one tile), and
+Every collective keeps a *work* buffer of ``G`` chunks of ``C`` columns (``ring.Layout``: a
+block of ``L`` columns of every chunk on one tile); the vertices' ``work`` fields see it in
+blocks ``[C / L, G, L]`` (in memory it is chunk-major, ``[G, C / L, L]``), and
 moves one chunk ``[C]`` per ring step. Which chunk a replica touches in a step
 depends on its index in its group: ``k = (index + shift) mod G``, with ``index = (replica //
 stride) mod G`` for a constant grouping. The vertices read the replica index from the

@@ -31,10 +31,13 @@ def block_size(dtype: poplar.Type) -> int:
 class Layout:
     """``C`` columns in blocks of ``L`` on tiles, and the worker vertices covering them.
 
-    A chunk is ``[C]``. A work buffer holds ``G`` chunks as ``[ceil(C / L), G, L]``: block
-    ``b`` holds columns ``[b L, (b + 1) L)`` of every chunk, on one tile, so a vertex's
-    columns of all chunks are one run of addresses and one chunk's are runs of ``L``.
-    Vertices cover whole blocks (only the last vertex ends in a partial block).
+    A chunk is ``[C]``. A work buffer holds ``G`` chunks as ``[G, ceil(C / L), L]``: block
+    ``b`` of every chunk (columns ``[b L, (b + 1) L)``) lies on one tile, so choosing a
+    chunk by replica never moves data between tiles. The buffer is chunk-major, so a
+    flattened tensor of ``G C`` elements is its chunks in order (copies in and out are
+    single runs) and a vertex reads its columns of one chunk as one run. The vertices'
+    fields see it block-major (:meth:`blocks`): a vertex covers whole blocks of every
+    chunk (only the last vertex ends in a partial block).
     """
 
     columns: int
@@ -70,16 +73,22 @@ class Layout:
         return t
 
     def work(self, graph: poplar.Graph, dtype: poplar.Type, name: str) -> poplar.Tensor:
-        """A new work buffer ``[blocks, G, L]``."""
-        shape = (self.blocks, self.group_size, self.block)
+        """A new work buffer ``[G, blocks, L]``."""
+        shape = (self.group_size, self.blocks, self.block)
         t = graph.add_variable(dtype, shape, name)
-        graph.set_tile_mapping(t, np.broadcast_to(self.block_tiles[:, None, None], shape))
+        graph.set_tile_mapping(t, np.broadcast_to(self.block_tiles[None, :, None], shape))
         return t
 
     def chunks(self, work: poplar.Tensor) -> poplar.Tensor:
         """The ``[G, C]`` view of a work buffer: row ``k`` is chunk ``k``."""
         G = self.group_size
-        return work.dim_shuffle([1, 0, 2]).reshape((G, self.blocks * self.block))[:, : self.columns]
+        return work.reshape((G, self.blocks * self.block))[:, : self.columns]
+
+    @staticmethod
+    def blocks_view(work: poplar.Tensor) -> poplar.Tensor:
+        """The ``[blocks, G, L]`` view of a work buffer the ring vertices' fields cover
+        (block ``b`` of every chunk, as the vertices' columns are)."""
+        return work.dim_shuffle([1, 0, 2])
 
     def work_lengths(self) -> np.ndarray:
         """Elements of a work buffer per vertex (whole blocks of all chunks)."""
@@ -128,7 +137,7 @@ class RingBuilder:
         self.programs.append(poplar.Execute(cs))
 
     def _work(self, work: poplar.Tensor) -> poplar.Segments:
-        return poplar.Segments(work.flatten(), self.layout.work_lengths())
+        return poplar.Segments(Layout.blocks_view(work).flatten(), self.layout.work_lengths())
 
     def _chunk(self, chunk: poplar.Tensor) -> poplar.Segments:
         return poplar.Segments(chunk, self.layout.part.lengths)
