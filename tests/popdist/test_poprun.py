@@ -149,6 +149,13 @@ def test_without_a_launcher_one_instance_of_one_replica(monkeypatch) -> None:
     assert popdist.execute_on_instances({0}, lambda: 5) == 5
 
 
+def test_mpirun_environment_defaults_yield_to_the_users() -> None:
+    got = pr.environment({"OMPI_MCA_btl": "self,tcp", "HOME": "/h"})
+    assert got["OMPI_MCA_btl"] == "self,tcp" and got["HOME"] == "/h"  # the user's kept
+    assert got["OMPI_MCA_pml"] == "ob1" and got["OMPI_MCA_mtl"] == "^ofi"  # no fabric probes
+    assert got["OMPI_MCA_mpi_yield_when_idle"] == "1" and got["PYTHONUNBUFFERED"] == "1"
+
+
 # ---- real launches (through mpirun) ----
 def test_three_instances_on_two_cores_see_their_layout() -> None:
     job = poprun(
