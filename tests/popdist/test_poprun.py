@@ -151,6 +151,7 @@ def test_without_a_launcher_one_instance_of_one_replica(monkeypatch) -> None:
 
 def test_mpirun_environment_defaults_yield_to_the_users() -> None:
     got = pr.environment({"OMPI_MCA_btl": "self,tcp", "HOME": "/h"})
+    assert set(env.FAST_INIT) <= set(got)
     assert got["OMPI_MCA_btl"] == "self,tcp" and got["HOME"] == "/h"  # the user's kept
     assert got["OMPI_MCA_pml"] == "ob1" and got["OMPI_MCA_mtl"] == "^ofi"  # no fabric probes
     assert got["OMPI_MCA_mpi_yield_when_idle"] == "1" and got["PYTHONUNBUFFERED"] == "1"

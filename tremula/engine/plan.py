@@ -117,7 +117,7 @@ class CopyPlan:
     def _make_views(self, arr: np.ndarray) -> list[tuple[Any, ...]]:
         """(source, buffer or None, destination) views of every block over ``arr``; the
         buffer only when some element is both read and written. Blocks that are one block
-        repeated at even steps in both lists (a tensor moved into or out of chunk-major
+        repeated at even steps in both lists (a tensor moved into or out of block-interleaved
         order) become one 4-D view, so that NumPy walks the copy in memory order rather
         than block by block."""
         buf = None

@@ -17,6 +17,7 @@ by the watchdog after the collective time-out: it names the call and aborts the 
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import time
@@ -61,12 +62,16 @@ _B = _Backend()
 
 
 def mpi() -> Any:
-    """The ``mpi4py.MPI`` module (MPI is initialised on first import).
+    """The ``mpi4py.MPI`` module (MPI is initialised on first import, with
+    ``env.FAST_INIT``'s Open MPI components where the environment names none).
 
     Raises:
         DistributedError: mpi4py is not installed.
     """
     if _B.mpi is None:
+        if "mpi4py.MPI" not in sys.modules:  # MPI_Init has not run: set it up for one host
+            for name, value in env.FAST_INIT.items():
+                os.environ.setdefault(name, value)
         try:
             from mpi4py import MPI
         except ImportError as err:

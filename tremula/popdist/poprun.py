@@ -52,16 +52,6 @@ IGNORED = (
     "--host-subnet",
     "--ipus-per-ild",
 )
-#: Open MPI components for one host (shared memory, and TCP for --mpi-global-args hosts),
-#: unless the environment names others: without them MPI_Init probes the fabric libraries
-#: (libfabric's OFI, UCX) in every instance, which here adds about 1.2 s to a 4-instance
-#: start (``benchmarks/bench_distributed.py``); results and the job's layout are the same
-FAST_INIT = {
-    "OMPI_MCA_pml": "ob1",
-    "OMPI_MCA_btl": "self,sm,tcp",
-    "OMPI_MCA_mtl": "^ofi",
-    "OMPI_MCA_osc": "^ucx",
-}
 _LOCALHOSTS = ("localhost", "127.0.0.1", "::1")
 _PYTHON = re.compile(r"python[0-9.]*$")
 _TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>: ?")
@@ -325,7 +315,7 @@ def environment(base: dict[str, str]) -> dict[str, str]:
     # share the host's cores (with each other and more), and a spinning waiter slows the
     # peer it waits for (a 2 x 2 data-parallel step here: 4x faster)
     environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    for name, value in FAST_INIT.items():
+    for name, value in env.FAST_INIT.items():
         environ.setdefault(name, value)
     return environ
 
