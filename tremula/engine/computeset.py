@@ -303,9 +303,21 @@ def numeric_affine(
         expected = expected + (np.arange(n, dtype=np.int64) * step).reshape(shape)
     if not np.array_equal(expected, a):
         return None
-    if distinct and np.unique(a).size != a.size:
+    if distinct and not _injective(a.shape, strides) and np.unique(a).size != a.size:
         return None
     return first, tuple(strides)
+
+
+def _injective(shape: tuple[int, ...], strides: list[int]) -> bool:
+    """True when an affine map of ``shape`` with ``strides`` never repeats an address: each
+    axis (by increasing stride) steps past everything the smaller ones reach (sufficient;
+    the caller counts distinct addresses otherwise)."""
+    reach = 0
+    for step, n in sorted((abs(s), n) for s, n in zip(strides, shape) if n > 1):
+        if step <= reach:
+            return False
+        reach += step * (n - 1)
+    return True
 
 
 @dataclass
