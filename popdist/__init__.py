@@ -35,5 +35,9 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _AliasFinder())
 
-from tremula.popdist import *  # noqa: E402, F403
+import tremula.popdist as _real  # noqa: E402
 from tremula.popdist import __all__, __getattr__  # noqa: E402, F401
+
+# the API's names, but not those loaded on first use (``__getattr__`` serves them), so
+# that ``import popdist`` starts without NumPy or MPI
+globals().update({name: getattr(_real, name) for name in __all__ if name not in _real.LAZY})

@@ -15,8 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tremula.target import MAX_TILES_PER_IPU
-
 
 def _whole(text: str) -> int:
     try:
@@ -27,6 +25,8 @@ def _whole(text: str) -> int:
 
 def _tiles(text: str) -> int:
     """``--tiles``: 1 to MAX_TILES_PER_IPU."""
+    from tremula.target import MAX_TILES_PER_IPU  # NumPy: not for `tremula poprun`
+
     n = _whole(text)
     if not 1 <= n <= MAX_TILES_PER_IPU:
         raise argparse.ArgumentTypeError(

@@ -3,6 +3,7 @@ layout every instance sees, output tags, failures that end the job)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -155,6 +156,16 @@ def test_mpirun_environment_defaults_yield_to_the_users() -> None:
     assert got["OMPI_MCA_btl"] == "self,tcp" and got["HOME"] == "/h"  # the user's kept
     assert got["OMPI_MCA_pml"] == "ob1" and got["OMPI_MCA_mtl"] == "^ofi"  # no fabric probes
     assert got["OMPI_MCA_mpi_yield_when_idle"] == "1" and got["PYTHONUNBUFFERED"] == "1"
+
+
+def test_the_launcher_starts_without_numpy_or_mpi() -> None:
+    # `tremula poprun` and `poprun` add their start to every job's
+    code = (
+        "import sys, tremula.cli, tremula.popdist.poprun, popdist; "
+        "print(sorted(m for m in ('numpy', 'mpi4py') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # ---- real launches (through mpirun) ----

@@ -135,9 +135,12 @@ def broadcast(arrays: list[Any], root: int = 0) -> list[Any]:
     return backend.broadcast(arrays, root, "broadcast")
 
 
+#: names loaded on first use (the replica runtimes need NumPy): poprun starts without it
+LAZY = ("InstanceReplicas", "LocalReplicas", "runtime_replicas")
+
+
 def __getattr__(name: str) -> Any:
-    # the replica runtimes (NumPy) load on first use: poprun itself starts without NumPy
-    if name in ("InstanceReplicas", "LocalReplicas", "runtime_replicas"):
+    if name in LAZY:
         from tremula.popdist import replicas
 
         return getattr(replicas, name)
