@@ -142,6 +142,7 @@ def train(config: Config) -> list[float]:
     _, vocab, corpus = data.char_corpus()
     config.vocab = vocab.size
     c = config
+    np.random.seed(c.seed)  # popxl-addons' layers draw initial weights from NumPy's global RNG
     ir, ids_stream, labels_stream, loss_stream = build(c)
     stream = data.batches(corpus, c.sequence + 1, c.batch * c.replicas, seed=c.seed)
     losses = []

@@ -116,6 +116,9 @@ CASES: dict[str, Case] = {
     "Slice": Case([u(3, 4)], {"key": (slice(None, None, 2), slice(1, 3))}),
     "Slice/int-none": Case([u(3, 4)], {"key": (1, None, slice(0, 3))}),
     "SliceInplace": Case([u(3, 4)], {"key": (slice(1, 3),)}),
+    "Subsample": Case([u(4, 6)], {"key": (slice(None, None, 2), slice(None, None, 3))}),
+    "Split": Case([u(3, 6)], {"keys": ((slice(None), slice(0, 2)), (slice(None), slice(2, 6)))}),
+    "Split/one-part": Case([u(3, 6)], build=lambda x: ops.split(x, [2, 4], axis=1)[1]),
     "Cast": Case([u(2, 3)], {"dtype": popxl.float16}, numpy=lambda x: [x], rtol=1e-2),
     "CopyVarUpdate": Case(
         [u(2, 3), u(2, 3)],

@@ -160,6 +160,22 @@ def test_shape_op(build, op_type: str, cls: str, shape: list[int]) -> None:
     assert out._pb_tensor.info.shape() == shape
 
 
+def test_split_and_subsample_are_their_own_ops() -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = _var((4, 6))
+        parts = ops.split(t, 3, axis=1)
+        sub = ops.subsample(t, [2, 3])
+    assert contains_op_of_type("Split", _ir.op.SplitOp, g)
+    (split,) = _ops_of(g, _ir.op.SplitOp)
+    assert split.outTensorCount() == 3 and split.inId(0) == t.id
+    assert all(p._pb_tensor.getProducer() == split for p in parts)
+    assert [p._pb_tensor.info.shape() for p in parts] == [[4, 2]] * 3
+    assert contains_op_of_type("Subsample", _ir.op.SubsampleOp, g)
+    assert sub._pb_tensor.info.shape() == [2, 2] and len(g._pb_graph.getOps()) == 2
+
+
 def test_gather_and_dynamic_slice() -> None:
     ir = popxl.Ir()
     g = ir.main_graph

@@ -1,12 +1,14 @@
 """Lowering of ``popxl/ops/shape.py``: ``Concat`` copies the concatenated view of its inputs
 into a new tensor, ``ConcatInplace`` binds the view itself (writes reach the inputs).
-(``slice``, ``subsample``, ``split`` and ``squeeze`` create ``Slice`` / ``Reshape`` ops,
-lowered in ``tensor_ops.py``.)"""
+``Split`` is one view per part, each copied unless the copy is unobservable (as a
+``Slice``). (``slice``, ``subsample`` and ``squeeze`` create ``Slice`` / ``Subsample`` /
+``Reshape`` ops, lowered in ``tensor_ops.py``.)"""
 
 from __future__ import annotations
 
 from tremula import poplar
 from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.tensor_ops import copy_unobservable
 from tremula.popxl.ops.base import Op
 
 
@@ -19,3 +21,14 @@ def concat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(view, out))
     env[op.outputs[0]] = out
+
+
+@rule("Split")
+def split(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    t = env[op.inputs[0]]
+    for k, (out, key) in enumerate(zip(op.outputs, op.attrs["keys"])):
+        if copy_unobservable(op, k):
+            env[out] = t[key]  # no copy: no one can tell the difference
+            continue
+        env[out] = lw.new_tensor(out)
+        prog.add(poplar.Copy(t[key], env[out]))

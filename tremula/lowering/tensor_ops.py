@@ -29,14 +29,14 @@ def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
 _ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace")
 
 
-def _copy_unobservable(op: Op) -> bool:
-    """True when the result of an out-of-place view op may alias its input: the result is
+def copy_unobservable(op: Op, k: int = 0) -> bool:
+    """True when output ``k`` of an out-of-place view op may alias its input: the result is
     not a graph output, nothing writes it (or a view of it) in place, and every use of it
     comes before anything writes the input (or a view of the input) in place."""
     graph = op.graph
     ops = graph.ops
     here = ops.index(op)
-    out, src = op.outputs[0], op.inputs[0]
+    out, src = op.outputs[k], op.inputs[0]
     if out in graph.outputs:
         return False
     src_views, out_views = {src}, {out}
@@ -58,10 +58,10 @@ def _copy_unobservable(op: Op) -> bool:
     return last_use < first_write
 
 
-@rule("Reshape", "Transpose", "Slice")
+@rule("Reshape", "Transpose", "Slice", "Subsample")
 def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     view = _view(op, env[op.inputs[0]])
-    if _copy_unobservable(op):
+    if copy_unobservable(op):
         env[op.outputs[0]] = view  # no copy: no one can tell the difference
         return
     _copy_of(lw, op, env, view, prog)

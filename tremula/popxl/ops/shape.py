@@ -1,9 +1,9 @@
 """Shape ops: ``concat`` / ``concat_``, ``split``, ``squeeze``, ``slice`` / ``slice_``,
 ``subsample``; and the axis helpers the other op families share.
 
-``slice``, ``subsample`` and ``split`` create ``Slice`` ops (a basic-indexing key, the op
-``Tensor.__getitem__`` creates) and ``squeeze`` a ``Reshape``, so one gradient rule and one
-lowering rule serve them all.
+``slice`` creates ``Slice`` ops (a basic-indexing key, the op ``Tensor.__getitem__``
+creates); ``subsample`` and ``split`` create PopART's own ``Subsample`` and ``Split`` ops (as
+PopXL's IR shows them), a strided key and one key per part; ``squeeze`` a ``Reshape``.
 """
 
 from __future__ import annotations
@@ -129,6 +129,17 @@ def concat_(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
 
 
 # ---- slicing (Slice ops with a basic-indexing key) ----
+def _split_specs(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    base = np.empty(specs[0].shape, dtype=np.bool_)
+    return [TensorSpec(base[key].shape, specs[0].dtype) for key in attrs["keys"]]
+
+
+def _subsample_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    return _split_specs(specs, {"keys": (attrs["key"],)})
+
+
+defop("Subsample", _subsample_spec, lambda x, a: [np.array(x[0][a["key"]])])
+defop("Split", _split_specs, lambda x, a: [np.array(x[0][key]) for key in a["keys"]])
 
 
 def _slice_op(t: Tensor, key: tuple[Any, ...], inplace: bool) -> Tensor:
@@ -225,7 +236,9 @@ def subsample(t: Tensor, strides: int | Sequence[int]) -> Tensor:
         raise OpSetupError(
             f"subsample: strides {list(given)} of {t.id!r} {t.shape} must be integers >= 1"
         )
-    return _slice_op(t, tuple(builtins.slice(None, None, int(s)) for s in given), False)
+    key = tuple(builtins.slice(None, None, int(s)) for s in given)
+    (out,) = create_op("Subsample", [t], {"key": key})
+    return out
 
 
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
@@ -251,13 +264,13 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
                 f"splits {sizes} invalid for dimension of size {dim} (axis {ax} of {t.id!r}: "
                 f"the sizes must be non-negative and add up to it)"
             )
-    outs, begin = [], 0
+    keys, begin = [], 0
     for s in sizes:
         key = [builtins.slice(None)] * t.rank
         key[ax] = builtins.slice(begin, begin + s)
-        outs.append(_slice_op(t, tuple(key), False))
+        keys.append(tuple(key))
         begin += s
-    return outs
+    return list(create_op("Split", [t], {"keys": tuple(keys)}))
 
 
 def squeeze(t: Tensor, axes: int | Sequence[int] | None = None) -> Tensor:

@@ -61,6 +61,10 @@ class OutputGrads(Sequence[Tensor]):
     def __len__(self) -> int:
         return len(self._grads)
 
+    def provided(self, index: int) -> Tensor | None:
+        """The gradient of output ``index`` if one reached it, else None (no zeros made)."""
+        return self._grads[index]
+
 
 class GradContext(Protocol):
     """What a rule may ask of the autodiff in progress."""

@@ -1,13 +1,16 @@
-"""Gradient rules of ``popxl/ops/shape.py`` (``slice``, ``squeeze``, ``split`` and
-``subsample`` make ``Slice`` / ``Reshape`` ops, whose rules are in ``tensor_ops.py``)."""
+"""Gradient rules of ``popxl/ops/shape.py``: ``Concat``, and ``Subsample`` / ``Split``
+(their gradients written into zeros where they read). ``slice`` and ``squeeze`` make
+``Slice`` / ``Reshape`` ops, whose rules are in ``tensor_ops.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tremula.popxl import ops
 from tremula.popxl.ops.base import Op, create_op
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
+from tremula.popxl.transforms.grads.tensor_ops import scatter_into_zeros
 
 
 @grad("Concat")
@@ -25,3 +28,22 @@ def _concat(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
             result.append(None)
         start += size
     return result
+
+
+@grad("Subsample")
+def _subsample(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    return [scatter_into_zeros(g[0], op.inputs[0].shape, op.attrs["key"])]
+
+
+@grad("Split")
+def _split(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """Zeros with each part's gradient written where the part was read (parts no gradient
+    reached stay zero)."""
+    x = op.inputs[0]
+    full = ops.init(x.shape, x.dtype, "split_grad")
+    for k, key in enumerate(op.attrs["keys"]):
+        part = g.provided(k)
+        if part is not None:
+            (window,) = create_op("SliceInplace", [full], {"key": key})
+            ops.var_updates.copy_var_update_(window, part)
+    return [full]
