@@ -106,11 +106,6 @@ def _unloopable(op: Op, wrapper: Graph, why: str) -> PopartException:
     )
 
 
-def is_loop_wrapper(graph: Graph) -> bool:
-    """Whether ``graph`` is the wrapper graph ``repeat`` made for a loop."""
-    return graph._loop_wrapper
-
-
 def _wrap(body: Graph) -> Graph:
     """The wrapper graph of a loop of ``body``, calling it once (PopXL's
     ``_setup_call_and_repeat``)."""
