@@ -68,11 +68,11 @@ class StepPlan:
         self.state = state
         self.target = state.target
         self.space_ids = {t: i for i, t in enumerate(state.spaces)}
-        self._tile_cuts: dict = {}
+        tile_cuts: dict = {}  # tables for this loop only (freed after it)
         self.layout = TileLayout.build([sp.tiles() for sp in state.spaces.values()])
         self.nodes: list[N.Node] = []
         self.compute_sets: list[CompiledComputeSet] = [
-            compile_compute_set(state, cs, self.space_ids, self._tile_cuts)
+            compile_compute_set(state, cs, self.space_ids, tile_cuts)
             for cs in state.compute_sets
         ]
         self.exchanges: list[ExchangePlan] = []

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.engine.exchange import Transfers
+from tremula.engine.exchange import LOOKUP_TABLE_MAX, Transfers
 from tremula.engine.plan import Gather
 from tremula.errors import CodeletError, VerifyError
 from tremula.poplar.codelet import Batch, Codelet, VertexInfo, VertexType
@@ -488,15 +488,21 @@ def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, n
 
 
 def split_runs(
-    pos: np.ndarray, length: np.ndarray, cuts: np.ndarray
+    pos: np.ndarray, length: np.ndarray, cuts: np.ndarray, rank: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split intervals ``[pos, pos + length)`` at the sorted ``cuts``: the pieces' starts,
-    lengths, and the interval each comes from."""
+    """Split intervals ``[pos, pos + length)`` (``length >= 1``) at the sorted ``cuts``: the
+    pieces' starts, lengths, and the interval each comes from. ``rank`` (:func:`cut_rank`),
+    when given, looks each interval's cuts up instead of searching for them."""
     if cuts.size == 0 or pos.size == 0:
         return pos, length, np.arange(pos.size)
     end = pos + length
-    lo = np.searchsorted(cuts, pos, side="right")
-    hi = np.searchsorted(cuts, end, side="left")
+    if rank is None:
+        lo = np.searchsorted(cuts, pos, side="right")
+        hi = np.searchsorted(cuts, end, side="left")
+    else:
+        lo, hi = rank[pos], rank[end - 1]
+    if np.array_equal(lo, hi):  # no interval crosses a cut
+        return pos, length, np.arange(pos.size)
     pieces = np.maximum(hi - lo, 0) + 1
     run = np.repeat(np.arange(pos.size), pieces)
     j = np.arange(run.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
@@ -506,13 +512,24 @@ def split_runs(
     return begin, stop - begin, run
 
 
-def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> np.ndarray:
-    """Addresses of a space where the tile changes (computed once per compile)."""
-    cuts = cache.get(dtype)
-    if cuts is None:
+def cut_rank(cuts: np.ndarray, size: int) -> np.ndarray:
+    """``rank[p]``, the number of the sorted, distinct ``cuts`` at or below ``p`` for ``0 <=
+    p < size``: a run's cuts by lookup (one table per axis, built in one pass)."""
+    mark = np.zeros(size, dtype=np.int32 if size < 2**31 else np.int64)
+    mark[cuts[cuts < size]] = 1
+    return np.cumsum(mark, dtype=mark.dtype)
+
+
+def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> tuple[np.ndarray, np.ndarray | None]:
+    """Addresses of a space where the tile changes, with their :func:`cut_rank` table when
+    the space has at most ``LOOKUP_TABLE_MAX`` elements (computed once per compile)."""
+    found = cache.get(dtype)
+    if found is None:
         tiles = state.space(dtype).tiles()
-        cuts = cache[dtype] = np.flatnonzero(tiles[1:] != tiles[:-1]).astype(np.int64) + 1
-    return cuts
+        cuts = np.flatnonzero(tiles[1:] != tiles[:-1]).astype(np.int64) + 1
+        rank = cut_rank(cuts, tiles.size) if tiles.size <= LOOKUP_TABLE_MAX else None
+        found = cache[dtype] = (cuts, rank)
+    return found
 
 
 def _remote_pieces(
@@ -528,12 +545,14 @@ def _remote_pieces(
     offsets = g.batch.offsets(name)
     inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
     inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
-    pflat, plen, run = split_runs(flat, lengths, inner)
+    total = int(offsets[-1])
+    pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
     paddr = starts[run] + (pflat - flat[run])
-    addr, length, piece = split_runs(paddr, plen, tile_cuts(state, gather.dtype, cache))
+    addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
     qflat = pflat[piece] + (addr - paddr[piece])
     elem = state.space(gather.dtype).tile_of[addr].astype(np.int64)
-    vtile = g.tiles[np.searchsorted(offsets, qflat, side="right") - 1]
+    vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
+    vtile = g.tiles[vertex_of[qflat]]
     remote = elem != vtile
     if not remote.any():
         return None
