@@ -2,14 +2,18 @@
 
 1. CPU time of one ``engine.run`` of ``fully_connected_fwd`` for X = Y = 4096, Z = 64,
    density 1/16 on the Mk2 model (1472 tiles), with a uniformly random pattern (the
-   planner's sizes, default options), against a reference measured in the same run on the
-   same pattern and data:
+   planner's sizes, default options), against references measured in the same run on the
+   same pattern and data (issue 17):
    * element-wise float: ``scipy.sparse`` CSR times dense (target: at most 1.5x);
    * 16x16 blocks (half; and float, whose grain block is 8x8): dense ``numpy.matmul`` of the
-     same shape in float32 (target: at least 2x faster).
-   Rounds alternate the two sides and take the best of ``--repeat`` runs each; the line
-   also gives the propagation steps the pattern needs (0 when nothing left its Z groups),
-   the ratio with ``metaInfoBucketOversizeProportion`` 1.0 (larger buckets, fewer
+     same shape in float32 (target: at most 2x), and one ``engine.run`` of the dense
+     ``poplin.matmul`` of the same shape and type on the same IPU Model (target: at most
+     1x).
+   The engine runs with the compiled kernels of the ``fast`` extra (numba) when installed,
+   and then also without them (the NumPy path, the default without the extra): both lines
+   are printed. Rounds alternate the sides and take the best of ``--repeat`` runs each; the
+   lines also give the propagation steps the pattern needs (0 when nothing left its Z
+   groups), the ratio with ``metaInfoBucketOversizeProportion`` 1.0 (larger buckets, fewer
    spills), for 16x16 half the ratio with a *balanced* pattern (the density's share of
    blocks in every partition: nothing propagates), and where the host time of a run goes
    (products, bucket shifts and dense-slice copies of the propagation phase, its control,
@@ -55,7 +59,7 @@ import scipy.sparse as sp
 
 from tremula import poplar
 from tremula.errors import TremulaError
-from tremula.libs import poplin
+from tremula.libs import jit, poplin
 from tremula.libs.popsparse import COOMatrix, dynamic
 
 SIZE, BATCH, DENSITY = 4096, 64, 1 / 16
@@ -172,7 +176,31 @@ def parts(engine: poplar.Engine, runs: int) -> str:
     return ", ".join(f"{p} {t / runs * 1e3:.1f}" for p, t in spent.items() if t > 0)
 
 
+def with_kernels(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with the compiled kernels (the ``fast`` extra) on or off."""
+
+    def run() -> Any:
+        previous = jit.set_enabled(on)
+        try:
+            return fn()
+        finally:
+            jit.set_enabled(previous)
+
+    return run
+
+
+def timings(sides: dict[str, Callable[[], Any]], repeat: int, rounds: int) -> dict[str, list]:
+    """Best of ``repeat`` runs of every side, per round; rounds alternate the sides so that
+    they all see the same load."""
+    found: dict[str, list] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, fn in sides.items():
+            found[name].append(best(fn, repeat))
+    return found
+
+
 def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
+    """The CPU time lines of one case (see the module docstring, part 1)."""
     rng = np.random.default_rng(0)
     m = pattern(rng, SIZE, block, DENSITY)
     x = rng.standard_normal((BATCH, SIZE)).astype(dtype.numpy)
@@ -180,6 +208,7 @@ def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
     cases = [(0.3, m), (1.0, m)]
     if block == 16 and dtype == poplar.HALF:  # (float 16x16 plans a grain of 8x8)
         cases.append((0.3, None))
+    dense = None if block == 1 else dense_engine("ipu2", dtype, BATCH)
     for oversize, m in cases:
         layer = build(
             "ipu2", dtype, block, DENSITY, BATCH, {"metaInfoBucketOversizeProportion": oversize}
@@ -194,24 +223,56 @@ def cpu_time(block: int, dtype: poplar.Type, repeat: int, rounds: int) -> None:
         else:
             ref_name, ref = "numpy.matmul (dense, float32)", lambda w=w: np.matmul(xf, w.T)
         steps = load(layer, m, x)
-        layer.engine.run()
-        got = layer.engine.read_tensor("y").astype(np.float64)
-        err = float(np.abs(got - xf.astype(np.float64) @ w.T).max() / np.abs(got).max())
-        ours, theirs = [], []
-        for _ in range(rounds):
-            ours.append(best(layer.engine.run, repeat))
-            theirs.append(best(ref, repeat))
-        ratio = np.array(ours) / np.array(theirs)
-        plan = layer.partitioner.plan
+        sides = {"ours": with_kernels(True, layer.engine.run), "ref": ref}
+        if jit.available():
+            sides["numpy path"] = with_kernels(False, layer.engine.run)
+        if dense is not None:
+            sides["poplin"] = dense.run
+        err = max(error(layer, xf, w, on) for on in (True, False))
         kind = "element-wise" if block == 1 else f"{block}x{block} blocks"
-        print(
-            f"CPU {SIZE}x{SIZE} Z={BATCH} d=1/16 {kind} {dtype} {what} (grain "
-            f"{plan.block_dimensions}, oversize {oversize}): engine.run {min(ours) * 1e3:.1f} ms, "
-            f"{ref_name} {min(theirs) * 1e3:.1f} ms, ratio {min(ours) / min(theirs):.2f} (rounds "
-            f"{ratio.min():.2f}-{ratio.max():.2f}); {steps} propagation computes; "
-            f"build+compile {layer.build_seconds:.1f} s; max relative error {err:.1e}\n"
-            f"    ms per run: {parts(layer.engine, repeat)}"
+        label = (
+            f"{kind} {dtype} {what} (grain {layer.partitioner.plan.block_dimensions}, "
+            f"oversize {oversize})"
         )
+        print(cpu_line(label, ref_name, timings(sides, repeat, rounds)))
+        print(
+            f"    {steps} propagation computes; build+compile {layer.build_seconds:.1f} s; "
+            f"max relative error {err:.1e}; ms per run: {parts(layer.engine, repeat)}"
+        )
+
+
+def error(layer: Layer, xf: np.ndarray, w: np.ndarray, kernels: bool) -> float:
+    """The largest error of the layer's output relative to its largest value."""
+    with_kernels(kernels, layer.engine.run)()
+    got = layer.engine.read_tensor("y").astype(np.float64)
+    return float(np.abs(got - xf.astype(np.float64) @ w.T).max() / np.abs(got).max())
+
+
+def cpu_line(label: str, ref_name: str, t: dict[str, list]) -> str:
+    """One case's times and ratios (best round; the range of the per-round ratios)."""
+
+    def ratio(a: str, b: str) -> str:
+        per = np.array(t[a]) / np.array(t[b])
+        return f"{min(t[a]) / min(t[b]):.2f} (rounds {per.min():.2f}-{per.max():.2f})"
+
+    line = (
+        f"CPU {SIZE}x{SIZE} Z={BATCH} d=1/16 {label}: engine.run {min(t['ours']) * 1e3:.1f} "
+        f"ms ({'compiled kernels' if jit.available() else 'NumPy path: no fast extra'}), "
+        f"{ref_name} {min(t['ref']) * 1e3:.1f} ms, ratio {ratio('ours', 'ref')}"
+    )
+    if "poplin" in t:
+        line += (
+            f"; dense poplin.matmul engine.run {min(t['poplin']) * 1e3:.1f} ms, ratio "
+            f"{ratio('ours', 'poplin')}"
+        )
+    if "numpy path" in t:
+        line += (
+            f"\n    NumPy path (kernels off): engine.run {min(t['numpy path']) * 1e3:.1f} ms, "
+            f"ratio to {ref_name} {ratio('numpy path', 'ref')}"
+        )
+        if "poplin" in t:
+            line += f", to dense poplin.matmul {ratio('numpy path', 'poplin')}"
+    return line
 
 
 @dataclass(frozen=True)
@@ -257,8 +318,8 @@ def sparse_simulated(machine: str, dtype: poplar.Type, block: int, density: floa
     )
 
 
-def dense_cycles(machine: str, dtype: poplar.Type, n: int, fc_pass: str = "NONE") -> int:
-    """Simulated cycles of the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]`` with
+def dense_engine(machine: str, dtype: poplar.Type, n: int, fc_pass: str = "NONE") -> poplar.Engine:
+    """A loaded engine running the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]`` with
     ``fullyConnectedPass`` ``fc_pass`` (``TRAINING_FWD``: the batch stays the AMP's output
     positions; ``NONE``: the planner may swap the operands)."""
     device = poplar.IPUModel(machine).create_device()
@@ -270,6 +331,13 @@ def dense_cycles(machine: str, dtype: poplar.Type, n: int, fc_pass: str = "NONE"
     poplin.matmul(graph, a, b, prog, options=opts)
     engine = poplar.Engine(graph, prog, NO_OOM)
     engine.load(device)
+    return engine
+
+
+def dense_cycles(machine: str, dtype: poplar.Type, n: int, fc_pass: str = "NONE") -> int:
+    """Simulated cycles of the dense ``poplin.matmul`` ``[n, SIZE] x [SIZE, SIZE]`` (see
+    :func:`dense_engine`)."""
+    engine = dense_engine(machine, dtype, n, fc_pass)
     engine.run()
     return int(engine.get_execution_profile()["simulation"]["cycles"])
 

@@ -16,7 +16,12 @@ products they compute.
   partials in device memory; else an ELL sweep in NumPy).
 * :class:`BlockGroups` and :func:`block_product` are the block products: blocks grouped
   by the output block row they add to, rows of equal block counts batched, each row's
-  blocks side by side so that one batched matmul also sums them.
+  blocks side by side so that one batched matmul also sums them. With the ``fast`` extra
+  (numba, :mod:`tremula.libs.jit`) :func:`block_rows_product` computes them instead: one
+  compiled loop over the output block rows that reads each block and its dense slab where
+  they lie (widening half through a table of every bit pattern) and writes each row once,
+  without the gathered copies; the same numbers up to float32 rounding (a row's sum runs
+  block by block instead of in BLAS's order).
 * :func:`sampled_products` is GradW's ``sum_z OUT[x, z] IN[y, z]`` at the selected blocks.
 
 Products are computed in float32 (the partials; half operands are widened first), so half
@@ -25,11 +30,13 @@ element-wise products are more exact than the IPU's half multiplies (spec 4.4.1)
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
+from tremula.libs import jit
 from tremula.libs.popsparse.errors import MetaInfoError
 
 try:  # an optional accelerator: the CSR product of scipy.sparse (a test dependency)
@@ -380,3 +387,112 @@ def sampled_products(
         prod = np.matmul(a_b[ai], b_b[bi].transpose(0, 2, 1))
         out[s : s + step] = prod.reshape(-1, bx * by)
     return out
+
+
+@dataclass(frozen=True)
+class BlockRows:
+    """Block products row by row, for :func:`block_rows_product`: the blocks of output block
+    row ``i`` are ``start[i] : start[i + 1]`` (by input row, the order of
+    :class:`BlockGroups`); per block ``w`` (grid coordinates, bucket, first value) places its
+    values in the nz view ``[*grid, buckets, values]`` and ``s`` (grid coordinates, first
+    column) its dense slab in ``[*grid, Z, columns]``; per row ``q`` (grid coordinates, first
+    row) places it in the partials ``[*grid, rows, Z]``."""
+
+    start: np.ndarray
+    w: np.ndarray
+    s: np.ndarray
+    q: np.ndarray
+
+    @staticmethod
+    def of(out_key: np.ndarray, in_key: np.ndarray, w: tuple, s: tuple, q: tuple) -> BlockRows:
+        """Blocks ``i`` adding to output row ``out_key[i]`` from input row ``in_key[i]``, at
+        the places ``w``, ``s`` and ``q`` (tuples of per-block coordinate arrays)."""
+        order = np.lexsort((in_key, out_key))
+        keys = out_key[order]
+        heads = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else keys
+
+        def table(cols: tuple, pick: np.ndarray) -> np.ndarray:
+            return np.stack([np.broadcast_to(c, out_key.shape)[pick] for c in cols], axis=1)
+
+        return BlockRows(
+            np.r_[heads, keys.size].astype(np.int64),
+            table(w, order).astype(np.int64),
+            table(s, order).astype(np.int64),
+            table(q, order[heads]).astype(np.int64),
+        )
+
+
+@functools.cache
+def _half_table() -> np.ndarray:
+    """float32 of every half bit pattern (exact: half widens without rounding)."""
+    return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+def block_rows_product(
+    rows: BlockRows,
+    nz: np.ndarray,
+    s: np.ndarray,
+    q: np.ndarray,
+    block: tuple[int, int],
+    accumulate: bool,
+) -> bool:
+    """The block products of ``rows`` (``[bo, bi]`` blocks) with the compiled kernel: each
+    row's sum written to (or, with ``accumulate``, added to) its ``bo`` partial rows. Returns
+    False, doing nothing, when the kernel cannot run (no ``fast`` extra, or types it does not
+    take: half or float operands into float partials)."""
+    if not jit.available() or q.dtype != np.float32 or nz.dtype != s.dtype:
+        return False
+    if nz.dtype == np.float16:
+        table = _half_table()
+        nz, s = nz.view(np.uint16), s.view(np.uint16)
+    elif nz.dtype == np.float32:
+        table = None
+    else:
+        return False
+    _block_rows(nz, s, q, table, rows.start, rows.w, rows.s, rows.q, *block, accumulate)
+    return True
+
+
+@jit.kernel
+def _block_rows(
+    w: np.ndarray,
+    s: np.ndarray,
+    q: np.ndarray,
+    table: np.ndarray | None,
+    start: np.ndarray,
+    wi: np.ndarray,
+    si: np.ndarray,
+    qi: np.ndarray,
+    bo: int,
+    bi: int,
+    accumulate: bool,
+) -> None:
+    """:func:`block_rows_product`'s loop: per output block row, its blocks side by side in
+    ``wb [bo, n bi]`` and their dense slabs, transposed, in ``sb [n bi, Z]`` (both widened to
+    float32), one ``wb sb`` product (BLAS), then the row stored."""
+    zn = q.shape[-1]
+    for r in range(start.size - 1):
+        n = start[r + 1] - start[r]
+        wb = np.empty((bo, n * bi), dtype=np.float32)
+        sb = np.empty((n * bi, zn), dtype=np.float32)
+        for j in range(n):
+            k = start[r] + j
+            wv = w[wi[k, 0], wi[k, 1], wi[k, 2], wi[k, 3]]
+            sv = s[si[k, 0], si[k, 1], si[k, 2]]
+            v0, c0 = wi[k, 4], si[k, 3]
+            for o in range(bo):
+                for b in range(bi):
+                    x = wv[v0 + o * bi + b]
+                    wb[o, j * bi + b] = x if table is None else table[x]
+            for b in range(bi):
+                dst = sb[j * bi + b]
+                for z in range(zn):
+                    x = sv[z, c0 + b]
+                    dst[z] = x if table is None else table[x]
+        acc = np.dot(wb, sb)
+        qv = q[qi[r, 0], qi[r, 1], qi[r, 2]]
+        r0 = qi[r, 3]
+        for o in range(bo):
+            out = qv[r0 + o]
+            for z in range(zn):
+                out[z] = out[z] + acc[o, z] if accumulate else acc[o, z]

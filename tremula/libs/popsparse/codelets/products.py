@@ -260,6 +260,7 @@ class _BlockStructure:
     slabs: tuple[np.ndarray, ...] | None
     empty: tuple[np.ndarray, ...] | None
     block: tuple[int, int]
+    rows: kernels.BlockRows  # the same products for the compiled kernel
 
 
 def _block_structure(
@@ -287,6 +288,13 @@ def _block_structure(
     bucket, slot = np.divmod(entries.slot[ei], fmt.nz)
     w_at = (*(c * k for c, k in zip(coords, keeps["nz"])), bucket, slot // bi)
     s_at = (*(c * k for c, k in zip(coords, keeps["s"])), in_off // bi)
+    rows = kernels.BlockRows.of(
+        vert * r_rows + out_off,
+        in_off,
+        (*w_at[:-1], slot),
+        (*s_at[:-1], in_off),
+        (*coords, out_off),
+    )
     key = np.ravel_multi_index(s_at, (*grid, max(c_cols // bi, 1)))
     distinct, which = np.unique(key, return_inverse=True)
     slabs = None
@@ -310,7 +318,7 @@ def _block_structure(
     if not cls.accumulate and 2 * int(written.sum()) >= written.size:
         v_e, row_e = np.nonzero(~written)
         empty = (*(c[:, None] for c in np.unravel_index(v_e, grid)), row_e[:, None])
-    return _BlockStructure(groups, slabs, empty, (bo, bi))
+    return _BlockStructure(groups, slabs, empty, (bo, bi), rows)
 
 
 def _blocks_view(view: np.ndarray, axis: int, bi: int) -> np.ndarray:
@@ -334,6 +342,8 @@ def _block_run(
             q[...] = 0
         elif st.empty[0].size:
             q[st.empty] = 0
+    if kernels.block_rows_product(st.rows, nz, s, q, st.block, accumulate):
+        return
     w_view = _blocks_view(nz, nz.ndim - 1, bi)  # [*grid, b, nzb / bi, bi]
     s_view = _blocks_view(s, s.ndim - 1, bi)  # [*grid, Z, C / bi, bi]
     if st.slabs is not None:  # [d, Z, bi]
