@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tremula.poplar.intervals import sort_kind
 from tremula.target import Target
 
 _SPAN = np.int64(1) << 41  # addresses are < 2^41: one span per (tile, space) key
@@ -100,20 +101,8 @@ def _sort_keyed(key: np.ndarray, value: np.ndarray, span: int) -> tuple[np.ndarr
     if int(key.max(initial=0)) >= (1 << 62) // span:
         key = np.unique(key, return_inverse=True)[1].astype(np.int64)
     combined = key * np.int64(span) + value
-    order = np.argsort(combined, kind=_sort_kind(combined))
+    order = np.argsort(combined, kind=sort_kind(combined))
     return order, combined[order]
-
-
-def _sort_kind(values: np.ndarray) -> str:
-    """The faster ``argsort`` for ``values``: a merge sort when they are mostly in order
-    already (runs come in vertex order: it then only merges a few sorted stretches), else
-    NumPy's vectorised quicksort (several times faster on shuffled keys)."""
-    descents = np.count_nonzero(values[1:] < values[:-1])
-    return "stable" if descents * _PRESORTED <= values.size else "quicksort"
-
-
-#: values with fewer than one descent in this many count as mostly in order
-_PRESORTED = 64
 
 
 def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
@@ -214,9 +203,8 @@ def _local_table(seg: np.ndarray, local: np.ndarray, length: np.ndarray) -> np.n
     """Every address's offset in its tile's memory, from the runs of equal tile."""
     total = int(length.sum())
     dtype = np.int32 if total < 2**31 else np.int64
-    table = np.arange(total, dtype=dtype)
-    table += np.repeat((local - seg).astype(dtype), length)
-    return table
+    shift = np.repeat((local - seg).astype(dtype), length)
+    return np.arange(total, dtype=dtype) + shift
 
 
 def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndarray:

@@ -11,10 +11,12 @@ before writing it (its value is carried round the loop).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from tremula.engine import nodes as N
+from tremula.engine.exchange import LOOKUP_TABLE_MAX
 from tremula.engine.plan import Gather
 from tremula.poplar.graph import GraphState
 
@@ -46,6 +48,7 @@ class Linearizer:
         self.fn_of_pos = {pos: fid for fid, pos in function_ids.items()}
         self.w = Walk()
         self._var_cache: dict[int, tuple[Gather, np.ndarray]] = {}
+        self._var_tables: dict[Any, np.ndarray] = {}
         self._prog = 0
         self._branches: list[int] = []
         self._branch_ids = 0
@@ -55,20 +58,37 @@ class Linearizer:
         cached = self._var_cache.get(key)
         if cached is not None:
             return cached[1]
-        space = self.state.space(g.dtype)
         run_starts, lengths = g.runs()
-        var_starts = np.asarray(space.var_starts)
-        p0 = np.searchsorted(var_starts, run_starts, side="right") - 1
-        p1 = np.searchsorted(var_starts, run_starts + lengths - 1, side="right") - 1
+        p0, p1 = (
+            self._var_position(g.dtype, run_starts),
+            self._var_position(g.dtype, run_starts + lengths - 1),
+        )
         count = p1 - p0 + 1  # variables a run crosses (usually one)
         pos = (
             np.repeat(p0, count)
             + np.arange(count.sum())
             - np.repeat(np.cumsum(count) - count, count)
         )
+        space = self.state.space(g.dtype)
         ids = np.unique(np.asarray(space.var_ids, dtype=np.int64)[pos])
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
         return ids
+
+    def _var_position(self, dtype: Any, addr: np.ndarray) -> np.ndarray:
+        """The position in the space's variable list of the variable holding each address:
+        looked up in a table of every address (spaces up to ``LOOKUP_TABLE_MAX`` elements,
+        built on first use) or searched."""
+        space = self.state.space(dtype)
+        var_starts = np.asarray(space.var_starts, dtype=np.int64)
+        if space.size > LOOKUP_TABLE_MAX or not var_starts.size or var_starts[0] != 0:
+            return np.searchsorted(var_starts, addr, side="right") - 1
+        table = self._var_tables.get(dtype)
+        if table is None:
+            counts = np.diff(np.r_[np.minimum(var_starts, space.size), space.size])
+            table = self._var_tables[dtype] = np.repeat(
+                np.arange(var_starts.size, dtype=np.int32), counts
+            )
+        return table[addr]
 
     def add_access(self, step: int, kind: int, g: Gather) -> None:
         ids = self.variables(g)

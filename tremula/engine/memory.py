@@ -112,17 +112,21 @@ def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return uniq // T, uniq % T, counts
 
 
-def variable_table(state, iv: Intervals, T: int) -> dict[str, list]:
+def variable_table(
+    state, iv: Intervals, T: int, tile_counts: dict | None = None
+) -> dict[str, list]:
     """Every variable's name, bytes, liveness and placement: the profile's ``variables``
     (FORMAT.md, Tremula extensions). ``tileRuns[v]`` lists ``first tile, tile count, bytes
-    per tile`` for each run of consecutive tiles holding equal bytes of variable ``v``."""
+    per tile`` for each run of consecutive tiles holding equal bytes of variable ``v``.
+    ``tile_counts``: :func:`_var_tile_counts` of each space, when already computed."""
     nv = len(state.variables)
     runs: list[list[int]] = [[] for _ in range(nv)]
     total = np.zeros(nv, np.int64)
     for dtype, space in state.spaces.items():
         if space.size == 0:
             continue
-        var, tile, counts = _var_tile_counts(space, T)  # sorted by variable, then tile
+        found = (tile_counts or {}).get(dtype)
+        var, tile, counts = found or _var_tile_counts(space, T)  # by variable, then tile
         amount = counts * dtype.size
         np.add.at(total, var, amount)
         cut = (var[1:] != var[:-1]) | (tile[1:] != tile[:-1] + 1) | (amount[1:] != amount[:-1])
@@ -171,6 +175,8 @@ class MemoryModel:
         self.al_raw = {c: np.zeros(T, np.int64) for c in CATEGORIES}
         self.al_aligned = {c: np.zeros(T, np.int64) for c in CATEGORIES}
         self.nal = Entries()
+        #: each space's (variable, tile, elements), shared with the variable table
+        self.tile_counts: dict = {}
 
     def add_always(self, cat: str, raw: np.ndarray) -> None:
         self.al_raw[cat] += raw
@@ -182,7 +188,7 @@ class MemoryModel:
         for dtype, space in st.spaces.items():
             if space.size == 0:
                 continue
-            var, tile, counts = _var_tile_counts(space, T)
+            var, tile, counts = self.tile_counts[dtype] = _var_tile_counts(space, T)
             raw = counts * dtype.size
             aligned = _align(raw, a)
             const = np.array([st.variables[v].is_constant for v in var], dtype=bool)
@@ -365,7 +371,7 @@ class MemoryModel:
             step_programs[step] = node.pid
         return MemoryReport(
             by_category, by_tile, always, peak, at_peak, totals, bcs, bvt, names, sizes,
-            step_programs, variable_table(self.state, self.iv, T),
+            step_programs, variable_table(self.state, self.iv, T, self.tile_counts),
         )  # fmt: skip
 
     def _regions(self, nal_raw: dict, nal_aligned: dict) -> tuple[dict, dict]:

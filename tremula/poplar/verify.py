@@ -75,8 +75,10 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
                 f"from more than one vertex"
             )
             continue
-        rs, re, _ = union_runs(rw["r"])
-        hit = first_overlap((rs, re), (ws, we))
+        if not rw["r"]:
+            continue
+        reads = (np.concatenate([r[0] for r in rw["r"]]), np.concatenate([r[1] for r in rw["r"]]))
+        hit = first_overlap(reads, (ws, we))
         if hit is not None:
             problems.append(
                 f"compute set {cs_name!r} reads and writes one region: "
