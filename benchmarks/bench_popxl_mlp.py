@@ -4,7 +4,8 @@ One SGD training step of the digits MLP (64-256-256-10, batch 32): forward, soft
 backward (autodiff) and update, through ``session.run`` on the ``ipu_model`` (Mk2) and
 ``cpu`` devices, against the same step written directly in NumPy, in the same run (targets:
 at most 3x on ipu_model, 1.5x on cpu); and Session creation (lowering + compile; target:
-under 1 s, issue 17; it was 5 s).
+under 1 s, issue 17; it was 5 s), wall and CPU time, next to the start of a fresh
+interpreter importing NumPy measured in the same run (how fast the host is right now).
 
 Run: ``python benchmarks/bench_popxl_mlp.py [--steps 200]`` (needs scikit-learn). BLAS runs
 on one thread for both sides unless ``OPENBLAS_NUM_THREADS`` is set.
@@ -20,6 +21,8 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -53,13 +56,24 @@ def numpy_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, lr: float
     return loss
 
 
+def interpreter_start(repeat: int = 3) -> float:
+    """Wall time of ``python -c "import numpy"`` in a new process (best of ``repeat``): a
+    reference for the session creation time on this host under its present load."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import numpy"], check=True)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def bench(device: str, steps: int, rounds: int, x: np.ndarray, y: np.ndarray) -> None:
     """Rounds alternate ``steps`` Tremula steps and ``steps`` NumPy steps, so both sides see
     the same load; the figure is the ratio of their best rounds (and the median of the
     per-round ratios)."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trainer = build_training(32, 0.05, device)
-    created = time.perf_counter() - start
+    created, created_cpu = time.perf_counter() - start, time.process_time() - cpu
     batches = [(x[i * 32 : (i + 1) * 32], y[i * 32 : (i + 1) * 32]) for i in range(steps)]
     params = init_params()
     ours, ref = [], []
@@ -77,7 +91,9 @@ def bench(device: str, steps: int, rounds: int, x: np.ndarray, y: np.ndarray) ->
     target = 3.0 if device == "ipu_model" else 1.5
     median = float(np.median(np.array(ours) / np.array(ref)))
     print(
-        f"{device}: session creation {created:.2f} s (target < 1 s); step {min(ours) * 1e3:.2f} "
+        f"{device}: session creation {created:.2f} s (CPU {created_cpu:.2f} s; target < 1 s; "
+        f"a fresh interpreter importing NumPy, same run: {interpreter_start():.2f} s); "
+        f"step {min(ours) * 1e3:.2f} "
         f"ms, NumPy {min(ref) * 1e3:.3f} ms (best of {rounds} rounds), ratio "
         f"{min(ours) / min(ref):.2f}x, median round {median:.2f}x (target <= {target}x)"
     )

@@ -5,7 +5,8 @@ over memory (a gather, then a widening cast, then the arithmetic). For those, a 
 writes the loop once as plain Python over NumPy arrays and wraps it with :func:`kernel`;
 when numba is installed the wrapper compiles it (once per process, cached on disk) and the
 vertex calls the compiled loop; otherwise, or after ``set_enabled(False)``, the vertex runs
-its NumPy path, which stays the reference and computes the same numbers.
+its NumPy path, which stays the reference and computes the same numbers (to float
+rounding where a compiled loop sums in another order than BLAS).
 
 Kernels are compiled lazily on their first call, so importing Tremula never waits for
 numba.
