@@ -221,3 +221,33 @@ def test_the_validator_reports_a_pair_of_two_programs(graph: dict, execution: di
         "executionProfile.graphId: 'b' != graphProfile.graphId 'a': the profiles are of "
         "different programs"
     ]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        {"b": {}, "a": [1, 2.5, "x\u00e9", None, True, False]},
+        [[1, 2], [], [[]], {"k": [1]}],
+        {"z": [{"y": 1, "x": [[1, 2], [3]]}], "mix": [1, [2, 3], {"q": 4}, "s"]},
+        {"n": np.int64(5), "a": np.arange(4), "m": [np.float32(1.5), np.int32(2)], "t": (1, 2)},
+        [[np.arange(3).reshape(1, 3)]],
+        {"a": {1: [2], 3: "x"}},  # keys that are not strings: json.dumps lays them out
+        [1e300, -0.0, 1e-7, 12345678901234567890],
+    ],
+)
+def test_files_are_laid_out_as_json_dumps_does(value: object) -> None:
+    """The fast writer's bytes are ``json.dumps(sort_keys=True, indent=2)``'s."""
+    from tremula.profile.io import _plain, dumps
+
+    expected = json.dumps(value, sort_keys=True, indent=2, allow_nan=False, default=_plain)
+    assert dumps(value) == expected + "\n"
+
+
+def test_profiles_are_laid_out_as_json_dumps_does(graph: dict, execution: dict, fx) -> None:
+    from tremula.profile.io import dumps
+
+    big_graph, big_execution = fx.scaled_profile(tile_copies=8, run_copies=3)
+    for profile in (graph, execution, big_graph, big_execution):
+        assert dumps(profile) == json.dumps(profile, sort_keys=True, indent=2) + "\n"

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import ProfileError
+from tremula.profile._json import dumps_indented
 from tremula.profile.schema import GRAPH_ID
 
 GRAPH_FILE = "graph.json"
@@ -41,7 +42,7 @@ def dumps(profile: Mapping[str, Any]) -> str:
         ProfileError: If the profile holds a value JSON cannot represent (NaN, an object...).
     """
     try:
-        text = json.dumps(profile, sort_keys=True, indent=2, allow_nan=False, default=_plain)
+        text = dumps_indented(profile, _plain)
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"profile cannot be written as JSON: {exc}") from exc
     return text + "\n"
