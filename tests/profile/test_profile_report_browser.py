@@ -293,7 +293,9 @@ EXAMPLES = ROOT / "examples"
 REPORTED = sorted(
     p
     for p in EXAMPLES.rglob("*.py")
-    if p.parent.name != "distributed"  # several processes: tests/popdist
+    # the documentation's multi-instance examples need `tremula poprun` (tests/popdist);
+    # data_parallel.py also runs in one process (its 4 replicas here)
+    if (p.parent.name != "distributed" or p.name == "data_parallel.py")
     and p.name != "rigl_digits.py"  # its training engine's profile: above (NO_REPORT)
     and p.name != "listing_6_1_replica_grouping.py"  # groupings only, no engine
 )
