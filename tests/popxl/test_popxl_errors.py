@@ -596,7 +596,7 @@ def test_io_tile_exchange_does_not_count_the_ops_of_refused_calls() -> None:
             with pytest.raises(ValueError, match="refused"):
                 adds_then_refuses(loaded)
         assert loaded.producer.tile_set == "io"
-        assert [op.type for op in p.ir.main_graph.ops][-1] == "HostLoad"
+        assert [op.type for op in p.ir.main_graph.ops][-1] == "MultiExchange"
 
 
 # ---- ReplicaGrouping (spec 2.1, 2.2) ----

@@ -31,6 +31,7 @@ NO_REFERENCE = {
     "HostStore": "writes a host stream",
     "RemoteLoadInplace": "reads a remote buffer",
     "RemoteStore": "writes a remote buffer",
+    "MultiExchange": "host and remote exchanges",
     "HostEmbeddingUpdate": "updates a host table",
     "RandomUniform": "random numbers",
     "RandomNormal": "random numbers",

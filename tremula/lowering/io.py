@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 from tremula import poplar
-from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.context import RULES, Env, Lowerer, naming, rule
 from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.multi_exchange import exchange_parts
 
 
 @rule("HostLoad")
@@ -70,6 +71,15 @@ def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 def remote_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     rb = _buffer(lw, op.attrs["buffer"])
     prog.add(poplar.Copy(env[op.inputs[0]].flatten(), rb, _offset(lw, op, env, 1)))
+
+
+@rule("MultiExchange")
+def multi_exchange(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """Each merged exchange as the op it replaces, in order (the programs, and so results
+    and cycles, are those of the exchanges unmerged)."""
+    for part in exchange_parts(op):
+        with naming([part]):
+            RULES[part.type](lw, part, env, prog)
 
 
 @rule("RemoteCodeLoad")

@@ -218,7 +218,15 @@ class Ir:
         return self._next_rb - 1
 
     def _streams_used(self, op_type: str) -> set[Any]:
-        return {op.attrs["stream"] for g in self._graphs for op in g.ops if op.type == op_type}
+        from tremula.popxl.ops.multi_exchange import exchange_parts
+
+        return {
+            part.attrs["stream"]
+            for g in self._graphs
+            for op in g.ops
+            for part in exchange_parts(op)
+            if part.type == op_type
+        }
 
     def get_all_d2h_streams(self) -> set[Any]:
         return self._streams_used("HostStore")

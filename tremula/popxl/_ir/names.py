@@ -44,7 +44,14 @@ _LHS_INPLACE = {"Add", "Sub", "Mul", "Div", "Pow", "Fmod", "Max", "Min", "Scaled
 
 #: op types by namespace (PopART's ``op.exchange`` and ``op.collectives`` submodules)
 _NAMESPACES = {
-    "exchange": {"HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"},
+    "exchange": {
+        "HostLoad",
+        "HostStore",
+        "RemoteLoad",
+        "RemoteLoadInplace",
+        "RemoteStore",
+        "MultiExchange",
+    },
     "collectives": {
         "ReplicatedAllReduce",
         "ReplicatedAllReduceInplace",

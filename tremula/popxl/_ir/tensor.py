@@ -175,6 +175,9 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
                     continue
                 if id(op) in chosen and i in op.modified:
                     return True
+                if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
+                    todo.extend(op.outputs[o] for k, o in op.attrs["aliases"] if k == i)
+                    continue
                 aliases = i in op.modified and not op.called_graphs  # an in-place op's output
                 if op.type in _VIEWS or aliases:  # its outputs alias the input
                     todo.extend(o for o in op.outputs if o is not None)

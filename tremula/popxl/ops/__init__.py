@@ -16,6 +16,7 @@ from types import ModuleType
 
 from tremula.popxl.context import make_atomic
 from tremula.popxl.ops import code_copy, collectives, utils, var_updates
+from tremula.popxl.ops import multi_exchange as multi_exchange  # merge_exchange's op
 from tremula.popxl.ops import rnn as rnn  # Tremula's GRU layer: not in __all__
 from tremula.popxl.ops import sparse as sparse  # Tremula's sparse layer: not in __all__
 from tremula.popxl.ops.binary import *  # noqa: F403

@@ -129,6 +129,8 @@ class _Aliases:
             d = OPS.get(op.type)
             if not op.outputs or d is None:
                 continue
+            for i, o in op.attrs.get("aliases", ()):  # a merged exchange's in-place loads
+                self._parent[self._find(id(op.outputs[o]))] = self._find(id(op.inputs[i]))
             if d.modifies:
                 viewed = [op.inputs[d.modifies[0]]]
             elif op.type.endswith("Inplace"):

@@ -1,24 +1,29 @@
-"""``merge_exchange`` and ``io_tile_exchange``: contexts that group the host and remote
-exchanges created inside them.
+"""``merge_exchange`` and ``io_tile_exchange``: contexts that merge the host and remote
+exchanges created inside them into one ``MultiExchange`` op (PopART's ``MultiExchangeOp``).
 
-PopXL merges such exchanges into one ``MultiExchange`` op so that they overlap. Here each
-exchange op created inside is annotated with the group it belongs to (``op.attrs
-["exchange_group"]``); the ops themselves, and so the numbers, are unchanged.
+At the end of the context the ``HostLoad`` / ``HostStore`` / ``RemoteLoadInplace`` /
+``RemoteStore`` ops created inside (and ``MultiExchange`` ops of inner contexts) are replaced
+by one ``MultiExchange`` op whose inputs and outputs are theirs, in their order; their output
+tensors keep their ids and are produced by it. Exchanges that cannot run as one (one reads
+what another of them produces, or they are on different IPUs, tile sets or execution
+contexts) are merged into consecutive ops instead. The op takes the place of the last
+exchange it merges; ops created in between that read what it produces (or write what it
+reads) move after it. Lowered, it does its exchanges in order: results are unchanged.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tremula.popxl.context import get_current_graph, in_sequence, io_tiles
+from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.multi_exchange import EXCHANGE_OPS, merged_exchange
+from tremula.popxl.tensor import Tensor
 
-#: op types that move data between the device and host or remote memory
-EXCHANGE_OPS = frozenset({"HostLoad", "HostStore", "RemoteLoadInplace", "RemoteStore"})
-
-_GROUPS = itertools.count()
+#: what merges: the exchange ops and merged exchanges
+_MERGEABLE = EXCHANGE_OPS | {"MultiExchange"}
 
 
 @contextmanager
@@ -32,16 +37,85 @@ def _created_ops() -> Iterator[list[Op]]:
         graph.remove_op_created_hook(handle)
 
 
+def _key(op: Op) -> tuple[object, ...]:
+    return op.ipu, op.tile_set, op.execution_context
+
+
+def _groups(ops: list[Op]) -> list[list[Op]]:
+    """The exchanges among ``ops`` (graph order) in groups that can each run as one op
+    (see :func:`_place`): a group ends before an exchange that reads what depends on it,
+    or writes what an op that must follow it reads."""
+    groups: list[list[Op]] = []
+    group: list[Op] = []
+    tainted: set[Tensor] = set()  # what the group makes or writes, and what follows from it
+    read: set[Tensor] = set()  # what the group's exchanges read
+    later: set[Tensor] = set()  # what the ops that must follow the group read
+    for op in ops:
+        written = {op.inputs[k] for k in op.modified}
+        if op.type in _MERGEABLE:
+            if group and (
+                _key(op) != _key(group[0]) or tainted.intersection(op.inputs) or written & later
+            ):
+                groups.append(group)
+                group, tainted, read, later = [], set(), set(), set()
+            group.append(op)
+            tainted.update(op.outputs, written)
+            read.update(op.inputs)
+        elif group and _follows(op, written, tainted, read):
+            tainted.update(op.outputs, written)
+            later.update(op.inputs)
+    return groups + ([group] if group else [])
+
+
+def _follows(op: Op, written: set[Tensor], tainted: set[Tensor], read: set[Tensor]) -> bool:
+    """Whether ``op`` must run after the merged exchanges: it reads what they make or write
+    (or what follows from it), or writes what they read."""
+    return bool(tainted.intersection(op.inputs) or written & read)
+
+
+def _place(graph: Graph, group: list[Op]) -> Op:
+    """Replace ``group`` in ``graph``'s ops by one ``MultiExchange`` op at the place of its
+    last exchange; the ops in between that must follow the exchanges move after it."""
+    ops = graph._ops
+    members = {id(op) for op in group}
+    first = next(i for i, op in enumerate(ops) if op is group[0])
+    last = next(i for i, op in enumerate(ops) if op is group[-1])
+    tainted: set[Tensor] = set()
+    read: set[Tensor] = set()
+    before: list[Op] = []
+    after: list[Op] = []
+    for op in ops[first : last + 1]:
+        written = {op.inputs[k] for k in op.modified}
+        if id(op) in members:
+            tainted.update(op.outputs, written)
+            read.update(op.inputs)
+        elif _follows(op, written, tainted, read):
+            after.append(op)
+            tainted.update(op.outputs, written)
+        else:
+            before.append(op)
+    multi = merged_exchange(group)
+    ops[first : last + 1] = [*before, multi, *after]
+    for hook in list(graph._hooks.values()):  # an outer merge_exchange merges it in turn
+        hook(multi)
+    return multi
+
+
+def _merge(graph: Graph, created: list[Op]) -> list[Op]:
+    """Merge the exchanges of ``created`` still in ``graph``; the ``MultiExchange`` ops."""
+    made = {id(op) for op in created}  # the graph's ops: not those of refused (undone) calls
+    ops = [op for op in graph._ops if id(op) in made]
+    return [_place(graph, group) for group in _groups(ops)]
+
+
 @contextmanager
 def merge_exchange() -> Iterator[None]:
-    """Group the ``host_load`` / ``host_store`` / ``remote_load`` / ``remote_store`` ops
-    created inside (in the current graph) into one exchange group."""
+    """Merge the ``host_load`` / ``host_store`` / ``remote_load`` / ``remote_store`` ops
+    created inside (in the current graph) into one ``MultiExchange`` op."""
+    graph = get_current_graph()
     with _created_ops() as created:
         yield
-    group = next(_GROUPS)
-    for op in created:
-        if op.type in EXCHANGE_OPS:
-            op.attrs["exchange_group"] = group
+    _merge(graph, created)
 
 
 @contextmanager
@@ -59,16 +133,14 @@ def io_tile_exchange(verify_overlap: bool = True) -> Iterator[None]:
     with _created_ops() as created, io_tiles(), merge_exchange(), in_sequence(False):
         yield
     if verify_overlap:
-        alive = {id(op) for op in graph.ops}  # not the ops of calls refused (and undone)
-        created = [op for op in created if id(op) in alive]
-        others = [op for op in created if op.type not in EXCHANGE_OPS and op.type != "Init"]
-        merged = int(any(op.type in EXCHANGE_OPS for op in created))
-        if merged + len(others) > 1:
+        alive = {id(op) for op in graph._ops}
+        remain = [op for op in created if id(op) in alive and op.type != "Init"]
+        if len(remain) > 1:
             graph.ir._truncate(mark)
+            others = [op for op in remain if op.type != "MultiExchange"]
             raise RuntimeError(
-                f"More than one Op remained after `io_tile_exchange`: "
-                f"{merged + len(others)} ops remain in graph "
-                f"{graph.name!r} after merging the exchanges, expected 1; ops other than "
-                f"host/remote loads and stores cannot overlap: {others} (the block was "
-                f"undone)"
+                f"More than one Op remained after `io_tile_exchange`: {len(remain)} ops "
+                f"remain in graph {graph.name!r} after merging the exchanges, expected 1; "
+                f"ops other than host/remote loads and stores cannot overlap: {others} (the "
+                f"block was undone)"
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tremula.popxl._ir.names import NAMESPACE_BASES, SUBGRAPH_OPS, VAR_UPDATES, op_name
 from tremula.popxl._ir.op.base import Op
+from tremula.popxl._ir.op.multi_exchange import ExchangeBaseOp, MultiExchangeOp
 from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
 from tremula.popxl.ops.base import OPS
 
@@ -29,12 +30,11 @@ _WRITTEN: dict[str, type[Op]] = {
     "IfOp": IfOp,
     "IpuCopyOp": IpuCopyOp,
     "MatMulOp": MatMulOp,
+    "MultiExchangeOp": MultiExchangeOp,
 }
 BASES: dict[str, dict[str, type[Op]]] = {
     "": {"Op": Op, "SubgraphOp": SubgraphOp, "VarUpdateOp": VarUpdateOp},
-    "exchange": {
-        "ExchangeBaseOp": _family("ExchangeBaseOp", "A host or remote exchange.", "exchange")
-    },
+    "exchange": {"ExchangeBaseOp": ExchangeBaseOp},
     "collectives": {
         "CollectivesBaseOp": _family("CollectivesBaseOp", "A collective op.", "collectives")
     },

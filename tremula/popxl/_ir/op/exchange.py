@@ -1,5 +1,6 @@
 """``popart._internal.ir.op.exchange``: the binding classes of Tremula's exchange ops
-(generated from the op registry, see ``classes.py``)."""
+(generated from the op registry, see ``classes.py``; ``MultiExchangeOp`` and the family base
+are written out in ``multi_exchange.py``)."""
 
 from __future__ import annotations
 
