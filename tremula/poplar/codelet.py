@@ -452,7 +452,9 @@ class Batch(_Segmented):
 
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
         """``build()`` once per vertex group, kept across runs: for index tables and plans
-        a codelet derives from its vertices' structure (not from data)."""
+        a codelet derives from its vertices' structure (not from data). Keys name that
+        structure, never ``id()`` of an object made for one run (a gathered field's view):
+        a later run's object at a recycled address would be served the stale entry."""
         cache = self._cache
         if key not in cache:
             cache[key] = build()
