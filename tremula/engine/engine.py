@@ -27,7 +27,8 @@ from tremula.engine.plan import Gather
 from tremula.engine.profiles import Profiles
 from tremula.engine.replay import TimelineReplay
 from tremula.engine.report import instances
-from tremula.engine.run import Runtime, StreamConnection
+from tremula.engine.run import Runtime
+from tremula.engine.streams import StreamConnection
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError, StreamError
 from tremula.popdist.replicas import runtime_replicas
