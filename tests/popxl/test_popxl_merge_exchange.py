@@ -179,6 +179,20 @@ def test_the_multi_exchange_binding_maps_exchanges_to_inputs_and_outputs() -> No
     with pytest.raises(popart.popart_exception, match="no exchange 5"):
         multi.descriptorIndexToInIndices(5)
 
+    # an edit that would give it inputs or outputs no exchange owns is refused, unchanged
+    before = (list(multi.inputs), list(multi.outputs))
+    some_input = multi.inputs[0].id
+    for edit in (
+        lambda: multi.connectInTensor(7, some_input),
+        lambda: multi.connectOutTensor(3, some_input),
+        lambda: multi.createAndConnectOutTensor(3, "extra"),
+    ):
+        with pytest.raises(popart.popart_exception, match="not one of its exchanges'"):
+            edit()
+    assert (list(multi.inputs), list(multi.outputs)) == before
+    multi.connectInTensor(0, some_input)  # within: reconnecting is allowed
+    assert multi.inputs[0].id == some_input
+
 
 def test_in_place_ops_between_the_exchanges_keep_their_order() -> None:
     """An op made between merged exchanges that writes what an earlier exchange read runs
