@@ -189,7 +189,7 @@ def start_up(repeat: int, folder: Path) -> None:
                 "poprun",
                 "--num-instances",
                 "4",
-                "python",
+                sys.executable,  # the interpreter of both references (not a PATH shim)
                 str(prog),
             ]
         )

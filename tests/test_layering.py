@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "tremula"
 LAYERS = [
     "alias",
+    "lazy",
     "errors",
     "progress",
     "data",

@@ -7,7 +7,9 @@ The target's modules loaded so far are registered under their alias names at onc
 matters where a module and a function share a name, as in PopXL: ``popxl.ops.call`` is the
 function, and ``from popxl.ops.call import CallSiteInfo`` must find the registered module
 without rebinding ``popxl.ops.call`` to it (Python sets a package attribute only when it
-loads a submodule for the first time). Modules loaded later are aliased by a finder."""
+loads a submodule for the first time). Modules loaded later are aliased by a finder, and
+when it aliases a package (one loaded on first use, like ``popxl.ops``), it registers the
+modules loaded below that package at the same time, for the same reason."""
 
 from __future__ import annotations
 
@@ -39,18 +41,26 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(self.target + spec.name[len(self.prefix) :])
+        real = self.target + spec.name[len(self.prefix) :]
+        module = importlib.import_module(real)
+        _register(real, spec.name)  # a package loaded on first use: its modules so far
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
         return None
 
 
-def install(alias: str, target: str) -> None:
-    """Make ``alias.X`` import ``target.X``: the loaded ``target.X`` modules are registered
-    as ``alias.X`` now, later ones by a finder (installed once per alias)."""
+def _register(target: str, alias: str) -> None:
+    """Register the loaded modules below ``target`` under ``alias``."""
     for name, module in list(sys.modules.items()):
         if name.startswith(target + ".") and module is not None:
             sys.modules.setdefault(alias + name[len(target) :], module)
+
+
+def install(alias: str, target: str) -> None:
+    """Make ``alias.X`` import ``target.X``: the loaded ``target.X`` modules are registered
+    as ``alias.X`` now, later ones by a finder (installed once per alias)."""
+    _register(target, alias)
     for finder in sys.meta_path:
         if isinstance(finder, _AliasFinder) and finder.prefix == alias + ".":
             return

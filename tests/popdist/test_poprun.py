@@ -3,6 +3,7 @@ layout every instance sees, output tags, failures that end the job)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -156,6 +157,13 @@ def test_mpirun_environment_defaults_yield_to_the_users() -> None:
     assert got["OMPI_MCA_btl"] == "self,tcp" and got["HOME"] == "/h"  # the user's kept
     assert got["OMPI_MCA_pml"] == "ob1" and got["OMPI_MCA_mtl"] == "^ofi"  # no fabric probes
     assert got["OMPI_MCA_mpi_yield_when_idle"] == "1" and got["PYTHONUNBUFFERED"] == "1"
+
+
+def test_mpirun_environment_shares_the_cores_out_among_the_instances() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert pr.environment({}, 1)["OMP_NUM_THREADS"] == str(cores)
+    assert pr.environment({}, 2 * cores)["OMP_NUM_THREADS"] == "1"  # never 0
+    assert pr.environment({"OMP_NUM_THREADS": "3"}, 4)["OMP_NUM_THREADS"] == "3"  # the user's
 
 
 def test_the_launcher_starts_without_numpy_or_mpi() -> None:

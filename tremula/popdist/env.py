@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tremula.errors import DistributedConfigError
 
@@ -43,9 +43,9 @@ DEFAULTS = {TOTAL: 1, LOCAL: 1, OFFSET: 0, IPUS: 1, UNIFORM: 1, LOCAL_INSTANCE: 
 REQUIRED = (TOTAL, LOCAL, OFFSET)
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Replicas and instances of a job, from one instance's point of view.
+class Layout(NamedTuple):
+    """Replicas and instances of a job, from one instance's point of view (a named tuple,
+    not a dataclass: poprun starts without ``dataclasses`` and the ``inspect`` it loads).
 
     Invariants (checked by :func:`layout`): ``local_replicas`` divides ``total_replicas``,
     ``replica_offset`` is a multiple of ``local_replicas`` below ``total_replicas``.

@@ -4,8 +4,15 @@ package makes ``popxl`` this very module); ``import popxl.ops as ops`` gives
 
 As in PopXL, importing the package loads its modules, so ``popxl.tensor``, ``popxl.ops``,
 ``popxl.utils`` ... are attributes after ``import popxl`` (``popxl.remote_buffer`` is the
-function, as in PopXL; ``popxl.testing`` needs its own import).
+function, as in PopXL; ``popxl.testing`` needs its own import). Three of them load on first use
+(:mod:`tremula.lazy`), as attributes all the same: ``popxl.ops`` and ``popxl.transforms``
+(the op library and autodiff, when a program first builds with them) and ``popxl.session``
+with ``popxl.Session`` (the engine, the lowering and PopLibs behind it, when a program first
+runs). ``import popxl`` itself loads the IR (graphs, tensors, dtypes, groupings): every
+instance of a PopRun job pays it at start.
 """
+
+from typing import TYPE_CHECKING
 
 from tremula.popxl import (  # the modules, attributes of the package as in PopXL
     context,
@@ -15,14 +22,11 @@ from tremula.popxl import (  # the modules, attributes of the package as in PopX
     graph,
     ir,
     module,
-    ops,
     random_seed,
     replica_grouping,
-    session,
     streams,
     tensor,
     tensorlocation,
-    transforms,
     typing_,
     utils,
 )
@@ -66,7 +70,6 @@ from tremula.popxl.module import Module
 from tremula.popxl.random_seed import create_seeds
 from tremula.popxl.remote_buffer import RemoteBuffer, remote_buffer
 from tremula.popxl.replica_grouping import ReplicaGrouping
-from tremula.popxl.session import Session
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from tremula.popxl.tensor import (
     Constant,
@@ -92,6 +95,14 @@ from tremula.popxl.tensorlocation import (
     TensorStorage,
     TileSet,
 )
+
+if TYPE_CHECKING:
+    from tremula.popxl import ops, session, transforms
+    from tremula.popxl.session import Session
+else:
+    from tremula.lazy import attach
+
+    __getattr__, __dir__ = attach(__name__, __file__)
 
 __version__ = "0.1.0"
 

@@ -6,21 +6,33 @@ groups, and the replica-grouping representation shared by PopXL and PopART.
     out = gcl.all_reduce(graph, t, gcl.CollectiveOperator.ADD, prog, group=None)
 
 See ``OVERVIEW.md``.
+
+Every name is imported on first use (:mod:`tremula.lazy`): PopXL's replica groupings load
+``grouping`` without the collectives and the PopOps they are built from.
 """
 
-from tremula.libs.gcl.collectives import (
-    all_gather,
-    all_reduce,
-    all_reduce_in_place,
-    all_to_all,
-    broadcast,
-    reduce_scatter,
-    resolve_group,
-)
-from tremula.libs.gcl.errors import CollectiveError, GroupingError
-from tremula.libs.gcl.grouping import CommGroup, CommGroupType, ReplicaGrouping
-from tremula.libs.gcl.operators import CollectiveOperator
-from tremula.libs.gcl.within_replica import all_reduce_within_replica
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tremula.libs.gcl.collectives import (
+        all_gather,
+        all_reduce,
+        all_reduce_in_place,
+        all_to_all,
+        broadcast,
+        reduce_scatter,
+        resolve_group,
+    )
+    from tremula.libs.gcl.errors import CollectiveError, GroupingError
+    from tremula.libs.gcl.grouping import CommGroup, CommGroupType, ReplicaGrouping
+    from tremula.libs.gcl.operators import CollectiveOperator
+    from tremula.libs.gcl.within_replica import all_reduce_within_replica
+else:
+    from tremula.lazy import attach
+
+    __getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "CollectiveError",

@@ -10,20 +10,30 @@ its binding class, ``op.py``). Editing through the bindings edits the program th
 It lives in the PopXL layer because PopXL hands these handles out; it reaches up to
 ``tremula.popart`` only for PopART's ``SessionOptions`` (``Ir.getSessionOptions``). See
 ``OVERVIEW.md`` for the surface and what Tremula does not bind.
+
+Its names load on first use (:mod:`tremula.lazy`): ``import popxl`` installs the
+stand-ins of :mod:`native` without loading the bindings.
 """
 
 from __future__ import annotations
 
-from tremula.popxl._ir import op, patterns, view
-from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
-from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
-from tremula.popxl._ir.ir import Ir, ir_handle
-from tremula.popxl._ir.op import Op
-from tremula.popxl._ir.session import Session, session_handle
-from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
-from tremula.popxl._ir.verify import verify_ir
-from tremula.popxl.ops.collectives.collectives import CollectiveOperator
-from tremula.popxl.tensorlocation import ExecutionContext, TileSet
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tremula.popxl._ir import op, patterns, view
+    from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
+    from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
+    from tremula.popxl._ir.ir import Ir, ir_handle
+    from tremula.popxl._ir.op import Op
+    from tremula.popxl._ir.session import Session, session_handle
+    from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
+    from tremula.popxl._ir.verify import verify_ir
+    from tremula.popxl.ops.collectives.collectives import CollectiveOperator
+    from tremula.popxl.tensorlocation import ExecutionContext, TileSet
+else:
+    from tremula.lazy import attach
+
+    __getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
     "BwdGraphInfo",

@@ -1,0 +1,173 @@
+"""Lazy package exports (``tremula.lazy``): names listed in a package's ``TYPE_CHECKING``
+block load on first use, are the very objects of the modules they come from, and the
+packages Tremula makes lazy keep their whole surface; ``import popxl`` loads the IR only."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tremula.lazy import exports
+
+PACKAGES = ["tremula.poplar", "tremula.libs.gcl", "tremula.popxl", "tremula.popxl._ir"]
+
+
+def _package(root: Path, name: str, init: str, **modules: str) -> None:
+    folder = root / name
+    folder.mkdir()
+    (folder / "__init__.py").write_text(textwrap.dedent(init))
+    for module, text in modules.items():
+        (folder / f"{module}.py").write_text(textwrap.dedent(text))
+
+
+LAZY_INIT = """
+    from typing import TYPE_CHECKING
+
+    if TYPE_CHECKING:
+        from {name}.heavy import Thing, make as build
+        from {name} import heavy
+    else:
+        from tremula.lazy import attach
+
+        __getattr__, __dir__ = attach(__name__, __file__)
+    """
+
+
+def _fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str):
+    _package(
+        tmp_path,
+        name,
+        LAZY_INIT.format(name=name),
+        heavy="LOADS = []\nclass Thing: pass\ndef make(): return Thing()\n",
+        other="VALUE = 7\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
+def test_exports_reads_the_type_checking_block(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(textwrap.dedent(LAZY_INIT.format(name="pkg")))
+    assert exports(path) == {
+        "Thing": ("pkg.heavy", "Thing"),
+        "build": ("pkg.heavy", "make"),
+        "heavy": ("pkg", "heavy"),
+    }
+
+
+@pytest.mark.parametrize(
+    "line, what",
+    [
+        ("from .heavy import Thing", "absolute"),
+        ("import pkg.heavy", "absolute"),
+        ("from pkg.heavy import *", "'import \\*' cannot be lazy"),
+    ],
+)
+def test_exports_refuses_what_it_cannot_load_lazily_naming_the_line(
+    tmp_path: Path, line: str, what: str
+) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {line}\n")
+    with pytest.raises(ValueError, match=f"m.py:3: .*{what}"):
+        exports(path)
+
+
+def test_names_load_on_first_use_and_stay(tmp_path: Path, monkeypatch) -> None:
+    pkg = _fresh(tmp_path, monkeypatch, "lazypkg_a")
+    assert "lazypkg_a.heavy" not in sys.modules  # the import itself loaded nothing
+    thing = pkg.Thing
+    heavy = sys.modules["lazypkg_a.heavy"]
+    assert thing is heavy.Thing and pkg.build is heavy.make and pkg.heavy is heavy
+    assert vars(pkg)["Thing"] is thing  # kept: later reads are plain attribute reads
+    from lazypkg_a import build  # `from ... import` goes through the same path
+
+    assert build is heavy.make
+
+
+def test_unlisted_submodules_are_attributes_and_missing_names_are_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    pkg = _fresh(tmp_path, monkeypatch, "lazypkg_b")
+    assert pkg.other.VALUE == 7 and pkg.other is sys.modules["lazypkg_b.other"]
+    with pytest.raises(AttributeError, match="module 'lazypkg_b' has no attribute 'nothing'"):
+        pkg.nothing  # noqa: B018
+    assert not hasattr(pkg, "__wrapped__")  # dunder probes are refused without a search
+    assert {"Thing", "build", "heavy"} <= set(dir(pkg))
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_tremula_lazy_packages_export_the_objects_of_their_modules(name: str) -> None:
+    package = importlib.import_module(name)
+    table = exports(package.__file__)
+    assert table, f"{name} has no lazy exports"
+    for export, (module, attr) in table.items():
+        source = importlib.import_module(module)
+        expected = getattr(source, attr, None)
+        if expected is None or module == name:
+            expected = importlib.import_module(f"{module}.{attr}")
+        assert getattr(package, export) is expected, f"{name}.{export}"
+    missing = [n for n in package.__all__ if not hasattr(package, n)]
+    assert not missing, f"{name}.__all__ names that do not resolve: {missing}"
+
+
+#: modules that `import popxl` must not load: the engine, the lowering, the graph layer's
+#: graphs and programs, PopLibs (GCL's collectives included), the profile format
+BACKEND = (
+    "tremula.engine",
+    "tremula.lowering",
+    "tremula.poplar.graph",
+    "tremula.poplar.program",
+    "tremula.libs.popops",
+    "tremula.libs.gcl.collectives",
+    "tremula.profile",
+    "tremula.popxl.session",
+    "mpi4py",
+)
+
+
+def test_import_popxl_loads_the_ir_only_and_the_rest_on_first_use() -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys, numpy as np, popxl
+        loaded = sorted(m for m in sys.modules if m.startswith({BACKEND!r}))
+        assert not loaded, loaded
+        from popxl import ops
+        ir = popxl.Ir()
+        with ir.main_graph:
+            a = popxl.variable(np.arange(4, dtype=np.float32))
+            s = popxl.d2h_stream((4,), popxl.float32)
+            ops.host_store(s, ops.add(a, a))
+        import tremula.popxl.session as session_module
+        assert popxl.Session is session_module.Session and popxl.session is session_module
+        with popxl.Session(ir, "ipu_model") as session:
+            assert session.run()[s].tolist() == [0.0, 2.0, 4.0, 6.0]
+        assert callable(popxl.transforms.autodiff)
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("first", ["attribute", "import"])
+def test_op_modules_named_like_their_function_keep_the_function_when_ops_loads_late(
+    first: str,
+) -> None:
+    # `popxl.ops` loads on first use, after the popxl alias was installed: its modules are
+    # registered under popxl.ops.* when the alias finder first serves popxl.ops
+    start = "popxl.ops.add" if first == "attribute" else "import popxl.ops"
+    code = textwrap.dedent(
+        f"""
+        import types, popxl
+        {start}
+        from popxl.ops.call import CallSiteInfo
+        import popxl.ops.conv
+        assert CallSiteInfo is popxl.ops.CallSiteInfo
+        for name in ("call", "conv"):
+            assert not isinstance(getattr(popxl.ops, name), types.ModuleType), name
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
