@@ -6,7 +6,9 @@ variables (``spec/distributed-instances.md`` sections 1, 3 and 6). Python progra
 ``python -m mpi4py``, so an uncaught exception in one instance aborts the whole job at once;
 an instance that exits non-zero or is killed ends it too, and poprun's exit status is
 mpirun's (non-zero when any instance failed). Output lines carry PopRun's tags
-``[1,<instance>]<stdout>:``. It works as root and with more instances than cores.
+``[1,<instance>]<stdout>:``. It works as root and with more instances than cores; each
+instance gets ``OMP_NUM_THREADS`` = the host's cores / instances (at least 1) unless the
+environment sets it.
 
 The IPU-placement and V-IPU options of PopRun are accepted and ignored (there are no IPU
 partitions here); only ``localhost`` hosts are supported.
