@@ -488,6 +488,18 @@ class Batch(_Segmented):
             view.flags.writeable = False
         return view
 
+    def stable_runs(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Field ``name`` in device memory: ``(storage, starts, lengths)``, the ``[replica,
+        address]`` array of its type (valid across runs) and the runs of consecutive
+        addresses of the field in field order; None on a subset of the replicas. For
+        ``Codelet.prepare`` building its own views (it writes only fields that write)."""
+        group, storage, rsel = self._ctx
+        if not isinstance(rsel, slice):
+            return None
+        g = group.gathers[name]
+        starts, lengths = g.runs()
+        return storage[g.dtype], starts, lengths
+
     def stable_cover(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """Read-only field ``name`` whose addresses increase (with a few gaps): the
         zero-copy ``[replica, span]`` view of device memory covering them, valid across

@@ -13,8 +13,8 @@ replicas (a collective inside control flow on which the replicas disagree).
 
 * ``gcl::SelectChunk<OP,T>``: ``out = pre(work[:, k])`` (OP's pre-map, e.g. the square of
   SQUARE_ADD; identity otherwise).
-* ``gcl::CombineChunk<OP,T>``: ``out = combine(acc, pre(work[:, k])) * scale`` (scale is
-  ``1 / G`` in MEAN's last step, else 1).
+* ``gcl::CombineChunk<OP,T>``: ``acc = combine(acc, pre(work[:, k])) * scale`` in place
+  (scale is ``1 / G`` in MEAN's last step, else 1).
 * ``gcl::PlaceChunk<T>``: ``work[:, k] = chunk``.
 
 Their cycle estimators are ``estimators.py``'s.
@@ -30,6 +30,7 @@ from tremula import poplar
 from tremula.errors import EngineError
 from tremula.libs.gcl import estimators as E
 from tremula.libs.gcl.operators import RULES, CollectiveOperator, element_kind
+from tremula.libs.gcl.views import Pieces, row_pieces
 
 
 class _RingVertex(poplar.Codelet):
@@ -73,36 +74,14 @@ def _op(v: poplar.Batch | poplar.VertexInfo) -> CollectiveOperator:
     return CollectiveOperator[v.params["OP"]]
 
 
-Pieces = list[tuple[np.ndarray, ...]]
-
-
 def _row_pieces(v: poplar.Batch, names: tuple[str, ...]) -> tuple[Pieces, Pieces] | None:
-    """For ``prepare``: per replica row, views of device memory that split the step into
-    whole blocks and the last partial one: ``(own chunk, *fields)`` pieces, each own chunk a
-    strided ``[blocks, L]`` view of the work buffer (the row's chunk ``k``) and each chunk
-    field the same columns of a ``[C]`` field; and per row the unused end of its chunk's
-    partial block. None when a field is not a single run of device memory (``compute``
-    then gathers it)."""
+    """For ``prepare``: per replica row, strided views of device memory for the step's own
+    chunk and the chunk fields ``names``, and the partial block's unused end
+    (``views.row_pieces``); None when there are no vertices or the fields need gathers."""
     if v.n == 0:
         return None
     k, G = chunk_index(v)
-    L = int(v.block[0])
-    blocks = int(v.lengths("work").sum()) // (G * L)
-    work = v.stable_view("work", (blocks, G, L))
-    fields = [v.stable_view(name) for name in names]
-    if work is None or any(f is None for f in fields):
-        return None
-    C = int(fields[0].shape[1])
-    full, tail = divmod(C, L)
-    pieces: Pieces = []
-    pads: Pieces = []
-    for row, chunk in enumerate(k.tolist()):
-        own = work[row, :, chunk]
-        pieces.append((own[:full], *(f[row, : full * L].reshape(full, L) for f in fields)))
-        if tail:
-            pieces.append((own[full, :tail], *(f[row, full * L :] for f in fields)))
-            pads.append((own[full, tail:],))
-    return pieces, pads
+    return row_pieces(v, k, G, int(v.block[0]), names)
 
 
 class SelectChunk(_RingVertex):
@@ -145,13 +124,13 @@ class SelectChunk(_RingVertex):
 
 
 class CombineChunk(_RingVertex):
-    """``out = combine(acc, pre(work[:, k])) * scale``."""
+    """``acc = combine(acc, pre(work[:, k])) * scale``, in place: the chunk just received is
+    reduced where it landed (and sent on from there)."""
 
     name = "gcl::CombineChunk"
     templates = ("OP", "T")
     work = poplar.Input("T")
-    acc = poplar.Input("T")
-    out = poplar.Output("T")
+    acc = poplar.InOut("T")
     scale = poplar.State(poplar.FLOAT, default=1.0)
 
     @staticmethod
@@ -160,20 +139,21 @@ class CombineChunk(_RingVertex):
             return
         rule = RULES[_op(v)]
         assert rule.combine is not None  # LOCAL never combines
-        own = _own(v, v.out.shape[1])
+        own = _own(v, v.acc.shape[1])
         if rule.pre is not None:
             own = rule.pre(own)
         res = rule.combine(v.acc, own)
         scale = float(v.scale[0])
         if scale != 1.0:
             res = res * np.asarray(scale, dtype=res.dtype)
-        v.out = res
+        v.acc = res
 
     @staticmethod
     def prepare(v: poplar.Batch) -> Any:
         """Later runs: per row, the combine straight from its chunk's strided view into
-        ``out`` (and the scale in place): no gathered or temporary buffers."""
-        views = _row_pieces(v, ("out", "acc"))
+        ``acc`` in device memory (and the scale in place): no gathered or temporary
+        buffers."""
+        views = _row_pieces(v, ("acc",))
         if views is None:
             return None
         pieces, rule = views[0], RULES[_op(v)]
@@ -183,20 +163,20 @@ class CombineChunk(_RingVertex):
         factor = None if scale == 1.0 else np.asarray(scale, dtype=pieces[0][1].dtype)
 
         def run() -> None:
-            for own, out, acc in pieces:
-                combine(acc, own if pre is None else pre(own), out=out)
+            for own, acc in pieces:
+                combine(acc, own if pre is None else pre(own), out=acc)
                 if factor is not None:
-                    np.multiply(out, factor, out=out)
+                    np.multiply(acc, factor, out=acc)
 
         return run
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
         rule = RULES[_op(v)]
-        integer = element_kind(v.dtype("out")) == "i"
+        integer = element_kind(v.dtype("acc")) == "i"
         return E.combine_chunk(
-            v.lengths("out"),
-            v.vector_width("out"),
+            v.lengths("acc"),
+            v.vector_width("acc"),
             integer,
             rule.cycles_per_vector,
             rule.int_cycles,
@@ -204,10 +184,10 @@ class CombineChunk(_RingVertex):
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
-        if element_kind(v.dtype("out")) != "f":
+        if element_kind(v.dtype("acc")) != "f":
             return np.zeros(v.n)
         per = 2 if RULES[_op(v)].pre is not None else 1
-        return per * v.lengths("out").astype(np.float64)
+        return per * v.lengths("acc").astype(np.float64)
 
 
 class PlaceChunk(_RingVertex):

@@ -24,7 +24,7 @@ from tremula.libs import util
 from tremula.libs.gcl.errors import CollectiveError, GroupingError
 from tremula.libs.gcl.grouping import CommGroup, ReplicaGrouping
 from tremula.libs.gcl.operators import RULES, CollectiveOperator, as_operator, check_operator
-from tremula.libs.gcl.ring import Layout, RingBuilder
+from tremula.libs.gcl.ring import Fragments, Layout, RingBuilder, block_size, spread_blocks
 
 Group = CommGroup | ReplicaGrouping | None
 
@@ -117,7 +117,9 @@ def _reduce_scatter_steps(
     b: RingBuilder, work: poplar.Tensor, op: CollectiveOperator
 ) -> tuple[poplar.Tensor, poplar.Tensor]:
     """Ring reduce-scatter of ``work``'s chunks: replica of index ``p`` ends with the
-    reduced chunk ``p`` in the first tensor returned (the second is the spare buffer)."""
+    reduced chunk ``p`` in the first tensor returned (the second is the spare buffer).
+    Each step sends the partial from one chunk buffer into the other and reduces it there,
+    in place, with the replica's own chunk; the buffers swap roles every step."""
     graph, G = b.graph, b.G
     acc = b.layout.chunk(graph, b.dtype, f"{b.prefix}/out")
     if op is CollectiveOperator.LOCAL:
@@ -129,7 +131,8 @@ def _reduce_scatter_steps(
     for s in range(G - 1):
         b.cross(acc, rx, 1, f"reduceScatter/send{s}")
         scale = 1.0 / G if mean and s == G - 2 else 1.0
-        b.combine(work, rx, acc, op, -(s + 2), scale, f"reduceScatter/combine{s}")
+        b.combine(work, rx, op, -(s + 2), scale, f"reduceScatter/combine{s}")
+        acc, rx = rx, acc
     return acc, rx
 
 
@@ -156,17 +159,35 @@ def _all_reduce_into(
     prefix: str,
     prog: poplar.Sequence,
 ) -> None:
+    """The ring on ``t``'s fragments where they lie (:class:`Fragments`): the reduce-scatter
+    reads them from ``t``, the all-gather places the result into ``out``'s (mapped like
+    ``t``); only the small remainder goes through a work buffer."""
     n, G = t.num_elements, rg.group_size
     if op is CollectiveOperator.LOCAL or n == 0:
         if out is not t and n:
             prog.add(poplar.Copy(t, out, name=f"{prefix}/local"))
         return
-    b = _builder(graph, rg, t, -(-n // G), prefix, direction)
-    work = b.layout.work(graph, t.dtype, f"{prefix}/work")
-    b.to_work(t.flatten(), work, "toWork")
-    mine, spare = _reduce_scatter_steps(b, work, op)
-    _all_gather_steps(b, work, mine, spare)
-    b.from_work(work, out.flatten(), "fromWork")
+    L = block_size(t.dtype)
+    frag = Fragments.of(graph, t, G, L)
+    rest_columns = -(-frag.rest.size // G)
+    rest = Layout.of_blocks(
+        graph, spread_blocks(graph, t, -(-rest_columns // L)), rest_columns, G, L
+    )
+    tiles = np.concatenate([frag.tiles, rest.block_tiles])
+    layout = Layout.of_blocks(graph, tiles, frag.blocks * L + rest_columns, G, L)
+    b = RingBuilder(graph, rg, layout, t.dtype, prefix, direction)
+    srcs = [t.flatten()[frag.main]] if frag.blocks else []
+    dsts = [out.flatten()[frag.main]] if frag.blocks else []
+    if rest_columns:
+        buffer = rest.work(graph, t.dtype, f"{prefix}/work")
+        srcs.append(buffer)
+        dsts.append(buffer)
+        b.to_work(t.flatten()[frag.rest], buffer, "toWork", rest)
+    src = poplar.concat(srcs, 1)
+    mine, spare = _reduce_scatter_steps(b, src, op)
+    _all_gather_steps(b, src if out is t else poplar.concat(dsts, 1), mine, spare)
+    if rest_columns:
+        b.from_work(buffer, out.flatten()[frag.rest], "fromWork", rest)
     b.flush(prog)
 
 

@@ -27,6 +27,56 @@ def block_size(dtype: poplar.Type) -> int:
     return max(1, 64 // dtype.size)
 
 
+def spread_blocks(graph: poplar.Graph, t: poplar.Tensor, blocks: int) -> np.ndarray:
+    """The tiles of ``blocks`` blocks spread in even consecutive runs over the tiles holding
+    ``t``, in tile order."""
+    tiles = graph.tiles_of(t).reshape(-1)
+    used = np.flatnonzero(np.bincount(tiles, minlength=graph.num_tiles))
+    if used.size == 0:
+        used = np.zeros(1, dtype=np.int64)
+    return used[(np.arange(blocks, dtype=np.int64) * used.size) // max(blocks, 1)]
+
+
+@dataclass(frozen=True)
+class Fragments:
+    """A tensor's elements split, tile by tile, into ``G`` fragments where they lie (GCL
+    splits a tensor into fragments spread over the tiles holding it, so a ring step moves
+    no data between tiles): on a tile holding ``m`` elements, the first
+    ``G * floor(m / (G L)) * L`` (in flattened order) are ``G`` runs of whole blocks, run
+    ``k`` in chunk ``k``; the rest (fewer than ``G L`` per tile) form a small remainder
+    that goes round the ring through a work buffer."""
+
+    main: np.ndarray  # [G, blocks, L] flat positions of the in-place blocks
+    tiles: np.ndarray  # [blocks] tile of each in-place block
+    rest: np.ndarray  # flat positions of the remainder, in flattened order
+
+    @classmethod
+    def of(cls, graph: poplar.Graph, t: poplar.Tensor, G: int, L: int) -> Fragments:
+        tiles = graph.tiles_of(t).reshape(-1).astype(np.int64)
+        if tiles.size < 2 or np.all(tiles[1:] >= tiles[:-1]):  # a linear mapping
+            order = np.arange(tiles.size, dtype=np.int64)
+        else:  # positions grouped by tile, in flattened order on each
+            order = np.argsort(tiles, kind="stable")
+        counts = np.bincount(tiles, minlength=graph.num_tiles)
+        on = np.flatnonzero(counts)
+        nb = counts[on] // (G * L)  # in-place blocks per chunk on each tile
+        first = (np.cumsum(counts) - counts)[on]  # each tile's first place in ``order``
+        # block j of chunk k on tile i: order[first_i + (k nb_i + j) L + l]
+        block_of = np.repeat(np.arange(on.size), nb)
+        j = np.arange(block_of.size) - np.repeat(np.cumsum(nb) - nb, nb)
+        base = first[block_of] + j * L  # [blocks] chunk 0's block start
+        k = np.arange(G, dtype=np.int64)[:, None, None]
+        pos = base[None, :, None] + k * (nb[block_of] * L)[None, :, None]
+        main = order[pos + np.arange(L, dtype=np.int64)[None, None, :]]
+        keep = np.ones(tiles.size, dtype=bool)
+        keep[main.reshape(-1)] = False
+        return cls(main, on[block_of], np.flatnonzero(keep))
+
+    @property
+    def blocks(self) -> int:
+        return int(self.tiles.size)
+
+
 @dataclass(frozen=True)
 class Layout:
     """``C`` columns in blocks of ``L`` on tiles, and the worker vertices covering them.
@@ -50,16 +100,24 @@ class Layout:
     def spread(cls, graph: poplar.Graph, t: poplar.Tensor, columns: int, group_size: int) -> Layout:
         """Blocks in even consecutive runs over the tiles holding ``t``, in tile order."""
         L = block_size(t.dtype)
-        blocks = -(-columns // L)
-        tiles = graph.tiles_of(t).reshape(-1)
-        used = np.flatnonzero(np.bincount(tiles, minlength=graph.num_tiles))
-        if used.size == 0:
-            used = np.zeros(1, dtype=np.int64)
-        block_tiles = used[(np.arange(blocks, dtype=np.int64) * used.size) // max(blocks, 1)]
-        counts = np.bincount(np.repeat(block_tiles, L)[:columns], minlength=graph.num_tiles)
-        on = np.flatnonzero(counts)
-        owner, sizes = util.split_counts(counts[on], graph.target.num_worker_contexts, L)
-        part = util.Partition(np.arange(columns, dtype=np.int64), on[owner], sizes)
+        tiles = spread_blocks(graph, t, -(-columns // L))
+        return cls.of_blocks(graph, tiles, columns, group_size, L)
+
+    @classmethod
+    def of_blocks(
+        cls, graph: poplar.Graph, block_tiles: np.ndarray, columns: int, group_size: int, L: int
+    ) -> Layout:
+        """``columns`` in blocks of ``L`` on ``block_tiles``; each run of blocks on one tile
+        is split into at most one worker vertex per context."""
+        block_tiles = np.asarray(block_tiles, dtype=np.int64)
+        counts = np.full(block_tiles.size, L, dtype=np.int64)
+        if block_tiles.size:
+            counts[-1] = columns - L * (block_tiles.size - 1)
+        first = np.r_[True, block_tiles[1:] != block_tiles[:-1]] if block_tiles.size else []
+        starts = np.flatnonzero(first)
+        run_columns = np.add.reduceat(counts, starts) if starts.size else counts
+        owner, sizes = util.split_counts(run_columns, graph.target.num_worker_contexts, L)
+        part = util.Partition(np.arange(columns, dtype=np.int64), block_tiles[starts][owner], sizes)
         return cls(columns, group_size, L, block_tiles, part)
 
     @property
@@ -154,20 +212,14 @@ class RingBuilder:
         self,
         work: poplar.Tensor,
         acc: poplar.Tensor,
-        out: poplar.Tensor,
         op: CollectiveOperator,
         shift: int,
         scale: float,
         tag: str,
     ) -> None:
-        """``out = combine(acc, pre(work[:, index + shift])) * scale``."""
+        """``acc = combine(acc, pre(work[:, index + shift])) * scale``, in place."""
         vtype = f"gcl::CombineChunk<{op.name},{type_arg(self.dtype)}>"
-        fields = {
-            "work": self._work(work),
-            "acc": self._chunk(acc),
-            "out": self._chunk(out),
-            "scale": scale,
-        }
+        fields = {"work": self._work(work), "acc": self._chunk(acc), "scale": scale}
         self._compute(tag, vtype, fields, shift)
 
     def place(self, work: poplar.Tensor, chunk: poplar.Tensor, shift: int, tag: str) -> None:
@@ -193,10 +245,13 @@ class RingBuilder:
         if src.num_elements:
             self.programs.append(poplar.Copy(src, dst, name=f"{self.prefix}/{tag}"))
 
-    def to_work(self, flat: poplar.Tensor, work: poplar.Tensor, tag: str) -> None:
-        """Copy ``flat`` (``n <= C * G`` elements) into ``work`` chunk by chunk (chunk
-        ``k`` holds elements ``[k C, (k + 1) C)``), zero-padding the tail."""
-        dst = self.layout.chunks(work).flatten()
+    def to_work(
+        self, flat: poplar.Tensor, work: poplar.Tensor, tag: str, layout: Layout | None = None
+    ) -> None:
+        """Copy ``flat`` (``n <= C * G`` elements) into ``work`` (of ``layout``, by default
+        the builder's) chunk by chunk (chunk ``k`` holds elements ``[k C, (k + 1) C)``),
+        zero-padding the tail."""
+        dst = (layout or self.layout).chunks(work).flatten()
         pad = dst.num_elements - flat.num_elements
         src = flat
         if pad:
@@ -205,9 +260,12 @@ class RingBuilder:
             src = poplar.concat([flat, zeros])
         self.copy(src, dst, tag)
 
-    def from_work(self, work: poplar.Tensor, flat: poplar.Tensor, tag: str) -> None:
+    def from_work(
+        self, work: poplar.Tensor, flat: poplar.Tensor, tag: str, layout: Layout | None = None
+    ) -> None:
         """Copy the first ``flat.num_elements`` elements of ``work``'s chunks to ``flat``."""
-        self.copy(self.layout.chunks(work).flatten()[: flat.num_elements], flat, tag)
+        chunks = (layout or self.layout).chunks(work)
+        self.copy(chunks.flatten()[: flat.num_elements], flat, tag)
 
     def flush(self, prog: poplar.Sequence) -> None:
         for p in self.programs:
