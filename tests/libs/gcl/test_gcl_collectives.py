@@ -286,10 +286,11 @@ def test_many_blocks_over_many_tiles(group, dtype, harness, ref):
 @pytest.mark.parametrize("dtype", [poplar.FLOAT, poplar.HALF], ids=str)
 def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch):
     """The ring vertices' prepared run path (strided views of device memory, results
-    written in place) gives the bits of their ``compute``, partial last block included."""
+    written in place) gives the bits of their ``compute``, partial last block included, for
+    a work buffer and for a tensor's own fragments (in place, or into a new output)."""
     R, group = 4, CG(CGT.ORTHOGONAL, 2)
     rng = np.random.default_rng(5)
-    data = {"x": _data(dtype, (R, 1003), rng)}
+    data = {"x": _data(dtype, (R, 1003), rng), "z": _data(dtype, (R, 3203), rng)}
     results = []
     for prepared in (True, False):
         if not prepared:
@@ -297,9 +298,11 @@ def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch
                 monkeypatch.setattr(codelet, "prepare", None)
         h = harness(R, tiles=16)
         x = h.input("x", dtype, (1003,))
+        z = h.input("z", dtype, (3203,))  # whole blocks on every tile, and a remainder
         h.output("ar", gcl.all_reduce(h.graph, x, op, h.prog, group=group))
         h.output("rs", gcl.reduce_scatter(h.graph, x, op, h.prog))
         h.output("ag", gcl.all_gather(h.graph, x, h.prog))
+        h.output("in_place", gcl.all_reduce_in_place(h.graph, z, op, h.prog))
         results.append(h.run(data))
-    for name in ("ar", "rs", "ag"):
+    for name in ("ar", "rs", "ag", "in_place"):
         assert results[0][name].tobytes() == results[1][name].tobytes(), name
