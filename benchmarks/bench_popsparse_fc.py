@@ -34,7 +34,8 @@
    (``fullyConnectedPass`` ``TRAINING_FWD``: never swapped, as PopLibs' joint plans; the
    paper's dense curve has this shape at small n, see ``bench_poplin_matmul.py --paper``);
    the block-size sweep (half, d = 1/16, best useful TFLOP/s over n);
-   the density sweep (half, b = 16; the issue quotes no figures for it). One compile per
+   the density sweep (half, b = 16; neither the issue nor ``shared/spec`` quotes figures
+   for it). One compile per
    (case, n): about 30 compiles, tens of minutes on a shared host (``--paper-ns`` to
    restrict n).
 
@@ -463,7 +464,8 @@ def paper_tables(ns: tuple[int, ...]) -> None:
         b = case(block, "half", 1 / 16)
         row = f"{block:>3} {paper:>6.1f} {b.mk2:>6.1f} {b.bow:>6.1f}"
         print(f"{row} {off(b.mk2, paper):>8} {off(b.bow, paper):>8}")
-    print("density sweep, half, b = 16 (the issue quotes no paper figures): speed-up, TFLOP/s")
+    print("density sweep, half, b = 16 (no paper figures: neither issue 17 nor the spec quotes "
+          "them): speed-up, TFLOP/s")
     for d in PAPER_DENSITIES:
         b = case(16, "half", d)
         print(f"  d=1/{round(1 / d):<2} speed-up {b.speedup:.2f} at n={b.n}, Mk2 {b.mk2:.1f} "

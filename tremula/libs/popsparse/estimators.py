@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tremula.libs.poplin import estimators as poplin_est
-from tremula.libs.popsparse.layout import rectangle_split
+from tremula.libs.popsparse.layout import rectangle_split, worker_split
 from tremula.target import Target
 
 Array = np.ndarray | int
@@ -88,9 +88,10 @@ EW_FWD_FAST = {(2, 8): (28, 15, 3), (2, 4): (30, 11, 2), (4, 4): (25, 13, 3), (4
 EW_FWD_GENERAL = (30, 16)  # [choice] overhead, per row of the general-Z path
 
 
-def ew_fwd_worker(type_size: int, z: Array, rows: Array, nz_per_row: Array) -> np.ndarray:
-    """One worker of the element-wise Fwd / GradA vertex: per row an overhead plus, per nz,
-    3 cycles per 64-bit chunk of ``z`` (8 half / 4 float) and a remainder term."""
+def ew_fwd_terms(type_size: int, z: Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(overhead, per row, per nz) cycles of the element-wise Fwd / GradA worker for ``z``
+    batch columns: the fast paths of spec 3.6, else 3 cycles per 64-bit chunk of ``z``
+    (8 half / 4 float) per nz plus a remainder term."""
     z = np.asarray(z, dtype=np.int64)
     chunk = 8 if type_size == 2 else 4
     overhead = np.full(z.shape, EW_FWD_GENERAL[0])
@@ -104,8 +105,32 @@ def ew_fwd_worker(type_size: int, z: Array, rows: Array, nz_per_row: Array) -> n
                 np.where(hit, r, per_row),
                 np.where(hit, n, per_nz),
             )
+    return overhead, per_row, per_nz
+
+
+def ew_fwd_worker(type_size: int, z: Array, rows: Array, nz_per_row: Array) -> np.ndarray:
+    """One worker of the element-wise Fwd / GradA vertex over ``rows`` rows of
+    ``nz_per_row`` non-zeros each: ``overhead + rows (per row + nz per nz)``."""
+    overhead, per_row, per_nz = ew_fwd_terms(type_size, z)
     rows = np.asarray(rows, dtype=np.int64)
     return np.where(rows > 0, overhead + rows * (per_row + np.asarray(nz_per_row) * per_nz), 0)
+
+
+def ew_fwd_split_worker(
+    target: Target, type_size: int, z_grain: int, z_grains: int, row_nnz: np.ndarray
+) -> int:
+    """The slowest worker of the element-wise Fwd vertex on one sub-group of an *actual*
+    pattern: its rows (non-zeros per row, in sub-group order) split over the workers as the
+    partitioner splits them (:func:`layout.worker_split`), each worker costed by spec 3.6
+    on its own rows. The device's static estimate (:func:`ew_product_cycles`) assumes the
+    plan's uniform rows instead; this is what a pattern's imbalance adds to it."""
+    row_nnz = np.asarray(row_nnz, dtype=np.int64)
+    worst = 0
+    for r0, nr, _, nzg in worker_split(row_nnz, z_grains, target.num_worker_contexts):
+        overhead, per_row, per_nz = ew_fwd_terms(type_size, nzg * z_grain)
+        rows = row_nnz[r0 : r0 + nr]
+        worst = max(worst, int(overhead + nr * per_row + per_nz * rows.sum()))
+    return worst
 
 
 def ew_supervisor(

@@ -1,0 +1,72 @@
+"""The element-wise Fwd vertex estimate (spec 3.6) against hand-computed values: the fast
+paths of the worker, the supervisor's walk, the whole vertex the planner and the device
+charge, and the same worker costed on an actual pattern's rows split as the partitioner
+splits them (the imbalance a uniform estimate leaves out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tremula import target as targets
+from tremula.libs.popsparse import estimators as est
+
+MK2 = targets.ipu2()
+
+
+@pytest.mark.parametrize(
+    "size, z, rows, nz, expected",
+    [
+        (2, 4, 3, 43, 30 + 3 * (11 + 2 * 43)),  # half, Z = 4: 30 and 11 + 2 numY
+        (2, 8, 2, 10, 28 + 2 * (15 + 3 * 10)),  # half, Z = 8: 28 and 15 + 3 numY
+        (4, 4, 5, 7, 25 + 5 * (13 + 3 * 7)),  # float, Z = 4: 25 and 13 + 3 numY
+        (4, 2, 1, 9, 27 + 1 * (11 + 2 * 9)),  # float, Z = 2: 27 and 11 + 2 numY
+        (2, 4, 0, 9, 0),  # a worker without rows costs nothing
+    ],
+)
+def test_fwd_worker_fast_paths(size, z, rows, nz, expected):
+    assert int(est.ew_fwd_worker(size, z, rows, nz)) == expected
+
+
+def test_fwd_worker_general_z_is_three_cycles_per_chunk():
+    """Off the fast paths: 3 cycles per nz per chunk of 8 half (4 float) of Z, plus the
+    loop; the difference of two Z's of whole chunks is exactly 3 per chunk per nz."""
+    for size, chunk in ((2, 8), (4, 4)):
+        a = int(est.ew_fwd_worker(size, 8 * chunk, 2, 10))
+        b = int(est.ew_fwd_worker(size, 4 * chunk, 2, 10))
+        assert a - b == 2 * 10 * 3 * 4
+
+
+def test_supervisor_walk():
+    """``30 + 32 (buckets - withInfo) avgSG + withInfo (47 (avgFirstMatch + 1) + 46)``."""
+    assert int(est.ew_supervisor(30, 1, 1)) == 30 + 47 + 46
+    assert int(est.ew_supervisor(30, 4, 2, 3)) == 30 + 32 * 2 * 3 + 2 * (47 * 2 + 46)
+
+
+def test_vertex_is_supervisor_plus_six_slowest_workers():
+    """18 uniform rows of 43 nz, half, Z = 4: 3 rows per worker (more than 12 rows:
+    contiguous ranges), the vertex is the supervisor plus 6 x the worker."""
+    cycles = est.ew_product_cycles(
+        MK2, 2, np.array([1]), 4, np.array([18]), np.array([18 * 43]), 1, False
+    )
+    assert int(cycles[0]) == (30 + 47 + 46) + 6 * (30 + 3 * (11 + 2 * 43))
+
+
+def test_split_worker_on_uniform_rows_equals_the_uniform_estimate():
+    rows = np.full(18, 43)
+    assert est.ew_fwd_split_worker(MK2, 2, 4, 1, rows) == int(est.ew_fwd_worker(2, 4, 3, 43))
+
+
+def test_split_worker_row_ranges_by_hand():
+    """14 rows (more than 12): ranges balanced on the nz prefix. nnz = [20, 2 x 13],
+    total 46: workers start at rows 0, 1, 1, 3, 7, 11 (worker 1 gets none); the slowest
+    is rows 3-6 (4 rows, 8 nz): 30 + 4 x 11 + 2 x 8 = 90, not row 0 alone (81)."""
+    rows = np.array([20] + [2] * 13)
+    assert est.ew_fwd_split_worker(MK2, 2, 4, 1, rows) == 90
+
+
+def test_split_worker_rectangle_by_hand():
+    """2 rows (nnz 3, 5) x 4 Z grains of 4 half: the rectangle split gives pieces
+    (row, grains) (0, 1), (0, 1), (1, 1), (1, 1), (0, 2), (1, 2); the slowest is row 1
+    over 2 grains (Z = 8 fast path): 28 + 15 + 3 x 5 = 58."""
+    assert est.ew_fwd_split_worker(MK2, 2, 4, 4, np.array([3, 5])) == 58
