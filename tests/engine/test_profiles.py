@@ -403,6 +403,26 @@ def test_auto_report_writes_each_file_once_however_many_runs(tmp_path, monkeypat
     assert len(execution["programTrace"]) == 2 * len(_counter().get_graph_profile()["programs"])
 
 
+def test_auto_report_serialises_the_graph_profile_once(tmp_path, monkeypatch):
+    """graph.json's text is the one its graphId was hashed from (with the id added): a large
+    profile takes seconds to serialise. The file equals the stdlib's JSON of the profile."""
+    from tremula.profile import io as profile_io
+
+    serialised = []
+    real = profile_io.dumps
+    monkeypatch.setattr(profile_io, "dumps",
+                        lambda p: (serialised.append("simulation" not in p), real(p))[1])
+    e = _counter({"autoReport.all": "true", "autoReport.directory": str(tmp_path)})
+    assert serialised == [True]  # the graph profile, once, for its id and graph.json
+    e.run()
+    e.close()
+    assert serialised == [True, False]  # and the execution profile
+    want = json.dumps(e.get_graph_profile(), sort_keys=True, indent=2) + "\n"
+    assert (tmp_path / "graph.json").read_text() == want
+    e.write_report(str(tmp_path / "again"))  # an explicit write serialises it again
+    assert (tmp_path / "again" / "graph.json").read_text() == want
+
+
 def test_the_execution_profile_captures_the_run_count_of_each_program():
     one = _counter()
     one.run()

@@ -34,9 +34,10 @@ class Job:
         return out
 
 
-def poprun(*args: str, timeout: float = 240) -> Job:
-    """``python -m tremula.cli poprun *args`` with this tree first on the path."""
-    environ = dict(os.environ)
+def poprun(*args: str, timeout: float = 240, env: dict[str, str] | None = None) -> Job:
+    """``python -m tremula.cli poprun *args`` with this tree first on the path (and the
+    variables of ``env`` set)."""
+    environ = dict(os.environ, **(env or {}))
     # instances share compiled bytecode (else each compiles every module it imports)
     environ.pop("PYTHONDONTWRITEBYTECODE", None)
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])

@@ -8,6 +8,7 @@ Launches are few and grouped: one per layout.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 
 import numpy as np
@@ -43,7 +44,10 @@ def test_instances_match_one_process_bit_for_bit(
 ) -> None:
     """Outputs of every replica and get_tensor_data on every instance equal the one-process
     run bit for bit; each instance's profile (2 IPU-Link domains in the 2x2 job) is valid
-    and shows its replicas and its cross-instance copies."""
+    and shows its replicas and its cross-instance copies, and autoReport writes each
+    instance's engines into folders of their own."""
+    auto = tmp_path / "auto"
+    options = {"autoReport.all": "true", "autoReport.directory": str(auto)}
     job = poprun(
         "--num-instances",
         str(instances),
@@ -55,6 +59,7 @@ def test_instances_match_one_process_bit_for_bit(
         program("cases.py"),
         str(tmp_path),
         device,
+        env={"POPLAR_ENGINE_OPTIONS": json.dumps(options)} if device == "ipu_model" else None,
     )
     assert job.rc == 0, job.stderr[-3000:]
     for i in range(instances):
@@ -65,6 +70,21 @@ def test_instances_match_one_process_bit_for_bit(
             assert np.array_equal(got[key], want), f"instance {i}: {key} differs"
         if device == "ipu_model":
             _check_profile(tmp_path / f"profile{i}", i, instances)
+            _check_auto_report(auto / f"instance_{i}", tmp_path / f"profile{i}", i)
+    if device == "ipu_model":
+        assert sorted(p.name for p in auto.iterdir()) == [f"instance_{i}" for i in range(2)]
+
+
+def _check_auto_report(folder, written, index: int) -> None:
+    """An instance's autoReport folder: its first engine's pair (byte-identical to the one
+    ``write_report`` wrote), its two later engines' in ``engine_2`` and ``engine_3``."""
+    for name in ("graph.json", "execution.json"):
+        assert (folder / name).read_bytes() == (written / name).read_bytes(), name
+    assert sorted(p.name for p in folder.glob("engine_*")) == ["engine_2", "engine_3"]
+    for later in ("engine_2", "engine_3"):
+        graph, execution = profile.read_profile(folder / later)
+        profile.validate(graph, execution)
+        assert graph["instances"]["index"] == index
 
 
 def _check_profile(folder, index: int, count: int) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tremula.errors import ProfileError
 from tremula.profile import read_profile, write_profile
@@ -251,3 +253,35 @@ def test_profiles_are_laid_out_as_json_dumps_does(graph: dict, execution: dict, 
     big_graph, big_execution = fx.scaled_profile(tile_copies=8, run_copies=3)
     for profile in (graph, execution, big_graph, big_execution):
         assert dumps(profile) == json.dumps(profile, sort_keys=True, indent=2) + "\n"
+
+
+# ---- graphId and the file's text from one serialisation ----
+_keys = st.sampled_from(["a", "graph", "graphI", "graphId0", "graphIe", "h", "z", "x\ny"])
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(_keys, _values, max_size=5), st.booleans())
+def test_identify_gives_the_id_and_the_text_of_the_profile_with_it(
+    graph: dict, stale_id: bool
+) -> None:
+    """``identify`` = (``graph_id``, the stdlib's JSON of the profile with that id), for
+    keys before, after and around ``graphId`` at the top and deeper, and an old id."""
+    from tremula.profile.io import graph_id, identify
+
+    if stale_id:
+        graph = dict(graph, graphId="0123456789abcdef")
+    gid, text = identify(graph)
+    assert gid == graph_id(graph)
+    assert text == json.dumps({**graph, "graphId": gid}, sort_keys=True, indent=2) + "\n"
+
+
+def test_identify_a_real_graph_profile(graph: dict) -> None:
+    from tremula.profile.io import identify
+
+    gid, text = identify(graph)
+    assert json.loads(text) == {**graph, "graphId": gid}
+    assert text == _canonical({**graph, "graphId": gid})

@@ -430,6 +430,14 @@ class Engine:
         return buf[self._replica(replica, "read_remote_buffer", name)].copy()
 
     # ---- profiles ----
+    @property
+    def report_directory(self) -> str | None:
+        """The folder autoReport writes this engine's files into, or None when it is off:
+        ``autoReport.directory``, or a subfolder of it so that no other engine of this
+        process and no other instance of a PopRun job overwrites them
+        (``profiles.claim_directory``)."""
+        return self._profiles.directory if self.options.auto_report else None
+
     @locked
     def get_graph_profile(self) -> dict[str, Any]:
         """The graph profile; an instance of a PopRun job adds its ``instances`` section

@@ -11,11 +11,19 @@ graph profile's ``graphId``, so a reader can tell a mismatched pair.
 
 This object holds everything those writes need and no reference to the engine, so that the
 engine's finalizer (``weakref.finalize``) can write after the engine itself is gone.
+
+No engine overwrites another's files (:func:`claim_directory`): in a PopRun job of several
+instances each instance writes into ``<autoReport.directory>/instance_<index>``, and when
+several engines of one process write into the same folder, the first writes there and the
+n-th into its subfolder ``engine_<n>``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,8 +34,42 @@ from tremula.engine.options import EngineOptions
 from tremula.engine.report import execution_profile, graph_profile
 from tremula.engine.run import Runtime
 from tremula.engine.timeline import NullTimeline
-from tremula.profile.io import graph_id
+from tremula.popdist import env as popdist_env
+from tremula.profile.io import identify
 from tremula.profile.schema import GRAPH_ID
+
+#: the autoReport folders (real paths) an engine of this process writes into
+_CLAIMED: set[str] = set()
+_CLAIMS_LOCK = threading.Lock()
+
+
+def claim_directory(directory: str, environ: Mapping[str, str] | None = None) -> str:
+    """The folder an engine's autoReport writes into, claimed for it for the life of the
+    process, so that no engine or PopRun instance overwrites another's profiles.
+
+    In a PopRun job of several instances (the ``POPDIST_*`` variables of ``environ``,
+    default ``os.environ``) the folder is ``directory/instance_<i>``, ``i`` the instance's
+    index, else ``directory``; the first engine of the process to claim that folder gets it,
+    a later one the first of its subfolders ``engine_2``, ``engine_3``, ... not yet claimed
+    (the n-th engine gets ``engine_<n>`` unless engines named such folders themselves).
+    Real Poplar writes every engine into ``directory`` and the last one wins.
+
+    Returns:
+        The folder as an absolute path: the engine writes there even if the process changes
+        its working directory before the engine's last write.
+
+    Raises:
+        DistributedConfigError: The ``POPDIST_*`` variables contradict each other.
+    """
+    lay = popdist_env.layout(environ)
+    base = os.path.abspath(directory)
+    if lay.num_instances > 1:
+        base = os.path.join(base, f"instance_{lay.instance_index}")
+    folders = (base if n == 1 else os.path.join(base, f"engine_{n}") for n in itertools.count(1))
+    with _CLAIMS_LOCK:
+        path = next(p for p in folders if os.path.realpath(p) not in _CLAIMED)
+        _CLAIMED.add(os.path.realpath(path))
+    return path
 
 
 class Profiles:
@@ -60,10 +102,17 @@ class Profiles:
         self.mode = mode
         self.options = options
         self.sections = sections
+        #: where autoReport writes (claimed when it is on, see :func:`claim_directory`)
+        self.directory = (
+            claim_directory(options.report_directory)
+            if options.auto_report
+            else options.report_directory
+        )
         self.runtime: Runtime | None = None
         self.runs = [0] * programs  # runs of each program since load or reset
         self.pending = False  # runs not yet in an autoReport execution.json
         self._graph: dict[str, Any] | None = None
+        self._graph_text: str | None = None  # graph.json's text, until autoReport writes it
         self._quiet: NullTimeline | None = None
 
     # ---- building ----
@@ -73,8 +122,10 @@ class Profiles:
             g = graph_profile(self.step_plan, self.memory, self.tree)
             if self.sections is not None:
                 g.update(self.sections())
-            g[GRAPH_ID] = graph_id(g)
+            g[GRAPH_ID], text = identify(g)
             self._graph = g
+            # kept for autoReport's graph.json, which is written next, then dropped
+            self._graph_text = text if self.options.report_graph else None
         return self._graph
 
     def execution(self, runtime: Runtime) -> dict[str, Any]:
@@ -119,7 +170,10 @@ class Profiles:
         rt = self.runtime
         g = self.graph() if graph else None
         e = self.execution(rt) if execution and rt is not None else None
-        profile_format.write_profile(directory, g, e)
+        text = None
+        if graph:
+            text, self._graph_text = self._graph_text, None
+        profile_format.write_profile(directory, g, e, graph_text=text)
         if self.options.report_html:
             from tremula.profile.report import write_profiles_html
 
@@ -129,7 +183,7 @@ class Profiles:
         """autoReport after compiling: ``graph.json`` (Poplar writes it then)."""
         o = self.options
         if o.report_graph:
-            self.write(o.report_directory, graph=True, execution=False)
+            self.write(self.directory, graph=True, execution=False)
 
     def flush(self) -> None:
         """autoReport at the end: ``execution.json`` (and the page) if runs happened since
@@ -139,4 +193,4 @@ class Profiles:
             return
         self.pending = False
         if o.report_execution or o.report_html:
-            self.write(o.report_directory, graph=False, execution=o.report_execution)
+            self.write(self.directory, graph=False, execution=o.report_execution)

@@ -58,8 +58,39 @@ def _plain(value: Any) -> Any:
 def graph_id(graph: Mapping[str, Any]) -> str:
     """The ``graphId`` of a graph profile: 16 hex digits of the SHA-256 of its JSON (its own
     ``graphId`` left out), so equal programs have equal ids and different ones differ."""
+    return identify(graph)[0]
+
+
+def identify(graph: Mapping[str, Any]) -> tuple[str, str]:
+    """The ``graphId`` of a graph profile and the profile's file text with that id, from one
+    serialisation (a large graph profile takes seconds to serialise).
+
+    Returns:
+        ``(graph_id(graph), dumps({**graph, "graphId": graph_id(graph)}))``.
+
+    Raises:
+        ProfileError: As :func:`dumps`.
+    """
     rest = {k: v for k, v in graph.items() if k != GRAPH_ID}
-    return hashlib.sha256(dumps(rest).encode("utf-8")).hexdigest()[:16]
+    text = dumps(rest)
+    gid = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return gid, _with_top_level_string(text, sorted(rest), GRAPH_ID, gid)
+
+
+def _with_top_level_string(text: str, keys: list[str], key: str, value: str) -> str:
+    """``text`` (what :func:`dumps` wrote for a dict with sorted ``keys``, ``key`` not among
+    them) with ``key: value`` added where sorted keys put it. Each top-level entry of that
+    layout starts a line with exactly two spaces and a quote; deeper ones are indented more
+    and strings hold no raw newline, so the entry that follows ``key`` is found by its line
+    start."""
+    entry = "\n  " + json.dumps(key) + ": " + json.dumps(value)
+    if not keys:
+        return "{" + entry + "\n}\n"
+    after = next((k for k in keys if k > key), None)
+    if after is None:  # last: before the closing "\n}\n"
+        return text[:-3] + "," + entry + text[-3:]
+    at = text.index("\n  " + json.dumps(after) + ": ")
+    return text[:at] + entry + "," + text[at:]
 
 
 def check_pair(graph: Mapping[str, Any], execution: Mapping[str, Any] | None, where: str) -> None:
@@ -86,6 +117,8 @@ def write_profile(
     directory: str | Path,
     graph: Mapping[str, Any] | None,
     execution: Mapping[str, Any] | None,
+    *,
+    graph_text: str | None = None,
 ) -> None:
     """Write ``graph.json`` and ``execution.json`` into ``directory``, creating it if needed.
 
@@ -93,15 +126,18 @@ def write_profile(
         directory: The report directory.
         graph: The graph profile, or None to write the execution profile only.
         execution: The execution profile, or None to write the graph profile only.
+        graph_text: ``dumps(graph)`` when the caller has it already (:func:`identify`
+            returns it), so that the graph profile is not serialised again.
 
     Raises:
         ProfileError: If a profile is not JSON-serialisable or a file cannot be written.
     """
     directory = Path(directory)
-    files = [] if graph is None else [(GRAPH_FILE, graph)]
+    texts = []
+    if graph is not None:
+        texts.append((directory / GRAPH_FILE, dumps(graph) if graph_text is None else graph_text))
     if execution is not None:
-        files.append((EXECUTION_FILE, execution))
-    texts = [(directory / name, dumps(profile)) for name, profile in files]
+        texts.append((directory / EXECUTION_FILE, dumps(execution)))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
