@@ -30,6 +30,12 @@ X = np.arange(R * 6, dtype=np.float32).reshape(R, 2, 3)  # one row per replica
 
 
 def _run(build) -> np.ndarray:
+    return _run_counting(build)[0]
+
+
+def _run_counting(build) -> tuple[np.ndarray, int]:
+    """The outputs of every replica, and how many exchanges between replicas ran (global
+    exchange steps in the execution profile)."""
     ir = popxl.Ir(replication=R)
     with ir.main_graph:
         x = popxl.variable(X, name="x", replica_grouping=ir.replica_grouping(group_size=1))
@@ -38,7 +44,9 @@ def _run(build) -> np.ndarray:
         d2h = popxl.d2h_stream(out.shape, out.dtype)
         ops.host_store(d2h, out)
     with popxl.Session(ir, "ipu_model") as s:
-        return s.run()[d2h]
+        got = s.run()[d2h]
+        steps = s.engine.get_execution_profile()["simulation"]["steps"]
+    return got, sum(step["type"] == "GlobalExchange" for step in steps)
 
 
 PARTNER = [2, 3, 0, 1]
@@ -68,9 +76,21 @@ AR = {  # (op, forward all-reduced, gradient all-reduced)
 }
 
 
+def _all_reduces(graph: popxl.Graph) -> list[tuple[bool, bool]]:
+    """The graph's ops must be one all-reduce and nothing else: its (identical inputs,
+    identical gradient inputs) flags, the first lowered to a copy with no exchange."""
+    assert [op.type for op in graph.ops] == ["ReplicatedAllReduce"], graph.ops
+    flags = graph.ops[0].attrs
+    return [(flags.get("identical_inputs", False), flags.get("identical_grad_inputs", False))]
+
+
 @pytest.mark.parametrize("kind", list(AR))
 @pytest.mark.parametrize("grad", [False, True])
 def test_all_reduce_strided_and_its_gradient(kind: str, grad: bool) -> None:
+    """Results against NumPy; the forward graph is one all-reduce op carrying the flags (no
+    second all-reduce standing in for the gradient) and exchanges between replicas only if
+    it reduces, the gradient graph one all-reduce with the flags swapped (PopART's
+    getGradOps)."""
     fn, fwd_reduces, grad_reduces = AR[kind]
 
     def build(x, rg):
@@ -78,12 +98,16 @@ def test_all_reduce_strided_and_its_gradient(kind: str, grad: bool) -> None:
             return fn(x, group=rg)
         g = popxl.gcg().ir.create_graph(lambda t: fn(t, group=rg), x)
         info = popxl.transforms.autodiff(g)
+        assert _all_reduces(g) == [(not fwd_reduces, not grad_reduces)]
+        assert _all_reduces(info.graph) == [(not grad_reduces, not fwd_reduces)]
         call = ops.call_with_info(g, x)
         (dx,) = ops.call(info.graph, x * 2.0, inputs_dict=info.inputs_dict(call))
         return dx
 
-    got = _run(build)
+    got, exchanges = _run_counting(build)
     reduces, scale = (grad_reduces, 2) if grad else (fwd_reduces, 1)
+    if not grad:  # identical inputs: a copy, no exchange between replicas
+        assert (exchanges > 0) == fwd_reduces
     for r in range(R):
         ref = scale * (X[r] + X[PARTNER[r]] if reduces else X[r])
         np.testing.assert_array_equal(got[r], ref)

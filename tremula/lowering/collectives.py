@@ -20,9 +20,13 @@ def _group(op: Op) -> gcl.ReplicaGrouping:
 
 @rule("ReplicatedAllReduce", "ReplicatedAllReduceInplace")
 def all_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """gcl's all-reduce; with identical inputs a copy (PopART's OpToIdentity), no exchange."""
     t, out = env[op.inputs[0]], op.outputs[0]
     gop = OPERATORS[op.attrs["op"]]
-    if op.type.endswith("Inplace"):
+    if op.attrs.get("identical_inputs"):
+        env[out] = util.create_output(lw.graph, t.dtype, t.shape, lw.name(out.id), like=t)
+        prog.add(poplar.Copy(t, env[out]))
+    elif op.type.endswith("Inplace"):
         gcl.all_reduce_in_place(lw.graph, t, gop, prog, _group(op), name=out.id)
         env[out] = t
     else:

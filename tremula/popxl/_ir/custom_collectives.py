@@ -8,12 +8,11 @@ replica grouping ``(stride, groupSize)`` (the TP all-reduce: the grouping it is 
   ``groupSize * nelms``), as the C++ op's ``setup`` shapes it;
 - reduce-scatter: ``ceil(nelms / groupSize)`` elements of the reduction per member (with the
   input's shape as ``meta_shape`` when configured for replicated tensor sharding);
-- all-reduce: ``identicalInputs`` makes it an identity forward (what PopART's
-  ``OpToIdentity`` pattern does to it after autodiff), else an all-reduce; its gradient is
-  the all-reduce with the two flags swapped (the C++ ``getGradOps``): an identity where
-  ``identicalGradInputs``, else an all-reduce. Forward and gradient are separated with
-  ``detach``, exactly: ``detach(f(x)) + (x - detach(x))`` is ``f(x)`` with an identity
-  gradient, ``detach(x) + (a - detach(a))`` is ``x`` with the gradient of ``a``.
+- all-reduce: one ``ReplicatedAllReduce`` op carrying the two flags: ``identicalInputs``
+  makes it an identity forward (a copy, no exchange: what PopART's ``OpToIdentity`` pattern
+  does to it after autodiff), else an all-reduce; its gradient is the all-reduce with the
+  two flags swapped (the C++ ``getGradOps``, Tremula's gradient rule of the op): an identity
+  where ``identicalGradInputs``, else an all-reduce.
 """
 
 from __future__ import annotations
@@ -26,7 +25,10 @@ from tremula.libs.gcl.grouping import ReplicaGrouping as Grouping
 from tremula.popxl import ops
 from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.edit import graph_tensor
-from tremula.popxl.ops.collectives.collectives import CollectiveOperator
+from tremula.popxl.ops.collectives.collectives import (
+    CollectiveOperator,
+    create_replicated_all_reduce,
+)
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.tensor import Tensor
 
@@ -124,16 +126,7 @@ def _all_reduce(
 ) -> Any:
     """The all-reduce of ``t`` over ``rg`` with popxl-addons' two flags (module docstring)."""
     with graph._g:
-        if identical_inputs and identical_grad_inputs:
-            out = ops.identity(t)
-        elif identical_inputs:  # forward: identity; gradient: all-reduce
-            a = ops.collectives.replicated_all_reduce(t, name, rg)
-            out = ops.detach(t) + (a - ops.detach(a))
-        elif identical_grad_inputs:  # forward: all-reduce; gradient: identity
-            a = ops.collectives.replicated_all_reduce(t, name, rg)
-            out = ops.detach(a) + (t - ops.detach(t))
-        else:
-            out = ops.collectives.replicated_all_reduce(t, name, rg)
+        out = create_replicated_all_reduce(t, name, rg, identical_inputs, identical_grad_inputs)
     return _producer(out)
 
 

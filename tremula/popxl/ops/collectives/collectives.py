@@ -193,6 +193,8 @@ def _to_replicas(per_group: np.ndarray, rg: ReplicaGrouping) -> np.ndarray:
 
 def _ref_all_reduce(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
     x, rg = np.asarray(arrays[0]), attrs["group"]
+    if attrs.get("identical_inputs"):  # the members hold one value: its reduction is it
+        return [np.array(x)]
     return [_to_replicas(reduce_stack(_by_group(x, rg), attrs["op"]), rg)]
 
 
@@ -245,12 +247,37 @@ defop("ReplicatedSlice", _slice_shape, _ref_slice)
 
 
 # ---- the functions ----
-def _all_reduce(t: Tensor, op: str, group: ReplicaGrouping | None, inplace: bool) -> Tensor:
+def _all_reduce(
+    t: Tensor,
+    op: str,
+    group: ReplicaGrouping | None,
+    inplace: bool,
+    identical_inputs: bool = False,
+    identical_grad_inputs: bool = False,
+) -> Tensor:
     what = "replicated_all_reduce" + ("_" if inplace else "")
     rg = _group(t, group, what)
-    attrs = {"op": _operator(t, op, what), "group": rg}
+    attrs: dict[str, Any] = {"op": _operator(t, op, what), "group": rg}
+    flags = {"identical_inputs": identical_inputs, "identical_grad_inputs": identical_grad_inputs}
+    attrs.update({name: True for name, on in flags.items() if on})
     (out,) = create_op("ReplicatedAllReduce" + ("Inplace" if inplace else ""), [t], attrs)
     return out
+
+
+def create_replicated_all_reduce(
+    t: Tensor,
+    op: str,
+    group: ReplicaGrouping | None,
+    identical_inputs: bool,
+    identical_grad_inputs: bool,
+) -> Tensor:
+    """:func:`replicated_all_reduce` with PopART's two flags (popxl-addons' strided and TP
+    all-reduces; Tremula's gradient of an all-reduce). ``identical_inputs``: every member
+    holds the same value, so the op is an identity, lowered to a copy with no exchange
+    (PopART's ``OpToIdentity`` pattern). ``identical_grad_inputs``: the members' gradients
+    are the same. The gradient is the all-reduce with the two flags swapped
+    (``transforms/grads/collectives.py``). Errors as :func:`replicated_all_reduce`."""
+    return _all_reduce(t, op, group, False, identical_inputs, identical_grad_inputs)
 
 
 def replicated_all_reduce(

@@ -13,6 +13,7 @@ from tremula.errors import PopartException
 from tremula.popxl import ops
 from tremula.popxl.ops.base import Op, create_op
 from tremula.popxl.ops.collectives.all_reduce import create_all_reduce
+from tremula.popxl.ops.collectives.collectives import create_replicated_all_reduce
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
@@ -29,9 +30,12 @@ def _linear_only(op: Op) -> None:
 
 @grad("ReplicatedAllReduce")
 def _all_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The all-reduce of the gradient with the identical-inputs and identical-grad-inputs
+    flags swapped (PopART's ReplicatedAllReduceOp and popxl-addons' strided and TP ops):
+    identical inputs give an all-reduce of the gradients, identical gradients an identity."""
     _linear_only(op)
-    attrs = {"op": op.attrs["op"], "group": op.attrs["group"]}
-    return [create_op("ReplicatedAllReduce", [g[0]], attrs)[0]]
+    swapped = op.attrs.get("identical_grad_inputs", False), op.attrs.get("identical_inputs", False)
+    return [create_replicated_all_reduce(g[0], op.attrs["op"], op.attrs["group"], *swapped)]
 
 
 def _gather(g: Tensor, group: object, axis: int) -> Tensor:
