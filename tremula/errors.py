@@ -150,3 +150,10 @@ class DistributedError(TremulaError, RuntimeError):
 class DistributedConfigError(DistributedError, ValueError):
     """The PopRun / PopDist layout is invalid: replicas that the instances do not divide,
     ``POPDIST_*`` variables that contradict each other or the MPI world."""
+
+
+class UnsupportedBindingError(NotImplementedError, AttributeError):
+    """A method PopART binds on a ``popart._internal.ir`` class (``Op.getSettings``) that
+    Tremula does not provide: ``NotImplementedError`` naming the class and method, and also
+    an ``AttributeError``, so that ``hasattr`` and ``getattr(obj, name, default)`` answer
+    that the object has no such method instead of raising."""

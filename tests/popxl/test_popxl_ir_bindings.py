@@ -275,3 +275,95 @@ def test_unsupported_bindings_name_binding_and_method() -> None:
     op = y._pb_tensor.getProducer()
     assert not hasattr(op, "getCalledGraph")  # PopART binds no such method on AddOp
     assert hasattr(call, "getCalledGraph")
+
+
+def _bindings() -> dict[str, object]:
+    """One object of each binding class that has unsupported methods."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        y = x + 1
+        body = ir.create_graph(lambda t: t * 2, x)
+        loop = ops.repeat_with_info(body, 2, x)._op
+        then = ir.create_graph(lambda t: t + 1, x)
+        cond = ops.conditional(popxl.constant(True), then, then, [x], [x])
+        cond_op = cond[0]._pb_tensor.getProducer()
+    session = popxl.Session(ir, "ipu_model")
+    return {
+        "Ir": ir._pb_ir,
+        "Graph": ir.main_graph._pb_graph,
+        "TopoCons": ir.main_graph._pb_graph.topoCons(),
+        "Tensor": x._pb_tensor,
+        "Op": y._pb_tensor.getProducer(),
+        "LoopOp": loop,
+        "IfOp": cond_op,
+        "Session": session._pb_session,
+    }
+
+
+@pytest.fixture(scope="module")
+def bindings() -> dict[str, object]:
+    return _bindings()
+
+
+#: PopART's names (python/popart._internal.ir/bindings/*.cpp, popart.cpp) Tremula lacks
+POPART_ONLY = [
+    ("Op", "getSettings"),
+    ("Op", "getPipelineStage"),
+    ("Op", "isIpuCopyOp"),
+    ("Op", "inInfo"),
+    ("Op", "getGradOps"),
+    ("LoopOp", "getSettings"),  # inherited from Op
+    ("LoopOp", "removeLoopInput"),
+    ("IfOp", "opInToSubgraphInIndex"),
+    ("Tensor", "isWeightTensor"),
+    ("Tensor", "getVariableSettings"),
+    ("Graph", "addInput"),
+    ("Graph", "getScope"),
+    ("Ir", "createGraph"),
+    ("Ir", "logIr"),
+    ("TopoCons", "getAfters"),
+    ("Session", "getCycleCount"),
+]
+
+
+@pytest.mark.parametrize(("cls", "name"), POPART_ONLY)
+def test_popart_methods_tremula_lacks_raise_not_implemented(bindings, cls, name) -> None:
+    """NotImplementedError naming the binding and the method; hasattr says no (the error is
+    also an AttributeError) and getattr with a default gives the default."""
+    obj = bindings[cls]
+    owner = "Op" if (cls, name) == ("LoopOp", "getSettings") else cls
+    with pytest.raises(NotImplementedError, match=rf"popart._internal.ir.{owner}.{name} is not "):
+        getattr(obj, name)()
+    assert not hasattr(obj, name)
+    assert getattr(obj, name, "default") == "default"
+
+
+@pytest.mark.parametrize(
+    ("cls", "name"),
+    [
+        ("Op", "getSetings"),
+        ("Tensor", "isWeight"),
+        ("Graph", "addInputs"),
+        ("Ir", "logIR"),
+        ("Session", "getCycles"),
+        ("TopoCons", "after"),
+        ("Op", "getCalledGraph"),
+    ],
+)
+def test_names_popart_does_not_bind_raise_attribute_error(bindings, cls, name) -> None:
+    """Typos, and names PopART binds on other classes only, are plain AttributeErrors."""
+    obj = bindings[cls]
+    with pytest.raises(AttributeError, match=name) as info:
+        getattr(obj, name)
+    assert not isinstance(info.value, NotImplementedError)
+    assert not hasattr(obj, name)
+
+
+def test_the_unsupported_table_lists_no_method_tremula_has(bindings) -> None:
+    from tremula.popxl._ir.unsupported import UNSUPPORTED
+
+    assert set(UNSUPPORTED) == set(bindings)
+    for cls, names in UNSUPPORTED.items():
+        have = {n for k in type(bindings[cls]).__mro__ for n in vars(k)}
+        assert not have & set(names), (cls, sorted(have & set(names)))

@@ -1,13 +1,34 @@
-"""PopART bindings that Tremula does not provide: calling one raises ``NotImplementedError``
-naming the binding and the method, never an ``AttributeError`` from deep inside.
+"""PopART bindings that Tremula does not provide: using one raises
+:class:`~tremula.errors.UnsupportedBindingError` (a ``NotImplementedError`` naming the binding
+and the method, and an ``AttributeError``, so ``hasattr(op, "getSettings")`` is False rather
+than an exception), never a bare ``AttributeError`` from deep inside.
 
-Names that PopART does not bind on a class stay ``AttributeError`` (``hasattr(op,
-"getCalledGraph")`` is how programs ask an op whether it calls a graph).
+The names are those of PopART's pybind11 modules (``python/popart._internal.ir/bindings/
+{ir,graph,tensor,op,topocons}.cpp`` and ``popart.cpp`` for the session) that Tremula leaves
+out; a name Tremula implements is never reached here (``__getattr__`` runs for missing names
+only, and a test checks that the table lists none). Names that PopART does not bind on a
+class (a typo, or ``getCalledGraph`` on an op that calls no graph, which is how programs ask)
+stay a plain ``AttributeError``.
 """
 
 from __future__ import annotations
 
 from typing import Any, NoReturn
+
+from tremula.errors import UnsupportedBindingError
+
+
+def _each(groups: dict[str, str]) -> dict[str, str]:
+    """``{why: "name name ..."}`` -> ``{name: why}``."""
+    return {name: why for why, names in groups.items() for name in names.split()}
+
+
+_PLACEMENT = "place ops with popxl.ipu / pipeline_stage contexts and read Op.ipu"
+_ALIASES = "Tremula has no PopART alias model (its inplacing is its lowering's views)"
+_OUTLINING = "Tremula does no outlining"
+_KINDS = "Tremula keeps no PopART op or tensor classification; check Op.opType"
+_SHARDING = "Tremula has no PopART batch serialisation or sharding"
+_INTERNAL = "Tremula keeps no PopART internal state for it"
 
 #: binding class -> {method: why Tremula does not provide it}
 UNSUPPORTED: dict[str, dict[str, str]] = {
@@ -19,6 +40,27 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setIsPrepared": "a Tremula Ir is prepared by creating a Session",
         "serialise": "Tremula serialises no PopART IR",
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",
+        **_each(
+            {
+                "create graphs with popxl.Ir.create_graph": "createGraph removeGraph",
+                "read tensors through the graphs (Graph.getTensor)": (
+                    "getTensor containsTensor getTensorIds getAllOps"
+                ),
+                "data flow and anchors are popxl streams": (
+                    "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
+                ),
+                "Tremula's Ir takes its options from popxl.Ir": "setUserOptions setDeviceInfo",
+                _INTERNAL: (
+                    "getDeviceInfo isTraining hasReplicatedTensorSharding getExecutionMode "
+                    "getMaxVirtualGraphId getNumVirtualGraphIds getRequiresRandomSeed "
+                    "setRequiresRandomSeed getOpSetVersionFromModel getDefaultOpsetVersion "
+                    "addAdditionalModelProtoTensors getAdditionalModelProtoTensors "
+                    "setRemoteBufferInfo getRemoteBufferInfo timePartitionLogger "
+                    "finalizeOpDebugInfo getGraphSchedule setMainGraphPathFromLoss "
+                    "removeIsolatedTensors getVirtualGraphIdFromTensorProducers"
+                ),
+            }
+        ),
     },
     "Graph": {
         "removeIsolatedTensors": "Tremula keeps the tensors of a graph (PopXL lists them)",
@@ -26,12 +68,56 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "addVarInit": "add variables with popxl.variable",
         "addStream": "add streams with popxl.h2d_stream / d2h_stream",
         "replaceTensor": "reconnect the consumers with Op.connectInTensor",
+        **_each(
+            {
+                "add inputs with popxl.graph_input": "addInput markAsInput removeInput",
+                "add outputs with popxl.graph_output / Graph.markAsOutput": "addOutput",
+                "tensors are made by popxl ops": "addActGrad",
+                "Tremula graphs have no PopART scope; name with popxl.name_scope": (
+                    "getScope addScope removeScope"
+                ),
+                "copy graphs with popxl's graph transforms": "copyFrom",
+                _INTERNAL: "getTensors getTensorsOfType getLiveSets isSchedulable getDebugInfo",
+            }
+        ),
     },
     "Tensor": {
         "setTensorData": "write variables through Session.write_variables_data",
         "tensorData": "read variables through Session.get_tensor_data",
         "anyAlias": "Tremula has no PopART alias model",
         "getVirtualGraphIdAndTileSet": "read Tensor.ipu and Tensor.tile_set",
+        **_each(
+            {
+                "read popxl Tensor.ipu and Tensor.tile_set": (
+                    "hasVirtualGraphId getVirtualGraphId getVirtualGraphIdUnsafe "
+                    "getVirtualGraphIdAndTileSetUnsafe getPipelineStages"
+                ),
+                "use getProducer / hasProducer": "getProducerUnsafe",
+                "tensors are made by popxl ops, not cloned": "clone setTensorType",
+                "read variables through Session.get_tensor_data": (
+                    "hasTensorData getDataViaGraphTraversal"
+                ),
+                _ALIASES: "isAliased isModified associatedOps",
+                "read popxl Tensor.replica_grouping / retrieval_mode": (
+                    "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
+                    "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
+                    "setCopyFromTensor"
+                ),
+                "Tremula has no PopART tensor location settings": (
+                    "tensorLocationInfo inputSettings returnedShape verifyMutableVoidInfo"
+                ),
+                _KINDS: (
+                    "isOptimizerTensor isRemoteArgTensor isRandomSeedTensor "
+                    "isOptimizerStateTensor isAccumulatorTensor isHostLoadTensor "
+                    "isWeightTensor isAnchored isRootAnchor isUnmodifiable "
+                    "isCheckpointTensor isImplicitRecomputeTensor isRestoreInplaceTensor "
+                    "idIncludesPrefix isLoopInput isImplicitLoopInput isExplicitLoopInput "
+                    "isLoopTripCounter consumersAllPreLoss"
+                ),
+                _SHARDING: "getBatchAxis",
+                _INTERNAL: "getIr getDebugInfo",
+            }
+        ),
     },
     "Op": {
         "setup_": "call Op.setup()",
@@ -42,28 +128,98 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "fwdRegMap": "Tremula has no PopART region maps",
         "bwdRegMap": "Tremula has no PopART region maps",
         "getGradOps": "Tremula's gradients come from popxl.transforms.autodiff",
+        **_each(
+            {
+                "an op's settings are popxl contexts (ipu, name_scope, pipeline_stage)": (
+                    "getSettings getScope setScope inheritPlacementAttributes"
+                ),
+                _PLACEMENT: (
+                    "getOptionalVGraphId getIntrospectionInVirtualGraphId "
+                    "getIntrospectionOutVirtualGraphId getOptionalPipelineStage "
+                    "getPipelineStage setPipelineStage hasPipelineStage "
+                    "getOptionalExecutionPhase getExecutionPhase setExecutionPhase "
+                    "hasExecutionPhase calcAutoVirtualGraphCost"
+                ),
+                _SHARDING: (
+                    "getOptionalBatchSerializedPhase getBatchSerializedPhase "
+                    "setBatchSerializedPhase hasBatchSerializedPhase getInBatchAxis "
+                    "getOutBatchAxis canShard getShardReductionType getShardRescaleFactor "
+                    "loopShard"
+                ),
+                "only ops that call graphs map their indices (CallOp, LoopOp ...)": (
+                    "getCalledGraphIds getCalledGraphIndex getSubgraphInputs getSubgraphOutputs"
+                ),
+                _OUTLINING: (
+                    "isOutlineable getSubgraphValue getHighSubgraphValue getLowSubgraphValue"
+                ),
+                _ALIASES: (
+                    "modifies uses aliases overwritesTensor isInplaceViewChange "
+                    "isOutplaceViewChange hasAliasedModifiers inputUnmodifiable"
+                ),
+                _KINDS: (
+                    "isElementWiseUnary isLossOp isIpuCopyOp isNorm isOptimizerOp "
+                    "isGradientClippingOp copiesOptimizerTensors isConvertibleTo "
+                    "isExcludedFromPattern hasSideEffect canRecompute requiresRandomSeed "
+                    "getSeedInIndex isParentOf isChildOf"
+                ),
+                "read the tensors' info (Op.inTensor(i).info)": (
+                    "inInfo outInfo inShape outShape inRank outRank"
+                ),
+                _INTERNAL: (
+                    "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut "
+                    "clone opid settings"
+                ),
+            }
+        ),
     },
     "IfOp": {
         "opInToSubgraphInIndex": "an If op's two branches are mapped by ConditionalSiteInfo",
         "subgraphInToOpInIndex": "an If op's two branches are mapped by ConditionalSiteInfo",
     },
+    "LoopOp": _each({"loop inputs and outputs are the body graph's": "removeLoopInput"}),
+    "TopoCons": _each(
+        {
+            "Tremula keeps topological constraints to insert, check and move only": (
+                "remove getAfters getBefores hasConstraint transfer transferToMultiple "
+                "getTiedAfters getTiedBefores"
+            )
+        }
+    ),
     "Session": {
         "getReport": "profiles come from session.engine (get_execution_profile)",
         "getSummaryReport": "profiles come from session.engine (get_execution_profile)",
         "getSerializedGraph": "Tremula serialises no Poplar graph",
         "compileAndExport": "Tremula exports no executables",
         "loadExecutableFromFile": "Tremula loads no executables",
+        **_each(
+            {
+                "Tremula exports and loads no executables": (
+                    "loadExecutableFromStream getExecutable updateEngineCache"
+                ),
+                "run and move data through popxl.Session": (
+                    "run prepareDevice loadEngineAndConnectStreams setEngineIsLoaded "
+                    "connectStream connectStreamToCallback connectHostFunction "
+                    "buffersFromHost broadcastWeights copyFromRemoteBuffer "
+                    "copyToRemoteBuffer modelToHost resetHostWeights updateOptimizerFromHost"
+                ),
+                "seeds are popxl variables (popxl.create_seeds)": (
+                    "setRandomSeed getRandomSeed getRNGState setRNGState"
+                ),
+                "cycles come from session.engine's profiles": "getCycleCount",
+                _INTERNAL: "getInfo getIr getDevice getDeviceInfo checkInplacingAmbiguity",
+            }
+        ),
     },
 }
 
 
 def lookup(cls: type, name: str) -> NoReturn:
-    """Raise for ``cls.name``: ``NotImplementedError`` if PopART binds it on ``cls`` (or a
-    base) but Tremula does not, else ``AttributeError``."""
+    """Raise for ``cls.name``: :class:`UnsupportedBindingError` if PopART binds it on ``cls``
+    (or a base) but Tremula does not, else ``AttributeError``."""
     for klass in cls.__mro__:
         why = UNSUPPORTED.get(klass.__name__, {}).get(name)
         if why is not None:
-            raise NotImplementedError(
+            raise UnsupportedBindingError(
                 f"popart._internal.ir.{klass.__name__}.{name} is not supported by Tremula: {why}"
             )
     raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
