@@ -42,16 +42,16 @@ EXAMPLE_ARGS = {
 #: examples built on Graphcore's popxl-addons, run from ../shared/clients as its users run it
 ADDONS = EXAMPLES_ROOT.parents[1] / "shared" / "clients" / "popxl-addons"
 NEEDS_ADDONS = {"addons_gpt.py"}
-#: examples run without autoReport: their engines' reports would overwrite one another (the
-#: report tests profile the RigL trainer's engine on its own)
+#: examples run without autoReport (the report tests profile the RigL trainer's engine on its
+#: own; with autoReport its four engines would write into the folder and engine_2..4)
 NO_REPORT = {"rigl_digits.py"}
 
 
 @dataclass(frozen=True)
 class ExampleRun:
     """What running an example printed, and the autoReport folder its engines wrote
-    (``graph.json``, ``execution.json`` of the last engine closed; None if it made none or
-    is in :data:`NO_REPORT`)."""
+    (``graph.json``, ``execution.json`` of its first engine, later ones writing into
+    ``engine_<n>`` within it; None if it made none or is in :data:`NO_REPORT`)."""
 
     stdout: str
     profile: Path | None

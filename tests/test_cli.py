@@ -18,6 +18,18 @@ def test_demo_writes_a_valid_report(tmp_path, capsys) -> None:
     assert "OnTileExecute" in capsys.readouterr().out
 
 
+def test_a_second_demo_of_one_process_reports_into_a_subfolder(tmp_path, capsys) -> None:
+    """The second engine writing into the folder gets ``engine_2`` (no overwrite), and the
+    demo says so."""
+    assert main(["demo", "--tiles", "4", "--report", str(tmp_path)]) == 0
+    assert f"Profile written to {tmp_path}/graph.json" in capsys.readouterr().out
+    first = (tmp_path / "execution.json").read_bytes()
+    assert main(["demo", "--tiles", "4", "--report", str(tmp_path)]) == 0
+    assert f"Profile written to {tmp_path / 'engine_2'}/graph.json" in capsys.readouterr().out
+    assert (tmp_path / "execution.json").read_bytes() == first
+    assert main(["profile", "validate", str(tmp_path / "engine_2")]) == 0
+
+
 def test_validate_reports_a_broken_profile(tmp_path, capsys) -> None:
     assert main(["demo", "--tiles", "4", "--report", str(tmp_path)]) == 0
     graph = json.loads((tmp_path / "graph.json").read_text())

@@ -8,6 +8,7 @@ checks the numbers against NumPy and prints the profile summary.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,7 +126,9 @@ def main(tiles_per_ipu: int = 1472, report: str | None = None, steps: bool = Fal
         f"{'OK' if ok else 'MISMATCH'}"
     )
     if report:
-        print(f"Profile written to {report}/graph.json and {report}/execution.json")
+        where = result.engine.report_directory or report  # another engine's folder: a subfolder
+        where = report if where == os.path.abspath(report) else where
+        print(f"Profile written to {where}/graph.json and {where}/execution.json")
     print()
     result.engine.print_profile_summary(options={"showExecutionSteps": str(steps).lower()})
     result.engine.close()  # autoReport writes execution.json now
