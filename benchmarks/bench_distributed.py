@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -167,10 +168,21 @@ def training(steps: int, batch: int) -> None:
     )
 
 
-def _seconds(cmd: list[str]) -> float:
+def _seconds(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and all its processes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, capture_output=True, env=_env(), cwd=ROOT, check=True)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
+
+
+def _best(cmd: list[str], repeat: int) -> tuple[float, float]:
+    """The best wall time and the best CPU time of ``repeat`` runs."""
+    runs = [_seconds(cmd) for _ in range(repeat)]
+    return min(w for w, _ in runs), min(c for _, c in runs)
 
 
 def start_up(repeat: int, folder: Path) -> None:
@@ -180,27 +192,17 @@ def start_up(repeat: int, folder: Path) -> None:
     prog.write_text(START)
     _seconds([sys.executable, str(prog)])  # bytecode compiled once, for every run below
     mpirun = [find_mpirun(), "--allow-run-as-root", "--map-by", "slot:OVERSUBSCRIBE", "-n", "4"]
-    job = min(
-        _seconds(
-            [
-                sys.executable,
-                "-m",
-                "tremula.cli",
-                "poprun",
-                "--num-instances",
-                "4",
-                sys.executable,  # the interpreter of both references (not a PATH shim)
-                str(prog),
-            ]
-        )
-        for _ in range(repeat)
-    )
-    bare = min(_seconds([*mpirun, sys.executable, "-c", "pass"]) for _ in range(repeat))
-    one = min(_seconds([sys.executable, str(prog)]) for _ in range(repeat))
+    # the job runs the references' interpreter (a PATH shim such as pyenv's would add its
+    # own start to every instance)
+    poprun = [sys.executable, "-m", "tremula.cli", "poprun", "--num-instances", "4"]
+    job, job_cpu = _best([*poprun, sys.executable, str(prog)], repeat)
+    bare, bare_cpu = _best([*mpirun, sys.executable, "-c", "pass"], repeat)
+    one, one_cpu = _best([sys.executable, str(prog)], repeat)
     print(
         f"start-up of 4 instances: tremula poprun {job:.2f} s; mpirun -n 4 python -c pass "
         f"{bare:.2f} s + one Tremula start {one:.2f} s = {bare + one:.2f} s; ratio "
-        f"{job / (bare + one):.2f}x"
+        f"{job / (bare + one):.2f}x; CPU time (all processes, best run): job {job_cpu:.2f} s, "
+        f"references {bare_cpu:.2f} s + {one_cpu:.2f} s (on {os.cpu_count()} cores)"
     )
 
 
