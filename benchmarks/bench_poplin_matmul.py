@@ -164,14 +164,41 @@ PAPER_PRODUCTS = {
 }
 
 
-def paper_figures(machine: str, dtype: poplar.Type, n: int, product: str) -> float:
-    """Planned TFLOP/s of a ``4096 x 4096 x n`` product (float partials) on a preset."""
+def paper_plan(machine: str, dtype: poplar.Type, n: int, product: str) -> poplin.Plan:
+    """The plan of a ``4096 x 4096 x n`` product (float partials) on a preset."""
     target = target_presets.preset(machine)
     fc_pass, batch_major = PAPER_PRODUCTS[product]
     opts = {"partialsType": "float", "fullyConnectedPass": fc_pass}
     a, b = ((n, 4096), (4096, 4096)) if batch_major else ((4096, 4096), (4096, n))
-    plan = poplin.matmul_plan(target, dtype, a, b, options=opts)
-    return efficiency(target, plan, plan.cycles)[0]
+    return poplin.matmul_plan(target, dtype, a, b, options=opts)
+
+
+def paper_figures(machine: str, dtype: poplar.Type, n: int, product: str) -> float:
+    """Planned TFLOP/s of a ``4096 x 4096 x n`` product (float partials) on a preset."""
+    plan = paper_plan(machine, dtype, n, product)
+    return efficiency(target_presets.preset(machine), plan, plan.cycles)[0]
+
+
+def paper_breakdown(product: str) -> None:
+    """Where each n's cycles go (the plan's phases; the simulated profile equals them): the
+    operand exchange with its syncs, the block products (and the share of the AMP peak
+    their vertices reach on the busiest tile), the stage-2 exchange and reduction."""
+    target = target_presets.preset("mk2")
+    print(f"  phases (Mk2 cycles, share of the total), {product}:")
+    for n in PAPER_HALF:
+        plan = paper_plan("mk2", poplar.HALF, n, product)
+        g, m, k, n_ = plan.dims
+        tile_macs = plan.block_g * plan.block_m * plan.block_n * plan.step_k * plan.serial
+        peak = target.max_macs_per_cycle_per_tile(2, 4)
+        amp = tile_macs / peak / max(plan.compute_cycles, 1)
+        parts = (plan.exchange_cycles, plan.compute_cycles, plan.reduce_cycles)
+        share = "/".join(f"{100 * c / plan.cycles:.0f}" for c in parts)
+        print(
+            f"  {n:>6}: {plan.cycles:>8} = {parts[0]} exchange + {parts[1]} products "
+            f"({plan.method}, {100 * amp:.0f} % of peak) + {parts[2]} stage 2 ({share} %); "
+            f"blocks {plan.block_m}x{plan.block_n} of {m}x{n_}, {plan.blocks_k} K slice(s), "
+            f"{plan.serial} serial step(s) of K={plan.step_k}, {plan.tiles} tiles"
+        )
 
 
 def paper_table() -> None:
@@ -200,6 +227,7 @@ def paper_table() -> None:
             f"  FP32 at n = {PAPER_LARGE}: paper ~{PAPER_FLOAT_LARGE:.0f}, Mk2 {flt[0]:.1f}, "
             f"Bow {flt[1]:.1f} TFLOP/s"
         )
+        paper_breakdown(product)
 
 
 def _paper_row(n: int, published: float | None, mk2: dict[int, float], bow: float) -> str:
