@@ -179,6 +179,14 @@ def paper_figures(machine: str, dtype: poplar.Type, n: int, product: str) -> flo
     return efficiency(target_presets.preset(machine), plan, plan.cycles)[0]
 
 
+#: How a plan's serial steps read, by its loop.
+LOOPS = {
+    "": lambda p: "1 step",
+    "k": lambda p: f"{p.serial} K steps into an accumulator",
+    "n": lambda p: f"{p.serial} steps of {p.step_n} columns",
+}
+
+
 def paper_breakdown(product: str) -> None:
     """Where each n's cycles go (the plan's phases; the simulated profile equals them): the
     operand exchange with its syncs, the block products (and the share of the AMP peak
@@ -187,8 +195,9 @@ def paper_breakdown(product: str) -> None:
     print(f"  phases (Mk2 cycles, share of the total), {product}:")
     for n in PAPER_HALF:
         plan = paper_plan("mk2", poplar.HALF, n, product)
-        g, m, k, n_ = plan.dims
-        tile_macs = plan.block_g * plan.block_m * plan.block_n * plan.step_k * plan.serial
+        _, m, _, n_ = plan.dims
+        k_steps = 1 if plan.loop == "n" else plan.serial
+        tile_macs = plan.block_g * plan.block_m * plan.block_n * plan.step_k * k_steps
         peak = target.max_macs_per_cycle_per_tile(2, 4)
         amp = tile_macs / peak / max(plan.compute_cycles, 1)
         parts = (plan.exchange_cycles, plan.compute_cycles, plan.reduce_cycles)
@@ -196,8 +205,8 @@ def paper_breakdown(product: str) -> None:
         print(
             f"  {n:>6}: {plan.cycles:>8} = {parts[0]} exchange + {parts[1]} products "
             f"({plan.method}, {100 * amp:.0f} % of peak) + {parts[2]} stage 2 ({share} %); "
-            f"blocks {plan.block_m}x{plan.block_n} of {m}x{n_}, {plan.blocks_k} K slice(s), "
-            f"{plan.serial} serial step(s) of K={plan.step_k}, {plan.tiles} tiles"
+            f"blocks {plan.block_m}x{plan.block_n} of {m}x{n_}, {plan.blocks_k} K slice(s) of "
+            f"{plan.step_k}, {LOOPS[plan.loop](plan)}, {plan.tiles} tiles"
         )
 
 

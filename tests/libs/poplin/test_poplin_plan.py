@@ -44,11 +44,20 @@ def test_plan_covers_the_shape_exactly(params, target):
         (plan.block_n, plan.blocks_n, N),
     ):
         assert size * (blocks - 1) < d <= size * blocks
-    assert plan.serial == -(-plan.k_chunks // plan.blocks_k)
     assert plan.blocks_k <= plan.k_chunks
     assert plan.tiles == plan.blocks_g * plan.blocks_m * plan.blocks_n * plan.blocks_k
     assert plan.tiles <= target.num_tiles
     assert plan.cycles == plan.exchange_cycles + plan.compute_cycles + plan.reduce_cycles
+    k_steps = -(-plan.k_chunks // plan.blocks_k)
+    assert plan.loop == {True: "k", False: plan.loop and "n"}[k_steps > 1]
+    if plan.loop == "n":  # every step: the same blocks, step_n columns of each
+        assert plan.serial > 1 and k_steps == 1
+        assert plan.step_n * plan.serial == plan.block_n and plan.block_n * plan.blocks_n == N
+        plan = plan.n_step_plan()
+        assert plan.tiles == plan.blocks_g * plan.blocks_m * plan.blocks_n * plan.blocks_k
+        G, M, K, N = plan.dims
+    else:
+        assert plan.serial == k_steps and plan.step_n == plan.block_n
     geo = Geometry(plan)
     # every (output element, K element) product is computed once, on a tile of the plan:
     # regions are products of spans covering G, M, N once and K once over the steps

@@ -19,7 +19,7 @@ from tremula import poplar
 from tremula.libs import util
 from tremula.libs.poplin import codelets as cl
 from tremula.libs.poplin.layout import Geometry, Region
-from tremula.libs.poplin.plan import MatMulParams, plan_matmul
+from tremula.libs.poplin.plan import MatMulParams, Plan, plan_matmul
 from tremula.libs.popops.fill import zero
 
 
@@ -56,30 +56,138 @@ def run(
         return zero(graph, out, prog, f"{prefix}/zero")
     util.ensure_codelets(graph, cl.CODELETS)
     plan = plan_matmul(p, graph.target)
-    geo = Geometry(plan)
     ap, bp = (call.a, call.b) if not plan.swap else (_t(call.b), _t(call.a))
-    stage2 = plan.stage2 or acc is not None
-    if acc is None:
-        cp = graph.add_variable(call.out_type, (geo.G, geo.M, geo.N), f"{prefix}/out")
-        graph.set_tile_mapping(cp, geo.output_tiles(stage2))
-    else:
-        cp = acc if not plan.swap else _t(acc)
-    ptype = call.partials if stage2 else call.out_type
-    if stage2:
-        parts = graph.add_variable(ptype, (geo.nk, geo.G, geo.M, geo.N), f"{prefix}/partials")
-        graph.set_tile_mapping(parts, geo.partials_tiles())
-    else:
-        parts = cp.expand([0])
-    for s in range(plan.serial):
-        cs = graph.add_compute_set(f"{prefix}/partials" + (f"/s{s}" if plan.serial > 1 else ""))
-        vtype = cl.PARTIAL_TYPES[(plan.method, s > 0)] + f"<{call.in_type},{ptype}"
-        names: set[str] = set()
-        for region in geo.product_regions(s):
-            _add_products(graph, cs, geo, region, vtype, (ap, bp, parts), names)
-        prog.add(poplar.Execute(cs))
-    if stage2:
-        _add_stage2(graph, prog, geo, (cp, parts), scale if acc is not None else None, prefix)
+    user = None if acc is None else (acc if not plan.swap else _t(acc))
+    steps = {"": _one_step, "k": _k_loop, "n": _n_loop}[plan.loop]
+    cp = steps(call, prog, plan, (ap, bp, user), None if acc is None else scale)
     return cp if not plan.swap else _t(cp)
+
+
+def _output(call: MatMulCall, geo: Geometry, user: poplar.Tensor | None, tiles: Any) -> Any:
+    """The ``[G, M, N]`` result of the planned frame: ``user`` (an accumulation) or a new
+    variable mapped on ``tiles``."""
+    if user is not None:
+        return user
+    cp = call.graph.add_variable(call.out_type, (geo.G, geo.M, geo.N), f"{_prefix(call)}/out")
+    call.graph.set_tile_mapping(cp, tiles)
+    return cp
+
+
+def _prefix(call: MatMulCall) -> str:
+    return call.name or "matmul"
+
+
+def _partials(call: MatMulCall, geo: Geometry) -> poplar.Tensor:
+    parts = call.graph.add_variable(
+        call.partials, (geo.nk, geo.G, geo.M, geo.N), f"{_prefix(call)}/partials"
+    )
+    call.graph.set_tile_mapping(parts, geo.partials_tiles())
+    return parts
+
+
+def _products(
+    call: MatMulCall,
+    prog: poplar.Sequence,
+    geo: Geometry,
+    s: int,
+    tensors: tuple[poplar.Tensor, ...],
+    a_local: poplar.Tensor | None = None,
+    name: str = "",
+) -> None:
+    """The compute set of serial step ``s``'s block products (``tensors``: A, B and the
+    partials they write; ``a_local``: A's copy on each ``N`` block's tiles)."""
+    cs = call.graph.add_compute_set(f"{_prefix(call)}/partials{name}")
+    vtype = cl.PARTIAL_TYPES[(geo.plan.method, False)] + f"<{call.in_type},{tensors[2].dtype}"
+    names: set[str] = set()
+    for region in geo.product_regions(s):
+        _add_products(call.graph, cs, geo, region, vtype, tensors, names, a_local)
+    prog.add(poplar.Execute(cs))
+
+
+def _one_step(
+    call: MatMulCall,
+    prog: poplar.Sequence,
+    plan: Plan,
+    tensors: tuple[Any, ...],
+    scale: float | None,
+) -> poplar.Tensor:
+    """One step's products (or, ``a_local`` given, those of an ``"n"`` loop's step) and
+    stage 2 into the output."""
+    ap, bp, user = tensors
+    geo = Geometry(plan)
+    stage2 = plan.stage2 or user is not None
+    cp = _output(call, geo, user, geo.output_tiles(stage2))
+    parts = _partials(call, geo) if stage2 else cp.expand([0])
+    _products(call, prog, geo, 0, (ap, bp, parts))
+    if stage2:
+        _add_stage2(call.graph, prog, geo, (cp, parts), scale, _prefix(call))
+    return cp
+
+
+def _k_loop(
+    call: MatMulCall,
+    prog: poplar.Sequence,
+    plan: Plan,
+    tensors: tuple[Any, ...],
+    scale: float | None,
+) -> poplar.Tensor:
+    """PopLibs' input-channel serial split: each step's products and a reduction of its
+    partials into an accumulator of the partials type (written by the first step, updated
+    by the others), then the accumulator cast into the output."""
+    ap, bp, user = tensors
+    geo = Geometry(plan)
+    cp = _output(call, geo, user, geo.output_tiles(True))
+    own = user is None and call.out_type == call.partials
+    acc = cp
+    if not own:
+        acc = call.graph.add_variable(call.partials, cp.shape, f"{_prefix(call)}/accumulator")
+        call.graph.set_tile_mapping(acc, geo.output_tiles(True))
+    parts = _partials(call, geo)
+    for s in range(plan.serial):
+        _products(call, prog, geo, s, (ap, bp, parts), name=f"/s{s}")
+        update = None if s == 0 else 1.0
+        _add_stage2(call.graph, prog, geo, (acc, parts), update, _prefix(call), f"/s{s}")
+    if not own:
+        _add_stage2(call.graph, prog, geo, (cp, acc.expand([0])), scale, _prefix(call), "/cast")
+    return cp
+
+
+def _n_loop(
+    call: MatMulCall,
+    prog: poplar.Sequence,
+    plan: Plan,
+    tensors: tuple[Any, ...],
+    scale: float | None,
+) -> poplar.Tensor:
+    """PopLibs' output-channel serial split: A's blocks copied to the tiles of every ``N``
+    block before the loop; step ``s`` computes columns ``s * step_n`` onwards of every
+    block (same tiles, one step's partials) and reduces them into the output's columns."""
+    ap, bp, user = tensors
+    graph, geo, sub = call.graph, Geometry(plan), Geometry(plan.n_step_plan())
+    steps, width = plan.serial, plan.step_n
+    stage2 = plan.stage2 or user is not None
+    tiles = sub.output_tiles(stage2).reshape(sub.G, sub.M, plan.blocks_n, 1, width)
+    tiles = np.broadcast_to(tiles, (*tiles.shape[:3], steps, width))
+    cp = _output(call, geo, user, tiles.reshape(geo.G, geo.M, geo.N))
+    a_local = None
+    if plan.blocks_n > 1:
+        shape = (plan.blocks_n, *ap.shape)
+        a_local = graph.add_variable(call.in_type, shape, f"{_prefix(call)}/a")
+        graph.set_tile_mapping(a_local, sub.local_a_tiles())
+        prog.add(poplar.Copy(ap.expand([0]).broadcast(plan.blocks_n, 0), a_local))
+    parts = _partials(call, sub) if stage2 else None
+
+    def cols(t: poplar.Tensor, s: int) -> poplar.Tensor:
+        x = t.reshape((*t.shape[:-1], plan.blocks_n, plan.block_n))
+        return x[..., s * width : (s + 1) * width].reshape((*t.shape[:-1], sub.N))
+
+    for s in range(steps):
+        out = cols(cp, s)
+        dest = parts if parts is not None else out.expand([0])
+        _products(call, prog, sub, 0, (ap, cols(bp, s), dest), a_local, f"/s{s}")
+        if parts is not None:
+            _add_stage2(graph, prog, sub, (out, parts), scale, _prefix(call), f"/s{s}")
+    return cp
 
 
 def _add_stage2(
@@ -89,10 +197,11 @@ def _add_stage2(
     tensors: tuple[poplar.Tensor, poplar.Tensor],
     scale: float | None,
     prefix: str,
+    name: str = "",
 ) -> None:
-    """The compute set summing the partials into the output (``+= scale *`` the sums when
-    ``scale`` is given)."""
-    cs = graph.add_compute_set(f"{prefix}/reduce")
+    """The compute set summing the partials (a ``[P, G, M, N]`` tensor) into the output
+    (``+= scale *`` the sums when ``scale`` is given)."""
+    cs = graph.add_compute_set(f"{prefix}/reduce{name}")
     names: set[str] = set()
     for region in geo.reduce_regions():
         _add_reduce(graph, cs, geo, region, tensors, scale, names)
@@ -136,16 +245,22 @@ def _add_products(
     geo: Geometry,
     r: Region,
     vtype: str,
-    tensors: tuple[poplar.Tensor, poplar.Tensor, poplar.Tensor],
+    tensors: tuple[poplar.Tensor, ...],
     names: set[str],
+    a_local: poplar.Tensor | None = None,
 ) -> None:
     """The block products of one region: ``[Ig, Im, In, Ik, g, m, k]`` views of A (one
-    block per ``(gi, mi, K slice)``, broadcast along ``N``), likewise B (broadcast along
-    ``M``) and the partials."""
+    block per ``(gi, mi, K slice)``, broadcast along ``N``, or the blocks of ``a_local``,
+    A's copy per ``N`` block), likewise B (broadcast along ``M``) and the partials."""
     ap, bp, parts = tensors
     Ig, Im, In, Ik = r.grid
     g, m, n, k = r.g.size, r.m.size, r.n.size, r.k.size
-    a = _window(ap, r, "m", "k").dim_shuffle((0, 2, 4, 1, 3, 5)).expand([2]).broadcast(In, 2)
+    if a_local is None:
+        a = _window(ap, r, "m", "k").dim_shuffle((0, 2, 4, 1, 3, 5)).expand([2]).broadcast(In, 2)
+    else:
+        a = a_local[r.n.first : r.n.first + In, r.g.start : r.g.stop, r.m.start : r.m.stop]
+        a = a[..., r.k.start : r.k.stop].reshape((In, Ig, g, Im, m, Ik, k))
+        a = a.dim_shuffle((1, 3, 0, 5, 2, 4, 6))
     b = _window(bp, r, "k", "n").dim_shuffle((0, 4, 2, 1, 3, 5)).expand([1]).broadcast(Im, 1)
     c = parts[r.k.first : r.k.first + Ik]
     c = c[:, r.g.start : r.g.stop, r.m.start : r.m.stop, r.n.start : r.n.stop]
@@ -190,12 +305,13 @@ def _add_reduce(
     part = _pieces(parts, r, geo.plan.split)
     piece = out.shape[4:]
     size = int(np.prod(piece))
-    lengths = {"partials": geo.nk * size, "out": size}
+    count = parts.shape[0]
+    lengths = {"partials": count * size, "out": size}
     fields = _grid_fields(r, lengths, {"partials": part, "out": out})
     if scale is not None:
         fields["scale"] = scale
     vtype = "poplin::ReducePartials" + ("Acc" if scale is not None else "")
-    name = _type_name(f"{vtype}<{parts.dtype},{cp.dtype}", (geo.nk, *piece), names)
+    name = _type_name(f"{vtype}<{parts.dtype},{cp.dtype}", (count, *piece), names)
     graph.add_vertices(cs, name, fields, geo.grid_tiles(r))
 
 

@@ -173,6 +173,17 @@ class Geometry:
         j = np.arange(self.nk, dtype=np.int64).reshape(-1, 1, 1, 1)
         return j * self.blocks + base[None]
 
+    def local_a_tiles(self) -> np.ndarray:
+        """``[blocks_n, G, M, K]``: the copy of ``A`` that an ``"n"`` loop broadcasts
+        before its steps, slice ``ni`` on the tiles of the ``ni``-th ``N`` blocks (one step
+        of ``K``: chunk ``j`` on the ``j``-th K tile)."""
+        p = self.plan
+        g = self._blocks_of(self.G, p.block_g)[0].reshape(1, -1, 1, 1)
+        m = self._blocks_of(self.M, p.block_m)[0].reshape(1, 1, -1, 1)
+        j = self._blocks_of(self.K, p.step_k)[0].reshape(1, 1, 1, -1) % self.nk
+        n = np.arange(p.blocks_n, dtype=np.int64).reshape(-1, 1, 1, 1)
+        return self.tile(g, m, n, j)
+
     def operand_tiles(self, role: str) -> np.ndarray:
         """``[G, M, K]`` (``role`` "a") or ``[G, K, N]`` ("b"): the tile of every element
         of a created operand. A block (one K chunk of one row or column of blocks) is cut

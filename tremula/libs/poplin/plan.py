@@ -44,7 +44,8 @@ the least memory.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,6 +54,7 @@ from tremula.libs.poplin import estimators as est
 from tremula.target import Target
 
 METHODS = ("amp", "mac")
+LOOPS = ("", "k", "n")
 SHARES = ("", "a", "b")
 SPLITS = ("m", "n")
 
@@ -102,6 +104,11 @@ class Plan:
     reduce_cycles: int
     temp_bytes: int
     fits: bool
+    #: ``""`` (one step), ``"k"`` (serial steps over ``K`` chunks, into an accumulator) or
+    #: ``"n"`` (serial steps over ``step_n`` columns of each ``N`` block).
+    loop: str = ""
+    #: Columns of an ``N`` block computed per serial step (``block_n`` unless ``loop`` "n").
+    step_n: int = 0
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -115,14 +122,26 @@ class Plan:
         step ``s`` on the ``j``-th tile of its block."""
         return -(-self.params.k // self.step_k)
 
+    def n_step_plan(self) -> Plan:
+        """The plan of one serial step of an ``"n"`` loop: the product of ``A`` and
+        ``step_n`` columns of every ``N`` block, on the same tiles (same block counts)."""
+        p, width = self.params, self.blocks_n * self.step_n
+        params = replace(p, m=width) if self.swap else replace(p, n=width)
+        return replace(self, params=params, block_n=self.step_n, serial=1, loop="")
+
     def describe(self) -> str:
         g, m, k, n = self.dims
         share = {"a": ", pairs share A", "b": ", pairs share B", "": ""}[self.share]
+        steps = {
+            "": "1 step",
+            "k": f"{self.serial} serial steps of K={self.step_k} into an accumulator",
+            "n": f"{self.serial} serial steps of N={self.step_n} (A broadcast before them)",
+        }[self.loop]
         return (
             f"{self.method}{' (swapped)' if self.swap else ''}: blocks "
             f"{self.block_g}x{self.block_m}x{self.block_n} of {g}x{m}x{k}x{n} x "
-            f"{self.blocks_k} K slice(s) on {self.tiles} tiles{share}, {self.serial} serial "
-            f"step(s) of K={self.step_k}, stage 2 split along {self.split}; ~{self.cycles} "
+            f"{self.blocks_k} K slice(s) of K={self.step_k} on {self.tiles} tiles{share}, "
+            f"{steps}, stage 2 split along {self.split}; ~{self.cycles} "
             f"cycles ({self.exchange_cycles} exchange, {self.compute_cycles} compute, "
             f"{self.reduce_cycles} reduction), {self.temp_bytes} B temporaries per tile"
         )
@@ -145,7 +164,13 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
     # the CPU target simulates no cycles: its plans keep the natural frame, whose row-major
     # output is what the host's following element-wise work reads fastest
     swaps = (False, True) if params.swappable and not target.is_cpu else (False,)
-    cands = [_candidates(params, target, method, swap) for method in methods for swap in swaps]
+    from tremula.libs.poplin import plan_loops
+
+    cands = []
+    for method, swap in itertools.product(methods, swaps):
+        splits = block_splits(params, target, method, swap)
+        cands.append(_candidates(params, target, method, swap, splits))
+        cands.append(plan_loops.n_loop_candidates(params, target, method, swap, splits))
     table = _shortlist(_concat(cands))
     return _choose(params, _concat([table, _refine(params, target, table)]))
 
@@ -179,7 +204,7 @@ def _refine(
     """The cheapest fitting candidates again with every shorter K step down to half the
     longest that fits: fewer, longer steps save per-step overheads, but a step that
     divides the tile's share of ``K`` evenly wastes no work on a short last chunk."""
-    fits = np.flatnonzero(table["fits"] == 1)
+    fits = np.flatnonzero((table["fits"] == 1) & (table["loop"] != LOOPS.index("n")))
     best = fits[np.argsort(table["cycles"][fits], kind="stable")[:REFINE_CANDIDATES]]
     out = []
     for method in np.unique(table["method"][best]):
@@ -232,20 +257,32 @@ def _combos(counts: list[np.ndarray], limit: int) -> list[np.ndarray]:
     return idx
 
 
-def _candidates(
-    params: MatMulParams, target: Target, method: str, swap: bool
-) -> dict[str, np.ndarray]:
+def grains(params: MatMulParams, target: Target, method: str) -> tuple[int, int]:
+    """Grains of ``N`` and ``K`` blocks: the AMP's passes of output channels and its input
+    groups; 1 for dot products."""
+    if method != "amp":
+        return 1, 1
     in_size, p_size = _size(params.in_type), _size(params.partials_type)
+    return est.amp_out_chans(target, in_size, p_size), est.AMP_IN_CHANS
+
+
+def block_splits(params: MatMulParams, target: Target, method: str, swap: bool) -> list[np.ndarray]:
+    """Every split of the planned frame in blocks that fits the tiles: ``[bg, bm, bn, bkt,
+    ng, nm, nn, nk]``, block sizes and counts (``bkt``: a tile's share of ``K``)."""
     pm, pn = (params.n, params.m) if swap else (params.m, params.n)
-    amp = method == "amp"
-    n_grain = est.amp_out_chans(target, in_size, p_size) if amp else 1
-    k_grain = est.AMP_IN_CHANS if amp else 1
+    n_grain, k_grain = grains(params, target, method)
     T = target.num_tiles
     dims = [(params.groups, 1), (pm, 1), (pn, n_grain), (params.k, k_grain)]
     sizes = [block_sizes(d, grain, T) for d, grain in dims]
     idx = _combos([s[1] for s in sizes], T)
-    bg, bm, bn, bkt = (sizes[d][0][idx[d]] for d in range(4))
-    ng, nm, nn, nk = (sizes[d][1][idx[d]] for d in range(4))
+    return [sizes[d][0][idx[d]] for d in range(4)] + [sizes[d][1][idx[d]] for d in range(4)]
+
+
+def _candidates(
+    params: MatMulParams, target: Target, method: str, swap: bool, splits: list[np.ndarray]
+) -> dict[str, np.ndarray]:
+    bg, bm, bn, bkt, ng, nm, nn, nk = splits
+    k_grain = grains(params, target, method)[1]
     step = _fit_step(params, target, (bg, bm, bn, bkt), (nm, nn, nk), k_grain)
     out = _cost(params, target, method, (bg, bm, bn, bkt), (ng, nm, nn), step)
     out["method"] = np.full(bg.size, METHODS.index(method))
@@ -268,18 +305,22 @@ def _cost(
     serial = _cdiv(bkt, step)
     nk = _cdiv(_cdiv(params.k, step), serial)
     serial = _cdiv(_cdiv(params.k, step), nk)
+    looped = serial > 1
     temp = _temp_bytes(params, (bg, bm, bn, step), (nm, nn, nk))
+    temp = temp + np.where(looped, accumulator_bytes(params, (bg, bm, bn), nk), 0)
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     exchange, share = _step_exchange(params, target, (bg, bm, bn, step), (nm, nn))
     compute = _step_compute(params, target, method, (bg, bm, bn, step))
     reduce, split = _reduce(params, target, (bg, bm, bn), nk)
+    reduce = np.where(looped, _k_loop_reduce(params, target, (bg, bm, bn), nk, serial), reduce)
     return {
         "bg": bg, "bm": bm, "bn": bn, "bkt": bkt, "step": step, "ng": ng, "nm": nm,
         "nn": nn, "nk": nk, "serial": serial, "share": share, "split": split,
-        "stage2": _stage2(params, nk).astype(np.int64), "tiles": ng * nm * nn * nk,
+        "stage2": (_stage2(params, nk) | looped).astype(np.int64), "tiles": ng * nm * nn * nk,
         "cycles": serial * (exchange + compute) + reduce, "exchange": serial * exchange,
         "compute": serial * compute, "reduce": reduce, "temp": temp,
-        "fits": (temp <= budget).astype(np.int64),
+        "fits": (temp <= budget).astype(np.int64), "loop": looped.astype(np.int64),
+        "sn": bn,
     }  # fmt: skip
 
 
@@ -294,11 +335,33 @@ def _fit_step(
     partials fit the memory budget, for a tile owning about ``bkt`` of ``K`` (rounded up to
     whole grains; one grain when nothing fits)."""
     bg, bm, bn, bkt = block
-    nm, nn, nk = blocks
+    nk = blocks[2]
+    part, red = _partials_bytes(params, (bg, bm, bn), nk)
+    step = _step_within(params, target, block, blocks, k_grain, part, red)
+    # a K loop also holds its accumulator
+    rows = np.flatnonzero(step < bkt)
+    if rows.size and params.out_type != params.partials_type:
+        sub = [tuple(x[rows] for x in group) for group in (block, blocks)]
+        acc = part[rows] + accumulator_bytes(params, sub[0][:3], nk[rows])
+        step[rows] = _step_within(params, target, *sub, k_grain, acc, red[rows])
+    return step
+
+
+def _step_within(
+    params: MatMulParams,
+    target: Target,
+    block: tuple[np.ndarray, ...],
+    blocks: tuple[np.ndarray, ...],
+    k_grain: int,
+    part: np.ndarray,
+    red: np.ndarray,
+) -> np.ndarray:
+    """:func:`_fit_step` for ``part`` bytes held besides a step's operands."""
+    bg, bm, bn, bkt = block
+    nm, nn = blocks[:2]
     in_size = _size(params.in_type)
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     per_k = in_size * (bg * bm * (nn - 1) / nn + bg * bn * (nm - 1) / nm)  # received bytes
-    part, red = _partials_bytes(params, (bg, bm, bn), nk)
     room = np.maximum(budget - part, 0)
     max_k = np.where(per_k > 0, room // np.maximum(per_k, 1e-9), bkt).astype(np.int64)
     max_k = np.minimum(max_k, bkt) // k_grain * k_grain
@@ -420,6 +483,42 @@ def _reduce(
     return np.where(_stage2(params, nk), cycles, 0), split
 
 
+def accumulator_bytes(
+    params: MatMulParams, block: tuple[np.ndarray, ...], nk: np.ndarray
+) -> np.ndarray:
+    """Bytes per tile of a K loop's accumulator (partials type, the tile's stage-2 piece);
+    none when the output has the partials type (the loop accumulates into it)."""
+    if params.out_type == params.partials_type:
+        return np.zeros_like(np.asarray(nk))
+    _, big, _ = _piece_range(block, nk)
+    return big * _size(params.partials_type)
+
+
+def _k_loop_reduce(
+    params: MatMulParams,
+    target: Target,
+    block: tuple[np.ndarray, ...],
+    nk: np.ndarray,
+    serial: np.ndarray,
+) -> np.ndarray:
+    """Stage-2 cycles of a K loop (PopLibs' input-channel serial split, spec 3.5: a
+    reduction and an add-in-place per serial step): every step sums its partials into the
+    accumulator (the first writes it, the others update it), then one cast into the output
+    when the types differ."""
+    bg, bm, bn = block
+    p_size, out_size = _size(params.partials_type), _size(params.out_type)
+    _, big, small = _piece_range(block, nk)
+    busy = np.maximum((nk - 1) * big * p_size, (bg * bm * bn - small) * p_size)
+    step = est.exchange_cycles(target, np.where(nk > 1, busy, 0))
+    step = step + target.compute_set_launch_cycles
+    first = step + est.reduce_cycles(target, big, nk, p_size, p_size, False)
+    later = step + est.reduce_cycles(target, big, nk, p_size, p_size, True)
+    cast = target.compute_set_launch_cycles + est.reduce_cycles(
+        target, big, 1, p_size, out_size, False
+    )
+    return first + (serial - 1) * later + (cast if out_size != p_size else 0)
+
+
 def _stage2(params: MatMulParams, nk: np.ndarray) -> np.ndarray:
     """A stage 2 runs when there are several partials or they need a cast."""
     return (np.asarray(nk) > 1) | (params.partials_type != params.out_type)
@@ -444,7 +543,8 @@ def _choose(params: MatMulParams, t: dict[str, np.ndarray]) -> Plan:
     pool = np.flatnonzero(fits) if fits.any() else np.arange(fits.size)
     first, second = (t["cycles"], t["temp"]) if fits.any() else (t["temp"], t["cycles"])
     pool = pool[first[pool] == first[pool].min()]
-    keys = (t["nk"], t["nn"], t["nm"], t["ng"], t["swap"], t["method"], t["tiles"], second)
+    keys = (t["sn"], t["nk"], t["nn"], t["nm"], t["ng"], t["swap"], t["method"], t["loop"])
+    keys = (*keys, t["tiles"], second)
     i = int(pool[np.lexsort(tuple(k[pool] for k in keys))[0]])
     v = {k: int(a[i]) for k, a in t.items()}
     return Plan(
@@ -470,4 +570,6 @@ def _choose(params: MatMulParams, t: dict[str, np.ndarray]) -> Plan:
         reduce_cycles=v["reduce"],
         temp_bytes=v["temp"],
         fits=bool(v["fits"]),
+        loop=LOOPS[v["loop"]],
+        step_n=v["sn"],
     )
