@@ -77,11 +77,12 @@ def test_instances_match_one_process_bit_for_bit(
 
 def _check_auto_report(folder, written, index: int) -> None:
     """An instance's autoReport folder: its first engine's pair (byte-identical to the one
-    ``write_report`` wrote), its two later engines' in ``engine_2`` and ``engine_3``."""
+    ``write_report`` wrote), its three later engines' in ``engine_2`` to ``engine_4``."""
     for name in ("graph.json", "execution.json"):
         assert (folder / name).read_bytes() == (written / name).read_bytes(), name
-    assert sorted(p.name for p in folder.glob("engine_*")) == ["engine_2", "engine_3"]
-    for later in ("engine_2", "engine_3"):
+    later_engines = ["engine_2", "engine_3", "engine_4"]
+    assert sorted(p.name for p in folder.glob("engine_*")) == later_engines
+    for later in later_engines:
         graph, execution = profile.read_profile(folder / later)
         profile.validate(graph, execution)
         assert graph["instances"]["index"] == index

@@ -154,10 +154,41 @@ def training(device: str) -> dict[str, np.ndarray]:
     return {"w": session.get_tensor_data(w)}
 
 
+def fragments(device: str) -> dict[str, np.ndarray]:
+    """All-reduces of tensors large enough that every tile holds whole blocks of each chunk
+    (reduced where they lie, only a remainder through a work buffer): in place on
+    per-replica variables and into a new tensor, over groupings within and across
+    instances; run twice. Always on the IPU Model: which elements share a chunk follows
+    the target's tiles, so a float sum's last bits do too (the CPU target has one tile)."""
+    del device
+    ir = _ir()
+    big = np.random.default_rng(11).standard_normal((3, R, 100_003)).astype(np.float32)
+    groups = {
+        "all": None,
+        "pairs": ir.replica_grouping(group_size=2),
+        "orth": ir.replica_grouping(stride=2, group_size=2),
+    }
+    each = ir.replica_grouping(group_size=1)
+    made = {}
+    with ir.main_graph:
+        for k, (gname, g) in enumerate(groups.items()):
+            made[gname] = popxl.variable(big[k], name=f"big_{gname}", replica_grouping=each)
+            C.replicated_all_reduce_(made[gname], group=g)
+        made["out"] = popxl.variable(big[0], name="big_out", replica_grouping=each)
+        ops.var_updates.accumulate_(
+            made["out"], C.replicated_all_reduce(made["pairs"], op="max", group=groups["orth"])
+        )
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        session.run()
+    return {name: session.get_tensor_data(v) for name, v in made.items()}
+
+
 CASES: dict[str, Callable[[str], dict[str, np.ndarray]]] = {
     "collectives": collectives,
     "variables": variables,
     "training": training,
+    "fragments": fragments,
 }
 
 
