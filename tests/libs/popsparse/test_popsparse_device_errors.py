@@ -45,7 +45,11 @@ def test_groups(h):
 
 def test_overflow_of_a_skewed_pattern(h, rng):
     params = h.layer(1, 0.1, 8, 256, 128)
-    part = dynamic.Partitioner(params, "float", h.T24, {"metaInfoBucketOversizeProportion": 0.0})
+    opts = {
+        "metaInfoBucketOversizeProportion": 0.0,
+        "planConstraints": {"partition": {"x": 8, "y": 3, "z": 1}},  # 16 rows: 2 X partitions
+    }
+    part = dynamic.Partitioner(params, "float", h.T24, opts)
     m = h.random_coo(rng, 128, 256, 1, 0.1, rect=(0, 16, 0, 205))  # all in 16 rows
     with pytest.raises(BucketOverflowError, match=r"Overflow in buckets: .* could not be placed"):
         part.create_sparsity_data_impl(m)

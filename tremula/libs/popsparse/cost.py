@@ -226,7 +226,7 @@ def _fwd_like(
     b_share = np.where(px == 1, est.broadcast_share(target, pz), 1)
     exchange = est.exchange_cycles(target, cdiv(dense * (pa - 1), pa), s_share)
     exchange = exchange + est.exchange_cycles(target, np.where(pz > 1, pz * bucket, 0), b_share)
-    compute = est.zero_cycles(target, a_t * zt * ps) + _vertex(
+    compute = est.planner_zero_cycles(target, a_t * zt) + _vertex(
         problem, method, t, u, grains, pz, grad_a
     )
     outs = cdiv(a_t * zt, pb)
@@ -302,7 +302,7 @@ def _grad_w(
     else:
         step = est.exchange_cycles(target, inputs)
         temp = partials + 2 * inputs
-    cycles = cycles + (pz - 1) * step + est.zero_cycles(target, partials)
+    cycles = cycles + (pz - 1) * step + est.planner_zero_cycles(target, t["nz"])
     if method.grad_w == "GradW":
         rows_grid = occupancy(xg, cdiv(problem.dims[1], t["py"]), problem.params.nz_ratio)[0]
         rows = np.where(u > 0, np.maximum(cdiv(rows_grid, pz), 1), 0)

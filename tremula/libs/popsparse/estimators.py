@@ -50,15 +50,21 @@ ZERO_OVERHEAD_CYCLES = 20
 
 
 def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
-    """Zeroing ``num_bytes`` of partials: one 64-bit store per worker cycle.
-
-    PopLibs' helper computes this and then returns ``numPartials x numWorkers`` (spec 3.5,
-    "Quirk"). That quirk is *fixed* here on purpose: it would charge ~6 cycles per partial
-    and push every plan towards tiny per-tile outputs.
-    """
+    """Zeroing ``num_bytes`` of partials: one 64-bit store per worker cycle. What the
+    vertices of a first compute (distribution) pay for zeroing their partials ("zeroInfo",
+    spec 4.7) on the device."""
     w = target.num_worker_contexts
     words = cdiv(num_bytes, 8)
     return np.where(words > 0, w * (ZERO_OVERHEAD_CYCLES + cdiv(words, w)), 0)
+
+
+def planner_zero_cycles(target: Target, num_partials: Array) -> np.ndarray:
+    """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile: its
+    helper computes :func:`zero_cycles` and then returns ``numPartials x numWorkers``
+    instead (spec 3.5, "Quirk"). Kept, knowingly, so that the plans are PopLibs' plans:
+    it weighs large per-tile outputs (X x Z partials, GradW's partial buckets) against
+    more partitions of Y. The device charges the zeroing itself (:func:`zero_cycles`)."""
+    return np.asarray(num_partials, dtype=np.int64) * target.num_worker_contexts
 
 
 def reduce_cycles(

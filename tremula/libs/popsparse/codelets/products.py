@@ -91,6 +91,15 @@ class ProductVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
+        """Spec 3.6's estimate of the product, plus zeroing the partials in a first
+        compute (the distribution's vertex writes them, spec 4.7 "zeroInfo")."""
+        zeroing = (
+            0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
+        )
+        return cls.product_cycles(v) + zeroing
+
+    @classmethod
+    def product_cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
         ts = v.dtype("s").size
         _, _, z = template_sizes(v, "SHAPE")
         nb = v.lengths("meta_info") // np.maximum(v.state("words").astype(np.int64), 1)
