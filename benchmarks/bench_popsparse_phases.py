@@ -11,9 +11,9 @@ order and each step is charged the cycles by which it moves the end of the run s
 For element-wise cases whose pattern does not propagate, the line ``pattern`` gives the
 distribution vertex as spec 3.6 costs it on *this* pattern's buckets (each bucket's rows
 split over the workers as the partitioner splits them, the slowest worker, the slowest
-tile: :func:`estimators.ew_fwd_split_worker`), next to the static estimate the device
-charges (the plan's uniform rows, as an IPU Model's compile-time estimators do): what a
-pattern's imbalance would add on a real IPU.
+tile: :func:`estimators.ew_fwd_split_worker`, plus zeroing the partials), next to the
+static estimate the device charges (the plan's uniform rows, as an IPU Model's
+compile-time estimators do): what a pattern's imbalance would add on a real IPU.
 
 Run: ``python benchmarks/bench_popsparse_phases.py [--ns 4,64,1024]
 [--cases b1half,b1float,b16half,b16float]``.
@@ -82,10 +82,12 @@ def pattern_vertex(run: Any, block: int, n: int) -> tuple[int, int] | None:
     for b in np.unique(row_bucket):
         nnz = row_nnz[row_bucket == b]
         worst[b] = est.ew_fwd_split_worker(target, plan.type_factor, gz, plan.z_tile // gz, nnz)
-    pz = plan.partition.z
+    pz, py = plan.partition.z, plan.partition.y
     per_group = worst.reshape(-1, pz).sum(axis=1)
+    partials = np.repeat(plan.sizes("x"), py) * plan.z_tile * 4  # float partials
     w = target.num_worker_contexts
-    on_pattern = int(est.ew_supervisor(30, pz, pz)) + w * int(per_group.max())
+    zeroing = est.zero_cycles(target, partials)
+    on_pattern = int(est.ew_supervisor(30, pz, pz)) + int((w * per_group + zeroing).max())
     graph = layer.engine.get_graph_profile()
     names = graph["computeSets"]["names"]
     active = graph["computeSets"]["cycleEstimates"]["activeCyclesByTile"]
