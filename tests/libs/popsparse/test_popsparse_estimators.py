@@ -70,3 +70,15 @@ def test_split_worker_rectangle_by_hand():
     (row, grains) (0, 1), (0, 1), (1, 1), (1, 1), (0, 2), (1, 2); the slowest is row 1
     over 2 grains (Z = 8 fast path): 28 + 15 + 3 x 5 = 58."""
     assert est.ew_fwd_split_worker(MK2, 2, 4, 4, np.array([3, 5])) == 58
+
+
+def test_zeroing_on_the_device_is_one_64_bit_store_per_worker_cycle():
+    """18 x 4 float partials (288 bytes, 36 words): 6 x (20 + ceil(36 / 6)) = 156."""
+    assert int(est.zero_cycles(MK2, 288)) == 6 * (20 + 6)
+    assert int(est.zero_cycles(MK2, 0)) == 0
+
+
+def test_the_planner_charges_zeroing_as_poplibs_quirk():
+    """Spec 3.5 "Quirk": PopLibs' helper returns numPartials x numWorkers."""
+    assert int(est.planner_zero_cycles(MK2, 72)) == 72 * 6
+    assert est.planner_zero_cycles(MK2, np.array([0, 5])).tolist() == [0, 30]
