@@ -316,3 +316,28 @@ def test_block_products_compiled_and_in_numpy(
     run.run(h.bipolar(skewed, rng), rng, bipolar_data=True)
     run.run(h.random_coo(rng, 128, 256, block, 0.05), rng)
     assert ran and all(r == kernels_on for r in ran)
+
+
+def test_distribution_vertex_charges_the_product_and_zeroing(h, rng, sparse_layer):
+    """The distribution's vertex on a full-size tile costs spec 3.6's element-wise Fwd
+    estimate for the plan's expected rows and non-zeros plus zeroing its X x Z float
+    partials (spec 4.7 zeroInfo), computed here from the formulas."""
+    from tremula.libs.popsparse import cost
+    from tremula.libs.popsparse import estimators as est
+
+    params = h.layer(1, 0.1, 16, 512, 512)
+    run = sparse_layer(params, "half", {"metaInfoBucketOversizeProportion": 1.0}, passes=("fwd",))
+    run.run(h.random_coo(rng, 512, 512, 1, 0.05), rng)
+    px, py, pz = run.plan.partition.xyz
+    xg, yg, zt = -(-512 // px), -(-512 // py), run.plan.z_tile
+    rows = max(-(-int(cost.occupancy(xg, yg, 0.1)[0]) // pz), 1)
+    nz = -(-round(512 * 512 * 0.1) // (px * py * pz))
+    worker = est.ew_fwd_worker(2, zt, -(-rows // 6) if rows > 12 else 1, -(-nz // rows))
+    zeroing = est.zero_cycles(h.T24, xg * zt * 4)
+    expected = est.ew_supervisor(30, pz, pz) + 6 * pz * worker + zeroing
+    graph = run.engine.get_graph_profile()
+    names = graph["computeSets"]["names"]
+    active = graph["computeSets"]["cycleEstimates"]["activeCyclesByTile"]
+    cs = next(i for i, n in enumerate(names) if n.endswith("/distribution"))
+    assert rows > 12  # contiguous row ranges: the uniform split is exact
+    assert active[cs][0] == int(expected)  # tile 0: PN (0, 0, 0), a full-size partition
