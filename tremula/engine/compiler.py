@@ -294,14 +294,23 @@ class StepPlan:
         st = self.state
         ts = st.space(s.dtype).tile_of[src].astype(np.int64)
         td = st.space(d.dtype).tile_of[dst].astype(np.int64)
-        # an element moving from tile a to tile b, named by its destination address
+        # an element moving from tile a to tile b, named by its destination address and by
+        # its source address (a broadcast is sent once and received by every tile)
         moves = transfers_for(td, ts, dst, self.space_ids[d.dtype], d.dtype.size, to_other=False)
+        read = transfers_for(td, ts, src, self.space_ids[s.dtype], s.dtype.size, to_other=False)
         same = ts == td
         local = np.bincount(td[same], minlength=self.target.num_tiles) * d.dtype.size
         internal, external = split_by_ipu(self.target, moves)
         copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
         nodes: list[N.Node] = []
-        plan = plan_exchange(self.target, internal, "internal", local.astype(np.int64), self.layout)
+        plan = plan_exchange(
+            self.target,
+            internal,
+            "internal",
+            local.astype(np.int64),
+            self.layout,
+            split_by_ipu(self.target, read)[0],
+        )
         nodes.append(self.exchange_node(plan, name, copy))
         if len(external):
             nodes.append(

@@ -226,19 +226,31 @@ def plan_exchange(
     kind: str = "internal",
     local_bytes: np.ndarray | None = None,
     layout: TileLayout | None = None,
+    by_source: Transfers | None = None,
 ) -> ExchangePlan:
     """The exchange moving ``t``; ``local_bytes`` adds on-tile copying at memcpy speed;
-    ``layout`` places elements in tile memory (for counting exchange code regions)."""
+    ``layout`` places elements in tile memory (for counting exchange code regions).
+
+    Moves are named by the address each element is read from, unless ``by_source`` is
+    given: then ``t`` names them by the address written (a ``Copy``, which may write one
+    element to several addresses) and ``by_source`` holds the same moves named by the
+    address read. A source tile sends each element it holds once however many tiles
+    receive it, and the two tiles of a super-tile share the receive of an element both
+    take; each tile receives every address written on it."""
     n = target.num_tiles
     zero = np.zeros(n, dtype=np.int64)
     if len(t):
+        read = t if by_source is None else by_source
         spaces = int(t.space.max()) + 1
-        sent_u, recv_u = _union(t.src, t, spaces), _union(t.dst, t, spaces)
-        sent, recv = sent_u.bytes_by_tile(n), recv_u.bytes_by_tile(n)
+        read_spaces = int(read.space.max()) + 1
+        sent = _union(read.src, read, read_spaces).bytes_by_tile(n)
+        recv_u = _union(t.dst, t, spaces)
+        recv = recv_u.bytes_by_tile(n)
         regions = _regions(t, layout, n)
         effective = recv
         if kind == "internal" and target.supports_super_tile_send_receive:
-            effective = recv - _super_tile_shared(target, recv_u, spaces) // 2
+            shared_u = recv_u if by_source is None else _union(read.dst, read, read_spaces)
+            effective = recv - _super_tile_shared(target, shared_u, read_spaces) // 2
     else:
         sent = recv = regions = effective = zero
     busy = np.maximum(sent, effective)

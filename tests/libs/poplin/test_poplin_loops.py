@@ -105,3 +105,30 @@ def test_n_loop_costs_the_broadcast_once_and_the_b_columns_per_step():
         + est.amp_cycles(t, 4, 4, 1, plan.block_m, plan.step_k, plan.step_n)
     )
     assert plan.compute_cycles == steps
+
+
+def test_n_loop_broadcast_is_shared_by_super_tile_pairs(session):
+    """Eight N blocks reading one A block, each holding an eighth of it: the copy before the
+    loop sends each eighth once; a tile receives the seven eighths it lacks, the two tiles
+    of a super-tile (share "a": consecutive N blocks) share the six eighths both lack, so it
+    is busy for 7/8 - 3/8 = half the block (spec 4.1), plus copying its own eighth. The
+    simulated run costs what the planner estimates."""
+    opts = _opts(0.02, "TRAINING_FWD")
+    s = session(tiles=64)
+    t = s.graph.target
+    m, k, n = 64, 256, 1024
+    plan = poplin.matmul_plan(t, poplar.FLOAT, (m, k), (k, n), options=opts)
+    assert (plan.loop, plan.share, plan.blocks_n, plan.blocks_m) == ("n", "a", 8, 1)
+    a_block = plan.block_m * plan.step_k * 4
+    assert a_block % 16 == 0
+    own = a_block // 8
+    copy = est.exchange_cycles(t, a_block // 2) + -(-own // t.memcpy_bytes_per_cycle)
+    assert plan.exchange_cycles == copy  # each tile holds its B columns: no step exchange
+    a = poplin.create_matmul_input_lhs(s.graph, poplar.FLOAT, (m, k), (k, n), "a", opts)
+    b = poplin.create_matmul_input_rhs(s.graph, poplar.FLOAT, (m, k), (k, n), "b", opts)
+    c = poplin.matmul(s.graph, a, b, s.prog, options=opts)
+    rng = np.random.default_rng(5)
+    A, B = (rng.standard_normal(x).astype(np.float32) for x in ((m, k), (k, n)))
+    got = s.run({"a": (a, A), "b": (b, B)}, {"c": c})["c"]
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=0, atol=1e-4)
+    assert s.cycles == plan.cycles

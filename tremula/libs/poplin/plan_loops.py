@@ -101,18 +101,24 @@ def _cost(
     a_blk, b_blk = bg * bm * bkt, bg * bkt * sn
     a_big, a_small = P._pieces(a_blk, nn)
     b_big, b_small = P._pieces(b_blk, nm)
-    # before the loop: the A block to each of the nn tiles reading it (a Copy: the engine
-    # names its moves by destination, so a super-tile pair gets no shared receive), the
-    # own piece copied on the tile
-    a_recv = np.maximum(a_big * s, (a_blk - a_small) * s)
+    # before the loop: the A block to each of the nn tiles reading it (a Copy: each piece
+    # sent once and received by the other tiles, a super-tile pair reading the same block
+    # sharing the receive), the own piece copied on the tile
+    a_alone, a_paired = _busy(target, (a_blk - a_small) * s, a_big * s, a_big * s, nn)
     copy = -(-a_big * s // target.memcpy_bytes_per_cycle)
-    before = np.where(nn > 1, est.exchange_cycles(target, a_recv) + copy, 0)
+    before = [
+        np.where(nn > 1, est.exchange_cycles(target, b) + copy, 0) for b in (a_alone, a_paired)
+    ]
     b_recv, b_sent = np.where(nm > 1, b_blk - b_small, 0) * s, np.where(nm > 1, b_big, 0) * s
     b_alone, b_paired = _busy(target, b_recv, b_sent, b_big * s, nm)
-    # share "" or "b" (pairs reading the same B columns every step)
-    each = np.stack([est.exchange_cycles(target, b) for b in (b_alone, b_paired)])
-    share = np.where(each[1] < each[0], P.SHARES.index("b"), P.SHARES.index(""))
-    exchange = before + steps * each.min(axis=0)
+    each = [est.exchange_cycles(target, b) for b in (b_alone, b_paired)]
+    # share "": both alone; "a": pairs reading the same A block share its broadcast; "b":
+    # pairs reading the same B columns share them every step (P.SHARES order)
+    options = np.stack([
+        before[0] + steps * each[0], before[1] + steps * each[0], before[0] + steps * each[1]
+    ])  # fmt: skip
+    share = np.argmin(options, axis=0)
+    exchange = options.min(axis=0)
     compute = P._step_compute(params, target, method, (bg, bm, sn, bkt))
     reduce, split = P._reduce(params, target, (bg, bm, sn), nk)
     temp = _temp(params, cols, steps)
