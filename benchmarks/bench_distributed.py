@@ -179,10 +179,15 @@ def _seconds(cmd: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def _best(cmd: list[str], repeat: int) -> tuple[float, float]:
-    """The best wall time and the best CPU time of ``repeat`` runs."""
-    runs = [_seconds(cmd) for _ in range(repeat)]
-    return min(w for w, _ in runs), min(c for _, c in runs)
+def _interleaved(cmds: list[list[str]], repeat: int) -> list[list[tuple[float, float]]]:
+    """``repeat`` rounds, each running every command once in turn (a slow spell of the
+    shared machine then hits all of them alike): ``runs[i][r]`` is command ``i``'s
+    (wall, CPU) seconds in round ``r``."""
+    runs: list[list[tuple[float, float]]] = [[] for _ in cmds]
+    for _ in range(repeat):
+        for i, cmd in enumerate(cmds):
+            runs[i].append(_seconds(cmd))
+    return runs
 
 
 def start_up(repeat: int, folder: Path) -> None:
@@ -195,14 +200,26 @@ def start_up(repeat: int, folder: Path) -> None:
     # the job runs the references' interpreter (a PATH shim such as pyenv's would add its
     # own start to every instance)
     poprun = [sys.executable, "-m", "tremula.cli", "poprun", "--num-instances", "4"]
-    job, job_cpu = _best([*poprun, sys.executable, str(prog)], repeat)
-    bare, bare_cpu = _best([*mpirun, sys.executable, "-c", "pass"], repeat)
-    one, one_cpu = _best([sys.executable, str(prog)], repeat)
+    runs = _interleaved(
+        [
+            [*poprun, sys.executable, str(prog)],
+            [*mpirun, sys.executable, "-c", "pass"],
+            [sys.executable, str(prog)],
+        ],
+        repeat,
+    )
+    (job, bare, one), (job_cpu, bare_cpu, one_cpu) = (
+        [min(w for w, _ in r) for r in runs],
+        [min(c for _, c in r) for r in runs],
+    )
+    per_round = sorted(j[0] / (b[0] + o[0]) for j, b, o in zip(*runs))
     print(
         f"start-up of 4 instances: tremula poprun {job:.2f} s; mpirun -n 4 python -c pass "
-        f"{bare:.2f} s + one Tremula start {one:.2f} s = {bare + one:.2f} s; ratio "
-        f"{job / (bare + one):.2f}x; CPU time (all processes, best run): job {job_cpu:.2f} s, "
-        f"references {bare_cpu:.2f} s + {one_cpu:.2f} s (on {os.cpu_count()} cores)"
+        f"{bare:.2f} s + one Tremula start {one:.2f} s = {bare + one:.2f} s; ratio of the "
+        f"bests {job / (bare + one):.2f}x, median of {repeat} interleaved rounds "
+        f"{per_round[len(per_round) // 2]:.2f}x; CPU time (all processes, best run): job "
+        f"{job_cpu:.2f} s, references {bare_cpu:.2f} s + {one_cpu:.2f} s "
+        f"(on {os.cpu_count()} cores)"
     )
 
 
