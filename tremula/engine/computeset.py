@@ -15,7 +15,8 @@ import numpy as np
 from tremula.engine.exchange import LOOKUP_TABLE_MAX, Transfers
 from tremula.engine.plan import Gather
 from tremula.errors import CodeletError, VerifyError
-from tremula.poplar.codelet import Batch, Codelet, VertexInfo, VertexType
+from tremula.poplar.batch import Batch, VertexInfo
+from tremula.poplar.codelet import Codelet, VertexType
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
 from tremula.poplar.tensor import affine_layout

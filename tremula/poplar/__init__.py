@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tremula.engine import Engine  # the documented upward facade
+    from tremula.poplar.batch import Batch, VertexInfo
     from tremula.poplar.codelet import (
-        Batch,
         Codelet,
         Field,
         InOut,
         Input,
         Output,
         State,
-        VertexInfo,
         VertexType,
     )
     from tremula.poplar.device import Device, IPUModel
