@@ -87,7 +87,7 @@ def test_uneven_concatenation_falls_back_to_a_gather():
 
 
 def test_numeric_affine_checks_every_address():
-    from tremula.engine.computeset import numeric_affine
+    from tremula.engine.fieldlayout import numeric_affine
 
     a = (100 + np.arange(4)[:, None] * 10 + np.arange(3)[None, :] * 2).astype(np.int64)
     assert numeric_affine(a) == (100, (10, 2))
@@ -104,7 +104,7 @@ def test_numeric_affine_checks_every_address():
 def test_grid_layout_finds_permuted_blocks_of_an_affine_grid():
     """Blocks of equal layout whose first addresses form a grid in another order (pieces
     of a reduction listed tile by tile) give the grid's shape and strides and the order."""
-    from tremula.engine.computeset import _grid_layout
+    from tremula.engine.fieldlayout import grid_layout
 
     # a [3][4 pieces][5][2] block grid of a 12 x 10 matrix: block (c, j) = rows 4c..4c+3,
     # columns 2j, 2j+1; listed in a shuffled order
@@ -112,16 +112,16 @@ def test_grid_layout_finds_permuted_blocks_of_an_affine_grid():
     blocks = base.reshape(3, 4, 5, 2).transpose(0, 2, 1, 3)  # [c, j, piece, element]
     order = np.random.default_rng(0).permutation(15)
     listed = blocks.reshape(15, 4, 2)[order]
-    first, shape, strides, got, rank = _grid_layout(listed.reshape(-1), (4, 2))
+    first, shape, strides, got, rank = grid_layout(listed.reshape(-1), (4, 2))
     assert (first, shape, strides, rank) == (0, (3, 5, 4, 2), (40, 2, 10, 1), 2)
     np.testing.assert_array_equal(got, order)
     view = np.lib.stride_tricks.as_strided(base.reshape(-1), shape, [s * 8 for s in strides])
     np.testing.assert_array_equal(view.reshape(15, 4, 2)[got], listed)
-    assert _grid_layout(np.r_[listed.reshape(-1)[:-1], 7], (4, 2)) is None  # not one layout
-    assert _grid_layout(np.r_[listed.reshape(-1)[8:], listed.reshape(-1)[:8]], (4, 2)) is not None
-    assert _grid_layout(np.tile(listed[:1].reshape(-1), 2), (4, 2)) is None  # a block twice
+    assert grid_layout(np.r_[listed.reshape(-1)[:-1], 7], (4, 2)) is None  # not one layout
+    assert grid_layout(np.r_[listed.reshape(-1)[8:], listed.reshape(-1)[:8]], (4, 2)) is not None
+    assert grid_layout(np.tile(listed[:1].reshape(-1), 2), (4, 2)) is None  # a block twice
     # pieces alternating between two planes: the piece axis comes split in two
     planes = np.arange(2 * 8 * 6).reshape(2, 8, 6)  # [plane][row][column]
     pieces = planes[:, :, :].transpose(2, 1, 0).reshape(6, 16)  # column c: (row, plane)
-    found = _grid_layout(pieces.reshape(-1), (16, 1))
+    found = grid_layout(pieces.reshape(-1), (16, 1))
     assert found is not None and found[1] == (6, 8, 2, 1) and found[2][:3] == (1, 6, 48)

@@ -20,8 +20,9 @@ from tremula import profile as profile_format
 from tremula import progress as progress_bars
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
+from tremula.engine.fits import check_fits
 from tremula.engine.liveness import Linearizer, intervals
-from tremula.engine.memory import MemoryModel, check_fits
+from tremula.engine.memory import MemoryModel
 from tremula.engine.options import parse_options
 from tremula.engine.plan import Gather
 from tremula.engine.profiles import Profiles

@@ -16,11 +16,10 @@ import numpy as np
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Intervals, Walk
-from tremula.errors import OutOfMemoryError
+from tremula.engine.vartable import var_tile_counts, variable_table
 from tremula.profile.schema import (
     MEMORY_CATEGORIES,
     OVERLAP_KINDS,
-    VARIABLE_TABLE_KEYS,
     VERTEX_MEMORY_KEYS,
     VERTEX_MEMORY_PARTS,
 )
@@ -94,60 +93,6 @@ class MemoryReport:
     variables: dict[str, list] = field(default_factory=dict)  # the profile's ``variables``
 
 
-def _var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(variable, tile, element count) for every variable's part on every tile, computed on
-    runs of equal tile inside each variable."""
-    tiles = space.tiles()
-    starts = np.asarray(space.var_starts, dtype=np.int64)
-    inner = starts[(starts > 0) & (starts < tiles.size)]  # empty variables start at the end
-    cuts = np.union1d(np.flatnonzero(np.diff(tiles)) + 1, inner)
-    run_start = np.r_[0, cuts].astype(np.int64)
-    run_len = np.diff(np.r_[run_start, tiles.size])
-    owner = np.asarray(space.var_ids, dtype=np.int64)[
-        np.searchsorted(starts, run_start, side="right") - 1
-    ]
-    key = owner * T + tiles[run_start].astype(np.int64)
-    uniq, inv = np.unique(key, return_inverse=True)
-    counts = np.bincount(inv, weights=run_len).astype(np.int64)
-    return uniq // T, uniq % T, counts
-
-
-def variable_table(
-    state, iv: Intervals, T: int, tile_counts: dict | None = None
-) -> dict[str, list]:
-    """Every variable's name, bytes, liveness and placement: the profile's ``variables``
-    (FORMAT.md, Tremula extensions). ``tileRuns[v]`` lists ``first tile, tile count, bytes
-    per tile`` for each run of consecutive tiles holding equal bytes of variable ``v``.
-    ``tile_counts``: :func:`_var_tile_counts` of each space, when already computed."""
-    nv = len(state.variables)
-    runs: list[list[int]] = [[] for _ in range(nv)]
-    total = np.zeros(nv, np.int64)
-    for dtype, space in state.spaces.items():
-        if space.size == 0:
-            continue
-        found = (tile_counts or {}).get(dtype)
-        var, tile, counts = found or _var_tile_counts(space, T)  # by variable, then tile
-        amount = counts * dtype.size
-        np.add.at(total, var, amount)
-        cut = (var[1:] != var[:-1]) | (tile[1:] != tile[:-1] + 1) | (amount[1:] != amount[:-1])
-        starts = np.flatnonzero(np.r_[True, cut])
-        lengths = np.diff(np.r_[starts, var.size])
-        for v, t, n, b in zip(
-            var[starts].tolist(), tile[starts].tolist(), lengths.tolist(), amount[starts].tolist()
-        ):
-            runs[v] += [t, n, b]
-    always = iv.always_live
-    columns = (
-        [v.name for v in state.variables],
-        total.tolist(),
-        always.astype(np.int64).tolist(),
-        np.where(always, -1, iv.start).tolist(),
-        np.where(always, -1, iv.end).tolist(),
-        runs,
-    )
-    return dict(zip(VARIABLE_TABLE_KEYS, columns, strict=True))
-
-
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Overlapping ``[start, end]`` step spans merged into disjoint ones."""
     out: list[tuple[int, int]] = []
@@ -188,7 +133,7 @@ class MemoryModel:
         for dtype, space in st.spaces.items():
             if space.size == 0:
                 continue
-            var, tile, counts = self.tile_counts[dtype] = _var_tile_counts(space, T)
+            var, tile, counts = self.tile_counts[dtype] = var_tile_counts(space, T)
             raw = counts * dtype.size
             aligned = _align(raw, a)
             const = np.array([st.variables[v].is_constant for v in var], dtype=bool)
@@ -226,6 +171,9 @@ class MemoryModel:
 
     # ---- code and state ----
     def code(self) -> None:
+        """Code per tile: the vertex code of each codelet type present, control code per
+        program, exchange code and host-exchange headers; functions with a function buffer
+        count from their loads (:meth:`_function_code`)."""
         sp, T, tg = self.step_plan, self.T, self.target
         buffered = set(self.state.function_buffers)
         in_buffered = self._nodes_in_buffered(buffered)
@@ -252,6 +200,12 @@ class MemoryModel:
             active = (hx.bytes_sent + hx.bytes_received) > 0
             self.add_always("hostExchangeCode", active * tg.host_exchange_code_bytes_per_region)
             self.add_always("hostExchangePacketHeader", active * 8)
+        self._function_code(buffered)
+
+    def vertex_state(self) -> None:
+        """Vertex instance state, vector-list descriptors and field data of every vertex,
+        and the worker and supervisor stacks of every tile that runs a vertex."""
+        sp, T, tg = self.step_plan, self.T, self.target
         used = np.zeros(T, bool)
         for ccs in sp.compute_sets:
             for g in ccs.groups:
@@ -268,7 +222,6 @@ class MemoryModel:
                 )
         stack = tg.num_worker_contexts * tg.stack_bytes_per_worker + tg.supervisor_stack_bytes
         self.add_always("stack", used * stack)
-        self._function_code(buffered)
 
     def _nodes_in_buffered(self, buffered: set[int]) -> set[int]:
         out: set[int] = set()
@@ -343,6 +296,7 @@ class MemoryModel:
         self.variables()
         self.messages()
         self.code()
+        self.vertex_state()
         T = self.T
         tile, start, end, raw, aligned, cat = self.nal.arrays()
         peak, at = self.sweep(tile, start, end, raw)
@@ -461,53 +415,3 @@ class MemoryModel:
             for k in keys:
                 by_type[k].append(tr[k])
         return by_cs, by_type, names, sizes
-
-
-def _variables_on(report: MemoryReport, tile: int, top: int = 3) -> str:
-    """The largest variables with elements on ``tile``, with their bytes there (read from
-    the variable table's tile runs)."""
-    table = report.variables
-    here: list[tuple[int, int, str]] = []
-    for name, runs in zip(table.get("names", []), table.get("tileRuns", [])):
-        for first, count, nbytes in zip(runs[::3], runs[1::3], runs[2::3]):
-            if first <= tile < first + count:
-                here.append((-nbytes, len(here), name))
-                break
-    return ", ".join(f"{name!r} {-neg:,} B" for neg, _, name in sorted(here)[:top])
-
-
-def check_fits(report: MemoryReport, target, top: int = 5) -> None:
-    """Raise :class:`OutOfMemoryError` naming the worst tiles, the categories that fill
-    them and the largest variables on them."""
-    need = report.by_tile["totalIncludingGaps"]
-    over = np.flatnonzero(need > target.memory_bytes_per_tile)
-    if not over.size:
-        return
-    worst = over[np.argsort(-need[over], kind="stable")][:top]
-    lines = []
-    for t in worst.tolist():
-        cats = sorted(
-            (
-                (
-                    sum(
-                        int(report.by_category[c][r][k][t]) for r in REGIONS for k in OVERLAP_KINDS
-                    ),
-                    c,
-                )
-                for c in CATEGORIES
-            ),
-            reverse=True,
-        )
-        top_cats = ", ".join(f"{c} {b:,} B" for b, c in cats[:3] if b)
-        on_tile = _variables_on(report, t)
-        lines.append(
-            f"tile {t}: {int(need[t]):,} B needed (including gaps) of "
-            f"{target.memory_bytes_per_tile:,} B; largest: {top_cats}"
-            + (f"; variables: {on_tile}" if on_tile else "")
-        )
-    raise OutOfMemoryError(
-        f"out of memory: {over.size} tile(s) exceed {target.memory_bytes_per_tile:,} bytes:\n  "
-        + "\n  ".join(lines)
-        + "\nSpread the tensors over more tiles, or set the engine option "
-        "debug.allowOutOfMemory=true to get the profile anyway."
-    )

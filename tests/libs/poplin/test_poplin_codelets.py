@@ -99,7 +99,7 @@ def test_block_products_of_a_grid_run_zero_copy(session, spy, grid):
 def test_gathered_fields_and_accumulation_give_the_same_numbers(session, spy, monkeypatch):
     # concatenated blocks whose addresses still step evenly would be found to be views:
     # turn that check off to exercise the gathered path
-    monkeypatch.setattr("tremula.engine.computeset.numeric_affine", lambda *a, **k: None)
+    monkeypatch.setattr("tremula.engine.group.numeric_affine", lambda *a, **k: None)
     got, want = _grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), _concatenated, 2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not spy  # copies of the blocks: stacked products, no whole-matrix product
