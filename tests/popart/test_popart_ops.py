@@ -95,6 +95,18 @@ CASES: dict[str, tuple[list[np.ndarray], Callable[..., str], int]] = {
     "gru_linear_before_reset": ([F(3, 2, 3), F(1, 12, 3), F(1, 12, 4), F(1, 24)],
                                 lambda b, x: b.aiOnnx.gru(x, 2, hidden_size=4,
                                                           linear_before_reset=1)[1], 10),
+    "trigonometric": ([F(2, 5, lo=-0.9, hi=0.9)], lambda b, x: b.aiOnnx.sum(
+        [b.aiOnnx.tan(x), b.aiOnnx.asin(x), b.aiOnnx.acos(x), b.aiOnnx.atan(x)]), 10),
+    "atan_large": ([F(7, lo=-300, hi=300)], lambda b, x: b.aiOnnx.atan(x), 10),
+    "hyperbolic": ([F(2, 5, lo=-0.9, hi=0.9)], lambda b, x: b.aiOnnx.sum(
+        [b.aiOnnx.sinh(x), b.aiOnnx.cosh(x), b.aiOnnx.asinh(x), b.aiOnnx.atanh(x),
+         b.aiOnnx.acosh([b.aiOnnx.add([b.aiOnnx.abs(x), _c(b, np.float32(1.5))])])]), 10),
+    "asinh_negative": ([F(6, lo=-500, hi=-1)], lambda b, x: b.aiOnnx.asinh(x), 10),
+    "erf": ([np.array([0.0, 1e-4, -3e-3, 0.3, -0.7, 1.5, -2.5, 4.0], np.float32)],
+            lambda b, x: b.aiOnnx.erf(x), 10),
+    "xor": ([F(2, 3), F(2, 3)], lambda b, x: b.aiOnnx.cast([b.aiOnnx.logical_xor(
+        [b.aiOnnx.greater([x[0], _c(b, np.float32(0))]),
+         b.aiOnnx.less([x[1], _c(b, np.float32(0))])])], "FLOAT"), 10),
 }  # fmt: skip
 
 
@@ -133,3 +145,13 @@ def test_graphcore_losses(reduction: Any, reduce: Callable[..., Any]) -> None:
     np.testing.assert_allclose(out[l1], 0.25 * reduce(np.abs(x)), rtol=1e-5)
     np.testing.assert_allclose(out[nll], reduce(-np.log(probs[np.arange(4), labels])), rtol=1e-5)
     np.testing.assert_allclose(out[ident], reduce(x), rtol=1e-5)
+
+
+def test_graphcore_atan2() -> None:
+    y, x = F(3, 4, lo=-2, hi=2), F(3, 4, lo=-2, hi=2)
+    b = popart.Builder()
+    yi = b.addInputTensor(popart.TensorInfo(y), "y")
+    xi = b.addInputTensor(popart.TensorInfo(x), "x")
+    out = b.aiGraphcore.atan2([yi, xi])
+    got = infer(b.getModelProto(), {yi: y, xi: x}, [out])[out]
+    np.testing.assert_allclose(got, np.arctan2(y, x), rtol=1e-5, atol=1e-6)

@@ -260,6 +260,10 @@ CASES: dict[str, Case] = {
         [u(2, 5, 3)], build=lambda x: ops.interpolate(x, output_size=(2, 3, 7), mode="nearest")
     ),
     "ScaledAdd/tensor-a": Case([u(2, 3), u(2, 3), u(1)], {"a": None, "b": -2.0, "inplace": False}),
+    "Tan": Case([u(2, 3, lo=-1.2, hi=1.2)]),
+    "Asin": Case([u(2, 3, lo=-0.9, hi=0.9)]),
+    "Erf": Case([_X_ZERO]),
+    "Atan2": Case([u(2, 3), away(3)]),
 }
 
 #: in-place forms whose rule reads the value the op overwrites: autodiff refuses them

@@ -86,6 +86,39 @@ def _softplus(x: Any) -> Any:  # log(1 + exp(x)) computed as relu(x) + log(1 + e
     return ops.add(ops.relu(x), ops.log(ops.add(ops.exp(ops.negate(ops.abs(x))), 1.0)))
 
 
+def _atan(x: Any) -> Any:
+    return ops.atan2(x, 1.0)
+
+
+def _acos(x: Any) -> Any:  # atan2(sqrt(1 - x^2), x): accurate near +-1, unlike pi/2 - asin
+    return ops.atan2(ops.sqrt(ops.mul(ops.sub(1.0, x), ops.add(x, 1.0))), x)
+
+
+def _sinh(x: Any) -> Any:
+    return ops.mul(ops.sub(ops.exp(x), ops.exp(ops.negate(x))), 0.5)
+
+
+def _cosh(x: Any) -> Any:
+    return ops.mul(ops.add(ops.exp(x), ops.exp(ops.negate(x))), 0.5)
+
+
+def _asinh(x: Any) -> Any:  # sign(x) log(|x| + sqrt(x^2 + 1)): no cancellation for x < 0
+    a = ops.abs(x)
+    return ops.mul(ops.sign(x), ops.log(ops.add(a, ops.sqrt(ops.add(ops.mul(a, a), 1.0)))))
+
+
+def _acosh(x: Any) -> Any:
+    return ops.log(ops.add(x, ops.sqrt(ops.sub(ops.mul(x, x), 1.0))))
+
+
+def _atanh(x: Any) -> Any:
+    return ops.mul(ops.log(ops.div(ops.add(x, 1.0), ops.sub(1.0, x))), 0.5)
+
+
+def _xor(a: Any, b: Any) -> Any:
+    return ops.logical_and(ops.logical_or(a, b), ops.logical_not(ops.logical_and(a, b)))
+
+
 ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     **{
         name: _fold_or(dev, host)
@@ -100,6 +133,16 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Tanh": (ops.tanh, None),
             "Sin": (ops.sin, np.sin),
             "Cos": (ops.cos, np.cos),
+            "Tan": (ops.tan, np.tan),
+            "Asin": (ops.asin, np.arcsin),
+            "Acos": (_acos, np.arccos),
+            "Atan": (_atan, np.arctan),
+            "Sinh": (_sinh, np.sinh),
+            "Cosh": (_cosh, np.cosh),
+            "Asinh": (_asinh, np.arcsinh),
+            "Acosh": (_acosh, np.arccosh),
+            "Atanh": (_atanh, np.arctanh),
+            "Erf": (ops.erf, None),
             "Floor": (ops.floor, np.floor),
             "Ceil": (ops.ceil, np.ceil),
             "Sign": (ops.sign, np.sign),
@@ -120,6 +163,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Less": (ops.less, np.less),
             "And": (ops.logical_and, np.logical_and),
             "Or": (ops.logical_or, np.logical_or),
+            "Xor": (_xor, np.logical_xor),
             "Mod": (ops.fmod, np.fmod),
             "PRelu": (
                 lambda x, slope: ops.sub(ops.relu(x), ops.mul(ops.relu(ops.negate(x)), slope)),

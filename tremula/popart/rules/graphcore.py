@@ -98,6 +98,7 @@ GRAPHCORE: dict[str, Callable[[Any], list]] = {
     "Scale": lambda node: [ops.mul(node.tensor(0), float(node.attr("scale")))],
     "Subsample": lambda node: [ops.subsample(node.tensor(0), node.attr("strides"))],
     "Fmod": lambda node: [ops.fmod(node.tensor(0), node.tensor(1))],
+    "Atan2": lambda node: [ops.atan2(node.tensor(0), node.tensor(1))],
     "PrintTensor": _print,
     "GroupNormalization": lambda node: [
         ops.group_norm(

@@ -178,18 +178,24 @@ def _instance_norm(node: Any) -> list[Any]:
 
 
 def _layer_norm(node: Any) -> list[Any]:
+    """ONNX LayerNormalization: over the axes from ``axis`` to the last, with ``Scale`` and
+    ``B`` of those axes' shape. PopXL's ``layer_norm`` normalises a ``[N, C]`` tensor per
+    row, so ``x`` is seen as ``[prod(shape[:axis]), prod(shape[axis:])]`` and reshaped back."""
     x = node.tensor(0)
-    if _axis(int(node.attr("axis", -1)), len(x.shape)) != len(x.shape) - 1:
-        raise node.error("LayerNormalization over more than the last axis is not supported")
+    shape = tuple(x.shape)
+    axis = _axis(int(node.attr("axis", -1)), len(shape))
+    rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
     eps = float(node.attr("epsilon", 1e-5))
+    scale = ops.reshape(node.tensor(1), (cols,))
     bias = (
-        node.tensor(2)
+        ops.reshape(node.tensor(2), (cols,))
         if node.has(2)
-        else node.cx.constant(
-            f"{node.proto.output[0]}/bias", np.zeros(x.shape[-1], x.dtype.as_numpy())
-        )
+        else node.cx.constant(f"{node.proto.output[0]}/bias", np.zeros(cols, x.dtype.as_numpy()))
     )
-    return [ops.layer_norm(x, node.tensor(1), bias, eps)]
+    y = ops.layer_norm(ops.reshape(x, (rows, cols)), scale, bias, eps)
+    if node.n_outputs > 1 and any(node.proto.output[1:]):
+        raise node.error("LayerNormalization's Mean and InvStdDev outputs are not supported")
+    return [ops.reshape(y, shape)]
 
 
 def _dropout(node: Any) -> list[Any]:

@@ -190,6 +190,21 @@ def logical_or(lhs: Tensor, rhs: TensorLike) -> Tensor:
     return apply("Or", lhs, rhs)
 
 
+def atan2(lhs: Tensor, rhs: TensorLike) -> Tensor:
+    """The angle of the point ``(rhs, lhs)`` element-wise, as ``numpy.arctan2(lhs, rhs)``
+    (a Tremula extension: popops' ``ATAN2``, which PopART's ``Atan2`` and ``Atan`` use).
+
+    Args:
+        lhs: A float tensor, the y coordinates.
+        rhs: A tensor, or a host value (made a constant of ``lhs``'s dtype): the x
+            coordinates.
+
+    Returns:
+        The angles in ``[-pi, pi]``, of the broadcast shape.
+    """
+    return apply("Atan2", lhs, rhs)
+
+
 def maximum2(lhs: Tensor, rhs: TensorLike) -> Tensor:
     """The larger of two tensors element-wise (a Tremula extension; PopXL's
     ``ops.maximum(*ts)`` takes any number of tensors).
@@ -230,6 +245,7 @@ def minimum2_(lhs: Tensor, rhs: TensorLike) -> Tensor:
 __all__ = [
     "add",
     "add_",
+    "atan2",
     "div",
     "div_",
     "equal",

@@ -82,6 +82,12 @@ def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.fmod(a, b)
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf  # the reference only: tests have SciPy
+
+    return erf(x)
+
+
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if np.issubdtype(np.asarray(a).dtype, np.integer):
         return np.trunc(a / b).astype(np.asarray(a).dtype)  # C semantics
@@ -95,6 +101,7 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("div", "Div", 2, _div),
     Elementwise("pow", "Pow", 2, np.power),
     Elementwise("fmod", "Fmod", 2, _fmod),
+    Elementwise("atan2", "Atan2", 2, np.arctan2, inplace=False),
     Elementwise("maximum2", "Max", 2, np.maximum),  # ops.maximum(*ts) builds Max ops too
     Elementwise("minimum2", "Min", 2, np.minimum),
     Elementwise("equal", "Equal", 2, np.equal, boolean=True, inplace=False),
@@ -111,6 +118,9 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("log2", "Log2", 1, np.log2),
     Elementwise("sin", "Sin", 1, np.sin),
     Elementwise("cos", "Cos", 1, np.cos),
+    Elementwise("tan", "Tan", 1, np.tan, inplace=False),
+    Elementwise("asin", "Asin", 1, np.arcsin, inplace=False),
+    Elementwise("erf", "Erf", 1, _erf, inplace=False),
     Elementwise("tanh", "Tanh", 1, np.tanh),
     Elementwise("sigmoid", "Sigmoid", 1, lambda x: 1 / (1 + np.exp(-x))),
     Elementwise("relu", "Relu", 1, lambda x: np.maximum(x, 0)),

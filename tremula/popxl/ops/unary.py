@@ -246,6 +246,43 @@ def geluerf_(t: Tensor) -> Tensor:
     return apply("GeluErfInplace", t)
 
 
+def erf(t: Tensor) -> Tensor:
+    """Computes the error function element-wise (a Tremula extension: popops' ``ERF``,
+    which PopART's ``Erf`` uses).
+
+    Args:
+        t: A float tensor.
+
+    Returns:
+        ``erf(t) = 2 / sqrt(pi) * integral from 0 to t of exp(-s**2) ds``.
+    """
+    return apply("Erf", t)
+
+
+def tan(t: Tensor) -> Tensor:
+    """Computes the tangent element-wise (a Tremula extension: popops' ``TAN``).
+
+    Args:
+        t: A float tensor, in radians.
+
+    Returns:
+        ``tan(t)``.
+    """
+    return apply("Tan", t)
+
+
+def asin(t: Tensor) -> Tensor:
+    """Computes the arcsine element-wise (a Tremula extension: popops' ``ASIN``).
+
+    Args:
+        t: A float tensor, in ``[-1, 1]`` (NaN outside).
+
+    Returns:
+        ``arcsin(t)``, in ``[-pi/2, pi/2]``.
+    """
+    return apply("Asin", t)
+
+
 def swish(t: Tensor) -> Tensor:
     """Computes the swish activation element-wise.
 
@@ -353,10 +390,12 @@ def isfinite(t: Tensor) -> Tensor:
 __all__ = [
     "abs",
     "abs_",
+    "asin",
     "ceil",
     "ceil_",
     "cos",
     "cos_",
+    "erf",
     "exp",
     "exp_",
     "floor",
@@ -387,6 +426,7 @@ __all__ = [
     "sqrt_",
     "swish",
     "swish_",
+    "tan",
     "tanh",
     "tanh_",
 ]

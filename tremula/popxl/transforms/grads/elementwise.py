@@ -77,6 +77,15 @@ def _fmod(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
     return pick(need, lambda: sum_to(g[0], a.shape), grad_b)
 
 
+@grad("Atan2")
+def _atan2(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
+    y, x = op.inputs
+    yv, xv = c.fwd(y), c.fwd(x)
+    scaled = g[0] / (xv * xv + yv * yv)
+    return pick(need, lambda: sum_to(scaled * xv, y.shape), lambda: sum_to(-(scaled * yv), x.shape))
+
+
 def _select(a_wins: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
     """Max / Min of two: the gradient goes to the operand selected (ties: the first)."""
 
@@ -126,6 +135,9 @@ UNARY: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
     "Log2": ("x", lambda x: (1 / math.log(2)) / x),
     "Sin": ("x", ops.cos),
     "Cos": ("x", lambda x: -ops.sin(x)),
+    "Tan": ("y", lambda y: 1.0 + y * y),
+    "Asin": ("x", lambda x: 1.0 / ops.sqrt(1.0 - x * x)),
+    "Erf": ("x", lambda x: ops.exp(x * x * -1.0) * (2 / math.sqrt(math.pi))),
     "Tanh": ("y", lambda y: 1.0 - y * y),
     "Sigmoid": ("y", lambda y: y * (1.0 - y)),
     "Relu": ("y", lambda y: as_float(ops.greater(y, 0.0), y)),
