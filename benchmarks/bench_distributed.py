@@ -20,6 +20,7 @@ It launches its own jobs through ``tremula poprun`` (the ``distributed`` extra).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +76,20 @@ if me == 0:
     print("RESULT " + json.dumps(out), flush=True)
 """
 
-START = "import popdist, popxl; popdist.init(); print('up', flush=True)\n"
+# the start-up program; it prints its CPU time (ms) when it starts (Python, the site's .pth
+# files, the runner), after NumPy, after PopXL and PopDist, and after MPI's initialisation
+START = (
+    "import time\n"
+    "cpu = [time.process_time()]\n"
+    "import numpy\n"
+    "cpu.append(time.process_time())\n"
+    "import popdist, popxl\n"
+    "cpu.append(time.process_time())\n"
+    "popdist.init()\n"
+    "cpu.append(time.process_time())\n"
+    "print('up, CPU ms: ' + ' '.join(f'{c * 1e3:.1f}' for c in cpu), flush=True)\n"
+)
+PHASES = ("Python's start", "NumPy", "PopXL + PopDist", "MPI's initialisation")
 
 
 def _env() -> dict[str, str]:
@@ -168,51 +183,67 @@ def training(steps: int, batch: int) -> None:
     )
 
 
-def _seconds(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the command and all its processes)."""
+def _seconds(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the command and all its processes, its output)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, env=_env(), cwd=ROOT, check=True)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=env or _env(), cwd=ROOT, check=True
+    )
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return wall, cpu
+    return wall, cpu, proc.stdout
 
 
-def _interleaved(cmds: list[list[str]], repeat: int) -> list[list[tuple[float, float]]]:
-    """``repeat`` rounds, each running every command once in turn (a slow spell of the
-    shared machine then hits all of them alike): ``runs[i][r]`` is command ``i``'s
-    (wall, CPU) seconds in round ``r``."""
-    runs: list[list[tuple[float, float]]] = [[] for _ in cmds]
+Run = tuple[list[str], "dict[str, str] | None"]
+
+
+def _interleaved(cmds: list[Run], repeat: int) -> list[list[tuple[float, float, str]]]:
+    """``repeat`` rounds, each running every (command, environment) once in turn (a slow
+    spell of the shared machine then hits all of them alike): ``runs[i][r]`` is command
+    ``i``'s (wall, CPU, output) in round ``r``."""
+    runs: list[list[tuple[float, float, str]]] = [[] for _ in cmds]
     for _ in range(repeat):
-        for i, cmd in enumerate(cmds):
-            runs[i].append(_seconds(cmd))
+        for i, (cmd, env) in enumerate(cmds):
+            runs[i].append(_seconds(cmd, env))
     return runs
 
 
-def start_up(repeat: int, folder: Path) -> None:
-    from tremula.popdist.poprun import find_mpirun
+def _phases(outputs: list[str]) -> list[float]:
+    """Median CPU ms of each of START's phases over the instances of all ``outputs``."""
+    marks = [
+        [float(x) for x in line.split("CPU ms: ", 1)[1].split()]
+        for text in outputs
+        for line in text.splitlines()
+        if "CPU ms: " in line
+    ]
+    steps = [[m[0]] + [b - a for a, b in itertools.pairwise(m)] for m in marks]
+    return [sorted(col)[len(col) // 2] for col in zip(*steps)]
+
+
+def start_up(repeat: int, folder: Path, breakdown: bool) -> None:
+    from tremula.popdist import poprun as pr
 
     prog = folder / "start.py"
     prog.write_text(START)
     _seconds([sys.executable, str(prog)])  # bytecode compiled once, for every run below
-    mpirun = [find_mpirun(), "--allow-run-as-root", "--map-by", "slot:OVERSUBSCRIBE", "-n", "4"]
+    mpirun = [pr.find_mpirun(), "--allow-run-as-root", "--map-by", "slot:OVERSUBSCRIBE", "-n", "4"]
     # the job runs the references' interpreter (a PATH shim such as pyenv's would add its
     # own start to every instance)
     poprun = [sys.executable, "-m", "tremula.cli", "poprun", "--num-instances", "4"]
-    runs = _interleaved(
-        [
-            [*poprun, sys.executable, str(prog)],
-            [*mpirun, sys.executable, "-c", "pass"],
-            [sys.executable, str(prog)],
-        ],
-        repeat,
-    )
-    (job, bare, one), (job_cpu, bare_cpu, one_cpu) = (
-        [min(w for w, _ in r) for r in runs],
-        [min(c for _, c in r) for r in runs],
-    )
-    per_round = sorted(j[0] / (b[0] + o[0]) for j, b, o in zip(*runs))
+    cmds: list[Run] = [
+        ([*poprun, sys.executable, str(prog)], None),
+        ([*mpirun, sys.executable, "-c", "pass"], None),
+        ([sys.executable, str(prog)], None),
+    ]
+    if breakdown:
+        cmds += _pieces(pr, mpirun, prog)
+    runs = _interleaved(cmds, repeat)
+    best = [min(w for w, _, _ in r) for r in runs]
+    cpu = [min(c for _, c, _ in r) for r in runs]
+    (job, bare, one), (job_cpu, bare_cpu, one_cpu) = best[:3], cpu[:3]
+    per_round = sorted(j[0] / (b[0] + o[0]) for j, b, o in zip(*runs[:3]))
     print(
         f"start-up of 4 instances: tremula poprun {job:.2f} s; mpirun -n 4 python -c pass "
         f"{bare:.2f} s + one Tremula start {one:.2f} s = {bare + one:.2f} s; ratio of the "
@@ -220,6 +251,43 @@ def start_up(repeat: int, folder: Path) -> None:
         f"{per_round[len(per_round) // 2]:.2f}x; CPU time (all processes, best run): job "
         f"{job_cpu:.2f} s, references {bare_cpu:.2f} s + {one_cpu:.2f} s "
         f"(on {os.cpu_count()} cores)"
+    )
+    if breakdown:
+        _print_breakdown(cpu, [[out for _, _, out in r] for r in runs])
+
+
+def _pieces(pr: Any, mpirun: list[str], prog: Path) -> list[Run]:
+    """The job taken apart, for ``--breakdown``: the mpirun command poprun runs, run
+    directly in poprun's environment; the same with every instance running ``python -c
+    pass``; ``mpirun -n 4 true``; one instance's program alone in an instance's environment
+    (``OMP_NUM_THREADS``, Open MPI's components) under mpi4py's runner."""
+    args = pr.parser().parse_args(["--num-instances", "4", sys.executable, str(prog)])
+    args.num_replicas = 4
+    direct = pr.mpirun_command(args, pr.find_mpirun())
+    args.program = [sys.executable, "-c", "pass"]
+    empty = pr.mpirun_command(args, pr.find_mpirun())
+    environ = pr.environment(_env(), 4)
+    alone = [sys.executable, "-m", "mpi4py", str(prog)]
+    return [(direct, environ), (empty, environ), ([*mpirun, "true"], None), (alone, environ)]
+
+
+def _print_breakdown(cpu: list[float], outputs: list[list[str]]) -> None:
+    job, bare, one, direct, empty, true, alone = (c * 1e3 for c in cpu)
+    python = (bare - true) / 4
+    in_job = _phases(outputs[0])
+    by_itself = _phases(outputs[6])
+    print(
+        "CPU breakdown (ms, best of the rounds, by difference of the runs):\n"
+        f"  launcher (python -m tremula.cli poprun): {job - direct:.0f}\n"
+        f"  mpirun -n 4 true: {true:.0f}; with poprun's 4 contexts, tags and -x, each "
+        f"instance running python -c pass: {empty:.0f} (4 Python starts {4 * python:.0f})\n"
+        f"  each instance's program beyond python -c pass: {(direct - empty) / 4:.0f}; "
+        f"the same program alone in an instance's environment: {alone:.0f} "
+        f"(the reference's single start, without OMP_NUM_THREADS: {one:.0f})\n"
+        "  START's phases (median ms of CPU, in the job / alone): "
+        + "; ".join(
+            f"{name} {a:.0f} / {b:.0f}" for name, a, b in zip(PHASES, in_job, by_itself)
+        )
     )
 
 
@@ -235,11 +303,16 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run"
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="start-up: also run the job's pieces and print where its CPU time goes",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if "start-up" in args.only:
-            start_up(args.repeat, folder)
+            start_up(args.repeat, folder, args.breakdown)
         if "all-reduce" in args.only:
             all_reduce(args.elements, args.repeat, folder)
     if "training" in args.only:

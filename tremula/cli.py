@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
 
 def _whole(text: str) -> int:
@@ -46,6 +44,9 @@ def _epochs(text: str) -> int:
 def _report_dir(text: str) -> str:
     """``--report``: a folder that can be created and written (tried now, so that a bad
     path is an argument error rather than a failure after the program ran)."""
+    import tempfile  # here: `tremula poprun` starts without it
+    from pathlib import Path
+
     try:
         Path(text).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=text):

@@ -112,8 +112,10 @@ def test_bad_command_lines_exit_2(capsys) -> None:
 
 
 def test_missing_mpirun_names_the_extra(monkeypatch, tmp_path, capsys) -> None:
+    import sysconfig
+
     monkeypatch.setattr(pr.sys, "executable", str(tmp_path / "python"))
-    monkeypatch.setattr(pr.sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(pr.PopRunError, match=r"pip install 'tremula\[distributed\]'"):
         pr.find_mpirun()
@@ -174,6 +176,32 @@ def test_the_launcher_starts_without_numpy_or_mpi() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_launcher_loads_only_what_it_runs_with() -> None:
+    # modules only some paths need (the demo's report folder, an mpirun found on PATH or in
+    # sysconfig's scripts folder) load there, not at every job's start; the interpreter's
+    # own start (its site) may have loaded them already
+    listed = "import sys; print(' '.join(sorted(sys.modules)))"
+    code = "import tremula.cli, tremula.popdist.poprun; " + listed
+    runs = [
+        subprocess.run([sys.executable, "-c", c], capture_output=True, text=True, check=True)
+        for c in (listed, code)
+    ]
+    bare, launcher = (set(r.stdout.split()) for r in runs)
+    assert {"tempfile", "pathlib", "shutil", "sysconfig"} & (launcher - bare) == set()
+
+
+def test_mpirun_from_the_scripts_folder_when_not_beside_python(monkeypatch, tmp_path) -> None:
+    import sysconfig
+
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "mpirun").write_text("#!/bin/sh\n")
+    (scripts / "mpirun").chmod(0o755)
+    monkeypatch.setattr(pr.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(scripts))
+    assert pr.find_mpirun() == str(scripts / "mpirun")
 
 
 # ---- real launches (through mpirun) ----

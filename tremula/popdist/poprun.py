@@ -20,14 +20,11 @@ import argparse
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO
 
 from tremula.popdist import env
@@ -149,6 +146,10 @@ def layouts(num_instances: int, num_replicas: int, ipus_per_replica: int) -> lis
     return [env.Layout(num_replicas, L, i * L, ipus_per_replica, i) for i in range(num_instances)]
 
 
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def find_mpirun() -> str:
     """The ``mpirun`` of the Open MPI that mpi4py uses: the one installed with this
     Python's packages, else the first on ``PATH``.
@@ -156,10 +157,17 @@ def find_mpirun() -> str:
     Raises:
         PopRunError: no mpirun (names the extra to install).
     """
-    for folder in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
-        candidate = folder / "mpirun"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
+    # this Python's folder first: sysconfig and shutil load only when it has no mpirun
+    # (the launcher's own start is part of every job's)
+    candidate = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if not _executable(candidate):
+        import sysconfig
+
+        candidate = os.path.join(sysconfig.get_path("scripts"), "mpirun")
+    if _executable(candidate):
+        return candidate
+    import shutil
+
     found = shutil.which("mpirun")
     if found is None:
         raise PopRunError(
@@ -177,7 +185,7 @@ def program_command(program: Sequence[str]) -> list[str]:
     first, rest = program[0], list(program[1:])
     if first.endswith(".py"):
         return [sys.executable, "-m", "mpi4py", first, *rest]
-    if not _PYTHON.match(Path(first).name):
+    if not _PYTHON.match(os.path.basename(first)):
         return list(program)
     i = 0
     while i < len(rest) and rest[i].startswith("-") and rest[i] not in ("-m", "-c", "-"):
