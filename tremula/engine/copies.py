@@ -63,24 +63,16 @@ def _tensor_copy(sp: StepPlan, s: Tensor, d: Tensor, name: str) -> N.Node:
     same = ts == td
     local = np.bincount(td[same], minlength=sp.target.num_tiles) * d.dtype.size
     internal, external = split_by_ipu(sp.target, moves)
+    read_internal, read_external = split_by_ipu(sp.target, read)
     copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
     nodes: list[N.Node] = []
     plan = plan_exchange(
-        sp.target,
-        internal,
-        "internal",
-        local.astype(np.int64),
-        sp.layout,
-        split_by_ipu(sp.target, read)[0],
+        sp.target, internal, "internal", local.astype(np.int64), sp.layout, read_internal
     )
     nodes.append(sp.exchange_node(plan, name, copy))
-    if len(external):
-        nodes.append(
-            sp.exchange_node(
-                plan_exchange(sp.target, external, "global", layout=sp.layout),
-                f"{name}/Global",
-            )
-        )
+    if len(external):  # over the IPU-Links: a broadcast crosses them once per IPU
+        plan = plan_exchange(sp.target, external, "global", None, sp.layout, read_external)
+        nodes.append(sp.exchange_node(plan, f"{name}/Global"))
     return nodes[0] if len(nodes) == 1 else sp.add(N.SeqNode(nodes), name)
 
 

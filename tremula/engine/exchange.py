@@ -7,8 +7,9 @@ and, being statically scheduled, ends on every participating tile at once; a glo
 
 Moves are kept as *runs*: consecutive addresses going from one tile to another. All the
 counting (an element sent once per tile however many tiles receive it, received once per
-tile however many vertices read it, shared by the two tiles of a super-tile, exchange
-instructions per contiguous region) is interval arithmetic on runs, so compile time and
+tile however many vertices read it, shared by the two tiles of a super-tile, carried once
+over the links to another IPU however many of its tiles take it, exchange instructions per
+contiguous region) is interval arithmetic on runs, so compile time and
 memory grow with the number of runs, not of elements.
 """
 
@@ -236,7 +237,9 @@ def plan_exchange(
     element to several addresses) and ``by_source`` holds the same moves named by the
     address read. A source tile sends each element it holds once however many tiles
     receive it, and the two tiles of a super-tile share the receive of an element both
-    take; each tile receives every address written on it."""
+    take; each tile receives every address written on it. Between IPUs (``kind ==
+    "global"``) an element crosses the links from its IPU to another once however many
+    tiles of that IPU take it (:func:`_link_cycles`)."""
     n = target.num_tiles
     zero = np.zeros(n, dtype=np.int64)
     if len(t):
@@ -262,7 +265,8 @@ def plan_exchange(
             local_bytes > 0, -(-local_bytes // target.memcpy_bytes_per_cycle), 0
         )
     if kind == "global" and len(t):
-        cycles = np.maximum(cycles, _link_cycles(target, t, cycles > 0))
+        read = t if by_source is None else by_source
+        cycles = np.maximum(cycles, _link_cycles(target, read, cycles > 0))
     code = regions * target.exchange_code_bytes_per_region
     code = code + np.where(sent > 0, target.exchange_code_bytes_per_region, 0)
     return ExchangePlan(
@@ -270,12 +274,17 @@ def plan_exchange(
     )
 
 
-def _link_cycles(target: Target, t: Transfers, active: np.ndarray) -> np.ndarray:
-    """Inter-IPU traffic is limited by the links between each pair of IPUs."""
+def _link_cycles(target: Target, read: Transfers, active: np.ndarray) -> np.ndarray:
+    """Inter-IPU traffic is limited by the links between each pair of IPUs (spec 4.1: the
+    bytes of each (source IPU, destination IPU) flow over the links' bandwidth). ``read``
+    names the moves by the address read, so an element that several tiles of one IPU take
+    loads the flow once: its tile sends it once (as on the chip) and the destination IPU's
+    exchange delivers it to each of them."""
     per_ipu = target.tiles_per_ipu
-    pair = (t.src // per_ipu) * target.num_ipus + t.dst // per_ipu
-    load = np.bincount(pair, weights=t.bytes, minlength=target.num_ipus**2)
-    worst = float(load.max(initial=0.0))
+    pair = (read.src // per_ipu) * target.num_ipus + read.dst // per_ipu
+    spaces = int(read.space.max()) + 1
+    load = _union(pair, read, spaces).bytes_by_tile(target.num_ipus**2)
+    worst = float(load.max(initial=0))
     link = int(np.ceil(worst / target.ipu_link_bytes_per_cycle)) + target.exchange_fixed_cycles
     return np.where(active, link, 0)
 
