@@ -7,7 +7,7 @@ import pytest
 
 import popart
 from popart import CommGroup, CommGroupType, VariableRetrievalMode, VariableSettings
-from tremula.popart.grouping import ReplicaGrouping
+from popart._internal.ir import ReplicaGrouping  # only there, as in PopART (spec 1.1, 2.4)
 
 OPG, ARED, ALLR = (
     VariableRetrievalMode.OnePerGroup,
@@ -208,3 +208,17 @@ def test_comm_group_attributes() -> None:
 
     assert popxl.ops.collectives.CommGroupType.Orthogonal is CommGroupType.ORTHOGONAL
     assert isinstance(cg, popxl.ops.collectives.CommGroup)
+
+
+def test_popart_names_in_internal_ir() -> None:
+    """``popart._internal.ir`` holds PopART's grouping classes (PopART's bindings define
+    them there; ``popart`` re-exports them) next to PopXL's IR bindings; ``ReplicaGrouping``
+    is only there."""
+    import popart._internal.ir as _ir
+
+    for name in ("CommGroup", "CommGroupType", "DataType", "VariableRetrievalMode",
+                 "VariableSettings"):  # fmt: skip
+        assert getattr(_ir, name) is getattr(popart, name)
+    assert not hasattr(popart, "ReplicaGrouping")
+    assert _ir.ReplicaGrouping(8, 2, 4).getReplicasAt(1) == [1, 3, 5, 7]
+    assert _ir.Graph is not None  # still PopXL's bindings

@@ -107,6 +107,25 @@ CASES: dict[str, tuple[list[np.ndarray], Callable[..., str], int]] = {
     "xor": ([F(2, 3), F(2, 3)], lambda b, x: b.aiOnnx.cast([b.aiOnnx.logical_xor(
         [b.aiOnnx.greater([x[0], _c(b, np.float32(0))]),
          b.aiOnnx.less([x[1], _c(b, np.float32(0))])])], "FLOAT"), 10),
+    "resize_linear": ([F(1, 2, 3, 4)], lambda b, x: b.aiOnnx.resize(
+        [x[0], _c(b, np.zeros(0, np.float32)), _c(b, np.array([1, 1, 2, 1.5], np.float32))],
+        mode="linear"), 11),
+    "resize_nearest_sizes": ([F(1, 2, 3, 4)], lambda b, x: b.aiOnnx.resize(
+        [x[0], _c(b, np.zeros(0, np.float32)), _c(b, np.zeros(0, np.float32)),
+         _c(b, I64([1, 2, 7, 3]))], coordinate_transformation_mode="asymmetric",
+        nearest_mode="floor"), 11),
+    "resize_10_mixed": ([F(1, 2, 4, 3)], lambda b, x: b.aiOnnx.resize(
+        [x[0], _c(b, np.array([1, 1, 0.5, 2], np.float32))]), 10),
+    "upsample": ([F(1, 2, 3, 2)], lambda b, x: b.aiOnnx.upsample(
+        [x[0], _c(b, np.array([1, 1, 2, 3], np.float32))]), 9),
+    "gatherelements": ([F(3, 4, 5)], lambda b, x: b.aiOnnx.gatherelements(
+        [x[0], _c(b, I64([[[0, -1, 2, 3, 1]], [[3, 3, 0, -4, 2]], [[1, 2, 3, 0, 0]]]))], 1), 11),
+    "gatherelements_computed": ([F(3, 4, 5)], lambda b, x: b.aiOnnx.gatherelements(
+        [x[0], b.aiOnnx.argmax(x, 2, 1)], 2), 11),
+    "scatterelements": ([F(3, 4), F(2, 4)], lambda b, x: b.aiOnnx.scatterelements(
+        [x[0], _c(b, I64([[2, 0, 1, -1], [0, 1, 2, 0]])), x[1]], 0), 11),
+    "round_half_even": ([np.array([0.5, 1.5, 2.5, -0.5, -1.5, 0.49999997, 2.4, -2.6, 3e7 + 1],
+                                  np.float32)], lambda b, x: b.aiOnnx.round(x), 11),
 }  # fmt: skip
 
 
@@ -155,3 +174,12 @@ def test_graphcore_atan2() -> None:
     out = b.aiGraphcore.atan2([yi, xi])
     got = infer(b.getModelProto(), {yi: y, xi: x}, [out])[out]
     np.testing.assert_allclose(got, np.arctan2(y, x), rtol=1e-5, atol=1e-6)
+
+
+def test_resize_options_it_cannot_honour_are_refused_naming_the_node() -> None:
+    b = popart.Builder(opsets={"ai.onnx": 11, "ai.graphcore": 1})
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [1, 1, 2, 2]), "x")
+    roi, scales = _c(b, np.zeros(0, np.float32)), _c(b, np.array([1, 1, 2, 2], np.float32))
+    out = b.aiOnnx.resize([x, roi, scales], mode="cubic", exclude_outside=1)
+    with pytest.raises(popart.popart_exception, match=r"Resize node .*exclude_outside=1"):
+        infer(b.getModelProto(), {x: F(1, 1, 2, 2)}, [out])

@@ -603,11 +603,13 @@ def test_io_tile_exchange_does_not_count_the_ops_of_refused_calls() -> None:
 @pytest.mark.parametrize(
     "args, match",
     [
-        ({"stride": 0}, r"stride 0 must satisfy 0 < stride <= num_replicas \(8\)"),
-        ({"stride": 16}, r"stride 16 must satisfy 0 < stride <= num_replicas \(8\)"),
-        ({"stride": 3}, "stride 3 does not divide num_replicas 8"),
-        ({"group_size": 0}, r"group_size 0 must satisfy 0 < group_size <= num_replicas"),
-        ({"group_size": 16}, r"group_size 16 must satisfy 0 < group_size <= num_replicas"),
+        # PopXL's words first ("Stride must be", "Group size must be"), then the values
+        ({"stride": 0}, "^Stride must be a positive divisor of the replication factor 8, got 0"),
+        ({"stride": 16}, "^Stride must be .* divisor of the replication factor 8, got 16"),
+        ({"stride": 3}, "^Stride must be a positive divisor of the replication factor 8, got 3"),
+        ({"group_size": 0}, r"^Group size must be .* \(1\) divides the replication factor 8"),
+        ({"group_size": 16}, "^Group size must be .* divides the replication factor 8, got 16"),
+        ({"stride": 2, "group_size": 8}, r"^Group size must be .*stride \(2\).* 8, got 8"),
     ],
 )
 def test_replica_grouping_arguments(args, match) -> None:

@@ -176,6 +176,25 @@ AI_ONNX: dict[str, list[OpDef]] = {
     "constantofshape": [OpDef("ConstantOfShape", (A("value", "tensor", None),), since=9)],
     "range": [OpDef("Range", since=11)],
     "scatter": [OpDef("Scatter", (A("axis", "i", 0),), since=9)],
+    "scatterelements": [OpDef("ScatterElements", (A("axis", "i", 0),), since=11)],
+    "gatherelements": [OpDef("GatherElements", (A("axis", "i", 0),), since=11)],
+    "round": [OpDef("Round", since=11)],
+    "upsample": [OpDef("Upsample", (A("mode", "s", "nearest"),), since=9, until=9)],
+    "resize": [
+        OpDef("Resize", (A("mode", "s", "nearest"),), since=10, until=10),
+        OpDef(
+            "Resize",
+            (
+                A("coordinate_transformation_mode", "s", "half_pixel"),
+                A("cubic_coeff_a", "f", -0.75),
+                A("exclude_outside", "i", 0),
+                A("extrapolation_value", "f", 0.0),
+                A("mode", "s", "nearest"),
+                A("nearest_mode", "s", "round_prefer_floor"),
+            ),
+            since=11,
+        ),
+    ],
     "lrn": [
         OpDef(
             "LRN",

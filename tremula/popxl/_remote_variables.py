@@ -218,7 +218,10 @@ def remote_replica_sharded_variable(
     what = _named("remote_replica_sharded_variable", name)
     graph = _main_graph(what)
     if graph.ir.replication_factor <= 1:
-        raise ValueError(f"{what}: replica sharding needs replication_factor > 1")
+        raise ValueError(
+            f"The IR's global replication factor is {graph.ir.replication_factor}: {what} "
+            f"shards a variable between replicas and needs replication_factor > 1"
+        )
     return _sharded(
         data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode, what,
         fp8=(log2_scale, nan_on_overflow),

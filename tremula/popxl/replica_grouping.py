@@ -42,8 +42,27 @@ class ReplicaGrouping:
 
     @staticmethod
     def _build(ir: Ir, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
+        """``ir.replica_grouping(stride, group_size)``.
+
+        Raises:
+            ValueError: "Stride must be ..." / "Group size must be ..." (PopXL's words)
+                for values that do not make groups of the Ir's replicas.
+        """
+        R = ir.replication_factor
+        if isinstance(stride, int) and not (0 < stride <= R and R % stride == 0):
+            raise ValueError(
+                f"Stride must be a positive divisor of the replication factor {R}, got "
+                f"{stride} (ir.replica_grouping(stride={stride}, group_size={group_size}))"
+            )
+        size = R // stride if group_size is None or not isinstance(stride, int) else group_size
+        if isinstance(size, int) and not (0 < size <= R and R % (stride * size) == 0):
+            raise ValueError(
+                f"Group size must be a positive integer whose product with the stride "
+                f"({stride}) divides the replication factor {R}, got {size} "
+                f"(ir.replica_grouping(stride={stride}, group_size={group_size}))"
+            )
         try:
-            return ReplicaGrouping._wrap(ir, Grouping(ir.replication_factor, stride, group_size))
+            return ReplicaGrouping._wrap(ir, Grouping(R, stride, group_size))
         except GroupingError as err:
             raise ValueError(str(err)) from None
 

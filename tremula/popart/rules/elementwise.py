@@ -115,6 +115,16 @@ def _atanh(x: Any) -> Any:
     return ops.mul(ops.log(ops.div(ops.add(x, 1.0), ops.sub(1.0, x))), 0.5)
 
 
+def _round(x: Any) -> Any:
+    """ONNX Round: halves to even. ``x - floor(x)`` is exact in floating point, so the
+    comparison with 0.5 is too (``floor(x + 0.5)`` would round 0.49999997 up)."""
+    r = ops.floor(x)
+    frac = ops.sub(x, r)
+    odd = ops.logical_not(ops.equal(ops.fmod(r, 2.0), 0.0))
+    up = ops.logical_or(ops.greater(frac, 0.5), ops.logical_and(ops.equal(frac, 0.5), odd))
+    return ops.add(r, ops.cast(up, x.dtype))
+
+
 def _xor(a: Any, b: Any) -> Any:
     return ops.logical_and(ops.logical_or(a, b), ops.logical_not(ops.logical_and(a, b)))
 
@@ -143,6 +153,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Acosh": (_acosh, np.arccosh),
             "Atanh": (_atanh, np.arctanh),
             "Erf": (ops.erf, None),
+            "Round": (_round, np.round),
             "Floor": (ops.floor, np.floor),
             "Ceil": (ops.ceil, np.ceil),
             "Sign": (ops.sign, np.sign),

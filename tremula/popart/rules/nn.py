@@ -198,6 +198,64 @@ def _layer_norm(node: Any) -> list[Any]:
     return [ops.reshape(y, shape)]
 
 
+def _resize_arguments(node: Any, rank: int) -> tuple[list[float] | None, list[int] | None]:
+    """Resize's scales or sizes: Upsample-7's attribute, Upsample-9's and Resize-10's
+    second input, Resize-11+'s third (scales) or fourth (sizes) input."""
+    if node.op_type == "Upsample" and node.version < 9:
+        return [float(s) for s in node.attr("scales")], None
+    if node.op_type == "Upsample" or node.version < 11:
+        return [float(s) for s in np.asarray(node.const(1, "scales")).reshape(-1)], None
+    if node.has(3) and np.size(node.const(3, "sizes")):
+        return None, node.ints(3, "sizes")
+    if node.has(2) and np.size(node.const(2, "scales")):
+        return [float(s) for s in np.asarray(node.const(2, "scales")).reshape(-1)], None
+    raise node.error("one of scales and sizes must be given")
+
+
+def _resize(node: Any) -> list[Any]:
+    """ONNX Resize (and Upsample): PopXL's ``interpolate``. Before opset 11 (and for
+    Upsample) coordinates are ``asymmetric`` and nearest rounds down when enlarging an
+    axis, up when shrinking it (onnxruntime's rule), one interpolation per such group of
+    axes (nearest and linear are separable)."""
+    x = node.tensor(0)
+    rank = len(node.shape(0))
+    mode = str(node.attr("mode", "nearest")).lower()
+    mode = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    for name, default in (("exclude_outside", 0), ("antialias", 0)):
+        if int(node.attr(name, default)) != default:
+            raise node.error(f"{name}={node.attr(name)} is not supported")
+    if float(node.attr("cubic_coeff_a", -0.75)) != -0.75:
+        raise node.error("only cubic_coeff_a=-0.75 (the default) is supported")
+    if node.has_attr("axes") and sorted(_axis(int(a), rank) for a in node.attr("axes")) != list(
+        range(rank)
+    ):
+        raise node.error("Resize over some of the axes (the axes attribute) is not supported")
+    scales, sizes = _resize_arguments(node, rank)
+    if node.op_type == "Upsample" or node.version < 11:
+        return [_resize_asymmetric(node, x, mode, scales or [])]
+    transform = str(node.attr("coordinate_transformation_mode", "half_pixel"))
+    if transform == "tf_crop_and_resize":
+        roi = np.asarray(node.const(1, "roi"), np.float64).reshape(-1) if node.has(1) else None
+        if roi is None or not np.array_equal(roi, [0.0] * rank + [1.0] * rank):
+            raise node.error("tf_crop_and_resize is supported with the whole input as roi only")
+    nearest = str(node.attr("nearest_mode", "round_prefer_floor"))
+    if sizes is not None:
+        return [ops.interpolate(x, None, mode, nearest, transform, output_size=sizes)]
+    return [ops.interpolate(x, scales, mode, nearest, transform)]
+
+
+def _resize_asymmetric(node: Any, x: Any, mode: str, scales: list[float]) -> Any:
+    if len(scales) != len(node.shape(0)):
+        raise node.error(f"{len(scales)} scales for an input of rank {len(node.shape(0))}")
+    if mode != "nearest":
+        return ops.interpolate(x, scales, mode, coordinate_transformation_mode="asymmetric")
+    for grow, rounding in ((True, "floor"), (False, "ceil")):
+        part = [s if (s >= 1.0) == grow else 1.0 for s in scales]
+        if any(s != 1.0 for s in part):
+            x = ops.interpolate(x, part, "nearest", rounding, "asymmetric")
+    return x
+
+
 def _dropout(node: Any) -> list[Any]:
     x = node.tensor(0)
     ratio = (
@@ -231,6 +289,8 @@ NN: dict[str, Callable[[Any], list]] = {
     "BatchNormalization": _batch_norm,
     "InstanceNormalization": _instance_norm,
     "LayerNormalization": _layer_norm,
+    "Resize": _resize,
+    "Upsample": _resize,
     "Dropout": _dropout,
     "Gelu": _gelu,
 }

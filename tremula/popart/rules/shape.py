@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula import popxl
 from tremula.popart.types import BY_ONNX, popxl_dtype
 from tremula.popxl import ops
 
@@ -96,6 +97,41 @@ def _gather(node: Any) -> list[Any]:
         dim = node.shape(0)[axis]
         indices = np.where(indices < 0, indices + dim, indices)
     return [ops.gather(node.tensor(0), indices, axis=axis)]
+
+
+def _gather_elements(node: Any) -> list[Any]:
+    """ONNX GatherElements: ``out[p] = data[p with p[axis] = indices[p]]``, as one gather
+    from the flattened data at flat positions (the other coordinates are known on the
+    host; the indices may be computed by the model)."""
+    shape = node.shape(0)
+    axis = _axis(int(node.attr("axis", 0)), len(shape))
+    ishape = node.shape(1)
+    if len(ishape) != len(shape) or any(
+        i > d for a, (i, d) in enumerate(zip(ishape, shape)) if a != axis
+    ):
+        raise node.error(f"indices of shape {list(ishape)} do not fit data {list(shape)}")
+    strides = np.cumprod((1, *shape[:0:-1]))[::-1]
+    grid = np.indices(ishape, dtype=np.int64)
+    base = sum(grid[a] * int(strides[a]) for a in range(len(shape)) if a != axis)
+    indices = node.value(1)
+    if isinstance(indices, np.ndarray):
+        idx = np.where(indices < 0, indices + shape[axis], indices).astype(np.int64)
+        if node.is_const(0):
+            return [np.take_along_axis(node.const(0), idx, axis=axis)]
+        flat = (base + idx * int(strides[axis])).astype(np.int32)
+        return [ops.gather(ops.reshape(node.tensor(0), (-1,)), flat)]
+    idx = ops.cast(indices, popxl.int32)
+    idx = ops.where(ops.less(idx, 0), ops.add(idx, shape[axis]), idx)
+    flat = ops.add(ops.mul(idx, int(strides[axis])), base.astype(np.int32))
+    return [ops.gather(ops.reshape(node.tensor(0), (-1,)), flat)]
+
+
+def _scatter_elements(node: Any) -> list[Any]:
+    """ONNX ScatterElements (and the older Scatter): PopXL's ``scatter``."""
+    if str(node.attr("reduction", "none")) != "none":
+        raise node.error(f"reduction={node.attr('reduction')!r} is not supported")
+    axis = int(node.attr("axis", 0))
+    return [ops.scatter(node.tensor(0), node.tensor(1), node.tensor(2), axis=axis)]
 
 
 def _slice(node: Any) -> list[Any]:
@@ -310,6 +346,9 @@ SHAPE: dict[str, Callable[[Any], list]] = {
     "Transpose": _transpose,
     "Concat": _concat,
     "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "ScatterElements": _scatter_elements,
+    "Scatter": _scatter_elements,
     "Slice": _slice,
     "Split": _split,
     "Expand": _expand,

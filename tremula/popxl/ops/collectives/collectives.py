@@ -436,8 +436,9 @@ def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = N
     ax = _axis(axis, t.rank, what)
     if t.shape[ax] % rg.group_size:
         raise ValueError(
-            f"{what}: axis {ax} of {t.id!r} (shape {t.shape}) has size {t.shape[ax]}, not a "
-            f"multiple of the group size {rg.group_size}"
+            f"Replicated slice must equally divide axis {ax} of {t.id!r} (shape {t.shape}) "
+            f"between the {rg.group_size} replicas of a group: size {t.shape[ax]} is not a "
+            f"multiple of {rg.group_size}"
         )
     (out,) = create_op("ReplicatedSlice", [t], {"group": rg, "axis": ax})
     return out
