@@ -388,10 +388,10 @@ class Registration:
         if not isinstance(session, Session):
             raise EmbeddingError(f"{where}: expected a popxl.Session, got {type(session).__name__}")
         if emb._session is not None:
-            raise EmbeddingError(
-                f"{where}: the embedding is already registered"
-                f"{' with this session' if emb._session is session else ' with another session'};"
-                f" leave that `with` block first"
+            which = "this session" if emb._session is session else "another session"
+            raise EmbeddingError(  # TensorFlow's words first
+                f"Cannot register host embedding with id={emb.name!r} it already exists! "
+                f"({where}: already registered with {which}; leave that `with` block first)"
             )
         graphs = session.ir.graphs
         if not emb_ops.uses(graphs, emb):
