@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EVENTS = ("sched_switch", "sched_process_exec", "sched_process_exit", "sched_process_fork")
-_LINE = re.compile(r"^\s*.*?\s+(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):\s*(.*)$")
+_LINE = re.compile(r"^\s*(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):\s*(.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
 
 
@@ -118,6 +118,8 @@ def account(text: str, cores: int) -> Account:
         elif who > 0:
             other += dt
         on_cpu[cpu] = (int(f["next_pid"]), t)
+        if who == next(iter(members)) and f["prev_state"][:1] in ("Z", "X"):
+            end = t  # the command's last switch-out, dead (its exit event may be lost)
     if start is None or end is None:
         raise SystemExit("the trace holds no start or no end of the command")
     tree = sorted((p for p in procs.values() if p.cpu > 0), key=lambda p: p.first)

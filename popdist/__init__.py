@@ -7,16 +7,17 @@ run unmodified (``import popdist``; ``popdist.popart`` once PopART's session opt
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
+
+from tremula.alias import Loader as _Loader
 
 _PREFIX = "popdist."
 _TARGET = "tremula.popdist."
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _AliasFinder(_Loader):  # a finder and loader by protocol (see tremula.alias)
     def find_spec(self, fullname: str, path: object, target: object = None):
         if not fullname.startswith(_PREFIX):
             return None

@@ -14,17 +14,27 @@ modules loaded below that package at the same time, for the same reason."""
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-__all__ = ["install"]
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+else:
+    # the base of import finders and loaders: ``importlib.abc.Loader`` to the type checker,
+    # a plain class at run time (they work by protocol; ``importlib.abc`` would load
+    # ``importlib.resources``, ``tempfile``, ``shutil`` and ``pathlib`` at every ``import
+    # popxl``, about 15 ms in each instance of a job)
+    Loader = object
+
+__all__ = ["Loader", "install"]
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves ``<alias>.X`` to the module ``<target>.X``."""
+class _AliasFinder(Loader):
+    """Resolves ``<alias>.X`` to the module ``<target>.X`` (a meta path finder and its
+    loader)."""
 
     def __init__(self, alias: str, target: str) -> None:
         self.prefix = alias + "."

@@ -27,9 +27,9 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 __all__ = ["attach", "exports"]
@@ -41,7 +41,7 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def exports(path: str | Path) -> dict[str, tuple[str, str]]:
+def exports(path: str | os.PathLike[str]) -> dict[str, tuple[str, str]]:
     """The names the ``if TYPE_CHECKING:`` block of the module at ``path`` imports:
     name -> (module, attribute), from ``from module import attribute [as name]``.
 
@@ -49,7 +49,8 @@ def exports(path: str | Path) -> dict[str, tuple[str, str]]:
         ValueError: the block holds something other than absolute ``from ... import``
             statements of named attributes (names where they come from).
     """
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+    with open(path, encoding="utf-8") as source:  # not pathlib: `import popxl` runs this
+        tree = ast.parse(source.read(), filename=os.fspath(path))
     out: dict[str, tuple[str, str]] = {}
     for node in tree.body:
         if not (isinstance(node, ast.If) and _is_type_checking(node.test)):
@@ -77,7 +78,9 @@ def _resolve(package: str, module: str, attribute: str) -> Any:
     return importlib.import_module(f"{module}.{attribute}")
 
 
-def attach(package: str, path: str | Path) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def attach(
+    package: str, path: str | os.PathLike[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of package ``package`` (its ``__name__``), whose
     source is ``path`` (its ``__file__``): see the module docstring.
 

@@ -192,6 +192,18 @@ def test_the_launcher_loads_only_what_it_runs_with() -> None:
     assert {"tempfile", "pathlib", "shutil", "sysconfig"} & (launcher - bare) == set()
 
 
+def test_an_instance_imports_no_file_utilities() -> None:
+    # every instance of a job pays `import popdist, popxl`: the alias packages' import
+    # finders must not load importlib.abc (and with it importlib.resources, tempfile,
+    # shutil and pathlib), nor tremula.lazy pathlib
+    listed = "import sys; print(' '.join(sorted(sys.modules)))"
+    code = "import numpy; " + listed + "; import popdist, popxl; popxl.Ir(); " + listed
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = (set(line.split()) for line in out.stdout.splitlines())
+    heavy = {"importlib.abc", "importlib.resources", "tempfile", "shutil", "pathlib"}
+    assert heavy & (after - before) == set()
+
+
 def test_mpirun_from_the_scripts_folder_when_not_beside_python(monkeypatch, tmp_path) -> None:
     import sysconfig
 

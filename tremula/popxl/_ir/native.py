@@ -18,13 +18,14 @@ it serves are not compiled.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
 from types import ModuleType
 from typing import Any
+
+from tremula.alias import Loader as _Loader
 
 #: module name suffix -> the stand-in module serving it
 STAND_INS = {
@@ -40,7 +41,7 @@ _CLIENT = "popxl_addons.ops."
 _HOOK = "cppimport.import_hook"
 
 
-class _AfterHook(importlib.abc.Loader):
+class _AfterHook(_Loader):
     """Loads ``cppimport.import_hook`` with its own loader, then puts the finder back in
     front of the hook that module installed."""
 
@@ -55,8 +56,9 @@ class _AfterHook(importlib.abc.Loader):
         install(first=True)
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves :data:`STAND_INS`; refuses popxl-addons' other C++ modules by name."""
+class _Finder(_Loader):
+    """Serves :data:`STAND_INS`; refuses popxl-addons' other C++ modules by name (a meta path
+    finder and loader by protocol, like :mod:`tremula.alias`'s)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname == _HOOK:
