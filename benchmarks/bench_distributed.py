@@ -10,10 +10,12 @@
    2 instances x 2 replicas: steps per second next to the same 4 replicas in one process.
 3. Start-up of a 4-instance job (``tremula poprun`` of a program that imports PopXL and
    initialises PopDist) against ``mpirun -n 4 python -c pass`` plus one single-process
-   start of the same program.
+   start of the same program; ``--breakdown`` also runs the job's pieces in the same rounds
+   and prints where its CPU goes (``benchmarks/cpu_account.py`` does so exactly, process by
+   process, from a scheduler trace).
 
 Run: ``python benchmarks/bench_distributed.py [--elements N] [--steps K] [--repeat R]
-[--only start-up all-reduce training]``.
+[--only start-up all-reduce training] [--breakdown]``.
 It launches its own jobs through ``tremula poprun`` (the ``distributed`` extra).
 """
 
@@ -253,7 +255,7 @@ def start_up(repeat: int, folder: Path, breakdown: bool) -> None:
         f"(on {os.cpu_count()} cores)"
     )
     if breakdown:
-        _print_breakdown(cpu, [[out for _, _, out in r] for r in runs])
+        _print_breakdown(runs)
 
 
 def _pieces(pr: Any, mpirun: list[str], prog: Path) -> list[Run]:
@@ -271,19 +273,29 @@ def _pieces(pr: Any, mpirun: list[str], prog: Path) -> list[Run]:
     return [(direct, environ), (empty, environ), ([*mpirun, "true"], None), (alone, environ)]
 
 
-def _print_breakdown(cpu: list[float], outputs: list[list[str]]) -> None:
-    job, bare, one, direct, empty, true, alone = (c * 1e3 for c in cpu)
-    python = (bare - true) / 4
-    in_job = _phases(outputs[0])
-    by_itself = _phases(outputs[6])
+def _print_breakdown(runs: list[list[tuple[float, float, str]]]) -> None:
+    """Each piece's CPU as the median over the rounds of a difference within the round
+    (steadier on a shared machine than a difference of bests)."""
+
+    def median(values: Any) -> float:
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2] * 1e3
+
+    job, bare, one, direct, empty, true, alone = ([c for _, c, _ in r] for r in runs)
+    rounds = range(len(job))
+    python = median((bare[r] - true[r]) / 4 for r in rounds)
+    in_job = _phases([out for _, _, out in runs[0]])
+    by_itself = _phases([out for _, _, out in runs[6]])
     print(
-        "CPU breakdown (ms, best of the rounds, by difference of the runs):\n"
-        f"  launcher (python -m tremula.cli poprun): {job - direct:.0f}\n"
-        f"  mpirun -n 4 true: {true:.0f}; with poprun's 4 contexts, tags and -x, each "
-        f"instance running python -c pass: {empty:.0f} (4 Python starts {4 * python:.0f})\n"
-        f"  each instance's program beyond python -c pass: {(direct - empty) / 4:.0f}; "
-        f"the same program alone in an instance's environment: {alone:.0f} "
-        f"(the reference's single start, without OMP_NUM_THREADS: {one:.0f})\n"
+        "CPU breakdown (ms, median over the rounds of differences within a round):\n"
+        f"  launcher (python -m tremula.cli poprun): "
+        f"{median(job[r] - direct[r] for r in rounds):.0f}\n"
+        f"  mpirun -n 4 true: {median(true):.0f}; with poprun's 4 contexts, tags and -x, each "
+        f"instance running python -c pass: {median(empty):.0f} (a Python start {python:.0f})\n"
+        f"  each instance's program beyond python -c pass: "
+        f"{median((direct[r] - empty[r]) / 4 for r in rounds):.0f}; the same program alone in "
+        f"an instance's environment: {median(alone):.0f} (the reference's single start, "
+        f"without OMP_NUM_THREADS: {median(one):.0f})\n"
         "  START's phases (median ms of CPU, in the job / alone): "
         + "; ".join(
             f"{name} {a:.0f} / {b:.0f}" for name, a, b in zip(PHASES, in_job, by_itself)
