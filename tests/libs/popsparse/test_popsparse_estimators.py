@@ -1,7 +1,7 @@
 """The element-wise Fwd vertex estimate (spec 3.6) against hand-computed values: the fast
 paths of the worker, the supervisor's walk, the whole vertex the planner and the device
 charge, and the same worker costed on an actual pattern's rows split as the partitioner
-splits them (the imbalance a uniform estimate leaves out)."""
+splits them (the imbalance a uniform estimate leaves out); the AMP block Fwd vertex."""
 
 from __future__ import annotations
 
@@ -82,3 +82,34 @@ def test_the_planner_charges_zeroing_as_poplibs_quirk():
     """Spec 3.5 "Quirk": PopLibs' helper returns numPartials x numWorkers."""
     assert int(est.planner_zero_cycles(MK2, 72)) == 72 * 6
     assert est.planner_zero_cycles(MK2, np.array([0, 5])).tolist() == [0, 30]
+
+
+def test_block_fwd_vertex_by_hand():
+    """AMP block Fwd, 16x16 half blocks, float partials, Z = 32 (6 per worker: inner
+    overhead 25, 4 cycles per Z), 4 buckets with a matching sub-group of 3 blocks in 2
+    block rows. Mk2 (16 conv units): 1 weight load; supervisor 40 + 4 (46 + 56) + 4 (3
+    (256 / 4 + 3 + 12) + 2 x 4); worker 3 (25 + 6 x 4) - 3 (one block retains its row)."""
+    cycles = est.block_fwd_cycles(MK2, 16, (2, 4), 32, 3, 2, 4, 4)
+    sup = 40 + 4 * (46 + 56) + 4 * (3 * (64 + 3 + 12) + 2 * 4)
+    assert int(cycles) == sup + 6 * 4 * (3 * (25 + 6 * 4) - 3)
+
+
+def test_block_fwd_weight_loads_follow_the_conv_units():
+    """Two weight loads for 16x16 blocks where the AMP has 8 conv units (Mk1, half in):
+    12 supervisor cycles more per block, and the worker's per-block term, the retained
+    row's -3 included, twice (spec 3.6: ``weightLoads (inner + Z cyclesPerZ - 3
+    retainX)``)."""
+    mk1 = targets.ipu1()
+    assert est.amp_weight_loads(mk1, 16, 2, 4) == 2 and est.amp_weight_loads(MK2, 16, 2, 4) == 1
+    assert est.amp_weight_loads(mk1, 8, 2, 4) == 1
+    eight_for_float_partials = targets.ipu2(fp16_in_fp32_out_conv_units_per_tile=8)
+    assert est.amp_weight_loads(eight_for_float_partials, 16, 2, 4) == 2
+    assert est.amp_weight_loads(eight_for_float_partials, 16, 2, 2) == 1
+    cycles = est.block_fwd_cycles(mk1, 16, (2, 4), 32, 3, 2, 4, 4)
+    sup = 40 + 4 * (46 + 56) + 4 * (3 * (64 + 3 + 24) + 2 * 4)
+    assert int(cycles) == sup + 6 * 4 * 2 * (3 * (25 + 6 * 4) - 3)
+
+
+def test_block_supervisor_skips_a_bucket_in_33_cycles():
+    """``40 + 33 (buckets - withInfo) avgSG + withInfo (46 (avgFirst + 1) + 56)``."""
+    assert int(est.ew_supervisor(40, 4, 2, search=46, found=56, skip=33)) == 40 + 66 + 2 * 102

@@ -267,7 +267,7 @@ def _vertex(
     zt, gz = t["zt"], method.grouping[3]
     if method.is_block:
         edge = method.grouping[1]
-        return est.block_fwd_cycles(target, edge, ts, zt, u, rows, pz, pz)
+        return est.block_fwd_cycles(target, edge, (ts, problem.partials_size), zt, u, rows, pz, pz)
     if grad_a and method.grad_a == "Transpose":
         return est.ew_transpose_product_cycles(target, ts, zt, u, pz)
     return est.ew_product_cycles(target, ts, zt // gz, gz, rows, u, pz, grad_a)

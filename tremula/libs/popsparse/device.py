@@ -242,6 +242,12 @@ def _classes(sizes: np.ndarray, starts: np.ndarray) -> list[tuple[int, int, int,
     return [(0, sizes.size, int(sizes[0]), 0)]
 
 
+def partition_classes(plan: Plan, dim: str) -> list[tuple[int, int, int, int]]:
+    """Runs of equal partitions of ``dim``: ``(first, end, size, first element)`` (all but
+    the last partition are equal, so at most two)."""
+    return _classes(plan.sizes(dim), plan.starts(dim))
+
+
 def regions(plan: Plan) -> list[Region]:
     pz = plan.partition.z
     out = []

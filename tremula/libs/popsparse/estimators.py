@@ -146,14 +146,16 @@ def ew_supervisor(
     avg_sub_groups: Array = 1,
     search: int = 47,
     found: int = 46,
+    skip: int = 32,
 ) -> np.ndarray:
-    """The supervisor's walk over buckets (spec 3.6): ``constant + 32 (buckets - withInfo)
-    avgSG + withInfo (search (avgFirstMatch + 1) + found)``, ``avgFirstMatch = (avgSG-1)/2``."""
+    """The supervisor's walk over buckets (spec 3.6): ``constant + skip (buckets -
+    withInfo) avgSG + withInfo (search (avgFirstMatch + 1) + found)``, ``avgFirstMatch =
+    (avgSG-1)/2``; ``skip`` is 32 for the element-wise vertices, 33 for the block ones."""
     buckets, with_info = np.asarray(buckets), np.asarray(with_info)
     avg = np.asarray(avg_sub_groups, dtype=np.float64)
     first = (avg - 1) / 2
     cycles = (
-        constant + 32 * (buckets - with_info) * avg + with_info * (search * (first + 1) + found)
+        constant + skip * (buckets - with_info) * avg + with_info * (search * (first + 1) + found)
     )
     return np.ceil(cycles).astype(np.int64)
 
@@ -192,16 +194,17 @@ AMP_INNER_OVERHEAD = (14, 18, 25)
 AMP_ROW_CYCLES = 4  # [choice] the "small X term" of the supervisor, per block row
 
 
-def amp_weight_loads(target: Target, edge: int, type_size: int) -> int:
-    """Weight loads per block: 2 for 16x16 blocks when the AMP has 8 conv units."""
-    units = target.conv_units(type_size, 4)
+def amp_weight_loads(target: Target, edge: int, type_size: int, partials_size: int) -> int:
+    """Weight loads per block: 2 for 16x16 blocks when the AMP has 8 conv units for these
+    input and partials types (``target.conv_units``), else 1."""
+    units = target.conv_units(type_size, partials_size)
     return 2 if edge == 16 and units <= 8 else 1
 
 
 def block_fwd_cycles(
     target: Target,
     edge: int,
-    type_size: int,
+    sizes: tuple[int, int],
     z: Array,
     blocks: Array,
     rows: Array,
@@ -209,14 +212,19 @@ def block_fwd_cycles(
     with_info: Array,
 ) -> np.ndarray:
     """The AMP block Fwd (and GradA ``TransposeAMPBlock``) vertex over ``buckets`` buckets of
-    ``blocks`` blocks in ``rows`` block rows each; the workers split ``z`` only."""
+    ``blocks`` blocks in ``rows`` block rows each, ``sizes`` = (input, partials) type sizes;
+    the workers split ``z`` only. Supervisor: the bucket walk ``40 + 33 (buckets -
+    withInfo) + withInfo (46 + 56)`` (one sub-group per bucket), per block ``area / (float ?
+    2 : 4) + 3 + 12 weightLoads``, per block row a small X term; each worker, per block,
+    ``weightLoads (innerOverhead + Z cyclesPerZ - 3 retainX)``, ``retainX`` for every block
+    after the first of its row (spec 3.6)."""
+    type_size, partials_size = sizes
     w = target.num_worker_contexts
-    loads = amp_weight_loads(target, edge, type_size)
+    loads = amp_weight_loads(target, edge, type_size, partials_size)
     blocks, rows = np.asarray(blocks, dtype=np.int64), np.asarray(rows, dtype=np.int64)
     per_block_sup = edge * edge // (2 if type_size == 4 else 4) + 3 + 12 * loads
-    sup = ew_supervisor(40, buckets, with_info, search=46, found=56) + np.asarray(with_info) * (
-        blocks * per_block_sup + rows * AMP_ROW_CYCLES
-    )
+    walk = ew_supervisor(40, buckets, with_info, search=46, found=56, skip=33)
+    sup = walk + np.asarray(with_info) * (blocks * per_block_sup + rows * AMP_ROW_CYCLES)
     zw = np.maximum(cdiv(z, w), 1)
     inner = np.where(
         zw == 1,
@@ -224,7 +232,7 @@ def block_fwd_cycles(
         np.where(zw == 2, AMP_INNER_OVERHEAD[1], AMP_INNER_OVERHEAD[2]),
     )
     per_z = AMP_CYCLES_PER_Z[edge][0 if type_size == 4 else 1]
-    worker = blocks * loads * (inner + zw * per_z) - 3 * np.maximum(blocks - rows, 0)
+    worker = loads * (blocks * (inner + zw * per_z) - 3 * np.maximum(blocks - rows, 0))
     return sup + w * np.asarray(with_info) * np.maximum(worker, 0)
 
 

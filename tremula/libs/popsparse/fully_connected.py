@@ -6,8 +6,8 @@ of its (x, y) group, or for GradW its own bucket, and the dense slices of its pa
 and the propagation phase (:mod:`propagation`: read at run time from the pattern's overflow
 info, it runs only as far as the pattern needs; a pattern that stays in its Z groups runs
 the distribution alone, on the layer's dense tensors), then the reduction of the partials
-over the partitions of the pass's Y (``popops`` reduce, which also casts to the data type)
-or, with one such partition, a cast. GradA
+over the partitions of the pass's Y (:mod:`reduction`: PopLibs' conv reduction, which also
+casts to the data type) or, with one such partition, a cast. GradA
 reuses the forward buckets (transposed roles; block buckets are transposed first), GradW
 accumulates into partial buckets laid out like ``nz_values`` and casts them.
 
@@ -44,6 +44,7 @@ from tremula.libs.popsparse.errors import PopsparseError
 from tremula.libs.popsparse.options import Options
 from tremula.libs.popsparse.passes import Bucket, Operand, Pass, distribute_and_propagate
 from tremula.libs.popsparse.plan import PlanningCache
+from tremula.libs.popsparse.reduction import reduce_partials
 
 OptionsArg = Mapping[str, Any] | Options | None
 
@@ -271,7 +272,7 @@ def _sparse_pass(
         fixed=lambda r: {"q": partials_slices(partials, r, red, out_dim)},
     )
     distribute_and_propagate(layer, prog, weights.meta_info, sparse_pass)
-    return _reduce(layer, prog, partials)
+    return reduce_partials(layer, prog, partials, red, tiles)
 
 
 def _grad_w(
@@ -324,28 +325,3 @@ def _transpose_blocks(
     )
     prog.add(poplar.Execute(cs, name=f"{prefix}/transposeBuckets"))
     return out
-
-
-def _reduce(layer: Layer, prog: poplar.Sequence, partials: poplar.Tensor) -> poplar.Tensor:
-    """The sum of the ``[P][N][Z]`` partials over their partitions in the data type, as
-    the batch-major ``[Z][N]`` result (a transposed view)."""
-    g, prefix = layer.graph, layer.prefix
-    if partials.shape[0] > 1:
-        out = g.add_variable(layer.dtype, partials.shape[1:], f"{prefix}/out")
-        g.set_tile_mapping(out, _even_chunks(out.num_elements, g).reshape(out.shape))
-        popops.reduce_with_output(g, partials, out, [0], "ADD", prog, name=f"{prefix}/reduce")
-    elif layer.partials is layer.dtype:
-        out = partials[0]
-    else:
-        out = popops.cast(g, partials[0], layer.dtype, prog, name=f"{prefix}/cast")
-    return out.transpose()
-
-
-def _even_chunks(n: int, graph: poplar.Graph) -> np.ndarray:
-    """Tile of each of ``n`` elements: equal chunks of the fewest elements (at least a
-    64-bit vector's worth) that divide ``n`` and fit the tiles, so that the reduction's
-    vertices all have the same shape (read as one strided view)."""
-    tiles = graph.num_tiles
-    least = max(-(-n // tiles), 1)
-    chunk = next((c for c in range(least, n + 1) if n % c == 0 and c >= min(4, n)), n)
-    return np.arange(n, dtype=np.int64) // chunk

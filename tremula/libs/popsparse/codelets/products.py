@@ -108,7 +108,7 @@ class ProductVertex(poplar.Codelet):
         t = v.target
         if cls.block:
             edge = template_sizes(v, "BLOCK")[0]
-            return est.block_fwd_cycles(t, edge, ts, z, blocks, rows, nb, nb)
+            return est.block_fwd_cycles(t, edge, (ts, v.dtype("q").size), z, blocks, rows, nb, nb)
         if cls.method == "Transpose":
             return est.ew_transpose_product_cycles(t, ts, z, blocks, nb)
         gz = t.vector_width(ts)
