@@ -95,7 +95,9 @@ def account(text: str, cores: int) -> Account:
         if event == "sched_process_exec" and start is None and tid in perf_children:
             start, members[pid] = t, pid  # perf's child exec'ing the command
         if event == "sched_process_fork" and int(f["pid"]) in members:
-            members[int(f["child_pid"])] = int(f["child_pid"])
+            child = int(f["child_pid"])
+            members[child] = child  # a thread: its own events name its process
+            procs.setdefault(child, Process(child, first=t))  # alive from its fork
         if tid in members:
             members[tid] = pid  # a thread's events carry its process id
             p = procs.setdefault(pid, Process(pid, first=t))
