@@ -126,6 +126,11 @@ CASES: dict[str, tuple[list[np.ndarray], Callable[..., str], int]] = {
         [x[0], _c(b, I64([[2, 0, 1, -1], [0, 1, 2, 0]])), x[1]], 0), 11),
     "round_half_even": ([np.array([0.5, 1.5, 2.5, -0.5, -1.5, 0.49999997, 2.4, -2.6, 3e7 + 1],
                                   np.float32)], lambda b, x: b.aiOnnx.round(x), 11),
+    "mod_python_ints": ([np.array([7, -7, 7, -7, 0], np.int32),
+                         np.array([3, 3, -3, -3, 2], np.int32)], lambda b, x: b.aiOnnx.mod(x), 10),
+    "thresholded_relu": ([F(3, 4)], lambda b, x: b.aiOnnx.thresholdedrelu(x, 0.25), 10),
+    "depth_space_round_trip": ([F(1, 8, 2, 3)], lambda b, x: b.aiOnnx.spacetodepth(
+        [b.aiOnnx.depthtospace(x, 2, "CRD")], 2), 11),
 }  # fmt: skip
 
 

@@ -179,6 +179,13 @@ AI_ONNX: dict[str, list[OpDef]] = {
     "scatterelements": [OpDef("ScatterElements", (A("axis", "i", 0),), since=11)],
     "gatherelements": [OpDef("GatherElements", (A("axis", "i", 0),), since=11)],
     "round": [OpDef("Round", since=11)],
+    "mod": [OpDef("Mod", (A("fmod", "i", 0),), since=10)],
+    "thresholdedrelu": [OpDef("ThresholdedRelu", (A("alpha", "f", 1.0),), since=10)],
+    "depthtospace": [
+        OpDef("DepthToSpace", (A("blocksize", "i"),), until=10),
+        OpDef("DepthToSpace", (A("blocksize", "i"), A("mode", "s", "DCR")), since=11),
+    ],
+    "spacetodepth": [OpDef("SpaceToDepth", (A("blocksize", "i"),))],
     "upsample": [OpDef("Upsample", (A("mode", "s", "nearest"),), since=9, until=9)],
     "resize": [
         OpDef("Resize", (A("mode", "s", "nearest"),), since=10, until=10),

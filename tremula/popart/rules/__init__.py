@@ -5,7 +5,7 @@ constants). Rules return PopXL tensors, or NumPy arrays for values known on the 
 and other constants, folded instead of computed on the device).
 
 The rules live in files by op family (``elementwise``, ``shape``, ``nn``, ``rnn``,
-``graphcore``); each contributes a dict merged here.
+``rearrange``, ``graphcore``); each contributes a dict merged here.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any
 from tremula.popart.rules.elementwise import ELEMENTWISE
 from tremula.popart.rules.graphcore import GRAPHCORE
 from tremula.popart.rules.nn import NN
+from tremula.popart.rules.rearrange import REARRANGE
 from tremula.popart.rules.rnn import RNN
 from tremula.popart.rules.shape import SHAPE
 
 Rule = Callable[[Any], list[Any]]
 
 RULES: dict[tuple[str, str], Rule] = {
-    **{("", k): v for k, v in {**ELEMENTWISE, **SHAPE, **NN, **RNN}.items()},
+    **{("", k): v for k, v in {**ELEMENTWISE, **SHAPE, **NN, **RNN, **REARRANGE}.items()},
     **{("ai.graphcore", k): v for k, v in GRAPHCORE.items()},
 }
 

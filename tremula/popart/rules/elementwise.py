@@ -129,6 +129,45 @@ def _xor(a: Any, b: Any) -> Any:
     return ops.logical_and(ops.logical_or(a, b), ops.logical_not(ops.logical_and(a, b)))
 
 
+def _greater_equal(a: Any, b: Any) -> Any:  # not(a < b) would be True for NaN
+    return ops.logical_or(ops.greater(a, b), ops.equal(a, b))
+
+
+def _less_equal(a: Any, b: Any) -> Any:
+    return ops.logical_or(ops.less(a, b), ops.equal(a, b))
+
+
+def _mod(node: Any) -> list[Any]:
+    """ONNX Mod: ``fmod=1`` is C's ``fmod`` (the sign of the dividend), ``fmod=0`` (the
+    default, for integers) Python's ``%`` (the sign of the divisor): the remainder plus the
+    divisor where they differ in sign."""
+    fmod = int(node.attr("fmod", 0))
+    if all(node.is_const(i) for i in range(2)):
+        a, b = node.const(0), node.const(1)
+        return [np.asarray(np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype)]
+    a, b = node.tensors()
+    r = ops.fmod(a, b)
+    if fmod:
+        return [r]
+    differ = ops.logical_and(ops.logical_not(ops.equal(r, 0)), _xor(ops.less(r, 0), ops.less(b, 0)))
+    return [ops.where(differ, ops.add(r, b), r)]
+
+
+def _hard_swish(node: Any, x: Any) -> Any:  # x * hard_sigmoid(x; 1/6, 1/2)
+    return ops.mul(x, ops.clip(ops.add(ops.mul(x, 1 / 6), 0.5), 0.0, 1.0))
+
+
+def _celu(node: Any, x: Any) -> Any:  # max(0, x) + min(0, alpha (exp(x / alpha) - 1))
+    alpha = float(node.attr("alpha", 1.0))
+    negative = ops.negate(ops.relu(ops.negate(x)))
+    return ops.add(ops.relu(x), ops.mul(ops.sub(ops.exp(ops.div(negative, alpha)), 1.0), alpha))
+
+
+def _thresholded_relu(node: Any, x: Any) -> Any:
+    keep = ops.greater(x, float(node.attr("alpha", 1.0)))
+    return ops.where(keep, x, 0.0)
+
+
 ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     **{
         name: _fold_or(dev, host)
@@ -175,7 +214,8 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "And": (ops.logical_and, np.logical_and),
             "Or": (ops.logical_or, np.logical_or),
             "Xor": (_xor, np.logical_xor),
-            "Mod": (ops.fmod, np.fmod),
+            "GreaterOrEqual": (_greater_equal, np.greater_equal),
+            "LessOrEqual": (_less_equal, np.less_equal),
             "PRelu": (
                 lambda x, slope: ops.sub(ops.relu(x), ops.mul(ops.relu(ops.negate(x)), slope)),
                 None,
@@ -192,4 +232,8 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     "Elu": _with_attrs(_elu),
     "Selu": _with_attrs(_selu),
     "HardSigmoid": _with_attrs(_hard_sigmoid),
+    "HardSwish": _with_attrs(_hard_swish),
+    "Celu": _with_attrs(_celu),
+    "ThresholdedRelu": _with_attrs(_thresholded_relu),
+    "Mod": _mod,
 }

@@ -104,6 +104,26 @@ def _conv_transpose(node: Any) -> list[Any]:
     return [_channel_bias(y, node.tensor(2)) if node.has(2) else y]
 
 
+def _pad_share(node: Any, shape: Any, kernel: Any, win: dict[str, Any], out: Any) -> Any:
+    """A constant ``[1, 1, *out_spatial]``: the share of each window inside the input, by
+    which an average over the input elements becomes one over the whole window (pads
+    counted as zeros: ``count_include_pad``)."""
+    n = len(kernel)
+    share = np.ones((1, 1), np.float64)
+    for d in range(n):
+        size, k, s, pad = (
+            shape[2 + d],
+            int(kernel[d]),
+            int(win["stride"][d]),
+            int(win["padding"][d]),
+        )
+        start = np.arange(out[2 + d]) * s - pad
+        inside = np.minimum(start + k, size) - np.maximum(start, 0)
+        share = share[..., None] * (inside / k)
+    dtype = node.value(0).dtype.as_numpy()
+    return node.cx.constant(f"{node.proto.output[0]}/pad_share", share.astype(dtype))
+
+
 def _pool(kind: str) -> Callable[[Any], list]:
     def rule(node: Any) -> list[Any]:
         if node.n_outputs > 1 and node.proto.output[1]:
@@ -126,13 +146,14 @@ def _pool(kind: str) -> Callable[[Any], list]:
                     ceil,
                 )
             ]
+        y = ops.average_pool(
+            x, kernel, win["stride"], win["padding"], None, None, None, win["pad_type"], ceil
+        )
         if int(node.attr("count_include_pad", 0)) and any(win["padding"]):
-            raise node.error("count_include_pad=1 with padding is not supported")
-        return [
-            ops.average_pool(
-                x, kernel, win["stride"], win["padding"], None, None, None, win["pad_type"], ceil
-            )
-        ]
+            if ceil or win["pad_type"] != "not_set":
+                raise node.error("count_include_pad=1 with ceil_mode or auto_pad is not supported")
+            y = ops.mul(y, _pad_share(node, x.shape, kernel, win, y.shape))
+        return [y]
 
     return rule
 
@@ -256,6 +277,44 @@ def _resize_asymmetric(node: Any, x: Any, mode: str, scales: list[float]) -> Any
     return x
 
 
+def _lrn(node: Any) -> list[Any]:
+    """ONNX LRN: ``x / (bias + alpha / size * s) ** beta``, ``s`` the sum of squares over
+    the ``size`` channels around each one (``floor((size-1)/2)`` before, ``ceil`` after;
+    zeros past the edges), as ``size`` shifted slices of the zero-padded squares."""
+    x = node.tensor(0)
+    size = int(node.attr("size"))
+    alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
+    bias = float(node.attr("bias", 1.0))
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    zeros = {}
+    for n, where in ((before, "before"), (after, "after")):
+        shape = list(x.shape)
+        shape[1] = n
+        zeros[where] = node.cx.constant(
+            f"{node.proto.output[0]}/{where}", np.zeros(shape, x.dtype.as_numpy())
+        )
+    squares = ops.mul(x, x)
+    parts = [p for p, n in ((zeros["before"], before), (squares, 1), (zeros["after"], after)) if n]
+    padded = ops.concat(parts, 1) if len(parts) > 1 else squares
+    total = ops.slice(padded, [0], [c], [1], [1])
+    for j in range(1, size):
+        total = ops.add(total, ops.slice(padded, [j], [j + c], [1], [1]))
+    return [ops.div(x, ops.pow(ops.add(ops.mul(total, alpha / size), bias), beta))]
+
+
+def _group_norm(node: Any) -> list[Any]:
+    """ONNX GroupNormalization: opset 18's scale and bias are per group, opset 21's per
+    channel (PopXL's ``group_norm``: per channel)."""
+    x = node.tensor(0)
+    groups = int(node.attr("num_groups"))
+    scale, bias = node.tensor(1), node.tensor(2)
+    if node.version < 21 and scale.shape[0] != x.shape[1]:
+        channel_group = np.repeat(np.arange(groups, dtype=np.int32), x.shape[1] // groups)
+        scale, bias = ops.gather(scale, channel_group), ops.gather(bias, channel_group)
+    return [ops.group_norm(x, scale, bias, groups, float(node.attr("epsilon", 1e-5)))]
+
+
 def _dropout(node: Any) -> list[Any]:
     x = node.tensor(0)
     ratio = (
@@ -290,6 +349,8 @@ NN: dict[str, Callable[[Any], list]] = {
     "InstanceNormalization": _instance_norm,
     "LayerNormalization": _layer_norm,
     "Resize": _resize,
+    "LRN": _lrn,
+    "GroupNormalization": _group_norm,
     "Upsample": _resize,
     "Dropout": _dropout,
     "Gelu": _gelu,

@@ -249,39 +249,70 @@ def _pad(node: Any) -> list[Any]:
         pads = node.ints(1, "pads")
         value = float(node.const(2).reshape(-1)[0]) if node.has(2) else 0.0
     mode = node.attr("mode", "constant")
-    if mode != "constant":
-        raise node.error(f"Pad mode {mode!r} is not supported (only 'constant')")
+    if mode not in ("constant", "edge", "reflect"):
+        raise node.error(f"Pad mode {mode!r} is not supported (constant, edge, reflect)")
     v = node.value(0)
     rank = len(node.shape(0))
+    if any(p < 0 for p in pads):
+        raise node.error("negative pads are not supported")
     if isinstance(v, np.ndarray):
-        return [np.pad(v, list(zip(pads[:rank], pads[rank:])), constant_values=value)]
+        widths = list(zip(pads[:rank], pads[rank:]))
+        if mode == "constant":
+            return [np.pad(v, widths, constant_values=value)]
+        return [np.pad(v, widths, mode=mode)]
     for axis in range(rank):
-        v = _pad_axis(node, v, axis, int(pads[axis]), int(pads[rank + axis]), value)
+        before, after = int(pads[axis]), int(pads[rank + axis])
+        if before or after:
+            v = _pad_axis(node, v, axis, before, after, value, mode)
     return [v]
 
 
-def _pad_axis(node: Any, v: Any, axis: int, before: int, after: int, value: float) -> Any:
-    if before < 0 or after < 0:
-        raise node.error("negative pads are not supported")
+def _pad_axis(
+    node: Any, v: Any, axis: int, before: int, after: int, value: float, mode: str
+) -> Any:
+    """``v`` padded on ``axis``: with ``value`` (constant), copies of the edge element
+    (edge), or the elements mirrored about the edge element (reflect)."""
+    n = v.shape[axis]
+    if mode == "reflect" and max(before, after) >= n:
+        raise node.error(f"reflect pads of {before} and {after} need more than {n} elements")
     parts = []
-    for n, where in ((before, "before"), (after, "after")):
-        shape = list(v.shape)
-        shape[axis] = n
-        fill = np.full(shape, value, v.dtype.as_numpy())
-        parts.append(
-            node.cx.constant(f"{node.proto.output[0]}/{axis}/{where}", fill) if n else None
-        )
+    for count, where in ((before, "before"), (after, "after")):
+        if not count:
+            parts.append(None)
+        elif mode == "constant":
+            shape = list(v.shape)
+            shape[axis] = count
+            fill = np.full(shape, value, v.dtype.as_numpy())
+            parts.append(node.cx.constant(f"{node.proto.output[0]}/{axis}/{where}", fill))
+        elif mode == "edge":
+            edge = ops.slice(
+                v, [0 if where == "before" else n - 1], [1 if where == "before" else n], [1], [axis]
+            )
+            parts.append(ops.concat([edge] * count, axis) if count > 1 else edge)
+        elif where == "before":  # elements count .. 1, in that order
+            parts.append(ops.slice(v, [count], [0], [-1], [axis]))
+        else:  # elements n-2 .. n-1-count
+            stop = n - 2 - count if n - 2 - count >= 0 else None
+            parts.append(ops.slice(v, [n - 2], [stop], [-1], [axis]))
     pieces = [p for p in (parts[0], v, parts[1]) if p is not None]
     return ops.concat(pieces, axis) if len(pieces) > 1 else v
+
+
+def _flip(t: Any, axis: int) -> Any:
+    """``t`` reversed along ``axis``."""
+    return ops.slice(t, [t.shape[axis] - 1], [None], [-1], [axis])
 
 
 def _arg(fn: Callable[..., Any]) -> Callable[[Any], list]:
     def rule(node: Any) -> list[Any]:
         rank = len(node.shape(0))
         axis = _axis(int(node.attr("axis", 0)), rank)
-        if int(node.attr("select_last_index", 0)):
-            raise node.error("select_last_index=1 is not supported")
-        return [fn(node.tensor(0), axis, bool(node.attr("keepdims", 1)))]
+        keep = bool(node.attr("keepdims", 1))
+        if not int(node.attr("select_last_index", 0)):
+            return [fn(node.tensor(0), axis, keep)]
+        # the last of ties: the first in the reversed tensor, counted from the end
+        x = node.tensor(0)
+        return [ops.sub(x.shape[axis] - 1, fn(_flip(x, axis), axis, keep))]
 
     return rule
 
@@ -299,10 +330,22 @@ def _onehot(node: Any) -> list[Any]:
 
 
 def _cumsum(node: Any) -> list[Any]:
-    if int(node.attr("exclusive", 0)) or int(node.attr("reverse", 0)):
-        raise node.error("exclusive or reverse CumSum is not supported")
+    """ONNX CumSum: ``reverse`` sums from the end (the sum of the reversed tensor,
+    reversed back); ``exclusive`` leaves each element out (the sum of the tensor shifted
+    by one, a zero first)."""
     axis = _axis(node.ints(1, "axis")[0], len(node.shape(0)))
-    return [ops.cumsum(node.tensor(0), axis)]
+    x = node.tensor(0)
+    reverse, exclusive = int(node.attr("reverse", 0)), int(node.attr("exclusive", 0))
+    if reverse:
+        x = _flip(x, axis)
+    if exclusive:
+        shape = list(x.shape)
+        shape[axis] = 1
+        zero = node.cx.constant(f"{node.proto.output[0]}/zero", np.zeros(shape, x.dtype.as_numpy()))
+        n = x.shape[axis]
+        x = ops.concat([zero, ops.slice(x, [0], [n - 1], [1], [axis])], axis) if n > 1 else zero
+    y = ops.cumsum(x, axis)
+    return [_flip(y, axis) if reverse else y]
 
 
 _REDUCE = {  # ONNX op -> (PopXL op, NumPy fold, opset from which axes are an input)
