@@ -96,3 +96,19 @@ def test_loading_a_table_of_another_shape_changes_nothing(tmp_path):
         emb.load(tmp_path / "missing.npy")
     np.testing.assert_array_equal(emb.get_embedding_tensor(), before[0])
     np.testing.assert_array_equal(emb.table.state["accumulator"], before[1])
+
+
+def test_a_callable_initializer_gets_the_shape_and_numpy_dtype():
+    """``initializer(shape, dtype)`` is called with NumPy's dtype, so NumPy code
+    (``np.full(shape, v, dtype)``, ``rng.uniform(...).astype(dtype)``) serves as is."""
+    seen = []
+
+    def init(shape, dtype):
+        seen.append((shape, dtype))
+        return np.full(shape, 0.5, dtype)
+
+    emb = embedding.create_host_embedding("c", [3, 2], popxl.float16, initializer=init)
+    assert seen == [((3, 2), np.dtype(np.float16))]
+    table = emb.get_embedding_tensor()
+    assert table.dtype == np.float16
+    np.testing.assert_array_equal(table, np.full((3, 2), 0.5, np.float16))

@@ -78,14 +78,15 @@ def _initial_table(
     initializer: Any, shape: tuple[int, int], dtype: dtypes.dtype, writable: bool, where: str
 ) -> np.ndarray:
     """The table from ``initializer``: zeros, a copy of an array (a memmap is used in place),
-    the result of a callable ``(shape, dtype)``, or a ``.npy`` file opened as a memmap."""
+    the result of a callable ``(shape, numpy dtype)``, or a ``.npy`` file opened as a
+    memmap."""
     want = dtype.as_numpy()
     if initializer is None:
         return np.zeros(shape, want)
     if isinstance(initializer, (str, os.PathLike)):
         return _open_memmap(Path(initializer), shape, want, writable, where)
     if callable(initializer) and not isinstance(initializer, np.ndarray):
-        value = initializer(shape, dtype)
+        value = initializer(shape, want)  # NumPy's dtype: np.ones(shape, dtype) works
         what = f"the initializer's result ({type(value).__name__})"
     else:
         value, what = initializer, "initializer"
@@ -146,7 +147,8 @@ def create_host_embedding(
         optimizer_spec: how lookups' gradients update the table
             (:class:`HostEmbeddingOptimizerSpec` ...); None: inference only.
         initializer: None (zeros), an array of ``shape`` (copied; a ``np.memmap`` of the
-            table's dtype is used in place), a callable ``(shape, dtype) -> array``, or the
+            table's dtype is used in place), a callable ``(shape, numpy_dtype) -> array``
+            (as TensorFlow calls an initializer with the shape and its dtype), or the
             path of a ``.npy`` file, opened as a memmap (read-write when the embedding
             trains: updates are written to the file) so that the table need not fit in RAM.
         remote_buffer: keep the table in remote buffers split between replicas instead of
