@@ -111,6 +111,12 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray], 
     "lrn_default": ([node("LRN", ["x"], size=5)], {"x": X4}, {}, 13),
     "group_norm_per_group": ([node("GroupNormalization", ["x", "s", "b"], num_groups=2)],
                              {"x": F(2, 4, 2, 3)}, {"s": F(2), "b": F(2)}, 18),
+    "shape_start_end": ([helper.make_node("Shape", ["x"], ["s"], start=-2, end=-1),
+                         node("Cast", ["s"], to=TensorProto.FLOAT)], {"x": X}, {}, 15),
+    "shape_start": ([helper.make_node("Shape", ["x"], ["s"], start=1),
+                     node("Cast", ["s"], to=TensorProto.FLOAT)], {"x": X}, {}, 15),
+    "pad_axes": ([node("Pad", ["x", "p", "", "a"])], {"x": X},
+                 {"p": I64([1, 2, 0, 3]), "a": I64([-1, 0])}, 18),
 }  # fmt: skip
 
 

@@ -242,17 +242,32 @@ def _clip(node: Any) -> list[Any]:
     return [ops.clip(node.tensor(0), float(lo), float(hi))]
 
 
+def _pads(node: Any, rank: int) -> list[int]:
+    """Pad's ``[begin..., end...]`` for every axis: an attribute before opset 11, then an
+    input, for the axes of the ``axes`` input only from opset 18."""
+    if node.version < 11:
+        return [int(p) for p in node.attr("pads")]
+    pads = node.ints(1, "pads")
+    if not node.has(3):
+        return pads
+    axes = [_axis(a, rank) for a in node.ints(3, "axes")]
+    full = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        full[a], full[rank + a] = pads[i], pads[len(axes) + i]
+    return full
+
+
 def _pad(node: Any) -> list[Any]:
     if node.version < 11:
-        pads, value = node.attr("pads"), float(node.attr("value", 0.0))
+        value = float(node.attr("value", 0.0))
     else:
-        pads = node.ints(1, "pads")
         value = float(node.const(2).reshape(-1)[0]) if node.has(2) else 0.0
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect"):
         raise node.error(f"Pad mode {mode!r} is not supported (constant, edge, reflect)")
     v = node.value(0)
     rank = len(node.shape(0))
+    pads = _pads(node, rank)
     if any(p < 0 for p in pads):
         raise node.error("negative pads are not supported")
     if isinstance(v, np.ndarray):
@@ -397,7 +412,11 @@ SHAPE: dict[str, Callable[[Any], list]] = {
     "Expand": _expand,
     "Tile": _tile,
     "Cast": _cast,
-    "Shape": lambda node: [np.asarray(node.shape(0), dtype=np.int64)],
+    "Shape": lambda node: [  # opset 15's start and end slice the shape, as in Python
+        np.asarray(
+            node.shape(0)[slice(node.attr("start", 0), node.attr("end", None))], dtype=np.int64
+        )
+    ],
     "Size": lambda node: [np.asarray(math.prod(node.shape(0)), dtype=np.int64)],
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,
