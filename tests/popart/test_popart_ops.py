@@ -188,3 +188,22 @@ def test_resize_options_it_cannot_honour_are_refused_naming_the_node() -> None:
     out = b.aiOnnx.resize([x, roi, scales], mode="cubic", exclude_outside=1)
     with pytest.raises(popart.popart_exception, match=r"Resize node .*exclude_outside=1"):
         infer(b.getModelProto(), {x: F(1, 1, 2, 2)}, [out])
+
+
+def test_graphcore_remainder_round_and_increment_mod() -> None:
+    """PopART's ``remainder`` (Python's %, the divisor's sign), ``round`` (halves to even)
+    and ``incrementmod`` (``(x + increment) fmod modulus``) against NumPy."""
+    a = np.array([7.5, -7.5, 7.5, -7.5, 4.0], np.float32)
+    d = np.array([2.0, 2.0, -2.0, -2.0, 2.0], np.float32)
+    i = np.array([-5, -1, 0, 3, 8], np.int32)
+    b = popart.Builder()
+    ai, di, ii = (
+        b.addInputTensor(popart.TensorInfo(v), n) for v, n in ((a, "a"), (d, "d"), (i, "i"))
+    )
+    rem = b.aiGraphcore.remainder([ai, di])
+    rnd = b.aiGraphcore.round([ai])
+    inc = b.aiGraphcore.incrementmod([ii], 3.0, 4.0)
+    out = infer(b.getModelProto(), {ai: a, di: d, ii: i}, [rem, rnd, inc])
+    np.testing.assert_array_equal(out[rem], np.mod(a, d))
+    np.testing.assert_array_equal(out[rnd], np.round(a))
+    np.testing.assert_array_equal(out[inc], np.fmod(i + 3, 4))

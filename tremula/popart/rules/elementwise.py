@@ -115,7 +115,7 @@ def _atanh(x: Any) -> Any:
     return ops.mul(ops.log(ops.div(ops.add(x, 1.0), ops.sub(1.0, x))), 0.5)
 
 
-def _round(x: Any) -> Any:
+def round_half_even(x: Any) -> Any:
     """ONNX Round: halves to even. ``x - floor(x)`` is exact in floating point, so the
     comparison with 0.5 is too (``floor(x + 0.5)`` would round 0.49999997 up)."""
     r = ops.floor(x)
@@ -146,11 +146,15 @@ def _mod(node: Any) -> list[Any]:
         a, b = node.const(0), node.const(1)
         return [np.asarray(np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype)]
     a, b = node.tensors()
+    return [ops.fmod(a, b) if fmod else python_mod(a, b)]
+
+
+def python_mod(a: Any, b: Any) -> Any:
+    """``a % b`` as Python computes it (the sign of ``b``): C's remainder, plus ``b`` where
+    the remainder is not 0 and its sign differs from ``b``'s."""
     r = ops.fmod(a, b)
-    if fmod:
-        return [r]
     differ = ops.logical_and(ops.logical_not(ops.equal(r, 0)), _xor(ops.less(r, 0), ops.less(b, 0)))
-    return [ops.where(differ, ops.add(r, b), r)]
+    return ops.where(differ, ops.add(r, b), r)
 
 
 def _hard_swish(node: Any, x: Any) -> Any:  # x * hard_sigmoid(x; 1/6, 1/2)
@@ -192,7 +196,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Acosh": (_acosh, np.arccosh),
             "Atanh": (_atanh, np.arctanh),
             "Erf": (ops.erf, None),
-            "Round": (_round, np.round),
+            "Round": (round_half_even, np.round),
             "Floor": (ops.floor, np.floor),
             "Ceil": (ops.ceil, np.ceil),
             "Sign": (ops.sign, np.sign),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tremula.libs.gcl.grouping import CommGroup, CommGroupType
+from tremula.popart.rules.elementwise import python_mod, round_half_even
 from tremula.popxl import ops
 
 _REDUCTIONS = {"Sum": "sum", "Mean": "mean", "None": "none"}
@@ -84,6 +85,15 @@ def _print(node: Any) -> list[Any]:
     return [ops.print_tensor(node.tensor(0), title, print_gradient=gradient)]
 
 
+def _increment_mod(node: Any) -> list[Any]:
+    """``(x + increment) mod modulus`` (C's remainder); integral attributes for integers."""
+    x = node.tensor(0)
+    increment, modulus = float(node.attr("increment")), float(node.attr("modulus"))
+    if x.dtype.is_int and increment.is_integer() and modulus.is_integer():
+        return [ops.increment_mod(x, int(increment), int(modulus))]
+    return [ops.increment_mod(x, increment, modulus)]
+
+
 GRAPHCORE: dict[str, Callable[[Any], list]] = {
     "L1": _l1,
     "Nll": _nll,
@@ -99,6 +109,9 @@ GRAPHCORE: dict[str, Callable[[Any], list]] = {
     "Subsample": lambda node: [ops.subsample(node.tensor(0), node.attr("strides"))],
     "Fmod": lambda node: [ops.fmod(node.tensor(0), node.tensor(1))],
     "Atan2": lambda node: [ops.atan2(node.tensor(0), node.tensor(1))],
+    "Remainder": lambda node: [python_mod(node.tensor(0), node.tensor(1))],
+    "Round": lambda node: [round_half_even(node.tensor(0))],
+    "IncrementMod": _increment_mod,
     "PrintTensor": _print,
     "GroupNormalization": lambda node: [
         ops.group_norm(
