@@ -136,3 +136,101 @@ def test_onnx_op_matches_onnxruntime(name: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     else:  # int64 results (indices) come back as int32, as in PopART
         np.testing.assert_array_equal(got, want)
+
+
+def _vi(name: str, shape: list[int], elem: int = TensorProto.FLOAT) -> Any:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _control_model(kind: str, w: np.ndarray, host_cond: bool | None = None) -> bytes:
+    """``If`` (its branches read ``x`` and the weight ``w`` from the enclosing scope;
+    the condition is ``sum(x) > 0``, or ``host_cond`` as an initializer) or ``Loop`` (4
+    trips of ``acc = acc * w + x + i``)."""
+    if kind == "If":
+        then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t1"]),
+                                    helper.make_node("Mul", ["t1", "w"], ["t"])],
+                                   "then", [], [_vi("t", [2, 3])])  # fmt: skip
+        else_g = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["e"])], "else", [],
+                                   [_vi("e", [2, 3])])  # fmt: skip
+        nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                 helper.make_node("Greater", ["s", "zero"], ["c"]),
+                 helper.make_node("If", ["c" if host_cond is None else "hc"], ["y"],
+                                  then_branch=then_g, else_branch=else_g)]  # fmt: skip
+    else:
+        steps = [
+            ("Mul", ["acc_in", "w"], "m"),
+            ("Add", ["m", "x"], "a"),
+            ("Cast", ["i"], "f"),
+            ("Add", ["a", "f"], "acc"),
+            ("Identity", ["c_in"], "c_out"),
+        ]
+        body = helper.make_graph(
+            [helper.make_node(op, ins, [out], **({"to": TensorProto.FLOAT} if op == "Cast" else {}))
+             for op, ins, out in steps], "body",
+            [_vi("i", [], TensorProto.INT64), _vi("c_in", [], TensorProto.BOOL),
+             _vi("acc_in", [2, 3])],
+            [_vi("c_out", [], TensorProto.BOOL), _vi("acc", [2, 3])],
+        )  # fmt: skip
+        nodes = [helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)]
+    inits = {"w": w, "zero": np.float32(0), "M": I64(4), "hc": np.array(bool(host_cond))}
+    arrays = [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
+    graph = helper.make_graph(nodes, "main", [_vi("x", [2, 3])], [_vi("y", [2, 3])], arrays)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("kind", "host_cond", "sign"),
+    [("If", None, 1), ("If", None, -1), ("If", False, 1), ("If", True, -1), ("Loop", None, 1)],
+)
+def test_control_flow_matches_onnxruntime(kind: str, host_cond: bool | None, sign: int) -> None:
+    """``If`` with a condition computed on the device (a PopXL conditional of two
+    subgraphs) or known on the host (the taken branch inline), and ``Loop`` with a host
+    trip count (a repeat), their subgraphs reading tensors of the enclosing scope."""
+    proto = _control_model(kind, F(2, 3, scale=0.5), host_cond)
+    feeds = {"x": sign * np.abs(F(2, 3))}
+    (want,) = ort.InferenceSession(proto, providers=["CPUExecutionProvider"]).run(["y"], feeds)
+    session = popart.InferenceSession(proto, popart.DataFlow(1, ["y"]), ipu())
+    session.prepareDevice()
+    session.weightsFromHost()
+    out = session.initAnchorArrays()
+    session.run(popart.PyStepIO(feeds, out))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_training_through_if_takes_the_gradient_of_the_branch_run() -> None:
+    """SGD through an ``If``: ``w -= lr * d(sum y)/dw`` of the branch taken each step
+    (``x w w``: ``2 x w``; ``x - w``: ``-1``)."""
+    w0 = F(2, 3)
+    b = popart.Builder(_control_model("If", w0))
+    loss = b.aiGraphcore.identityloss(["y"], popart.ReductionType.Sum)
+    session = popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss,
+                                     popart.ConstSGD(0.1), ipu())  # fmt: skip
+    session.prepareDevice()
+    session.weightsFromHost()
+    w = w0.astype(np.float64)
+    for sign in (1, -1):
+        x = sign * np.abs(F(2, 3))
+        session.run(popart.PyStepIO({"x": x}, session.initAnchorArrays()))
+        w = w - 0.1 * (2 * x * w if sign > 0 else -np.ones_like(w))
+    session.weightsToHost()
+    got = np.zeros((2, 3), np.float32)
+    session.readWeights(popart.PyWeightsIO({"w": got}))
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_while_loop_is_refused_naming_the_node() -> None:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["acc_in"], ["acc"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])], "body",
+        [_vi("i", [], TensorProto.INT64), _vi("c_in", [], TensorProto.BOOL), _vi("acc_in", [2])],
+        [_vi("c_out", [], TensorProto.BOOL), _vi("acc", [2])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["", "c", "x"], ["y"], body=body, name="forever")], "main",
+        [_vi("x", [2]), _vi("c", [], TensorProto.BOOL)], [_vi("y", [2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(popart.popart_exception, match=r"Loop node 'forever'.*while loop"):
+        popart.InferenceSession(model.SerializeToString(), popart.DataFlow(1, ["y"]), ipu())

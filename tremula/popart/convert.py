@@ -52,7 +52,7 @@ class OnnxGraph:
         )
         consumers: dict[str, list[Any]] = {}
         for node in graph.node:
-            for name in node.input:
+            for name in onnxutil.node_reads(node):
                 consumers.setdefault(name, []).append(node)
         return cls(
             model,
@@ -77,7 +77,7 @@ class OnnxGraph:
             seen.add(t)
             node = producer.get(t)
             if node is not None:
-                todo.extend(i for i in node.input if i)
+                todo.extend(onnxutil.node_reads(node))
         return seen
 
 

@@ -121,3 +121,28 @@ def onnx_elem_name(elem: int) -> str:
 def onnx_to_numpy_type(elem: int) -> np.dtype:
     """The NumPy dtype of an ONNX element type."""
     return onnx_to_numpy(elem, "initializer")
+
+
+_GRAPH_ATTRIBUTE = 5  # onnx.AttributeProto.GRAPH
+
+
+def outer_names(graph: Any, bound: Any = ()) -> list[str]:
+    """The names an ONNX subgraph reads from the enclosing scope: inputs of its nodes (and
+    of the graphs nested in them) that neither ``bound``, its inputs, its initialisers nor
+    its nodes define, in order of first use."""
+    defined = set(bound) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    found: list[str] = []
+    for n in graph.node:
+        found += [r for r in node_reads(n) if r not in defined and r not in found]
+        defined.update(n.output)
+    return found
+
+
+def node_reads(node: Any) -> list[str]:
+    """The names a node reads: its inputs, and what its subgraphs (If's branches, Loop's
+    body) read from the enclosing scope."""
+    reads = [i for i in node.input if i]
+    for a in node.attribute:
+        if a.type == _GRAPH_ATTRIBUTE:
+            reads += [r for r in outer_names(a.g) if r not in reads]
+    return reads

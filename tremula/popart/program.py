@@ -22,6 +22,7 @@ import numpy as np
 
 from tremula import popxl
 from tremula.errors import PopartException
+from tremula.popart import onnxutil
 from tremula.popart.convert import Converter, OnnxGraph, _device_dtype
 from tremula.popart.dataflow import DataFlow
 from tremula.popart.enums import ReductionType, ReplicatedStreamMode
@@ -74,7 +75,7 @@ class Program:
         targets = list(cfg.dataflow.anchors()) + ([cfg.loss] if cfg.loss else [])
         needed = graph.ancestors(t.removeprefix(GRAD) for t in targets)
         self.nodes = [n for n in graph.nodes if any(o in needed for o in n.output)]
-        used = {i for n in self.nodes for i in n.input} | needed
+        used = {i for n in self.nodes for i in onnxutil.node_reads(n)} | needed
         self.weights = {
             tid: Weight.make(tid, data, settings_of(tid, graph.meta), R)
             for tid, data in graph.initializers.items()
@@ -154,10 +155,9 @@ class Program:
                         self.hypers[name] = popxl.variable(np.float32(value), popxl.float32, name)
 
     def _streams(self) -> None:
+        read = {i for n in self.nodes for i in onnxutil.node_reads(n)}
         for tid, (dtype, shape) in self.graph.inputs.items():
-            if tid not in {i for n in self.nodes for i in n.input} and tid not in (
-                self.cfg.dataflow.anchors()
-            ):
+            if tid not in read and tid not in self.cfg.dataflow.anchors():
                 continue
             shape = self.cfg.input_shapes.get(tid, shape)
             if not all(isinstance(d, int) and d >= 0 for d in shape):

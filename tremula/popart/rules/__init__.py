@@ -5,7 +5,7 @@ constants). Rules return PopXL tensors, or NumPy arrays for values known on the 
 and other constants, folded instead of computed on the device).
 
 The rules live in files by op family (``elementwise``, ``shape``, ``nn``, ``rnn``,
-``rearrange``, ``graphcore``); each contributes a dict merged here.
+``rearrange``, ``control``, ``graphcore``); each contributes a dict merged here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tremula.popart.rules.control import CONTROL
 from tremula.popart.rules.elementwise import ELEMENTWISE
 from tremula.popart.rules.graphcore import GRAPHCORE
 from tremula.popart.rules.nn import NN
@@ -22,8 +23,9 @@ from tremula.popart.rules.shape import SHAPE
 
 Rule = Callable[[Any], list[Any]]
 
+_ONNX = {**ELEMENTWISE, **SHAPE, **NN, **RNN, **REARRANGE, **CONTROL}
 RULES: dict[tuple[str, str], Rule] = {
-    **{("", k): v for k, v in {**ELEMENTWISE, **SHAPE, **NN, **RNN, **REARRANGE}.items()},
+    **{("", k): v for k, v in _ONNX.items()},
     **{("ai.graphcore", k): v for k, v in GRAPHCORE.items()},
 }
 
