@@ -65,6 +65,11 @@ def _tensor_copy(sp: StepPlan, s: Tensor, d: Tensor, name: str) -> N.Node:
     internal, external = split_by_ipu(sp.target, moves)
     read_internal, read_external = split_by_ipu(sp.target, read)
     copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
+    if len(external) and not len(internal) and not local.any():
+        # between IPUs only: the GlobalExchange, after its global sync, moves it all; no
+        # empty on-IPU exchange with its internal sync before it (spec 4.3)
+        plan = plan_exchange(sp.target, external, "global", None, sp.layout, read_external)
+        return sp.exchange_node(plan, name, copy)
     nodes: list[N.Node] = []
     plan = plan_exchange(
         sp.target, internal, "internal", local.astype(np.int64), sp.layout, read_internal

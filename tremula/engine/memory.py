@@ -152,10 +152,13 @@ class MemoryModel:
             )
 
     def messages(self) -> None:
-        """Receive buffers of compute-set exchanges live around their exchange step."""
+        """Receive buffers of compute-set exchanges and of global exchanges (a Copy's too)
+        live around their exchange step."""
         cat = CATEGORIES.index("message")
         for node, step in self.walk.leaf_steps:
-            if isinstance(node, N.ExchangeNode) and node.copy is None:
+            if isinstance(node, N.ExchangeNode) and (
+                node.copy is None or node.kind == "GlobalExchange"
+            ):
                 plan = (
                     self.step_plan.exchanges
                     if node.kind == "DoExchange"
