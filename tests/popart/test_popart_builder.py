@@ -115,3 +115,102 @@ def test_builder_reads_a_model() -> None:
     again = popart.Builder(b.getModelProto())
     assert again.getInputTensorIds() == ["x"]
     assert again.aiOnnx.relu([x]) == "Relu:0/1"
+
+
+def _run(proto: bytes, feeds: dict, anchors: list[str]) -> dict:
+    session = popart.InferenceSession(proto, popart.DataFlow(1, anchors),
+                                      popart.DeviceManager().createCpuDevice())  # fmt: skip
+    session.prepareDevice()
+    out = session.initAnchorArrays()
+    session.run(popart.PyStepIO(feeds, out))
+    return out
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_subgraph_builders_make_if_branches(cond: bool) -> None:
+    """PopART's If: two subgraph Builders reading the parent's tensors by name
+    (``addInputTensorFromParentGraph``), ``logical_if(args, num_outputs, else, then)``."""
+    b = popart.Builder()
+    i1 = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 2]), "i1")
+    i2 = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 2]), "i2")
+    c = b.addInputTensor(popart.TensorInfo("BOOL", []), "cond")
+    branches = []
+    for op in ("add", "sub"):
+        sub = b.createSubgraphBuilder()
+        sub.addInputTensorFromParentGraph(i1)
+        sub.addInputTensorFromParentGraph(i2)
+        sub.addOutputTensor(getattr(sub.aiOnnx, op)([i1, i2]))
+        branches.append(sub)
+    (out,) = b.aiOnnx.logical_if([c], 1, branches[1], branches[0])
+    x, y = np.arange(4, dtype=np.float32).reshape(2, 2), np.full((2, 2), 0.5, np.float32)
+    got = _run(b.getModelProto(), {i1: x, i2: y, c: np.array(cond)}, [out])[out]
+    np.testing.assert_array_equal(got, x + y if cond else x - y)
+
+
+def test_subgraph_builder_makes_a_loop_body() -> None:
+    """PopART's Loop: a body with the iteration number, untyped condition and carried
+    inputs; ``acc = acc + x + i`` five times."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2]), "x")
+    trips = b.aiOnnx.constant(np.array(5, np.int64))
+    keep = b.aiOnnx.constant(np.array(True))
+    body = b.createSubgraphBuilder()
+    body.setGraphName("body")
+    i = body.addInputTensor(popart.TensorInfo("INT64", []), "i")
+    c = body.addUntypedInputTensor("c")
+    acc = body.addUntypedInputTensor("acc")
+    body.addInputTensorFromParentGraph(x)
+    step = body.aiOnnx.add([body.aiOnnx.add([acc, x]), body.aiOnnx.cast([i], "FLOAT")])
+    body.addOutputTensor(body.aiOnnx.identity([c]))
+    body.addOutputTensor(step)
+    (out,) = b.aiOnnx.loop([trips, keep, x], 1, body)
+    xv = np.array([1.0, -2.0], np.float32)
+    got = _run(b.getModelProto(), {x: xv}, [out])[out]
+    np.testing.assert_array_equal(got, xv * 6 + sum(range(5)))
+
+
+def test_graphcore_call_of_a_subgraph_trains() -> None:
+    """``aiGraphcore.call`` of one subgraph twice (``relu(h @ w)``) and an SGD step: the
+    outputs and the new ``w`` against NumPy."""
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((3, 3)).astype(np.float32)
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    w = b.addInitializedInputTensor(w0, "w")
+    sub = b.createSubgraphBuilder()
+    si = sub.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]))
+    sw = sub.addInputTensor(popart.TensorInfo("FLOAT", [3, 3]))
+    sub.addOutputTensor(sub.aiOnnx.relu([sub.aiOnnx.matmul([si, sw])]))
+    (h1,) = b.aiGraphcore.call([x, w], 1, sub)
+    (h2,) = b.aiGraphcore.call([h1, w], 1, sub)
+    loss = b.aiGraphcore.l1loss([h2], 1.0, reduction=popart.ReductionType.Sum)
+    cpu = popart.DeviceManager().createCpuDevice()
+    session = popart.TrainingSession(
+        b.getModelProto(), popart.DataFlow(1, [h2]), loss, popart.ConstSGD(0.1), cpu
+    )
+    session.prepareDevice()
+    session.weightsFromHost()
+    out = session.initAnchorArrays()
+    xv = rng.standard_normal((2, 3)).astype(np.float32)
+    session.run(popart.PyStepIO({x: xv}, out))
+    a1 = xv @ w0
+    r1 = np.maximum(a1, 0)
+    a2 = r1 @ w0
+    np.testing.assert_allclose(out[h2], np.maximum(a2, 0), rtol=1e-5, atol=1e-6)
+    d2 = np.sign(np.maximum(a2, 0)) * (a2 > 0)  # d loss / d a2
+    d1 = (d2 @ w0.T) * (a1 > 0)
+    grad = r1.T @ d2 + xv.T @ d1
+    session.weightsToHost()
+    got = np.zeros_like(w0)
+    session.readWeights(popart.PyWeightsIO({w: got}))
+    np.testing.assert_allclose(got, w0 - 0.1 * grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_subgraph_reads_only_tensors_of_its_parents() -> None:
+    b = popart.Builder()
+    sub = b.createSubgraphBuilder()
+    with pytest.raises(popart.popart_exception, match="'nope' is not a tensor of an enclosing"):
+        sub.addInputTensorFromParentGraph("nope")
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2]), "x")
+    with pytest.raises(popart.popart_exception, match="'x' is not a tensor of this Builder"):
+        sub.aiOnnx.relu([x])  # not taken with addInputTensorFromParentGraph

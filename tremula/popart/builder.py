@@ -66,6 +66,8 @@ class Builder(NodeAttributes):
         self._debug_ids = itertools.count(1)
         self._inferred: tuple[int, dict[str, Any]] = (-1, {})
         self._graph_name = "BuilderGraph"
+        self._parent: Builder | None = None  # the enclosing Builder of a subgraph Builder
+        self._outer: set[str] = set()  # its tensors this subgraph reads by name
         for domain, version in (opsets or {}).items():
             self._versions["" if domain in ("ai.onnx", "") else domain] = int(version)
         if modelProtoOrFilename is not None:
@@ -111,19 +113,30 @@ class Builder(NodeAttributes):
     def _next_id(self, base: str) -> str:
         name = self.getNameScope() + base
         n = self._counters.get(name)
-        if n is None and not self._has(name):
+        if n is None and not self._taken(name):
             self._counters[name] = 0
             return name
         n = 0 if n is None else n
         while True:
             n += 1
             candidate = f"{name}/{n}"
-            if not self._has(candidate):
+            if not self._taken(candidate):
                 self._counters[name] = n
                 return candidate
 
     def _has(self, tid: str) -> bool:
-        return tid in self._infos or tid in self._producer
+        """``tid`` names a tensor here: an input, an initializer, an op output, or a tensor
+        of an enclosing Builder that a subgraph Builder took (``addInputTensorFromParentGraph``)."""
+        return tid in self._infos or tid in self._producer or tid in self._outer
+
+    def _taken(self, tid: str) -> bool:
+        """``tid`` is used here or in an enclosing Builder (ONNX names are unique in scope)."""
+        b: Builder | None = self
+        while b is not None:
+            if tid in b._infos or tid in b._producer:
+                return True
+            b = b._parent
+        return False
 
     def _check_id(self, tid: Any, what: str) -> str:
         if not isinstance(tid, str) or not self._has(tid):
@@ -335,11 +348,48 @@ class Builder(NodeAttributes):
         const = aiOnnx.constant(np.asarray(list(shape), dtype=np.int64), debugContext)
         return aiOnnx.reshape([args[0], const], debugContext)
 
+    # ---- subgraphs (If's branches, Loop's body, call's callee) ----
     def createSubgraphBuilder(self) -> Builder:
-        raise PopartException(
-            "Builder.createSubgraphBuilder: subgraph ops (If, Loop, call) are not supported by "
-            "Tremula's PopART; write the program with popxl (ops.call, ops.repeat)"
-        )
+        """A Builder for a subgraph of this one: pass it as ``logical_if``'s branches,
+        ``loop``'s body or ``aiGraphcore.call``'s callee. It shares this Builder's opsets
+        and names (its ids never shadow this Builder's)."""
+        child = Builder()
+        child._parent, child._versions, child._imports = self, self._versions, self._imports
+        child._debug_ids = self._debug_ids
+        child._graph_name = f"{self._graph_name}_subgraph{next(self._debug_ids)}"
+        return child
+
+    def setGraphName(self, name: str) -> None:
+        self._graph_name = str(name)
+
+    def addInputTensorFromParentGraph(self, tensorId: str) -> None:
+        """Let this subgraph read ``tensorId`` of an enclosing Builder by name (ONNX's
+        outer-scope reference; it adds no input).
+
+        Raises:
+            PopartException: no enclosing Builder has that tensor.
+        """
+        b = self._parent
+        while b is not None and not b._has(tensorId):
+            b = b._parent
+        if b is None:
+            raise PopartException(
+                f"addInputTensorFromParentGraph: {tensorId!r} is not a tensor of an enclosing "
+                f"Builder"
+            )
+        self._outer.add(tensorId)
+
+    def addUntypedInputTensor(self, debugContext: str = "") -> str:
+        """Add a subgraph input of no declared type (a Loop body's condition and carried
+        values); returns its id."""
+        tid = self._next_id(str(debugContext) or "input")
+        self._inputs.append(self._onnx.ValueInfoProto(name=tid))
+        self._infos[tid] = TensorInfo("FLOAT", [])  # a placeholder: the id is taken
+        return tid
+
+    def _graph(self) -> Any:
+        """This subgraph Builder's ``GraphProto``."""
+        return self._model().graph
 
     # ---- loading ----
     def _load(self, model: Any) -> None:
@@ -378,4 +428,5 @@ _ATTR_KINDS = {
     "collective": int,
     "commgroup": lambda v: [int(v.type), int(v.replica_group_size)],
     "tensor": lambda v: onnxutil.from_array(np.asarray(v), ""),
+    "graph": lambda v: v._graph(),
 }

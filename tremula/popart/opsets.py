@@ -30,8 +30,8 @@ def _words(text: str) -> list[str]:
 class Attr:
     """One attribute: PopART's argument name, its kind (how the value becomes an ONNX
     attribute: ``i``, ``f``, ``s``, ``ints``, ``floats``, ``strings``, ``dtype``,
-    ``reduction``, ``collective``, ``commgroup``, ``tensor``), the default, and the ONNX
-    attribute name when it differs."""
+    ``reduction``, ``collective``, ``commgroup``, ``tensor``, ``graph``: a subgraph
+    Builder), the default, and the ONNX attribute name when it differs."""
 
     name: str
     kind: str
@@ -179,6 +179,10 @@ AI_ONNX: dict[str, list[OpDef]] = {
     "scatterelements": [OpDef("ScatterElements", (A("axis", "i", 0),), since=11)],
     "gatherelements": [OpDef("GatherElements", (A("axis", "i", 0),), since=11)],
     "round": [OpDef("Round", since=11)],
+    "logical_if": [
+        OpDef("If", (A("else_branch", "graph"), A("then_branch", "graph")), outputs=None)
+    ],
+    "loop": [OpDef("Loop", (A("body", "graph"),), outputs=None)],
     "mod": [OpDef("Mod", (A("fmod", "i", 0),), since=10)],
     "thresholdedrelu": [OpDef("ThresholdedRelu", (A("alpha", "f", 1.0),), since=10)],
     "depthtospace": [
@@ -217,6 +221,7 @@ _GC = "ai.graphcore"
 _RED = A("reduction", "reduction", ReductionType.Mean)
 AI_GRAPHCORE: dict[str, list[OpDef]] = {
     "l1loss": [OpDef("L1", (A("lambda", "f"), _RED), domain=_GC)],
+    "call": [OpDef("Call", (A("callee", "graph"),), outputs=None, domain=_GC)],
     "nllloss": [
         OpDef(
             "Nll",

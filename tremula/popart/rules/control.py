@@ -105,4 +105,17 @@ def _loop(node: Any) -> list[Any]:
     return list(outs)[1 : 1 + len(carried)]
 
 
+def call(node: Any) -> list[Any]:
+    """PopART's ``ai.graphcore`` Call: PopXL's ``call`` of a subgraph made from ``callee``
+    (its inputs bound to the node's inputs in order)."""
+    callee = node.attr("callee")
+    names = [i.name for i in callee.input]
+    if len(names) != node.n_inputs:
+        raise node.error(f"the callee takes {len(names)} inputs, the node gives {node.n_inputs}")
+    inputs = list(zip(names, (node.tensor(i) for i in range(node.n_inputs))))
+    graph, parents = subgraph(node, callee, inputs, lambda bound: run_graph(node, callee, bound))
+    out = ops.call(graph, *parents)
+    return list(out) if isinstance(out, tuple) else [out]
+
+
 CONTROL: dict[str, Callable[[Any], list]] = {"If": _if, "Loop": _loop}

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tremula.libs.gcl.grouping import CommGroup, CommGroupType
+from tremula.popart.rules.control import call
 from tremula.popart.rules.elementwise import python_mod, round_half_even
 from tremula.popxl import ops
 
@@ -112,6 +113,7 @@ GRAPHCORE: dict[str, Callable[[Any], list]] = {
     "Remainder": lambda node: [python_mod(node.tensor(0), node.tensor(1))],
     "Round": lambda node: [round_half_even(node.tensor(0))],
     "IncrementMod": _increment_mod,
+    "Call": call,
     "PrintTensor": _print,
     "GroupNormalization": lambda node: [
         ops.group_norm(
