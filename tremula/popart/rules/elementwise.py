@@ -167,6 +167,10 @@ def _celu(node: Any, x: Any) -> Any:  # max(0, x) + min(0, alpha (exp(x / alpha)
     return ops.add(ops.relu(x), ops.mul(ops.sub(ops.exp(ops.div(negative, alpha)), 1.0), alpha))
 
 
+def _mish(node: Any, x: Any) -> Any:  # x tanh(softplus(x))
+    return ops.mul(x, ops.tanh(_softplus(x)))
+
+
 def _thresholded_relu(node: Any, x: Any) -> Any:
     keep = ops.greater(x, float(node.attr("alpha", 1.0)))
     return ops.where(keep, x, 0.0)
@@ -239,5 +243,6 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     "HardSwish": _with_attrs(_hard_swish),
     "Celu": _with_attrs(_celu),
     "ThresholdedRelu": _with_attrs(_thresholded_relu),
+    "Mish": _with_attrs(_mish),
     "Mod": _mod,
 }

@@ -303,6 +303,16 @@ def _lrn(node: Any) -> list[Any]:
     return [ops.div(x, ops.pow(ops.add(ops.mul(total, alpha / size), bias), beta))]
 
 
+def _mean_variance_normalization(node: Any) -> list[Any]:
+    """ONNX MeanVarianceNormalization: ``(x - mean) / sqrt(mean((x - mean)^2))`` over
+    ``axes`` (default ``[0, 2, 3]``), as ONNX's function body (no epsilon)."""
+    x = node.tensor(0)
+    rank = len(x.shape)
+    axes = [_axis(int(a), rank) for a in node.attr("axes", [0, 2, 3])]
+    centred = ops.sub(x, ops.mean(x, axes, True))
+    return [ops.div(centred, ops.sqrt(ops.mean(ops.mul(centred, centred), axes, True)))]
+
+
 def _group_norm(node: Any) -> list[Any]:
     """ONNX GroupNormalization: opset 18's scale and bias are per group, opset 21's per
     channel (PopXL's ``group_norm``: per channel)."""
@@ -351,6 +361,7 @@ NN: dict[str, Callable[[Any], list]] = {
     "Resize": _resize,
     "LRN": _lrn,
     "GroupNormalization": _group_norm,
+    "MeanVarianceNormalization": _mean_variance_normalization,
     "Upsample": _resize,
     "Dropout": _dropout,
     "Gelu": _gelu,
