@@ -297,9 +297,7 @@ def _print_breakdown(runs: list[list[tuple[float, float, str]]]) -> None:
         f"an instance's environment: {median(alone):.0f} (the reference's single start, "
         f"without OMP_NUM_THREADS: {median(one):.0f})\n"
         "  START's phases (median ms of CPU, in the job / alone): "
-        + "; ".join(
-            f"{name} {a:.0f} / {b:.0f}" for name, a, b in zip(PHASES, in_job, by_itself)
-        )
+        + "; ".join(f"{name} {a:.0f} / {b:.0f}" for name, a, b in zip(PHASES, in_job, by_itself))
     )
 
 

@@ -477,8 +477,10 @@ def paper_tables(ns: tuple[int, ...]) -> None:
     for block, paper in PAPER_BLOCK_TFLOPS.items():
         b = case(block, "half", 1 / 16)
         print(f"{block:>3} {paper:>6.1f} {b.bow:>6.1f} {off(b.bow, paper):>6} {b.mk2:>6.1f}")
-    print("density sweep, half, b = 16 (no paper figures: neither issue 17 nor the spec quotes "
-          "them): speed-up, TFLOP/s")
+    print(
+        "density sweep, half, b = 16 (no paper figures: neither issue 17 nor the spec quotes "
+        "them): speed-up, TFLOP/s"
+    )
     for d in PAPER_DENSITIES:
         b = case(16, "half", d)
         print(f"  d=1/{round(1 / d):<2} speed-up {b.speedup:.2f} at n={b.n}, Mk2 {b.mk2:.1f} "

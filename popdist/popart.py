@@ -39,6 +39,7 @@ def getDevice(ipusPerReplica: int = 0, connectionType: Any = None) -> Any:
             f"--ipus-per-replica {lay.ipus_per_replica}"
         )
     from popart import DeviceManager
+
     count = 1 << max(0, (ipus * lay.local_replicas - 1).bit_length())
     kwargs = {} if connectionType is None else {"connectionType": connectionType}
     return DeviceManager().acquireAvailableDevice(count, **kwargs)

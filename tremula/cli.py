@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tremula",
         description=(
-            "Tremula: the IPU programming stack in Python. "
-            "Commands: train, demo, profile, poprun."
+            "Tremula: the IPU programming stack in Python. Commands: train, demo, profile, poprun."
         ),
     )
     commands = parser.add_subparsers(dest="command", required=True)

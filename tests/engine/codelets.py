@@ -148,8 +148,9 @@ CODELETS = [Scale, Add, Increment, Sum, ListSum, LessThan, SupScale, Fixed, Fixe
 ENGINES: list[poplar.Engine] = []
 
 
-def new_graph(tiles: int = 4, replicas: int = 1, **params: Any
-              ) -> tuple[poplar.Graph, poplar.Device]:
+def new_graph(
+    tiles: int = 4, replicas: int = 1, **params: Any
+) -> tuple[poplar.Graph, poplar.Device]:
     """A graph with the test codelets on a small IPU Model, and its device."""
     device = poplar.IPUModel(tiles_per_ipu=tiles, **params).create_device()
     graph = poplar.Graph(device.target, replication_factor=replicas)
@@ -157,8 +158,14 @@ def new_graph(tiles: int = 4, replicas: int = 1, **params: Any
     return graph, device
 
 
-def var(graph: poplar.Graph, shape: Any, tile: int | None = 0, dtype: Any = poplar.FLOAT,
-        name: str = "", **handles: str) -> poplar.Tensor:
+def var(
+    graph: poplar.Graph,
+    shape: Any,
+    tile: int | None = 0,
+    dtype: Any = poplar.FLOAT,
+    name: str = "",
+    **handles: str,
+) -> poplar.Tensor:
     """A variable on one tile (or mapped linearly when ``tile`` is None), with optional
     ``write=`` / ``read=`` host handles."""
     t = graph.add_variable(dtype, shape, name)
@@ -173,29 +180,36 @@ def var(graph: poplar.Graph, shape: Any, tile: int | None = 0, dtype: Any = popl
     return t
 
 
-def const(graph: poplar.Graph, value: Any, tile: int = 0, dtype: Any = poplar.FLOAT,
-          name: str = "") -> poplar.Tensor:
+def const(
+    graph: poplar.Graph, value: Any, tile: int = 0, dtype: Any = poplar.FLOAT, name: str = ""
+) -> poplar.Tensor:
     value = np.asarray(value)
     t = graph.add_constant(dtype, value.shape, value, name)
     graph.set_tile_mapping(t, tile)
     return t
 
 
-def execute(graph: poplar.Graph, vertex_type: str, fields: dict[str, Any], tile: int = 0,
-            name: str = "") -> poplar.Execute:
+def execute(
+    graph: poplar.Graph, vertex_type: str, fields: dict[str, Any], tile: int = 0, name: str = ""
+) -> poplar.Execute:
     """A program executing one vertex in a new compute set."""
     cs = graph.add_compute_set(name)
     graph.add_vertex(cs, vertex_type, fields, tile=tile)
     return poplar.Execute(cs)
 
 
-def increment(graph: poplar.Graph, t: poplar.Tensor, by: int = 1, tile: int = 0,
-              name: str = "") -> poplar.Execute:
+def increment(
+    graph: poplar.Graph, t: poplar.Tensor, by: int = 1, tile: int = 0, name: str = ""
+) -> poplar.Execute:
     return execute(graph, f"Increment<{t.dtype}>", {"x": t.flatten(), "by": by}, tile, name)
 
 
-def make_engine(graph: poplar.Graph, programs: Any, options: dict[str, Any] | None = None,
-                device: poplar.Device | None = None) -> poplar.Engine:
+def make_engine(
+    graph: poplar.Graph,
+    programs: Any,
+    options: dict[str, Any] | None = None,
+    device: poplar.Device | None = None,
+) -> poplar.Engine:
     """An engine, loaded on ``device`` when one is given, remembered in :data:`ENGINES`."""
     engine = poplar.Engine(graph, programs, options)
     ENGINES.append(engine)

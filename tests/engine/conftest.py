@@ -22,11 +22,13 @@ from tremula.profile import check_execution_profile, check_graph_profile
 
 _MODULE_NAME = "tremula_tests_engine_codelets"
 
+
 def _load_codelets() -> ModuleType:
     if _MODULE_NAME in sys.modules:
         return sys.modules[_MODULE_NAME]
     spec = importlib.util.spec_from_file_location(
-        _MODULE_NAME, Path(__file__).with_name("codelets.py"))
+        _MODULE_NAME, Path(__file__).with_name("codelets.py")
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[_MODULE_NAME] = module
@@ -54,4 +56,5 @@ def _validate_profiles():
         if execution is not None:
             problems += check_execution_profile(execution, graph)
         assert not problems, f"engine {i} of the test: invalid profiles:\n" + "\n".join(
-            problems[:20])
+            problems[:20]
+        )

@@ -165,8 +165,14 @@ def _code_program(steps_of):
 
 def test_code_is_dead_between_a_call_and_the_next_load():
     def steps(fn, buf, tmp_in, tmp_out, g):
-        return [poplar.Copy(buf, fn), poplar.Call(fn), tmp_in, tmp_out,
-                poplar.Copy(buf, fn), poplar.Call(fn)]
+        return [
+            poplar.Copy(buf, fn),
+            poplar.Call(fn),
+            tmp_in,
+            tmp_out,
+            poplar.Copy(buf, fn),
+            poplar.Call(fn),
+        ]
 
     peak, code = _code_program(steps)
     assert peak == max(4096, code)  # the temporary and the code never overlap

@@ -19,19 +19,26 @@ def _sums(lengths):
     s = var(g, len(lengths), tile=None, read="s")
     off = np.cumsum([0, *lengths])
     cs = g.add_compute_set("sums")
-    g.add_vertices(cs, "Sum<float>", {"x": [x[off[i]:off[i + 1]] for i in range(len(lengths))],
-                                      "out": [s[i] for i in range(len(lengths))]},
-                   tiles=[0] * len(lengths))
+    g.add_vertices(
+        cs,
+        "Sum<float>",
+        {
+            "x": [x[off[i] : off[i + 1]] for i in range(len(lengths))],
+            "out": [s[i] for i in range(len(lengths))],
+        },
+        tiles=[0] * len(lengths),
+    )
     e = make_engine(g, poplar.Execute(cs), device=dev)
     data = np.arange(1, x.num_elements + 1, dtype=np.float32) ** 2
     e.write_tensor("x", data)
     e.run()
-    want = [data[off[i]:off[i + 1]].sum() for i in range(len(lengths))]
+    want = [data[off[i] : off[i + 1]].sum() for i in range(len(lengths))]
     np.testing.assert_array_equal(e.read_tensor("s"), want)
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=6))
 def test_per_vertex_sums_match_numpy(lengths):
     _sums(lengths)
@@ -52,8 +59,9 @@ def test_vector_list_with_an_empty_list_in_the_middle():
     a, b = var(g, 2, write="a"), var(g, 3, tile=0, write="b")
     o = var(g, 3, tile=0, read="o")
     cs = g.add_compute_set()
-    g.add_vertices(cs, "ListSum<float>", {"xs": [[a], [], [b, a]], "out": [o[0], o[1], o[2]]},
-                   tiles=[0, 0, 0])
+    g.add_vertices(
+        cs, "ListSum<float>", {"xs": [[a], [], [b, a]], "out": [o[0], o[1], o[2]]}, tiles=[0, 0, 0]
+    )
     e = make_engine(g, poplar.Execute(cs), device=dev)
     e.write_tensor("a", [1, 2])
     e.write_tensor("b", [10, 20, 40])
@@ -119,5 +127,3 @@ def test_vector_list_and_supervisor_codelets():
     e.run()
     assert e.read_tensor("out") == av.sum() + bv[1:4].sum()
     np.testing.assert_array_equal(e.read_tensor("y"), -2 * bv)
-
-

@@ -69,8 +69,11 @@ def test_constants_and_initial_values():
     cs = g.add_compute_set("scale")
     v = g.add_vertex(cs, "Scale<float>", {"x": c.flatten(), "y": z.flatten()}, tile=0)
     g.set_initial_value(v["a"], -1.0)  # vertex state
-    e = make_engine(g, poplar.Sequence([poplar.Copy(c, x), poplar.Execute(cs),
-                                        increment(g, y, by=1, tile=2)]), device=dev)
+    e = make_engine(
+        g,
+        poplar.Sequence([poplar.Copy(c, x), poplar.Execute(cs), increment(g, y, by=1, tile=2)]),
+        device=dev,
+    )
     np.testing.assert_array_equal(e.read_tensor("y"), [7, 7, 7])
     e.run()
     np.testing.assert_array_equal(e.read_tensor("x"), [[1.5, 2.5], [3.5, 4.5]])
@@ -139,8 +142,11 @@ def test_replicated_stream_callbacks_see_every_replica():
     x = var(g, 2, tile=None)
     h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 2)
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 2)
-    e = make_engine(g, poplar.Sequence([poplar.Copy(h2d, x), increment(g, x, by=1),
-                                        poplar.Copy(x, d2h)]), device=dev)
+    e = make_engine(
+        g,
+        poplar.Sequence([poplar.Copy(h2d, x), increment(g, x, by=1), poplar.Copy(x, d2h)]),
+        device=dev,
+    )
     got = []
     e.connect_stream("in", lambda buf: np.arange(buf.size).reshape(buf.shape))
     e.connect_stream("out", got.append)
@@ -166,8 +172,9 @@ def test_if_takes_different_branches_on_different_replicas():
     x = var(g, 3, tile=None, write="x")
     y = var(g, 3, tile=2, read="y")
     d2h = g.add_device_to_host_fifo("then", poplar.FLOAT, 3)
-    then = poplar.Sequence([execute(g, "Scale<float>", {"x": x, "y": y, "a": 2.0}),
-                            poplar.Copy(y, d2h)])
+    then = poplar.Sequence(
+        [execute(g, "Scale<float>", {"x": x, "y": y, "a": 2.0}), poplar.Copy(y, d2h)]
+    )
     else_ = execute(g, "Scale<float>", {"x": x, "y": y, "a": -1.0})
     e = make_engine(g, poplar.If(p, then, else_), device=dev)
     out = np.zeros((R, 3), np.float32)
@@ -226,8 +233,11 @@ def test_repeat_while_and_switch_per_replica():
     cond = execute(g, "LessThan", {"x": i, "out": pred, "limit": 5})
     loop = poplar.RepeatWhileTrue(cond, pred, increment(g, i))
     y = var(g, (), dtype=poplar.INT, tile=3, read="y")
-    sw = poplar.Switch(i, [(5, increment(g, y, by=1, tile=3)),
-                           (6, increment(g, y, by=2, tile=3))], increment(g, y, by=3, tile=3))
+    sw = poplar.Switch(
+        i,
+        [(5, increment(g, y, by=1, tile=3)), (6, increment(g, y, by=2, tile=3))],
+        increment(g, y, by=3, tile=3),
+    )
     e = make_engine(g, poplar.Sequence([loop, sw]), device=dev)
     start = np.array([0, 5, 6, 9])
     e.write_tensor("i", start.reshape(R, 1))
@@ -242,8 +252,9 @@ def test_remote_buffers_hold_one_copy_per_replica():
     rb = g.add_remote_buffer("rb", poplar.FLOAT, 2, repeats=2)
     off = var(g, (), dtype=poplar.INT, write="off")
     x = var(g, 2, tile=None, read="x")
-    prog = poplar.Sequence([poplar.Copy(rb, x, offset=off), increment(g, x, by=1),
-                            poplar.Copy(x, rb, offset=1)])
+    prog = poplar.Sequence(
+        [poplar.Copy(rb, x, offset=off), increment(g, x, by=1), poplar.Copy(x, rb, offset=1)]
+    )
     e = make_engine(g, prog, device=dev)
     for r in range(R):
         e.copy_to_remote_buffer("rb", [10 * r, 10 * r + 1], 0, replica=r)
@@ -253,10 +264,10 @@ def test_remote_buffers_hold_one_copy_per_replica():
     for r in range(R):
         row = [10 * r, 10 * r + 1] if r % 2 == 0 else [-1, -1]
         np.testing.assert_array_equal(e.read_tensor("x")[r], np.add(row, 1))
-        np.testing.assert_array_equal(e.copy_from_remote_buffer("rb", 1, replica=r),
-                                      np.add(row, 1))
-        np.testing.assert_array_equal(e.copy_from_remote_buffer("rb", 0, replica=r),
-                                      [10 * r, 10 * r + 1])
+        np.testing.assert_array_equal(e.copy_from_remote_buffer("rb", 1, replica=r), np.add(row, 1))
+        np.testing.assert_array_equal(
+            e.copy_from_remote_buffer("rb", 0, replica=r), [10 * r, 10 * r + 1]
+        )
 
 
 @pytest.mark.parametrize("replicas", [1, 2])

@@ -16,16 +16,23 @@ def _stream_engine(replicas=1, load=True):
     x = var(g, 4, tile=None, write="x", read="x_out")
     h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 4)
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 4)
-    e = make_engine(g, poplar.Sequence([poplar.Copy(h2d, x), increment(g, x),
-                                        poplar.Copy(x, d2h)]), device=dev if load else None)
+    e = make_engine(
+        g,
+        poplar.Sequence([poplar.Copy(h2d, x), increment(g, x), poplar.Copy(x, d2h)]),
+        device=dev if load else None,
+    )
     return e, dev
 
 
 # ---- order of use ----
 def test_run_and_data_movement_before_load():
     e, dev = _stream_engine(load=False)
-    for call in (lambda: e.run(0), lambda: e.write_tensor("x", np.zeros(4)),
-                 lambda: e.read_tensor("x_out"), lambda: e.connect_stream("in", np.zeros(4))):
+    for call in (
+        lambda: e.run(0),
+        lambda: e.write_tensor("x", np.zeros(4)),
+        lambda: e.read_tensor("x_out"),
+        lambda: e.connect_stream("in", np.zeros(4)),
+    ):
         with pytest.raises(EngineError, match="not loaded"):
             call()
     e.load(dev)
@@ -61,15 +68,21 @@ def test_load_on_a_device_of_another_shape():
 @pytest.mark.parametrize("size", [3, 5, 0])
 def test_stream_buffer_of_the_wrong_size(size):
     e, _ = _stream_engine()
-    with pytest.raises(StreamError, match=rf"stream 'in': host buffer has {size} elements; "
-                                          rf"expected a positive multiple of 4"):
+    with pytest.raises(
+        StreamError,
+        match=rf"stream 'in': host buffer has {size} elements; "
+        rf"expected a positive multiple of 4",
+    ):
         e.connect_stream("in", np.zeros(size, np.float32))
 
 
 def test_replicated_stream_buffer_without_a_replica_axis():
     e, _ = _stream_engine(replicas=2)
-    with pytest.raises(StreamError, match=r"stream 'out': host buffer of shape \(8,\); "
-                                          r"expected shape \(2, k \* 4\)"):
+    with pytest.raises(
+        StreamError,
+        match=r"stream 'out': host buffer of shape \(8,\); "
+        r"expected shape \(2, k \* 4\)",
+    ):
         e.connect_stream("out", np.zeros(8, np.float32))
     e.connect_stream("out", np.zeros((2, 8), np.float32))
 
@@ -110,12 +123,18 @@ def test_host_data_of_the_wrong_size():
 
 
 # ---- options ----
-@pytest.mark.parametrize("options, match", [
-    ({"debug.colour": "blue"}, r"unknown engine option\(s\) \['debug.colour'\]"),
-    ({"debug.executionProfile": "everything"}, r"'debug.executionProfile': 'everything' unknown"),
-    ({"autoReport.all": "maybe"}, r"'autoReport.all': expected 'true' or 'false'"),
-    ({"debug.allowOutOfMemory": "sometimes"}, r"'debug.allowOutOfMemory'"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"debug.colour": "blue"}, r"unknown engine option\(s\) \['debug.colour'\]"),
+        (
+            {"debug.executionProfile": "everything"},
+            r"'debug.executionProfile': 'everything' unknown",
+        ),
+        ({"autoReport.all": "maybe"}, r"'autoReport.all': expected 'true' or 'false'"),
+        ({"debug.allowOutOfMemory": "sometimes"}, r"'debug.allowOutOfMemory'"),
+    ],
+)
 def test_bad_engine_options(options, match):
     g, _ = new_graph()
     var(g, 2)
@@ -123,8 +142,14 @@ def test_bad_engine_options(options, match):
         poplar.Engine(g, poplar.Sequence(), options)
 
 
-@pytest.mark.parametrize("text, match", [("{nope", "not valid JSON"), ("[1]", "JSON object"),
-                                         ('{"debug.colour": "blue"}', "debug.colour")])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{nope", "not valid JSON"),
+        ("[1]", "JSON object"),
+        ('{"debug.colour": "blue"}', "debug.colour"),
+    ],
+)
 def test_bad_engine_options_from_the_environment(monkeypatch, text, match):
     monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", text)
     g, _ = new_graph()
@@ -142,8 +167,11 @@ def test_remote_offset_out_of_range_at_run_time():
     e.copy_to_remote_buffer("rb", [1, 2], 2)
     for bad, shown in (([0, 3], 3), ([-1, 0], -1)):
         e.write_tensor("off", bad)
-        with pytest.raises(EngineError, match=rf"remote buffer 'rb': row offset {shown} out "
-                                              rf"of range \[0, 3\)"):
+        with pytest.raises(
+            EngineError,
+            match=rf"remote buffer 'rb': row offset {shown} out "
+            rf"of range \[0, 3\)",
+        ):
             e.run()
     e.write_tensor("off", [2, 2])  # the engine is still usable
     e.run()
@@ -193,8 +221,11 @@ def test_host_function_not_connected_or_returning_too_few_arrays():
 
 
 # ---- memory ----
-TINY = {"memory_bytes_per_tile": 4096, "memory_element_bytes": 1024,
-        "interleaved_memory_element_index": 2}
+TINY = {
+    "memory_bytes_per_tile": 4096,
+    "memory_element_bytes": 1024,
+    "interleaved_memory_element_index": 2,
+}
 
 
 def _huge_variable_graph():
@@ -249,8 +280,9 @@ def test_a_program_index_that_is_not_an_int_is_named(index):
     g, dev = new_graph()
     var(g, 4, write="x")
     e = make_engine(g, poplar.Sequence(), device=dev)
-    with pytest.raises(EngineError, match=r"run: the program index must be an int, got "
-                                          + type(index).__name__):
+    with pytest.raises(
+        EngineError, match=r"run: the program index must be an int, got " + type(index).__name__
+    ):
         e.run(index)
     e.run(0)
 
@@ -271,7 +303,10 @@ def test_a_codelet_writing_a_field_of_the_wrong_shape_is_named():
     cs = g.add_compute_set("wrong")
     g.add_vertices(cs, "WrongShape", {"x": x, "y": y}, tiles=range(4))
     e = make_engine(g, poplar.Execute(cs), device=dev)
-    with pytest.raises(CodeletError, match=r"codelet WrongShape: compute wrote field 'y' with a "
-                                           r"value of shape \(1, 3\); the field is \(1, 32\)"):
+    with pytest.raises(
+        CodeletError,
+        match=r"codelet WrongShape: compute wrote field 'y' with a "
+        r"value of shape \(1, 3\); the field is \(1, 32\)",
+    ):
         e.run()
     np.testing.assert_array_equal(e.read_tensor("y"), np.zeros((4, 8)))  # nothing written

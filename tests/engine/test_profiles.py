@@ -23,8 +23,15 @@ from tremula_tests_engine_codelets import (
 from tremula import poplar
 from tremula.profile import read_profile, validate
 
-MODES = ["ipu_model", "compute_sets", "single_tile_compute_sets", "vertices",
-         "external_exchanges", "host_exchanges", "none"]
+MODES = [
+    "ipu_model",
+    "compute_sets",
+    "single_tile_compute_sets",
+    "vertices",
+    "external_exchanges",
+    "host_exchanges",
+    "none",
+]
 LAUNCH = 12  # Target.compute_set_launch_cycles
 W = 6  # Target.num_worker_contexts
 
@@ -44,18 +51,34 @@ def kitchen_sink(options=None, num_ipus=2):
     rb = g.add_remote_buffer("rb", poplar.FLOAT, 2 * n, repeats=2)
     hf = g.add_host_function("hf", [(poplar.FLOAT, 2)], [(poplar.FLOAT, 2)])
     cs = g.add_compute_set("scale")
-    g.add_vertices(cs, "Scale<float>", {"x": x.reshape((n, 2)), "y": y.reshape((n, 2)),
-                                        "a": 2.0}, tiles=range(n))
+    g.add_vertices(
+        cs,
+        "Scale<float>",
+        {"x": x.reshape((n, 2)), "y": y.reshape((n, 2)), "a": 2.0},
+        tiles=range(n),
+    )
     fn = g.add_function(poplar.Sequence([poplar.Execute(cs), poplar.Copy(y[::-1], x)]))
-    loop = poplar.RepeatWhileTrue(execute(g, "LessThan", {"x": i, "out": pred, "limit": 3}),
-                                  pred, increment(g, i, tile=0))
+    loop = poplar.RepeatWhileTrue(
+        execute(g, "LessThan", {"x": i, "out": pred, "limit": 3}), pred, increment(g, i, tile=0)
+    )
     sw = poplar.Switch(i, [(3, poplar.Call(fn))], poplar.Sync("internal"))
-    prog = poplar.Sequence([
-        poplar.Copy(h2d, x), poplar.Repeat(2, poplar.Call(fn)), loop, sw,
-        poplar.Copy(x, rb, offset=1), poplar.Copy(rb, y, offset=row),
-        poplar.PrintTensor("x", x),
-        poplar.Call(hf, [x[:2]], [x[2:4]]), poplar.WriteUndef(y), poplar.Copy(x, y),
-        poplar.Sync("external"), poplar.Copy(y, d2h)], name="main")
+    prog = poplar.Sequence(
+        [
+            poplar.Copy(h2d, x),
+            poplar.Repeat(2, poplar.Call(fn)),
+            loop,
+            sw,
+            poplar.Copy(x, rb, offset=1),
+            poplar.Copy(rb, y, offset=row),
+            poplar.PrintTensor("x", x),
+            poplar.Call(hf, [x[:2]], [x[2:4]]),
+            poplar.WriteUndef(y),
+            poplar.Copy(x, y),
+            poplar.Sync("external"),
+            poplar.Copy(y, d2h),
+        ],
+        name="main",
+    )
     e = make_engine(g, prog, options, dev)
     e.connect_stream("in", np.arange(2 * n, dtype=np.float32))
     e.connect_stream("out", np.zeros(2 * n, np.float32))
@@ -72,8 +95,19 @@ def test_profiles_of_every_mode_validate(mode):
     validate(graph, execution)
     assert execution["profilerMode"] == mode.upper()
     types = {p["type"] for p in graph["programs"]}
-    assert types >= {"Sequence", "OnTileExecute", "DoExchange", "GlobalExchange", "StreamCopy",
-                     "Repeat", "RepeatWhileTrue", "Switch", "Sync", "Call", "WriteUndef"}
+    assert types >= {
+        "Sequence",
+        "OnTileExecute",
+        "DoExchange",
+        "GlobalExchange",
+        "StreamCopy",
+        "Repeat",
+        "RepeatWhileTrue",
+        "Switch",
+        "Sync",
+        "Call",
+        "WriteUndef",
+    }
 
 
 def test_cpu_target_profiles_validate():
@@ -111,8 +145,9 @@ def test_empty_sequence_profile_validates():
 def test_identical_engines_give_identical_profiles():
     a, b = kitchen_sink(), kitchen_sink()
     for get in ("get_graph_profile", "get_execution_profile"):
-        assert json.dumps(getattr(a, get)(), sort_keys=True) == \
-            json.dumps(getattr(b, get)(), sort_keys=True)
+        assert json.dumps(getattr(a, get)(), sort_keys=True) == json.dumps(
+            getattr(b, get)(), sort_keys=True
+        )
 
 
 # ---- autoReport ----
@@ -135,24 +170,29 @@ def test_auto_report_writes_both_profiles(tmp_path):
 
 def test_auto_report_from_the_environment(tmp_path, monkeypatch):
     env_dir = tmp_path / "env"
-    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", json.dumps(
-        {"autoReport.all": "true", "autoReport.directory": str(env_dir)}))
+    monkeypatch.setenv(
+        "POPLAR_ENGINE_OPTIONS",
+        json.dumps({"autoReport.all": "true", "autoReport.directory": str(env_dir)}),
+    )
     e = kitchen_sink({"autoReport.directory": str(tmp_path / "option")})  # env overrides
     _check_report(env_dir, e)
     assert not (tmp_path / "option").exists()
 
 
 def test_auto_report_of_the_graph_profile_only(tmp_path):
-    e = kitchen_sink({"autoReport.outputGraphProfile": "true",
-                      "autoReport.directory": str(tmp_path)})
+    e = kitchen_sink(
+        {"autoReport.outputGraphProfile": "true", "autoReport.directory": str(tmp_path)}
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["graph.json"]
-    assert json.loads((tmp_path / "graph.json").read_text()) == \
-        json.loads(json.dumps(e.get_graph_profile()))
+    assert json.loads((tmp_path / "graph.json").read_text()) == json.loads(
+        json.dumps(e.get_graph_profile())
+    )
 
 
 def test_auto_report_of_the_execution_profile_only(tmp_path):
-    e = kitchen_sink({"autoReport.outputExecutionProfile": "true",
-                      "autoReport.directory": str(tmp_path)})
+    e = kitchen_sink(
+        {"autoReport.outputExecutionProfile": "true", "autoReport.directory": str(tmp_path)}
+    )
     want = json.loads(json.dumps(e.get_execution_profile()))
     with e:
         pass
@@ -167,8 +207,12 @@ def _two_compute_sets(mode):
     x = var(g, 8, tile=None, write="x")
     y = var(g, 8, tile=None)
     cs_a = g.add_compute_set("a")
-    g.add_vertices(cs_a, "Scale<float>", {"x": x.reshape((4, 2)), "y": y.reshape((4, 2)),
-                                          "a": 1.0}, tiles=range(4))
+    g.add_vertices(
+        cs_a,
+        "Scale<float>",
+        {"x": x.reshape((4, 2)), "y": y.reshape((4, 2)), "a": 1.0},
+        tiles=range(4),
+    )
     cs_b = g.add_compute_set("b")
     g.add_vertex(cs_b, "Sum<float>", {"x": y[2:4], "out": x[0]}, tile=0)
     prog = poplar.Sequence([poplar.Execute(cs_a), poplar.Repeat(2, poplar.Execute(cs_b))])
@@ -201,7 +245,9 @@ def test_vertices_mode_lists_every_vertex():
 def test_none_mode_records_nothing():
     e = _two_compute_sets("none")
     assert e.get_execution_profile() == {
-        "profilerMode": "NONE", "graphId": e.get_graph_profile()["graphId"]}
+        "profilerMode": "NONE",
+        "graphId": e.get_graph_profile()["graphId"],
+    }
 
 
 def test_reset_execution_profile_empties_the_steps():
@@ -215,8 +261,9 @@ def test_reset_execution_profile_empties_the_steps():
     assert not np.any(empty["computeSetCyclesByTile"])
     assert set(empty["simulation"]["tileCycles"].values()) == {0}
     e.run()
-    assert json.dumps(e.get_execution_profile(), sort_keys=True) == \
-        json.dumps(first, sort_keys=True)
+    assert json.dumps(e.get_execution_profile(), sort_keys=True) == json.dumps(
+        first, sort_keys=True
+    )
 
 
 # ---- hand-checked cycles ----
@@ -225,8 +272,9 @@ def test_cycles_of_one_compute_set_by_hand():
     x = var(g, 8, tile=2)
     z = var(g, 3, tile=0)
     cs = g.add_compute_set("fixed")
-    g.add_vertices(cs, "Fixed", {"x": x[:7].reshape((7, 1)), "c": [10, 20, 30, 40, 50, 60, 70]},
-                   tiles=[2] * 7)
+    g.add_vertices(
+        cs, "Fixed", {"x": x[:7].reshape((7, 1)), "c": [10, 20, 30, 40, 50, 60, 70]}, tiles=[2] * 7
+    )
     g.add_vertices(cs, "Fixed", {"x": z.reshape((3, 1)), "c": 5}, tiles=[0] * 3)
     g.add_vertex(cs, "FixedSup", {"x": x[7:], "c": 50}, tile=2)
     e = make_engine(g, poplar.Execute(cs), device=dev)
@@ -236,7 +284,7 @@ def test_cycles_of_one_compute_set_by_hand():
     want = [W * 5 + LAUNCH, 0, W * 80 + 50 + LAUNCH, 0]
     assert est["cyclesByTile"] == [want]
     assert est["activeCyclesByTile"] == [[15, 0, 280 + 50, 0]]
-    step, = e.get_execution_profile()["simulation"]["steps"]
+    (step,) = e.get_execution_profile()["simulation"]["steps"]
     assert step["type"] == "OnTileExecute"
     assert (step["cyclesFrom"], step["cyclesTo"], step["cycles"]) == (0, want[2], want[2])
     assert step["activeTiles"] == 2
@@ -246,15 +294,17 @@ def test_cycles_of_one_compute_set_by_hand():
     assert tile_cycles["activeCompute"] == 15 + 280 + 50
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.integers(0, 500), min_size=1, max_size=W))
 def test_up_to_six_workers_take_six_times_the_longest(estimates):
     g, _ = new_graph()
     x = var(g, len(estimates), tile=1)
     cs = g.add_compute_set()
-    vs = g.add_vertices(cs, "Fixed", {"x": x.reshape((len(estimates), 1)), "c": 1},
-                        tiles=[1] * len(estimates))
+    vs = g.add_vertices(
+        cs, "Fixed", {"x": x.reshape((len(estimates), 1)), "c": 1}, tiles=[1] * len(estimates)
+    )
     for v, c in zip(vs, estimates):
         g.set_perf_estimate(v, c)
     e = make_engine(g, poplar.Execute(cs))
@@ -276,8 +326,11 @@ def test_exchange_figures_of_a_copy_between_tiles_by_hand():
 
 # ---- program trace ----
 def _pid(graph, ptype, **fields):
-    found = [i for i, p in enumerate(graph["programs"])
-             if p["type"] == ptype and all(p.get(k) == v for k, v in fields.items())]
+    found = [
+        i
+        for i, p in enumerate(graph["programs"])
+        if p["type"] == ptype and all(p.get(k) == v for k, v in fields.items())
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -309,8 +362,7 @@ def test_memory_by_tile_is_variables_plus_code_and_state():
     h = var(g, 5, tile=3, dtype=poplar.HALF, write="h")  # 10 B
     c = const(g, [1.0, 2.0], tile=2)  # 8 B
     out = var(g, 2, tile=0, read="out")
-    e = make_engine(g, poplar.Sequence([poplar.Copy(c, out), increment(g, h, tile=3)]),
-                    device=dev)
+    e = make_engine(g, poplar.Sequence([poplar.Copy(c, out), increment(g, h, tile=3)]), device=dev)
     mem = e.get_graph_profile()["memory"]
     cats = {k: np.array(v["total"]) for k, v in mem["byCategory"].items()}
     total = np.array(mem["byTile"]["total"])
@@ -332,8 +384,9 @@ def _streamed_variable(with_handle):
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 16)
     if with_handle:
         g.create_host_write("w", v)
-    e = make_engine(g, poplar.Sequence([poplar.Copy(h2d, v), poplar.Sync("internal"),
-                                        poplar.Copy(v, d2h)]))
+    e = make_engine(
+        g, poplar.Sequence([poplar.Copy(h2d, v), poplar.Sync("internal"), poplar.Copy(v, d2h)])
+    )
     return e.get_graph_profile()
 
 
@@ -357,20 +410,25 @@ def _liveness_case(layout):
     h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 8)
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 8)
     w, r = poplar.Copy(h2d, v), poplar.Copy(v, d2h)
-    programs = {"one program": [poplar.Sequence([w, r])], "two programs": [w, r],
-                "read first": [poplar.Sequence([r, w])]}[layout]
+    programs = {
+        "one program": [poplar.Sequence([w, r])],
+        "two programs": [w, r],
+        "read first": [poplar.Sequence([r, w])],
+    }[layout]
     return make_engine(g, programs).get_graph_profile()["memory"]
 
 
-@pytest.mark.parametrize("layout, always", [("one program", False), ("two programs", True),
-                                            ("read first", True)])
+@pytest.mark.parametrize(
+    "layout, always", [("one program", False), ("two programs", True), ("read first", True)]
+)
 def test_variables_crossing_programs_or_read_first_are_always_live(layout, always):
     mem = _liveness_case(layout)
     np.testing.assert_array_equal(mem["byCategory"]["variable"]["total"], [12, 12 + 32, 12, 4])
     base = np.array(_liveness_case("one program")["liveness"]["alwaysLive"]["bytesByTile"])
     grow = np.array(mem["liveness"]["alwaysLive"]["bytesByTile"]) - base
-    code = (np.array(mem["byCategory"]["controlCode"]["total"])
-            - np.array(_liveness_case("one program")["byCategory"]["controlCode"]["total"]))
+    code = np.array(mem["byCategory"]["controlCode"]["total"]) - np.array(
+        _liveness_case("one program")["byCategory"]["controlCode"]["total"]
+    )
     np.testing.assert_array_equal(grow - code, [0, 32 if always else 0, 0, 0])
     assert mem["liveness"]["notAlwaysLive"]["maxBytesByTile"][1] == (0 if always else 32)
 
@@ -388,8 +446,9 @@ def test_auto_report_writes_each_file_once_however_many_runs(tmp_path, monkeypat
 
     writes = []
     real = profile_io.write_atomic
-    monkeypatch.setattr(profile_io, "write_atomic",
-                        lambda path, data: (writes.append(path.name), real(path, data)))
+    monkeypatch.setattr(
+        profile_io, "write_atomic", lambda path, data: (writes.append(path.name), real(path, data))
+    )
     e = _counter({"autoReport.all": "true", "autoReport.directory": str(tmp_path)})
     for _ in range(50):
         e.run()
@@ -410,8 +469,9 @@ def test_auto_report_serialises_the_graph_profile_once(tmp_path, monkeypatch):
 
     serialised = []
     real = profile_io.dumps
-    monkeypatch.setattr(profile_io, "dumps",
-                        lambda p: (serialised.append("simulation" not in p), real(p))[1])
+    monkeypatch.setattr(
+        profile_io, "dumps", lambda p: (serialised.append("simulation" not in p), real(p))[1]
+    )
     e = _counter({"autoReport.all": "true", "autoReport.directory": str(tmp_path)})
     assert serialised == [True]  # the graph profile, once, for its id and graph.json
     e.run()
@@ -469,8 +529,11 @@ def test_an_engine_that_is_collected_or_outlives_the_program_writes_its_report(t
 
     g, dev = new_graph()
     var(g, 4, tile=None, read="x")
-    e = poplar.Engine(g, poplar.Sequence(), {"autoReport.all": "true",
-                                              "autoReport.directory": str(tmp_path / "gc")})
+    e = poplar.Engine(
+        g,
+        poplar.Sequence(),
+        {"autoReport.all": "true", "autoReport.directory": str(tmp_path / "gc")},
+    )
     e.load(dev)
     e.run()
     del e
@@ -484,8 +547,13 @@ def test_an_engine_that_is_collected_or_outlives_the_program_writes_its_report(t
         "raise SystemExit(0)  # the engine is still referenced\n"
     )
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(root), "PATH": ""}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": ""},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     graph, execution = read_profile(tmp_path / "exit")
     validate(graph, execution)

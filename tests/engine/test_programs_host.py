@@ -104,8 +104,14 @@ def test_remote_buffer_copies_at_constant_offsets():
     g, dev = new_graph()
     rb = g.add_remote_buffer("rb", poplar.FLOAT, 4, repeats=3)
     x = var(g, 4, tile=None, read="x")
-    prog = poplar.Sequence([poplar.Copy(rb, x, offset=1), increment(g, x, by=1),
-                            poplar.Copy(x, rb, offset=2), poplar.Copy(x, rb)])
+    prog = poplar.Sequence(
+        [
+            poplar.Copy(rb, x, offset=1),
+            increment(g, x, by=1),
+            poplar.Copy(x, rb, offset=2),
+            poplar.Copy(x, rb),
+        ]
+    )
     e = make_engine(g, prog, device=dev)
     rows = np.arange(12, dtype=np.float32).reshape(3, 4)
     for r in range(3):
@@ -124,10 +130,14 @@ def test_remote_buffer_copies_at_tensor_offsets_of_several_rows():
     one = var(g, (), dtype=poplar.INT, tile=1, write="one")
     x = var(g, (2, 3), tile=None, dtype=poplar.INT, read="x")
     y = var(g, 3, tile=3, dtype=poplar.INT, read="y")
-    prog = poplar.Sequence([poplar.Copy(rb, x, offset=off),  # rows off[0], off[1]
-                            increment(g, x, by=1000),
-                            poplar.Copy(x, rb, offset=off[::-1]),  # swapped back
-                            poplar.Copy(rb, y, offset=one)])
+    prog = poplar.Sequence(
+        [
+            poplar.Copy(rb, x, offset=off),  # rows off[0], off[1]
+            increment(g, x, by=1000),
+            poplar.Copy(x, rb, offset=off[::-1]),  # swapped back
+            poplar.Copy(rb, y, offset=one),
+        ]
+    )
     e = make_engine(g, prog, device=dev)
     rows = np.arange(15, dtype=np.int32).reshape(5, 3)
     for r in range(5):
@@ -141,7 +151,6 @@ def test_remote_buffer_copies_at_tensor_offsets_of_several_rows():
     for r in range(5):
         np.testing.assert_array_equal(e.copy_from_remote_buffer("rb", r), want[r])
     np.testing.assert_array_equal(e.read_tensor("y"), want[3])
-
 
 
 # ---- host functions ----

@@ -26,8 +26,14 @@ def test_popops_issue_api():
     summed = popops.reduce(graph, total, [1], popops.Operation.ADD, prog)
     gathered = popops.multi_slice(graph, table, indices, prog)
     popops.multi_update_add(graph, table, indices, rows, 2.0, prog)
-    outs = {"total": total, "mapped": mapped, "a2": a, "summed": summed,
-            "gathered": gathered, "table2": table}
+    outs = {
+        "total": total,
+        "mapped": mapped,
+        "a2": a,
+        "summed": summed,
+        "gathered": gathered,
+        "table2": table,
+    }
     for name, t in outs.items():
         graph.create_host_read(name, t)
     engine = poplar.Engine(graph, prog)

@@ -52,8 +52,9 @@ def test_add_variable_and_constant():
 
 def test_bad_variables_and_constants():
     g = new_graph()
-    with pytest.raises(GraphError, match=re.escape("value of shape (2,) does not broadcast "
-                                                   "to (2, 3)")):
+    with pytest.raises(
+        GraphError, match=re.escape("value of shape (2,) does not broadcast to (2, 3)")
+    ):
         g.add_constant(poplar.FLOAT, (2, 3), [1.0, 2.0], "k")
     with pytest.raises(GraphError, match=re.escape("add_variable 'bad': invalid shape (2, -1)")):
         g.add_variable(poplar.FLOAT, (2, -1), "bad")
@@ -110,8 +111,11 @@ def test_incomplete_mapping():
 
 
 @SETTINGS
-@given(data=st.data(), tiles=st.integers(1, 9),
-       shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=6))
+@given(
+    data=st.data(),
+    tiles=st.integers(1, 9),
+    shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=6),
+)
 def test_mapping_round_trip(data, tiles, shape):
     g = new_graph(tiles)
     t = g.add_variable(poplar.FLOAT, shape, "t")
@@ -119,8 +123,9 @@ def test_mapping_round_trip(data, tiles, shape):
     g.set_tile_mapping(t, per_element)
     mapping = g.get_tile_mapping(t)
     assert len(mapping) == tiles
-    np.testing.assert_array_equal(per_element_tiles(mapping, t.num_elements),
-                                  per_element.reshape(-1))
+    np.testing.assert_array_equal(
+        per_element_tiles(mapping, t.num_elements), per_element.reshape(-1)
+    )
     for intervals in mapping:  # sorted, and adjacent runs of one tile are merged
         assert all(e1 < b2 for (_, e1), (b2, _) in itertools.pairwise(intervals))
     g.set_tile_mapping(t, mapping)  # the interval form maps back to the same tiles
@@ -141,8 +146,9 @@ def test_bad_interval_mappings():
     t = g.add_variable(poplar.FLOAT, (2, 3), "t")
     with pytest.raises(GraphError, match="mapping lists 5 tiles, graph has 4"):
         g.set_tile_mapping(t, [[], [], [], [], [(0, 6)]])
-    with pytest.raises(GraphError, match=re.escape("interval [4, 7) on tile 1 outside the "
-                                                   "tensor's 6 elements")):
+    with pytest.raises(
+        GraphError, match=re.escape("interval [4, 7) on tile 1 outside the tensor's 6 elements")
+    ):
         g.set_tile_mapping(t, [[], [(4, 7)]])
 
 
@@ -248,8 +254,14 @@ def test_a_variable_larger_than_the_whole_target_is_refused_before_allocation():
         tracemalloc.stop()
     assert peak < 1 << 20
     message = str(err.value)
-    for part in ("'huge'", "(131072, 131072) float", "64.0 GiB", "all 4 tiles would overflow",
-                 "16.0 GiB each", "'w' 3.9 KiB"):
+    for part in (
+        "'huge'",
+        "(131072, 131072) float",
+        "64.0 GiB",
+        "all 4 tiles would overflow",
+        "16.0 GiB each",
+        "'w' 3.9 KiB",
+    ):
         assert part in message, (part, message)
     assert (len(g.state.variables), g.state.space(poplar.FLOAT).size, g.state.generation) == before
     assert w.shape == (1000,)
@@ -258,8 +270,12 @@ def test_a_variable_larger_than_the_whole_target_is_refused_before_allocation():
 def test_a_variable_one_byte_over_the_target_is_refused_and_one_that_fits_is_not():
     from tremula.errors import OutOfMemoryError
 
-    tg = poplar.IPUModel(tiles_per_ipu=2, memory_bytes_per_tile=4096,
-                         memory_element_bytes=1024, interleaved_memory_element_index=2)
+    tg = poplar.IPUModel(
+        tiles_per_ipu=2,
+        memory_bytes_per_tile=4096,
+        memory_element_bytes=1024,
+        interleaved_memory_element_index=2,
+    )
     g = poplar.Graph(tg.create_target())
     g.add_variable(poplar.HALF, (4096,), "fits")  # 8192 B: the whole target
     with pytest.raises(OutOfMemoryError, match=r"add_variable 'over'.*8,196 B"):
@@ -300,8 +316,11 @@ def test_a_field_type_written_as_a_string_must_be_a_template():
             pass
 
     g = poplar.Graph(ipu2(tiles_per_ipu=4))
-    with pytest.raises(CodeletError, match=r"codelet 'Untemplated' field 'x': type 'float' is a "
-                                           r"string, which names a template parameter.*write "
-                                           r"poplar.FLOAT"):
+    with pytest.raises(
+        CodeletError,
+        match=r"codelet 'Untemplated' field 'x': type 'float' is a "
+        r"string, which names a template parameter.*write "
+        r"poplar.FLOAT",
+    ):
         g.add_codelets(Untemplated)
     assert "Untemplated" not in g.state.codelets

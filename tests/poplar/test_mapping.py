@@ -51,14 +51,17 @@ minimums = st.integers(0, 64)
 grains = st.integers(1, 16)
 
 
-@pytest.mark.parametrize(("n", "tiles", "minimum", "grain", "expected"), [
-    (10, 4, 0, 1, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]),
-    (10, 4, 0, 4, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]),  # 3 grains, one per tile, tile 3 empty
-    (10, 4, 6, 1, [0] * 6 + [1] * 4),  # the minimum leaves tiles 2 and 3 empty
-    (10, 2, 3, 2, [0] * 6 + [1] * 4),  # 5 grains: 3 then 2
-    (3, 8, 0, 1, [0, 1, 2]),
-    (0, 4, 0, 1, []),
-])
+@pytest.mark.parametrize(
+    ("n", "tiles", "minimum", "grain", "expected"),
+    [
+        (10, 4, 0, 1, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]),
+        (10, 4, 0, 4, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]),  # 3 grains, one per tile, tile 3 empty
+        (10, 4, 6, 1, [0] * 6 + [1] * 4),  # the minimum leaves tiles 2 and 3 empty
+        (10, 2, 3, 2, [0] * 6 + [1] * 4),  # 5 grains: 3 then 2
+        (3, 8, 0, 1, [0, 1, 2]),
+        (0, 4, 0, 1, []),
+    ],
+)
 def test_linear_tiles_by_hand(n, tiles, minimum, grain, expected):
     np.testing.assert_array_equal(poplar.linear_tiles(n, tiles, minimum, grain), expected)
     assert reference_tiles(n, tiles, minimum, grain) == expected
@@ -78,8 +81,12 @@ def test_linear_tiles_follow_the_rule(n, tiles, minimum, grain):
 
 
 @SETTINGS
-@given(shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=7),
-       tiles=tile_counts, minimum=minimums, grain=grains)
+@given(
+    shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=7),
+    tiles=tile_counts,
+    minimum=minimums,
+    grain=grains,
+)
 def test_calc_linear_tile_mapping_covers_each_element_once(shape, tiles, minimum, grain):
     g = poplar.Graph(ipu2(tiles_per_ipu=tiles))
     n = int(np.prod(shape))
@@ -96,15 +103,20 @@ def test_calc_linear_tile_mapping_covers_each_element_once(shape, tiles, minimum
 
 
 @SETTINGS
-@given(shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=7),
-       tiles=tile_counts, minimum=minimums, grain=grains)
+@given(
+    shape=npst.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=7),
+    tiles=tile_counts,
+    minimum=minimums,
+    grain=grains,
+)
 def test_map_tensor_linearly(shape, tiles, minimum, grain):
     g = poplar.Graph(ipu2(tiles_per_ipu=tiles))
     t = g.add_variable(poplar.FLOAT, shape, "t")
     poplar.map_tensor_linearly(g, t, minimum, grain)
     n = t.num_elements
-    np.testing.assert_array_equal(g.tiles_of(t).reshape(-1),
-                                  reference_tiles(n, tiles, minimum, grain))
+    np.testing.assert_array_equal(
+        g.tiles_of(t).reshape(-1), reference_tiles(n, tiles, minimum, grain)
+    )
     assert g.get_tile_mapping(t) == poplar.calc_linear_tile_mapping(g, t, minimum, grain)
 
 
@@ -133,6 +145,9 @@ def test_add_variable_linear_mapping_and_virtual_graphs():
 
 @pytest.mark.parametrize(("minimum", "grain"), [(0, 0), (-1, 1)])
 def test_bad_grain_or_minimum(minimum, grain):
-    with pytest.raises(GraphError, match=rf"grain_size \({grain}\) must be >= 1 and "
-                                         rf"min_elements_per_tile \({minimum}\) >= 0"):
+    with pytest.raises(
+        GraphError,
+        match=rf"grain_size \({grain}\) must be >= 1 and "
+        rf"min_elements_per_tile \({minimum}\) >= 0",
+    ):
         poplar.linear_tiles(10, 4, minimum, grain)

@@ -70,12 +70,15 @@ def test_bad_copies(t, operands, message):
         prog.Copy(src, dst)
 
 
-@pytest.mark.parametrize(("offset", "message"), [
-    (4, "Copy: offset 4 out of range for remote buffer 'rb' with 4 repeats"),
-    (-1, "Copy: offset -1 out of range for remote buffer 'rb' with 4 repeats"),
-    ("f1", "Copy: remote buffer offset must be an integer tensor, got float"),
-    ("i2", "'rb' rows have 3 elements; 2 row(s) need 6, tensor has 3"),
-])
+@pytest.mark.parametrize(
+    ("offset", "message"),
+    [
+        (4, "Copy: offset 4 out of range for remote buffer 'rb' with 4 repeats"),
+        (-1, "Copy: offset -1 out of range for remote buffer 'rb' with 4 repeats"),
+        ("f1", "Copy: remote buffer offset must be an integer tensor, got float"),
+        ("i2", "'rb' rows have 3 elements; 2 row(s) need 6, tensor has 3"),
+    ],
+)
 def test_bad_remote_buffer_offsets(t, offset, message):
     with pytest.raises(ProgramError, match=re.escape(message)):
         prog.Copy(t["rb"], t["a"][0], offset=t.get(offset, offset))
@@ -87,21 +90,28 @@ def test_remote_buffer_numpy_integer_offset(t):
 
 def test_function_buffer_must_hold_the_function(g):
     f1, f2 = g.add_function(prog.Sequence(), "f1"), g.add_function(prog.Sequence(), "f2")
-    with pytest.raises(ProgramError, match=r"function buffer holds Function\(0, 'f1'\), not "
-                                           r"Function\(1, 'f2'\)"):
+    with pytest.raises(
+        ProgramError,
+        match=r"function buffer holds Function\(0, 'f1'\), not "
+        r"Function\(1, 'f2'\)",
+    ):
         prog.Copy(g.add_function_buffer(f1), f2)
 
 
-@pytest.mark.parametrize("make", [
-    lambda p: prog.If(p, prog.Sequence()),
-    lambda p: prog.RepeatWhileTrue(prog.Sequence(), p, prog.Sequence()),
-    lambda p: prog.RepeatWhileFalse(prog.Sequence(), p, prog.Sequence()),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: prog.If(p, prog.Sequence()),
+        lambda p: prog.RepeatWhileTrue(prog.Sequence(), p, prog.Sequence()),
+        lambda p: prog.RepeatWhileFalse(prog.Sequence(), p, prog.Sequence()),
+    ],
+)
 def test_predicates_have_one_element(t, make):
     for good in ("p", "f1", "u1"):
         make(t[good])
-    with pytest.raises(ProgramError, match=re.escape("predicate must have one element, got "
-                                                     "shape (2, 3)")):
+    with pytest.raises(
+        ProgramError, match=re.escape("predicate must have one element, got shape (2, 3)")
+    ):
         make(t["a"])
     with pytest.raises(ProgramError, match="predicate must be a Tensor, got int"):
         make(1)
@@ -116,8 +126,9 @@ def test_switch(t):
         s.add(2, prog.Sequence()).add(1, prog.Sequence())
     with pytest.raises(ProgramError, match="Switch: control must be an integer tensor, got float"):
         prog.Switch(t["f1"], [(1, prog.Sequence())])
-    with pytest.raises(ProgramError, match=re.escape("Switch: the predicate must have one "
-                                                     "element, got shape (2,)")):
+    with pytest.raises(
+        ProgramError, match=re.escape("Switch: the predicate must have one element, got shape (2,)")
+    ):
         prog.Switch(t["i2"])
     with pytest.raises(ProgramError, match="Switch case 3: expected a program, got str"):
         prog.Switch(t["u1"], [(3, "x")])
@@ -148,15 +159,18 @@ def test_repeat_sequence_and_other_nodes(g):
     body = prog.Sequence()
     assert prog.Repeat(0, body).count == 0
     for count in (-1, 2.5):
-        with pytest.raises(ProgramError, match=re.escape(f"Repeat: count must be a non-negative "
-                                                         f"integer, got {count}")):
+        with pytest.raises(
+            ProgramError,
+            match=re.escape(f"Repeat: count must be a non-negative integer, got {count}"),
+        ):
             prog.Repeat(count, body)
     with pytest.raises(ProgramError, match="Repeat body: expected a program, got str"):
         prog.Repeat(2, "body")
     seq = prog.Sequence(name="main")
     assert seq.add(body) is seq and seq.children() == (body,)
-    with pytest.raises(ProgramError, match=re.escape("Sequence.add ('main'): expected a program, "
-                                                     "got int")):
+    with pytest.raises(
+        ProgramError, match=re.escape("Sequence.add ('main'): expected a program, got int")
+    ):
         seq.add(3)
     with pytest.raises(ProgramError, match="Sequence 'top': expected a program, got ComputeSet"):
         prog.Sequence([body, g.add_compute_set("cs")], name="top")
@@ -172,14 +186,33 @@ def test_repeat_sequence_and_other_nodes(g):
 def test_walk_visits_parents_before_children_in_order(g, t):
     cs = g.add_compute_set("cs")
     leaf = {name: prog.Execute(cs, name=name) for name in "abcdefgh"}
-    tree = prog.Sequence([
-        leaf["a"],
-        prog.Repeat(2, prog.Sequence([leaf["b"], leaf["c"]], name="rep_body"), name="rep"),
-        prog.If(t["p"], leaf["d"], leaf["e"], name="if"),
-        prog.RepeatWhileTrue(leaf["f"], t["p"], leaf["g"], name="while"),
-        prog.Switch(t["u1"], [(0, leaf["h"])], name="switch"),
-        prog.Call(g.add_function(prog.Sequence([leaf["a"]])), name="call"),  # not entered
-    ], name="main")
+    tree = prog.Sequence(
+        [
+            leaf["a"],
+            prog.Repeat(2, prog.Sequence([leaf["b"], leaf["c"]], name="rep_body"), name="rep"),
+            prog.If(t["p"], leaf["d"], leaf["e"], name="if"),
+            prog.RepeatWhileTrue(leaf["f"], t["p"], leaf["g"], name="while"),
+            prog.Switch(t["u1"], [(0, leaf["h"])], name="switch"),
+            prog.Call(g.add_function(prog.Sequence([leaf["a"]])), name="call"),  # not entered
+        ],
+        name="main",
+    )
     names = [p.name for p in prog.walk(tree)]
-    assert names == ["main", "a", "rep", "rep_body", "b", "c", "if", "d", "e", "while", "f",
-                     "g", "switch", "h", "", "call"]
+    assert names == [
+        "main",
+        "a",
+        "rep",
+        "rep_body",
+        "b",
+        "c",
+        "if",
+        "d",
+        "e",
+        "while",
+        "f",
+        "g",
+        "switch",
+        "h",
+        "",
+        "call",
+    ]

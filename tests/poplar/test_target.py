@@ -41,8 +41,9 @@ def test_presets_follow_the_spec_table(name):
     assert target.preset("mk2") == target.ipu2()
 
 
-@pytest.mark.parametrize(("name", "ipu_bytes"), [("ipu1", 304 * MIB), ("ipu2", 897 * MIB),
-                                                 ("bow", 897 * MIB)])
+@pytest.mark.parametrize(
+    ("name", "ipu_bytes"), [("ipu1", 304 * MIB), ("ipu2", 897 * MIB), ("bow", 897 * MIB)]
+)
 def test_memory_per_ipu(name, ipu_bytes):
     t = target.preset(name, num_ipus=4)
     assert t.bytes_per_ipu == ipu_bytes
@@ -50,16 +51,20 @@ def test_memory_per_ipu(name, ipu_bytes):
     assert t.total_memory == 4 * ipu_bytes
 
 
-@pytest.mark.parametrize(("name", "itemsize", "peak"), [
-    ("ipu1", 2, 124.5e12), ("ipu1", 4, 31.1e12),
-    ("ipu2", 2, 250e12), ("ipu2", 4, 62.5e12),
-    ("bow", 2, 350e12),
-])
+@pytest.mark.parametrize(
+    ("name", "itemsize", "peak"),
+    [
+        ("ipu1", 2, 124.5e12),
+        ("ipu1", 4, 31.1e12),
+        ("ipu2", 2, 250e12),
+        ("ipu2", 4, 62.5e12),
+        ("bow", 2, 350e12),
+    ],
+)
 def test_peak_flops_within_one_percent_of_the_datasheets(name, itemsize, peak):
     t = target.preset(name)
     assert t.peak_flops(itemsize) == pytest.approx(peak, rel=0.01)
-    assert target.preset(name, num_ipus=2).peak_flops(itemsize) == pytest.approx(2 * peak,
-                                                                                  rel=0.01)
+    assert target.preset(name, num_ipus=2).peak_flops(itemsize) == pytest.approx(2 * peak, rel=0.01)
 
 
 def test_cpu_target():
@@ -68,15 +73,18 @@ def test_cpu_target():
     assert poplar.Device.create_cpu_device().target.num_tiles == 1
 
 
-@pytest.mark.parametrize(("clock", "ipus", "cycles"), [
-    (1.33e9, 1, 50),  # 49.875
-    (1.33e9, 2, 60),  # 59.85
-    (1.33e9, 4, 80),  # 79.8
-    (1.6e9, 1, 60),  # exactly 60
-    (1.6e9, 4, 96),  # exactly 96
-    (1.85e9, 2, 84),  # 83.25
-    (1.85e9, 16, 278),  # 277.5
-])
+@pytest.mark.parametrize(
+    ("clock", "ipus", "cycles"),
+    [
+        (1.33e9, 1, 50),  # 49.875
+        (1.33e9, 2, 60),  # 59.85
+        (1.33e9, 4, 80),  # 79.8
+        (1.6e9, 1, 60),  # exactly 60
+        (1.6e9, 4, 96),  # exactly 96
+        (1.85e9, 2, 84),  # 83.25
+        (1.85e9, 16, 278),  # 277.5
+    ],
+)
 def test_global_sync_delay(clock, ipus, cycles):
     exact = Fraction(15, 10**9) * Fraction(clock) * (1 + Fraction(ipus, 4)) * 2
     assert math.ceil(exact) == cycles
@@ -97,13 +105,16 @@ def test_with_overrides():
         target.preset("ipu9")
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("num_ipus", 0, "Target.num_ipus = 0: expected a positive integer"),
-    ("tiles_per_ipu", 2.5, "Target.tiles_per_ipu = 2.5: expected a positive integer"),
-    ("ipu_version", "ipu3", "Target.ipu_version = 'ipu3'"),
-    ("tile_clock_frequency", 0.0, "Target.tile_clock_frequency = 0.0: expected > 0 Hz"),
-    ("target_type", "GPU", "Target.target_type = 'GPU'"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_ipus", 0, "Target.num_ipus = 0: expected a positive integer"),
+        ("tiles_per_ipu", 2.5, "Target.tiles_per_ipu = 2.5: expected a positive integer"),
+        ("ipu_version", "ipu3", "Target.ipu_version = 'ipu3'"),
+        ("tile_clock_frequency", 0.0, "Target.tile_clock_frequency = 0.0: expected > 0 Hz"),
+        ("target_type", "GPU", "Target.target_type = 'GPU'"),
+    ],
+)
 def test_invalid_targets(field, value, message):
     with pytest.raises(TargetError, match=re.escape(message)):
         target.ipu2(**{field: value})

@@ -69,8 +69,11 @@ def op_index(data, t, ref):
 def op_int_array(data, t, ref):
     if ref.size == 0:
         return None
-    key = data.draw(npst.integer_array_indices(
-        ref.shape, result_shape=npst.array_shapes(min_dims=1, max_dims=2, max_side=3)))
+    key = data.draw(
+        npst.integer_array_indices(
+            ref.shape, result_shape=npst.array_shapes(min_dims=1, max_dims=2, max_side=3)
+        )
+    )
     return t[key], ref[key]
 
 
@@ -190,10 +193,30 @@ def op_concat(data, t, ref):
     return poplar.concat([t, other], d), np.concatenate([ref, other_ref], axis=d)
 
 
-OPS: dict[str, Op] = {f.__name__.removeprefix("op_"): f for f in (
-    op_index, op_int_array, op_slice, op_slice_all, op_reshape, op_flatten, op_flatten_range,
-    op_transpose, op_dim_shuffle, op_dim_roll, op_expand, op_squeeze, op_squeeze_all,
-    op_broadcast, op_broadcast_to, op_reverse, op_subsample, op_upsample, op_concat)}
+OPS: dict[str, Op] = {
+    f.__name__.removeprefix("op_"): f
+    for f in (
+        op_index,
+        op_int_array,
+        op_slice,
+        op_slice_all,
+        op_reshape,
+        op_flatten,
+        op_flatten_range,
+        op_transpose,
+        op_dim_shuffle,
+        op_dim_roll,
+        op_expand,
+        op_squeeze,
+        op_squeeze_all,
+        op_broadcast,
+        op_broadcast_to,
+        op_reverse,
+        op_subsample,
+        op_upsample,
+        op_concat,
+    )
+}
 
 shapes = npst.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=5)
 
@@ -241,12 +264,15 @@ def test_broadcast_repeats_the_tensor_along_dim():
     # size-1 dim: a plain broadcast
     np.testing.assert_array_equal(t[:1].broadcast(3, 0).addresses - s, [[0, 1, 2]] * 3)
     # a larger dim: the whole tensor N times (Poplar's broadcast), not each element N times
-    np.testing.assert_array_equal(t.broadcast(2, 1).addresses - s,
-                                  [[0, 1, 2, 0, 1, 2], [3, 4, 5, 3, 4, 5]])
-    np.testing.assert_array_equal(t.broadcast(2, 0).addresses - s,
-                                  [[0, 1, 2], [3, 4, 5], [0, 1, 2], [3, 4, 5]])
-    np.testing.assert_array_equal(t.upsample(2, 1).addresses - s,
-                                  [[0, 0, 1, 1, 2, 2], [3, 3, 4, 4, 5, 5]])
+    np.testing.assert_array_equal(
+        t.broadcast(2, 1).addresses - s, [[0, 1, 2, 0, 1, 2], [3, 4, 5, 3, 4, 5]]
+    )
+    np.testing.assert_array_equal(
+        t.broadcast(2, 0).addresses - s, [[0, 1, 2], [3, 4, 5], [0, 1, 2], [3, 4, 5]]
+    )
+    np.testing.assert_array_equal(
+        t.upsample(2, 1).addresses - s, [[0, 0, 1, 1, 2, 2], [3, 3, 4, 4, 5, 5]]
+    )
 
 
 def test_expand_repeated_index_adds_several_dims():
@@ -314,8 +340,10 @@ ERRORS = [
     (lambda a: a.dim_shuffle((1, 0, 2)), r"(1, 0, 2) is not a permutation of 0..1"),
     (lambda a: a.squeeze([1]), r"squeeze: dimension 1 has size 3, not 1"),
     (lambda a: a.squeeze([2]), r"squeeze: dimension 2 out of range for a rank-2 tensor"),
-    (lambda a: a.reshape((1, 2, 3)).transpose(),
-     r"transpose needs a rank-2 tensor, got shape (1, 2, 3)"),
+    (
+        lambda a: a.reshape((1, 2, 3)).transpose(),
+        r"transpose needs a rank-2 tensor, got shape (1, 2, 3)",
+    ),
     (lambda a: a.flatten(1, 1), r"flatten [1, 1) invalid for rank 2"),
     (lambda a: a.flatten(0, 3), r"flatten [0, 3) invalid for rank 2"),
     (lambda a: a.expand([3]), r"expand: index 3 out of range for rank 2"),

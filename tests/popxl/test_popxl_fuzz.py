@@ -32,12 +32,14 @@ import popxl.ops as ops
 from tremula.errors import TremulaError
 from tremula.popxl.ops import elementwise, reduce
 
-ELEMENTWISE = [
-    e for e in elementwise.TABLE if getattr(e, "public", True) and hasattr(ops, e.name)
-]
+ELEMENTWISE = [e for e in elementwise.TABLE if getattr(e, "public", True) and hasattr(ops, e.name)]
 REDUCTIONS = [r for r in reduce.TABLE if hasattr(ops, r.name)]
-DTYPES = {"float32": popxl.float32, "float16": popxl.float16, "int32": popxl.int32,
-          "bool": popxl.bool}
+DTYPES = {
+    "float32": popxl.float32,
+    "float16": popxl.float16,
+    "int32": popxl.int32,
+    "bool": popxl.bool,
+}
 #: rtol, atol of float results (half is computed in float32 and rounded after every op)
 TOLERANCE = {"float32": (2e-5, 1e-6), "float16": (2e-2, 2e-3)}
 #: the exception types a refusal may have (Tremula's, and the built-ins PopXL raises)
@@ -84,8 +86,14 @@ def programs(draw: st.DrawFn) -> tuple[list[np.ndarray], list[Step]]:
         else:
             record = draw(st.sampled_from(REDUCTIONS))
             axes = draw(st.none() | st.lists(st.integers(-3, 3), min_size=1, max_size=2))
-            steps.append(Step(record, (draw(st.integers(0, values - 1)),),
-                              None if axes is None else tuple(axes), draw(st.booleans())))
+            steps.append(
+                Step(
+                    record,
+                    (draw(st.integers(0, values - 1)),),
+                    None if axes is None else tuple(axes),
+                    draw(st.booleans()),
+                )
+            )
     return inputs, steps
 
 
@@ -93,8 +101,9 @@ def _apply(step: Step, tensors: list[Any]) -> Any:
     fn = getattr(ops, step.record.name)
     args = [tensors[i] for i in step.operands]
     if step.record in REDUCTIONS:
-        return fn(args[0], axis=None if step.axes is None else list(step.axes),
-                  keepdims=step.keepdims)
+        return fn(
+            args[0], axis=None if step.axes is None else list(step.axes), keepdims=step.keepdims
+        )
     return fn(*args)
 
 
@@ -113,8 +122,9 @@ def _reference(step: Step, arrays: list[np.ndarray], out: Any) -> np.ndarray:
     with np.errstate(all="ignore"):
         if step.record in REDUCTIONS:
             x = arrays[0]
-            axes = tuple(range(x.ndim)) if step.axes is None else tuple(a % x.ndim
-                                                                         for a in step.axes)
+            axes = (
+                tuple(range(x.ndim)) if step.axes is None else tuple(a % x.ndim for a in step.axes)
+            )
             got = np.asarray(step.record.reference(x, axes))
         else:
             got = np.asarray(step.record.reference(*arrays))
@@ -130,8 +140,14 @@ def _compare(got: np.ndarray, want: np.ndarray, step: Step) -> None:
     kind = got.dtype.name
     if kind in TOLERANCE:
         rtol, atol = TOLERANCE[kind]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
-                                   err_msg=f"{step.record.name} {step.operands}")
+        np.testing.assert_allclose(
+            got,
+            want,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            err_msg=f"{step.record.name} {step.operands}",
+        )
     else:
         np.testing.assert_array_equal(got, want, err_msg=f"{step.record.name} {step.operands}")
 
@@ -149,7 +165,7 @@ def _run(inputs: list[np.ndarray], steps: list[Step]) -> None:
                 _assert_refusal(exc, set(step.names))
                 return
         streams = []
-        for t in tensors[len(inputs):]:
+        for t in tensors[len(inputs) :]:
             streams.append(popxl.d2h_stream(t.shape, t.dtype))
             ops.host_store(streams[-1], t)
     try:
@@ -160,7 +176,7 @@ def _run(inputs: list[np.ndarray], steps: list[Step]) -> None:
     with session:
         results = session.run()
     arrays = list(inputs)
-    for step, out, stream in zip(steps, tensors[len(inputs):], streams):
+    for step, out, stream in zip(steps, tensors[len(inputs) :], streams):
         want = _reference(step, [arrays[i] for i in step.operands], out)
         _compare(results[stream].reshape(out.shape), want, step)
         arrays.append(want)
@@ -174,8 +190,13 @@ def _record(name: str) -> Any:
 FOUND = [
     ([np.array([1, -2, 3], np.int32)], [Step(_record("isinf"), (0,))]),  # refused by popops
     ([np.array([True, False])], [Step(_record("swish"), (0,))]),  # without naming the op
-    ([np.array([[4, -1, 9]], np.int32)], [Step(_record("sqrt"), (0,)),  # NaN -> 0 on ints
-                                          Step(_record("median"), (1,), (1,), True)]),
+    (
+        [np.array([[4, -1, 9]], np.int32)],
+        [
+            Step(_record("sqrt"), (0,)),  # NaN -> 0 on ints
+            Step(_record("median"), (1,), (1,), True),
+        ],
+    ),
 ]
 
 
@@ -183,8 +204,12 @@ FOUND = [
 @example(FOUND[0])
 @example(FOUND[1])
 @example(FOUND[2])
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(programs())
 def test_programs_from_the_op_tables_run_as_numpy_or_are_refused_naming_the_op(program):
     _run(*program)

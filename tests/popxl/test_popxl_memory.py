@@ -35,15 +35,23 @@ def test_a_tensor_larger_than_the_device_is_refused_before_lowering():
         ops.host_store(popxl.d2h_stream(x.shape, x.dtype, "out"), x)
     message, peak = _refusal(ir)
     assert peak < 50 << 20  # not the 16 GiB tensor, nor its 48 GiB of tables
-    for part in ("'activations' alone needs 16.0 GiB", "1,472 tiles x 624.0 KiB hold 897.0 MiB",
-                 "all 1,472 tiles would overflow", "11.1 MiB each",
-                 "'activations' (tensor (65536, 65536) float32, 16.0 GiB, in 'main_graph')"):
+    for part in (
+        "'activations' alone needs 16.0 GiB",
+        "1,472 tiles x 624.0 KiB hold 897.0 MiB",
+        "all 1,472 tiles would overflow",
+        "11.1 MiB each",
+        "'activations' (tensor (65536, 65536) float32, 16.0 GiB, in 'main_graph')",
+    ):
         assert part in message, (part, message)
     assert not ir._prepared
 
 
-SMALL = ipu2(tiles_per_ipu=4, memory_bytes_per_tile=4096, memory_element_bytes=1024,
-             interleaved_memory_element_index=2)  # 16 KiB in all
+SMALL = ipu2(
+    tiles_per_ipu=4,
+    memory_bytes_per_tile=4096,
+    memory_element_bytes=1024,
+    interleaved_memory_element_index=2,
+)  # 16 KiB in all
 
 
 def test_variables_that_together_exceed_the_device_are_named_largest_first():

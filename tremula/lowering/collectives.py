@@ -80,7 +80,5 @@ def all_reduce_across_ipus(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
             prog.add(poplar.Copy(t, env[out]))
         return
     gop = OPERATORS[op.attrs["op"]]
-    outs = gcl.all_reduce_within_replica(
-        lw.replica_graph, ins, gop, prog, name=op.outputs[0].id
-    )
+    outs = gcl.all_reduce_within_replica(lw.replica_graph, ins, gop, prog, name=op.outputs[0].id)
     env.update(zip(op.outputs, outs))

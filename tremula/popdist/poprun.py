@@ -103,9 +103,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="ARGS",
         help="options for every instance's context (e.g. '-x VAR')",
     )
-    p.add_argument("--num-ilds", type=_positive, default=1, metavar="K",
-                   help="IPU-Link domains the replicas are split over (copies between "
-                   "domains are costed on the GW-Links)")
+    p.add_argument(
+        "--num-ilds",
+        type=_positive,
+        default=1,
+        metavar="K",
+        help="IPU-Link domains the replicas are split over (copies between "
+        "domains are costed on the GW-Links)",
+    )
     p.add_argument("--print-topology", type=_flag, default=False, metavar="yes|no")
     p.add_argument(
         "--only-output-from-instance",

@@ -312,8 +312,7 @@ class Batch(_Segmented):
         :meth:`read_at`). Do not also assign the whole field in the same compute."""
         if not self.fields[name].writes:
             raise CodeletError(
-                f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be "
-                f"written"
+                f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be written"
             )
         group, storage, rsel = self._ctx
         arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)

@@ -69,9 +69,7 @@ def check_sizes(ir: Ir, target: Target, allow_out_of_memory: bool = False) -> No
         _refuse("its variables and constants (always live) need", need, target, always)
 
 
-def _refuse(
-    what: str, need: int, target: Target, tensors: Sequence[tuple[Tensor, int]]
-) -> None:
+def _refuse(what: str, need: int, target: Target, tensors: Sequence[tuple[Tensor, int]]) -> None:
     top = sorted(tensors, key=lambda tn: -tn[1])[:NAMED]
     T = target.num_tiles
     raise OutOfMemoryError(

@@ -34,6 +34,7 @@ from tremula.progress import bar as progress_bar
 if TYPE_CHECKING:
     from tremula.lowering.context import VariableHandles
 
+
 class _Stderr:
     """Writes to whatever ``sys.stderr`` is at the time (so redirection and capture work)."""
 

@@ -280,9 +280,7 @@ def test_partitioning_4096_round_trips():
     params = dynamic.FullyConnectedParams.create_with_nz_ratio(sp, 1 / 16, 64, 1, Y, X)
     part = dynamic.Partitioner(params, "half", targets.ipu2(), {"doGradWPass": True})
     idx = rng.choice(X * Y, size=X * Y // 16, replace=False)
-    m = COOMatrix(
-        rng.standard_normal(idx.size).astype(np.float32), idx // Y, idx % Y, (1, 1), X, Y
-    )
+    m = COOMatrix(rng.standard_normal(idx.size).astype(np.float32), idx // Y, idx % Y, (1, 1), X, Y)
     back = part.sparsity_data_impl_to_coo_matrix(part.create_sparsity_data_impl(m))
     assert back.nz_values.size == X * Y // 16
     order = np.lexsort((m.column_indices, m.row_indices))
