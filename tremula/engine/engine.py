@@ -243,6 +243,35 @@ class Engine:
         with self._profiles.run(rt, index):
             self._replay.run(rt, index, self.roots[index])
 
+    @property
+    def count_cycles(self) -> bool:
+        """Whether every run's cycles are modelled (:meth:`run_cycles`), also the runs past
+        ``autoReport.executionProfileProgramRunCount``: those then move a timeline that
+        records no steps, which costs some time per run (off by default: they model no
+        cycles). The captured runs' cycles are always known."""
+        return self._profiles.count_cycles
+
+    @count_cycles.setter
+    def count_cycles(self, on: bool) -> None:
+        with self.lock:
+            self._profiles.count_cycles = bool(on)
+
+    @locked
+    def run_cycles(self, index: int = 0) -> int:
+        """The modelled cycles of the last run of program ``index`` (replica 0's timeline:
+        its latest tile clock after the run minus the latest before it), as a cycle
+        counter read at the program's start and end would give. The runs since load or
+        ``reset_execution_profile`` add up to the execution profile's
+        ``simulation.cycles``; the same program, inputs and clocks give the same count.
+
+        Raises:
+            EngineError: the engine is not loaded; ``index`` is not a program; the program
+                has not run since load; its last run was past the execution profile's run
+                count without :attr:`count_cycles`; the CPU target (no cycle model).
+        """
+        _ = self.runtime  # raises when not loaded
+        return self._profiles.cycles_of(index, self.target.is_cpu)
+
     @locked
     def flush_report(self) -> None:
         """Write autoReport's ``execution.json`` now if programs ran since it was last

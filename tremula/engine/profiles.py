@@ -33,7 +33,8 @@ from tremula.engine.memory import MemoryReport
 from tremula.engine.options import EngineOptions
 from tremula.engine.report import execution_profile, graph_profile
 from tremula.engine.run import Runtime
-from tremula.engine.timeline import NullTimeline
+from tremula.engine.timeline import NullTimeline, Timeline
+from tremula.errors import EngineError
 from tremula.popdist import env as popdist_env
 from tremula.profile.io import identify
 from tremula.profile.schema import GRAPH_ID
@@ -110,6 +111,11 @@ class Profiles:
         )
         self.runtime: Runtime | None = None
         self.runs = [0] * programs  # runs of each program since load or reset
+        #: model the cycles of every run, also past the run count (``Engine.count_cycles``)
+        self.count_cycles = False
+        #: the modelled cycles of each program's last run (None: not modelled)
+        self.last_cycles: list[int | None] = [None] * programs
+        self._counting: Timeline | None = None  # the clocks of the runs past the run count
         self.pending = False  # runs not yet in an autoReport execution.json
         self._graph: dict[str, Any] | None = None
         self._graph_text: str | None = None  # graph.json's text, until autoReport writes it
@@ -139,29 +145,70 @@ class Profiles:
         """A new runtime (``Engine.load``): nothing recorded yet."""
         self.runtime = runtime
         self.reset()
+        self.last_cycles = [None] * len(self.runs)
         self._quiet = NullTimeline(runtime.tl.target)
 
     def reset(self) -> None:
         """Forget the recorded runs; the next runs of each program are captured again."""
         self.runs = [0] * len(self.runs)
+        self._counting = None
 
     @contextmanager
     def run(self, runtime: Runtime, index: int) -> Iterator[None]:
         """Around a run of program ``index``: captured on the timeline while the program
         has run fewer than the run count's times since load or reset, else run on a
-        timeline that records nothing (the results are the same)."""
+        timeline that records nothing (the results are the same): one that models no
+        cycles, or with :attr:`count_cycles` one that moves the clocks (from where the
+        captured runs left them) without recording steps. The run's cycles (the latest
+        clock after it minus the latest before it) go to :attr:`last_cycles`."""
         captured = self.runs[index] < self.options.run_count
         self.runs[index] += 1
         self.pending = True
-        if captured or self._quiet is None:
-            yield
-            return
+        self.last_cycles[index] = None
         tl, record_cs = runtime.tl, runtime.record_cs
-        runtime.tl, runtime.record_cs = self._quiet, False
+        if not captured and self._quiet is not None:
+            runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
+        clock = runtime.tl
+        start = clock.cycles
         try:
             yield
         finally:
             runtime.tl, runtime.record_cs = tl, record_cs
+        if not isinstance(clock, NullTimeline):
+            self.last_cycles[index] = clock.cycles - start
+
+    def _quiet_timeline(self, captured: Timeline, quiet: NullTimeline) -> Timeline:
+        """The timeline of a run past the run count."""
+        if not self.count_cycles or isinstance(captured, NullTimeline):
+            return quiet
+        if self._counting is None:
+            self._counting = Timeline(captured.target, record=False)
+            self._counting.t[:] = captured.t
+            self._counting.prev_to = captured.prev_to
+        return self._counting
+
+    def cycles_of(self, index: Any, cpu: bool) -> int:
+        """``Engine.run_cycles``: the modelled cycles of program ``index``'s last run.
+
+        Raises:
+            EngineError: no such program; no cycles of its last run (why is said).
+        """
+        n = len(self.runs)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+            raise EngineError(f"run_cycles: program {index!r} is not one of the {n} program(s)")
+        cycles = self.last_cycles[index]
+        if cycles is not None:
+            return cycles
+        if cpu:
+            why = "the CPU target models no cycles"
+        elif self.runs[index] == 0:
+            why = "it has not run since the engine was loaded"
+        else:
+            why = (
+                "its last run was past autoReport.executionProfileProgramRunCount "
+                f"({self.options.run_count}); set engine.count_cycles = True before running"
+            )
+        raise EngineError(f"run_cycles: no cycles of program {index}: {why}")
 
     # ---- writing ----
     def write(self, directory: str, graph: bool, execution: bool) -> None:

@@ -1,11 +1,11 @@
 """PopART's ``SessionOptions`` (defaults from PopART's ``sessionoptions.hpp``) and the small
 settings classes they hold (``TensorLocation``, ``TensorLocationSettings``, ...).
 
-Tremula acts on the options that change what a program computes (replication, gradient
-accumulation and its reduction, constant weights, engine options); the others (pipelining,
-outlining, recomputation, memory placement, ...) are accepted and their values logged at
-debug level when a session is made, because on the IPU Model they would change only the
-schedule, not the numbers.
+Tremula acts on the options that change what a program computes or reports (replication,
+gradient accumulation and its reduction, constant weights, engine options, the cycle
+counter); the others (pipelining, outlining, recomputation, memory placement, ...) are
+accepted and their values logged at debug level when a session is made, because on the IPU
+Model they would change only the schedule, not the numbers.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from tremula.popart.enums import (
     ExchangeStrategy,
+    Instrumentation,  # type: ignore[attr-defined]
     MeanReductionStrategy,
     MergeVarUpdateType,  # type: ignore[attr-defined]
     RecomputationType,
@@ -145,6 +146,8 @@ ACTED_ON = (
     "enableDistributedReplicatedGraphs",
     "globalReplicationFactor",
     "globalReplicaOffset",
+    "instrumentWithHardwareCycleCounter",
+    "hardwareInstrumentations",
 )
 
 _DEFAULTS: dict[str, Any] = {
@@ -197,7 +200,7 @@ _DEFAULTS: dict[str, Any] = {
     "rearrangeStreamsOnHost": False,
     "syntheticDataMode": SyntheticDataMode.Off,
     "instrumentWithHardwareCycleCounter": False,
-    "hardwareInstrumentations": set,
+    "hardwareInstrumentations": lambda: {Instrumentation.Outer},
     "disableGradAccumulationTensorStreams": False,
     "enablePrefetchDatastreams": True,
     "defaultPrefetchBufferingDepth": 1,

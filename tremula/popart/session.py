@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from tremula import popdist, popxl
-from tremula.errors import PopartException
+from tremula.errors import EngineError, PopartException
 from tremula.popart import checkpoint, onnxutil
 from tremula.popart.convert import OnnxGraph
 from tremula.popart.dataflow import DataFlow, PyStepIO, PyWeightsIO, anchor_lead, reduce_anchor
 from tremula.popart.devices import DeviceInfo
-from tremula.popart.enums import ReductionType
+from tremula.popart.enums import Instrumentation, ReductionType  # type: ignore[attr-defined]
 from tremula.popart.log import LOG
 from tremula.popart.optimizers import Optimizer
 from tremula.popart.options import SessionOptions
@@ -116,6 +116,7 @@ class _Session:
         self._optimizer = optimizer
         self._popxl: popxl.Session | None = None
         self._weights_written = False
+        self._ran = False  # run was called (getCycleCount needs a run)
         ignored = opts.ignored_changes()
         if ignored:
             _LOG.debug("%s: options accepted without effect: %s", name, ignored)
@@ -125,6 +126,12 @@ class _Session:
             raise PopartException(
                 "enableReplicatedGraphs is false, but replicatedGraphCount > 1. Either enable "
                 "replication, or set the replicated graph count to 1"
+            )
+        kinds = set(opts.hardwareInstrumentations)
+        if opts.instrumentWithHardwareCycleCounter and kinds != {Instrumentation.Outer}:
+            raise PopartException(
+                f"hardwareInstrumentations {sorted(kinds)}: Tremula counts the cycles of the "
+                f"whole program only, {{popart.Instrumentation.Outer}} (the default)"
             )
 
     @property
@@ -141,6 +148,9 @@ class _Session:
                 weights_to_host_on_exit=False,
                 engine_options=dict(self._options.engineOptions),
             )
+            # every run's cycles, also past the execution profile's run count
+            counter = self._options.instrumentWithHardwareCycleCounter
+            self._popxl.engine.count_cycles = bool(counter)
         if loadEngine:
             self.loadEngineAndConnectStreams()
 
@@ -166,6 +176,33 @@ class _Session:
         if resetProfile:
             engine.reset_execution_profile()
         return text
+
+    def getCycleCount(self, id: str = "") -> int:
+        """The IPU cycles of the last ``run`` (the whole program: PopART's
+        ``Instrumentation.Outer``, id ``""``). On the IPU Model these are the run's modelled
+        cycles, as its execution profile counts them; deterministic.
+
+        Raises:
+            PopartException: ``instrumentWithHardwareCycleCounter`` is not set; another
+                ``id``; before ``run``; a CPU device (it models no cycles).
+        """
+        if not self._options.instrumentWithHardwareCycleCounter:
+            raise PopartException(
+                "SessionOption 'instrumentWithHardwareCycleCounter' must be set to true in "
+                "order to measure cycle count"
+            )
+        if id != "":
+            raise PopartException(
+                f"getCycleCount: no cycle count {id!r}: Tremula counts the whole program "
+                f"(Instrumentation.Outer), id ''"
+            )
+        session = self._prepared("getCycleCount")
+        if not self._ran:
+            raise PopartException("Must call run before getCycleCount")
+        try:
+            return session.engine.run_cycles(0)
+        except EngineError as err:
+            raise PopartException(f"getCycleCount: {err}") from None
 
     # ---- weights ----
     def _variable_weights(self) -> list[Any]:
@@ -278,6 +315,7 @@ class _Session:
         feeds = {s.stream: self._input(stepio, s) for s in self._program.inputs.values()}
         outputs = self._check_outputs(stepio)
         results = session.run(feeds)
+        self._ran = True
         bps, A, R = self.dataFlow.batchesPerStep(), self.accumulationFactor, self._local
         for tid, out in outputs.items():
             s = self._program.anchors[tid]

@@ -205,7 +205,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "seeds are popxl variables (popxl.create_seeds)": (
                     "setRandomSeed getRandomSeed getRNGState setRNGState"
                 ),
-                "cycles come from session.engine's profiles": "getCycleCount",
+                "cycles come from popart sessions' getCycleCount or session.engine.run_cycles": (
+                    "getCycleCount"
+                ),
                 _INTERNAL: "getInfo getIr getDevice getDeviceInfo checkInplacingAmbiguity",
             }
         ),
