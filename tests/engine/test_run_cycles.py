@@ -99,3 +99,16 @@ def test_run_cycles_refuses_what_it_cannot_know():
     e.run()
     with pytest.raises(EngineError, match="CPU target models no cycles"):
         e.run_cycles()
+
+
+def test_an_uncounted_run_says_why_also_after_a_reset():
+    """A run past the run count without ``count_cycles``, then a reset: the program ran, so
+    the reason is the run count, not that it has not run."""
+    e = _program()
+    for _ in range(3):
+        e.run()
+    e.reset_execution_profile()
+    with pytest.raises(EngineError, match=r"program 0: its last run was past .*RunCount \(2\)"):
+        e.run_cycles()
+    e.run()  # captured again after the reset
+    assert e.run_cycles() == _profile_cycles(e)

@@ -115,6 +115,9 @@ class Profiles:
         self.count_cycles = False
         #: the modelled cycles of each program's last run (None: not modelled)
         self.last_cycles: list[int | None] = [None] * programs
+        #: whether each program's last run was past the run count (its cycles not modelled
+        #: unless :attr:`count_cycles`), kept across ``reset`` to say why it has no cycles
+        self.last_past: list[bool] = [False] * programs
         self._counting: Timeline | None = None  # the clocks of the runs past the run count
         self.pending = False  # runs not yet in an autoReport execution.json
         self._graph: dict[str, Any] | None = None
@@ -146,6 +149,7 @@ class Profiles:
         self.runtime = runtime
         self.reset()
         self.last_cycles = [None] * len(self.runs)
+        self.last_past = [False] * len(self.runs)
         self._quiet = NullTimeline(runtime.tl.target)
 
     def reset(self) -> None:
@@ -165,6 +169,7 @@ class Profiles:
         self.runs[index] += 1
         self.pending = True
         self.last_cycles[index] = None
+        self.last_past[index] = not captured
         tl, record_cs = runtime.tl, runtime.record_cs
         if not captured and self._quiet is not None:
             runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
@@ -201,13 +206,15 @@ class Profiles:
             return cycles
         if cpu:
             why = "the CPU target models no cycles"
-        elif self.runs[index] == 0:
-            why = "it has not run since the engine was loaded"
-        else:
+        elif self.last_past[index]:
             why = (
                 "its last run was past autoReport.executionProfileProgramRunCount "
                 f"({self.options.run_count}); set engine.count_cycles = True before running"
             )
+        elif self.runs[index] == 0:
+            why = "it has not run since the engine was loaded"
+        else:
+            why = "its last run failed before it ended"
         raise EngineError(f"run_cycles: no cycles of program {index}: {why}")
 
     # ---- writing ----
