@@ -7,7 +7,7 @@ import pytest
 from tremula_tests_engine_codelets import CODELETS, execute, increment, make_engine, new_graph, var
 
 from tremula import poplar
-from tremula.errors import EngineError
+from tremula.errors import EngineError, StreamError
 
 RUNS = 6
 
@@ -112,3 +112,13 @@ def test_an_uncounted_run_says_why_also_after_a_reset():
         e.run_cycles()
     e.run()  # captured again after the reset
     assert e.run_cycles() == _profile_cycles(e)
+
+
+def test_a_run_that_failed_has_no_cycles():
+    g, dev = new_graph()
+    x = var(g, 4, tile=None)
+    e = make_engine(g, poplar.Copy(g.add_host_to_device_fifo("in", poplar.FLOAT, 4), x), None, dev)
+    with pytest.raises(StreamError, match=r"'in' .* not connected"):
+        e.run()
+    with pytest.raises(EngineError, match="program 0: its last run failed"):
+        e.run_cycles()
