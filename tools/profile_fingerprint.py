@@ -30,16 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tremula.engine.options import MODES as ENGINE_MODES
+
 ROOT = Path(__file__).resolve().parents[1]
 #: the profiler modes besides the default, each run on the demo
-MODES = (
-    "compute_sets",
-    "single_tile_compute_sets",
-    "vertices",
-    "external_exchanges",
-    "host_exchanges",
-    "none",
-)
+MODES = tuple(mode for mode in ENGINE_MODES if mode != "ipu_model")
 
 #: run inside the child process: record engines, run the program, write their profiles
 _CHILD = r"""

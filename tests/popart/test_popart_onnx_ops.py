@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from tremula_tests_popart_helpers import ipu
+from tremula_tests_popart_helpers import infer, ipu
 
 import popart
 
@@ -130,12 +130,7 @@ def test_onnx_op_matches_onnxruntime(name: str) -> None:
     nodes, feeds, inits, opset = CASES[name]
     proto = _model(nodes, feeds, inits, ["y"], opset)
     (want,) = ort.InferenceSession(proto, providers=["CPUExecutionProvider"]).run(["y"], feeds)
-    session = popart.InferenceSession(proto, popart.DataFlow(1, ["y"]), ipu())
-    session.prepareDevice()
-    session.weightsFromHost()
-    out = session.initAnchorArrays()
-    session.run(popart.PyStepIO(feeds, out))
-    got = out["y"]
+    got = infer(proto, feeds, ["y"])["y"]
     assert got.shape == want.shape
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -196,12 +191,7 @@ def test_control_flow_matches_onnxruntime(kind: str, host_cond: bool | None, sig
     proto = _control_model(kind, F(2, 3, scale=0.5), host_cond)
     feeds = {"x": sign * np.abs(F(2, 3))}
     (want,) = ort.InferenceSession(proto, providers=["CPUExecutionProvider"]).run(["y"], feeds)
-    session = popart.InferenceSession(proto, popart.DataFlow(1, ["y"]), ipu())
-    session.prepareDevice()
-    session.weightsFromHost()
-    out = session.initAnchorArrays()
-    session.run(popart.PyStepIO(feeds, out))
-    np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(infer(proto, feeds, ["y"])["y"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_training_through_if_takes_the_gradient_of_the_branch_run() -> None:
