@@ -16,6 +16,7 @@ LAYERS = [
     "alias",
     "lazy",
     "errors",
+    "numerics",
     "progress",
     "data",
     "target",
@@ -94,7 +95,13 @@ def test_every_layer_listed() -> None:
 #: what tremula.popart may use from below it (DESIGN: PopART sits above PopXL and uses only
 #: its public API; the grouping maths is GCL's; devices are Poplar's; a distributed
 #: session's layout is PopDist's, through its public API)
-POPART_USES = ("tremula.errors", "tremula.poplar", "tremula.libs.gcl", "tremula.popart")
+POPART_USES = (
+    "tremula.errors",
+    "tremula.numerics",
+    "tremula.poplar",
+    "tremula.libs.gcl",
+    "tremula.popart",
+)
 POPART_POPDIST = "tremula.popdist"
 POPXL_PUBLIC = (
     "tremula.popxl",

@@ -797,20 +797,21 @@ def test_nll_reduction_and_remote_store_mismatch_give_popxl_messages() -> None:
 
 
 def test_an_error_while_lowering_names_the_op_its_debug_name_and_the_users_line() -> None:
-    """popops refuses ``IS_INF`` of an int tensor when the Session lowers the graph; the
-    error says which PopXL op it was, its debug name and the line that created it."""
+    """poplin refuses a MatMul of bool tensors when the Session lowers the graph (PopXL's
+    matmul takes any dtype); the error says which PopXL op it was, its debug name and the
+    line that created it."""
     import inspect
 
     ir = popxl.Ir()
     with ir.main_graph, popxl.name_scope("layer"):
-        x = popxl.variable(np.arange(4, dtype=np.int32), name="x")
+        x = popxl.variable(np.ones((2, 2), dtype=bool), name="x")
         line = inspect.currentframe().f_lineno + 1
-        y = ops.isinf(x)
+        y = ops.matmul(x, x)
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype), y)
-    assert y.producer.debug_name == "layer/IsInf"
+    assert y.producer.debug_name == "layer/MatMul"
     assert y.producer.created_at == f"{__file__}:{line}"
     with pytest.raises(ValueError) as info:
         popxl.Session(ir, "ipu_model")
     message = str(info.value)
-    assert message.startswith(f"lowering op IsInf 'layer/IsInf' (output '{y.id}'; created at ")
-    assert f"{__file__}:{line})" in message and "operands of type int" in message
+    assert message.startswith(f"lowering op MatMul 'layer/MatMul' (output '{y.id}'; created at ")
+    assert f"{__file__}:{line})" in message and "has type bool" in message

@@ -10,10 +10,10 @@ PopXL error that names the op, when it is built or compiled, or run on the IPU M
 each op's result as its NumPy reference computes it. An exception from inside NumPy, or any
 other exception type, fails the test.
 
-Integer semantics are the device's (C, defined where C is not): the reference is adjusted
-only where NumPy's own integer result is undefined (division by zero gives 0; a float result
-becomes an integer by truncation, NaN giving 0 and out-of-range values saturating, popops'
-documented cast).
+Integer semantics are the device's (C, defined where C is not), which the references take
+from ``tremula.numerics`` as the codelets do (integer division and remainder by zero give 0);
+a float result (a reduction's) becomes an integer by the device's cast rule
+(``numerics.convert``: truncation, NaN giving 0, out-of-range values saturating).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from hypothesis.extra import numpy as npst
 
 import popxl
 import popxl.ops as ops
+from tremula import numerics
 from tremula.errors import TremulaError
 from tremula.popxl.ops import elementwise, reduce
 
@@ -128,12 +129,7 @@ def _reference(step: Step, arrays: list[np.ndarray], out: Any) -> np.ndarray:
             got = np.asarray(step.record.reference(x, axes))
         else:
             got = np.asarray(step.record.reference(*arrays))
-            if step.record.op in ("Div", "Fmod") and want.kind in "iu":
-                got = np.where(np.broadcast_to(arrays[1], got.shape) == 0, 0, got)
-        if want.kind in "iu" and got.dtype.kind == "f":  # the device's float-to-int rule
-            info = np.iinfo(want)
-            got = np.clip(np.nan_to_num(np.trunc(got), nan=0.0), info.min, info.max)
-        return np.asarray(got).astype(want).reshape(out.shape)
+        return numerics.convert(got, want).reshape(out.shape)  # the device's cast rule
 
 
 def _compare(got: np.ndarray, want: np.ndarray, step: Step) -> None:

@@ -67,6 +67,15 @@ def _loop_bar(total: int, name: str) -> Any:
     return progress_bars.bar(total, desc, "iteration", enabled=True)
 
 
+def _ask_checks(sp: StepPlan, checks: frozenset[str]) -> None:
+    """Give every codelet batch the run-time checks asked for (``debug.check*`` options)
+    and the name of its compute set, which the checks' messages name."""
+    for ccs in sp.compute_sets:
+        for g in ccs.groups:
+            g.batch.checks = checks
+            g.batch.compute_set = ccs.name
+
+
 def _flush_at_end(profiles: Profiles) -> None:
     """The engine's finalizer: autoReport's last write, reported (not raised) on failure."""
     try:
@@ -138,6 +147,8 @@ class Engine(HostData):
         graph.verify()
         stage(COMPILE_STAGES[1])
         sp = StepPlan(self.state)
+        if o.checks:
+            _ask_checks(sp, o.checks)
         self.roots = [sp.compile_control(p) for p in progs]
         stage(COMPILE_STAGES[2])
         walk = Linearizer(self.state, sp.function_roots, sp.function_index).run(self.roots)

@@ -47,6 +47,7 @@ KNOWN = {
     "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
     "autoReport.executionProfileProgramRunCount",
     "debug.allowOutOfMemory",
+    "debug.checkIntegerDivision",  # a Tremula option: integer division by zero raises
     "debug.executionProfile",
     "target.firstRuntimeReplica",
     "target.numberRuntimeReplica",
@@ -80,6 +81,14 @@ class EngineOptions:
     first_runtime_replica: int = 0
     number_runtime_replica: int | None = None
     run_count: int = RUN_COUNT
+    #: ``debug.checkIntegerDivision``: an integer division or remainder by zero raises an
+    #: ``ApplicationRuntimeError`` naming the op (without it the device gives 0, silently)
+    check_integer_division: bool = False
+
+    @property
+    def checks(self) -> frozenset[str]:
+        """The run-time checks the codelets are asked for (``Batch.checks``)."""
+        return frozenset({"integerDivision"} if self.check_integer_division else ())
 
     @property
     def auto_report(self) -> bool:
@@ -125,6 +134,7 @@ def parse_options(
         _count(merged, "target.firstRuntimeReplica", 0),
         _optional_count(merged, "target.numberRuntimeReplica"),
         _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
+        _flag(merged.get("debug.checkIntegerDivision", "false"), "debug.checkIntegerDivision"),
     )
 
 

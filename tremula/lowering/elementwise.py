@@ -1,5 +1,6 @@
-"""Lowering of ``popxl/ops/elementwise.py``: each op onto a popops function (in-place forms
-onto ``*_in_place``); ops popops has no name for become fused expressions."""
+"""Lowering of ``popxl/ops/elementwise.py``: each op onto the popops function its record
+names (``Elementwise.popops``; in-place forms onto ``*_in_place``); ops popops has no
+name for become fused expressions."""
 
 from __future__ import annotations
 
@@ -12,47 +13,11 @@ from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 from tremula.popxl.ops.elementwise import TABLE
 
+#: ops that run as a fused popops expression instead of their record's popops function
+#: (``Elementwise.popops`` names the function, and the op whose dtypes they take)
+EXPRESSIONS: dict[str, Any] = {"Swish": pe._1 * pe.Sigmoid(pe._1)}
 #: PopXL op type -> popops function name or expression
-POPOPS: dict[str, Any] = {
-    "Add": "add",
-    "Sub": "sub",
-    "Mul": "mul",
-    "Div": "div",
-    "Pow": "pow",
-    "Fmod": "rem",
-    "Atan2": "atan2",
-    "Max": "max",
-    "Min": "min",
-    "Equal": "eq",
-    "Greater": "gt",
-    "Less": "lt",
-    "And": "logical_and",
-    "Or": "logical_or",
-    "Not": "logical_not",
-    "Neg": "neg",
-    "Abs": "abs",
-    "Sqrt": "sqrt",
-    "Exp": "exp",
-    "Log": "log",
-    "Log2": "log2",
-    "Sin": "sin",
-    "Cos": "cos",
-    "Tan": "tan",
-    "Asin": "asin",
-    "Erf": "erf",
-    "Tanh": "tanh",
-    "Sigmoid": "sigmoid",
-    "Relu": "relu",
-    "Gelu": "gelu",
-    "GeluErf": "gelu_erf",
-    "Swish": pe._1 * pe.Sigmoid(pe._1),
-    "Ceil": "ceil",
-    "Floor": "floor",
-    "Sign": "sign",
-    "IsNaN": "is_nan",
-    "IsInf": "is_inf",
-    "IsFinite": "is_finite",
-}
+POPOPS: dict[str, Any] = {e.op: EXPRESSIONS.get(e.op, e.popops) for e in TABLE}
 
 
 def _lower(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:

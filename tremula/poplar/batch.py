@@ -137,6 +137,10 @@ class Batch(_Segmented):
         self.replica_ids = np.arange(replicas)
         #: every replica of this process runs (False under control flow on which they differ)
         self.all_replicas = True
+        #: the run-time checks the engine's ``debug.check*`` options ask codelets for
+        #: (``"integerDivision"``), and the compute set the batch runs in, for their messages
+        self.checks: frozenset[str] = frozenset()
+        self.compute_set = ""
 
     def _begin(self, group: Any, storage: dict, rsel: Any, replica_ids: np.ndarray) -> None:
         """Called by the engine before each compute: a fresh set of lazily gathered fields."""

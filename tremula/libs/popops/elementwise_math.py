@@ -1,6 +1,7 @@
-"""NumPy implementations of the element-wise semantics NumPy does not give directly: C integer
-division and remainder, C ``round``, shifts with a defined amount range, ``erf`` / GELU, bit
-counts, and the conversions of ``popops.cast``.
+"""NumPy implementations of the element-wise semantics NumPy does not give directly: shifts
+with a defined amount range, ``erf`` / GELU, bit counts, and the conversions of
+``popops.cast``. Integer division, remainder, rounding and conversions are Tremula's shared
+rules (:mod:`tremula.numerics`).
 
 Every function is vectorised (no Python loop per element) and takes arrays in the type the
 operation runs in (float32 for half data: see ``ops.py``).
@@ -10,38 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tremula import numerics
 from tremula.poplar.types import Type
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 _TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
-
-
-def c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a / b``: true division for floats; for integers C's quotient, truncated toward zero
-    (``-7 / 2 == -3``). Integer division by zero gives 0 and ``INT_MIN / -1`` wraps to
-    ``INT_MIN`` (C leaves both undefined)."""
-    if np.result_type(a, b).kind == "f":
-        return np.divide(a, b)
-    b_safe = np.where(b == 0, 1, b)
-    with np.errstate(over="ignore"):
-        q = (a - np.fmod(a, b_safe)) // b_safe
-    return np.where(b == 0, 0, q).astype(np.result_type(a, b), copy=False)
-
-
-def c_rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a % b`` with the sign of the dividend (C ``%`` and ``fmod``); integer remainder by
-    zero gives 0."""
-    if np.result_type(a, b).kind == "f":
-        return np.fmod(a, b)
-    return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))).astype(
-        np.result_type(a, b), copy=False
-    )
-
-
-def c_round(x: np.ndarray) -> np.ndarray:
-    """C ``round``: halves away from zero (``round(2.5) == 3``, ``round(-0.5) == -1``)."""
-    t = np.trunc(x)
-    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0).astype(x.dtype, copy=False)
 
 
 def shift_amount(b: np.ndarray, bits: int) -> np.ndarray:
@@ -79,20 +53,6 @@ def count_leading_zeros(a: np.ndarray) -> np.ndarray:
 
 def popcount(a: np.ndarray) -> np.ndarray:
     return np.bitwise_count(a).astype(a.dtype)
-
-
-def int_sqrt(a: np.ndarray) -> np.ndarray:
-    """Integer square root, truncated (``isqrt``); negative inputs give 0."""
-    a0 = np.maximum(a, 0)
-    r = np.floor(np.sqrt(a0.astype(np.float64)))
-    if a.dtype.itemsize < 8:  # float64 holds a exactly: floor(sqrt) is exact
-        return r.astype(a.dtype)
-    # 64-bit: a was rounded to float64; fix r by one either way in exact uint64 arithmetic
-    u = a0.astype(np.uint64)
-    r = np.minimum(r, 2**32 - 1).astype(np.uint64)
-    r -= (r * r > u).astype(np.uint64)
-    up = (r < 2**32 - 1) & ((r + 1) * (r + 1) <= u)
-    return (r + up.astype(np.uint64)).astype(a.dtype)
 
 
 def erfc(x: np.ndarray) -> np.ndarray:
@@ -167,40 +127,9 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 # ---- conversions (popops.cast) ----
 
 
-def _int_bounds(dtype: np.dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
-
-
-def _float_to_int(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Truncate toward zero; NaN gives 0; out-of-range values (and infinities) saturate to
-    the type's minimum or maximum."""
-    lo, hi = _int_bounds(dtype)
-    f = np.trunc(np.asarray(values, dtype=np.float64))
-    f = np.where(np.isnan(f), 0.0, f)
-    too_high = f >= float(hi)  # float(hi) may round up (2**63): decide on the float side
-    too_low = f <= float(lo)
-    safe = np.where(too_high | too_low, 0.0, f).astype(dtype)
-    return np.where(too_high, hi, np.where(too_low, lo, safe)).astype(dtype, copy=False)
-
-
 def convert(values: np.ndarray, dst: Type) -> np.ndarray:
-    """``values`` converted to ``dst`` with ``popops.cast``'s rules:
-
-    * to bool: non-zero (and NaN) is true;
-    * float or half to an integer type: truncation toward zero (C); NaN gives 0 and
-      out-of-range values saturate to the type's limits (C leaves them undefined);
-    * integer to a narrower integer type: wraps modulo 2^bits (two's complement);
-    * to half or float: round to nearest even; beyond the range gives +-inf;
-    * bool to a number: 0 or 1.
-    """
-    out = dst.numpy
-    values = np.asarray(values)
-    if values.dtype == out:
-        return values
-    with np.errstate(all="ignore"):
-        if out == np.bool_:
-            return values != 0
-        if out.kind in "iu" and values.dtype.kind == "f":
-            return _float_to_int(values, out)
-        return values.astype(out)
+    """``values`` converted to ``dst`` with ``popops.cast``'s rules
+    (:func:`tremula.numerics.convert`: to bool non-zero is true; float to integer truncates,
+    NaN gives 0, out of range saturates; integer narrowing wraps; to float rounds to nearest
+    even)."""
+    return numerics.convert(values, dst.numpy)

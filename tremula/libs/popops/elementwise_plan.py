@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula import numerics
 from tremula.libs.popops import ops
 from tremula.libs.popops.elementwise_math import convert
 from tremula.libs.popops.expr import Cast, Const, Expr, ExprError, PlaceHolder
@@ -166,6 +167,36 @@ def _eval(
     return t.value, False
 
 
+#: the ops whose integer forms divide (``debug.checkIntegerDivision`` checks their divisors)
+_DIVIDING = ("DIVIDE", "REMAINDER")
+
+
+def integer_divisions(t: Typed) -> list[Typed]:
+    """The integer divisions and remainders of ``t`` (``debug.checkIntegerDivision``
+    checks their divisors)."""
+    return [
+        n
+        for n in t.nodes()
+        if n.op is not None
+        and n.op.op.name in _DIVIDING
+        and n.in_type is not None
+        and n.in_type.numpy.kind in "iu"
+    ]
+
+
+def zero_divisor(t: Typed, inputs: Sequence[np.ndarray]) -> tuple[Typed, int] | None:
+    """The first integer division or remainder of ``t`` whose divisor has a zero element
+    on ``inputs``, with the flat index of that element (None: no zero divisor). The
+    divisors are evaluated on their own: nothing is written."""
+    for n in integer_divisions(t):
+        with np.errstate(all="ignore"):
+            divisor, _ = _eval(n.args[1], inputs, None)
+        zeros = np.flatnonzero(np.asarray(divisor) == 0)
+        if zeros.size:
+            return n, int(zeros[0])
+    return None
+
+
 def evaluate(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> None:
     """Write ``t`` evaluated on ``inputs`` (arrays broadcastable to ``out``) into ``out``.
 
@@ -226,7 +257,7 @@ def _op_step(op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray) -> Ca
         def run_half() -> None:
             vals = list(args)
             for i in halves:
-                vals[i] = vals[i].astype(np.float32)
+                vals[i] = vals[i].astype(numerics.HALF_COMPUTE)
             np.copyto(buf, ref(*vals), casting="unsafe")
 
         return run_half

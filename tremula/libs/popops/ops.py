@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tremula import numerics as nx
 from tremula.libs.popops import elementwise_math as m
 from tremula.libs.popops.expr import BinaryOpType, OpType, TernaryOpType, UnaryOpType
 from tremula.poplar.types import BOOL, HALF, Type
@@ -147,7 +148,7 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
 
 
 def _sqrt(x: np.ndarray) -> np.ndarray:
-    return np.sqrt(x) if x.dtype.kind == "f" else m.int_sqrt(x)
+    return np.sqrt(x) if x.dtype.kind == "f" else nx.int_sqrt(x)
 
 
 def _var_to_isd(v: np.ndarray, eps: np.ndarray) -> np.ndarray:
@@ -176,9 +177,9 @@ OPS: tuple[Op, ...] = (
     Op(B.ADD, "add", np.add, _fh(N(1), N(1), int=E(7)), fast=True),
     Op(B.SUBTRACT, "sub", np.subtract, _fh(N(1), N(1), int=E(7)), fast=True),
     Op(B.MULTIPLY, "mul", np.multiply, _fh(N(1), N(1), int=E(7)), fast=True),
-    Op(B.DIVIDE, "div", m.c_div, _fh(N(16), N(16), int=E(40))),  # [proposal]
+    Op(B.DIVIDE, "div", nx.divide, _fh(N(16), N(16), int=E(40))),  # [proposal]
     Op(B.POWER, "pow", np.power, _fh(E(100), E(100)), flops=10),  # [proposal]
-    Op(B.REMAINDER, "rem", m.c_rem, _fh(E(18), E(18), int=E(40))),  # [proposal]
+    Op(B.REMAINDER, "rem", nx.remainder, _fh(E(18), E(18), int=E(40))),  # [proposal]
     Op(B.MINIMUM, "min", np.minimum, _fh(N(1), N(1), int=E(2))),  # [proposal]
     Op(B.MAXIMUM, "max", np.maximum, _fh(N(1), N(1), int=E(2))),  # [proposal]
     Op(B.ATAN2, "atan2", np.arctan2, _fh(N(272), N(578)), flops=20),
@@ -188,7 +189,7 @@ OPS: tuple[Op, ...] = (
     Op(U.ABSOLUTE, "abs", np.abs, _fh(N(1), N(1), int=E(2))),
     Op(U.SQUARE, "square", np.square, _fh(N(1), N(1), int=E(7))),  # [proposal]
     Op(U.INVERSE, "inv", np.reciprocal, _fh(N(8), N(8))),  # [proposal]
-    Op(U.SIGNUM, "signum", np.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)),  # [proposal]
+    Op(U.SIGNUM, "signum", nx.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)),  # [proposal]
     # ---- roots, exponentials, logarithms (spec 3.3 where listed) ----
     Op(U.SQRT, "sqrt", _sqrt, _fh(N(10), N(23), int=E(110))),
     Op(U.RSQRT, "rsqrt", _rsqrt, _fh(N(8), N(19))),
@@ -213,9 +214,9 @@ OPS: tuple[Op, ...] = (
     # ---- rounding (CEIL/FLOOR: spec 3.3) ----
     Op(U.CEIL, "ceil", np.ceil, _fh(N(2), N(2))),
     Op(U.FLOOR, "floor", np.floor, _fh(N(2), N(2))),
-    Op(U.ROUND, "round", m.c_round, _fh(N(2), N(2))),  # [proposal]
+    Op(U.ROUND, "round", nx.round_half_away, _fh(N(2), N(2))),  # [proposal]
     Op(U.TRUNC, "trunc", np.trunc, _fh(N(2), N(2))),  # [proposal]
-    Op(U.NEARBY_INT, "nearby_int", np.rint, _fh(N(2), N(2))),  # [proposal]
+    Op(U.NEARBY_INT, "nearby_int", nx.round_half_even, _fh(N(2), N(2))),  # [proposal]
     # ---- classification, comparison and logic [proposal] ----
     Op(U.IS_FINITE, "is_finite", np.isfinite, _fh(N(2), N(2)), "bool", in_place=False),
     Op(U.IS_INF, "is_inf", np.isinf, _fh(N(2), N(2)), "bool", in_place=False),
@@ -279,7 +280,7 @@ def apply_quietly(
     ``np.errstate`` around a whole fused expression, not one per op)."""
     result = op.result_type(t).numpy
     if t is HALF:
-        args = [a.astype(np.float32) if a.dtype == np.float16 else a for a in args]
+        args = [a.astype(nx.HALF_COMPUTE) if a.dtype == np.float16 else a for a in args]
     if out is not None and out.dtype == result and op.takes_out:
         return op.ref(*args, out=out)
     r = np.asarray(op.ref(*args))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula import numerics
 from tremula.popxl import ops
 
 
@@ -50,10 +51,6 @@ def _variadic(device2: Callable[..., Any], host: Callable[..., Any]) -> Callable
 def _mean(node: Any) -> list[Any]:
     ts = node.tensors()
     return [ops.div(reduce(ops.add, ts), float(len(ts)))] if len(ts) > 1 else [ts[0]]
-
-
-def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.trunc(a / b).astype(a.dtype) if a.dtype.kind in "iu" else a / b
 
 
 def _leaky(alpha: float, x: Any) -> Any:
@@ -144,7 +141,8 @@ def _mod(node: Any) -> list[Any]:
     fmod = int(node.attr("fmod", 0))
     if all(node.is_const(i) for i in range(2)):
         a, b = node.const(0), node.const(1)
-        return [np.asarray(np.fmod(a, b) if fmod else np.mod(a, b)).astype(a.dtype)]
+        folded = numerics.remainder(a, b) if fmod else numerics.floor_mod(a, b)
+        return [np.asarray(folded).astype(a.dtype)]
     a, b = node.tensors()
     return [ops.fmod(a, b) if fmod else python_mod(a, b)]
 
@@ -200,7 +198,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Acosh": (_acosh, np.arccosh),
             "Atanh": (_atanh, np.arctanh),
             "Erf": (ops.erf, None),
-            "Round": (round_half_even, np.round),
+            "Round": (round_half_even, numerics.round_half_even),
             "Floor": (ops.floor, np.floor),
             "Ceil": (ops.ceil, np.ceil),
             "Sign": (ops.sign, np.sign),
@@ -213,7 +211,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Add": (ops.add, np.add),
             "Sub": (ops.sub, np.subtract),
             "Mul": (ops.mul, np.multiply),
-            "Div": (ops.div, _int_div),
+            "Div": (ops.div, numerics.divide),
             "Pow": (ops.pow, np.power),
             "MatMul": (ops.matmul, None),
             "Equal": (ops.equal, np.equal),

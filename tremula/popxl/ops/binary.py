@@ -13,7 +13,7 @@ Raises (every function):
 
 from __future__ import annotations
 
-from tremula.popxl.ops.elementwise import apply
+from tremula.popxl.ops.elementwise import apply, document
 from tremula.popxl.tensor import Tensor, TensorLike
 
 
@@ -72,7 +72,19 @@ def mul_(lhs: Tensor, rhs: TensorLike) -> Tensor:
 
 
 def div(lhs: Tensor, rhs: TensorLike) -> Tensor:
-    """Divides ``lhs`` by ``rhs`` element-wise (integers: truncated, as in C).
+    """Divides ``lhs`` by ``rhs`` element-wise.
+
+    Floats divide as IEEE 754 does, silently (``1 / 0`` is ``inf``, ``0 / 0`` NaN).
+    Integers divide as C does, truncating toward zero (``-7 / 2 == -3``), and the cases C
+    leaves undefined give what the device gives (popops' integer ``DIVIDE`` codelet,
+    ``tremula.numerics.int_divide``):
+
+    * division by zero gives 0, with no error (the IPU has no integer divide instruction
+      and the codelet does not trap); the engine option
+      ``{"debug.checkIntegerDivision": "true"}`` (for example in
+      ``POPLAR_ENGINE_OPTIONS``) raises instead, naming the op;
+    * ``INT_MIN / -1`` overflows and wraps to ``INT_MIN``
+      (``-2147483648 / -1 == -2147483648`` in int32).
 
     Args:
         lhs: A tensor.
@@ -108,7 +120,14 @@ def pow_(t: Tensor, e: TensorLike) -> Tensor:
 
 
 def fmod(lhs: Tensor, rhs: TensorLike) -> Tensor:
-    """The C-style remainder of ``lhs / rhs`` element-wise (the sign of ``lhs``).
+    """The C-style remainder of ``lhs / rhs`` element-wise (the sign of ``lhs``):
+    ``lhs - rhs * trunc(lhs / rhs)``.
+
+    Floats: ``fmod(x, 0)`` is NaN, silently. Integers: the cases C leaves undefined give
+    what the device gives (popops' integer ``REMAINDER`` codelet,
+    ``tremula.numerics.remainder``): a remainder by zero is 0, with no error (the engine
+    option ``{"debug.checkIntegerDivision": "true"}`` raises instead, naming the op), and
+    ``fmod(INT_MIN, -1)`` is 0.
 
     Args:
         lhs: A tensor.
@@ -266,3 +285,6 @@ __all__ = [
     "sub",
     "sub_",
 ]
+
+
+document(globals())

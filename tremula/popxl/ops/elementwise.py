@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from tremula import numerics as nx
 from tremula.errors import OpSetupError, OpSetupTypeError
+from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -41,21 +43,61 @@ def broadcast_shape(shapes: Sequence[tuple[int, ...]], what: str) -> tuple[int, 
         ) from None
 
 
+def dtype_family(dt: dtypes.dtype) -> str | None:
+    """The popops type family of a PopXL dtype (``half``, ``float``, ``int``, ``bool``), or
+    None for dtypes no element-wise op takes (float8 codes, float64)."""
+    if dt is dtypes.float16:
+        return "half"
+    if dt is dtypes.float32:
+        return "float"
+    if dt is dtypes.bool:
+        return "bool"
+    return "int" if dt.is_int else None
+
+
+#: the PopXL dtypes of each popops type family, in the order the docs list them
+FAMILY_DTYPES = {
+    "half": ("float16",),
+    "float": ("float32",),
+    "int": ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"),
+    "bool": ("bool",),
+}
+
+
 @dataclass(frozen=True)
 class Elementwise:
     """One element-wise op: ``name`` (the PopXL function), ``op`` (the IR type), arity,
-    whether the result is bool, its NumPy reference, whether it has an in-place ``_`` form
-    and whether ``name`` is a public function of ``popxl.ops``."""
+    its NumPy reference, ``popops`` (the name of the popops op it runs as: its record in
+    ``tremula.libs.popops.ops`` says which dtypes it takes), whether the result is bool,
+    whether it has an in-place ``_`` form and whether ``name`` is a public function of
+    ``popxl.ops``."""
 
     name: str
     op: str
     arity: int
     reference: Callable[..., Any]
+    popops: str
     boolean: bool = False
     inplace: bool = True
     public: bool = True
 
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The popops type families the op accepts (popops' record: one place)."""
+        rec = popops_ops.BY_NAME[self.popops]
+        return tuple(f for f in FAMILY_DTYPES if f in rec.costs)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The names of the PopXL dtypes the op accepts."""
+        return tuple(d for f in self.families for d in FAMILY_DTYPES[f])
+
     def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+        if specs and dtype_family(specs[0].dtype) not in self.families:
+            raise OpSetupTypeError(
+                f"Op {self.op} ({self.name}) does not take {specs[0].dtype.name} inputs: it "
+                f"takes {', '.join(self.dtypes)}"
+            )
         if len({s.dtype for s in specs}) > 1:
             kinds = " and ".join(s.dtype._popart for s in specs)
             shapes = " and ".join(str(list(s.shape)) for s in specs)
@@ -78,61 +120,59 @@ def _gelu_erf(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + erf(x / math.sqrt(2)))
 
 
-def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.fmod(a, b)
-
-
 def _erf(x: np.ndarray) -> np.ndarray:
     from scipy.special import erf  # the reference only: tests have SciPy
 
     return erf(x)
 
 
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.issubdtype(np.asarray(a).dtype, np.integer):
-        return np.trunc(a / b).astype(np.asarray(a).dtype)  # C semantics
-    return a / b
+def _sqrt(x: np.ndarray) -> np.ndarray:
+    return nx.int_sqrt(x) if x.dtype.kind in "iu" else np.sqrt(x)
 
 
 TABLE: tuple[Elementwise, ...] = (
-    Elementwise("add", "Add", 2, np.add),
-    Elementwise("sub", "Sub", 2, np.subtract),
-    Elementwise("mul", "Mul", 2, np.multiply),
-    Elementwise("div", "Div", 2, _div),
-    Elementwise("pow", "Pow", 2, np.power),
-    Elementwise("fmod", "Fmod", 2, _fmod),
-    Elementwise("atan2", "Atan2", 2, np.arctan2, inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum),  # ops.maximum(*ts) builds Max ops too
-    Elementwise("minimum2", "Min", 2, np.minimum),
-    Elementwise("equal", "Equal", 2, np.equal, boolean=True, inplace=False),
-    Elementwise("greater", "Greater", 2, np.greater, boolean=True, inplace=False),
-    Elementwise("less", "Less", 2, np.less, boolean=True, inplace=False),
-    Elementwise("logical_and", "And", 2, np.logical_and, boolean=True, inplace=False),
-    Elementwise("logical_or", "Or", 2, np.logical_or, boolean=True, inplace=False),
-    Elementwise("logical_not", "Not", 1, np.logical_not, boolean=True, inplace=False),
-    Elementwise("negate", "Neg", 1, np.negative),
-    Elementwise("abs", "Abs", 1, np.abs),
-    Elementwise("sqrt", "Sqrt", 1, np.sqrt),
-    Elementwise("exp", "Exp", 1, np.exp),
-    Elementwise("log", "Log", 1, np.log),
-    Elementwise("log2", "Log2", 1, np.log2),
-    Elementwise("sin", "Sin", 1, np.sin),
-    Elementwise("cos", "Cos", 1, np.cos),
-    Elementwise("tan", "Tan", 1, np.tan, inplace=False),
-    Elementwise("asin", "Asin", 1, np.arcsin, inplace=False),
-    Elementwise("erf", "Erf", 1, _erf, inplace=False),
-    Elementwise("tanh", "Tanh", 1, np.tanh),
-    Elementwise("sigmoid", "Sigmoid", 1, lambda x: 1 / (1 + np.exp(-x))),
-    Elementwise("relu", "Relu", 1, lambda x: np.maximum(x, 0)),
-    Elementwise("gelu", "Gelu", 1, _gelu),
-    Elementwise("geluerf", "GeluErf", 1, _gelu_erf),
-    Elementwise("swish", "Swish", 1, lambda x: x / (1 + np.exp(-x))),
-    Elementwise("ceil", "Ceil", 1, np.ceil),
-    Elementwise("floor", "Floor", 1, np.floor),
-    Elementwise("sign", "Sign", 1, lambda x: np.nan_to_num(np.sign(x))),
-    Elementwise("isnan", "IsNaN", 1, np.isnan, boolean=True, inplace=False),
-    Elementwise("isinf", "IsInf", 1, np.isinf, boolean=True, inplace=False),
-    Elementwise("isfinite", "IsFinite", 1, np.isfinite, boolean=True, inplace=False),
+    Elementwise("add", "Add", 2, np.add, "add"),
+    Elementwise("sub", "Sub", 2, np.subtract, "sub"),
+    Elementwise("mul", "Mul", 2, np.multiply, "mul"),
+    Elementwise("div", "Div", 2, nx.divide, "div"),
+    Elementwise("pow", "Pow", 2, np.power, "pow"),
+    Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
+    Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
+    Elementwise("maximum2", "Max", 2, np.maximum, "max"),  # ops.maximum(*ts) builds Max ops too
+    Elementwise("minimum2", "Min", 2, np.minimum, "min"),
+    Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
+    Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
+    Elementwise("less", "Less", 2, np.less, "lt", boolean=True, inplace=False),
+    Elementwise(
+        "logical_and", "And", 2, np.logical_and, "logical_and", boolean=True, inplace=False
+    ),
+    Elementwise("logical_or", "Or", 2, np.logical_or, "logical_or", boolean=True, inplace=False),
+    Elementwise(
+        "logical_not", "Not", 1, np.logical_not, "logical_not", boolean=True, inplace=False
+    ),
+    Elementwise("negate", "Neg", 1, np.negative, "neg"),
+    Elementwise("abs", "Abs", 1, np.abs, "abs"),
+    Elementwise("sqrt", "Sqrt", 1, _sqrt, "sqrt"),
+    Elementwise("exp", "Exp", 1, np.exp, "exp"),
+    Elementwise("log", "Log", 1, np.log, "log"),
+    Elementwise("log2", "Log2", 1, np.log2, "log2"),
+    Elementwise("sin", "Sin", 1, np.sin, "sin"),
+    Elementwise("cos", "Cos", 1, np.cos, "cos"),
+    Elementwise("tan", "Tan", 1, np.tan, "tan", inplace=False),
+    Elementwise("asin", "Asin", 1, np.arcsin, "asin", inplace=False),
+    Elementwise("erf", "Erf", 1, _erf, "erf", inplace=False),
+    Elementwise("tanh", "Tanh", 1, np.tanh, "tanh"),
+    Elementwise("sigmoid", "Sigmoid", 1, lambda x: 1 / (1 + np.exp(-x)), "sigmoid"),
+    Elementwise("relu", "Relu", 1, lambda x: np.maximum(x, 0), "relu"),
+    Elementwise("gelu", "Gelu", 1, _gelu, "gelu"),
+    Elementwise("geluerf", "GeluErf", 1, _gelu_erf, "gelu_erf"),
+    Elementwise("swish", "Swish", 1, lambda x: x / (1 + np.exp(-x)), "sigmoid"),
+    Elementwise("ceil", "Ceil", 1, np.ceil, "ceil"),
+    Elementwise("floor", "Floor", 1, np.floor, "floor"),
+    Elementwise("sign", "Sign", 1, nx.sign, "sign"),
+    Elementwise("isnan", "IsNaN", 1, np.isnan, "is_nan", boolean=True, inplace=False),
+    Elementwise("isinf", "IsInf", 1, np.isinf, "is_inf", boolean=True, inplace=False),
+    Elementwise("isfinite", "IsFinite", 1, np.isfinite, "is_finite", boolean=True, inplace=False),
 )
 BY_OP = {e.op: e for e in TABLE}
 BY_OP.update({e.op + "Inplace": e for e in TABLE if e.inplace})
@@ -140,7 +180,7 @@ BY_OP.update({e.op + "Inplace": e for e in TABLE if e.inplace})
 
 def _register(e: Elementwise) -> None:
     def reference(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
-        return [np.asarray(e.reference(*arrays))]
+        return [nx.in_compute_type(e.reference, *arrays)]
 
     defop(e.op, e.infer, reference)
     if e.inplace:
@@ -182,3 +222,15 @@ def apply(op_type: str, *args: Any) -> Tensor:
     e = BY_OP[op_type]
     (out,) = create_op(op_type, coerce(args, e.name))
     return out
+
+
+def document(namespace: dict[str, Any]) -> None:
+    """End the docstring of each element-wise function in ``namespace`` (and of its
+    in-place form) with the dtypes its record accepts, so help() says what the type check
+    enforces."""
+    for e in TABLE:
+        for name in (e.name, e.name + "_"):
+            fn = namespace.get(name)
+            if fn is None or not fn.__doc__ or "\n    Dtypes:" in fn.__doc__:
+                continue
+            fn.__doc__ = fn.__doc__.rstrip() + f"\n\n    Dtypes: {', '.join(e.dtypes)}.\n"

@@ -9,7 +9,7 @@ Raises (every function):
 
 from __future__ import annotations
 
-from tremula.popxl.ops.elementwise import apply
+from tremula.popxl.ops.elementwise import apply, document
 from tremula.popxl.tensor import Tensor
 
 
@@ -430,3 +430,6 @@ __all__ = [
     "tanh",
     "tanh_",
 ]
+
+
+document(globals())

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tremula import poplar
+from tremula.errors import ApplicationRuntimeError
 from tremula.libs.popops import estimators as E
 from tremula.libs.popops import ops
 from tremula.libs.popops.elementwise_plan import (
@@ -51,6 +52,8 @@ from tremula.libs.popops.elementwise_plan import (
     evaluate,
     flops_per_element,
     infer,
+    integer_divisions,
+    zero_divisor,
 )
 from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
 from tremula.poplar.types import BOOL, Type, as_type
@@ -65,6 +68,24 @@ def _uniform(arr: np.ndarray) -> bool:
     """Every vertex holds the same value (NaN counts as equal)."""
     first = arr[..., :1]
     return bool(np.all((arr == first) | (arr != arr)))
+
+
+def _check_divisors(v: poplar.Batch, typed: Typed, args: Sequence[np.ndarray]) -> None:
+    """``debug.checkIntegerDivision``: raise if an integer division or remainder of
+    ``typed`` has a zero divisor element (the device would give 0)."""
+    found = zero_divisor(typed, args)
+    if found is None:
+        return
+    node, _ = found
+    assert node.op is not None and node.in_type is not None
+    where = typed.expr.canonical
+    part = "" if node.expr.canonical == where else f" in {where}"
+    raise ApplicationRuntimeError(
+        f"integer division by zero in {v.compute_set or v.vertex_type.name!r} (the op's name, "
+        f"then its expression): {node.op.op.name} of {node.in_type} operands "
+        f"({node.expr.canonical}{part}) has a divisor of 0; without the engine option "
+        f"debug.checkIntegerDivision the device gives 0 there"
+    )
 
 
 def _scalar_operand(v: poplar.Batch, arr: np.ndarray, like: str) -> np.ndarray:
@@ -108,12 +129,16 @@ class Elementwise(poplar.Codelet):
             args = [
                 v[f][:, :1].reshape(v.replicas, *ones) if s else v.view(f, shape) for f, s in pairs
             ]
+            if v.checks:
+                _check_divisors(v, typed, args)
             evaluate(typed, args, v.view(cls.output, shape))
             return
         args = [
             _scalar_operand(v, v[f], cls.output) if s else v[f]
             for f, s in zip(cls.inputs, cls.scalars)
         ]
+        if v.checks:
+            _check_divisors(v, typed, args)
         evaluate(typed, args, v[cls.output])
 
     @classmethod
@@ -122,6 +147,8 @@ class Elementwise(poplar.Codelet):
         N-d views when every operand is connected with the output's shape, else flat
         views; scalar operands as one-element views."""
         typed = cls.typed(v.params)
+        if "integerDivision" in v.checks and integer_divisions(typed):
+            return None  # checked in compute, run by run
         shape = v.source_shape(cls.output)
         pairs = list(zip(cls.inputs, cls.scalars))
         for nd_shape in ((shape,) if shape is not None else ()) + (None,):
