@@ -5,7 +5,9 @@ every machine (the project's rule: same program, inputs and seed give the same n
 and have no per-example deadline: a loaded CI machine must not turn a slow example into a
 failure. Tests that set their own ``@settings`` keep them.
 
-``run_example`` runs each of the repository's examples once per session, with autoReport
+``tests/evaluator.py``, the one way tests run a PopXL graph against NumPy and take finite
+differences, is importable as ``tremula_tests_evaluator``. ``run_example`` runs each of the
+repository's examples once per session, with autoReport
 on: the example tests check that they run, the report tests render their profiles.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import io
 import json
 import runpy
@@ -28,6 +31,19 @@ settings.register_profile(
     "tremula", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("tremula")
+
+
+# ---- the one test evaluator (tests/evaluator.py), importable by a unique name ----
+
+_EVALUATOR = "tremula_tests_evaluator"
+if _EVALUATOR not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        _EVALUATOR, Path(__file__).with_name("evaluator.py")
+    )
+    assert _spec is not None and _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules[_EVALUATOR] = _module
+    _spec.loader.exec_module(_module)
 
 
 # ---- the repository's examples, each run once per test session ----

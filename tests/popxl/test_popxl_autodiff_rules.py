@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tremula_tests_evaluator as evaluator
 
 import popxl
 import popxl.ops as ops
@@ -328,40 +329,6 @@ def _build(name: str, case: Case) -> Callable[..., Any]:
     return build
 
 
-def _evaluate(graph: popxl.Graph, arrays: Sequence[np.ndarray], n_out: int) -> list[np.ndarray]:
-    """The graph on the host: each op's NumPy reference, in creation order."""
-    env: dict[Any, Any] = dict(zip(graph.inputs, arrays))
-    for c in graph.constants:
-        env[c] = c._data.astype(np.float64) if c.dtype.is_floating_point else c._data
-    for op in graph.ops:
-        env.update(zip(op.outputs, OPS[op.type].reference([env[t] for t in op.inputs], op.attrs)))
-    return [env[t] for t in graph.outputs[:n_out]]
-
-
-def _finite_differences(forward: Callable, arrays: list[np.ndarray], seeds: list[np.ndarray]):
-    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
-
-    def loss(values: list[np.ndarray]) -> float:
-        outs = forward(values)
-        return sum(float(np.sum(s.astype(np.float64) * np.asarray(o))) for s, o in zip(seeds, outs))
-
-    eps = 1e-3
-    grads = []
-    for i, a in enumerate(wide):
-        if a.dtype.kind != "f":
-            grads.append(None)
-            continue
-        g = np.zeros_like(a)
-        for k in np.ndindex(a.shape):
-            vals = [w.copy() for w in wide]
-            vals[i][k] = a[k] + eps
-            up = loss(vals)
-            vals[i][k] = a[k] - eps
-            g[k] = (up - loss(vals)) / (2 * eps)
-        grads.append(g)
-    return grads
-
-
 def _session_grads(name: str, case: Case):
     ir = popxl.Ir()
     with ir.main_graph:
@@ -389,9 +356,9 @@ def test_gradient_matches_finite_differences(name: str) -> None:
     forward = (
         (lambda vals: case.numpy(*vals))
         if case.numpy is not None
-        else (lambda vals: _evaluate(fwd, vals, n_out))
+        else (lambda vals: evaluator.outputs(fwd, vals)[:n_out])
     )
-    expected = _finite_differences(forward, case.inputs, seeds)
+    expected = evaluator.seeded_finite_differences(forward, case.inputs, seeds)
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g.shape == case.inputs[i].shape
         if e is None:  # integer inputs get a zero gradient

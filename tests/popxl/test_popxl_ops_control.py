@@ -3,22 +3,13 @@ through a Session."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from tremula_tests_evaluator import check, run
 
 import popxl
 import popxl.ops as ops
 from tremula.errors import PopartException, UndefinedValue
-
-_spec = importlib.util.spec_from_file_location(
-    "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
-)
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-check, run = _helpers.check, _helpers.run
 
 
 def _branches(ir):

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from tremula_tests_evaluator import run
 
 import popxl
 import popxl.ops as ops
 from tremula.popxl.random_seed import create_seeds
-
-_spec = importlib.util.spec_from_file_location(
-    "popxl_ops_helpers", Path(__file__).with_name("test_popxl_ops_helpers.py")
-)
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-run = _helpers.run
 
 SEED = np.array([1234, 5678], np.uint32)
 
