@@ -10,7 +10,7 @@ Names shadow a few Python builtins inside this namespace (``map``, ``min``, ``ma
 
 from tremula.libs.popops import expr
 from tremula.libs.popops.cast import cast
-from tremula.libs.popops.elementwise import *  # noqa: F403  (one function per op, generated)
+from tremula.libs.popops.elementwise import *  # noqa: F403  (one function per op)
 from tremula.libs.popops.elementwise import __all__ as _elementwise_all
 from tremula.libs.popops.expr import BinaryOpType, TernaryOpType, UnaryOpType
 from tremula.libs.popops.fill import fill, zero
