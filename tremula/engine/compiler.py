@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from tremula.poplar import program as P
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import Function
 from tremula.poplar.tensor import Tensor
-from tremula.profile.schema import MEMORY_BY_INSTRUCTION_PARTS
+from tremula.profile.schema import MEMORY_BY_INSTRUCTION_PARTS, StepRecord
 
 
 @dataclass
@@ -49,11 +49,11 @@ def _balance(d: np.ndarray, n: int) -> tuple[float, float]:
     return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
 
 
-class DataFields(TypedDict):
-    """The data fields of an exchange step (as the execution profile names them)."""
+class DataFields(NamedTuple):
+    """The data fields of an exchange step (the profile's ``totalData``, ``dataBalance``)."""
 
-    totalData: int
-    dataBalance: float
+    total_data: int
+    data_balance: float
 
 
 class StepPlan:
@@ -114,35 +114,41 @@ class StepPlan:
         d: np.ndarray,
         lockstep: bool,
         active_cycles: int = 0,
-        **fields: object,
+        *,
+        data: DataFields | None = None,
+        compute_set: int | None = None,
+        thread_balance: float | None = None,
+        exchange: int | None = None,
+        external_exchange: int | None = None,
+        host_exchange: int | None = None,
     ) -> StepInfo:
-        """The static step of the next node: per-tile cycles ``d`` and balances."""
+        """The static step of the next node: per-tile cycles ``d``, balances and the fields
+        of its type (``data``: an exchange's)."""
         tiles = np.flatnonzero(d > 0)
         tb, atb = _balance(d, self.target.num_tiles)
-        fields.update(tileBalance=tb, activeTiles=int(tiles.size), activeTileBalance=atb)
-        return StepInfo(
+        record = StepRecord(
             ptype,
             self.next_pid,
             name,
-            tiles,
-            d[tiles].astype(np.int64),
-            fields,
-            active_cycles=active_cycles,
-            lockstep=lockstep,
+            tile_balance=tb,
+            active_tiles=int(tiles.size),
+            active_tile_balance=atb,
+            compute_set=compute_set,
+            thread_balance=thread_balance,
+            exchange=exchange,
+            external_exchange=external_exchange,
+            host_exchange=host_exchange,
+            total_data=None if data is None else data.total_data,
+            data_balance=None if data is None else data.data_balance,
+        )
+        return StepInfo(
+            record, tiles, d[tiles].astype(np.int64), active_cycles=active_cycles, lockstep=lockstep
         )
 
     def sync_step(self, name: str, sync_type: str) -> StepInfo:
         """The sync step (``Internal`` or ``External``) of the next node."""
-        info = StepInfo(
-            "Sync",
-            self.next_pid,
-            name,
-            np.zeros(0, np.int64),
-            np.zeros(0, np.int64),
-            {"syncType": sync_type},
-            sync_type=sync_type,
-        )
-        return info
+        record = StepRecord("Sync", self.next_pid, name, sync_type=sync_type)
+        return StepInfo(record, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @staticmethod
     def data_fields(sent: np.ndarray, recv: np.ndarray) -> DataFields:
@@ -151,9 +157,7 @@ class StepPlan:
         peak = int(data.max(initial=0))
         active = int(np.count_nonzero(data))
         balance = float(data.sum() / (active * peak)) if peak else 1.0
-        return DataFields(
-            totalData=int(recv.sum() if recv.sum() else sent.sum()), dataBalance=balance
-        )
+        return DataFields(int(recv.sum() if recv.sum() else sent.sum()), balance)
 
     def exchange_node(
         self, plan: ExchangePlan, name: str, copy: tuple[Gather, Gather] | None = None
@@ -165,14 +169,14 @@ class StepPlan:
         index = len(table)
         table.append(plan)
         kind = "DoExchange" if internal else "GlobalExchange"
-        key = "exchange" if internal else "externalExchange"
         step = self.step(
             kind,
             name,
             plan.cycles_by_tile,
             True,
-            **{key: index},
-            **self.data_fields(plan.bytes_sent, plan.bytes_received),
+            exchange=index if internal else None,
+            external_exchange=None if internal else index,
+            data=self.data_fields(plan.bytes_sent, plan.bytes_received),
         )
         sync = self.sync_step(name, "Internal" if internal else "External")
         instructions = _instructions(plan) if internal else None
@@ -206,8 +210,8 @@ class StepPlan:
             name,
             d,
             True,
-            hostExchange=index,
-            **self.data_fields(bytes_sent, bytes_received),
+            host_exchange=index,
+            data=self.data_fields(bytes_sent, bytes_received),
         )
         node = N.HostNode(action, index, step, self.sync_step(name, "External"))
         self.add(node, name)

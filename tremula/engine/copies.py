@@ -156,8 +156,8 @@ def compile_cross_replica(sp: StepPlan, p: P.CrossReplicaCopy) -> N.Node:
         name,
         cycles,
         True,
-        externalExchange=index,
-        **sp.data_fields(sent, recv),
+        external_exchange=index,
+        data=sp.data_fields(sent, recv),
     )
     node = N.CrossReplicaNode(
         index,

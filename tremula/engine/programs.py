@@ -33,8 +33,8 @@ def compile_execute(sp: StepPlan, p: P.Execute) -> N.Node:
         ccs.cycles_by_tile,
         False,
         active_cycles=int(ccs.active_cycles_by_tile.sum()),
-        computeSet=ccs.id,
-        threadBalance=ccs.thread_balance,
+        compute_set=ccs.id,
+        thread_balance=ccs.thread_balance,
     )
     tile = N.OnTileNode(ccs, step)
     sp.add(tile, ccs.name)

@@ -181,35 +181,6 @@ def graph_profile(sp: StepPlan, mem: MemoryReport, tree: list[dict]) -> dict[str
     return profile
 
 
-def _step(
-    info, start: int, end: int, overlapped: int, balance: float | None, num_tiles: int
-) -> dict[str, Any]:
-    s: dict[str, Any] = {"type": info.type, "program": info.program}
-    if info.name:
-        s["name"] = info.name
-    s.update(cycles=end - start, cyclesFrom=start, cyclesTo=end)
-    f = info.fields
-    if info.type == "Sync":
-        s.update(
-            syncType=info.sync_type,
-            tileBalance=balance,
-            activeTiles=num_tiles,
-            activeTileBalance=balance,
-        )
-        return s
-    s.update(
-        tileBalance=f["tileBalance"],
-        activeTiles=f["activeTiles"],
-        activeTileBalance=f["activeTileBalance"],
-    )
-    for k in schema.STEP_FIELDS[info.type]:
-        if k in f:
-            s[k] = f[k]
-    if info.type in schema.OVERLAPPING_STEP_TYPES:
-        s["cyclesOverlapped"] = overlapped
-    return s
-
-
 def _vertex_arrays(sp: StepPlan) -> dict[str, list[int]]:
     """The VERTICES mode's arrays, in vertex id order."""
     ids, cycles, css, types = [], [], [], []
@@ -254,7 +225,7 @@ def execution_profile(
         return {"profilerMode": mode}
     T = sp.target.num_tiles
     steps = [
-        _step(info, start, end, overlapped, balance, T)
+        info.record.to_json(start, end, overlapped, balance, T)
         for info, start, end, overlapped, balance in tl.steps
     ]
     out: dict[str, Any] = {

@@ -1,5 +1,5 @@
 """The BSP timeline: one clock per tile, advanced by compute, exchange, sync and host steps
-(``shared/spec/profile-and-machine.md`` section 4.3). No wall clock is read: the same run
+. No wall clock is read: the same run
 gives the same cycles.
 
 Each kind of step has static per-tile durations computed at compile time (a
@@ -9,12 +9,12 @@ Each kind of step has static per-tile durations computed at compile time (a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tremula.profile.schema import STEP_TILE_CYCLES, TILE_CYCLES_KEYS
+from tremula.profile.schema import STEP_TILE_CYCLES, TILE_CYCLES_KEYS, StepRecord
 from tremula.target import Target
 
 Step = tuple["StepInfo", int, int, int, "float | None"]  # info, start, end, overlapped, balance
@@ -62,21 +62,26 @@ class StepLog:
 
 @dataclass
 class StepInfo:
-    """What is known about a step before the run: its type, program, and the cycles of each
-    active tile (``tiles`` and ``cycles`` aligned)."""
+    """What is known about a step before the run: its profile record (type, program, name
+    and the fields of its type, :class:`tremula.profile.schema.StepRecord`) and the cycles
+    of each active tile (``tiles`` and ``cycles`` aligned)."""
 
-    type: str
-    program: int
-    name: str
+    record: StepRecord
     tiles: np.ndarray
     cycles: np.ndarray
-    fields: dict[str, Any] = field(default_factory=dict)  # static profile fields
     active_cycles: int = 0  # for tileCycles.activeCompute
-    sync_type: str = ""
     lockstep: bool = False  # statically scheduled: all tiles end together
 
     def __post_init__(self) -> None:
         self.total = int(self.cycles.sum())
+
+    @property
+    def type(self) -> str:
+        return self.record.type
+
+    @property
+    def sync_type(self) -> str:
+        return self.record.sync_type or ""
 
 
 class Timeline:

@@ -6,6 +6,9 @@ Chrome trace export share one definition. Tuples are in the order FORMAT.md list
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 # -- target ---------------------------------------------------------------------------------
 
 TARGET_TYPES: tuple[str, ...] = ("IPU_MODEL", "IPU", "CPU")
@@ -231,6 +234,89 @@ STEP_INDEX_FIELDS: dict[str, str] = {
     "externalExchange": "externalExchanges",
     "hostExchange": "hostExchanges",
 }
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the execution profile says of one step: its type, program and (optional)
+    name, its place on the timeline, and the fields of its type (``STEP_FIELDS``; None:
+    not given). The engine fills the compile-time fields once per program node and the
+    timeline's fields per run; :meth:`to_json` is the one place a step becomes the profile's
+    dict, in FORMAT.md's key order."""
+
+    type: str
+    program: int
+    name: str = ""
+    tile_balance: float | None = None  # a Sync's is known only when it runs
+    active_tiles: int | None = None
+    active_tile_balance: float | None = None
+    compute_set: int | None = None
+    thread_balance: float | None = None
+    exchange: int | None = None
+    external_exchange: int | None = None
+    host_exchange: int | None = None
+    total_data: int | None = None
+    data_balance: float | None = None
+    sync_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in STEP_FIELDS:
+            raise ValueError(f"step type {self.type!r} is not one of {STEP_TYPES}")
+        for attr, key in _STEP_ATTRS.items():
+            if getattr(self, attr) is not None and key not in STEP_FIELDS[self.type]:
+                raise ValueError(f"a {self.type} step has no field {key!r}")
+
+    def to_json(
+        self,
+        start: int,
+        end: int,
+        overlapped: int,
+        balance: float | None,
+        num_tiles: int,
+    ) -> dict[str, Any]:
+        """The step as the profile writes it, for a run from cycle ``start`` to ``end``
+        overlapping the previous step by ``overlapped`` cycles; a Sync's tile balance is
+        ``balance`` (the timeline's) over all ``num_tiles`` tiles."""
+        s: dict[str, Any] = {"type": self.type, "program": self.program}
+        if self.name:
+            s["name"] = self.name
+        s.update(cycles=end - start, cyclesFrom=start, cyclesTo=end)
+        if self.type == "Sync":
+            s.update(
+                syncType=self.sync_type,
+                tileBalance=balance,
+                activeTiles=num_tiles,
+                activeTileBalance=balance,
+            )
+            return s
+        s.update(
+            tileBalance=self.tile_balance,
+            activeTiles=self.active_tiles,
+            activeTileBalance=self.active_tile_balance,
+        )
+        for key in STEP_FIELDS[self.type]:
+            attr = _STEP_KEY_ATTRS.get(key)
+            value = None if attr is None else getattr(self, attr)
+            if value is not None:
+                s[key] = value
+        if self.type in OVERLAPPING_STEP_TYPES:
+            s["cyclesOverlapped"] = overlapped
+        return s
+
+
+#: StepRecord attribute -> profile key of the per-type fields (``STEP_FIELDS``)
+_STEP_ATTRS: dict[str, str] = {
+    "compute_set": "computeSet",
+    "thread_balance": "threadBalance",
+    "exchange": "exchange",
+    "external_exchange": "externalExchange",
+    "host_exchange": "hostExchange",
+    "total_data": "totalData",
+    "data_balance": "dataBalance",
+    "sync_type": "syncType",
+}
+_STEP_KEY_ATTRS: dict[str, str] = {key: attr for attr, key in _STEP_ATTRS.items()}
+
 #: For a step whose program has the step's type: (step field, program field) that must agree.
 STEP_PROGRAM_LINKS: dict[str, tuple[str, str]] = {
     "OnTileExecute": ("computeSet", "computeSet"),
