@@ -1,7 +1,10 @@
-"""A lower layer never imports a higher one (shared/DESIGN.md, "Layers").
+"""A lower layer never imports a higher one (docs/ARCHITECTURE.md, "Layers", lists the
+same order; a test checks that it does).
 
 Order, bottom to top. ``profile`` sits below ``engine``: it is the profile *format* (reader,
-validator, summary) over plain dicts, and the engine writes in that format.
+validator, summary) over plain dicts, and the engine writes in that format; ``popdist`` sits
+below ``poplar``: the engine's replica runtimes use its communicators. The root alias
+packages (``popxl/``, ``popart/``, ``popdist/``) count as the layer they alias.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "tremula"
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / "tremula"
 LAYERS = [
     "alias",
     "lazy",
@@ -43,8 +47,17 @@ ALLOWED = {
 }
 
 
+#: the root alias packages: ``import popxl`` is ``tremula.popxl``, so it is that layer
+ALIASES = {"popxl": "popxl", "popart": "popart", "popdist": "popdist"}
+#: alias modules of their own, and their layer: ``popdist.popart`` joins PopDist and PopART
+ALIAS_MODULES = {"popdist.popart": "popart"}
+
+
 def _layer(module: str) -> str | None:
     parts = module.split(".")
+    if parts[0] in ALIASES:
+        prefix = ".".join(parts[:2])
+        return ALIAS_MODULES.get(prefix, ALIASES[parts[0]])
     if parts[0] != "tremula" or len(parts) < 2:
         return None
     return parts[1].removesuffix(".py")
@@ -63,11 +76,12 @@ def _imports(path: Path) -> list[str]:
 
 
 FILES = sorted(ROOT.rglob("*.py"))
+ALIAS_FILES = sorted(p for name in ALIASES for p in (REPO / name).rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", FILES + ALIAS_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_upward_imports(path: Path) -> None:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+    rel = path.relative_to(REPO).with_suffix("")
     module = ".".join(rel.parts).removesuffix(".__init__")
     own = _layer(module) or "cli"  # the root package may re-export anything
     assert own in RANK, f"{module}: layer {own!r} missing from LAYERS in this test"
@@ -80,6 +94,25 @@ def test_no_upward_imports(path: Path) -> None:
         assert RANK[layer] <= RANK[own], (
             f"{module} (layer {own!r}) imports {imported} (higher layer {layer!r})"
         )
+
+
+def test_architecture_document_lists_the_layers_in_this_order() -> None:
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    block = text.split("```", 2)[1]
+    named = []
+    entries = [line for line in block.splitlines() if line[:2] == "  " and line[2:3] != " "]
+    for line in entries:  # "  name/   what it is", "  demo.py, digits.py   what they are"
+        for word in line.strip().split("  ")[0].replace(",", " ").split():
+            name = word.strip().removesuffix("/").removesuffix(".py")
+            if name in RANK and name not in named:
+                named.append(name)
+    assert named == LAYERS, f"docs/ARCHITECTURE.md lists {named}, the test {LAYERS}"
+
+
+def test_alias_packages_import_only_their_layer_and_below() -> None:
+    """``popxl/`` re-exports ``tremula.popxl`` and nothing above it (checked per file by
+    test_no_upward_imports); here: the alias packages exist and are all checked."""
+    assert {p.parts[len(REPO.parts)] for p in ALIAS_FILES} == set(ALIASES)
 
 
 def test_every_layer_listed() -> None:
