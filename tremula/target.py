@@ -2,8 +2,8 @@
 
 Field names follow the members of Poplar's ``IPUModel`` in snake_case (``tilesPerIPU`` is
 ``tiles_per_ipu``, ``exchangeBytesPerCycle`` is ``exchange_bytes_per_cycle`` ...). Values of
-the presets come from ``shared/spec/profile-and-machine.md`` section 2; where the real value is
-not known the spec's proposal is used and the field's comment says so.
+the presets are the real chips' (Graphcore's published figures); where the real value is
+not known a proposed value is used and the field's comment says so.
 
 A :class:`Target` is a frozen value. Make a variant with :func:`dataclasses.replace` or with
 :meth:`Target.with_overrides`, which validates the names it is given.
@@ -77,8 +77,8 @@ class Target:
     ipu_link_bits_per_second: float = 128 * 2**30
     ipu_link_efficiency: float = 0.85
     ipu_links_between_ipus: int = 2
-    # -- gateway links between IPU-Link domains (spec/profile-and-machine.md: 2 x 100 Gbps
-    # GW-Links per Bow-2000 / M2000 gateway); a domain is at most 64 IPUs (Poplar's
+    # -- gateway links between IPU-Link domains (2 x 100 Gbps GW-Links per
+    # Bow-2000 / M2000 gateway); a domain is at most 64 IPUs (Poplar's
     # ipuLinkDomainSize, set by POPLAR_TARGET_OPTIONS or poprun --num-ilds)
     gw_link_bits_per_second: float = 100e9
     gw_link_efficiency: float = 0.85  # [proposal] as the IPU-links

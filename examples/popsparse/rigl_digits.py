@@ -2,7 +2,7 @@
 sparse layers at density 0.1, trained with PopXL autodiff, its sparsity pattern rewired every
 few steps without recompiling.
 
-RigL (Evci et al. 2020; spec/popsparse.md 6.3): every ``DELTA_T`` steps until 75% of
+RigL (Evci et al. 2020, "Rigging the Lottery"): every ``DELTA_T`` steps until 75% of
 training, each layer drops the ``k = f(t) nnz`` active weights of smallest magnitude and
 grows the ``k`` inactive ones of largest dense gradient, which start at zero;
 ``f(t) = alpha / 2 (1 + cos(pi t / T_end))``. The number of non-zeros stays the same, so the

@@ -11,7 +11,7 @@ the backward graph that ``addons.autodiff`` made, with recomputation
 replicas and updates each weight with popxl-addons' Adam step (``ops.var_updates``'
 moving averages and ``adam_updater``). The loss printed is the mean of the replicas'.
 
-    PYTHONPATH=../shared/clients/popxl-addons python examples/popxl/addons_gpt.py [--steps N]
+    PYTHONPATH=<popxl-addons checkout> python examples/popxl/addons_gpt.py [--steps N]
 
 It checks that the loss fell from about ln(vocabulary) = 4.2: the default 300 steps end
 near 2.5, in about 40 s of CPU time.

@@ -1,4 +1,4 @@
-"""Listing 9.1 (seeds/popxl-graphs.txt): create a subgraph and call it."""
+"""Listing 9.1 of PopXL's user guide ("Graphs"): create a subgraph and call it."""
 
 import numpy as np
 

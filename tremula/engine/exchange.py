@@ -1,6 +1,6 @@
 """Exchange plans: the bytes each tile sends and receives in one exchange, and their cost.
 
-Costs follow ``shared/spec/profile-and-machine.md`` section 4: an internal exchange takes
+Costs: an internal exchange takes
 ``fixed + ceil(max(sent, received) / exchangeBytesPerCycle)`` cycles on each active tile,
 and, being statically scheduled, ends on every participating tile at once; a global
 (inter-IPU) exchange is also bounded by the IPU-link bandwidth between each pair of IPUs.

@@ -1,5 +1,6 @@
 """Liveness: linearise the compiled programs into steps, find which variables each step
-reads and writes, and derive live intervals (``shared/spec/profile-and-machine.md`` §5).
+reads and writes, and derive live intervals (Poplar's liveness: a variable is live from the
+step that writes it to the last step that reads it).
 
 A variable is *always live* when its value crosses a program boundary or comes from the
 host: it is a constant, has a host handle or initial value, is read before it is written,

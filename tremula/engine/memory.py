@@ -242,11 +242,11 @@ class MemoryModel:
 
     def _function_code(self, buffered: set[int]) -> None:
         """Code kept in streaming memory (a function with a function buffer) is live from
-        the latest load before each call to that call, dead in between (seeds/
-        popxl-graphs.txt 9.7). A load inside an If/Switch branch counts only for calls in
-        that branch: after the branches merge the compiler must assume it did not happen
-        (the pessimistic rule). A call with no load before it has the code live from the
-        start."""
+        the latest load before each call to that call, dead in between (PopXL's user guide,
+        "Code loading": code is live only between a load and the calls it serves). A load
+        inside an If/Switch branch counts only for calls in that branch: after the branches
+        merge the compiler must assume it did not happen (the pessimistic rule). A call with
+        no load before it has the code live from the start."""
         cat = CATEGORIES.index("vertexCode")
         for fid in sorted(buffered):
             code = self.step_plan.function_code.get(fid)

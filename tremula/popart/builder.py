@@ -1,5 +1,5 @@
 """PopART's ``Builder``: writes a real ONNX ``ModelProto`` with PopART's tensor ids, domains,
-attributes and metadata (``spec/popart.md`` sections 1.3 and 3.1).
+attributes and metadata (a weight's ``VariableSettings`` travel in the model's metadata).
 
 Tensor ids follow PopART's rule: a base name (the ``debugContext``, or ``input``,
 ``init_input``, ``<OpType>:<i>``), then ``base/1``, ``base/2`` ... on collision, prefixed by

@@ -1,4 +1,4 @@
-"""ONNX checkpoints (``spec/popart.md`` 3.3 and 3.4): ``modelToHost`` writes the session's
+"""ONNX checkpoints: ``modelToHost`` writes the session's
 model with the device's weights, a grouped weight as ``[G, *replica_shape]`` (each group's
 value read from its representative replica) and the optimizer state as extra initialisers;
 ``resetHostWeights`` reads such a model back into the session's host weights, reading the

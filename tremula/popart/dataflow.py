@@ -1,4 +1,5 @@
-"""``DataFlow`` and ``AnchorReturnType`` (``spec/popart.md`` 1.5), and the IO objects a
+"""``DataFlow`` and ``AnchorReturnType`` (which anchors a run returns, and how many of the
+batches: ``All``, ``EveryN``, ``Final``, ``Sum``), and the IO objects a
 session reads and fills: ``PyStepIO`` (inputs and anchor arrays) and ``PyWeightsIO``
 (weight buffers).
 

@@ -1,5 +1,5 @@
 """PopART's replica grouping classes: ``CommGroup``, ``VariableSettings`` and the C++-style
-``ReplicaGrouping`` (``spec/popart.md`` section 2).
+``ReplicaGrouping``.
 
 The grouping maths is GCL's (:mod:`tremula.libs.gcl.grouping`), shared with PopXL and the
 collectives: ``CommGroup`` here *is* a GCL ``CommGroup`` with PopART's names added, and

@@ -1,4 +1,4 @@
-"""PopART's optimizers (``spec/popart.md`` 1.9): ``SGD``, ``ConstSGD`` and ``Adam``, their
+"""PopART's optimizers: ``SGD``, ``ConstSGD`` and ``Adam``, their
 hyper-parameter maps, and the weight updates they add to a training step, written with
 ``popxl.ops.var_updates``.
 

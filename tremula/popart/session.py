@@ -1,4 +1,4 @@
-"""PopART's ``InferenceSession`` and ``TrainingSession`` (``spec/popart.md`` 1.8): the ONNX
+"""PopART's ``InferenceSession`` and ``TrainingSession``: the ONNX
 model becomes a PopXL program in the constructor (grouped shapes are checked there),
 ``prepareDevice`` compiles it for the device (a ``popxl.Session``), ``run`` streams a
 ``PyStepIO`` through it, and the weight calls move weights between the session's host data,

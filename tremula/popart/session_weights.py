@@ -1,4 +1,4 @@
-"""A PopART session's weight calls (``spec/popart.md`` 2.6 to 3.4): the session's host
+"""A PopART session's weight calls: the session's host
 weights written from and read into ``PyWeightsIO`` buffers, sent to and read from the
 device, and saved to or reset from ONNX models (``checkpoint.py``). :class:`SessionWeights`
 is a base class of the sessions (``session.py``).

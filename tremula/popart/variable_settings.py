@@ -1,5 +1,5 @@
 """PopART's ``VariableSettings``: how a weight is shared by groups of replicas and how it is
-read back (``spec/popart.md`` sections 2.2 and 2.3).
+read back.
 
 The counting rules are PopART's: ``getGroupCount`` floors (divisibility is checked when a
 grouping is built: lowering, ``groups``, ``getReplicaGrouping``), and a group size of 1

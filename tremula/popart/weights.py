@@ -1,7 +1,7 @@
 """A session's weights: each initialiser with its ``VariableSettings`` (read from the model's
-metadata, ``spec/popart.md`` 3.1), its host data (``[G, *replica_shape]`` when there are G > 1
+metadata), its host data (``[G, *replica_shape]`` when there are G > 1
 groups) and the host layouts of ``weightsToHost`` / ``readWeights`` / ``writeWeights``
-(sections 2.6 to 2.8).
+(PopART's: one row per group, ``[G, *replica_shape]``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``poprun`` (:mod:`tremula.popdist.poprun`) starts the instances with ``mpirun`` and tells each
 its place through ``POPDIST_*`` variables; these functions read them
-(``spec/distributed-instances.md`` section 2). Without a launcher a program is one instance
+(as PopDist reads them). Without a launcher a program is one instance
 with one replica. The MPI backend (:mod:`tremula.popdist.backend`) and the replica runtimes
 the engine runs on (:mod:`tremula.popdist.replicas`) live beside them.
 """

@@ -1,7 +1,7 @@
 """The layout of a PopRun job as its instances see it: the ``POPDIST_*`` environment.
 
 ``poprun`` exports, to every instance, the variables PopRun exports
-(``spec/distributed-instances.md`` section 1): the global replica count, this instance's
+(``POPDIST_NUM_TOTAL_REPLICAS`` ...): the global replica count, this instance's
 replica count and first global replica, the IPUs per replica and the instance's index on its
 host. Everything else follows from them: with ``L`` replicas per instance (uniform), instance
 ``i`` owns global replicas ``[i L, (i + 1) L)``, there are ``R / L`` instances, and this one

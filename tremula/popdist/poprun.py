@@ -2,7 +2,7 @@
 
 ``poprun --num-instances N --num-replicas R [options] program [args]`` runs the pip-installed
 Open MPI's ``mpirun`` with one context per instance, each exporting its ``POPDIST_*``
-variables (``spec/distributed-instances.md`` sections 1, 3 and 6). Python programs run as
+variables, as PopRun does. Python programs run as
 ``python -m mpi4py``, so an uncaught exception in one instance aborts the whole job at once;
 an instance that exits non-zero or is killed ends it too, and poprun's exit status is
 mpirun's (non-zero when any instance failed). Output lines carry PopRun's tags

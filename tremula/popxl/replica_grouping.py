@@ -2,7 +2,7 @@
 ``ir.replica_grouping`` / ``ir.replica_grouping_from_assignments``), backed by the one
 grouping representation in :mod:`tremula.libs.gcl.grouping`.
 
-Also the host layouts of grouped variables (``spec/popxl.md`` 2.5), as pure NumPy functions
+Also the host layouts of grouped variables (a value per group on the host), as pure NumPy functions
 used by ``Session``: host data (``shape_on_host``) to one row per replica and back, and the
 replica-sharded (RTS) form of a value.
 """
@@ -24,7 +24,8 @@ _TOKEN = object()
 
 
 class ReplicaGrouping:
-    """Which replicas form a group (spec/popxl.md section 2)."""
+    """Which replicas form a group: ``group_size`` replicas ``stride`` apart, or an
+    explicit assignment of each replica to a group."""
 
     def __init__(self, *args: object, _token: object = None, **kwargs: object) -> None:
         if _token is not _TOKEN:
@@ -156,7 +157,7 @@ class ReplicaGrouping:
         )
 
 
-# ---- host layouts of grouped variables (spec/popxl.md 2.2 and 2.5) ----
+# ---- host layouts of grouped variables ----
 
 
 def _by_group(rg: ReplicaGrouping, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -2,7 +2,7 @@
 move weights, run.
 
 The only module of the frontend that reaches down into lowering and the engine (DESIGN).
-Semantics follow ``spec/popxl.md`` section 1.10: compiled at construction, not attached;
+Semantics are PopXL's: compiled at construction, not attached;
 ``with session:`` attaches and writes weights from the host; leaving the outermost context
 writes them back (unless ``weights_to_host_on_exit=False``) and detaches; ``run`` needs an
 attached session; ``get_tensor_data`` reads device weights lazily.

@@ -4,8 +4,8 @@ One representation serves every user of groups: the collectives of this library,
 ``ReplicaGrouping``, PopART's ``CommGroup`` / ``VariableSettings`` and grouped variables. A
 :class:`ReplicaGrouping` holds the group of each replica (its *assignment*, group ids in order
 of first appearance) and, when the grouping is *constant* (every group is ``r0, r0 + stride,
-..., r0 + (group_size - 1) * stride``), its stride. The rules follow ``spec/popxl.md``
-section 2:
+..., r0 + (group_size - 1) * stride``), its stride. The rules are
+PopXL's ``ReplicaGrouping``'s:
 
 * ``ReplicaGrouping(R, stride, group_size)`` assigns, for each group in turn, the lowest
   unassigned replica and the next ``group_size - 1`` replicas ``stride`` apart;
@@ -356,7 +356,8 @@ def _divisors_desc(n: int) -> list[int]:
 
 
 def _refining_constant(rg: ReplicaGrouping) -> ReplicaGrouping:
-    """The constant grouping holding a non-constant one's values (``spec/popxl.md`` 2.2).
+    """The constant grouping holding a non-constant one's values (the grouping PopXL
+    infers for a non-constant assignment).
 
     Its stride is the smallest distance between consecutive members of a group; its size
     the gcd of the lengths of the runs that stride splits the groups into. If that grouping

@@ -1,5 +1,5 @@
-"""Cycle estimators of poplin's vertices, shaped like PopLibs' own
-(``shared/spec/profile-and-machine.md`` section 3.5 for the AMP, 3.4 for the reduction).
+"""Cycle estimators of poplin's vertices, shaped like PopLibs' own (the AMP's
+``ConvPartial1x1Out`` estimator, and the ``ReduceAdd`` reduction of partials).
 
 Each function is vectorised: the size arguments may be NumPy arrays (one entry per vertex,
 or per planner candidate) and the result has their broadcast shape. The codelets' ``cycles``

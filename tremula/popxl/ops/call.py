@@ -130,7 +130,7 @@ def _connect(
     check_inputs: bool = True,
 ) -> list[Tensor]:
     """Parent tensors for each input of ``graph``, in its input order; the checks and
-    messages are PopXL's (spec/popxl-fidelity.md section 6, rules 1-8).
+    messages are PopXL's.
 
     Raises:
         ValueError: too many or too few inputs, an input given twice, a dict key that is

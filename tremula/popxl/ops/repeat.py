@@ -1,6 +1,6 @@
-"""``repeat`` and ``repeat_with_info``, built as PopXL builds them (spec/popxl-fidelity.md
-section 6): a ``Loop`` op (Tremula's ``Repeat``) whose called graph is a wrapper,
-``<body>__loop_wrapper_subgraph(<n>)``, that holds one ``Call`` of the user's graph.
+"""``repeat`` and ``repeat_with_info``, built as PopXL builds them: a ``Loop`` op (Tremula's
+``Repeat``) whose called graph is a wrapper, ``<body>__loop_wrapper_subgraph(<n>)``, that holds one
+``Call`` of the user's graph.
 
 The wrapper's inputs are ``Iterator___`` (int32) and ``LoopCond___`` (bool), then one per
 body input; its outputs are ``LoopCond___``, then the call's outputs. In PopART's numbering

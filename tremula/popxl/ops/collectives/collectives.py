@@ -4,7 +4,7 @@ Every ``group`` argument is a :class:`~tremula.popxl.ReplicaGrouping` of the ten
 (default: all replicas); a non-constant grouping raises ``NotImplementedError``, as in
 PopXL. ``op`` is one of ``"add"``, ``"mean"``, ``"mul"``, ``"min"``, ``"max"``, ``"and"``,
 ``"or"``, ``"square_add"``; ``"mul"`` reduces as ``"mean"`` (PopXL maps it to Mean: an
-upstream quirk kept on purpose, ``spec/popxl.md`` section 6).
+upstream quirk kept on purpose).
 
 The op types are defined once here (shape rules and NumPy references); their lowering onto
 ``tremula.libs.gcl`` is ``tremula/lowering/collectives.py``. A collective's reference works
