@@ -54,7 +54,7 @@ def _check_shape(shape: Any, where: str) -> tuple[int, int]:
     except TypeError:
         dims = None
     ok = dims is not None and len(dims) == 2
-    ok = ok and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)
+    ok = ok and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)  # type: ignore[union-attr]
     if not ok or min(dims) < 1:  # type: ignore[arg-type]
         raise EmbeddingError(
             f"{where}: shape must be 2-D [tokens, encoding] of positive integers, got {shape!r}"
@@ -101,7 +101,7 @@ def _initial_table(
 
 
 def _open_memmap(
-    path: Path, shape: tuple[int, int], want: np.dtype, writable: bool, where: str
+    path: Path, shape: tuple[int, ...], want: np.dtype, writable: bool, where: str
 ) -> np.ndarray:
     if not path.is_file():
         raise EmbeddingError(f"{where}: initializer path {str(path)!r} is not a file")

@@ -85,7 +85,7 @@ def _run(session: Any, uses: Uses) -> Iterator[None]:
             f"registered with it: run the session inside `with embedding.register(session):` "
             f"(embedding: the HostEmbedding {emb.name!r})"
         )
-    engine = session.engine
+    engine = session.engine  # type: ignore[union-attr]  # a Session (the check above)
     for name, fn in uses.callbacks.items():
         engine.connect_host_function(name, fn, all_replicas=True)
     remote = uses.remote

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ def ensure_codelets(graph: poplar.Graph, codelets: Sequence[type[poplar.Codelet]
 
 
 def multi_vertex_cycles(
-    target: poplar.Target | object,
+    target: Any,  # a Target, or anything with num_worker_contexts
     n: np.ndarray,
     vector_width: int,
     cycles_per_vector: float,

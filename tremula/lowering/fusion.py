@@ -15,6 +15,7 @@ compute sets and syncs) and the memory (no intermediates) differ.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class Chain:
     ops: list[Op]
 
 
-def plan(graph: Graph, ops: list[Op] | None = None) -> list[Op | Chain]:
+def plan(graph: Graph, ops: Sequence[Op] | None = None) -> list[Op | Chain]:
     """``graph``'s ops (or those of ``ops``) in order, with fusible chains grouped."""
     uses = Counter(t for op in graph.ops for t in op.inputs)
     visible = set(graph.outputs)

@@ -4,6 +4,7 @@ and remote buffers; ``remote_code_load`` becomes a function-buffer load."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from tremula import poplar
 from tremula.lowering.context import RULES, Env, Lowerer, naming, rule
@@ -40,15 +41,15 @@ def host_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     prog.add(poplar.Copy(src.flatten(), fifo))
 
 
-def _buffer(lw: Lowerer, buf: object) -> poplar.RemoteBuffer:
+def _buffer(lw: Lowerer, buf: Any) -> poplar.RemoteBuffer:
     rb = lw.remote.get(buf)
     if rb is None:
         rb = lw.graph.add_remote_buffer(
             lw.name(f"remote{buf.remote_buffer_id}"),
-            buf.tensor_dtype.as_poplar(),  # type: ignore[attr-defined]
+            buf.tensor_dtype.as_poplar(),
             max(1, math.prod(buf.tensor_shape)),
             buf.entries,
-        )  # type: ignore[attr-defined]
+        )
         lw.remote[buf] = rb
     return rb
 

@@ -61,7 +61,7 @@ def _reduce_loss(
     if mode == "sum" or kept is not None:
         total = popops.reduce(lw.graph, per, [0], Operation.ADD, prog, name=name)
         if mode == "mean":
-            count = _count(lw, kept, per.dtype, prog, name)
+            count = _count(lw, kept, per.dtype, prog, name)  # type: ignore[arg-type]
             popops.map_in_place(
                 lw.graph, pe._1 / pe.Max(pe._2, 1), [total, count], prog, name=f"{name}/mean"
             )
@@ -73,7 +73,9 @@ def _reduce_loss(
     return r
 
 
-def _count(lw: Lowerer, kept: poplar.Tensor, dtype: poplar.Type, prog: poplar.Sequence, name: str):
+def _count(
+    lw: Lowerer, kept: poplar.Tensor, dtype: poplar.Type, prog: poplar.Sequence, name: str
+) -> poplar.Tensor:
     ones = popops.cast(lw.graph, kept, dtype, prog, name=f"{name}/kept")
     return popops.reduce(lw.graph, ones, [0], Operation.ADD, prog, name=f"{name}/count")
 

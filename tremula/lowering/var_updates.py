@@ -178,7 +178,7 @@ def adam_updater(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
         vc = v / _as(c2, dtype) if not isinstance(c2, float) else v
         x = mc / (pe.Sqrt(vc) + eps)
     if "w" in op.attrs["slots"]:
-        x = x + terms.role("weight_decay", dtype) * terms.role("w", dtype)
+        x = x + terms.role("weight_decay", dtype) * terms.role("w", dtype)  # type: ignore[operator]
     out_type = op.outputs[0].dtype.as_poplar()
     x = x if out_type is dtype else pe.Cast(x, out_type)
     env[op.outputs[0]] = popops.map(lw.graph, x, terms.inputs, prog, name=name)

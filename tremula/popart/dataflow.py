@@ -10,6 +10,7 @@ An anchor's host array is ``[bps, A, R]`` for ALL, ``[bps // N, A, R]`` for EVER
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,7 +85,7 @@ class AnchorReturnType:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:
         period = f", {self._rp}" if self._rp is not None else ""
         return f"AnchorReturnType({self._id.name.upper()!r}{period})"
 
@@ -153,7 +154,7 @@ def anchor_lead(art: AnchorReturnType, bps: int, A: int, R: int) -> tuple[int, .
     elif kind == AnchorReturnTypeId.EveryN:
         dims = (bps // art.rp(), A, R)
     else:
-        dims = (R,)
+        dims = (R,)  # type: ignore[assignment]
     return tuple(d for d in dims if d != 1)
 
 

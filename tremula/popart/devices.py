@@ -128,6 +128,7 @@ class DeviceManager:
     """PopART's device manager (a singleton): IPU Models of any size and the CPU device."""
 
     _instance: DeviceManager | None = None
+    _next_id: int
 
     def __new__(cls) -> DeviceManager:
         if cls._instance is None:

@@ -8,6 +8,7 @@ PopART, PopXL's collectives and the library.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from tremula.libs.gcl.grouping import CommGroupType
 
@@ -93,37 +94,54 @@ class PopartEnum(enum.IntEnum):
         return f"{type(self).__name__}.{self.name}"
 
 
-def _make(name: str, members: str | list[str] | list[tuple[str, int]]) -> type[enum.IntEnum]:
+def _make(name: str, members: str | list[str] | list[tuple[str, int]]) -> Any:
     if isinstance(members, str):
         members = members.split()
     pairs = [m if isinstance(m, tuple) else (m, i) for i, m in enumerate(members)]
-    made = PopartEnum(name, pairs, module=__name__)
+    made = PopartEnum(name, pairs, module=__name__)  # type: ignore[call-arg, arg-type]
     made.__doc__ = f"PopART's ``{name}`` ({', '.join(p[0] for p in pairs)})."
     return made
 
 
 globals().update({name: _make(name, members) for name, members in _TABLE.items()})
 
-# names for static tools (the classes are made above)
-DataType: type[enum.IntEnum]
-VariableRetrievalMode: type[enum.IntEnum]
-AnchorReturnTypeId: type[enum.IntEnum]
-ReductionType: type[enum.IntEnum]
-MeanReductionStrategy: type[enum.IntEnum]
-SyncPattern: type[enum.IntEnum]
-DeviceType: type[enum.IntEnum]
-DeviceConnectionType: type[enum.IntEnum]
-TileSet: type[enum.IntEnum]
-ExchangeStrategy: type[enum.IntEnum]
-ReplicatedStreamMode: type[enum.IntEnum]
-ReplicatedTensorSharding: type[enum.IntEnum]
-TensorStorage: type[enum.IntEnum]
-VirtualGraphMode: type[enum.IntEnum]
-RecomputationType: type[enum.IntEnum]
-PatternsLevel: type[enum.IntEnum]
-SGDAccumulatorAndMomentum: type[enum.IntEnum]
-AdamMode: type[enum.IntEnum]
-WeightDecayMode: type[enum.IntEnum]
-CollectiveOperator: type[enum.IntEnum]
+# names for static tools (the classes are made above; Any: their members are made at run
+# time, so mypy cannot list them)
+DataType: Any
+VariableRetrievalMode: Any
+AnchorReturnTypeId: Any
+ReductionType: Any
+MeanReductionStrategy: Any
+SyncPattern: Any
+DeviceType: Any
+DeviceConnectionType: Any
+DeviceSelectionCriterion: Any
+TileSet: Any
+ExchangeStrategy: Any
+ReplicatedStreamMode: Any
+ReplicatedTensorSharding: Any
+TensorStorage: Any
+VirtualGraphMode: Any
+RecomputationType: Any
+PatternsLevel: Any
+SGDAccumulatorAndMomentum: Any
+AdamMode: Any
+WeightDecayMode: Any
+SyntheticDataMode: Any
+InitType: Any
+MergeVarUpdateType: Any
+AccumulateOuterFragmentSchedule: Any
+ExecutionPhaseSchedule: Any
+BatchSerializationMethod: Any
+BatchSerializationTransformContext: Any
+BatchSerializationBatchSchedule: Any
+Instrumentation: Any
+IrSerializationFormat: Any
+DotCheck: Any
+ScatterReduction: Any
+AutodiffStitchStrategy: Any
+GradientTensorTrackingMethod: Any
+ColumnMajorOrder: Any
+CollectiveOperator: Any
 
 __all__ = ["CommGroupType", *_TABLE]

@@ -106,7 +106,7 @@ def value_shape(value_info: Any) -> tuple[int | str | None, ...] | None:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
-            dims.append(d.dim_param or None)
+            dims.append(d.dim_param or None)  # type: ignore[arg-type]
     return tuple(dims)
 
 

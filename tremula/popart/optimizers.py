@@ -81,7 +81,7 @@ class ClipNormSettings:
         norm = ops.sqrt(functools.reduce(ops.add, squares))
         if isinstance(loss_scaling, popxl.Tensor) or loss_scaling != 1.0:
             norm = ops.div(norm, loss_scaling)
-        factor = ops.div(self.maxNorm, ops.maximum2(norm, popxl.constant(np.float32(self.maxNorm))))
+        factor = ops.div(self.maxNorm, ops.maximum2(norm, popxl.constant(np.float32(self.maxNorm))))  # type: ignore[arg-type]
         for i in ids:
             grads[i] = ops.mul(grads[i], ops.cast(factor, grads[i].dtype))
 
@@ -227,7 +227,7 @@ class SGD(Optimizer):
         mm = self.hyper("defaultMomentum", weight, state)
         dm = self.hyper("defaultDampening", weight, state)
         _VU.accumulator_scale_(v, mm)
-        _VU.accumulate_(v, d, ops.sub(1.0, dm) if isinstance(dm, popxl.Tensor) else 1.0 - dm)
+        _VU.accumulate_(v, d, ops.sub(1.0, dm) if isinstance(dm, popxl.Tensor) else 1.0 - dm)  # type: ignore[arg-type]
         step = v
         if self.value("nesterov", weight)[0]:
             step = ops.add(d, ops.mul(v, mm))

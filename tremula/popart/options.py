@@ -11,7 +11,7 @@ Model they would change only the schedule, not the numbers.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tremula.popart.enums import (
     ExchangeStrategy,
@@ -68,6 +68,10 @@ class _Settings:
         return all(getattr(self, k) == getattr(other, k) for k in self._defaults)
 
     __hash__ = None  # type: ignore[assignment]
+
+    if TYPE_CHECKING:  # the settings are made from ``_defaults``: any name, any value
+
+        def __getattr__(self, key: str) -> Any: ...
 
     def __repr__(self) -> str:
         body = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._defaults)

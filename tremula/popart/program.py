@@ -121,7 +121,7 @@ class Program:
     def _trainable(self) -> set[str]:
         if not self.cfg.training:
             return set()
-        reach = self.graph.ancestors([self.cfg.loss])
+        reach = self.graph.ancestors([self.cfg.loss])  # type: ignore[list-item]
         return {t for t, w in self.weights.items() if t in reach and w.dtype in _FLOAT}
 
     def _variables(self) -> None:
@@ -141,7 +141,7 @@ class Program:
                 replica_grouping=w.grouping(self.ir),
             )
             if w.trainable:
-                for name, init in cfg.optimizer.state(tid, w.host, w.groups).items():
+                for name, init in cfg.optimizer.state(tid, w.host, w.groups).items():  # type: ignore[union-attr]
                     state = Weight(name, w.settings, init, init.shape[w.groups > 1 :], w.groups)
                     state.variable = w.state[name] = popxl.variable(
                         init,
@@ -150,7 +150,7 @@ class Program:
                         replica_grouping=w.grouping(self.ir),
                     )
                     self.states[name] = state
-                for name, value in cfg.optimizer.hyper_variables(tid).items():
+                for name, value in cfg.optimizer.hyper_variables(tid).items():  # type: ignore[union-attr]
                     if name not in self.hypers:
                         self.hypers[name] = popxl.variable(np.float32(value), popxl.float32, name)
 

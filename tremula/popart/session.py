@@ -404,7 +404,7 @@ class TrainingSession(_Session):
 
     def updateOptimizerFromHost(self, optimizer: Optimizer) -> None:
         """Send new values of the optimizer's non-constant hyper-parameters."""
-        self._optimizer._check_update(optimizer)
+        self._optimizer._check_update(optimizer)  # type: ignore[union-attr]
         session = self._prepared("updateOptimizerFromHost")
         self._optimizer = optimizer
         self._program.cfg.optimizer = optimizer

@@ -105,7 +105,7 @@ class SessionWeights:
 
     def modelToHost(self, fn: str) -> None:
         """Write the model with the device's weights (grouped ``[G, ...]``) to ``fn``."""
-        checkpoint.model_to_host(self, fn)
+        checkpoint.model_to_host(self, fn)  # type: ignore[arg-type]
 
     def resetHostWeights(
         self,
@@ -115,5 +115,7 @@ class SessionWeights:
         """Set the host weights from an ONNX model (``weightsFromHost`` sends them)."""
         self._check_mutable("resetHostWeights")
         checkpoint.reset_host_weights(
-            self, modelProtoOrFilename, ignoreWeightsInModelWithoutCorrespondingHostWeight
+            self,  # type: ignore[arg-type]
+            modelProtoOrFilename,
+            ignoreWeightsInModelWithoutCorrespondingHostWeight,
         )

@@ -54,7 +54,7 @@ def _known(infos: dict[str, Any]) -> dict[str, tuple[int, Shape]]:
         shape = onnxutil.value_shape(vi)
         if shape is not None and all(isinstance(d, int) for d in shape):
             out[name] = (vi.type.tensor_type.elem_type, shape)
-    return out
+    return out  # type: ignore[return-value]
 
 
 def infer_value_infos(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:

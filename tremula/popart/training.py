@@ -57,13 +57,13 @@ class _Forward:
             )
         self.grad = popxl.transforms.autodiff(
             self.graph,
-            grads_provided=[self.outputs[cfg.loss]],
+            grads_provided=[self.outputs[cfg.loss]],  # type: ignore[index]
             grads_required=[self.weights[w.id] for w in self.trainable],
         )
 
     def _outputs(self, p: Program, cx: Converter) -> dict[str, popxl.Tensor]:
         """The loss, the forward anchors and the new running statistics as outputs."""
-        loss = cx.env[p.cfg.loss]
+        loss = cx.env[p.cfg.loss]  # type: ignore[index]
         if not isinstance(loss, popxl.Tensor) or not loss.dtype.is_floating_point:
             raise PopartException(f"The loss '{p.cfg.loss}' must be a float tensor of the model")
         named = {p.cfg.loss: loss}
@@ -78,9 +78,9 @@ class _Forward:
             if id(t) not in seen:
                 seen[id(t)] = len(seen)
                 popxl.graph_output(t)
-            outputs[name] = seen[id(t)]
+            outputs[name] = seen[id(t)]  # type: ignore[index]
         self.index = outputs
-        return named
+        return named  # type: ignore[return-value]
 
 
 def _state(w: Weight, values: dict[str, popxl.Tensor], hypers: dict[str, Any]) -> dict:
@@ -91,7 +91,7 @@ def _state(w: Weight, values: dict[str, popxl.Tensor], hypers: dict[str, Any]) -
 
 def _loss_grad(p: Program, loss: popxl.Tensor, values: dict[str, popxl.Tensor]) -> popxl.Tensor:
     """The gradient the backward pass starts from: the loss scaling, in the loss's shape."""
-    value, const = p.cfg.optimizer.lossScaling()
+    value, const = p.cfg.optimizer.lossScaling()  # type: ignore[union-attr]
     ones = popxl.constant(np.ones(loss.shape, loss.dtype.as_numpy()), loss.dtype)
     if const:
         return ones if value == 1.0 else ops.mul(ones, value)
@@ -108,10 +108,10 @@ def _micro(p: Program, f: _Forward, values: dict[str, popxl.Tensor]) -> list[pop
     if f.random:
         use, nxt = ops.split_random_seed(values["__seed"])
         _VU.copy_var_update_(values["__seed"], nxt)
-        feed[f.seed_in] = use
+        feed[f.seed_in] = use  # type: ignore[index]
     info = ops.call_with_info(f.graph, inputs_dict=feed)
     outs = {name: info.parent_output(i) for name, i in f.index.items()}
-    dloss = _loss_grad(p, outs[p.cfg.loss], values)
+    dloss = _loss_grad(p, outs[p.cfg.loss], values)  # type: ignore[index]
     grads = list(ops.call(f.grad.graph, dloss, inputs_dict=f.grad.inputs_dict(info)))
     by_weight = {w.id: g for w, g in zip(f.trainable, grads)}
     for tid in p.cfg.dataflow.anchors():
@@ -140,10 +140,10 @@ def _update(p: Program, f: _Forward, values: dict[str, popxl.Tensor], grads: lis
     """Reduce each gradient over its group, clip by norm if asked, update the weights."""
     opt = p.cfg.optimizer
     reduced = {w.id: _reduced(p, w, g) for w, g in zip(f.trainable, grads)}
-    for setting in opt.clip_norm_settings:
-        setting.clip(reduced, opt.hyper("lossScaling", None, values))
+    for setting in opt.clip_norm_settings:  # type: ignore[union-attr]
+        setting.clip(reduced, opt.hyper("lossScaling", None, values))  # type: ignore[union-attr]
     for w in f.trainable:
-        opt.apply(values[w.id], reduced[w.id], _state(w, values, p.hypers), w.id)
+        opt.apply(values[w.id], reduced[w.id], _state(w, values, p.hypers), w.id)  # type: ignore[union-attr]
 
 
 def build_training(p: Program) -> None:
@@ -152,9 +152,12 @@ def build_training(p: Program) -> None:
     A = p.cfg.accumulation
     if A > 1:
         for w in f.trainable:
-            zeros = np.zeros(w.host.shape, w.variable.dtype.as_numpy())  # [G, ...] on the host
+            zeros = np.zeros(w.host.shape, w.variable.dtype.as_numpy())  # type: ignore[union-attr]  # [G, ...] on the host
             p.accums[w.id] = popxl.variable(
-                zeros, w.variable.dtype, f"Accum___{w.id}", replica_grouping=w.grouping(p.ir)
+                zeros,
+                w.variable.dtype,  # type: ignore[union-attr]
+                f"Accum___{w.id}",
+                replica_grouping=w.grouping(p.ir),
             )
 
     def micro_accumulate(values: dict[str, popxl.Tensor]) -> None:

@@ -69,13 +69,13 @@ class VariableSettings:
         stride, size = kwargs.pop("stride", None), kwargs.pop("groupSize", None)
         if kwargs:
             raise TypeError(f"VariableSettings: unexpected arguments {sorted(kwargs)}")
-        args = list(args)
+        args = list(args)  # type: ignore[assignment]
         if args and isinstance(args[0], GclCommGroup):
-            comm = args.pop(0)
+            comm = args.pop(0)  # type: ignore[attr-defined]
         elif len(args) >= 2 and not isinstance(args[0], VariableRetrievalMode):
-            stride, size = args.pop(0), args.pop(0)
+            stride, size = args.pop(0), args.pop(0)  # type: ignore[attr-defined]
         if args:
-            mode = args.pop(0)
+            mode = args.pop(0)  # type: ignore[attr-defined]
         if args:
             raise TypeError(f"VariableSettings: too many arguments {args}")
         self._mode = VariableRetrievalMode.OnePerGroup if mode is None else _mode(mode)

@@ -126,12 +126,12 @@ def all_reduce_within_replica(
     sources = r.x
     if pre is not None:  # the chunk that starts each ring, mapped, in its final slot
         first = r.step(lambda c: (c, (c + 1) % N, (c + 1) % N))
-        dst = poplar.concat([r.o[k][c] for c, k, _ in first])
+        dst: Any = poplar.concat([r.o[k][c] for c, k, _ in first])
         popops.map_in_place(graph, pre, [dst, poplar.concat([r.x[k][c] for c, k, _ in first])],
                             prog, name=f"{prefix}/pre")  # fmt: skip
         sources = r.o
     for s in range(N - 1):  # reduce-scatter
-        moves = r.step(lambda c, s=s: (c, (c + 1 + s) % N, (c + 2 + s) % N))
+        moves = r.step(lambda c, s=s: (c, (c + 1 + s) % N, (c + 2 + s) % N))  # type: ignore[misc]
         src = [(sources if s == 0 else r.o)[a][c] for c, a, _ in moves]
         dst = [r.o[b][c] for c, _, b in moves]
         _copy(src, dst, prog, f"{prefix}/reduce{s}")
@@ -142,7 +142,7 @@ def all_reduce_within_replica(
         mine = poplar.concat([r.o[c][c] for c in range(N) if r.live[c]])
         popops.map_in_place(graph, _1 * pe.Const(1.0 / N), [mine], prog, name=f"{prefix}/mean")
     for s in range(N - 1):  # all-gather
-        moves = r.step(lambda c, s=s: (c, (c + s) % N, (c + s + 1) % N))
+        moves = r.step(lambda c, s=s: (c, (c + s) % N, (c + s + 1) % N))  # type: ignore[misc]
         _copy([r.o[a][c] for c, a, _ in moves], [r.o[b][c] for c, _, b in moves], prog,
               f"{prefix}/gather{s}")  # fmt: skip
     return outs

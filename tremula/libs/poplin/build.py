@@ -234,7 +234,9 @@ def _type_name(base: str, shape: tuple[int, ...], names: set[str]) -> str:
 
 def _grid_fields(r: Region, lengths: dict[str, int], tensors: dict[str, Any]) -> dict:
     n = r.num_vertices
-    fields = {name: poplar.Segments(t, np.full(n, lengths[name])) for name, t in tensors.items()}
+    fields: dict[str, Any] = {
+        name: poplar.Segments(t, np.full(n, lengths[name])) for name, t in tensors.items()
+    }
     fields.update(zip(cl.GRID, r.grid))
     return fields
 

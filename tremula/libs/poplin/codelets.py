@@ -45,7 +45,7 @@ def shape_arg(sizes: tuple[int, ...]) -> str:
     return "x".join(str(int(s)) for s in sizes)
 
 
-def _shape(v: poplar.VertexInfo) -> tuple[int, ...]:
+def _shape(v: poplar.VertexInfo | poplar.Batch) -> tuple[int, ...]:
     return tuple(int(s) for s in v.vertex_type.params["SHAPE"].split(".")[0].split("x"))
 
 
@@ -98,7 +98,7 @@ class _Partial(poplar.Codelet):
         if (grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0):
             views = _kept_whole_views(v, a, b, c)
             if views is not None:
-                _products(*views, math, cls.accumulate)
+                _products(*views, math, cls.accumulate)  # type: ignore[call-arg]
             else:
                 _whole_products(a, b, c, math, cls.accumulate)
             return
@@ -132,7 +132,7 @@ class _Partial(poplar.Codelet):
                 return _product_2d(a2, b2, c2)
 
         def run() -> None:
-            _products(*views, math, accumulate)
+            _products(*views, math, accumulate)  # type: ignore[call-arg]
 
         return run
 

@@ -25,6 +25,7 @@ from tremula.libs.poplin.options import (
     partials_type,
 )
 from tremula.libs.poplin.plan import MatMulParams, Plan, plan_matmul
+from tremula.target import Target
 
 
 def matmul(
@@ -161,7 +162,7 @@ def create_matmul_grouped_input_rhs(
 
 
 def matmul_plan(
-    target: poplar.Target,
+    target: Target,
     dtype: Any,
     a_shape: Sequence[int],
     b_shape: Sequence[int],

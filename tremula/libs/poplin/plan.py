@@ -343,7 +343,7 @@ def _fit_step(
     if rows.size and params.out_type != params.partials_type:
         sub = [tuple(x[rows] for x in group) for group in (block, blocks)]
         acc = part[rows] + accumulator_bytes(params, sub[0][:3], nk[rows])
-        step[rows] = _step_within(params, target, *sub, k_grain, acc, red[rows])
+        step[rows] = _step_within(params, target, *sub, k_grain, acc, red[rows])  # type: ignore[call-arg, arg-type]
     return step
 
 
@@ -544,7 +544,7 @@ def _choose(params: MatMulParams, t: dict[str, np.ndarray]) -> Plan:
     first, second = (t["cycles"], t["temp"]) if fits.any() else (t["temp"], t["cycles"])
     pool = pool[first[pool] == first[pool].min()]
     keys = (t["sn"], t["nk"], t["nn"], t["nm"], t["ng"], t["swap"], t["method"], t["loop"])
-    keys = (*keys, t["tiles"], second)
+    keys = (*keys, t["tiles"], second)  # type: ignore[assignment]
     i = int(pool[np.lexsort(tuple(k[pool] for k in keys))[0]])
     v = {k: int(a[i]) for k, a in t.items()}
     return Plan(

@@ -108,7 +108,7 @@ def _loss_compute(kind: str, v: poplar.Batch) -> None:
 def _loss_prepare(kind: str, v: poplar.Batch) -> Any:
     """``Codelet.prepare``: direct views of every field when the scales are one scalar each
     (the usual case: one loss over a batch), else None."""
-    views = [v.stable_view(name) for name in ("probs", "labels", "deltas", "loss")]
+    views: list[Any] = [v.stable_view(name) for name in ("probs", "labels", "deltas", "loss")]
     ds, mos = v.stable_scalar("deltasScale"), v.stable_scalar("modelOutputScaling")
     if any(x is None for x in views) or ds is None or mos is None:
         return None

@@ -12,6 +12,8 @@ from tremula.libs.popops import expr
 from tremula.libs.popops.cast import cast
 from tremula.libs.popops.elementwise import *  # noqa: F403  (one function per op)
 from tremula.libs.popops.elementwise import __all__ as _elementwise_all
+from tremula.libs.popops.elementwise_binary import *  # noqa: F403  (for static tools)
+from tremula.libs.popops.elementwise_unary import *  # noqa: F403
 from tremula.libs.popops.expr import BinaryOpType, TernaryOpType, UnaryOpType
 from tremula.libs.popops.fill import fill, zero
 from tremula.libs.popops.fp8 import pow2scale_cast

@@ -262,7 +262,7 @@ def _op_step(op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray) -> Ca
 
         return run_half
     if op.takes_out and buf.dtype == op.result_type(t).numpy:
-        return lambda: ref(*args, out=buf)
+        return lambda: ref(*args, out=buf)  # type: ignore[return-value]  # result unused
     return lambda: np.copyto(buf, ref(*args), casting="unsafe")
 
 

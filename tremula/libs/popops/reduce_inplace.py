@@ -150,9 +150,9 @@ def direct(
         src, dst, axes = partials.reshape(R, -1, O, N, I), out.reshape(R, -1, N), (2, 4)
     elif path == "uniform":  # ReducePartials: equal pieces per output region
         C, L = lay["shape"]
-        src, dst, axes = partials.reshape(R, -1, C, L), out.reshape(R, -1, L), (2,)
+        src, dst, axes = partials.reshape(R, -1, C, L), out.reshape(R, -1, L), (2,)  # type: ignore[assignment]
     elif path == "pieces":
-        src, dst, axes = partials, out.reshape(R, -1, partials.shape[-1]), (2,)
+        src, dst, axes = partials, out.reshape(R, -1, partials.shape[-1]), (2,)  # type: ignore[assignment]
     elif path == "grid":
         return _grid_direct(ufunc, partials, out, lay, scale)
     elif path == "rows" and lay["row"][1] == 1:  # whole rows summed in place (I == 1)

@@ -70,7 +70,9 @@ class Problem:
         return self.params.shape
 
 
-def occupancy(xg: np.ndarray, yg: np.ndarray, d: float) -> tuple[np.ndarray, np.ndarray]:
+def occupancy(
+    xg: np.ndarray | int, yg: np.ndarray | int, d: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows with a non-zero and non-zeros per such row of a uniform ``xg x yg`` grid of
     density ``d`` (``getNumGroupsGivenUniformSparsityPattern``, spec 3.4)."""
     xg, yg = np.asarray(xg, dtype=np.float64), np.asarray(yg, dtype=np.float64)

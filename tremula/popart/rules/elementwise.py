@@ -88,7 +88,7 @@ def _atan(x: Any) -> Any:
 
 
 def _acos(x: Any) -> Any:  # atan2(sqrt(1 - x^2), x): accurate near +-1, unlike pi/2 - asin
-    return ops.atan2(ops.sqrt(ops.mul(ops.sub(1.0, x), ops.add(x, 1.0))), x)
+    return ops.atan2(ops.sqrt(ops.mul(ops.sub(1.0, x), ops.add(x, 1.0))), x)  # type: ignore[arg-type]
 
 
 def _sinh(x: Any) -> Any:
@@ -109,7 +109,7 @@ def _acosh(x: Any) -> Any:
 
 
 def _atanh(x: Any) -> Any:
-    return ops.mul(ops.log(ops.div(ops.add(x, 1.0), ops.sub(1.0, x))), 0.5)
+    return ops.mul(ops.log(ops.div(ops.add(x, 1.0), ops.sub(1.0, x))), 0.5)  # type: ignore[arg-type]
 
 
 def round_half_even(x: Any) -> Any:
@@ -176,7 +176,7 @@ def _thresholded_relu(node: Any, x: Any) -> Any:
 
 ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     **{
-        name: _fold_or(dev, host)
+        name: _fold_or(dev, host)  # type: ignore[arg-type]
         for name, (dev, host) in {
             "Abs": (ops.abs, np.abs),
             "Neg": (ops.negate, np.negative),
@@ -203,7 +203,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Ceil": (ops.ceil, np.ceil),
             "Sign": (ops.sign, np.sign),
             "Not": (ops.logical_not, np.logical_not),
-            "Reciprocal": (lambda x: ops.div(1.0, x), np.reciprocal),
+            "Reciprocal": (lambda x: ops.div(1.0, x), np.reciprocal),  # type: ignore[arg-type]
             "Softsign": (lambda x: ops.div(x, ops.add(ops.abs(x), 1.0)), None),
             "Softplus": (_softplus, None),
             "IsNaN": (ops.isnan, np.isnan),

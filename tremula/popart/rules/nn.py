@@ -177,7 +177,7 @@ def _batch_norm(node: Any) -> list[Any]:
     mean = ops.mean(x, axes, keepdims=True)
     centred = ops.sub(x, mean)
     var = ops.mean(ops.mul(centred, centred), axes, keepdims=True)
-    inv_std = ops.div(1.0, ops.sqrt(ops.add(var, eps)))
+    inv_std = ops.div(1.0, ops.sqrt(ops.add(var, eps)))  # type: ignore[arg-type]
     y = ops.add(
         ops.mul(ops.mul(centred, inv_std), ops.reshape(scale, per_channel)),
         ops.reshape(bias, per_channel),

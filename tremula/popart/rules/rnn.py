@@ -73,7 +73,7 @@ def _gru_step(gx: Any, h: Any, R: Any, rb: Any, H: int, act: list, lbr: bool) ->
         hr = ops.matmul(ops.mul(r, h), rh)
         hr = hr if bh is None else ops.add(hr, bh)
         cand = act[1](ops.add(_gate(gx, 2, H), hr))
-    return ops.add(ops.mul(ops.sub(1.0, z), cand), ops.mul(z, h))
+    return ops.add(ops.mul(ops.sub(1.0, z), cand), ops.mul(z, h))  # type: ignore[arg-type]
 
 
 def _gate_rows(RT: Any, lo: int, hi: int) -> Any:

@@ -120,9 +120,9 @@ def _gather_elements(node: Any) -> list[Any]:
             return [np.take_along_axis(node.const(0), idx, axis=axis)]
         flat = (base + idx * int(strides[axis])).astype(np.int32)
         return [ops.gather(ops.reshape(node.tensor(0), (-1,)), flat)]
-    idx = ops.cast(indices, popxl.int32)
-    idx = ops.where(ops.less(idx, 0), ops.add(idx, shape[axis]), idx)
-    flat = ops.add(ops.mul(idx, int(strides[axis])), base.astype(np.int32))
+    idx = ops.cast(indices, popxl.int32)  # type: ignore[assignment]
+    idx = ops.where(ops.less(idx, 0), ops.add(idx, shape[axis]), idx)  # type: ignore[arg-type, assignment]
+    flat = ops.add(ops.mul(idx, int(strides[axis])), base.astype(np.int32))  # type: ignore[arg-type]
     return [ops.gather(ops.reshape(node.tensor(0), (-1,)), flat)]
 
 
@@ -156,7 +156,7 @@ def _slice(node: Any) -> list[Any]:
     ax, sls = [k[0] for k in keep], [k[1] for k in keep]
     unit = [1 if sl.step > 0 else -1 for sl in sls]
     stops = [sl.stop if sl.stop >= 0 else None for sl in sls]  # numpy's -1 stop: past index 0
-    v = ops.slice(v, [s.start for s in sls], stops, unit, ax)
+    v = ops.slice(v, [s.start for s in sls], stops, unit, ax)  # type: ignore[arg-type]
     strides = [1] * len(shape)
     for a, sl in zip(ax, sls):
         strides[a] = abs(sl.step)
@@ -207,7 +207,7 @@ def _cast(node: Any) -> list[Any]:
     v = node.value(0)
     if isinstance(v, np.ndarray):
         return [v.astype(to)]
-    target = popxl_dtype(to if to.itemsize < 8 else np.dtype(to.kind + "4"))
+    target = popxl_dtype(to if to.itemsize < 8 else np.dtype(to.kind + "4"))  # type: ignore[arg-type, union-attr]
     return [v if v.dtype == target else ops.cast(v, target)]
 
 
@@ -290,7 +290,7 @@ def _pad_axis(
     n = v.shape[axis]
     if mode == "reflect" and max(before, after) >= n:
         raise node.error(f"reflect pads of {before} and {after} need more than {n} elements")
-    parts = []
+    parts = []  # type: ignore[var-annotated]
     for count, where in ((before, "before"), (after, "after")):
         if not count:
             parts.append(None)
@@ -308,14 +308,14 @@ def _pad_axis(
             parts.append(ops.slice(v, [count], [0], [-1], [axis]))
         else:  # elements n-2 .. n-1-count
             stop = n - 2 - count if n - 2 - count >= 0 else None
-            parts.append(ops.slice(v, [n - 2], [stop], [-1], [axis]))
+            parts.append(ops.slice(v, [n - 2], [stop], [-1], [axis]))  # type: ignore[list-item]
     pieces = [p for p in (parts[0], v, parts[1]) if p is not None]
     return ops.concat(pieces, axis) if len(pieces) > 1 else v
 
 
 def _flip(t: Any, axis: int) -> Any:
     """``t`` reversed along ``axis``."""
-    return ops.slice(t, [t.shape[axis] - 1], [None], [-1], [axis])
+    return ops.slice(t, [t.shape[axis] - 1], [None], [-1], [axis])  # type: ignore[list-item]
 
 
 def _arg(fn: Callable[..., Any]) -> Callable[[Any], list]:
@@ -390,7 +390,7 @@ def _reduce(op_type: str) -> Callable[[Any], list]:
             return [node.value(0)]
         axes = [_axis(a, rank) for a in axes]
         if host is not None and node.is_const(0):
-            return [np.asarray(host(node.const(0), axis=tuple(axes), keepdims=keep))]
+            return [np.asarray(host(node.const(0), axis=tuple(axes), keepdims=keep))]  # type: ignore[operator]
         return [device(node.tensor(0), axes, keep)]
 
     return rule

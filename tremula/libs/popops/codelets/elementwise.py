@@ -125,13 +125,14 @@ class Elementwise(poplar.Codelet):
         if nd:
             # every operand connected with the output's shape: N-d views (zero-copy where
             # possible: broadcast operands keep their stride-0 axes instead of a gather)
-            ones = (1,) * len(shape)
+            ones = (1,) * len(shape)  # type: ignore[arg-type]  # nd: a shape
             args = [
-                v[f][:, :1].reshape(v.replicas, *ones) if s else v.view(f, shape) for f, s in pairs
+                v[f][:, :1].reshape(v.replicas, *ones) if s else v.view(f, shape)  # type: ignore[arg-type]
+                for f, s in pairs
             ]
             if v.checks:
                 _check_divisors(v, typed, args)
-            evaluate(typed, args, v.view(cls.output, shape))
+            evaluate(typed, args, v.view(cls.output, shape))  # type: ignore[arg-type]
             return
         args = [
             _scalar_operand(v, v[f], cls.output) if s else v[f]
@@ -153,7 +154,7 @@ class Elementwise(poplar.Codelet):
         pairs = list(zip(cls.inputs, cls.scalars))
         for nd_shape in ((shape,) if shape is not None else ()) + (None,):
             ones = (1,) * (len(nd_shape) if nd_shape is not None else 1)
-            args = []
+            args: list[np.ndarray | None] = []
             for f, scalar in pairs:
                 view = v.stable_scalar(f) if scalar else v.stable_view(f, nd_shape)
                 if view is not None and scalar:
@@ -161,7 +162,7 @@ class Elementwise(poplar.Codelet):
                 args.append(view)
             out = v.stable_view(cls.output, nd_shape)
             if out is not None and all(a is not None for a in args):
-                return compile_run(typed, args, out)
+                return compile_run(typed, args, out)  # type: ignore[arg-type]
         return None
 
     @classmethod

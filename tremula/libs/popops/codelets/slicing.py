@@ -407,7 +407,7 @@ class MultiUpdateOp(MultiUpdate):
     fields."""
 
     name = "popops::MultiUpdateOp"
-    templates = ("T", "TI", "OP")
+    templates = ("T", "TI", "OP")  # type: ignore[assignment]
 
     compute = staticmethod(_multi_update_op_compute)
 

@@ -18,11 +18,11 @@ def shape_arg(*sizes: int) -> str:
     return "x".join(str(int(s)) for s in sizes)
 
 
-def template_sizes(v: poplar.VertexInfo, name: str) -> tuple[int, ...]:
+def template_sizes(v: poplar.VertexInfo | poplar.Batch, name: str) -> tuple[int, ...]:
     return tuple(int(s) for s in v.vertex_type.params[name].split("x"))
 
 
-def vertex_grid(v: poplar.VertexInfo) -> tuple[int, int, int]:
+def vertex_grid(v: poplar.VertexInfo | poplar.Batch) -> tuple[int, int, int]:
     """The vertices' grid, or a single row of them when the states do not describe one."""
     if v.n == 0:
         return (1, 1, 0)

@@ -31,7 +31,7 @@ def schedule(
             moves += [(d, False)] * ((partition[d] - offset[d]) % partition[d])
     shift, comp, bufs = [], [], []
     buf = 0
-    for k, (d, compute) in enumerate(moves):
+    for k, (d, compute) in enumerate(moves):  # type: ignore[assignment]
         moved = d is not None and partition[d] > 1
         if k and not moved and not compute:
             continue

@@ -203,7 +203,7 @@ def _value_index(
 
 
 def _product_structure(
-    cls: type,
+    cls: Any,  # the codelet class (its transposed / accumulate flags)
     geo: dict[str, Any],
     sid: np.ndarray,
     content: np.ndarray,
@@ -273,7 +273,7 @@ class _BlockStructure:
 
 
 def _block_structure(
-    cls: type,
+    cls: Any,  # the codelet class (its transposed / accumulate flags)
     geo: dict[str, Any],
     sid: np.ndarray,
     content: np.ndarray,
