@@ -42,7 +42,7 @@ def test_every_module_imports_but_those_over_other_cpp_ops() -> None:
             importlib.import_module(name)
         except ImportError as err:
             assert needs_cpp, f"{name}: {err}"
-            assert "is a C++ PopART custom op built by cppimport" in str(err), name
+            assert "is a C++ PopART custom op (" in str(err), name
             refused.append(name)
             continue
         assert not needs_cpp, f"{name} imported"
