@@ -6,6 +6,8 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     collectives,
     control,
     conv,
+    custom_grad_reduce_square_add,
+    custom_layer_norm_distributed,
     debug,
     elementwise,
     fp8,

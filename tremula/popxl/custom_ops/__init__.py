@@ -22,4 +22,8 @@ SERVED: dict[tuple[str, str, int], str] = {
     (_ADDONS, "ReplicatedReduceScatterStrided", 1): _COLLECTIVES,
     (_ADDONS, "ReplicatedAllReduceStrided", 1): _COLLECTIVES,
     (_ADDONS, "ReplicatedAllReduceTP", 1): _COLLECTIVES,
+    # popxl-addons' tensor-parallel layer norm
+    (_ADDONS, "LayerNormDistributed", 1): f"{__name__}.layer_norm_distributed",
+    (_ADDONS, "LayerNormDistributedGrad", 1): f"{__name__}.layer_norm_distributed",
+    (_ADDONS, "GradReduceSquareAdd", 1): f"{__name__}.grad_reduce_square_add",
 }
