@@ -119,4 +119,3 @@ def test_tp_all_reduce_takes_add_only() -> None:
         x = popxl.variable(np.ones(3, np.float32))
         with pytest.raises(popart.popart_exception, match="Add is the only"):
             replicated_all_reduce(x, op="max")
-

@@ -33,7 +33,8 @@ DY = RNG.normal(0.0, 1.0, (R, N, H)).astype(np.float32)
 
 
 def _groups(stride: int, size: int) -> list[list[int]]:
-    return [[g0 + k * stride for k in range(size)] for g0 in range(R) if g0 % (stride * size) < stride]
+    firsts = [g0 for g0 in range(R) if g0 % (stride * size) < stride]
+    return [[g0 + k * stride for k in range(size)] for g0 in firsts]
 
 
 def reference(groups: list[list[int]], w_is_used_in_dx: bool = False) -> dict[str, np.ndarray]:
