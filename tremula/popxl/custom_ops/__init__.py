@@ -26,4 +26,6 @@ SERVED: dict[tuple[str, str, int], str] = {
     (_ADDONS, "LayerNormDistributed", 1): f"{__name__}.layer_norm_distributed",
     (_ADDONS, "LayerNormDistributedGrad", 1): f"{__name__}.layer_norm_distributed",
     (_ADDONS, "GradReduceSquareAdd", 1): f"{__name__}.grad_reduce_square_add",
+    (_ADDONS, "CrossEntropySharded", 1): f"{__name__}.cross_entropy_sharded_loss",
+    (_ADDONS, "CrossEntropyShardedGrad", 1): f"{__name__}.cross_entropy_sharded_loss",
 }

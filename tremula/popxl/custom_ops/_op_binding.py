@@ -10,9 +10,10 @@ from typing import Any
 
 from tremula.errors import PopartException
 from tremula.libs.gcl.grouping import ReplicaGrouping as Grouping
+from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.edit import graph_tensor
 from tremula.popxl.context import get_current_context
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import create_op
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.tensor import Tensor
 
@@ -58,7 +59,7 @@ def connected_op(
         names = [_base_name(graph, outputs[k]) for k in sorted(outputs)]
         outs = create_op(op_type, ts, attrs, names)
     producer = outs[0].producer
-    assert producer is not None
+    assert isinstance(producer, Op)  # op records are made as their binding classes
     return producer
 
 
