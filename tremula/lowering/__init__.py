@@ -7,6 +7,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     control,
     conv,
     custom_cross_entropy_sharded,
+    custom_cross_entropy_sharded_wr,
     custom_grad_reduce_square_add,
     custom_layer_norm_distributed,
     debug,

@@ -30,19 +30,25 @@ ADD, MAX = gcl.CollectiveOperator.ADD, gcl.CollectiveOperator.MAX
 
 
 def flat_indices(
-    lw: Lowerer, indices: poplar.Tensor, classes: int, prog: poplar.Sequence, name: str
+    lw: Lowerer,
+    indices: poplar.Tensor,
+    classes: int,
+    prog: poplar.Sequence,
+    name: str,
+    start: int = 0,
 ) -> poplar.Tensor:
-    """``n * classes + indices[n]`` (unsigned) where ``0 <= indices[n] < classes``, else
-    ``N * classes`` (past the flattened ``[N * classes]`` table)."""
+    """``n * classes + (indices[n] - start)`` (unsigned) where ``0 <= indices[n] - start <
+    classes``, else ``N * classes`` (past the flattened ``[N * classes]`` table)."""
     n = indices.shape[0]
     offsets = lw.graph.add_constant(
         poplar.UNSIGNED_INT, (n,), np.arange(n, dtype=np.uint32) * classes, f"{name}/rowStarts"
     )
     lw.graph.set_tile_mapping(offsets, lw.graph.tiles_of(indices))
-    in_range = pe.Lt(pe._1, classes)
+    shifted = pe._1 - start if start else pe._1  # unsigned indices wrap below the start
+    in_range = pe.Lt(shifted, classes)
     if indices.dtype is not poplar.UNSIGNED_INT:
-        in_range = pe.And(pe.Gte(pe._1, 0), in_range)
-    flat = pe.Select(pe.Cast(pe._1, poplar.UNSIGNED_INT) + pe._2, n * classes, in_range)
+        in_range = pe.And(pe.Gte(shifted, 0), in_range)
+    flat = pe.Select(pe.Cast(shifted, poplar.UNSIGNED_INT) + pe._2, n * classes, in_range)
     return popops.map(lw.graph, flat, [indices, offsets], prog, name=f"{name}/uIndices")
 
 

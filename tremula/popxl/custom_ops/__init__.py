@@ -28,4 +28,6 @@ SERVED: dict[tuple[str, str, int], str] = {
     (_ADDONS, "GradReduceSquareAdd", 1): f"{__name__}.grad_reduce_square_add",
     (_ADDONS, "CrossEntropySharded", 1): f"{__name__}.cross_entropy_sharded_loss",
     (_ADDONS, "CrossEntropyShardedGrad", 1): f"{__name__}.cross_entropy_sharded_loss",
+    (_ADDONS, "CrossEntropyShardedWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
+    (_ADDONS, "CrossEntropyShardedGradWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
 }
