@@ -63,8 +63,9 @@ def reference(groups: list[list[int]], w_is_used_in_dx: bool = False) -> dict[st
     return out
 
 
-def _run(stride: int, size: int, dtype=np.float32):
+def _run(stride: int, size: int, dtype=np.float32, stable: bool = False):
     ir = popxl.Ir(replication=R)
+    ir._pb_ir.getSessionOptions().enableStableNorm = stable  # PopART's option, as the Opx reads
     one_each = ir.replica_grouping(group_size=1)
     outs = {}
     with ir.main_graph:
@@ -94,9 +95,12 @@ def _run(stride: int, size: int, dtype=np.float32):
     return {k: got[s] for k, s in outs.items()}, g, info.graph, stats, profile
 
 
-@pytest.mark.parametrize("stride, size", [(1, 2), (2, 2), (1, 4), (1, 1)])
-def test_forward_and_gradients_match_the_cpp_semantics_over_each_group(stride, size) -> None:
-    got, fwd, bwd, stats, profile = _run(stride, size)
+@pytest.mark.parametrize(
+    "stride, size, stable",
+    [(1, 2, False), (2, 2, False), (1, 4, False), (1, 1, False), (2, 2, True)],
+)
+def test_forward_and_gradients_match_the_cpp_semantics_over_each_group(stride, size, stable):
+    got, fwd, bwd, stats, profile = _run(stride, size, stable=stable)
     ref = reference(_groups(stride, size))
     for k in ("y", "dx", "dw", "db"):
         np.testing.assert_allclose(got[k], ref[k], rtol=2e-5, atol=2e-5, err_msg=k)
@@ -109,6 +113,8 @@ def test_forward_and_gradients_match_the_cpp_semantics_over_each_group(stride, s
     names = profile["computeSets"]["names"]
     assert any(n.startswith("LayerNormDistributed/") for n in names), names
     assert any(n.startswith("LayerNormDistributedGrad/") for n in names), names
+    # the stable algorithm centres before the variance (a second all-reduce)
+    assert any(n.startswith("LayerNormDistributed/") and "/centre" in n for n in names) == stable
 
 
 def test_the_input_gradient_is_the_layer_norms_where_the_scale_is_one() -> None:
