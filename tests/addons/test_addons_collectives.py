@@ -119,8 +119,3 @@ def test_tp_all_reduce_takes_add_only() -> None:
         x = popxl.variable(np.ones(3, np.float32))
         with pytest.raises(popart.popart_exception, match="Add is the only"):
             replicated_all_reduce(x, op="max")
-
-
-def test_other_custom_ops_are_refused_by_name() -> None:
-    with pytest.raises(ImportError, match="rotary_pos_embed_binding is a C\\+\\+ PopART custom op"):
-        import popxl_addons.ops.rotary_pos_embed  # noqa: F401

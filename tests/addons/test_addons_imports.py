@@ -10,16 +10,11 @@ import popxl_addons
 
 #: popxl-addons' C++ custom ops Tremula does not serve, and the layers built on them
 NEEDS_CPP = (
-    "ops.cross_entropy_sharded_loss",
-    "ops.cross_entropy_sharded_wr_loss",
     "ops.fp8_mse_scale",
-    "ops.grad_reduce_square_add",
     "ops.group_quantize_decompress",
-    "ops.layer_norm_distributed",
     "ops.linear_layout",
     "ops.rotary_pos_embed",
     "ops.static_sparse_ops",
-    "layers.layer_norm_distributed",
     "layers.linear_fp8",
     "layers.linear_gq",
 )
@@ -42,9 +37,9 @@ def test_every_module_imports_but_those_over_other_cpp_ops() -> None:
             importlib.import_module(name)
         except ImportError as err:
             assert needs_cpp, f"{name}: {err}"
-            assert "is a C++ PopART custom op built by cppimport" in str(err), name
+            assert "is a C++ PopART custom op (" in str(err), name
             refused.append(name)
             continue
         assert not needs_cpp, f"{name} imported"
         imported.append(name)
-    assert (len(imported), len(refused)) == (48, 21)
+    assert (len(imported), len(refused)) == (57, 12)

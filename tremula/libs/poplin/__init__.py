@@ -22,6 +22,11 @@ from tremula.libs.poplin.matmul import (
     matmul_grouped_acc,
     matmul_plan,
 )
+from tremula.libs.poplin.norms import (
+    NormReduceCallback,
+    distributed_norm_statistics,
+    distributed_norm_statistics_gradients,
+)
 from tremula.libs.poplin.options import MatMulError, MatMulOptions, parse_options
 from tremula.libs.poplin.plan import MatMulParams, Plan, plan_matmul
 
@@ -30,11 +35,14 @@ __all__ = [
     "MatMulError",
     "MatMulOptions",
     "MatMulParams",
+    "NormReduceCallback",
     "Plan",
     "create_matmul_grouped_input_lhs",
     "create_matmul_grouped_input_rhs",
     "create_matmul_input_lhs",
     "create_matmul_input_rhs",
+    "distributed_norm_statistics",
+    "distributed_norm_statistics_gradients",
     "matmul",
     "matmul_acc",
     "matmul_grouped",

@@ -1,18 +1,23 @@
-"""Python stand-ins for C++ PopART custom ops that PopXL programs build at import time.
+"""The import hook that serves C++ PopART custom ops in Python, identified by what they are.
 
-popxl-addons compiles its custom ops with ``cppimport`` (``import cppimport.import_hook``,
-then ``from . import <op>_binding``: the hook builds ``<op>_binding.cpp`` against the SDK's
-PopART headers). Three of them, its strided collectives, are imported by ``import
-popxl_addons`` itself; a fourth, the tensor-parallel all-reduce, by its TP layers. They are
-replicated collectives over a replica grouping (given by stride and group size, or as a
-grouping), which Tremula's collectives already are, so Tremula serves their binding modules
-in Python (:data:`STAND_INS`) instead of compiling them. The other custom ops
-of popxl-addons (rotary embedding, sharded cross-entropy, ...) need a compiler and the SDK:
-importing one raises ``ImportError`` naming it.
+PopXL programs build their custom ops with ``cppimport``: a Python wrapper runs ``import
+cppimport.import_hook``, then ``from . import <op>_binding``, and cppimport's hook
+compiles ``<op>_binding.cpp`` (next to the wrapper) against the SDK's PopART headers.
+popxl-addons ships nine such ops and several models keep their own copies. Tremula
+builds no C++: this finder, put in front of cppimport's, recognises any cppimport module
+(a ``<name>.cpp`` / ``.c`` whose first line mentions cppimport, found where the import
+looks: the parent package's folders, or ``sys.path``), wherever it lives, by the PopART
+operator identifiers its C++ declares (:mod:`.cpp_source`), and serves it with the module
+:data:`tremula.popxl.custom_ops.SERVED` names for them: a new module holding that
+module's public names (the binding classes whose ``createOpInGraph`` the wrapper calls).
+
+A C++ module whose identifiers Tremula does not serve (or that declares none) raises
+``ImportError`` naming the module, its file and the identifiers, before anything is
+compiled.
 
 The finder is installed when PopXL is imported; when ``cppimport.import_hook`` puts its own
-finder first in ``sys.meta_path``, this one moves back in front of it, so that the modules
-it serves are not compiled.
+finder first in ``sys.meta_path``, this one moves back in front of it. Only the import of a
+module with a cppimport source next to it reads C++ or loads a serving module.
 """
 
 from __future__ import annotations
@@ -20,24 +25,13 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
-import os
 import sys
 from types import ModuleType
 from typing import Any
 
 from tremula.alias import Loader as _Loader
+from tremula.popxl._ir.cpp_source import find_module_source, operator_ids
 
-#: module name suffix -> the stand-in module serving it
-STAND_INS = {
-    f"replicated_strided_collectives.replicated_{kind}_strided_binding": (
-        "tremula.popxl._ir.custom_collectives"
-    )
-    for kind in ("all_gather", "reduce_scatter", "all_reduce")
-}
-STAND_INS["replicated_all_reduce_TP.replicated_all_reduce_TP_binding"] = (
-    "tremula.popxl._ir.custom_collectives"
-)
-_CLIENT = "popxl_addons.ops."
 _HOOK = "cppimport.import_hook"
 
 
@@ -56,9 +50,47 @@ class _AfterHook(_Loader):
         install(first=True)
 
 
+def serving_module(fullname: str, source: str) -> str:
+    """The module serving the cppimport module ``fullname`` whose C++ is ``source``.
+
+    Raises:
+        ImportError: the C++ declares no custom op, or one Tremula does not serve, or ops
+            served by different modules (naming the module, the file and the identifiers).
+    """
+    from tremula.popxl.custom_ops import SERVED
+
+    ids = operator_ids(source)
+    if not ids:
+        raise ImportError(
+            f"{fullname} is a C++ module ({source}) built by cppimport against the Poplar "
+            f"SDK that declares no PopART custom op (no OperatorIdentifier); Tremula builds "
+            f"no C++ and serves only PopART custom ops it knows, by their identifier "
+            f"(tremula.popxl.custom_ops.SERVED)",
+            name=fullname,
+            path=source,
+        )
+    missing = [i for i in ids if i not in SERVED]
+    modules = sorted({SERVED[i] for i in ids if i in SERVED})
+    if missing or len(modules) != 1:
+        why = (
+            f"operator identifier(s) {', '.join(map(str, missing))} not served"
+            if missing
+            else f"its ops are served by different modules ({', '.join(modules)})"
+        )
+        raise ImportError(
+            f"{fullname} is a C++ PopART custom op ({source}) built by cppimport against "
+            f"the Poplar SDK, declaring {', '.join(map(str, ids))}: {why}. Tremula builds "
+            f"no C++; it serves custom ops in Python by their identifier (domain::type:"
+            f"version), and serves {len(SERVED)}: see tremula.popxl.custom_ops.SERVED",
+            name=fullname,
+            path=source,
+        )
+    return modules[0]
+
+
 class _Finder(_Loader):
-    """Serves :data:`STAND_INS`; refuses popxl-addons' other C++ modules by name (a meta path
-    finder and loader by protocol, like :mod:`tremula.alias`'s)."""
+    """Serves cppimport modules by their operator identifiers (a meta path finder and
+    loader by protocol, like :mod:`tremula.alias`'s)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname == _HOOK:
@@ -68,33 +100,27 @@ class _Finder(_Loader):
             return importlib.util.spec_from_loader(
                 fullname, _AfterHook(real.loader), origin=real.origin
             )
-        if not fullname.startswith(_CLIENT):
+        folders = list(path) if path is not None else list(sys.path)
+        source = find_module_source(fullname.rpartition(".")[2], folders)
+        if source is None:
             return None
-        suffix = fullname[len(_CLIENT) :]
-        if suffix in STAND_INS:
-            return importlib.machinery.ModuleSpec(fullname, self)
-        if fullname.endswith(("_binding", "_impl")) and _has_cpp(fullname):
-            raise ImportError(
-                f"{fullname} is a C++ PopART custom op built by cppimport against the Poplar "
-                f"SDK; Tremula does not build C++ custom ops (Tremula serves in Python: "
-                f"{sorted(STAND_INS)})",
-                name=fullname,
-            )
-        return None
+        serving = serving_module(fullname, source)
+        spec = importlib.machinery.ModuleSpec(fullname, self, origin=source)
+        spec.loader_state = serving
+        return spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(STAND_INS[spec.name[len(_CLIENT) :]])
+        serving = importlib.import_module(spec.loader_state)
+        module = ModuleType(spec.name, f"{spec.name}: served by {serving.__name__} (Tremula)")
+        names = getattr(serving, "__all__", None) or [
+            n for n in vars(serving) if not n.startswith("_")
+        ]
+        for name in names:
+            setattr(module, name, getattr(serving, name))
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
         return None
-
-
-def _has_cpp(fullname: str) -> bool:
-    """Whether popxl-addons ships ``fullname`` as C++ source (a cppimport module)."""
-    parent, _, leaf = fullname.rpartition(".")
-    package = sys.modules.get(parent)
-    paths = getattr(package, "__path__", None) or []
-    return any(os.path.exists(os.path.join(p, leaf + ".cpp")) for p in paths)
 
 
 _FINDER = _Finder()

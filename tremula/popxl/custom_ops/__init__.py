@@ -6,11 +6,28 @@ A C++ custom op that a program ships as a cppimport module declares its identifi
 (``tremula.popxl._ir.native``) reads it from the module's C++ source and serves the module
 named here, wherever the program keeps its copy. Each module defines its ops like any other
 op (definition, gradient rule, lowering rule with cycle estimates) and provides the binding
-classes (``createOpInGraph``) that the program's Python wrapper calls.
+classes (``createOpInGraph``) that the program's Python wrapper calls (its ``__all__``).
 """
 
 from __future__ import annotations
 
+_ADDONS = "popxl.addons.ops"
+_COLLECTIVES = "tremula.popxl._ir.custom_collectives"
+
 #: operator identifier (domain, type, version) -> the module serving the binding that
 #: declares it; each op module adds its own rows
-SERVED: dict[tuple[str, str, int], str] = {}
+SERVED: dict[tuple[str, str, int], str] = {
+    # popxl-addons' replicated collectives
+    (_ADDONS, "ReplicatedAllGatherStrided", 1): _COLLECTIVES,
+    (_ADDONS, "ReplicatedReduceScatterStrided", 1): _COLLECTIVES,
+    (_ADDONS, "ReplicatedAllReduceStrided", 1): _COLLECTIVES,
+    (_ADDONS, "ReplicatedAllReduceTP", 1): _COLLECTIVES,
+    # popxl-addons' tensor-parallel layer norm
+    (_ADDONS, "LayerNormDistributed", 1): f"{__name__}.layer_norm_distributed",
+    (_ADDONS, "LayerNormDistributedGrad", 1): f"{__name__}.layer_norm_distributed",
+    (_ADDONS, "GradReduceSquareAdd", 1): f"{__name__}.grad_reduce_square_add",
+    (_ADDONS, "CrossEntropySharded", 1): f"{__name__}.cross_entropy_sharded_loss",
+    (_ADDONS, "CrossEntropyShardedGrad", 1): f"{__name__}.cross_entropy_sharded_loss",
+    (_ADDONS, "CrossEntropyShardedWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
+    (_ADDONS, "CrossEntropyShardedGradWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
+}

@@ -60,6 +60,14 @@ def op_class(op_type: str) -> type[Op]:
     return cls
 
 
+def define_class(cls: type[Op]) -> type[Op]:
+    """Make ``cls`` (a subclass of :class:`Op` named as PopART names its class) the binding
+    class of its op type: a custom op's class written with its own binding methods. Call it
+    before any op of the type is made (a class decorator)."""
+    _WRITTEN[cls.__name__] = cls
+    return cls
+
+
 def classes_in(namespace: str) -> dict[str, type[Op]]:
     """Every binding class of ``namespace`` ("" for ``op``): the family bases and one per
     op type of the registry (ops defined later appear as they are defined)."""
