@@ -119,6 +119,18 @@ def test_group_norm(groups):
     check(lambda *t: ops.group_norm(*t, groups, 1e-5), want, x, w, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_group_norm_half(groups):
+    """float16 group norm (BERT's LayerNorm in half): statistics accumulate in float, the
+    output is float16 and matches float64 NumPy."""
+    x = (RNG.normal(size=(3, 8, 2)) * 2 + 30).astype(np.float16)
+    w = RNG.uniform(0.5, 1.5, 8).astype(np.float16)
+    b = RNG.normal(size=8).astype(np.float16)
+    want = _group_norm(x, w.astype(np.float64), b.astype(np.float64), groups, 1e-5)
+    got = check(lambda *t: ops.group_norm(*t, groups, 1e-5), want, x, w, b, rtol=0, atol=2e-2)
+    assert got[0].dtype == np.float16
+
+
 def test_layer_norm_and_errors():
     x = RNG.normal(size=(5, 8)).astype(np.float32)
     w, b = RNG.normal(size=8).astype(np.float32), RNG.normal(size=8).astype(np.float32)
