@@ -37,6 +37,8 @@ def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
     if not need[0]:
         return [None, None]
     lab = c.fwd(labels)
+    if lab.shape != probs.shape[:-1]:  # one label per row, in any shape (PopART's)
+        lab = ops.reshape(lab, probs.shape[:-1])
     classes = constant(np.arange(probs.shape[-1], dtype=lab.dtype.as_numpy()), name="classes")
     onehot = as_float(ops.equal(ops.reshape(lab, (*lab.shape, 1)), classes), g[0])
     kept = None
