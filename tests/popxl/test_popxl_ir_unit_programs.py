@@ -56,7 +56,7 @@ def test_add_python_scalar_becomes_a_constant() -> None:
 @pytest.mark.parametrize(
     "fn, op_type, cls",
     [
-        (ops.sub, "Sub", "SubtractOp"),
+        (ops.sub, "Sub", "SubOp"),
         (ops.mul, "Mul", "MulOp"),
         (ops.div, "Div", "DivOp"),
         (ops.pow, "Pow", "PowOp"),
@@ -81,7 +81,7 @@ def test_binary_op(fn, op_type: str, cls: str) -> None:
 @pytest.mark.parametrize(
     "fn, op_type, cls",
     [
-        (ops.sub_, "SubtractLhsInplace", "SubtractLhsInplaceOp"),
+        (ops.sub_, "SubLhsInplace", "SubLhsInplaceOp"),
         (ops.mul_, "MulLhsInplace", "MulLhsInplaceOp"),
         (ops.div_, "DivLhsInplace", "DivLhsInplaceOp"),
     ],

@@ -25,8 +25,6 @@ class OpName(NamedTuple):
 _NAMES: dict[str, OpName] = {
     "Neg": OpName("Neg", "NegateOp", ""),
     "NegInplace": OpName("NegInplace", "NegateInplaceOp", ""),
-    "Sub": OpName("Sub", "SubtractOp", ""),
-    "SubInplace": OpName("SubtractLhsInplace", "SubtractLhsInplaceOp", ""),
     "Repeat": OpName("Loop", "LoopOp", ""),
     "GroupNorm": OpName("GroupNormalization", "GroupNormOp", ""),
     "BatchNormInference": OpName("BatchNormalization", "BatchNormOp", ""),
