@@ -191,12 +191,22 @@ def _group_norm_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
     g = t.reshape(n, a["num_groups"], -1)
     mean = g.mean(axis=2, keepdims=True)
     var = g.var(axis=2, keepdims=True)
-    y = ((g - mean) / np.sqrt(var + a["eps"])).reshape(t.shape)
+    inv = 1 / np.sqrt(var + a["eps"])
+    y = ((g - mean) * inv).reshape(t.shape)
     bshape = (1, c) + (1,) * (t.ndim - 2)
-    return [(y * w.reshape(bshape) + b.reshape(bshape)).astype(x[0].dtype)]
+    dt = x[0].dtype
+    return [(y * w.reshape(bshape) + b.reshape(bshape)).astype(dt), *(
+        v.reshape(-1).astype(dt) for v in (mean, inv))]  # fmt: skip
 
 
-defop("GroupNorm", _same, _group_norm_ref)
+def _group_norm_specs(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    stats = TensorSpec((specs[0].shape[0] * a["num_groups"],), specs[0].dtype)
+    return [specs[0], stats, stats]
+
+
+#: outputs: the result, and per sample and group (index ``b * num_groups + g``) the mean
+#: and the inverse standard deviation, as PopART's GroupNormOp (its gradient reads them)
+defop("GroupNorm", _group_norm_specs, _group_norm_ref)
 
 
 def group_norm(
@@ -228,7 +238,7 @@ def group_norm(
                 f"one value per channel of {t.id!r}"
             )
     attrs = {"num_groups": int(num_groups), "eps": float(eps)}
-    (out,) = create_op("GroupNorm", [t, weight, bias], attrs)
+    out, _mean, _inv_std = create_op("GroupNorm", [t, weight, bias], attrs)
     return out
 
 
