@@ -479,3 +479,26 @@ def test_group_norm_gradient_reads_the_forward_statistics() -> None:
     np.testing.assert_allclose(got["dx"], dx.reshape(n, ch), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["dw"], (dy * xhat).sum(0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["db"], dy.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_mixed_precision_scaled_add_gradients_have_their_inputs_types() -> None:
+    """``scaled_add(X, Y, a, b)`` with X float32 and Y float16: the gradients are ``a g``
+    (float32) and ``b g`` (float16), and the scale tensor's ``sum(g Y)`` (float32)."""
+    x, y, seed = f32(2, 3), f32(2, 3).astype(np.float16), f32(2, 3)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        tx, ty = popxl.variable(x), popxl.variable(y)
+        tb = popxl.variable(np.float32(-0.5))
+        fwd = ir.create_graph(lambda a, b, s: ops.scaled_add(a, b, 2.0, s), tx, ty, tb)
+        bwd = popxl.transforms.autodiff(fwd)
+        site = ops.call_with_info(fwd, tx, ty, tb)
+        dx, dy, db = ops.call(bwd.graph, popxl.constant(seed), inputs_dict=bwd.inputs_dict(site))
+    got = _fetch(ir, {"dx": dx, "dy": dy, "db": db})
+    assert (got["dx"].dtype, got["dy"].dtype, got["db"].dtype) == (
+        np.float32,
+        np.float16,
+        np.float32,
+    )
+    np.testing.assert_allclose(got["dx"], 2 * seed, rtol=1e-6)
+    np.testing.assert_allclose(got["dy"], (-0.5 * seed).astype(np.float16), rtol=1e-3)
+    np.testing.assert_allclose(got["db"], np.sum(seed * y.astype(np.float32)), rtol=1e-5)
