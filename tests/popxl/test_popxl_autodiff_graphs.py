@@ -441,3 +441,64 @@ def test_print_gradient_prints_the_gradient(capfd: pytest.CaptureFixture[str]) -
     np.testing.assert_allclose(out["x"], 2.0)
     printed = "".join(capfd.readouterr())  # stderr in PopXL; the engine prints to stdout now
     assert "seen_gradient" in printed and "print_seen" not in printed
+
+
+def test_group_norm_gradient_reads_the_forward_statistics() -> None:
+    """A GroupNorm op has PopART's three outputs (result, and mean and inverse standard
+    deviation per sample and group); its gradient reads the input, the weight and those
+    statistics, as PopART's GroupNormGradOp, rather than recomputing them (BERT's graph
+    tests count the gradient graph's inputs). The statistics and the gradients match
+    float64 NumPy."""
+    n, ch, groups = 4, 6, 2
+    x, w, b, dy = f32(n, ch), f32(ch) + 1.5, f32(ch), f32(n, ch)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        tx, tw, tb = (popxl.variable(v) for v in (x, w, b))
+        fwd = ir.create_graph(lambda a, ww, bb: ops.group_norm(a, ww, bb, groups), tx, tw, tb)
+        (op,) = [o for o in fwd._pb_graph.getOps() if o.opType() == "GroupNormalization"]
+        shapes = [tuple(t.info.shape()) for t in op.getOutputTensors()]
+        assert shapes == [(n, ch), (n * groups,), (n * groups,)]
+        bwd = popxl.transforms.autodiff(fwd)
+        got_inputs = [(c.connection_type, c.fwd_tensor.shape) for c in bwd.expected_inputs]
+        assert sorted(got_inputs, key=str) == sorted(
+            [(FwdGrad, (n, ch)), (Fwd, (n, ch)), (Fwd, (ch,))] + [(Fwd, (n * groups,))] * 2,
+            key=str,
+        )
+        site = ops.call_with_info(fwd, tx, tw, tb)
+        grads = ops.call(bwd.graph, popxl.constant(dy), inputs_dict=bwd.inputs_dict(site))
+        stats = [site.graph_to_parent(fwd.outputs[k]) for k in (1, 2)]
+    got = _fetch(ir, {"dx": grads[0], "dw": grads[1], "db": grads[2], "m": stats[0], "i": stats[1]})
+    g = x.astype(np.float64).reshape(n, groups, -1)
+    mean, inv = g.mean(2), 1 / np.sqrt(g.var(2) + 1e-5)
+    xhat = ((g - mean[..., None]) * inv[..., None]).reshape(n, ch)
+    gx = (dy * w).reshape(n, groups, -1)
+    xh3 = xhat.reshape(n, groups, -1)
+    dx = inv[..., None] * (gx - gx.mean(2, keepdims=True) - xh3 * (gx * xh3).mean(2, keepdims=True))
+    np.testing.assert_allclose(got["m"], mean.reshape(-1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["i"], inv.reshape(-1), rtol=1e-4)
+    np.testing.assert_allclose(got["dx"], dx.reshape(n, ch), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["dw"], (dy * xhat).sum(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["db"], dy.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_mixed_precision_scaled_add_gradients_have_their_inputs_types() -> None:
+    """``scaled_add(X, Y, a, b)`` with X float32 and Y float16: the gradients are ``a g``
+    (float32) and ``b g`` (float16), and the scale tensor's ``sum(g Y)`` (float32)."""
+    x, y, seed = f32(2, 3), f32(2, 3).astype(np.float16), f32(2, 3)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        tx, ty = popxl.variable(x), popxl.variable(y)
+        tb = popxl.variable(np.float32(-0.5))
+        fwd = ir.create_graph(lambda a, b, s: ops.scaled_add(a, b, 2.0, s), tx, ty, tb)
+        bwd = popxl.transforms.autodiff(fwd)
+        site = ops.call_with_info(fwd, tx, ty, tb)
+        dx, dy, db = ops.call(bwd.graph, popxl.constant(seed), inputs_dict=bwd.inputs_dict(site))
+    got = _fetch(ir, {"dx": dx, "dy": dy, "db": db})
+    assert (got["dx"].dtype, got["dy"].dtype, got["db"].dtype) == (
+        np.float32,
+        np.float16,
+        np.float32,
+    )
+    np.testing.assert_allclose(got["dx"], 2 * seed, rtol=1e-6)
+    np.testing.assert_allclose(got["dy"], (-0.5 * seed).astype(np.float16), rtol=1e-3)
+    np.testing.assert_allclose(got["db"], np.sum(seed * y.astype(np.float32)), rtol=1e-5)

@@ -64,8 +64,8 @@ def _fmod_inputs() -> list[np.ndarray]:
     return [(q * b).astype(F32), b]
 
 
-def _probs(n: int, c: int) -> np.ndarray:
-    e = np.exp(u(n, c))
+def _probs(n: int, c: int, spread: float = 2.0) -> np.ndarray:
+    e = np.exp(u(n, c, lo=-spread, hi=spread))
     return (e / e.sum(1, keepdims=True)).astype(F32)
 
 
@@ -266,6 +266,21 @@ CASES: dict[str, Case] = {
     "Erf": Case([_X_ZERO]),
     "Atan2": Case([u(2, 3), away(3)]),
 }
+
+# labels in another shape than the probabilities' rows (one label per row, as PopART
+# flattens both); drawn after the cases above so that their data stay as they were
+CASES.update(
+    {
+        "Nll/none-labels-2d": Case(  # one label per row in another shape, as PopART flattens
+            [_probs(6, 4, spread=0.5), np.array([[1, 0, 3], [2, 3, 1]], np.int32)],
+            {"ignore_index": 0, "reduction": "none", "log_prob": False},
+        ),
+        "Nll/mean-labels-2d": Case(
+            [_probs(4, 3).reshape(2, 2, 3), np.array([2, 0, 1, 1], np.int32)],
+            {"ignore_index": None, "reduction": "mean", "log_prob": False},
+        ),
+    }
+)
 
 #: in-place forms whose rule reads the value the op overwrites: autodiff refuses them
 READS_OVERWRITTEN = {

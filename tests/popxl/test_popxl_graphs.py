@@ -138,6 +138,31 @@ def test_matmul_subgraphs_of_different_shapes():
     np.testing.assert_array_equal(outputs[s2], data @ np.ones(2))
 
 
+def test_create_graph_keyword_argument_after_a_defaulted_one_binds_to_itself():
+    """``create_graph(f, a, seed=s)`` with ``f(a, positions=None, seed=None)`` (BERT's
+    embeddings): ``seed`` is ``seed`` in the traced call, not ``positions``; the graph's
+    inputs are the tensors passed, in the signature's order."""
+    ir = popxl.Ir()
+    seen = {}
+
+    def fn(a, positions=None, seed=None, *, scale=1.0):
+        seen.update(positions=positions, seed_shape=seed.shape)
+        return a * scale + ops.cast(ops.reshape(seed, (2, 1)), popxl.float32)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with ir.main_graph:
+        a = popxl.variable(x)
+        s = popxl.variable(np.array([5, 7], np.uint32))
+        g = ir.create_graph(fn, a, seed=s, scale=2.0)
+        (o,) = ops.call(g, a, s)
+        out = popxl.d2h_stream(o.shape, o.dtype)
+        ops.host_store(out, o)
+    assert seen == {"positions": None, "seed_shape": (2,)}
+    assert [t.shape for t in g.inputs] == [(2, 3), (2,)]
+    got, _ = _run(ir, device="cpu")
+    np.testing.assert_array_equal(got[out], x * 2 + np.array([[5], [7]]))
+
+
 def test_session_errors():
     ir = popxl.Ir()
     with ir.main_graph:

@@ -67,6 +67,31 @@ def test_scaled_add(dtype):
     check(build, want, x, y, yb, **tol)
 
 
+@pytest.mark.parametrize(("xt", "yt"), [(np.float16, np.float32), (np.float32, np.float16)])
+def test_scaled_add_mixed_float16_float32(xt, yt):
+    """float16 weights updated by float32 optimizer state (popxl-addons' Adam:
+    ``scaled_add_(var, updater, b=-lr)``) and the other way round: computed in float32,
+    rounded once to X's type, in place and not, with number and tensor scales."""
+    x = RNG.normal(size=(3, 4)).astype(xt)
+    y = RNG.normal(size=(3, 4)).astype(yt)
+    yb = RNG.normal(size=(4,)).astype(yt)
+
+    def build(X, Y, Yb):
+        a = ops.scaled_add(X, Y, 0.5, -2.0)
+        s = popxl.constant(3.0, popxl.float32)
+        b = ops.scaled_add(X, Y, s, 0.25)
+        c = ops.scaled_add_(X, Yb, b=-1e-2)
+        return a, b, c
+
+    x32, y32, yb32 = (v.astype(np.float32) for v in (x, y, yb))
+    want = [0.5 * x32 - 2 * y32, 3 * x32 + 0.25 * y32, x32 - np.float32(1e-2) * yb32]
+    want = [w.astype(xt).astype(np.float64) for w in want]
+    got = check(build, want, x, y, yb, rtol=1e-3, atol=1e-3)
+    assert all(g.dtype == xt for g in got)
+    with pytest.raises(TypeError, match="float16 and float32"):
+        run(lambda a, b: ops.scaled_add(a, b), x, y.astype(np.int32))
+
+
 def test_scaled_add_int_and_errors():
     x = RNG.integers(-5, 5, (6,)).astype(np.int32)
     y = RNG.integers(-5, 5, (6,)).astype(np.int32)

@@ -84,12 +84,37 @@ def test_nll_loss_with_softmax_grad(reduction, ignore):
     check(build_tensor_grad, want, p, labels)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_labels_in_another_shape(reduction):
+    """One label per row of the probabilities in any shape (PopART flattens both): labels
+    [2, 3] for probabilities [6, 5] (BERT's masked-LM loss); a "none" loss has the labels'
+    shape; the gradient has the probabilities'."""
+    x = RNG.normal(size=(6, 5))
+    p = _softmax(x, -1).astype(np.float32)
+    labels = RNG.integers(0, 5, (2, 3)).astype(np.int32)
+    labels[1, 2] = 0
+    want = _nll(p, labels, reduction, ignore=0)
+    check(lambda a, b: ops.nll_loss(a, b, ignore_index=0, reduction=reduction), want, p, labels)
+    if reduction == "none":
+        return
+    kept = labels.reshape(-1) != 0
+    scale = 1 / (kept.sum() if reduction == "mean" else 1)
+    dx = np.where(kept[:, None], (p - np.eye(5)[labels.reshape(-1)]) * scale, 0.0)
+
+    def build(a, b):
+        return ops.nll_loss_with_softmax_grad(a, b, ignore_index=0, reduction=reduction)
+
+    check(build, [want, dx], p, labels)
+
+
 def test_nll_errors():
     p = np.full((3, 4), 0.25, np.float32)
     with pytest.raises(TypeError, match="int32 or uint32"):
         run(lambda a, b: ops.nll_loss(a, b), p, np.zeros(3, np.float32))
-    with pytest.raises(ValueError, match="without its last"):
+    with pytest.raises(ValueError, match="one label per row"):
         run(lambda a, b: ops.nll_loss(a, b), p, np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match=r"labels .* of shape \(2, 2\)"):
+        run(lambda a, b: ops.nll_loss_with_softmax_grad(a, b), p, np.zeros((2, 2), np.int32))
     with pytest.raises(ValueError, match="reduction"):
         run(lambda a, b: ops.nll_loss(a, b, reduction="avg"), p, np.zeros(3, np.int32))
 
@@ -108,6 +133,18 @@ def test_group_norm(groups):
     w, b = RNG.normal(size=4).astype(np.float32), RNG.normal(size=4).astype(np.float32)
     want = _group_norm(x, w, b, groups, 1e-5)
     check(lambda *t: ops.group_norm(*t, groups, 1e-5), want, x, w, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_group_norm_half(groups):
+    """float16 group norm (BERT's LayerNorm in half): statistics accumulate in float, the
+    output is float16 and matches float64 NumPy."""
+    x = (RNG.normal(size=(3, 8, 2)) * 2 + 30).astype(np.float16)
+    w = RNG.uniform(0.5, 1.5, 8).astype(np.float16)
+    b = RNG.normal(size=8).astype(np.float16)
+    want = _group_norm(x, w.astype(np.float64), b.astype(np.float64), groups, 1e-5)
+    got = check(lambda *t: ops.group_norm(*t, groups, 1e-5), want, x, w, b, rtol=0, atol=2e-2)
+    assert got[0].dtype == np.float16
 
 
 def test_layer_norm_and_errors():

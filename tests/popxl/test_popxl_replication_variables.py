@@ -220,8 +220,10 @@ def test_remote_replica_sharded_variable_and_buffer():
     ir = popxl.Ir(replication=R)
     with ir.main_graph:
         rg = ir.replica_grouping(group_size=2)
-        buf = replica_sharded_buffer((3, 3), popxl.float32, rg, entries=2)
+        buf = replica_sharded_buffer((2, 3, 3), popxl.float32, rg, entries=2)  # 2 groups first
         assert buf.tensor_shape == (5,) and buf.meta_shape == (3, 3)
+        with pytest.raises(ValueError, match=r"shape \(3, 3\) must start with .* 2 groups"):
+            replica_sharded_buffer((3, 3), popxl.float32, rg)
         data = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
         v = popxl.remote_replica_sharded_variable(data, buf, 1, replica_grouping=rg)
         assert buf.meta_shape == (3, 3)

@@ -80,3 +80,24 @@ def test_inputs_keyed_by_name_or_by_another_irs_stream_are_explained():
     )
     assert "stream 'x' belongs to another Ir, not this session's" in str(by_other.value)
     assert "3 (int) is not a stream" in str(not_a_stream.value)
+
+
+@pytest.mark.parametrize(("transfers", "replicas"), [(1, 1), (3, 1), (1, 2), (3, 2)])
+def test_full_input_shape_is_the_shape_a_run_takes(transfers, replicas):
+    """``Session._full_input_shape`` (PopXL's helper, which Graphcore's models call to make
+    their inputs): ``[transfers if > 1] + [replicas if > 1] + shape``; arrays of that shape
+    run, and each transfer of each replica gets its own slice."""
+    ir = popxl.Ir()
+    ir.replication_factor = replicas
+    ir.num_host_transfers = transfers
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((2,), popxl.float32, "x")
+        y_s = popxl.d2h_stream((2,), popxl.float32, "y")
+        for _ in range(transfers):
+            ops.host_store(y_s, ops.host_load(x_s) * 2)
+    with popxl.Session(ir, "ipu_model") as session:
+        shape = session._full_input_shape(x_s.shape)
+        assert shape == (transfers,) * (transfers > 1) + (replicas,) * (replicas > 1) + (2,)
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        out = session.run({x_s: x})[y_s]
+    np.testing.assert_array_equal(out, x * 2)

@@ -61,11 +61,38 @@ def scaled_add(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
         scales.append(value if value is not None else _scale_tensor(lw, rest.pop(0), x.dtype, prog))
     a, b = scales
     name = op.outputs[0].id
+    if y.dtype is not x.dtype:
+        env[op.outputs[0]] = _mixed_scaled_add(lw, out, y, a, b, prog, name)
+        return
     if isinstance(a, float) and a == 1.0:
         popops.scaled_add_to(lw.graph, out, y, b, prog, name=name)
     else:
         popops.a_x_plus_b_y(lw.graph, out, a, y, b, prog, name=name)
     env[op.outputs[0]] = out
+
+
+def _mixed_scaled_add(
+    lw: Lowerer,
+    out: poplar.Tensor,
+    y: poplar.Tensor,
+    a: float | poplar.Tensor,
+    b: float | poplar.Tensor,
+    prog: poplar.Sequence,
+    name: str,
+) -> poplar.Tensor:
+    """``out = a out + b y`` where ``out`` and ``y`` are half and float (either way round):
+    computed in float and rounded once to ``out``'s type, as PopLibs' mixed-precision
+    scaledAddTo; one element-wise map (its cost is the map's)."""
+    ins: list[poplar.Tensor] = [out, y]
+    terms = []
+    for s in (a, b):
+        if isinstance(s, poplar.Tensor):
+            ins.append(s.broadcast_to(out.shape) if s.shape != out.shape else s)
+            terms.append(pe.Cast(pe.PlaceHolder(len(ins)), poplar.FLOAT))
+        else:
+            terms.append(float(s))
+    e = terms[0] * pe.Cast(pe._1, poplar.FLOAT) + terms[1] * pe.Cast(pe._2, poplar.FLOAT)
+    return popops.map_in_place(lw.graph, pe.Cast(e, out.dtype), ins, prog, name=f"{name}/mixed")
 
 
 @rule("IncrementMod", "IncrementModInplace")

@@ -137,6 +137,7 @@ def group_norm(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
         lw.graph, t, w, b, mean, inv, prog, name=name, options=_CONSECUTIVE
     )
     env[op.outputs[0]] = out
+    env[op.outputs[1]], env[op.outputs[2]] = mean, inv
 
 
 @rule("BatchNormInference")

@@ -110,14 +110,18 @@ def replica_sharded_buffer(
     shard_over: int | None = None,
     entries: int = 1,
 ) -> Any:
-    """A RemoteBuffer for replica-sharded (RTS) values of ``shape`` (on a replica).
+    """A RemoteBuffer for replica-sharded (RTS) values of ``shape``.
 
-    Its tensor shape is the flat shard ``(ceil(nelms / shard_over),)`` and its ``meta_shape``
-    is ``shape``. A group's value is sharded once over group members ``0..shard_over-1``,
-    once over the next ``shard_over`` members, and so on.
+    ``shape`` is the variable's, with the replica-grouping axis first where the grouping
+    has several groups (as PopXL's: popxl-addons' ``create_remote_buffer`` passes
+    ``(num_groups, *shape)``); that axis is taken off. The tensor shape is the flat shard
+    ``(ceil(nelms / shard_over),)`` of the per-group value and the ``meta_shape`` is that
+    value's shape. A group's value is sharded once over group members
+    ``0..shard_over-1``, once over the next ``shard_over`` members, and so on.
 
     Args:
-        shape: the shape of the (unsharded) value on a replica.
+        shape: the shape of the (unsharded) variable: ``(num_groups, *value_shape)`` where
+            the grouping has several groups, else the value's shape.
         dtype: its dtype.
         replica_grouping: the grouping of the variables it will hold (default: all replicas).
         shard_over: how many members of a group share one copy of the value (default: the
@@ -125,7 +129,8 @@ def replica_sharded_buffer(
         entries: the number of entries.
 
     Raises:
-        ValueError: ``shard_over`` does not divide the group size, or bad ``entries``.
+        ValueError: ``shard_over`` does not divide the group size, ``shape`` lacks the
+            grouping's axis, or bad ``entries``.
     """
     from tremula.popxl.context import get_current_graph
     from tremula.popxl.remote_buffer import RemoteBuffer
@@ -134,6 +139,14 @@ def replica_sharded_buffer(
     rg = _grouping(graph, replica_grouping, "replica_sharded_buffer")
     n = _shard_over(rg, shard_over, "replica_sharded_buffer")
     shape = tuple(int(d) for d in shape)
+    if rg.num_groups > 1:
+        if not shape or shape[0] != rg.num_groups:
+            raise ValueError(
+                f"replica_sharded_buffer: shape {shape} must start with the replica "
+                f"grouping's {rg.num_groups} groups ({rg}): PopXL takes the variable's shape "
+                f"with the grouping axis first, (num_groups, *value_shape)"
+            )
+        shape = shape[1:]
     buffer = RemoteBuffer((-(-math.prod(shape) // n),), dtype, entries)
     buffer.meta_shape = shape
     _SHARD_OVER[buffer] = n  # read by remote_replica_sharded_variable
@@ -171,7 +184,8 @@ def _sharded(
     arr, shape, mode = _host_data(data, dtype, downcast, rg, retrieval_mode, what, *fp8)
     if make_buffer:
         _shard_over(rg, shard_over, what)
-        buffer = replica_sharded_buffer(shape, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
+        grouped = (rg.num_groups, *shape) if rg.num_groups > 1 else shape
+        buffer = replica_sharded_buffer(grouped, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
     _check_remote(buffer, graph, what)
     if buffer.meta_shape and tuple(buffer.meta_shape) != shape:
         raise ValueError(

@@ -342,11 +342,17 @@ def _trace_inputs(
     sig: inspect.Signature, bound: inspect.BoundArguments, hints: dict[str, Any], graph: str
 ) -> tuple[list[Any], dict[str, Any]]:
     """The arguments ``fn`` is traced with: tensors become graph inputs. ``*args`` and
-    ``**kwargs`` are containers too: mixing tensors and other values in one is refused."""
+    ``**kwargs`` are containers too: mixing tensors and other values in one is refused.
+    A parameter after one left to its default is passed by keyword, so that it binds to
+    itself and not to the skipped one."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for pname, value in bound.arguments.items():
-        kind = sig.parameters[pname].kind
+    skipped = False  # a positional parameter before this one was left to its default
+    for pname, param in sig.parameters.items():
+        if pname not in bound.arguments:
+            skipped = skipped or param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            continue
+        value, kind = bound.arguments[pname], param.kind
         by_ref = _is_by_ref(hints.get(pname))
         if kind is inspect.Parameter.VAR_POSITIONAL:
             _unmixed(value, f"*{pname}", graph)
@@ -354,7 +360,7 @@ def _trace_inputs(
         elif kind is inspect.Parameter.VAR_KEYWORD:
             _unmixed(value.values(), f"**{pname}", graph)
             kwargs.update({k: _as_input(v, k, by_ref, graph) for k, v in value.items()})
-        elif kind is inspect.Parameter.KEYWORD_ONLY:
+        elif kind is inspect.Parameter.KEYWORD_ONLY or skipped:
             kwargs[pname] = _as_input(value, pname, by_ref, graph)
         else:
             args.append(_as_input(value, pname, by_ref, graph))

@@ -436,6 +436,12 @@ class Session:
         """The host-to-device streams a run needs (those some executed host_load reads)."""
         return set(self._lowerer.h2d)
 
+    def _full_input_shape(self, shape: Iterable[int]) -> tuple[int, ...]:
+        """The host array shape a stream of ``shape`` takes (PopXL's private helper, which
+        Graphcore's models call): ``[num_host_transfers if > 1] + [replicas if > 1] +
+        shape``, the replicas being this instance's."""
+        return self._io.full_shape(shape)
+
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Zeroed output arrays, ``[num_host_transfers?, replicas?] + stream.shape``."""
         return self._io.create_outputs()

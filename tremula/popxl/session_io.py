@@ -53,9 +53,12 @@ class HostStreams:
             shapes = self._shapes = (key, {})
         shape = shapes[1].get(s)
         if shape is None:
-            lead = tuple(d for d in key if d > 1)
-            shape = shapes[1][s] = lead + tuple(s.shape)
+            shape = shapes[1][s] = self.full_shape(s.shape)
         return shape
+
+    def full_shape(self, shape: Iterable[int]) -> tuple[int, ...]:
+        """``[num_host_transfers if > 1] + [replicas if > 1] + shape``."""
+        return tuple(d for d in self._counts() if d > 1) + tuple(int(d) for d in shape)
 
     def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
         nht, R = self._counts()

@@ -161,6 +161,27 @@ def test_half_layer_norm() -> None:
         np.testing.assert_allclose(got[key], value, rtol=2e-2, atol=3e-2, err_msg=key)
 
 
+@pytest.mark.parametrize(
+    ("kind", "shape", "groups"),
+    [("group", (3, 8, 5), 4), ("layer", (4, 16), 1), ("batch", (6, 4, 3), 0)],
+)
+def test_half_stable_statistics(kind: str, shape: tuple[int, ...], groups: int) -> None:
+    """``stable_algo`` on half activations: the float mean is given the activations' type
+    before it centres them (it was subtracted as float from half); the statistics come
+    back half and match float64 NumPy, on data far from 0 too."""
+    rig = Rig()
+    g, prog = rig.graph, rig.prog
+    x = RNG.normal(40, 2, shape).astype(np.float16)
+    fn = getattr(popnn, f"{kind}_norm_statistics")
+    args = (groups,) if kind == "group" else ()
+    tx = rig.input(x)
+    got = rig.run([*fn(g, tx, EPS, prog, *args, stable_algo=True)])
+    want = H.norm_ref(x, H.stat_index(shape, kind, groups, True), 1, 0, EPS, x)
+    assert got[0].dtype == got[1].dtype == np.float16
+    np.testing.assert_allclose(got[0], want["mean"], rtol=1e-3)
+    np.testing.assert_allclose(got[1], want["inv_std"], rtol=2e-2)
+
+
 def test_bad_input() -> None:
     rig = Rig()
     g, prog = rig.graph, rig.prog

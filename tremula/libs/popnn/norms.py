@@ -160,11 +160,16 @@ def statistics(
     stable: bool,
     name: str,
 ) -> tuple[poplar.Tensor, poplar.Tensor]:
-    """(mean, inverse standard deviation), flat, of ``acts``' type."""
+    """(mean, inverse standard deviation), flat, of ``acts``' type. The mean is accumulated
+    in float and given ``acts``' type before the stable algorithm centres ``acts`` with it
+    (PopLibs' mean has the activations' type); the power and the variance stay float."""
     a3 = _as3(acts)
     mean = _mean_of(graph, norm, a3, Operation.ADD, poplar.FLOAT, prog, f"{name}/mean")
+    half = acts.dtype is not poplar.FLOAT
     k = norm.count / (norm.count - 1) if unbiased and norm.count > 1 else 1.0
     if stable:
+        if half:
+            mean = cast(graph, mean, acts.dtype, prog, name=f"{name}/castMean")
         centred = pmap(graph, _1 - _2, [a3, norm.spread(mean)], prog, name=f"{name}/centre")
         var = _mean_of(
             graph, norm, centred, Operation.SQUARE_ADD, poplar.FLOAT, prog, f"{name}/var"
@@ -175,8 +180,9 @@ def statistics(
         power = _mean_of(graph, norm, a3, Operation.SQUARE_ADD, poplar.FLOAT, prog, f"{name}/power")
         expr = VarianceToInvStdDev(Max(_2 - _1 * _1, 0.0) * k, eps)
         inv = pmap(graph, expr, [mean, power], prog, name=f"{name}/invStdDev")
-    if acts.dtype is not poplar.FLOAT:
-        mean = cast(graph, mean, acts.dtype, prog, name=f"{name}/castMean")
+    if half:
+        if not stable:
+            mean = cast(graph, mean, acts.dtype, prog, name=f"{name}/castMean")
         inv = cast(graph, inv, acts.dtype, prog, name=f"{name}/castInvStdDev")
     return mean, inv
 

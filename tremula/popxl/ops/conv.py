@@ -24,13 +24,16 @@ from tremula.popxl.ops.shape import check_tensor, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
-class PadType(enum.StrEnum):
+class PadType(str, enum.Enum):  # noqa: UP042 (enum.StrEnum is 3.11+; Python 3.10 is supported)
     """Automatic padding modes (PopXL's ``PadType``); plain strings are accepted too."""
 
     NOT_SET = "not_set"
     SAME_UPPER = "same_upper"
     SAME_LOWER = "same_lower"
     VALID = "valid"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 def pad_mode(pad_type: PadType | str) -> PadType:

@@ -122,10 +122,17 @@ def maximum(*ts: Tensor) -> Tensor:
 # ---- scaled_add ----
 
 
+#: the types X and Y may mix (float16 weights updated by float32 optimizer state)
+_MIXED = {dtypes.float16, dtypes.float32}
+
+
 def _scaled_add_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
     x, y = specs[:2]
-    if x.dtype != y.dtype:
-        raise TypeError(f"scaled_add: X is {x.dtype}, Y is {y.dtype}; they must match")
+    if x.dtype != y.dtype and not {x.dtype, y.dtype} <= _MIXED:
+        raise TypeError(
+            f"scaled_add: X is {x.dtype}, Y is {y.dtype}; they must match, or be float16 and "
+            f"float32 (PopLibs' mixed-precision scaledAddTo: the result has X's type)"
+        )
     shape = broadcast_shape([x.shape, y.shape], "scaled_add")
     if a["inplace"] and shape != x.shape:
         raise ValueError(
@@ -175,10 +182,11 @@ def _scaled_add(X: Tensor, Y: Tensor, a: Any, b: Any, inplace: bool) -> Tensor:
 
 def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """``a * X + b * Y`` with broadcasting; ``a`` and ``b`` are numbers or one-element
-    tensors.
+    tensors. X and Y have one dtype, or are float16 and float32 (computed in float32, the
+    result of X's type).
 
     Raises:
-        TypeError: X and Y of different dtypes.
+        TypeError: X and Y of different dtypes (other than float16 with float32).
         ValueError: shapes that do not broadcast, a scale tensor of several elements.
     """
     return _scaled_add(X, Y, a, b, False)

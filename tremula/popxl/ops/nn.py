@@ -2,9 +2,11 @@
 ``group_norm``, ``layer_norm`` and ``batch_norm_inference``.
 
 Losses take probabilities (or log-probabilities) ``[..., classes]`` (the last axis holds the
-classes, as PopART flattens them) and integer labels shaped like the probabilities without
-that axis. ``reduction`` is ``"mean"`` (over the samples not ignored), ``"sum"`` or
-``"none"``; a label equal to ``ignore_index`` contributes no loss and no gradient.
+classes, as PopART flattens them) and integer labels, one per row: shaped like the
+probabilities without that axis, or any shape of as many elements (PopART flattens the
+labels too); a ``"none"`` loss is shaped like the labels. ``reduction`` is ``"mean"`` (over
+the samples not ignored), ``"sum"`` or ``"none"``; a label equal to ``ignore_index``
+contributes no loss and no gradient.
 """
 
 from __future__ import annotations
@@ -61,10 +63,11 @@ def _check_loss_args(
     require_float(probs, what)
     if labels.dtype not in (dtypes.int32, dtypes.uint32):
         raise TypeError(f"{what}: labels {labels.id!r} must be int32 or uint32, got {labels.dtype}")
-    if probs.rank < 1 or labels.shape != probs.shape[:-1]:
+    if probs.rank < 1 or labels.nelms != int(np.prod(probs.shape[:-1], dtype=np.int64)):
         raise ValueError(
-            f"{what}: labels {labels.id!r} of shape {labels.shape} must have the shape of "
-            f"probs {probs.id!r} {probs.shape} without its last (class) axis"
+            f"{what}: labels {labels.id!r} of shape {labels.shape} must hold one label per "
+            f"row of probs {probs.id!r} {probs.shape} (its shape without the last (class) "
+            f"axis, or any shape of as many elements: PopART flattens both)"
         )
     if reduction not in REDUCTIONS:
         raise ValueError(
@@ -74,8 +77,9 @@ def _check_loss_args(
         raise ValueError(f"{what}: ignore_index must be an integer, got {ignore_index!r}")
 
 
-def _loss_shape(probs: TensorSpec, a: dict[str, Any]) -> TensorSpec:
-    shape = probs.shape[:-1] if a["reduction"] == "none" else ()
+def _loss_shape(probs: TensorSpec, labels: TensorSpec, a: dict[str, Any]) -> TensorSpec:
+    """A scalar, or with ``"none"`` one loss per label, shaped like the labels (PopART's)."""
+    shape = labels.shape if a["reduction"] == "none" else ()
     return TensorSpec(shape, probs.dtype)
 
 
@@ -104,7 +108,7 @@ def _nll_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [_reduce_ref(per, kept, a, x[1].shape).astype(x[0].dtype)]
 
 
-defop("Nll", lambda specs, a: [_loss_shape(specs[0], a)], _nll_ref)
+defop("Nll", lambda specs, a: [_loss_shape(specs[0], specs[1], a)], _nll_ref)
 
 
 def nll_loss(
@@ -142,7 +146,7 @@ def _nll_grad_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray
 
 defop(
     "NllWithSoftmaxGrad",
-    lambda specs, a: [_loss_shape(specs[0], a), specs[0]],
+    lambda specs, a: [_loss_shape(specs[0], specs[1], a), specs[0]],
     _nll_grad_ref,
     differentiable=False,
 )
@@ -187,12 +191,22 @@ def _group_norm_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
     g = t.reshape(n, a["num_groups"], -1)
     mean = g.mean(axis=2, keepdims=True)
     var = g.var(axis=2, keepdims=True)
-    y = ((g - mean) / np.sqrt(var + a["eps"])).reshape(t.shape)
+    inv = 1 / np.sqrt(var + a["eps"])
+    y = ((g - mean) * inv).reshape(t.shape)
     bshape = (1, c) + (1,) * (t.ndim - 2)
-    return [(y * w.reshape(bshape) + b.reshape(bshape)).astype(x[0].dtype)]
+    dt = x[0].dtype
+    return [(y * w.reshape(bshape) + b.reshape(bshape)).astype(dt), *(
+        v.reshape(-1).astype(dt) for v in (mean, inv))]  # fmt: skip
 
 
-defop("GroupNorm", _same, _group_norm_ref)
+def _group_norm_specs(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+    stats = TensorSpec((specs[0].shape[0] * a["num_groups"],), specs[0].dtype)
+    return [specs[0], stats, stats]
+
+
+#: outputs: the result, and per sample and group (index ``b * num_groups + g``) the mean
+#: and the inverse standard deviation, as PopART's GroupNormOp (its gradient reads them)
+defop("GroupNorm", _group_norm_specs, _group_norm_ref)
 
 
 def group_norm(
@@ -224,7 +238,7 @@ def group_norm(
                 f"one value per channel of {t.id!r}"
             )
     attrs = {"num_groups": int(num_groups), "eps": float(eps)}
-    (out,) = create_op("GroupNorm", [t, weight, bias], attrs)
+    out, _mean, _inv_std = create_op("GroupNorm", [t, weight, bias], attrs)
     return out
 
 

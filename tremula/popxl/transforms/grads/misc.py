@@ -4,6 +4,7 @@ is made of ``Max`` ops; ``increment_mod`` is defined non-differentiable)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tremula.popxl import ops
 from tremula.popxl.ops.base import Op
@@ -56,14 +57,17 @@ def _scaled_add(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) ->
         v = c.fwd(s)
         return v if v.dtype == g[0].dtype else ops.cast(v, g[0].dtype)
 
+    def like(t: Tensor, dtype: Any) -> Tensor:  # X and Y may be float16 and float32
+        return t if t.dtype == dtype else ops.cast(t, dtype)
+
     def scale_grad(s: Tensor, operand: Tensor) -> Tensor:
-        total = ops.sum(g[0] * c.fwd(operand))
-        return ops.reshape(total if s.dtype == total.dtype else ops.cast(total, s.dtype), s.shape)
+        total = ops.sum(g[0] * like(c.fwd(operand), g[0].dtype))
+        return ops.reshape(like(total, s.dtype), s.shape)
 
     grads: list[Tensor | None] = pick(
         need[:2],
         lambda: sum_to(g[0] * value(a), x.shape),
-        lambda: sum_to(g[0] * value(b), y.shape),
+        lambda: like(sum_to(g[0] * value(b), y.shape), y.dtype),
     )
     for s, operand in ((a, x), (b, y)):
         if isinstance(s, Tensor):

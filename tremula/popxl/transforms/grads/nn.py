@@ -37,6 +37,8 @@ def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
     if not need[0]:
         return [None, None]
     lab = c.fwd(labels)
+    if lab.shape != probs.shape[:-1]:  # one label per row, in any shape (PopART's)
+        lab = ops.reshape(lab, probs.shape[:-1])
     classes = constant(np.arange(probs.shape[-1], dtype=lab.dtype.as_numpy()), name="classes")
     onehot = as_float(ops.equal(ops.reshape(lab, (*lab.shape, 1)), classes), g[0])
     kept = None
@@ -59,11 +61,15 @@ def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 @grad("GroupNorm")
 def _group_norm(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """Statistics recomputed from the input; input gradient
-    ``inv_std (gx - mean(gx) - xhat mean(gx xhat))`` with ``gx = g weight`` per group."""
+    """From the input, the weight and the forward statistics (outputs 1 and 2: mean and
+    inverse standard deviation per sample and group), as PopART's GroupNormGradOp: input
+    gradient ``inv_std (gx - mean(gx) - xhat mean(gx xhat))`` with ``gx = g weight`` per
+    group, plus ``g_mean / m - g_inv_std inv_std^2 xhat / m`` where gradients reach the
+    statistics (``m`` elements per group)."""
     t, w, _ = op.inputs
     n, ch = t.shape[:2]
-    groups, eps = op.attrs["num_groups"], op.attrs["eps"]
+    groups = op.attrs["num_groups"]
+    m = t.nelms // (n * groups)
     per_channel = (1, ch) + (1,) * (t.rank - 2)
     others = [0, *range(2, t.rank)]
     stats: dict[str, Tensor] = {}
@@ -71,17 +77,24 @@ def _group_norm(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) ->
     def xhat() -> Tensor:  # [n, groups, m], and the inverse standard deviation
         if not stats:
             x = ops.reshape(c.fwd(t), (n, groups, -1))
-            centred = x - ops.mean(x, 2, keepdims=True)
-            stats["inv"] = 1.0 / ops.sqrt(ops.mean(centred * centred, 2, keepdims=True) + eps)
-            stats["xhat"] = centred * stats["inv"]
+            mean, inv = (ops.reshape(c.fwd(s), (n, groups, 1)) for s in op.outputs[1:])
+            stats["inv"] = inv
+            stats["xhat"] = (x - mean) * inv
         return stats["xhat"]
 
     def grad_t() -> Tensor:
         xh = xhat()
+        inv = stats["inv"]
         gx = ops.reshape(g[0] * ops.reshape(c.fwd(w), per_channel), (n, groups, -1))
         m1 = ops.mean(gx, 2, keepdims=True)
         m2 = ops.mean(gx * xh, 2, keepdims=True)
-        return ops.reshape(stats["inv"] * (gx - m1 - xh * m2), t.shape)
+        dx = inv * (gx - m1 - xh * m2)
+        g_mean, g_inv = g.provided(1), g.provided(2)
+        if g_mean is not None:
+            dx = dx + ops.reshape(g_mean, (n, groups, 1)) * (1.0 / m)
+        if g_inv is not None:
+            dx = dx - ops.reshape(g_inv, (n, groups, 1)) * inv * inv * xh * (1.0 / m)
+        return ops.reshape(dx, t.shape)
 
     return pick(
         need,
