@@ -295,6 +295,10 @@ class Batch(_Segmented):
         strided = group.strided(name, shape, storage, rsel)
         if strided is not None:
             return strided
+        if name not in self._data:
+            repeated = group.repeated(name, shape, storage, rsel)
+            if repeated is not None:
+                return repeated
         return self._field(name).reshape(self.replicas, *shape)
 
     def read_at(self, name: str, positions: np.ndarray) -> np.ndarray:

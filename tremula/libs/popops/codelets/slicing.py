@@ -62,9 +62,28 @@ def _dynamic_layout(v: Any) -> tuple[np.ndarray, ...]:
     return reg_v[r], reg_base[r] + within, s[el_row], reg_len[r], nb[reg_v[r]]
 
 
+#: at most this many positions are kept per vertex group for offsets seen before
+_KEPT_POSITIONS = 1 << 22
+
+
 def _dynamic_index(v: poplar.Batch) -> np.ndarray:
     vertex, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
-    off = v.offset.astype(np.int64)[:, vertex]  # [replica, sub element]
+    offsets = v.offset
+    first = offsets.flat[0] if offsets.size else 0
+    if offsets.size and np.all(offsets == first):
+        # one offset for every vertex and replica (a loop counter): the positions depend on
+        # it alone, so those of an offset seen before are reused (a loop's body runs them
+        # again every run), within a bound on the memory kept
+        kept = v.cached("dyn-kept", lambda: [{}, 0])
+        hit = kept[0].get(int(first))
+        if hit is not None:
+            return hit
+        positions = pos0 + np.mod(int(first) + s, nb) * length
+        if kept[1] + positions.size <= _KEPT_POSITIONS:
+            kept[0][int(first)] = positions
+            kept[1] += positions.size
+        return positions
+    off = offsets.astype(np.int64)[:, vertex]  # [replica, sub element]
     return pos0 + np.mod(off + s, nb) * length
 
 
