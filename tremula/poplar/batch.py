@@ -307,7 +307,11 @@ class Batch(_Segmented):
         when they differ between replicas). For a codelet that touches a few elements of a
         large field (a dynamic slice)."""
         group, storage, rsel = self._ctx
-        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        positions = np.asarray(positions)
+        if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
+            arr, addr = group.addresses(name, positions, storage)
+            return arr[rsel].take(addr, axis=1)
+        arr, rows, addr = group.at(name, positions, storage, rsel)
         return arr[rows, addr]
 
     def write_at(self, name: str, positions: np.ndarray, values: Any) -> None:
@@ -319,7 +323,12 @@ class Batch(_Segmented):
                 f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be written"
             )
         group, storage, rsel = self._ctx
-        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        positions = np.asarray(positions)
+        if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
+            arr, addr = group.addresses(name, positions, storage)
+            arr[rsel, addr] = values
+            return
+        arr, rows, addr = group.at(name, positions, storage, rsel)
         arr[rows, addr] = values
 
     def reduce(self, ufunc: np.ufunc, values: np.ndarray, name: str) -> np.ndarray:
