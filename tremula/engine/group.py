@@ -89,15 +89,10 @@ class CompiledGroup:
             return np.zeros((replicas, g.size), dtype=g.dtype.numpy), True
         return g.read(storage, rsel), True
 
-    def addresses(
-        self, name: str, positions: np.ndarray, storage: dict
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(storage array, addresses) of the elements at ``positions`` (``[k]``) of field
-        ``name``: the same for every replica."""
-        g = self.gathers[name]
-        index = g.index
-        addr = index.start + positions if isinstance(index, slice) else index[positions]
-        return storage[g.dtype], addr
+    def addresses(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """The addresses of the elements at ``positions`` (``[k]``) of field ``name``."""
+        index = self.gathers[name].index
+        return index.start + positions if isinstance(index, slice) else index[positions]
 
     def at(self, name: str, positions: np.ndarray, storage: dict, rsel: slice | np.ndarray):
         """(storage array, row index, address index) of the elements at ``positions`` of

@@ -309,10 +309,38 @@ class Batch(_Segmented):
         group, storage, rsel = self._ctx
         positions = np.asarray(positions)
         if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
-            arr, addr = group.addresses(name, positions, storage)
-            return arr[rsel].take(addr, axis=1)
+            return self.read_addresses(name, group.addresses(name, positions))
         arr, rows, addr = group.at(name, positions, storage, rsel)
         return arr[rows, addr]
+
+    def addresses(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """The device-memory addresses of elements ``positions`` (``[k]``) of field
+        ``name``: static, so a codelet may keep them for :meth:`read_addresses` and
+        :meth:`write_addresses` in later runs."""
+        return self._ctx[0].addresses(name, np.asarray(positions))
+
+    def read_addresses(self, name: str, addresses: np.ndarray) -> np.ndarray:
+        """Elements of field ``name`` at ``addresses`` (from :meth:`addresses`),
+        ``[replica, k]``, read from device memory."""
+        group, storage, rsel = self._ctx
+        arr = storage[group.gathers[name].dtype]
+        if isinstance(rsel, slice):
+            return arr[rsel].take(addresses, axis=1)
+        return arr[rsel[:, None], addresses[None, :]]
+
+    def write_addresses(self, name: str, addresses: np.ndarray, values: Any) -> None:
+        """Write ``values`` (``[replica, k]``) to output field ``name`` at ``addresses``
+        (from :meth:`addresses`), leaving the rest of the field as it is."""
+        if not self.fields[name].writes:
+            raise CodeletError(
+                f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be written"
+            )
+        group, storage, rsel = self._ctx
+        arr = storage[group.gathers[name].dtype]
+        if isinstance(rsel, slice):
+            arr[rsel, addresses] = values
+        else:
+            arr[rsel[:, None], addresses[None, :]] = values
 
     def write_at(self, name: str, positions: np.ndarray, values: Any) -> None:
         """Write ``values`` (``[replica, k]``) to elements ``positions`` of output field
@@ -325,8 +353,7 @@ class Batch(_Segmented):
         group, storage, rsel = self._ctx
         positions = np.asarray(positions)
         if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
-            arr, addr = group.addresses(name, positions, storage)
-            arr[rsel, addr] = values
+            self.write_addresses(name, group.addresses(name, positions), values)
             return
         arr, rows, addr = group.at(name, positions, storage, rsel)
         arr[rows, addr] = values
