@@ -89,6 +89,11 @@ class CompiledGroup:
             return np.zeros((replicas, g.size), dtype=g.dtype.numpy), True
         return g.read(storage, rsel), True
 
+    def addresses(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """The addresses of the elements at ``positions`` (``[k]``) of field ``name``."""
+        index = self.gathers[name].index
+        return index.start + positions if isinstance(index, slice) else index[positions]
+
     def at(self, name: str, positions: np.ndarray, storage: dict, rsel: slice | np.ndarray):
         """(storage array, row index, address index) of the elements at ``positions`` of
         field ``name`` (``[k]``, or ``[replica, k]`` per selected replica), for reading or
@@ -127,6 +132,48 @@ class CompiledGroup:
         )
         self._views[key] = (arr, view)
         return view
+
+    def repeated(
+        self, name: str, shape: tuple[int, ...], storage: dict, rsel: slice | np.ndarray
+    ) -> np.ndarray | None:
+        """Read-only field ``name`` as ``[replica, *shape]`` when its addresses repeat along
+        some axes of ``shape`` (an operand block that every vertex of a row or column of a
+        grid reads): only the distinct elements are gathered, the repeats are zero strides
+        of a read-only broadcast (decided once per shape); None when no axis repeats."""
+        key = ("#repeat", name, shape)
+        if key not in self._layouts:
+            self._layouts[key] = self._repeats(name, shape)
+        plan = self._layouts[key]
+        if plan is None:
+            return None
+        index, reduced = plan
+        arr = storage[self.gathers[name].dtype]
+        if isinstance(rsel, slice):
+            values = arr[rsel].take(index, axis=1)
+        else:
+            values = arr[rsel[:, None], index[None, :]]
+        rows = values.shape[0]
+        return np.broadcast_to(values.reshape(rows, *reduced), (rows, *shape))
+
+    def _repeats(self, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, tuple] | None:
+        """(distinct addresses, their shape) of a read-only field whose addresses reshaped
+        to ``shape`` do not change along some axes; None if none or not read-only."""
+        g = self.gathers[name]
+        if name in self.writes or g.is_view or g.size != int(np.prod(shape, dtype=np.int64)):
+            return None
+        index = np.asarray(g.index).reshape(shape)
+        keep: list[slice] = []
+        for axis, size in enumerate(shape):
+            first = index.take([0], axis=axis)
+            keep.append(
+                slice(0, 1)
+                if size > 1 and np.array_equal(np.broadcast_to(first, shape), index)
+                else slice(None)
+            )
+        if all(k == slice(None) for k in keep):
+            return None
+        distinct = index[tuple(keep)]
+        return np.ascontiguousarray(distinct).reshape(-1), distinct.shape
 
     def affine_shape(self, name: str) -> tuple[int, ...] | None:
         """The shape under which field ``name``'s addresses step evenly along every axis

@@ -58,9 +58,14 @@ class Gather:
     def read(self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray) -> np.ndarray:
         """``[replica, element]``; a view when possible (do not write to it)."""
         arr = storage[self.dtype]
-        if isinstance(rsel, slice) or isinstance(self.index, slice):
-            return arr[rsel, self.index]
-        return arr[rsel[:, None], self.index[None, :]]
+        index = self.index
+        if isinstance(index, slice):
+            return arr[rsel, index]
+        if isinstance(rsel, slice):
+            # ``take`` along the element axis: the same copy as ``arr[rsel, index]``, about
+            # twice as fast (NumPy's fancy indexing of a column index is the slow path)
+            return arr[rsel].take(index, axis=1)
+        return arr[rsel[:, None], index[None, :]]
 
     def write(
         self, storage: dict[Type, np.ndarray], rsel: slice | np.ndarray, values: np.ndarray

@@ -299,6 +299,10 @@ class Batch(_Segmented):
         strided = group.strided(name, shape, storage, rsel)
         if strided is not None:
             return strided
+        if name not in self._data:
+            repeated = group.repeated(name, shape, storage, rsel)
+            if repeated is not None:
+                return repeated
         return self._field(name).reshape(self.replicas, *shape)
 
     def read_at(self, name: str, positions: np.ndarray) -> np.ndarray:
@@ -307,8 +311,40 @@ class Batch(_Segmented):
         when they differ between replicas). For a codelet that touches a few elements of a
         large field (a dynamic slice)."""
         group, storage, rsel = self._ctx
-        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        positions = np.asarray(positions)
+        if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
+            return self.read_addresses(name, group.addresses(name, positions))
+        arr, rows, addr = group.at(name, positions, storage, rsel)
         return arr[rows, addr]
+
+    def addresses(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """The device-memory addresses of elements ``positions`` (``[k]``) of field
+        ``name``: static, so a codelet may keep them for :meth:`read_addresses` and
+        :meth:`write_addresses` in later runs."""
+        return self._ctx[0].addresses(name, np.asarray(positions))
+
+    def read_addresses(self, name: str, addresses: np.ndarray) -> np.ndarray:
+        """Elements of field ``name`` at ``addresses`` (from :meth:`addresses`),
+        ``[replica, k]``, read from device memory."""
+        group, storage, rsel = self._ctx
+        arr = storage[group.gathers[name].dtype]
+        if isinstance(rsel, slice):
+            return arr[rsel].take(addresses, axis=1)
+        return arr[rsel[:, None], addresses[None, :]]
+
+    def write_addresses(self, name: str, addresses: np.ndarray, values: Any) -> None:
+        """Write ``values`` (``[replica, k]``) to output field ``name`` at ``addresses``
+        (from :meth:`addresses`), leaving the rest of the field as it is."""
+        if not self.fields[name].writes:
+            raise CodeletError(
+                f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be written"
+            )
+        group, storage, rsel = self._ctx
+        arr = storage[group.gathers[name].dtype]
+        if isinstance(rsel, slice):
+            arr[rsel, addresses] = values
+        else:
+            arr[rsel[:, None], addresses[None, :]] = values
 
     def write_at(self, name: str, positions: np.ndarray, values: Any) -> None:
         """Write ``values`` (``[replica, k]``) to elements ``positions`` of output field
@@ -319,7 +355,11 @@ class Batch(_Segmented):
                 f"codelet {self.vertex_type.name}: field {name!r} is an input and cannot be written"
             )
         group, storage, rsel = self._ctx
-        arr, rows, addr = group.at(name, np.asarray(positions), storage, rsel)
+        positions = np.asarray(positions)
+        if positions.ndim == 1 and isinstance(rsel, slice):  # one set for every replica
+            self.write_addresses(name, group.addresses(name, positions), values)
+            return
+        arr, rows, addr = group.at(name, positions, storage, rsel)
         arr[rows, addr] = values
 
     def reduce(self, ufunc: np.ufunc, values: np.ndarray, name: str) -> np.ndarray:

@@ -97,12 +97,26 @@ def test_block_products_of_a_grid_run_zero_copy(session, spy, grid):
 
 
 def test_gathered_fields_and_accumulation_give_the_same_numbers(session, spy, monkeypatch):
-    # concatenated blocks whose addresses still step evenly would be found to be views:
-    # turn that check off to exercise the gathered path
+    # concatenated blocks whose addresses still step evenly would be found to be views, and
+    # blocks read by several vertices gathered once: turn both off to exercise the gathered
+    # path
     monkeypatch.setattr("tremula.engine.group.numeric_affine", lambda *a, **k: None)
+    monkeypatch.setattr("tremula.engine.group.CompiledGroup._repeats", lambda *a, **k: None)
     got, want = _grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), _concatenated, 2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not spy  # copies of the blocks: stacked products, no whole-matrix product
+
+
+def test_gathered_blocks_read_by_several_vertices_are_gathered_once(session, spy, monkeypatch):
+    """A gathered operand whose blocks repeat along the grid (each A block read by the J
+    vertices of its row, each B block by the I of its column) is read once per distinct
+    block and broadcast with zero strides: one whole-matrix product, the same numbers."""
+    monkeypatch.setattr("tremula.engine.group.numeric_affine", lambda *a, **k: None)
+    got, want = _grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), _concatenated, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert spy  # the whole-matrix product ran
+    a = spy[0]
+    assert a.strides[3] == 0  # [R, G, I, J, K, ...]: the A blocks repeat along J unread
 
 
 def test_a_grid_state_that_does_not_match_still_computes_every_block(session):

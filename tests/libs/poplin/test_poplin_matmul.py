@@ -246,14 +246,21 @@ def gathered(monkeypatch):
     """(vertex type, field) of every poplin field the engine gathers (copies) instead of
     serving as a view of device memory."""
     seen: list[tuple[str, str]] = []
-    real = computeset.CompiledGroup.materialize
+    real, real_repeated = computeset.CompiledGroup.materialize, computeset.CompiledGroup.repeated
 
     def record(self, name, *args):
         if self.vertex_type.name.startswith("poplin::"):
             seen.append((self.vertex_type.name, name))
         return real(self, name, *args)
 
+    def record_repeated(self, name, *args):  # a gather of the distinct elements
+        out = real_repeated(self, name, *args)
+        if out is not None and self.vertex_type.name.startswith("poplin::"):
+            seen.append((self.vertex_type.name, name))
+        return out
+
     monkeypatch.setattr(computeset.CompiledGroup, "materialize", record)
+    monkeypatch.setattr(computeset.CompiledGroup, "repeated", record_repeated)
     return seen
 
 

@@ -62,18 +62,54 @@ def _dynamic_layout(v: Any) -> tuple[np.ndarray, ...]:
     return reg_v[r], reg_base[r] + within, s[el_row], reg_len[r], nb[reg_v[r]]
 
 
+#: at most this many addresses are kept per vertex group for offsets seen before
+_KEPT_ADDRESSES = 1 << 22
+
+
 def _dynamic_index(v: poplar.Batch) -> np.ndarray:
+    """The positions in ``base`` of every element of ``sub``: ``[replica, sub element]``."""
     vertex, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
     off = v.offset.astype(np.int64)[:, vertex]  # [replica, sub element]
     return pos0 + np.mod(off + s, nb) * length
 
 
+def _shared_addresses(v: poplar.Batch) -> np.ndarray | None:
+    """When one offset serves every vertex and replica (a loop counter): the addresses in
+    device memory of the ``base`` elements of ``sub``, the same for every replica. They
+    depend on the offset alone, so those of an offset seen before are kept (a loop's body
+    runs them again every run), within a bound on the memory kept; None otherwise."""
+    offsets = v.offset
+    if offsets.size == 0:
+        return None
+    first = int(offsets.flat[0])
+    if not np.all(offsets == first):
+        return None
+    kept = v.cached("dyn-kept", lambda: [{}, 0])
+    hit = kept[0].get(first)
+    if hit is not None:
+        return hit
+    _, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
+    addresses = v.addresses("base", pos0 + np.mod(first + s, nb) * length)
+    if kept[1] + addresses.size <= _KEPT_ADDRESSES:
+        kept[0][first] = addresses
+        kept[1] += addresses.size
+    return addresses
+
+
 def _dynamic_slice_compute(v: poplar.Batch) -> None:
-    v.sub = v.read_at("base", _dynamic_index(v))  # only the rows sliced: O(sub), not O(base)
+    shared = _shared_addresses(v)
+    if shared is not None:
+        v.sub = v.read_addresses("base", shared)
+    else:  # only the rows sliced: O(sub), not O(base)
+        v.sub = v.read_at("base", _dynamic_index(v))
 
 
 def _dynamic_update_compute(v: poplar.Batch) -> None:
-    v.write_at("base", _dynamic_index(v), v.sub)
+    shared = _shared_addresses(v)
+    if shared is not None:
+        v.write_addresses("base", shared, v.sub)
+    else:
+        v.write_at("base", _dynamic_index(v), v.sub)
 
 
 class DynamicSlice(poplar.Codelet):
