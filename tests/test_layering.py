@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "tremula"
 LAYERS = [
+    "_compat",  # names of newer Pythons for 3.10 (standard library only)
     "alias",
     "lazy",
     "errors",
