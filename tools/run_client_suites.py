@@ -209,13 +209,15 @@ def run_model(model: str, paths: dict[str, Path], args: argparse.Namespace) -> l
     env = environment(model_dir, paths, args.python)
     files = sorted((model_dir / "tests").rglob("test_*.py"))
     refused = refused_by_python(model_dir, env, args.python)
+    if refused:
+        print(f"  not run: {refused}", flush=True)
     runs = []
     for test in files:
         file_id = f"{model}/{test.relative_to(model_dir).as_posix()}"
         if file_id in DESELECTED:
             runs.append(FileRun(file_id, note=f"deselected: {DESELECTED[file_id]}"))
         elif refused:
-            runs.append(FileRun(file_id, note=f"not run: {refused}"))
+            runs.append(FileRun(file_id, note="not run on this Python (above)"))
         else:
             runs.append(run_file(model, model_dir, test, env, args))
         print_file(runs[-1])

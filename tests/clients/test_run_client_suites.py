@@ -107,7 +107,8 @@ def test_runs_each_file_and_gates_on_the_expected_failures(
     assert "gpt_j/tests/unit/test_bad.py::test_fails: ValueError: boom" in out
     assert "gpt_j/tests/unit/test_broken.py: ImportError: op x not served" in out
     assert "gpt_j/tests/integration/execution/test_overfitting.py: deselected" in out
-    assert "bert/tests/test_any.py: not run: Python" in out
+    assert "bert/tests/test_any.py: not run on this Python (above)" in out
+    assert "  not run: Python" in out
     assert "refuses its configuration dataclasses" in out
     assert "NOW PASSES (remove it from known_failures.txt): gpt_j/tests/test_good.py" in out
     assert out.rstrip().endswith("clients: 3 passed, 2 failed, 1 skipped")
