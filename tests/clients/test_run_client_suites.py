@@ -110,7 +110,7 @@ def test_runs_each_file_and_gates_on_the_expected_failures(
     assert "bert/tests/test_any.py: not run on this Python (above)" in out
     assert "  not run: Python" in out
     assert "refuses its configuration dataclasses" in out
-    assert "NOW PASSES (remove it from known_failures.txt): gpt_j/tests/test_good.py" in out
+    assert "NOW PASSES (remove it from the expected failures): gpt_j/tests/test_good.py" in out
     assert out.rstrip().endswith("clients: 3 passed, 2 failed, 1 skipped")
     assert "known failures: 2, new failures: 0, now passing: 1" in out
     assert not (logs / "gpt_j__tests__integration__execution__test_overfitting.py.log").exists()
@@ -122,7 +122,9 @@ def test_runs_each_file_and_gates_on_the_expected_failures(
     assert "known failures: 1, new failures: 1, now passing: 0" in out
 
 
-def test_verdict_strict_and_record(runner: ModuleType, tmp_path: Path) -> None:
+def test_verdict_strict_and_record(
+    runner: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = [
         runner.FileRun(
             "m/tests/test_a.py",
@@ -137,6 +139,12 @@ def test_verdict_strict_and_record(runner: ModuleType, tmp_path: Path) -> None:
     assert runner.verdict(runs, known, strict=False) == 0
     assert runner.verdict(runs, known, strict=True) == 1
     assert runner.verdict(runs, {"m/tests/test_a.py": "the whole file"}, strict=False) == 1
+    capsys.readouterr()
+    listed = {**known, "m/tests/test_a.py::test_ok": "fixed", "m/tests/test_a.py::test_gone": "-k"}
+    assert runner.verdict(runs, listed, strict=False) == 0
+    out = capsys.readouterr().out
+    assert "NOW PASSES (remove it from the expected failures): m/tests/test_a.py::test_ok" in out
+    assert "test_gone" not in out  # not run (deselected): not said to pass
     path = tmp_path / "known.txt"
     path.write_text("# header\ngone/test_x.py::test_y # was failing\n")
     runner.record(path, runs)
