@@ -9,6 +9,12 @@ failure. Tests that set their own ``@settings`` keep them.
 differences, is importable as ``tremula_tests_evaluator``. ``run_example`` runs each of the
 repository's examples once per session, with autoReport
 on: the example tests check that they run, the report tests render their profiles.
+
+Client code (Graphcore's popxl-addons and models, not part of the repository) is found
+through one setting, ``TREMULA_CLIENTS`` (``tools/clients.py``). The test modules of the
+folders in :data:`CLIENT_FOLDERS` import it at their top: when it is absent, each such
+module is one test that skips with a message saying how to provide it, or fails under CI
+(``CI=true``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,6 +54,72 @@ if _EVALUATOR not in sys.modules:
     _spec.loader.exec_module(_module)
 
 
+# ---- client code (tools/clients.py: $TREMULA_CLIENTS, default ../shared/clients) ----
+
+
+def _load_clients_module() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "tools" / "clients.py"
+    spec = importlib.util.spec_from_file_location("tremula_tools_clients", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+clients = _load_clients_module()
+#: test folders (under tests/) whose modules import client code, with the clients they need
+CLIENT_FOLDERS = {"addons": ("popxl-addons",)}
+
+_addons = clients.find("popxl-addons")
+if not _addons.missing and str(_addons["popxl-addons"]) not in sys.path:
+    sys.path.insert(0, str(_addons["popxl-addons"]))  # imported as its users import it
+
+
+def need_clients(*names: str) -> Any:
+    """The clients ``names``; when one is absent the calling test skips with a message
+    saying how to provide it (fails under CI)."""
+    lookup = clients.find(*names)
+    if lookup.missing:
+        if clients.in_ci():
+            pytest.fail(f"CI=true: {lookup.message}", pytrace=False)
+        pytest.skip(lookup.message)
+    return lookup
+
+
+class _ClientsAbsent(pytest.Item):
+    """Stands for a test module whose client code is absent: skips (fails under CI)."""
+
+    def runtest(self) -> None:
+        need_clients(*self.parent.needs)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.path.name}: needs {', '.join(self.parent.needs)}"
+
+
+class _ClientsModule(pytest.File):
+    """A test module not imported because the client code it needs is absent."""
+
+    needs: tuple[str, ...] = ()
+
+    def collect(self) -> Iterator[pytest.Item]:
+        yield _ClientsAbsent.from_parent(self, name="clients")
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
+    tests = Path(__file__).resolve().parent
+    try:
+        folder = module_path.resolve().relative_to(tests).parts[0]
+    except (ValueError, IndexError):
+        return None
+    needs = CLIENT_FOLDERS.get(folder)
+    if not needs or not clients.find(*needs).missing:
+        return None
+    module = _ClientsModule.from_parent(parent, path=module_path)
+    module.needs = needs
+    return module
+
+
 # ---- the repository's examples, each run once per test session ----
 
 
@@ -55,8 +129,7 @@ EXAMPLE_ARGS = {
     "char_gru.py": ["--steps", "2", "--iterations", "1"],
     "addons_gpt.py": ["--steps", "20"],
 }
-#: examples built on Graphcore's popxl-addons, run from ../shared/clients as its users run it
-ADDONS = EXAMPLES_ROOT.parents[1] / "shared" / "clients" / "popxl-addons"
+#: examples built on Graphcore's popxl-addons (run from the clients folder as its users run it)
 NEEDS_ADDONS = {"addons_gpt.py"}
 #: examples run without autoReport (the report tests profile the RigL trainer's engine on its
 #: own; with autoReport its four engines would write into the folder and engine_2..4)
@@ -83,6 +156,8 @@ class ExampleRunner:
         self.runs: dict[Path, ExampleRun] = {}
 
     def __call__(self, path: Path) -> ExampleRun:
+        if path.name in NEEDS_ADDONS:
+            need_clients("popxl-addons")
         if path not in self.runs:
             self.runs[path] = self._run(path)
         return self.runs[path]
@@ -96,7 +171,7 @@ class ExampleRunner:
                 mp.setenv("POPLAR_ENGINE_OPTIONS", json.dumps(options))
             mp.setattr(sys, "argv", [str(path), *EXAMPLE_ARGS.get(path.name, [])])
             if path.name in NEEDS_ADDONS:
-                mp.syspath_prepend(str(ADDONS))
+                mp.syspath_prepend(str(clients.find("popxl-addons")["popxl-addons"]))
             runpy.run_path(str(path), run_name="__main__")
             gc.collect()  # engines left open write their execution profile when collected
         made = (folder / "graph.json").exists() and (folder / "execution.json").exists()

@@ -17,6 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / "tremula"
 LAYERS = [
+    "_compat",  # names of newer Pythons for 3.10 (standard library only)
     "alias",
     "lazy",
     "errors",

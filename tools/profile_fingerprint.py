@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import clients  # tools/clients.py: where client code is ($TREMULA_CLIENTS)
+
 from tremula.engine.options import MODES as ENGINE_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,9 +119,9 @@ def programs(tmp: Path, epochs: int) -> list[tuple[str, str, str]]:
 
 
 def run_one(kind: str, target: str, workdir: Path) -> dict[str, Any]:
-    # examples on Graphcore's popxl-addons import it from ../shared/clients, unmodified
-    addons = ROOT.parent / "shared" / "clients" / "popxl-addons"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(addons)]))
+    # examples on Graphcore's popxl-addons import it, unmodified, from the clients folder
+    addons = clients.find("popxl-addons")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(addons["popxl-addons"])]))
     env.pop("POPLAR_ENGINE_OPTIONS", None)
     res = subprocess.run(
         [sys.executable, "-c", _CHILD, kind, target, str(workdir)],
@@ -130,7 +132,7 @@ def run_one(kind: str, target: str, workdir: Path) -> dict[str, Any]:
         check=False,
     )
     if res.returncode:
-        raise SystemExit(f"{kind} {target} failed:\n{res.stderr[-4000:]}")
+        raise SystemExit(f"{kind} {target} failed:\n{res.stderr[-4000:]}\n{addons.message}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 

@@ -125,11 +125,22 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray], 
 }  # fmt: skip
 
 
+#: NumPy's result where some onnxruntime releases cannot compute a case: 1.23, the last for
+#: Python 3.10, fails on this Einsum ("Destination size does not match source")
+NUMPY_WHERE_ORT_FAILS = {"einsum_sum_and_transpose": lambda f: np.einsum("ijk->ki", f["x"])}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_op_matches_onnxruntime(name: str) -> None:
     nodes, feeds, inits, opset = CASES[name]
     proto = _model(nodes, feeds, inits, ["y"], opset)
-    (want,) = ort.InferenceSession(proto, providers=["CPUExecutionProvider"]).run(["y"], feeds)
+    try:
+        session = ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
+        (want,) = session.run(["y"], feeds)
+    except ort.capi.onnxruntime_pybind11_state.RuntimeException:
+        if name not in NUMPY_WHERE_ORT_FAILS:
+            raise
+        want = NUMPY_WHERE_ORT_FAILS[name](feeds)
     got = infer(proto, feeds, ["y"])["y"]
     assert got.shape == want.shape
     if want.dtype.kind == "f":

@@ -10,7 +10,6 @@ counted, ONNX's ``count_include_pad=0``).
 
 from __future__ import annotations
 
-import enum
 import itertools
 import math
 from collections.abc import Sequence
@@ -18,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from tremula._compat import StrEnum
 from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
-class PadType(str, enum.Enum):  # noqa: UP042 (enum.StrEnum is 3.11+; Python 3.10 is supported)
+class PadType(StrEnum):
     """Automatic padding modes (PopXL's ``PadType``); plain strings are accepted too."""
 
     NOT_SET = "not_set"
@@ -54,6 +54,11 @@ def _ints(v: Any, n: int, default: int, what: str, arg: str) -> tuple[int, ...]:
     if len(out) != n:
         raise ValueError(f"{what}: {arg} {tuple(v)} must have {n} entries")
     return out
+
+
+def _channels_and(spatial: tuple[slice, ...]) -> tuple[slice, ...]:
+    """An index of every batch and channel, and ``spatial`` on the spatial axes."""
+    return (slice(None), slice(None), *spatial)
 
 
 def _window(kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, ...]:
@@ -135,7 +140,7 @@ def patches_np(x: np.ndarray, a: dict[str, Any], fill: float) -> np.ndarray:
             slice(ki * d, ki * d + s * (o - 1) + 1, s)
             for ki, d, s, o in zip(k, a["dilation"], a["stride"], a["out"])
         )
-        views.append(xp[(slice(None), slice(None), *key)])
+        views.append(xp[_channels_and(key)])
     return np.stack(views, axis=2).reshape(*x.shape[:2], -1, *a["out"][:n])
 
 
@@ -231,9 +236,9 @@ def _conv_transpose_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.n
         contrib = np.einsum("ngc...,gco->ngo...", tg, wg[(slice(None),) * 3 + k])
         key = tuple(slice(ki * d, ki * d + st * (s - 1) + 1, st) for ki, d, st, s in zip(
             k, a["dilation"], a["stride"], t.shape[2:]))  # fmt: skip
-        out[(slice(None), slice(None), *key)] += contrib.reshape(n, oc, *t.shape[2:])
+        out[_channels_and(key)] += contrib.reshape(n, oc, *t.shape[2:])
     crop = tuple(slice(b, f - e) for b, e, f in zip(a["pads_begin"], a["pads_end"], full))
-    return [out[(slice(None), slice(None), *crop)].astype(x[0].dtype)]
+    return [out[_channels_and(crop)].astype(x[0].dtype)]
 
 
 defop(

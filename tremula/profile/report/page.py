@@ -30,7 +30,8 @@ SCRIPTS: tuple[str, ...] = (
 
 
 def _asset(name: str) -> str:
-    return resources.files("tremula.profile.report").joinpath("assets", name).read_text("utf-8")
+    assets = resources.files("tremula.profile.report").joinpath("assets")
+    return assets.joinpath(name).read_text("utf-8")
 
 
 def encode_data(payload: dict[str, Any]) -> str:
