@@ -135,7 +135,9 @@ def test_handles_and_private_constructors() -> None:
     assert t.hasProducer() and isinstance(t.getProducer(), _ir.op.CallOp)
     assert not pb_t.hasProducer() and pb_t.getGraph() == ir.main_graph._pb_graph
     assert (
-        pb_t.info.shape() == [2, 3] and pb_t.info.nelms() == 6 and pb_t.tensorType() == "Variable"
+        pb_t.info.shape() == [2, 3]
+        and pb_t.info.nelms() == 6
+        and pb_t.tensorType() == _ir.TensorType.Variable
     )
     assert [op.opType() for op in pb_t.consumers.getOps()] == ["Call"]
     with pytest.raises(PopartException, match="No producer for tensor x"):

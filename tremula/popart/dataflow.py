@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import PopartException
-from tremula.popart.enums import AnchorReturnTypeId, ExchangeStrategy, TileSet
+from tremula.popxl._ir.core.enums import AnchorReturnTypeId, ExchangeStrategy, TileSet
 
 __all__ = ["AnchorReturnType", "DataFlow", "PyStepIO", "PyWeightsIO"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from tremula import poplar
 from tremula.errors import PopartException
-from tremula.popart.enums import DeviceConnectionType, DeviceType, SyncPattern
-from tremula.popart.log import LOG
+from tremula.popxl._ir.core.enums import DeviceConnectionType, DeviceType, SyncPattern
+from tremula.popxl._ir.core.log import LOG
 
 __all__ = ["DeviceInfo", "DeviceManager"]
 

@@ -9,7 +9,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.enums import PopartEnum
 from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
 from tremula.popxl.tensor import Tensor as XlTensor
 
@@ -18,6 +20,16 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.view import Region
     from tremula.popxl.dtypes import dtype
+
+
+class TensorType(PopartEnum):
+    """PopART's ``TensorType``: what kind of tensor the IR holds (``Tensor.tensorType()``)."""
+
+    ActGrad = 0  # an op's output or a graph input
+    Const = 1
+    Stream = 2  # the tensor of a host-to-device stream
+    Unknown = 3
+    Variable = 4
 
 
 class TensorInfo:
@@ -103,11 +115,21 @@ class Tensor:
     def consumers(self) -> Consumers:
         return Consumers(self._t)
 
-    def tensorType(self) -> builtins.str:
-        """``"Variable"``, ``"Const"`` or ``"ActGrad"`` (PopART's TensorType names)."""
-        if isinstance(self._t, Variable):
-            return "Variable"
-        return "Const" if isinstance(self._t, Constant) else "ActGrad"
+    def tensorType(self) -> TensorType:
+        """``TensorType.Variable`` (variables, replica-sharded shards and remote variables
+        too), ``Const``, ``Stream`` (a host-to-device stream's tensor, as PopXL's
+        ``h2d_stream`` adds it) or ``ActGrad`` (every other tensor: op outputs, graph inputs,
+        a device-to-host stream's tensor, which PopXL adds as an ActGrad)."""
+        t = self._t
+        if isinstance(t, Variable):
+            return TensorType.Variable
+        if isinstance(t, Constant):
+            return TensorType.Const
+        if t.graph is t.ir.main_graph and any(
+            s.tensor_id == t.id and isinstance(s, HostToDeviceStream) for s in t.ir._streams
+        ):
+            return TensorType.Stream
+        return TensorType.ActGrad
 
     def getGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle

@@ -8,6 +8,7 @@ PopART, PopXL's collectives and the library.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any
 
 from tremula.libs.gcl.grouping import CommGroupType
 
@@ -97,33 +98,17 @@ def _make(name: str, members: str | list[str] | list[tuple[str, int]]) -> type[e
     if isinstance(members, str):
         members = members.split()
     pairs = [m if isinstance(m, tuple) else (m, i) for i, m in enumerate(members)]
-    made = PopartEnum(name, pairs, module=__name__)
+    functional: Any = PopartEnum  # the functional API (mypy reads a PopartEnum call as a member)
+    made: type[enum.IntEnum] = functional(name, pairs, module=__name__)
     made.__doc__ = f"PopART's ``{name}`` ({', '.join(p[0] for p in pairs)})."
     return made
 
 
 globals().update({name: _make(name, members) for name, members in _TABLE.items()})
 
-# names for static tools (the classes are made above)
-DataType: type[enum.IntEnum]
-VariableRetrievalMode: type[enum.IntEnum]
-AnchorReturnTypeId: type[enum.IntEnum]
-ReductionType: type[enum.IntEnum]
-MeanReductionStrategy: type[enum.IntEnum]
-SyncPattern: type[enum.IntEnum]
-DeviceType: type[enum.IntEnum]
-DeviceConnectionType: type[enum.IntEnum]
-TileSet: type[enum.IntEnum]
-ExchangeStrategy: type[enum.IntEnum]
-ReplicatedStreamMode: type[enum.IntEnum]
-ReplicatedTensorSharding: type[enum.IntEnum]
-TensorStorage: type[enum.IntEnum]
-VirtualGraphMode: type[enum.IntEnum]
-RecomputationType: type[enum.IntEnum]
-PatternsLevel: type[enum.IntEnum]
-SGDAccumulatorAndMomentum: type[enum.IntEnum]
-AdamMode: type[enum.IntEnum]
-WeightDecayMode: type[enum.IntEnum]
-CollectiveOperator: type[enum.IntEnum]
+if TYPE_CHECKING:  # the enums are made above: to static tools each name is a class
+
+    def __getattr__(name: str) -> Any: ...
+
 
 __all__ = ["CommGroupType", *_TABLE]
