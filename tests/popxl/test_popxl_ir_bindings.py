@@ -36,7 +36,7 @@ def test_module_is_popart_internal_ir() -> None:
     [
         (lambda a, b: ops.add(a, b), "Add", "AddOp"),
         (lambda a, b: ops.add_(a, b), "AddLhsInplace", "AddLhsInplaceOp"),
-        (lambda a, b: ops.sub(a, b), "Sub", "SubOp"),
+        (lambda a, b: ops.sub(a, b), "Sub", "SubtractOp"),
         (lambda a, b: ops.mul(a, b), "Mul", "MulOp"),
         (lambda a, b: ops.div(a, b), "Div", "DivOp"),
         (lambda a, b: ops.matmul(a, b), "MatMul", "MatMulOp"),

@@ -26,7 +26,7 @@ def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
     return t[op.attrs["key"]]
 
 
-_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace")
+_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace", "DetachInplace")
 
 
 def copy_unobservable(op: Op, k: int = 0) -> bool:
@@ -70,6 +70,11 @@ def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 @rule("ReshapeInplace", "TransposeInplace", "SliceInplace")
 def view_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = _view(op, env[op.inputs[0]])  # aliases the input: writes reach it
+
+
+@rule("DetachInplace")
+def detach_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    env[op.outputs[0]] = env[op.inputs[0]]  # the input itself: writes to it reach it
 
 
 @rule("Identity", "Detach")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
     from tremula.popxl._ir.ir import Ir, ir_handle
     from tremula.popxl._ir.op import Op
+    from tremula.popxl._ir.op.var_update import OptimizerValue
     from tremula.popxl._ir.session import Session, session_handle
     from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, TensorType, tensor_handle
     from tremula.popxl._ir.verify import verify_ir
@@ -54,6 +55,7 @@ __all__ = [
     "GraphId",
     "Ir",
     "Op",
+    "OptimizerValue",
     "ReplicaGrouping",
     "Session",
     "Tensor",

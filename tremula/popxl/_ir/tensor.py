@@ -156,6 +156,15 @@ class Tensor:
     def getGraphOutputIndex(self) -> int:
         return self.getGraph().getOutputIndex(self._t.id)
 
+    def isAliased(self) -> bool:
+        """Whether an op that reads the tensor gives an output that aliases it (a view
+        of it, or the output of an op that writes it in place), as PopART's alias model
+        says."""
+        t = self._t
+        return any(
+            _aliases_of(op, i) for op in t.graph._ops for i, v in enumerate(op.inputs) if v is t
+        )
+
     def modifiedRegionsByOps(self, ops: Any, aliasModel: Any = None) -> list[Region]:
         """The regions of this tensor that ``ops`` write in place: the whole tensor where one
         of them modifies it or a view of it (Tremula records modification per input), else
@@ -179,7 +188,18 @@ class Tensor:
 
 
 #: in-place view ops: their output is a view of input 0 (writes to it write the input)
-_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace"}
+_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace", "DetachInplace"}
+
+
+def _aliases_of(op: Any, i: int) -> list[XlTensor]:
+    """The outputs of ``op`` that alias its input ``i``: the outputs of an in-place view
+    op, of an in-place op that writes input ``i`` (not a call: its outputs are the called
+    graph's), and the in-place loads of a merged exchange."""
+    if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
+        return [op.outputs[o] for k, o in op.attrs["aliases"] if k == i]
+    if op.type in _VIEWS or (i in op.modified and not op.called_graphs):
+        return [o for o in op.outputs if o is not None]
+    return []
 
 
 def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
@@ -197,12 +217,7 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
                     continue
                 if id(op) in chosen and i in op.modified:
                     return True
-                if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
-                    todo.extend(op.outputs[o] for k, o in op.attrs["aliases"] if k == i)
-                    continue
-                aliases = i in op.modified and not op.called_graphs  # an in-place op's output
-                if op.type in _VIEWS or aliases:  # its outputs alias the input
-                    todo.extend(o for o in op.outputs if o is not None)
+                todo.extend(_aliases_of(op, i))
     return False
 
 

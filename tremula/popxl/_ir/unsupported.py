@@ -97,7 +97,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "read variables through Session.get_tensor_data": (
                     "hasTensorData getDataViaGraphTraversal"
                 ),
-                _ALIASES: "isAliased isModified associatedOps",
+                _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
                     "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
@@ -157,7 +157,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isOutplaceViewChange hasAliasedModifiers inputUnmodifiable"
                 ),
                 _KINDS: (
-                    "isElementWiseUnary isLossOp isIpuCopyOp isNorm isOptimizerOp "
+                    "isElementWiseUnary isLossOp isIpuCopyOp isNorm "
                     "isGradientClippingOp copiesOptimizerTensors isConvertibleTo "
                     "isExcludedFromPattern hasSideEffect canRecompute requiresRandomSeed "
                     "getSeedInIndex isParentOf isChildOf"
