@@ -178,6 +178,36 @@ class Session:
             self._attached = False
             self._engine.flush_report()  # autoReport's execution.json, once per attach
 
+    @locked
+    def _set_device(self, device: poplar.Device) -> None:
+        """Use ``device`` (a ``popart.DeviceInfo`` or ``poplar.Device``) from the next
+        attach on (PopXL's helper: programs that detach a device and attach another give
+        it back this way). The device must be one the program was compiled for: the same
+        target (IPU version, IPUs, tiles), or the CPU device for a 'cpu' session.
+
+        Raises:
+            TypeError: not a device.
+            ValueError: a device of another target, or the session is attached (the
+                program is loaded on its device).
+        """
+        if not isinstance(device, poplar.Device):
+            raise TypeError(
+                f"Session._set_device: expected a popart.DeviceInfo or poplar.Device, got "
+                f"{type(device).__name__}"
+            )
+        if self._attached:
+            raise ValueError(
+                "Session._set_device: the session is attached; leave `with session:` first"
+            )
+        if device.target != self._device.target:
+            raise ValueError(
+                f"Session._set_device: {device!r} is not the device this session was "
+                f"compiled for ({self._device!r})"
+            )
+        if device is not self._device:
+            self._device = device
+            self._loaded = False  # loaded onto the new device at the next attach
+
     def _attach(self) -> None:
         if not self._loaded:
             self._engine.load(self._device)
@@ -361,9 +391,10 @@ class Session:
         return {t: self._host_value(t) for t in tensors}
 
     def _check_variable(self, t: Any, what: str, kinds: tuple[type, ...]) -> None:
-        names = " or ".join(k.__name__ for k in kinds)
-        if not isinstance(t, kinds):
-            raise TypeError(f"{what}: {t!r} is not a {names}")
+        names = " or ".join(k.__name__ for k in reversed(kinds))
+        if not isinstance(t, kinds):  # PopXL's words: "Tensor <id> is not of type ..."
+            tid = getattr(t, "id", None) or getattr(t, "tensor_id", None) or repr(t)
+            raise TypeError(f"Tensor {tid} is not of type {names}. ({what}: got {t!r})")
         owner = self._shard_owner(t)
         if owner is not None:
             raise TypeError(
@@ -372,16 +403,19 @@ class Session:
             )
 
     def _host_value(self, t: Tensor) -> np.ndarray:
+        """A copy of the host value; for a variable made from a ``np.memmap`` whose host
+        layout is its data's, that very memmap (PopXL keeps it by reference)."""
         if isinstance(t, Constant):
             return np.array(t.host_data)
         if not isinstance(t, Variable):
-            raise TypeError(f"{t!r} is not a Variable or Constant")
+            raise TypeError(f"Tensor {t.id} is not of type Constant or Variable.")
         v = t
-        data = np.array(v.host_data)
         rg = v.replica_grouping
         if v.retrieval_mode == "all_replicas" and rg.group_size > 1:
-            return replica_rows(rg, data, v.shape)
-        return data
+            return replica_rows(rg, np.array(v.host_data), v.shape)
+        if isinstance(v.host_data, np.memmap):
+            return v.host_data
+        return np.array(v.host_data)
 
     def write_variable_data(self, var: Variable, data: Any) -> None:
         """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`."""
@@ -432,6 +466,29 @@ class Session:
         return np.array(arr)
 
     # ---- running ----
+    def _validate_run_inputs(self, inputs: Mapping[Any, Any]) -> None:
+        """Check ``run``'s inputs as ``run`` does (PopXL's helper): keyed by exactly the
+        host-to-device streams the program reads, each array of its host shape
+        (``[num_host_transfers if > 1] + [replicas if > 1] + stream.shape``) and
+        convertible to its stream's type.
+
+        Raises:
+            ValueError: missing or unexpected streams, or a wrong shape (naming the stream).
+            TypeError: a value that cannot be the stream's type.
+        """
+        self._io.check_inputs(inputs, True)
+
+    def _validate_run_outputs(self, outputs: Mapping[Any, Any]) -> None:
+        """Check ``run_with_outputs``'s outputs (PopXL's helper): keyed by exactly the
+        device-to-host streams the program writes, each a writable array of the stream's
+        type and host shape.
+
+        Raises:
+            ValueError: missing or unexpected streams, a wrong shape or a read-only array.
+            TypeError: not a NumPy array, or another dtype.
+        """
+        self._io.check_outputs(outputs)
+
     def expected_inputs(self) -> set[HostToDeviceStream]:
         """The host-to-device streams a run needs (those some executed host_load reads)."""
         return set(self._lowerer.h2d)
