@@ -266,8 +266,8 @@ def test_unsupported_bindings_name_binding_and_method() -> None:
         x = popxl.variable(np.ones(2, np.float32))
         y = x + 1
         call = ops.call_with_info(ir.create_graph(lambda t: t, x), x)._op
-    with pytest.raises(NotImplementedError, match=r"popart._internal.ir.Ir.logIr is not supported"):
-        ir._pb_ir.logIr()
+    with pytest.raises(NotImplementedError, match=r"popart._internal.ir.Ir.dotCheckpoint is not"):
+        ir._pb_ir.dotCheckpoint()
     with pytest.raises(NotImplementedError, match=r"ir.Graph.removeIsolatedTensors"):
         ir.main_graph._pb_graph.removeIsolatedTensors(True, True, True, True)
     with pytest.raises(NotImplementedError, match=r"ir.Op.getGradOps"):
@@ -323,7 +323,7 @@ POPART_ONLY = [
     ("Graph", "addInput"),
     ("Graph", "getScope"),
     ("Ir", "createGraph"),
-    ("Ir", "logIr"),
+    ("Ir", "dotCheckpoint"),
     ("TopoCons", "getAfters"),
     ("Session", "getCycleCount"),
 ]

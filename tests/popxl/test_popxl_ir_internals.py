@@ -99,3 +99,35 @@ def test_popart_reads_the_classes_the_ir_owns() -> None:
     opts = ir._pb_ir.getSessionOptions()
     assert isinstance(opts, popart.SessionOptions)
     assert opts.enableExplicitMainLoops is True and opts.aliasZeroCopy is True
+
+
+def test_log_ir_logs_the_ir_as_popart_s_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((2, 3), np.float32), name="a")
+        sub = ir.create_graph(lambda x: x + 1, a)
+        with popxl.ipu(0):
+            (b,) = ops.call(sub, a)
+        ops.cast(b, popxl.float16)
+    ir._pb_ir.logIr()  # silent until PopART's ir logger is at INFO
+    assert capsys.readouterr().err == ""
+    logger = popart.getLogger("ir")
+    logger.setLevel("INFO")
+    try:
+        ir._pb_ir.logIr()
+    finally:
+        logger.setLevel("OFF")
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("[popart:popart.ir] [INFO] ")
+    log = json.loads(line.split("[INFO] ", 1)[1])
+    assert list(log) == ["maingraph", sub.name]
+    call, cast = log["maingraph"]
+    assert call["type"] == "Call" and call["attributes"]["graphs"] == f"[{sub.name}]"
+    assert call["attributes"]["__ipu_number"] == "0"
+    assert call["inputs"] == [{"name": "a", "shape": "[2 3]", "type": "FLOAT"}]
+    assert call["outputs"] == [{"name": b.id, "shape": "[2 3]", "type": "FLOAT"}]
+    assert cast["type"] == "Cast" and cast["outputs"][0]["type"] == "FLOAT16"
+    (add,) = log[sub.name]
+    assert add["type"] == "Add" and add["inputs"][0]["name"] == sub.inputs[0].id

@@ -638,8 +638,8 @@ def test_unbound_method_names_binding_and_method() -> None:
     op = b._pb_tensor.getProducer()
     with pytest.raises(NotImplementedError, match=r"Op.*getGradOps"):
         op.getGradOps()
-    with pytest.raises(NotImplementedError, match=r"Ir.*logIr"):
-        ir._pb_ir.logIr()
+    with pytest.raises(NotImplementedError, match=r"Ir.*removeIsolatedGraphs"):
+        ir._pb_ir.removeIsolatedGraphs()
     with pytest.raises(NotImplementedError, match=r"Graph.*removeIsolatedTensors"):
         ir.main_graph._pb_graph.removeIsolatedTensors(True)
 

@@ -79,6 +79,14 @@ class Ir:
     def isPrepared(self) -> bool:
         return self._ir._prepared
 
+    def logIr(self) -> None:
+        """Log the IR as PopART serialises it to JSON (``ir_log.py``: graphs, each op's
+        type, name, inputs, outputs and attributes) at INFO on PopART's ``ir`` logger:
+        ``popart.getLogger("ir").setLevel("INFO")`` shows it."""
+        from tremula.popxl._ir.ir_log import log_ir
+
+        log_ir(self._ir)
+
     # ---- options and patterns ----
     def getSessionOptions(self) -> SessionOptions:
         return session_options(self._ir)

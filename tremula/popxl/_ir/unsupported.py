@@ -33,7 +33,6 @@ _INTERNAL = "Tremula keeps no PopART internal state for it"
 #: binding class -> {method: why Tremula does not provide it}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "Ir": {
-        "logIr": "Tremula has no PopART IR log; print graphs with addons' print_schedule",
         "dotCheckpoint": "Tremula writes no dot checkpoints",
         "applyTransform": "PopART's C++ transforms do not exist in Tremula",
         "updateVertices": "Tremula keeps no PopART vertex state",
