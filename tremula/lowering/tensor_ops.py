@@ -99,6 +99,21 @@ def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     )
 
 
+#: PopXL's partials types as PopLin's ``partialsType`` option names them
+_PARTIALS = {"float32": "float", "float16": "half"}
+
+
+def matmul_options(op: Op) -> dict[str, object]:
+    """PopLin's options of a matmul op: ``availableMemoryProportion`` and ``partialsType``
+    (``popxl.float32`` is ``"float"``, ``popxl.float16`` ``"half"``) where the op sets them."""
+    options: dict[str, object] = {}
+    if op.attrs.get("available_memory_proportion") is not None:
+        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
+    if op.attrs.get("partials_type") is not None:
+        options["partialsType"] = _PARTIALS[op.attrs["partials_type"].name]
+    return options
+
+
 @rule("MatMul")
 def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     a_ir, b_ir = op.inputs
@@ -111,11 +126,7 @@ def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     ga = a2.broadcast_to((*batch, m, k)).reshape((g, m, k)) if batch else a2.expand([0])
     gb = b2.broadcast_to((*batch, k, n)).reshape((g, k, n)) if batch else b2.expand([0])
     out_type = op.outputs[0].dtype.as_poplar()
-    options = {}
-    if op.attrs.get("available_memory_proportion") is not None:
-        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
-    if op.attrs.get("partials_type") is not None:
-        options["partialsType"] = op.attrs["partials_type"].name.replace("float32", "float")
+    options = matmul_options(op)
     if g == 1:
         c = poplin.matmul(
             lw.graph, ga[0], gb[0], prog, out_type, name=op.outputs[0].id, options=options
