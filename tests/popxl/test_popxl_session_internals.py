@@ -94,3 +94,33 @@ def test_get_tensor_data_returns_the_memmap_the_variable_was_made_from(tmp_path:
     want = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.fromfile(path, np.float32).reshape(2, 3), want)
+
+
+def test_was_attached_stack_and_set_engine_is_loaded() -> None:
+    """PopXL's stack of whether each ``with session:`` found the session attached; a
+    program that hands the device over detaches with ``_pb_session.setEngineIsLoaded(False)``
+    (graphcore-examples' GPT-J pipeline) and attaches again later, weights from the host."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable(np.zeros(3, np.float32), name="w")
+        ops.var_updates.accumulate_(w, popxl.constant(np.ones(3, np.float32)))
+    session = popxl.Session(ir, "ipu_model")
+    with session:
+        assert session._was_attached_stack == [False]
+        with session:
+            assert session._was_attached_stack == [False, True]
+        assert session.is_attached
+        session.run()
+        session.weights_to_host()
+        session._was_attached_stack.pop()  # what the pipeline's detach does
+        session._device.detach()
+        session._pb_session.setEngineIsLoaded(False)
+        assert not session.is_attached
+        session._was_attached_stack.append(False)
+    np.testing.assert_array_equal(session.get_tensor_data(w), [1, 1, 1])
+    with session:  # loaded again: the device gets the host copy, then runs twice
+        session.run()
+        session.run()
+    np.testing.assert_array_equal(session.get_tensor_data(w), [3, 3, 3])
+    with pytest.raises(popart.popart_exception, match="setEngineIsLoaded\\(True\\)"):
+        session._pb_session.setEngineIsLoaded(True)

@@ -125,7 +125,9 @@ class Session:
         self._weights_to_host_on_exit = weights_to_host_on_exit
         self._loaded = False
         self._attached = False
-        self._depth = 0
+        #: per open ``with session:``, whether it found the session attached (PopXL's
+        #: stack; a device instead of False is given back to the session on leaving)
+        self._was_attached_stack: list[bool | poplar.Device] = []
         self._host_stale = False  # device weights newer than the host copies
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
         self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
@@ -163,20 +165,36 @@ class Session:
     # ---- attach / detach ----
     @locked
     def __enter__(self) -> Session:
-        if self._depth == 0 and not self._attached:
+        was_attached = self._attached
+        if not was_attached:
             self._attach()
             self.weights_from_host()
-        self._depth += 1
+        self._was_attached_stack.append(was_attached)
         return self
 
     @locked
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        self._depth -= 1
-        if self._depth == 0:
+        was_attached_or_device = self._was_attached_stack.pop()
+        if was_attached_or_device is True:
+            return  # an inner context
+        if self._attached:  # (not when detached inside the context: _unload)
             if exc_type is None and self._weights_to_host_on_exit:
                 self.weights_to_host()
-            self._attached = False
-            self._engine.flush_report()  # autoReport's execution.json, once per attach
+            self._detach()
+        if isinstance(was_attached_or_device, poplar.Device):
+            self._set_device(was_attached_or_device)
+
+    def _detach(self) -> None:
+        """Leave the device (the program stays loaded unless ``_unload`` is called)."""
+        self._attached = False
+        self._engine.flush_report()  # autoReport's execution.json, once per attach
+
+    def _unload(self) -> None:
+        """Detach and forget the loaded program (PopART's ``setEngineIsLoaded(False)``):
+        the next attach loads it again, with the weights of the host copies."""
+        if self._attached:
+            self._detach()
+        self._loaded = False
 
     @locked
     def _set_device(self, device: poplar.Device) -> None:

@@ -196,7 +196,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "loadExecutableFromStream getExecutable updateEngineCache"
                 ),
                 "run and move data through popxl.Session": (
-                    "run prepareDevice loadEngineAndConnectStreams setEngineIsLoaded "
+                    "run prepareDevice loadEngineAndConnectStreams "
                     "connectStream connectStreamToCallback connectHostFunction "
                     "buffersFromHost broadcastWeights copyFromRemoteBuffer "
                     "copyToRemoteBuffer modelToHost resetHostWeights updateOptimizerFromHost"
