@@ -54,3 +54,14 @@ def test_dilated_conv_still_differentiates() -> None:
         for j in range(2):
             want[0, 0, 2 * i : 2 * i + 4, 2 * j : 2 * j + 4] += w[0, 0, i, j]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", [ops.conv, ops.conv_transpose])
+@pytest.mark.parametrize("groups", [0, 3])
+def test_conv_groups_are_refused_at_op_setup(op, groups) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        t = popxl.variable(np.ones((1, 2, 4, 4), np.float32), name="t")
+        w = popxl.variable(np.ones((2, 2, 3, 3), np.float32))
+        with pytest.raises(popart.popart_exception, match=r"groups .* channels of 't'"):
+            op(t, w, groups=groups)

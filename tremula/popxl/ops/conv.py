@@ -166,14 +166,15 @@ def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
 
 def check_conv_shapes(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     """``ValueError`` unless ``t`` is ``[N, C, *spatial]``, ``weight`` has its rank and
-    ``groups`` divides the channels (types are the caller's to check)."""
+    ``groups`` divides the channels (types are the caller's to check); the groups are
+    checked by PopART's op setup, so that error is a ``popart.popart_exception`` too."""
     if t.rank < 3 or weight.rank != t.rank:
         raise ValueError(
             f"{what}: t {t.id!r} {t.shape} must be [N, C, *spatial] and weight {weight.id!r} "
             f"{weight.shape} of the same rank"
         )
     if int(groups) != groups or groups < 1 or t.shape[1] % groups:
-        raise ValueError(
+        raise OpSetupError(
             f"{what}: groups {groups!r} must divide the {t.shape[1]} channels of {t.id!r}"
         )
 
