@@ -124,3 +124,27 @@ def test_was_attached_stack_and_set_engine_is_loaded() -> None:
     np.testing.assert_array_equal(session.get_tensor_data(w), [3, 3, 3])
     with pytest.raises(popart.popart_exception, match="setEngineIsLoaded\\(True\\)"):
         session._pb_session.setEngineIsLoaded(True)
+
+
+def test_weight_transfers_log_popart_s_devicex_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """PopART's Devicex logs each weight transfer at DEBUG; programs count the lines to
+    check that reads from the device are not repeated (spec popxl.md 6)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.zeros(2, np.float32), name="a")
+        b = popxl.variable(np.ones(2, np.float32), name="b")
+        ops.var_updates.accumulate_(a, b)
+    session = popxl.Session(ir, "ipu_model")
+    logger = popart.getLogger("devicex")
+    logger.setLevel("DEBUG")
+    try:
+        with session:
+            session.run()
+            session.get_tensor_data(a)  # syncs once: the device ran since
+            session.get_tensor_data(b)  # in sync: no transfer
+        err = capsys.readouterr().err
+    finally:
+        logger.setLevel("OFF")
+    assert err.count("Writing weights from host, ") == 1
+    assert err.count("Writing weights to host complete.") == 2  # the sync, and leaving
+    assert capsys.readouterr().err == ""

@@ -22,6 +22,7 @@ from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES, locked
 from tremula.engine.options import parse_options
 from tremula.errors import StreamError
+from tremula.popxl._ir.core.log import LOG
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
@@ -46,6 +47,8 @@ class _Stderr:
 
 
 _STDERR = _Stderr()
+#: PopART's device logger: the weight transfers log there as PopART's Devicex does
+_DEVICEX = LOG.getChild("devicex")
 
 #: what ``Session.run`` takes and gives (PopXL's type aliases, ``popxl.session``)
 h2dStreamBufferMaps = Mapping[HostToDeviceStream, np.ndarray]
@@ -314,6 +317,7 @@ class Session:
         remote-buffer entries, replica-sharded ones to their shards)."""
         self._require_attached("weights_from_host")
         self._collective("weights_from_host")
+        _DEVICEX.debug("Writing weights from host, ")
         local = self._local
         for v, h in self._device_variables():
             owner = self._shard_owner(v)
@@ -326,6 +330,7 @@ class Session:
         if self._fragments[0]:
             self._engine.run(1)  # the ops made in ExecutionContext.WeightsFromHostFragment
         self._host_stale = False
+        _DEVICEX.debug("done.")
 
     def _collective(self, what: str) -> None:
         """In a PopRun job, check that every instance makes this device call now (they
@@ -346,6 +351,7 @@ class Session:
         variable from its shards, which are also stored back to its remote buffer)."""
         self._require_attached("weights_to_host")
         self._collective("weights_to_host")
+        _DEVICEX.debug("Writing weights to host")
         R, L = self._R, self._L
         if self._fragments[1]:
             self._engine.run(2)  # the ops made in ExecutionContext.WeightsToHostFragment
@@ -372,6 +378,7 @@ class Session:
                 rows = rows.reshape(L, *v.shape)
             v.store_host(self._from_rows(v, self._gather(rows)))
         self._host_stale = False
+        _DEVICEX.debug("Writing weights to host complete.")
 
     def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
         """Write ``[R, ...]`` rows to a remote-buffer entry of every replica of this process
