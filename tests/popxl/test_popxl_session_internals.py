@@ -148,3 +148,25 @@ def test_weight_transfers_log_popart_s_devicex_lines(capsys: pytest.CaptureFixtu
     assert err.count("Writing weights from host, ") == 1
     assert err.count("Writing weights to host complete.") == 2  # the sync, and leaving
     assert capsys.readouterr().err == ""
+
+
+def test_popart_log_level_variable_sets_the_level_at_load() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, popxl, popxl.ops as ops\n"
+        "ir = popxl.Ir()\n"
+        "with ir.main_graph:\n"
+        "    popxl.variable(np.ones(2, np.float32)) + 1\n"
+        "with popxl.Session(ir, 'ipu_model'):\n"
+        "    pass\n"
+    )
+    env = {**os.environ, "POPART_LOG_LEVEL": "DEBUG"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "[popart:popart.devicex] [DEBUG] Writing weights to host complete." in run.stderr
+    env["POPART_LOG_LEVEL"] = "LOUD"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and "POPART_LOG_LEVEL='LOUD'" in run.stderr
