@@ -36,7 +36,7 @@ def test_module_is_popart_internal_ir() -> None:
     [
         (lambda a, b: ops.add(a, b), "Add", "AddOp"),
         (lambda a, b: ops.add_(a, b), "AddLhsInplace", "AddLhsInplaceOp"),
-        (lambda a, b: ops.sub(a, b), "Sub", "SubOp"),
+        (lambda a, b: ops.sub(a, b), "Sub", "SubtractOp"),
         (lambda a, b: ops.mul(a, b), "Mul", "MulOp"),
         (lambda a, b: ops.div(a, b), "Div", "DivOp"),
         (lambda a, b: ops.matmul(a, b), "MatMul", "MatMulOp"),
@@ -135,7 +135,9 @@ def test_handles_and_private_constructors() -> None:
     assert t.hasProducer() and isinstance(t.getProducer(), _ir.op.CallOp)
     assert not pb_t.hasProducer() and pb_t.getGraph() == ir.main_graph._pb_graph
     assert (
-        pb_t.info.shape() == [2, 3] and pb_t.info.nelms() == 6 and pb_t.tensorType() == "Variable"
+        pb_t.info.shape() == [2, 3]
+        and pb_t.info.nelms() == 6
+        and pb_t.tensorType() == _ir.TensorType.Variable
     )
     assert [op.opType() for op in pb_t.consumers.getOps()] == ["Call"]
     with pytest.raises(PopartException, match="No producer for tensor x"):
@@ -264,8 +266,8 @@ def test_unsupported_bindings_name_binding_and_method() -> None:
         x = popxl.variable(np.ones(2, np.float32))
         y = x + 1
         call = ops.call_with_info(ir.create_graph(lambda t: t, x), x)._op
-    with pytest.raises(NotImplementedError, match=r"popart._internal.ir.Ir.logIr is not supported"):
-        ir._pb_ir.logIr()
+    with pytest.raises(NotImplementedError, match=r"popart._internal.ir.Ir.dotCheckpoint is not"):
+        ir._pb_ir.dotCheckpoint()
     with pytest.raises(NotImplementedError, match=r"ir.Graph.removeIsolatedTensors"):
         ir.main_graph._pb_graph.removeIsolatedTensors(True, True, True, True)
     with pytest.raises(NotImplementedError, match=r"ir.Op.getGradOps"):
@@ -321,7 +323,7 @@ POPART_ONLY = [
     ("Graph", "addInput"),
     ("Graph", "getScope"),
     ("Ir", "createGraph"),
-    ("Ir", "logIr"),
+    ("Ir", "dotCheckpoint"),
     ("TopoCons", "getAfters"),
     ("Session", "getCycleCount"),
 ]

@@ -65,10 +65,10 @@ def test_the_exchanges_become_one_multi_exchange_op(context) -> None:
         assert t._pb_tensor.getProducer() is multi
     types = [op.opType() for op in main._pb_graph.getOps()]
     assert types.count("MultiExchange") == 1
-    assert not {"HostLoad", "RemoteStore", "RemoteLoadInplace"} & set(types)
+    assert not {"HostLoad", "RemoteStore", "RemoteLoad"} & set(types)
     assert types.count("HostStore") == 1  # the store made outside the context
     parts = [d.type for d in multi.attrs["descriptors"]]
-    assert parts == ["HostLoad", "HostLoad", "HostStore", "RemoteStore", "RemoteLoadInplace"]
+    assert parts == ["HostLoad", "HostLoad", "HostStore", "RemoteStore", "RemoteLoad"]
     tile_set = "io" if context is popxl.transforms.io_tile_exchange else "compute"
     assert multi.tile_set == tile_set and x.tile_set == tile_set
 
@@ -175,7 +175,7 @@ def test_the_multi_exchange_binding_maps_exchanges_to_inputs_and_outputs() -> No
     outs = [multi.descriptorIndexToOutIndices(k) for k in range(5)]
     assert ins == [[0], [1], [2], [3, 4], [5, 6]]
     assert outs == [[0], [1], [], [], [2]]
-    assert multi.modifiesIndex(5) and not multi.modifiesIndex(2)
+    assert not multi.modifiesIndex(5) and not multi.modifiesIndex(2)  # remote_load: out of place
     with pytest.raises(popart.popart_exception, match="no exchange 5"):
         multi.descriptorIndexToInIndices(5)
 

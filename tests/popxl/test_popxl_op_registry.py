@@ -29,6 +29,7 @@ NO_REFERENCE = {
     "RemoteCodeLoad": "loads code",
     "HostLoad": "reads a host stream",
     "HostStore": "writes a host stream",
+    "RemoteLoad": "reads a remote buffer",
     "RemoteLoadInplace": "reads a remote buffer",
     "RemoteStore": "writes a remote buffer",
     "MultiExchange": "host and remote exchanges",

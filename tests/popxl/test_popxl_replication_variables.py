@@ -108,7 +108,7 @@ def test_write_variable_data_rules():
         session.write_variable_data(v, np.zeros((2, 3)))
     with pytest.raises(NotImplementedError, match="all_replicas"):
         session.write_variable_data(w, np.zeros((2, 3), np.float32))
-    with pytest.raises(TypeError, match="not a Variable"):
+    with pytest.raises(TypeError, match="is not of type Variable"):
         session.write_variable_data(c, np.zeros(3, np.float32))
     session.write_variable_data(v, [[1, 2, 3], [4, 5, 6]])  # lists are converted
     with session:

@@ -23,6 +23,7 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import poplin, popops
 from tremula.lowering.context import RULES, Env, Lowerer, rule
+from tremula.lowering.tensor_ops import matmul_options
 from tremula.popxl.ops.base import Op
 
 
@@ -64,11 +65,7 @@ def matmul_pow2scaled(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> N
     b2 = b.expand([1]) if b.rank == 1 else b
     batch = tuple(int(d) for d in np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
     m, k, n, g = a2.shape[-2], a2.shape[-1], b2.shape[-1], math.prod(batch)
-    options = {}
-    if op.attrs.get("available_memory_proportion") is not None:
-        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
-    if op.attrs.get("partials_type") is not None:
-        options["partialsType"] = op.attrs["partials_type"].name.replace("float32", "float")
+    options = matmul_options(op)
     if batch:
         ga = a2.broadcast_to((*batch, m, k)).reshape((g, m, k))
         gb = b2.broadcast_to((*batch, k, n)).reshape((g, k, n))

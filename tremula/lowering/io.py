@@ -59,10 +59,28 @@ def _offset(lw: Lowerer, op: Op, env: Env, index: int) -> int | poplar.Tensor:
     return off if off is not None else env[op.inputs[index]].flatten()
 
 
-@rule("RemoteLoadInplace")
+def _fresh(op: Op) -> bool:
+    """Whether input 0 of ``op`` is an ``Init`` tensor that only ``op`` reads (and not a
+    graph output): an out-of-place load may then load into it (PopART's inplacing)."""
+    t = op.inputs[0]
+    made = t.producer
+    return (
+        made is not None
+        and made.type == "Init"
+        and t not in op.graph.outputs
+        and sum(u is t for other in op.graph.ops for u in other.inputs) == 1
+    )
+
+
+@rule("RemoteLoad", "RemoteLoadInplace")
 def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    """``RemoteLoadInplace`` loads into its input 0; ``RemoteLoad`` into a new tensor, or
+    into its input 0 where that is a fresh ``Init`` tensor no one else reads (as
+    ``remote_load`` makes it)."""
     rb = _buffer(lw, op.attrs["buffer"])
-    t = env[op.inputs[0]]
+    src = env[op.inputs[0]]
+    inplace = op.type == "RemoteLoadInplace" or _fresh(op)
+    t = src if inplace else lw.new_tensor(op.outputs[0])
     offset = _offset(lw, op, env, 1)
     prog.add(poplar.Copy(rb, t.flatten(), offset))
     env[op.outputs[0]] = t

@@ -26,7 +26,7 @@ def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
     return t[op.attrs["key"]]
 
 
-_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace")
+_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace", "DetachInplace")
 
 
 def copy_unobservable(op: Op, k: int = 0) -> bool:
@@ -72,6 +72,11 @@ def view_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = _view(op, env[op.inputs[0]])  # aliases the input: writes reach it
 
 
+@rule("DetachInplace")
+def detach_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+    env[op.outputs[0]] = env[op.inputs[0]]  # the input itself: writes to it reach it
+
+
 @rule("Identity", "Detach")
 def identity(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     _copy_of(lw, op, env, env[op.inputs[0]], prog)
@@ -94,6 +99,21 @@ def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     )
 
 
+#: PopXL's partials types as PopLin's ``partialsType`` option names them
+_PARTIALS = {"float32": "float", "float16": "half"}
+
+
+def matmul_options(op: Op) -> dict[str, object]:
+    """PopLin's options of a matmul op: ``availableMemoryProportion`` and ``partialsType``
+    (``popxl.float32`` is ``"float"``, ``popxl.float16`` ``"half"``) where the op sets them."""
+    options: dict[str, object] = {}
+    if op.attrs.get("available_memory_proportion") is not None:
+        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
+    if op.attrs.get("partials_type") is not None:
+        options["partialsType"] = _PARTIALS[op.attrs["partials_type"].name]
+    return options
+
+
 @rule("MatMul")
 def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     a_ir, b_ir = op.inputs
@@ -106,11 +126,7 @@ def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     ga = a2.broadcast_to((*batch, m, k)).reshape((g, m, k)) if batch else a2.expand([0])
     gb = b2.broadcast_to((*batch, k, n)).reshape((g, k, n)) if batch else b2.expand([0])
     out_type = op.outputs[0].dtype.as_poplar()
-    options = {}
-    if op.attrs.get("available_memory_proportion") is not None:
-        options["availableMemoryProportion"] = op.attrs["available_memory_proportion"]
-    if op.attrs.get("partials_type") is not None:
-        options["partialsType"] = op.attrs["partials_type"].name.replace("float32", "float")
+    options = matmul_options(op)
     if g == 1:
         c = poplin.matmul(
             lw.graph, ga[0], gb[0], prog, out_type, name=op.outputs[0].id, options=options

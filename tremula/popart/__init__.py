@@ -15,12 +15,14 @@ from tremula.errors import PopartRuntimeError as popart_runtime_error
 from tremula.popart.builder import Builder
 from tremula.popart.dataflow import AnchorReturnType, DataFlow, PyStepIO, PyWeightsIO
 from tremula.popart.devices import DeviceInfo, DeviceManager
-from tremula.popart.enums import *  # noqa: F403
-from tremula.popart.enums import __all__ as _enums
-from tremula.popart.grouping import CommGroup
-from tremula.popart.log import Logger, getLogger
 from tremula.popart.optimizers import SGD, Adam, ClipNormSettings, ConstSGD
-from tremula.popart.options import (
+from tremula.popart.session import InferenceSession, InputShapeInfo, Patterns, TrainingSession
+from tremula.popart.types import TensorInfo
+from tremula.popxl._ir.core.enums import *  # noqa: F403
+from tremula.popxl._ir.core.enums import __all__ as _enums
+from tremula.popxl._ir.core.grouping import CommGroup
+from tremula.popxl._ir.core.log import Logger, getLogger
+from tremula.popxl._ir.core.options import (
     AutomaticLossScalingSettings,
     BatchSerializationSettings,
     ExecutionPhaseSettings,
@@ -29,9 +31,7 @@ from tremula.popart.options import (
     TensorLocation,
     TensorLocationSettings,
 )
-from tremula.popart.session import InferenceSession, InputShapeInfo, Patterns, TrainingSession
-from tremula.popart.types import TensorInfo
-from tremula.popart.variable_settings import VariableSettings
+from tremula.popxl._ir.core.variable_settings import VariableSettings
 
 __version__ = "3.3.0"
 

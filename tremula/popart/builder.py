@@ -19,11 +19,11 @@ import numpy as np
 from tremula.errors import PopartException
 from tremula.popart import onnxutil
 from tremula.popart.builder_attrs import NodeAttributes
-from tremula.popart.enums import VariableRetrievalMode
 from tremula.popart.opsets import AI_ONNX_OPSETS, AiGraphcoreOpset1, OpDef, Opset
-from tremula.popart.options import InputSettings
 from tremula.popart.types import TensorInfo, type_row
-from tremula.popart.variable_settings import VariableSettings
+from tremula.popxl._ir.core.enums import VariableRetrievalMode
+from tremula.popxl._ir.core.options import InputSettings
+from tremula.popxl._ir.core.variable_settings import VariableSettings
 
 __all__ = ["Builder"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import PopartException
-from tremula.popart.enums import AnchorReturnTypeId, ExchangeStrategy, TileSet
+from tremula.popxl._ir.core.enums import AnchorReturnTypeId, ExchangeStrategy, TileSet
 
 __all__ = ["AnchorReturnType", "DataFlow", "PyStepIO", "PyWeightsIO"]
 
@@ -92,11 +92,15 @@ class AnchorReturnType:
 
 class DataFlow:
     """Batches per step and the anchored tensors: ``DataFlow(bps, {id: art})`` or
-    ``DataFlow(bps, [ids], art=AnchorReturnType("All"))``.
+    ``DataFlow(bps, [ids], art=AnchorReturnType("All"))``, with PopART's keywords too:
+    ``DataFlow(batchesPerStep=, anchorTensors={id: art})``, ``DataFlow(batchesPerStep=,
+    anchorIds=[ids], anchorReturnType=art)``.
 
     Raises:
         PopartException: batches per step < 1, or an EVERYN period that exceeds or does
             not divide it.
+        TypeError: the anchors given twice (positionally and by keyword, or by both
+            ``anchorTensors`` and ``anchorIds``).
     """
 
     def __init__(
@@ -104,7 +108,19 @@ class DataFlow:
         batchesPerStep: int,
         anchors: Mapping[str, AnchorReturnType] | Iterable[str] | None = None,
         art: AnchorReturnType | None = None,
+        *,
+        anchorTensors: Mapping[str, AnchorReturnType] | None = None,
+        anchorIds: Iterable[str] | None = None,
+        anchorReturnType: AnchorReturnType | None = None,
     ) -> None:
+        given = [a for a in (anchors, anchorTensors, anchorIds) if a is not None]
+        if len(given) > 1 or (art is not None and anchorReturnType is not None):
+            raise TypeError(
+                "DataFlow: the anchors are given twice (pass anchorTensors={id: "
+                "AnchorReturnType}, or anchorIds=[ids] with anchorReturnType)"
+            )
+        anchors = given[0] if given else None
+        art = art if art is not None else anchorReturnType
         if isinstance(anchors, Mapping):
             self._anchors = dict(anchors)
         else:

@@ -11,13 +11,15 @@ from typing import Any
 
 from tremula import poplar
 from tremula.errors import PopartException
-from tremula.popart.enums import DeviceConnectionType, DeviceType, SyncPattern
-from tremula.popart.log import LOG
+from tremula.popxl._ir.core.enums import DeviceConnectionType, DeviceType, SyncPattern
+from tremula.popxl._ir.core.log import LOG
 
 __all__ = ["DeviceInfo", "DeviceManager"]
 
 _LOG = LOG.getChild("devicex")
 _MK2_TILES = 1472
+#: the IPUs of the system DeviceManager models for hardware queries (an IPU-POD16)
+SYSTEM_IPUS = 16
 #: PopART's ipuVersion option values -> Tremula target presets
 _VERSIONS = {"ipu1": "ipu1", "ipu2": "ipu2", "ipu21": "bow", "bow": "bow"}
 _MODEL_OPTIONS = {"numIPUs", "tilesPerIPU", "compileIPUCode", "ipuVersion", "syncPattern"}
@@ -144,7 +146,14 @@ class DeviceManager:
         """Poplar's CPU device: one tile, no replication, no cycle fidelity."""
         return DeviceInfo(poplar.Device.create_cpu_device().target, DeviceType.Cpu, self._new_id())
 
-    def _model(self, opts: dict[str, Any] | None, kind: Any, what: str, conn: Any) -> DeviceInfo:
+    def _model(
+        self,
+        opts: dict[str, Any] | None,
+        kind: Any,
+        what: str,
+        conn: Any,
+        device_id: int | None = None,
+    ) -> DeviceInfo:
         opts = dict(opts or {})
         unknown = sorted(set(opts) - _MODEL_OPTIONS)
         if unknown:
@@ -160,7 +169,8 @@ class DeviceManager:
         tiles = _int_option(opts, "tilesPerIPU", _MK2_TILES if version != "ipu1" else 1216)
         model = poplar.IPUModel(_VERSIONS[version], num_ipus=ipus, tiles_per_ipu=tiles)
         _LOG.debug("%s: %d IPUs x %d tiles (%s)", what, ipus, tiles, version)
-        return DeviceInfo(model.create_target(), kind, self._new_id(), conn)
+        made_id = self._new_id() if device_id is None else device_id
+        return DeviceInfo(model.create_target(), kind, made_id, conn)
 
     def createIpuModelDevice(self, opts: dict[str, Any] | None = None) -> DeviceInfo:
         """An IPU Model; options ``numIPUs``, ``tilesPerIPU``, ``ipuVersion`` (``ipu1``,
@@ -206,9 +216,30 @@ class DeviceManager:
 
     tryAcquireDeviceById = acquireDeviceById
 
-    def enumerateDevices(self, *args: Any, **kwargs: Any) -> list[DeviceInfo]:
-        """The devices present: none (there is no hardware; use IPU Models)."""
-        return []
+    def enumerateDevices(
+        self,
+        pattern: Any = SyncPattern.Full,
+        numIpus: int = 1,
+        deviceType: Any = DeviceType.Ipu,
+        connectionType: Any = DeviceConnectionType.Always,
+        tilesPerIPU: int = 0,
+    ) -> list[DeviceInfo]:
+        """The IPU devices of ``numIpus`` IPUs: with no hardware, those of a modelled
+        IPU-POD16 of IPU Models (``SYSTEM_IPUS`` Mk2 IPUs, in devices of 1, 2, 4, 8 and 16
+        IPUs numbered as on a POD: the single IPUs 0 to 15, then the pairs, ...), so that
+        programs and tests that ask whether hardware is there find it and run on the IPU
+        Model. Other device types, or a size the system does not divide into, give none.
+        """
+        n = int(numIpus)
+        if DeviceType(deviceType) != DeviceType.Ipu or n < 1 or SYSTEM_IPUS % n or n & (n - 1):
+            return []
+        first = sum(SYSTEM_IPUS // (1 << k) for k in range(n.bit_length() - 1))
+        opts = {"numIPUs": n, "tilesPerIPU": tilesPerIPU or _MK2_TILES}
+        conn = _connection(connectionType)
+        return [
+            self._model(opts, DeviceType.Ipu, "enumerateDevices", conn, first + i)
+            for i in range(SYSTEM_IPUS // n)
+        ]
 
     def setOnDemandAttachTimeout(self, seconds: int) -> None:
         """Accepted for compatibility (attaching never waits)."""

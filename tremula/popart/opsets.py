@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tremula.popart.enums import CollectiveOperator, ReductionType
+from tremula.popxl._ir.core.enums import CollectiveOperator, ReductionType
 
 if TYPE_CHECKING:
     from tremula.popart.builder import Builder

@@ -29,8 +29,8 @@ import numpy as np
 
 from tremula import popxl
 from tremula.errors import PopartException
-from tremula.popart.enums import AdamMode, SGDAccumulatorAndMomentum, WeightDecayMode
 from tremula.popxl import ops
+from tremula.popxl._ir.core.enums import AdamMode, SGDAccumulatorAndMomentum, WeightDecayMode
 
 __all__ = ["SGD", "Adam", "ClipNormSettings", "ConstSGD", "Optimizer"]
 

@@ -25,11 +25,11 @@ from tremula.errors import PopartException
 from tremula.popart import onnxutil
 from tremula.popart.convert import Converter, OnnxGraph, _device_dtype
 from tremula.popart.dataflow import DataFlow
-from tremula.popart.enums import ReductionType, ReplicatedStreamMode
 from tremula.popart.optimizers import Optimizer
 from tremula.popart.types import popxl_dtype
 from tremula.popart.weights import Weight, settings_of
 from tremula.popxl import ops
+from tremula.popxl._ir.core.enums import ReductionType, ReplicatedStreamMode
 
 GRAD = "Gradient___"
 BROADCAST = ReplicatedStreamMode.Broadcast

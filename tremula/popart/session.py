@@ -18,14 +18,14 @@ from tremula.popart import onnxutil
 from tremula.popart.convert import OnnxGraph
 from tremula.popart.dataflow import DataFlow, PyStepIO, anchor_lead, reduce_anchor
 from tremula.popart.devices import DeviceInfo
-from tremula.popart.enums import Instrumentation, ReductionType  # type: ignore[attr-defined]
-from tremula.popart.log import LOG
 from tremula.popart.optimizers import Optimizer
-from tremula.popart.options import SessionOptions
 from tremula.popart.program import Config, Program
 from tremula.popart.session_weights import SessionWeights
 from tremula.popart.types import BY_NUMPY, TensorInfo
 from tremula.popart.weights import broadcast_hosts
+from tremula.popxl._ir.core.enums import Instrumentation, ReductionType
+from tremula.popxl._ir.core.log import LOG
+from tremula.popxl._ir.core.options import SessionOptions
 
 __all__ = ["InferenceSession", "InputShapeInfo", "Patterns", "TrainingSession"]
 

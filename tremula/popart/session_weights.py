@@ -14,9 +14,9 @@ from tremula import popxl
 from tremula.errors import PopartException
 from tremula.popart import checkpoint
 from tremula.popart.dataflow import PyWeightsIO
-from tremula.popart.options import SessionOptions
 from tremula.popart.program import Program
 from tremula.popart.weights import read_into, write_from
+from tremula.popxl._ir.core.options import SessionOptions
 
 
 class SessionWeights:

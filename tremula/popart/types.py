@@ -11,7 +11,7 @@ import numpy as np
 
 from tremula import popxl
 from tremula.errors import PopartException
-from tremula.popart.enums import DataType
+from tremula.popxl._ir.core.enums import DataType
 
 
 @dataclass(frozen=True)

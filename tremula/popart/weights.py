@@ -13,9 +13,9 @@ import numpy as np
 
 from tremula import popdist, popxl
 from tremula.errors import PopartException, PopartInternalException, PopartRuntimeError
-from tremula.popart.enums import CommGroupType, VariableRetrievalMode
-from tremula.popart.grouping import CommGroup
-from tremula.popart.variable_settings import VariableSettings
+from tremula.popxl._ir.core.enums import CommGroupType, VariableRetrievalMode
+from tremula.popxl._ir.core.grouping import CommGroup
+from tremula.popxl._ir.core.variable_settings import VariableSettings
 
 _ALL_REPLICAS = VariableRetrievalMode.AllReplicas
 

@@ -10,7 +10,7 @@ replica-sharded (RTS) form of a value.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from tremula.libs.gcl.errors import GroupingError
 from tremula.libs.gcl.grouping import ReplicaGrouping as Grouping
 
 if TYPE_CHECKING:
+    from tremula.popxl._ir.core.grouping import ReplicaGrouping as PbReplicaGrouping
+    from tremula.popxl._ir.core.variable_settings import VariableSettings
     from tremula.popxl.ir import Ir
 
 _TOKEN = object()
@@ -38,7 +40,11 @@ class ReplicaGrouping:
         self._g: Grouping = args[1]  # type: ignore[assignment]
 
     @staticmethod
-    def _wrap(ir: Ir, grouping: Grouping) -> ReplicaGrouping:
+    def _wrap(ir: Ir, grouping: Grouping | PbReplicaGrouping) -> ReplicaGrouping:
+        """The grouping of ``ir`` over a GCL grouping, or over the bindings'
+        ``ReplicaGrouping`` (``_pb_replica_grouping``, what C++ ops are given)."""
+        if not isinstance(grouping, Grouping):
+            grouping = grouping.grouping
         return ReplicaGrouping(ir, grouping, _token=_TOKEN)
 
     @staticmethod
@@ -82,19 +88,48 @@ class ReplicaGrouping:
         return self._g
 
     @property
-    def _pb_replica_grouping(self) -> Grouping:
-        """The grouping collectives run over (PopXL's C++ ``ReplicaGrouping``).
+    def _pb_replica_grouping(self) -> PbReplicaGrouping:
+        """The grouping in the IR bindings (``popart._internal.ir.ReplicaGrouping(R,
+        stride, group_size)``), what PopXL passes to its collective ops.
 
         Raises:
             NotImplementedError: the grouping is not constant (collectives need groups
                 ``r0, r0 + stride, ...``).
         """
+        from tremula.popxl._ir.core.grouping import ReplicaGrouping as PbGrouping
+
         if not self._g.is_const:
             raise NotImplementedError(
                 f"{self!r} is not a constant-stride grouping: collectives need groups "
                 f"r0, r0 + stride, ... (use a grouping from ir.replica_grouping)"
             )
-        return self._g
+        return PbGrouping.from_grouping(self._g)
+
+    def _to_variable_settings(self, retrieval_mode: Any = "one_per_group") -> VariableSettings:
+        """PopART's ``VariableSettings(stride, group_size, mode)`` of a variable with this
+        grouping (PopXL's ``popxl.variable`` makes its variables with them): ``mode`` is
+        ``VariableRetrievalMode.OnePerGroup`` for ``"one_per_group"`` (and None),
+        ``AllReplicas`` for ``"all_replicas"``.
+
+        Raises:
+            ValueError: another retrieval mode.
+            NotImplementedError: a non-constant grouping (it has no stride; PopXL keeps
+                such variables under ``const_rg``).
+        """
+        from tremula.popxl._ir.core.enums import VariableRetrievalMode
+        from tremula.popxl._ir.core.variable_settings import VariableSettings
+
+        modes = {
+            None: VariableRetrievalMode.OnePerGroup,
+            "one_per_group": VariableRetrievalMode.OnePerGroup,
+            "all_replicas": VariableRetrievalMode.AllReplicas,
+        }
+        if not isinstance(retrieval_mode, (str, type(None))) or retrieval_mode not in modes:
+            raise ValueError(
+                f"Invalid retrieval_mode value: {retrieval_mode!r} ({self!r}."
+                f"_to_variable_settings: 'one_per_group' or 'all_replicas')"
+            )
+        return VariableSettings(self.stride, self.group_size, modes[retrieval_mode])
 
     @property
     def num_replicas(self) -> int:

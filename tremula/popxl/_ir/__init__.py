@@ -7,8 +7,10 @@ view of it under PopART's names: ``ir._pb_ir``, ``graph._pb_graph``, ``tensor._p
 and ``session._pb_session`` are handles on the same Ir, graphs, tensors and session the
 lowering reads, and the ops are the IR's op records themselves (each made as an instance of
 its binding class, ``op.py``). Editing through the bindings edits the program that runs.
-It lives in the PopXL layer because PopXL hands these handles out; it reaches up to
-``tremula.popart`` only for PopART's ``SessionOptions`` (``Ir.getSessionOptions``). See
+It lives in the PopXL layer because PopXL hands these handles out, and it owns the PopART
+classes its bindings define and PopART's Python re-exports (``core``: ``CommGroup``,
+``ReplicaGrouping``, ``VariableSettings``, ``DataType``, ..., and the ``SessionOptions``
+``Ir.getSessionOptions`` gives); it imports nothing from ``tremula.popart``. See
 ``OVERVIEW.md`` for the surface and what Tremula does not bind.
 
 Its names load on first use (:mod:`tremula.lazy`): ``import popxl`` installs the
@@ -22,11 +24,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tremula.popxl._ir import op, patterns, view
     from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
+    from tremula.popxl._ir.core.enums import CommGroupType, DataType, VariableRetrievalMode
+    from tremula.popxl._ir.core.grouping import CommGroup, ReplicaGrouping
+    from tremula.popxl._ir.core.variable_settings import VariableSettings
     from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
     from tremula.popxl._ir.ir import Ir, ir_handle
     from tremula.popxl._ir.op import Op
+    from tremula.popxl._ir.op.var_update import OptimizerValue
     from tremula.popxl._ir.session import Session, session_handle
-    from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, tensor_handle
+    from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, TensorType, tensor_handle
     from tremula.popxl._ir.verify import verify_ir
     from tremula.popxl.ops.collectives.collectives import CollectiveOperator
     from tremula.popxl.tensorlocation import ExecutionContext, TileSet
@@ -38,7 +44,10 @@ else:
 __all__ = [
     "BwdGraphInfo",
     "CollectiveOperator",
+    "CommGroup",
+    "CommGroupType",
     "Consumers",
+    "DataType",
     "ExecutionContext",
     "ExpectedConnection",
     "ExpectedConnectionType",
@@ -46,11 +55,16 @@ __all__ = [
     "GraphId",
     "Ir",
     "Op",
+    "OptimizerValue",
+    "ReplicaGrouping",
     "Session",
     "Tensor",
     "TensorInfo",
+    "TensorType",
     "TileSet",
     "TopoCons",
+    "VariableRetrievalMode",
+    "VariableSettings",
     "graph_handle",
     "ir_handle",
     "op",

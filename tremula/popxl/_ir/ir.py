@@ -4,28 +4,24 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.ir import Ir as XlIr
 
-if TYPE_CHECKING:
-    from tremula.popart.options import SessionOptions
-
 
 def session_options(ir: XlIr) -> SessionOptions:
     """PopART's ``SessionOptions`` of the Ir, with what ``popxl.Ir`` sets in PopXL.
 
-    PopXL keeps its Ir's options in PopART's ``SessionOptions``; Tremula makes them on first
-    use (``tremula.popart`` sits above PopXL: this is the one place PopXL's bindings reach
-    up to it, as PopXL itself builds on PopART's options). ``numIOTiles`` and the other
-    fields are the program's to set and read; the replication fields follow the Ir.
+    PopXL keeps its Ir's options in PopART's ``SessionOptions`` (``core/options.py``, the
+    class ``popart.SessionOptions`` is); Tremula makes them on first use. ``numIOTiles``
+    and the other fields are the program's to set and read; the replication fields follow
+    the Ir.
     """
-    from tremula.popart.options import SessionOptions
-
     opts = _OPTIONS.get(ir)
     if opts is None:
         opts = _OPTIONS[ir] = SessionOptions()
@@ -45,7 +41,7 @@ _POPXL_DEFAULTS: dict[str, Any] = {
     "enableInplaceAmbiguityChecking": True,
 }
 
-_OPTIONS: weakref.WeakKeyDictionary[XlIr, Any] = weakref.WeakKeyDictionary()
+_OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
 _PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
 
 
@@ -82,6 +78,14 @@ class Ir:
 
     def isPrepared(self) -> bool:
         return self._ir._prepared
+
+    def logIr(self) -> None:
+        """Log the IR as PopART serialises it to JSON (``ir_log.py``: graphs, each op's
+        type, name, inputs, outputs and attributes) at INFO on PopART's ``ir`` logger:
+        ``popart.getLogger("ir").setLevel("INFO")`` shows it."""
+        from tremula.popxl._ir.ir_log import log_ir
+
+        log_ir(self._ir)
 
     # ---- options and patterns ----
     def getSessionOptions(self) -> SessionOptions:

@@ -3,9 +3,11 @@
 ``op.exchange``, ``op.collectives``).
 
 One table of the types whose PopART names differ from the rule; every other type ``T`` is
-PopART's ``T`` with class ``TOp``. In-place forms of binary ops are PopART's ``Lhs``
+PopART's ``T`` with class ``TOp`` (``<stem>Op`` where PopART's class names the op with
+another word: ``Sub`` is ``SubtractOp``). In-place forms of binary ops are PopART's ``Lhs``
 in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
-writes its first input.
+writes its first input. Where PopART derives an in-place op's class from the out-of-place
+op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ class OpName(NamedTuple):
 
 #: the types whose names differ from the rule
 _NAMES: dict[str, OpName] = {
-    "Neg": OpName("Neg", "NegateOp", ""),
-    "NegInplace": OpName("NegInplace", "NegateInplaceOp", ""),
     "Repeat": OpName("Loop", "LoopOp", ""),
     "GroupNorm": OpName("GroupNormalization", "GroupNormOp", ""),
     "BatchNormInference": OpName("BatchNormalization", "BatchNormOp", ""),
@@ -39,6 +39,9 @@ _NAMES: dict[str, OpName] = {
     "IsInf": OpName("IsInf", "IsInf", ""),
 }
 
+#: op types whose PopART class names the op with another word (and their in-place forms)
+_CLASS_STEMS = {"Sub": "Subtract", "Neg": "Negate"}
+
 #: binary ops whose in-place form writes the left-hand side (PopART's ``<T>LhsInplace``)
 _LHS_INPLACE = {"Add", "Sub", "Mul", "Div", "Pow", "Fmod", "Max", "Min", "ScaledAdd"}
 
@@ -50,6 +53,7 @@ _NAMESPACES = {
         "RemoteLoad",
         "RemoteLoadInplace",
         "RemoteStore",
+        "RemoteCodeLoad",
         "MultiExchange",
     },
     "collectives": {
@@ -74,6 +78,17 @@ VAR_UPDATES = {
     "AdamVarUpdate",
 }
 SUBGRAPH_OPS = {"Call", "Repeat", "If"}
+#: in-place op types whose PopART class derives from the out-of-place op's class (C++:
+#: ``class RemoteLoadInplaceOp : public RemoteLoadOp``, and so on)
+DERIVED = {
+    "RemoteLoadInplace": "RemoteLoad",
+    "ReplicatedAllReduceInplace": "ReplicatedAllReduce",
+    "DynamicUpdateInplace": "DynamicUpdate",
+    "ConcatInplace": "Concat",
+}
+#: ops PopART marks as optimizer ops (``Op.isOptimizerOp``): the variable updates and the
+#: optimizer steps they are made from
+OPTIMIZER_OPS = VAR_UPDATES | {"AdamUpdater", "LambSquare"}
 
 
 def op_name(op_type: str) -> OpName:
@@ -83,9 +98,11 @@ def op_name(op_type: str) -> OpName:
         return named
     namespace = next((ns for ns, types in _NAMESPACES.items() if op_type in types), "")
     base = op_type.removesuffix("Inplace")
+    stem = _CLASS_STEMS.get(base, base)
     if base != op_type and base in _LHS_INPLACE:
-        return OpName(f"{base}LhsInplace", f"{base}LhsInplaceOp", namespace)
-    return OpName(op_type, f"{op_type}Op", namespace)
+        return OpName(f"{base}LhsInplace", f"{stem}LhsInplaceOp", namespace)
+    suffix = "Inplace" if base != op_type else ""
+    return OpName(op_type, f"{stem}{suffix}Op", namespace)
 
 
 def pool_op_type(mode: str) -> str:

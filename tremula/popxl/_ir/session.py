@@ -53,6 +53,18 @@ class Session:
     def weightsToHost(self) -> None:
         self._s.weights_to_host()
 
+    def setEngineIsLoaded(self, isLoaded: bool) -> None:
+        """``False`` detaches the session and forgets the loaded program (the next
+        ``with session:`` loads it again and writes the weights from the host copies), as
+        programs that hand the device to another session do; ``True`` is refused (the
+        program is loaded by attaching)."""
+        if isLoaded:
+            raise PopartException(
+                "setEngineIsLoaded(True): Tremula loads the program when the session "
+                "attaches (`with session:`)"
+            )
+        self._s._unload()
+
     def readWeights(self, weightsIo: Any) -> None:
         """Copy the host copies of the named variables into ``weightsIo``'s arrays."""
         for tensor_id, out in _weights(weightsIo).items():

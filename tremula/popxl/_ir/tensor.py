@@ -9,7 +9,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.enums import PopartEnum
 from tremula.popxl._ir.unsupported import unsupported_attr
+from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
 from tremula.popxl.tensor import Tensor as XlTensor
 
@@ -18,6 +20,16 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.view import Region
     from tremula.popxl.dtypes import dtype
+
+
+class TensorType(PopartEnum):
+    """PopART's ``TensorType``: what kind of tensor the IR holds (``Tensor.tensorType()``)."""
+
+    ActGrad = 0  # an op's output or a graph input
+    Const = 1
+    Stream = 2  # the tensor of a host-to-device stream
+    Unknown = 3
+    Variable = 4
 
 
 class TensorInfo:
@@ -103,11 +115,21 @@ class Tensor:
     def consumers(self) -> Consumers:
         return Consumers(self._t)
 
-    def tensorType(self) -> builtins.str:
-        """``"Variable"``, ``"Const"`` or ``"ActGrad"`` (PopART's TensorType names)."""
-        if isinstance(self._t, Variable):
-            return "Variable"
-        return "Const" if isinstance(self._t, Constant) else "ActGrad"
+    def tensorType(self) -> TensorType:
+        """``TensorType.Variable`` (variables, replica-sharded shards and remote variables
+        too), ``Const``, ``Stream`` (a host-to-device stream's tensor, as PopXL's
+        ``h2d_stream`` adds it) or ``ActGrad`` (every other tensor: op outputs, graph inputs,
+        a device-to-host stream's tensor, which PopXL adds as an ActGrad)."""
+        t = self._t
+        if isinstance(t, Variable):
+            return TensorType.Variable
+        if isinstance(t, Constant):
+            return TensorType.Const
+        if t.graph is t.ir.main_graph and any(
+            s.tensor_id == t.id and isinstance(s, HostToDeviceStream) for s in t.ir._streams
+        ):
+            return TensorType.Stream
+        return TensorType.ActGrad
 
     def getGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle
@@ -134,6 +156,15 @@ class Tensor:
     def getGraphOutputIndex(self) -> int:
         return self.getGraph().getOutputIndex(self._t.id)
 
+    def isAliased(self) -> bool:
+        """Whether an op that reads the tensor gives an output that aliases it (a view
+        of it, or the output of an op that writes it in place), as PopART's alias model
+        says."""
+        t = self._t
+        return any(
+            _aliases_of(op, i) for op in t.graph._ops for i, v in enumerate(op.inputs) if v is t
+        )
+
     def modifiedRegionsByOps(self, ops: Any, aliasModel: Any = None) -> list[Region]:
         """The regions of this tensor that ``ops`` write in place: the whole tensor where one
         of them modifies it or a view of it (Tremula records modification per input), else
@@ -157,7 +188,18 @@ class Tensor:
 
 
 #: in-place view ops: their output is a view of input 0 (writes to it write the input)
-_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace"}
+_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace", "DetachInplace"}
+
+
+def _aliases_of(op: Any, i: int) -> list[XlTensor]:
+    """The outputs of ``op`` that alias its input ``i``: the outputs of an in-place view
+    op, of an in-place op that writes input ``i`` (not a call: its outputs are the called
+    graph's), and the in-place loads of a merged exchange."""
+    if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
+        return [op.outputs[o] for k, o in op.attrs["aliases"] if k == i]
+    if op.type in _VIEWS or (i in op.modified and not op.called_graphs):
+        return [o for o in op.outputs if o is not None]
+    return []
 
 
 def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
@@ -175,12 +217,7 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
                     continue
                 if id(op) in chosen and i in op.modified:
                     return True
-                if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
-                    todo.extend(op.outputs[o] for k, o in op.attrs["aliases"] if k == i)
-                    continue
-                aliases = i in op.modified and not op.called_graphs  # an in-place op's output
-                if op.type in _VIEWS or aliases:  # its outputs alias the input
-                    todo.extend(o for o in op.outputs if o is not None)
+                todo.extend(_aliases_of(op, i))
     return False
 
 

@@ -33,7 +33,6 @@ _INTERNAL = "Tremula keeps no PopART internal state for it"
 #: binding class -> {method: why Tremula does not provide it}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "Ir": {
-        "logIr": "Tremula has no PopART IR log; print graphs with addons' print_schedule",
         "dotCheckpoint": "Tremula writes no dot checkpoints",
         "applyTransform": "PopART's C++ transforms do not exist in Tremula",
         "updateVertices": "Tremula keeps no PopART vertex state",
@@ -97,7 +96,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "read variables through Session.get_tensor_data": (
                     "hasTensorData getDataViaGraphTraversal"
                 ),
-                _ALIASES: "isAliased isModified associatedOps",
+                _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
                     "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
@@ -157,7 +156,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isOutplaceViewChange hasAliasedModifiers inputUnmodifiable"
                 ),
                 _KINDS: (
-                    "isElementWiseUnary isLossOp isIpuCopyOp isNorm isOptimizerOp "
+                    "isElementWiseUnary isLossOp isIpuCopyOp isNorm "
                     "isGradientClippingOp copiesOptimizerTensors isConvertibleTo "
                     "isExcludedFromPattern hasSideEffect canRecompute requiresRandomSeed "
                     "getSeedInIndex isParentOf isChildOf"
@@ -197,7 +196,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "loadExecutableFromStream getExecutable updateEngineCache"
                 ),
                 "run and move data through popxl.Session": (
-                    "run prepareDevice loadEngineAndConnectStreams setEngineIsLoaded "
+                    "run prepareDevice loadEngineAndConnectStreams "
                     "connectStream connectStreamToCallback connectHostFunction "
                     "buffersFromHost broadcastWeights copyFromRemoteBuffer "
                     "copyToRemoteBuffer modelToHost resetHostWeights updateOptimizerFromHost"

@@ -174,14 +174,15 @@ def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
 
 def check_conv_shapes(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     """``ValueError`` unless ``t`` is ``[N, C, *spatial]``, ``weight`` has its rank and
-    ``groups`` divides the channels (types are the caller's to check)."""
+    ``groups`` divides the channels (types are the caller's to check); the groups are
+    checked by PopART's op setup, so that error is a ``popart.popart_exception`` too."""
     if t.rank < 3 or weight.rank != t.rank:
         raise ValueError(
             f"{what}: t {t.id!r} {t.shape} must be [N, C, *spatial] and weight {weight.id!r} "
             f"{weight.shape} of the same rank"
         )
     if int(groups) != groups or groups < 1 or t.shape[1] % groups:
-        raise ValueError(
+        raise OpSetupError(
             f"{what}: groups {groups!r} must divide the {t.shape[1]} channels of {t.id!r}"
         )
 
@@ -278,7 +279,8 @@ def conv_transpose(
         ValueError: as :func:`conv`, an unknown ``pad_type``, an ``output_shape`` of the
             wrong length or larger than the unpadded output.
         popart.popart_exception: weight channels not matching ``t`` (also a
-            ``ValueError``), ``output_shape`` with ``pad_type="valid"``.
+            ``ValueError``), ``output_shape`` with ``pad_type="valid"``, a dilation other
+            than 1 (PopART's "Non default value for dilations is not supported.").
     """
     _check_conv("conv_transpose", t, weight, groups)
     attrs = conv_transpose_attrs("conv_transpose", t, weight, stride, padding, dilation, groups,
@@ -337,6 +339,11 @@ def conv_transpose_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, 
     kernel = weight.shape[2:]
     stride = _ints(stride, n, 1, what, "stride")
     dilation = _ints(dilation, n, 1, what, "dilation")
+    if any(d != 1 for d in dilation):  # PopART's ConvTransposeOp refuses them at setup
+        raise OpSetupError(
+            f"Non default value for dilations is not supported. ({what}: dilation {dilation} "
+            f"of {t.id!r}; PopART's ConvTranspose takes dilations of 1 only)"
+        )
     out_pad = _ints(output_padding, n, 0, what, "output_padding")
     full = [
         st * (s - 1) + op + d * (k - 1) + 1

@@ -25,6 +25,9 @@ def _host_load_spec(specs: Any, a: dict[str, Any]) -> list[TensorSpec]:
 # HostLoad: input 0 is the destination, an init("undef") tensor (as PopXL builds it)
 defop("HostLoad", _host_load_spec, differentiable=False)
 defop("HostStore", lambda specs, a: [], differentiable=False)
+# RemoteLoad (remote_load): input 0 is the destination's layout, an init("undef") tensor,
+# and the output a new tensor; RemoteLoadInplace (remote_load_) writes input 0 (PopART's two)
+defop("RemoteLoad", lambda specs, a: [specs[0]], differentiable=False)
 defop("RemoteLoadInplace", lambda specs, a: [specs[0]], modifies=(0,), differentiable=False)
 defop("RemoteStore", lambda specs, a: [], differentiable=False)
 defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False)
@@ -70,8 +73,8 @@ def _offset(offset: int | Tensor, buffer: Any, what: str) -> tuple[Tensor, int |
 
 
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
-    """A tensor loaded from entry ``offset`` of a remote buffer (PopXL: an
-    ``init("undef")`` tensor of the buffer's shape, loaded into by :func:`remote_load_`)."""
+    """A tensor loaded from entry ``offset`` of a remote buffer (PopXL: a ``RemoteLoad`` op
+    whose input 0 is an ``init("undef")`` tensor of the buffer's shape)."""
     from tremula.popxl.ops.tensor_ops import init
 
     off, value = _offset(offset, remote_buffer, "remote_load")
@@ -79,7 +82,7 @@ def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = Non
     dest = init(b.tensor_shape, b.tensor_dtype, f"{name}_init" if name else None, "undef",
                 b.meta_shape)  # fmt: skip
     attrs = {"buffer": remote_buffer, "offset": value}
-    (t,) = create_op("RemoteLoadInplace", [dest, off], attrs, [name])
+    (t,) = create_op("RemoteLoad", [dest, off], attrs, [name])
     return t
 
 

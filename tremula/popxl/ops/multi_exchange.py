@@ -16,7 +16,9 @@ from tremula.popxl.ops.base import OPS, Op, _next_op_id, defop
 from tremula.popxl.tensor import TensorSpec
 
 #: the op types that move data between the device and host or remote memory
-EXCHANGE_OPS = frozenset({"HostLoad", "HostStore", "RemoteLoadInplace", "RemoteStore"})
+EXCHANGE_OPS = frozenset(
+    {"HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"}
+)
 
 
 @dataclass(frozen=True)

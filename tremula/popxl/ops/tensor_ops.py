@@ -62,6 +62,8 @@ def _slice_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[Tens
 defop("MatMul", _infer_matmul, lambda x, a: [np.matmul(*x)])
 defop("Identity", _same, lambda x, a: [np.array(x[0])])
 defop("Detach", _same, lambda x, a: [np.array(x[0])], differentiable=False)
+# detach_: its output aliases its input (PopART's DetachInplaceOp; nothing is written)
+defop("DetachInplace", _same, lambda x, a: [x[0]], differentiable=False)
 defop("Reshape", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
 defop("ReshapeInplace", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
 defop("Transpose", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
@@ -231,8 +233,10 @@ def detach(t: Tensor) -> Tensor:
 
 
 def detach_(t: Tensor) -> Tensor:
-    """PopXL's in-place :func:`detach`: the same op here (``t`` itself is not written)."""
-    return detach(t)
+    """:func:`detach` in place: the result aliases ``t`` (a ``DetachInplace`` op, as in
+    PopXL); ``t`` itself is not written."""
+    (out,) = create_op("DetachInplace", [t])
+    return out
 
 
 def cast(t: Tensor, dtype: dtypes.dtype) -> Tensor:

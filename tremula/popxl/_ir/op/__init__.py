@@ -10,8 +10,9 @@ from typing import Any
 from tremula.popxl._ir.op import collectives, exchange
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import class_named, classes_in, op_class
+from tremula.popxl._ir.op.subgraph import MatMulPartialsType
 
-__all__ = ["Op", "collectives", "exchange", "op_class"]
+__all__ = ["MatMulPartialsType", "Op", "collectives", "exchange", "op_class"]
 
 
 def __getattr__(name: str) -> Any:

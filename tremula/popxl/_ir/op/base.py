@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
-from tremula.popxl._ir.names import op_name, pool_op_type
+from tremula.popxl._ir.names import OPTIMIZER_OPS, op_name, pool_op_type
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import Op as _Record
 
@@ -168,6 +168,12 @@ class Op(_Record, Editing):
 
     def outTensorCount(self) -> int:
         return len(self._outputs())
+
+    def isOptimizerOp(self) -> bool:
+        """Whether the op is part of an optimizer step: the variable updates
+        (``ops.var_updates``) and the optimizer ops they are made from (``AdamUpdater``,
+        ``LambSquare``)."""
+        return self.type in OPTIMIZER_OPS
 
     def modifiesIndex(self, index: int) -> bool:
         """Whether the op writes its input ``index`` in place."""

@@ -1,14 +1,17 @@
 """The binding classes of Tremula's ops, generated from the op registry
 (``tremula.popxl.ops.base.OPS``): one class per PopART op, named as PopXL's bindings name
-it (``names.py``), made once on first use. ``create_op`` makes every op record as an
-instance of its type's class."""
+it (``names.py``), made once on first use, with PopART's class hierarchy (family bases,
+in-place classes derived from out-of-place ones: ``names.DERIVED``). ``create_op`` makes
+every op record as an instance of its type's class; an op type added to the registry
+later (``defop``) gets its class the same way."""
 
 from __future__ import annotations
 
-from tremula.popxl._ir.names import NAMESPACE_BASES, SUBGRAPH_OPS, VAR_UPDATES, op_name
+from tremula.popxl._ir.names import DERIVED, NAMESPACE_BASES, SUBGRAPH_OPS, VAR_UPDATES, op_name
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.multi_exchange import ExchangeBaseOp, MultiExchangeOp
 from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
+from tremula.popxl._ir.op.var_update import AccumulateBaseOp, VarUpdateOp
 from tremula.popxl.ops.base import OPS
 
 _MODULES = {"": "popart._internal.ir.op", "exchange": "popart._internal.ir.op.exchange"}
@@ -17,10 +20,6 @@ _MODULES["collectives"] = "popart._internal.ir.op.collectives"
 
 def _family(name: str, doc: str, namespace: str) -> type[Op]:
     return type(name, (Op,), {"__doc__": doc, "__module__": _MODULES[namespace]})
-
-
-class VarUpdateOp(Op):
-    """An op that updates its first input in place (``ops.var_updates``)."""
 
 
 #: classes written out (they carry methods of their own) and family base classes
@@ -32,8 +31,15 @@ _WRITTEN: dict[str, type[Op]] = {
     "MatMulOp": MatMulOp,
     "MultiExchangeOp": MultiExchangeOp,
 }
+#: var-update ops whose PopART class is an ``AccumulateBaseOp`` (they have a factor)
+_ACCUMULATES = {"Accumulate", "AccumulatorScale", "SparseAccumulate"}
 BASES: dict[str, dict[str, type[Op]]] = {
-    "": {"Op": Op, "SubgraphOp": SubgraphOp, "VarUpdateOp": VarUpdateOp},
+    "": {
+        "Op": Op,
+        "SubgraphOp": SubgraphOp,
+        "VarUpdateOp": VarUpdateOp,
+        "AccumulateBaseOp": AccumulateBaseOp,
+    },
     "exchange": {"ExchangeBaseOp": ExchangeBaseOp},
     "collectives": {
         "CollectivesBaseOp": _family("CollectivesBaseOp", "A collective op.", "collectives")
@@ -52,7 +58,9 @@ def op_class(op_type: str) -> type[Op]:
     if cls is None:
         base = BASES[name.namespace].get(NAMESPACE_BASES.get(name.namespace, ""), Op)
         if op_type in VAR_UPDATES:
-            base = VarUpdateOp
+            base = AccumulateBaseOp if op_type in _ACCUMULATES else VarUpdateOp
+        if op_type in DERIVED:
+            base = op_class(DERIVED[op_type])
         doc = f"PopART's ``{name.cls}``: Tremula's ``{op_type}`` op (op type ``{name.op_type}``)."
         cls = type(name.cls, (base,), {"__doc__": doc, "__module__": _MODULES[name.namespace]})
     assert op_type not in SUBGRAPH_OPS or issubclass(cls, SubgraphOp)
@@ -72,7 +80,7 @@ def classes_in(namespace: str) -> dict[str, type[Op]]:
     """Every binding class of ``namespace`` ("" for ``op``): the family bases and one per
     op type of the registry (ops defined later appear as they are defined)."""
     out = dict(BASES[namespace])
-    for op_type in OPS:
+    for op_type in [*OPS, *DERIVED.values()]:
         if op_name(op_type).namespace == namespace:
             cls = op_class(op_type)
             out[cls.__name__] = cls

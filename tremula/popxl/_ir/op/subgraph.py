@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.enums import PopartEnum
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.edit import graph_tensor, new_tensor
 from tremula.popxl._ir.view import any_written
@@ -208,8 +209,30 @@ class IpuCopyOp(Op):
             self.attrs["source"] = int(vgraph_id)
 
 
+class MatMulPartialsType(PopartEnum):
+    """PopART's ``MatMulPartialsType`` (``popart._internal.ir.op.MatMulPartialsType``)."""
+
+    HALF = 0
+    FLOAT = 1
+
+
 class MatMulOp(Op):
-    """``ops.matmul``: with the planner's memory proportion and fully-connected pass."""
+    """``ops.matmul``: with the planner's memory proportion, fully-connected pass and
+    partials type."""
+
+    def getPartialsType(self) -> MatMulPartialsType:
+        """``HALF`` for ``partials_type=popxl.float16``, else ``FLOAT`` (PopART's default)."""
+        half = getattr(self.attrs.get("partials_type"), "name", None) == "float16"
+        return MatMulPartialsType.HALF if half else MatMulPartialsType.FLOAT
+
+    def setPartialsType(self, value: Any) -> None:
+        """Set the partials type (a ``MatMulPartialsType``), as ``ops.matmul(...,
+        partials_type=)`` does: the lowering gives it to PopLin's matmul (``partialsType``)."""
+        from tremula.popxl import dtypes
+
+        kind = MatMulPartialsType(int(value))
+        half = kind == MatMulPartialsType.HALF
+        self.attrs["partials_type"] = dtypes.float16 if half else dtypes.float32
 
     def getAvailableMemoryProportion(self) -> float | None:
         return self.attrs.get("available_memory_proportion")

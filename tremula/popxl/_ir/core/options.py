@@ -13,21 +13,21 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any
 
-from tremula.popart.enums import (
+from tremula.popxl._ir.core.enums import (
     ExchangeStrategy,
-    Instrumentation,  # type: ignore[attr-defined]
+    Instrumentation,
     MeanReductionStrategy,
-    MergeVarUpdateType,  # type: ignore[attr-defined]
+    MergeVarUpdateType,
     RecomputationType,
     ReductionType,
     ReplicatedStreamMode,
     ReplicatedTensorSharding,
-    SyntheticDataMode,  # type: ignore[attr-defined]
+    SyntheticDataMode,
     TensorStorage,
     TileSet,
     VirtualGraphMode,
 )
-from tremula.popart.grouping import CommGroup
+from tremula.popxl._ir.core.grouping import CommGroup
 
 __all__ = [
     "AutomaticLossScalingSettings",
@@ -56,6 +56,10 @@ class _Settings:
             values[key] = value
         for key, value in values.items():
             object.__setattr__(self, key, value() if callable(value) else value)
+
+    if TYPE_CHECKING:  # the fields are set from _defaults
+
+        def __getattr__(self, key: str) -> Any: ...
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key not in self._defaults:

@@ -13,9 +13,9 @@ from typing import Any
 
 from tremula.errors import PopartException, PopartInternalException
 from tremula.libs.gcl.grouping import CommGroup as GclCommGroup
-from tremula.popart.enums import CommGroupType, VariableRetrievalMode
-from tremula.popart.grouping import CommGroup, ReplicaGrouping
-from tremula.popart.log import LOG
+from tremula.popxl._ir.core.enums import CommGroupType, VariableRetrievalMode
+from tremula.popxl._ir.core.grouping import CommGroup, ReplicaGrouping
+from tremula.popxl._ir.core.log import LOG
 
 __all__ = ["VariableSettings"]
 
@@ -69,15 +69,15 @@ class VariableSettings:
         stride, size = kwargs.pop("stride", None), kwargs.pop("groupSize", None)
         if kwargs:
             raise TypeError(f"VariableSettings: unexpected arguments {sorted(kwargs)}")
-        args = list(args)  # type: ignore[assignment]
-        if args and isinstance(args[0], GclCommGroup):
-            comm = args.pop(0)  # type: ignore[attr-defined]
-        elif len(args) >= 2 and not isinstance(args[0], VariableRetrievalMode):
-            stride, size = args.pop(0), args.pop(0)  # type: ignore[attr-defined]
-        if args:
-            mode = args.pop(0)  # type: ignore[attr-defined]
-        if args:
-            raise TypeError(f"VariableSettings: too many arguments {args}")
+        rest = list(args)
+        if rest and isinstance(rest[0], GclCommGroup):
+            comm = rest.pop(0)
+        elif len(rest) >= 2 and not isinstance(rest[0], VariableRetrievalMode):
+            stride, size = rest.pop(0), rest.pop(0)
+        if rest:
+            mode = rest.pop(0)
+        if rest:
+            raise TypeError(f"VariableSettings: too many arguments {rest}")
         self._mode = VariableRetrievalMode.OnePerGroup if mode is None else _mode(mode)
         if stride is not None or size is not None:
             self._comm = None

@@ -2,12 +2,14 @@
 
 Tremula's PopART logs through Python's :mod:`logging` under the ``popart`` logger, with one
 child per PopART module (``popart.session``, ``popart.builder``, ...). It is silent until a
-level is set through ``getLogger``, as PopART is by default.
+level is set through ``getLogger`` (or PopART's ``POPART_LOG_LEVEL`` variable, read when
+the module loads), as PopART is by default.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 __all__ = ["LOG", "Logger", "getLogger"]
@@ -105,3 +107,20 @@ def getLogger(name: str = "all") -> Logger:
 
 
 logging.addLevelName(LEVELS["TRACE"], "TRACE")
+
+
+def _level_from_environment() -> None:
+    """PopART reads ``POPART_LOG_LEVEL`` (a level name) when it loads: so does Tremula,
+    as Poplar's ``POPLAR_ENGINE_OPTIONS`` is read (the SDK's documented switch).
+
+    Raises:
+        ValueError: an unknown level name (naming the variable).
+    """
+    value = os.environ.get("POPART_LOG_LEVEL")
+    if value:
+        if value.upper() not in LEVELS:
+            raise ValueError(f"POPART_LOG_LEVEL={value!r}: known levels are {list(LEVELS)}")
+        Logger("all").setLevel(value)
+
+
+_level_from_environment()

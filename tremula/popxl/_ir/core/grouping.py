@@ -16,7 +16,7 @@ from typing import Any
 from tremula.errors import PopartException
 from tremula.libs.gcl import grouping as gcl
 from tremula.libs.gcl.errors import GroupingError
-from tremula.popart.enums import CommGroupType
+from tremula.popxl._ir.core.enums import CommGroupType
 
 __all__ = ["CommGroup", "CommGroupType", "ReplicaGrouping"]
 

@@ -8,7 +8,7 @@ PopART, PopXL's collectives and the library.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tremula.libs.gcl.grouping import CommGroupType
 
@@ -98,50 +98,17 @@ def _make(name: str, members: str | list[str] | list[tuple[str, int]]) -> Any:
     if isinstance(members, str):
         members = members.split()
     pairs = [m if isinstance(m, tuple) else (m, i) for i, m in enumerate(members)]
-    made = PopartEnum(name, pairs, module=__name__)  # type: ignore[call-arg, arg-type]
+    functional: Any = PopartEnum  # the functional API (mypy reads a PopartEnum call as a member)
+    made: type[enum.IntEnum] = functional(name, pairs, module=__name__)
     made.__doc__ = f"PopART's ``{name}`` ({', '.join(p[0] for p in pairs)})."
     return made
 
 
 globals().update({name: _make(name, members) for name, members in _TABLE.items()})
 
-# names for static tools (the classes are made above; Any: their members are made at run
-# time, so mypy cannot list them)
-DataType: Any
-VariableRetrievalMode: Any
-AnchorReturnTypeId: Any
-ReductionType: Any
-MeanReductionStrategy: Any
-SyncPattern: Any
-DeviceType: Any
-DeviceConnectionType: Any
-DeviceSelectionCriterion: Any
-TileSet: Any
-ExchangeStrategy: Any
-ReplicatedStreamMode: Any
-ReplicatedTensorSharding: Any
-TensorStorage: Any
-VirtualGraphMode: Any
-RecomputationType: Any
-PatternsLevel: Any
-SGDAccumulatorAndMomentum: Any
-AdamMode: Any
-WeightDecayMode: Any
-SyntheticDataMode: Any
-InitType: Any
-MergeVarUpdateType: Any
-AccumulateOuterFragmentSchedule: Any
-ExecutionPhaseSchedule: Any
-BatchSerializationMethod: Any
-BatchSerializationTransformContext: Any
-BatchSerializationBatchSchedule: Any
-Instrumentation: Any
-IrSerializationFormat: Any
-DotCheck: Any
-ScatterReduction: Any
-AutodiffStitchStrategy: Any
-GradientTensorTrackingMethod: Any
-ColumnMajorOrder: Any
-CollectiveOperator: Any
+if TYPE_CHECKING:  # the enums are made above: to static tools each name is a class
+
+    def __getattr__(name: str) -> Any: ...
+
 
 __all__ = ["CommGroupType", *_TABLE]

@@ -1,0 +1,294 @@
+"""The weights of a ``Session``: moving variables between their host copies and the
+device (``weights_from_host`` / ``weights_to_host``), and reading and writing them
+(``get_tensor_data``, ``write_variable_data``), as PopXL's ``Session`` does.
+
+Device variables have a Poplar tensor (with host write/read handles); remote variables
+live in a remote-buffer entry; a replica-sharded variable's shard is a device variable
+whose rows are the shards of the full variable (its host copy). Host copies hold
+``shape_on_host``; ``replica_grouping.py`` maps them to one row per replica and back.
+Weight transfers log PopART's Devicex lines at DEBUG (``popart.getLogger("devicex")``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tremula import poplar
+from tremula.engine.engine import locked
+from tremula.errors import StreamError
+from tremula.popxl._ir.core.log import LOG
+from tremula.popxl.ir import Ir
+from tremula.popxl.replica_grouping import group_rows, replica_rows, shard_rows, unshard_rows
+from tremula.popxl.tensor import Constant, Tensor, Variable
+
+#: PopART's device logger: the weight transfers log there as PopART's Devicex does
+_DEVICEX = LOG.getChild("devicex")
+
+
+class SessionWeights:
+    """The weight methods of :class:`~tremula.popxl.session.Session` (a base class: the
+    session sets these attributes when it compiles)."""
+
+    _ir: Ir
+    _engine: poplar.Engine
+    _lowerer: Any  # the lowering's Lowerer (only session.py imports the lowering)
+    _R: int
+    _L: int
+    _local: slice
+    _fragments: list[bool]
+    _shards: dict[Variable, Variable]
+    _attached: bool
+    _host_stale: bool
+
+    def _require_attached(self, what: str) -> None:
+        if not self._attached:
+            raise ValueError(
+                f"Session.{what}: the session is not attached to a device; use `with session:`"
+            )
+
+    def _device_variables(self) -> list[tuple[Variable, Any]]:
+        return [(v, h) for v, h in self._lowerer.variables.items() if v.remote is None]
+
+    def _remote_variables(self) -> list[Variable]:
+        return [v for v in self._ir.main_graph.variables if v.remote is not None]
+
+    def _shard_owner(self, v: object) -> Variable | None:
+        """The replica-sharded variable whose on-device shard ``v`` is (else None)."""
+        return self._shards.get(v) if isinstance(v, Variable) else None
+
+    @staticmethod
+    def _host_array(v: Variable) -> np.ndarray:
+        return np.asarray(v.host_data).astype(v.dtype.as_numpy(), copy=False)
+
+    def _rows(self, v: Variable) -> np.ndarray:
+        """``[R, ...]``: each replica's value of ``v`` (its shard, for a sharded variable)."""
+        if v.shard_over is not None:
+            return shard_rows(v.replica_grouping, v.shard_over, self._host_array(v), v.shape)
+        return replica_rows(v.replica_grouping, self._host_array(v), v.shape)
+
+    def _from_rows(self, v: Variable, rows: np.ndarray) -> np.ndarray:
+        """``v``'s host data from ``[R, ...]`` per-replica values (or shards)."""
+        if v.shard_over is not None:
+            return unshard_rows(v.replica_grouping, v.shard_over, rows, v.shape)
+        return group_rows(v.replica_grouping, rows, v.shape)
+
+    def _check_remote_variables(self) -> None:
+        """Each remote variable whose buffer the program uses fits one entry of it (as many
+        elements as the variable on a replica, or as its shard; the same dtype), at an
+        offset below ``entries``, alone (PopXL leaves these to its compiler).
+
+        Raises:
+            StreamError: (a ``ValueError``) naming the variable and the buffer.
+        """
+        taken: dict[tuple[Any, int], Variable] = {}
+        for v in self._remote_variables():
+            if v.remote is None or v.remote[0] not in self._lowerer.remote:
+                continue
+            buffer, entry = v.remote
+            shards = v.shard_over
+            n = v.nelms if shards is None else -(-v.nelms // shards)
+            what = f"Session: remote variable {v.id!r} ({v.dtype}, {n} elements per replica"
+            what += ")" if shards is None else f" in shards over {shards} replicas)"
+            if math.prod(buffer.tensor_shape) != n or buffer.tensor_dtype != v.dtype:
+                raise StreamError(
+                    f"{what} does not fit an entry of {buffer!r} "
+                    f"({math.prod(buffer.tensor_shape)} elements): make the buffer with the "
+                    f"variable's shape without the replica-group axis"
+                )
+            if entry >= buffer.entries:
+                raise StreamError(f"{what}: entry {entry} is out of range for {buffer!r}")
+            other = taken.setdefault((buffer, entry), v)
+            if other is not v:
+                raise StreamError(f"{what}: entry {entry} of {buffer!r} already holds {other.id!r}")
+
+    def _remote_entry(self, v: Variable) -> tuple[str, int] | None:
+        """(Poplar remote buffer name, entry) of a remote variable whose buffer the program
+        uses (None if no op uses it: the host copy is then its only copy)."""
+        if v.remote is None:
+            return None
+        buffer, entry = v.remote
+        rb = self._lowerer.remote.get(buffer)
+        return None if rb is None else (rb.name, entry)
+
+    @locked
+    def weights_from_host(self) -> None:
+        """Write every variable's host copy to the device (remote variables to their
+        remote-buffer entries, replica-sharded ones to their shards)."""
+        self._require_attached("weights_from_host")
+        self._collective("weights_from_host")
+        _DEVICEX.debug("Writing weights from host, ")
+        local = self._local
+        for v, h in self._device_variables():
+            owner = self._shard_owner(v)
+            self._engine.write_tensor(h.write, self._rows(v if owner is None else owner)[local])
+        for v in self._remote_variables():
+            where = self._remote_entry(v)
+            if where is not None:
+                same = v.replica_grouping.num_groups == 1 and v.shard_over is None
+                self._write_entry(where, self._rows(v), same)
+        if self._fragments[0]:
+            self._engine.run(1)  # the ops made in ExecutionContext.WeightsFromHostFragment
+        self._host_stale = False
+        _DEVICEX.debug("done.")
+
+    def _collective(self, what: str) -> None:
+        """In a PopRun job, check that every instance makes this device call now (they
+        are collective); nothing in one process."""
+        if self._L < self._R:
+            from tremula.popdist import backend
+
+            backend.agree(what)
+
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """``[R, ...]`` from this process's ``[L, ...]`` replica rows (every instance's,
+        in replica order, in a PopRun job)."""
+        return self._engine.runtime_replicas.gather_rows(rows)
+
+    @locked
+    def weights_to_host(self) -> None:
+        """Read every variable from the device into its host copy (a replica-sharded
+        variable from its shards, which are also stored back to its remote buffer)."""
+        self._require_attached("weights_to_host")
+        self._collective("weights_to_host")
+        _DEVICEX.debug("Writing weights to host")
+        R, L = self._R, self._L
+        if self._fragments[1]:
+            self._engine.run(2)  # the ops made in ExecutionContext.WeightsToHostFragment
+        synced = set()
+        for v, h in self._device_variables():
+            rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
+            owner = self._shard_owner(v)
+            if owner is None:
+                v.store_host(group_rows(v.replica_grouping, rows, v.shape))
+                continue
+            owner.store_host(self._from_rows(owner, rows))
+            synced.add(owner)
+            where = self._remote_entry(owner)
+            if where is not None:  # the shard is stored back to its remote buffer
+                self._write_entry(where, rows, R == 1)
+        for v in self._remote_variables():
+            where = self._remote_entry(v)
+            if v in synced or where is None:
+                continue
+            rows = np.stack(
+                [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(L)]
+            )
+            if v.shard_over is None:  # entries are flat: the variable may have any shape
+                rows = rows.reshape(L, *v.shape)
+            v.store_host(self._from_rows(v, self._gather(rows)))
+        self._host_stale = False
+        _DEVICEX.debug("Writing weights to host complete.")
+
+    def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
+        """Write ``[R, ...]`` rows to a remote-buffer entry of every replica of this process
+        (one transfer to all of them when every replica gets the same value)."""
+        name, entry = where
+        if same:
+            self._engine.copy_to_remote_buffer(name, rows[0], entry)
+            return
+        local = rows[self._local]
+        for r in range(self._L):
+            self._engine.copy_to_remote_buffer(name, local[r], entry, r)
+
+    def get_tensor_data(self, t: Tensor) -> np.ndarray:
+        """A variable's or constant's value (syncing from the device if it ran since).
+
+        Raises:
+            TypeError: ``t`` is not a Variable or Constant.
+        """
+        return self.get_tensors_data([t])[t]
+
+    @locked
+    def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        """The values of variables and constants: ``shape_on_host`` for ``"one_per_group"``
+        variables (the first replica of each group), ``(R, *shape)`` for ``"all_replicas"``
+        ones of groups of several replicas. Syncs from the device once if it ran since.
+
+        Raises:
+            TypeError: a tensor is not a Variable or Constant.
+        """
+        tensors = list(tensors)
+        for t in tensors:
+            self._check_variable(t, "get_tensor_data", (Variable, Constant))
+        if self._attached and self._host_stale:
+            self.weights_to_host()
+        return {t: self._host_value(t) for t in tensors}
+
+    def _check_variable(self, t: Any, what: str, kinds: tuple[type, ...]) -> None:
+        names = " or ".join(k.__name__ for k in reversed(kinds))
+        if not isinstance(t, kinds):  # PopXL's words: "Tensor <id> is not of type ..."
+            tid = getattr(t, "id", None) or getattr(t, "tensor_id", None) or repr(t)
+            raise TypeError(f"Tensor {tid} is not of type {names}. ({what}: got {t!r})")
+        owner = self._shard_owner(t)
+        if owner is not None:
+            raise TypeError(
+                f"{what}: {t!r} is the on-device shard of the replica-sharded variable "
+                f"{owner.id!r}; use that variable"
+            )
+
+    def _host_value(self, t: Tensor) -> np.ndarray:
+        """A copy of the host value; for a variable made from a ``np.memmap`` whose host
+        layout is its data's, that very memmap (PopXL keeps it by reference)."""
+        if isinstance(t, Constant):
+            return np.array(t.host_data)
+        if not isinstance(t, Variable):
+            raise TypeError(f"Tensor {t.id} is not of type Constant or Variable.")
+        v = t
+        rg = v.replica_grouping
+        if v.retrieval_mode == "all_replicas" and rg.group_size > 1:
+            return replica_rows(rg, np.array(v.host_data), v.shape)
+        if isinstance(v.host_data, np.memmap):
+            return v.host_data
+        return np.array(v.host_data)
+
+    def write_variable_data(self, var: Variable, data: Any) -> None:
+        """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`."""
+        self.write_variables_data({var: data})
+
+    @locked
+    def write_variables_data(self, values: Mapping[Variable, Any]) -> None:
+        """Set variables' values. Each value must have the variable's ``shape_on_host`` and
+        exactly its dtype (Python numbers and lists are converted). The host copies are
+        updated; when attached, the device too (other weights keep their device values).
+
+        Raises:
+            TypeError: not a Variable, or a dtype mismatch.
+            ValueError: a shape other than ``shape_on_host``.
+            NotImplementedError: an ``"all_replicas"`` variable of groups of several
+                replicas.
+        """
+        checked = {var: self._checked_value(var, data) for var, data in values.items()}
+        if self._attached and self._host_stale:
+            self.weights_to_host()  # keep the device values of the other weights
+        for var, arr in checked.items():
+            var.store_host(arr)
+        if self._attached:
+            self.weights_from_host()
+
+    def _checked_value(self, var: Any, data: Any) -> np.ndarray:
+        self._check_variable(var, "write_variable_data", (Variable,))
+        if var.retrieval_mode == "all_replicas" and var.replica_grouping.group_size > 1:
+            raise NotImplementedError(
+                f"write_variable_data: {var.id!r} has retrieval_mode 'all_replicas' with "
+                f"groups of {var.replica_grouping.group_size} replicas; only 'one_per_group' "
+                f"variables can be written"
+            )
+        want = var.dtype.as_numpy()
+        if isinstance(data, np.ndarray):
+            if data.dtype != want:
+                raise TypeError(
+                    f"write_variable_data: {var.id!r} is {var.dtype}, got data of type {data.dtype}"
+                )
+            arr = data
+        else:
+            arr = np.asarray(data, dtype=want)
+        if arr.shape != var.shape_on_host:
+            raise ValueError(
+                f"write_variable_data: {var.id!r} needs data of shape_on_host "
+                f"{var.shape_on_host}, got {arr.shape}"
+            )
+        return np.array(arr)
