@@ -6,6 +6,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     collectives,
     control,
     conv,
+    custom_ops,
     debug,
     elementwise,
     fp8,

@@ -13,4 +13,11 @@ from __future__ import annotations
 
 #: operator identifier (domain, type, version) -> the module serving the binding that
 #: declares it; each op module adds its own rows
-SERVED: dict[tuple[str, str, int], str] = {}
+SERVED: dict[tuple[str, str, int], str] = {
+    ("popxl.addons.ops", "GroupQuantizeDecompress", 1): f"{__name__}.group_quantize_decompress",
+    ("popxl.addons.ops", "RotaryPosEmbed", 1): f"{__name__}.rotary_pos_embed",
+    ("popxl.addons.ops", "RotaryPosEmbedGrad", 1): f"{__name__}.rotary_pos_embed",
+    ("popxl.addons.ops", "LinearLayout", 1): f"{__name__}.linear_layout",
+    ("popxl.addons.ops", "SparseMatmul", 1): f"{__name__}.static_sparse_ops",
+    ("popxl.addons.ops", "Fp8Scale", 1): f"{__name__}.fp8_mse_scale",
+}
