@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,12 +33,15 @@ BINDINGS = {
 
 
 @pytest.fixture
-def addons() -> Callable[[str], ModuleType]:
-    """``addons("rotary_pos_embed")`` imports ``popxl_addons.ops.rotary_pos_embed``."""
+def addons() -> Iterator[Callable[[str], ModuleType]]:
+    """``addons("rotary_pos_embed")`` imports ``popxl_addons.ops.rotary_pos_embed``; what
+    it put in ``sys.modules`` is taken out again after the test (other tests check how
+    popxl-addons imports without it)."""
     if not (ADDONS / "popxl_addons" / "__init__.py").exists():
         pytest.skip(f"popxl-addons not found at {ADDONS}")
     if str(ADDONS) not in sys.path:
         sys.path.insert(0, str(ADDONS))
+    before = set(sys.modules)
 
     def load(name: str) -> ModuleType:
         for binding, served in BINDINGS.items():
@@ -47,7 +50,10 @@ def addons() -> Callable[[str], ModuleType]:
                 sys.modules[binding] = module
         return importlib.import_module(f"popxl_addons.ops.{name}")
 
-    return load
+    yield load
+    for added in set(sys.modules) - before:
+        if added.startswith("popxl_addons.ops."):
+            del sys.modules[added]
 
 
 @pytest.fixture
