@@ -132,3 +132,28 @@ def test_cycle_estimate_is_the_worker_shape_of_graphcores_figures() -> None:
             return np.array([0, 1, 7, 100])
 
     np.testing.assert_array_equal(decompress_cycles(Info()), [100, 130, 310, 3100])
+
+
+def test_replicas_decompress_their_own_shards(addons) -> None:
+    """Tensor-parallel use (GPT-J's LinearGQ): each replica holds its own packed shard,
+    scale and bias (variables grouped one replica per group) and decompresses them."""
+    gq = addons("group_quantize_decompress")
+    rng = np.random.default_rng(4)
+    shards = [
+        gq.group_quantize_compress_numpy(rng.normal(size=(4, 32)).astype(np.float16), 8, -1)
+        for _ in range(2)
+    ]
+    packed, scale, bias = (np.stack([s[i] for s in shards]) for i in range(3))
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        per_replica = ir.replica_grouping(group_size=1)
+        args = [popxl.variable(a, replica_grouping=per_replica) for a in (packed, scale, bias)]
+        y = gq.group_quantize_decompress(*args)
+        d = _store(y)
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run()[d]
+    assert got.shape == (2, 4, 32)
+    for r in range(2):
+        want = reference(packed[r], scale[r], bias[r])
+        np.testing.assert_allclose(got[r].astype(np.float32), want.astype(np.float32), rtol=2e-3)
+    assert not np.allclose(got[0], got[1])
