@@ -38,7 +38,7 @@ def addons() -> Iterator[Callable[[str], ModuleType]]:
     it put in ``sys.modules`` is taken out again after the test (other tests check how
     popxl-addons imports without it)."""
     if not (ADDONS / "popxl_addons" / "__init__.py").exists():
-        pytest.skip(f"popxl-addons not found at {ADDONS}")
+        pytest.skip(f"popxl-addons not found at {ADDONS} (the clients beside the repository)")
     if str(ADDONS) not in sys.path:
         sys.path.insert(0, str(ADDONS))
     before = set(sys.modules)
