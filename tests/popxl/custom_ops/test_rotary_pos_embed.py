@@ -112,6 +112,9 @@ def test_the_wrapper_as_gptj_calls_it_and_its_gradient(addons, check_profile) ->
     np.testing.assert_allclose(got, rope_reference(x, sin, cos, rd), rtol=1e-5, atol=1e-6)
     # closed form: the transpose of a rotation is the rotation by -phi
     np.testing.assert_allclose(grad, rope_reference(dy, -sin, cos, rd), rtol=1e-5, atol=1e-6)
+    # the op is linear in x, so its finite differences are exact: the device's gradient is
+    # the adjoint of the device's forward, <R x, dy> = <x, R^T dy>
+    assert float(np.sum(got * dy)) == pytest.approx(float(np.sum(x * grad)), rel=1e-5)
     # and the reference's own finite differences agree with it
     eps, k = 1e-6, (1, 2, 1, 3)
     bump = np.zeros_like(x, dtype=np.float64)
