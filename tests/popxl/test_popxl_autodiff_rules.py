@@ -305,6 +305,7 @@ TESTED_ELSEWHERE = {
     "HostEmbeddingLookup",
     # test_popxl_rnn.py (popnn's GRU: its NumPy backward against finite differences)
     "Gru",
+    "RotaryPosEmbed",  # tests/popxl/custom_ops (closed form, adjoint identity, replicas)
 }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     custom_cross_entropy_sharded_wr,
     custom_grad_reduce_square_add,
     custom_layer_norm_distributed,
+    custom_ops,
     debug,
     elementwise,
     fp8,

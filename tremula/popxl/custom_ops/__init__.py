@@ -30,4 +30,11 @@ SERVED: dict[tuple[str, str, int], str] = {
     (_ADDONS, "CrossEntropyShardedGrad", 1): f"{__name__}.cross_entropy_sharded_loss",
     (_ADDONS, "CrossEntropyShardedWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
     (_ADDONS, "CrossEntropyShardedGradWR", 1): f"{__name__}.cross_entropy_sharded_wr_loss",
+    # popxl-addons' other custom ops
+    (_ADDONS, "GroupQuantizeDecompress", 1): f"{__name__}.group_quantize_decompress",
+    (_ADDONS, "RotaryPosEmbed", 1): f"{__name__}.rotary_pos_embed",
+    (_ADDONS, "RotaryPosEmbedGrad", 1): f"{__name__}.rotary_pos_embed",
+    (_ADDONS, "LinearLayout", 1): f"{__name__}.linear_layout",
+    (_ADDONS, "SparseMatmul", 1): f"{__name__}.static_sparse_ops",
+    (_ADDONS, "Fp8Scale", 1): f"{__name__}.fp8_mse_scale",
 }
