@@ -37,14 +37,16 @@ def test_layouts_split_replicas_evenly() -> None:
         pr.layouts(2, 3, 1)
 
 
-def test_mpirun_command_has_one_context_per_instance() -> None:
+def test_mpirun_command_has_one_context_per_instance(monkeypatch) -> None:
+    monkeypatch.setenv("FOO", "1")
+    monkeypatch.delenv("TREMULA_UNSET", raising=False)
     args = _args(
         "--num-instances",
         "2",
         "--num-replicas",
         "4",
         "--mpi-global-args=--display-map",
-        "--mpi-local-args=-x FOO",
+        "--mpi-local-args=-x FOO -x TREMULA_UNSET -x BAR=2",
         "--collective-timeout",
         "7",
         "prog.py",
@@ -65,25 +67,27 @@ def test_mpirun_command_has_one_context_per_instance() -> None:
     assert len(contexts) == 2
     for i, ctx in enumerate(contexts):
         assert f"POPDIST_REPLICA_INDEX_OFFSET={2 * i}" in ctx
-        assert "-x FOO" in ctx and "POPDIST_COLLECTIVE_TIMEOUT=7" in ctx
-        assert ctx.endswith(f"{sys.executable} -m mpi4py prog.py --lr 0.1")
+        assert "-x FOO" in ctx and "-x BAR=2" in ctx and "POPDIST_COLLECTIVE_TIMEOUT=7" in ctx
+        assert "TREMULA_UNSET" not in ctx  # mpirun would warn about it once per instance
+        assert ctx.endswith(f"{sys.executable} -m tremula.popdist.instance prog.py --lr 0.1")
+
+
+R = "tremula.popdist.instance"
 
 
 @pytest.mark.parametrize(
     ("program", "want"),
     [
-        (["a.py", "x"], [sys.executable, "-m", "mpi4py", "a.py", "x"]),
-        (["python3", "-u", "a.py"], ["python3", "-u", "-m", "mpi4py", "a.py"]),
-        (
-            ["python", "-X", "dev", "-m", "pkg"],
-            ["python", "-X", "dev", "-m", "mpi4py", "-m", "pkg"],
-        ),
-        (["python", "-m", "mpi4py", "a.py"], ["python", "-m", "mpi4py", "a.py"]),
-        (["python", "-c", "pass"], ["python", "-m", "mpi4py", "-c", "pass"]),
+        (["a.py", "x"], [sys.executable, "-m", R, "a.py", "x"]),
+        (["python3", "-u", "a.py"], ["python3", "-u", "-m", R, "a.py"]),
+        (["python", "-X", "dev", "-m", "pkg"], ["python", "-X", "dev", "-m", R, "-m", "pkg"]),
+        (["python", "-m", "mpi4py", "a.py"], ["python", "-m", "mpi4py", "a.py"]),  # kept
+        (["python", "-m", R, "a.py"], ["python", "-m", R, "a.py"]),
+        (["python", "-c", "pass"], ["python", "-m", R, "-c", "pass"]),
         (["echo", "hi"], ["echo", "hi"]),
     ],
 )
-def test_python_programs_run_under_mpi4py(program, want) -> None:
+def test_python_programs_run_under_the_instance_runner(program, want) -> None:
     assert pr.program_command(program) == want
 
 
