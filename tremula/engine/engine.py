@@ -17,6 +17,7 @@ import numpy as np
 
 from tremula import profile as profile_format
 from tremula import progress as progress_bars
+from tremula.engine import endsignals
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.fits import check_fits
@@ -65,14 +66,6 @@ def _loop_bar(total: int, name: str) -> Any:
     """The bar of an on-device loop of ``total`` iterations (``Runtime.loop_progress``)."""
     desc = f"running: {name}" if name else "running"
     return progress_bars.bar(total, desc, "iteration", enabled=True)
-
-
-def _flush_at_end(profiles: Profiles) -> None:
-    """The engine's finalizer: autoReport's last write, reported (not raised) on failure."""
-    try:
-        profiles.flush()
-    except Exception as exc:  # at exit or collection there is no caller to raise to
-        print(f"Tremula: autoReport could not write the execution profile: {exc}", file=sys.stderr)
 
 
 class Engine(HostData):
@@ -158,7 +151,9 @@ class Engine(HostData):
         )
         if self.options.auto_report:
             self._profiles.write_compiled()
-            weakref.finalize(self, _flush_at_end, self._profiles)
+            weakref.finalize(self, endsignals.flush_reporting, self._profiles)
+            if self.options.report_execution or self.options.report_html:
+                endsignals.watch(self._profiles)  # SIGTERM / SIGHUP write it too
 
     # ---- loading ----
     @locked

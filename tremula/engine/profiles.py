@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tremula import profile as profile_format
+from tremula.engine import endsignals
 from tremula.engine.compiler import StepPlan
 from tremula.engine.memory import MemoryReport
 from tremula.engine.options import EngineOptions
@@ -175,10 +176,15 @@ class Profiles:
             runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
         clock = runtime.tl
         start = clock.cycles
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            endsignals.run_started()
         try:
             yield
         finally:
             runtime.tl, runtime.record_cs = tl, record_cs
+            if on_main:
+                endsignals.run_ended()  # a SIGTERM / SIGHUP that came during the run
         if not isinstance(clock, NullTimeline):
             self.last_cycles[index] = clock.cycles - start
 
