@@ -140,8 +140,8 @@ def set_exit(status: int, how: str) -> None:
 
 
 def _at_exit() -> None:
-    if _B.device is None:
-        return
+    if _B.device is None or _B.mpi.Is_finalized():
+        return  # the program released the backend, or finalised MPI itself
     status = _B.exit_status
     if status:
         print(
