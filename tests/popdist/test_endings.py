@@ -16,6 +16,12 @@ from tremula_tests_popdist_launch import PROGRAMS, poprun, program
 #: the 300 s collective time-out, or forever)
 PROMPT = 30
 WAIT = "instance 0 waited in broadcast (collective call #{n}) for the other instances, but "
+#: what a waiting instance says when mpirun stops it (the ended instance named by mpirun)
+STOPPED = (
+    "PopDist: instance 0 was stopped (SIGTERM: mpirun ends the job when an instance ends, "
+    "or poprun was stopped) while it waited for the other instances in broadcast (collective "
+    "call #2)"
+)
 
 
 def _job(how: str, when: str, env: dict[str, str] | None = None):
@@ -62,8 +68,8 @@ def _check(job, rc: int, *messages: str) -> None:
             ],
         ),
         ("return", "after", 1, [WAIT.format(n=2) + "instance 1 finished the program"]),
-        ("kill", "after", 137, ["process rank 1", "signal 9"]),
-        ("os._exit", "after", 1, ["process rank 1", "exiting\nimproperly"]),
+        ("kill", "after", 137, ["process rank 1", "signal 9", STOPPED]),
+        ("os._exit", "after", 1, ["process rank 1", "exiting\nimproperly", STOPPED]),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 10 else "",
 )

@@ -291,11 +291,24 @@ class _Watchdog:
 
     def _loop(self) -> None:
         while True:
-            time.sleep(min(0.25, self.timeout / 4))
+            tick = min(0.25, self.timeout / 4)
+            stopped = _STOPS.wait(tick)
             with self.lock:
                 what, since = self.what, self.since
-            if what is not None and time.monotonic() - since > self.timeout:
-                rank = _B.world.Get_rank() if _B.world is not None else "?"
+            if what is None:
+                continue
+            rank = _B.world.Get_rank() if _B.world is not None else "?"
+            if stopped:
+                # the main thread waits inside MPI and cannot run its handler: say where it
+                # waited, then end as the signal would have
+                print(
+                    f"PopDist: instance {rank} was stopped ({stopped}) while it waited for the "
+                    f"other instances in {what}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(128 + _STOPS.last)
+            if time.monotonic() - since > self.timeout:
                 print(
                     f"PopDist: instance {rank} waited {self.timeout:g} s for the other "
                     f"instances in {what}; they never joined (a collective call made on only "
@@ -304,6 +317,74 @@ class _Watchdog:
                     flush=True,
                 )
                 _B.world.Abort(1)
+
+
+class _Stops:
+    """SIGTERM (what mpirun sends the instances left when it ends a job) seen by the
+    watchdog while the main thread waits inside MPI, where Python cannot run a handler.
+
+    :meth:`install` (the instance runner calls it) gives SIGTERM a Python handler that acts
+    as the default one (the process ends by the signal) and points Python's signal wake-up
+    file at a pipe: Python's C-level handler writes each caught signal's number there at
+    once, even while the main thread is blocked, and the watchdog reads it.
+    """
+
+    def __init__(self) -> None:
+        self.read: int | None = None
+        self.last = 0
+
+    def install(self) -> None:
+        import signal
+
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the program's own handler: leave it alone
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        try:
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            os.close(read)
+            os.close(write)
+            return
+        signal.signal(signal.SIGTERM, _end_by_signal)
+        self.read = read
+
+    def wait(self, seconds: float) -> str:
+        """Wait up to ``seconds`` for SIGTERM; its name, or "" if none came."""
+        import select
+        import signal
+
+        if self.read is None:
+            time.sleep(seconds)
+            return ""
+        if not select.select([self.read], [], [], seconds)[0]:
+            return ""
+        try:
+            got = os.read(self.read, 64)
+        except BlockingIOError:
+            return ""
+        if signal.SIGTERM not in got:
+            return ""
+        self.last = signal.SIGTERM
+        return "SIGTERM: mpirun ends the job when an instance ends, or poprun was stopped"
+
+
+def _end_by_signal(sig: int, frame: Any) -> None:
+    """The default action, from Python: end the process by ``sig``."""
+    import signal
+
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+
+
+_STOPS = _Stops()
+
+
+def report_stops() -> None:
+    """Have a SIGTERM that stops this instance while it waits in a collective call say
+    where it waited (the instance runner calls it, in the main thread)."""
+    _STOPS.install()
 
 
 _WATCHDOG = _Watchdog()

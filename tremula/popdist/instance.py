@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         guard = _StartUpGuard(layout.instance_index, layout.num_instances, env.collective_timeout())
         backend.initialize()
         guard.stop()
+        backend.report_stops()
     from mpi4py import run as mpi4py_run  # the runner only; MPI is not imported by it
 
     try:

@@ -9,6 +9,7 @@ when: ``first`` (before its first PopDist call), ``after`` (after a call both ma
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -35,6 +36,7 @@ if one and when == "first":
 (got,) = popdist.broadcast([np.full(3, popdist.getInstanceIndex(), np.int32)], root=0)
 print("first call", got.tolist(), flush=True)
 if one and when == "after":
+    time.sleep(0.5)  # instance 0 waits in its second call by now
     if how == "return":
         sys.exit(0)
     end(how)
