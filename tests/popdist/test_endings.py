@@ -135,3 +135,24 @@ def test_an_instance_stuck_before_mpi_start_up_is_ended_by_the_collective_time_o
     assert job.rc != 0
     assert "they did not all start MPI within the collective time-out (3 s)" in job.stderr
     assert job.seconds < PROMPT  # instance 1 sleeps 60 s
+
+
+def test_a_finished_instance_waits_for_the_others_at_most_the_collective_time_out() -> None:
+    # instance 0 sleeps a minute after instance 1 has finished (by sys.argv[2] "busy"): the
+    # finished instance waits for it in its exit, up to the time-out, then ends the job
+    job = poprun(
+        "--num-instances",
+        "2",
+        "--collective-timeout",
+        "3",
+        program("ending.py"),
+        "return",
+        "busy",
+        timeout=120,
+    )
+    assert job.rc == 1
+    assert (
+        "PopDist: instance 1 finished the program and waited 3 s for the other instances to "
+        "finish theirs; they did not"
+    ) in job.stderr
+    assert job.seconds < PROMPT

@@ -309,13 +309,19 @@ class _Watchdog:
                 )
                 os._exit(128 + _STOPS.last)
             if time.monotonic() - since > self.timeout:
-                print(
-                    f"PopDist: instance {rank} waited {self.timeout:g} s for the other "
-                    f"instances in {what}; they never joined (a collective call made on only "
-                    f"some instances, or an instance stuck elsewhere). Aborting the job.",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                if what.startswith("exit "):
+                    said = (
+                        f"PopDist: instance {rank} finished the program and waited "
+                        f"{self.timeout:g} s for the other instances to finish theirs; they "
+                        f"did not (busy longer than the collective time-out, or stuck)."
+                    )
+                else:
+                    said = (
+                        f"PopDist: instance {rank} waited {self.timeout:g} s for the other "
+                        f"instances in {what}; they never joined (a collective call made on "
+                        f"only some instances, or an instance stuck elsewhere)."
+                    )
+                print(said + " Aborting the job.", file=sys.stderr, flush=True)
                 _B.world.Abort(1)
 
 

@@ -3,7 +3,8 @@ a collective PopDist call (``popdist.broadcast``, as ``Session.run`` is).
 
 how: ``return`` (the program ends normally), ``exit3`` (``sys.exit(3)``), ``raise`` (an
 uncaught exception), ``kill`` (SIGKILL), ``os._exit`` (status 0, no clean-up);
-when: ``first`` (before its first PopDist call), ``after`` (after a call both made).
+when: ``first`` (before its first PopDist call), ``after`` (after a call both made);
+``busy``: no instance ends early, but instance 0 works on for a minute after both calls.
 """
 
 import os
@@ -42,3 +43,5 @@ if one and when == "after":
     end(how)
 popdist.broadcast([np.zeros(3, np.int32)], root=0)
 print("second call", flush=True)
+if when == "busy" and not one:
+    time.sleep(60)
