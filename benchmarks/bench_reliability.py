@@ -12,15 +12,28 @@
    run in place, reproduced here with ``executionProfileProgramRunCount`` = runs and the
    old writer after each run).
 
-Run: ``python benchmarks/bench_reliability.py [--runs 1000]``. Figures measured in the same
-run, the reference of each printed next to it; [2] gives wall-clock and this process's CPU
-time (steadier on a shared machine).
+3. A PopRun instance that ends early (issue 30): a 2-instance ``tremula poprun`` job of
+   ``tests/popdist/programs/ending.py`` where instance 1 ends (normal exit, ``sys.exit(3)``,
+   an exception, SIGKILL, ``os._exit(0)``) before its first PopDist call or after one, or
+   (``tests/popdist/programs/startup``) before or during MPI's start-up, while instance 0
+   waits for it: poprun's exit status, the seconds until the job ended (the default 300 s
+   collective time-out, so an end that is seen takes seconds) and the first message naming
+   the instance, against the same job when no instance ends early.
+4. Signals and profiles, and refusals up front (issue 30): a PopXL run loop with autoReport
+   ended by SIGTERM, SIGHUP and SIGINT (whether ``execution.json`` was written, and the
+   process's exit), ``tremula demo --tiles`` one past its limit (the time to the refusal),
+   and the message for a value a float stream cannot take.
+
+Run: ``python benchmarks/bench_reliability.py [--runs 1000] [--only 1,2,3,4]``. Figures
+measured in the same run, the reference of each printed next to it; [2] gives wall-clock and
+this process's CPU time (steadier on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -164,12 +177,138 @@ def bench_auto_report(runs: int, rounds: int = 3) -> None:
     print(f"    whole loop, before / now: {whole[0]:.0f}x wall, {whole[1]:.0f}x CPU")
 
 
+PROGRAMS = ROOT / "tests" / "popdist" / "programs"
+#: (how, when, TREMULA_TEST_END) of each ending: instance 1 ends so, instance 0 waits
+ENDINGS = [
+    ("none", "", ""),
+    ("return", "first", ""),
+    ("exit3", "first", ""),
+    ("raise", "first", ""),
+    ("kill", "first", ""),
+    ("os._exit", "first", ""),
+    ("return", "after", ""),
+    ("raise", "after", ""),
+    ("kill", "after", ""),
+    ("os._exit", "after", ""),
+    ("return", "never", "os._exit:start"),
+    ("return", "never", "os._exit:mpi"),
+    ("return", "never", "kill:mpi"),
+]
+
+
+def _ending_job(how: str, when: str, spec: str, limit: float = 120) -> tuple[int, float, str]:
+    """One job; its exit status (None: still running after ``limit`` s, then killed), wall
+    seconds and first line naming an instance's end."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if spec:
+        environ["TREMULA_TEST_END"] = spec
+        environ["PYTHONPATH"] = os.pathsep.join([str(PROGRAMS / "startup"), str(ROOT)])
+    cmd = [sys.executable, "-m", "tremula.cli", "poprun", "--num-instances", "2"]
+    cmd += [str(PROGRAMS / "ending.py"), how, when or "never"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ
+    )
+    try:
+        out, _ = proc.communicate(timeout=limit)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # poprun passes it on to mpirun, which stops the instances
+        out, _ = proc.communicate()
+        rc = None
+    seconds = time.perf_counter() - start
+    keys = ("PopDist: instance 0", "process rank", "exited on", "exiting")
+    said = next((line for line in out.splitlines() if any(k in line for k in keys)), "")
+    return rc, seconds, said.split(">:", 1)[-1].strip()[:110]
+
+
+def bench_endings() -> None:
+    print("[3] a 2-instance poprun job whose instance 1 ends early (default collective time-out)")
+    for how, when, spec in ENDINGS:
+        rc, seconds, said = _ending_job(how, when, spec)
+        case = "none ends early (reference)" if how == "none" else f"{how} {spec or when}"
+        status = "still running, killed" if rc is None else f"exit {rc}"
+        print(f"    {case:<28} {status:<22} {seconds:6.1f} s  {said}")
+
+
+_LOOP = """
+import signal, sys, numpy as np, popxl
+from popxl import ops
+ir = popxl.Ir()
+with ir.main_graph:
+    x = popxl.variable(np.zeros(4, np.float32), name="x")
+    ops.var_updates.accumulate_(x, popxl.constant(np.ones(4, np.float32)))
+with popxl.Session(ir, "ipu_model") as session:
+    session.run()
+    print("looping", flush=True)
+    while True:
+        session.run()
+"""
+
+
+def bench_signals_and_refusals() -> None:
+    import signal
+
+    print("[4] a run loop with autoReport ended by a signal; refusals up front")
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with tempfile.TemporaryDirectory() as tmp:
+            options = {"autoReport.all": "true", "autoReport.directory": tmp}
+            environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+            environ["POPLAR_ENGINE_OPTIONS"] = json.dumps(options)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _LOOP],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=environ,
+            )
+            assert proc.stdout is not None and proc.stdout.readline() == "looping\n"
+            start = time.perf_counter()
+            proc.send_signal(sig)
+            rc = proc.wait(timeout=120)
+            written = sorted(p.name for p in Path(tmp).iterdir())
+        print(
+            f"    {sig.name}: ended in {time.perf_counter() - start:.2f} s, status {rc}; "
+            f"written: {', '.join(written)}"
+        )
+    from tremula import demo
+
+    start = time.perf_counter()
+    limit = demo.tile_limit()
+    done = subprocess.run(
+        [sys.executable, "-m", "tremula.cli", "demo", "--tiles", str(limit + 1)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    print(
+        f"    tremula demo --tiles {limit + 1:,}: status {done.returncode} in "
+        f"{time.perf_counter() - start:.1f} s: {done.stderr.strip().splitlines()[-1][:150]}"
+    )
+    from tremula import poplar
+    from tremula.errors import StreamError
+    from tremula.poplar.types import exact_cast
+
+    try:
+        exact_cast(np.array([0.1, 1e40]), poplar.FLOAT, "stream 'x'")
+    except StreamError as exc:
+        print(f"    float64 data for a float stream: {exc}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--only", default="1,2,3,4", help="the sections to run, e.g. 3,4")
     args = parser.parse_args()
-    bench_refusal()
-    bench_auto_report(args.runs)
+    only = {int(k) for k in args.only.split(",")}
+    if 1 in only:
+        bench_refusal()
+    if 2 in only:
+        bench_auto_report(args.runs)
+    if 3 in only:
+        bench_endings()
+    if 4 in only:
+        bench_signals_and_refusals()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,32 @@ def test_bad_counts_are_refused_by_the_argument_parser(argv, message, capsys) ->
     assert message in err and "Traceback" not in err
 
 
+def test_demo_refuses_more_tiles_than_tile_0_holds_up_front(capsys) -> None:
+    # issue 30: 19,931 to 65,536 tiles were accepted and ended in an out-of-memory traceback
+    from tremula import demo, poplar
+
+    limit = demo.tile_limit()
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--tiles", str(limit + 1)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{limit + 1:,} tiles: the demo fits on at most {limit:,} tiles" in err
+    assert "Traceback" not in err and "out of memory" not in err
+    # the limit is the model's: tile 0 (the fullest tile) fits at the limit, not past it
+    memory = poplar.IPUModel().create_target().memory_bytes_per_tile
+    assert demo._tile0_bytes(limit, 64, {}) <= memory < demo._tile0_bytes(limit + 1, 64, {})
+
+
+@pytest.mark.parametrize("memory", [400_000])
+def test_the_demo_tile_limit_follows_the_tile_memory(memory) -> None:
+    from tremula import demo
+
+    model = {"memory_bytes_per_tile": memory}
+    limit = demo.tile_limit(**model)
+    assert 1 < limit < 19_930
+    assert demo._tile0_bytes(limit, 64, model) <= memory < demo._tile0_bytes(limit + 1, 64, model)
+
+
 def test_an_unwritable_report_folder_is_refused_before_the_demo_runs(tmp_path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -22,13 +22,24 @@ def _whole(text: str) -> int:
 
 
 def _tiles(text: str) -> int:
-    """``--tiles``: 1 to MAX_TILES_PER_IPU."""
+    """``--tiles``: 1 to MAX_TILES_PER_IPU, and no more than the demo fits on (refused here,
+    before anything is built: past it, tile 0 runs out of memory)."""
     from tremula.target import MAX_TILES_PER_IPU  # NumPy: not for `tremula poprun`
 
     n = _whole(text)
     if not 1 <= n <= MAX_TILES_PER_IPU:
         raise argparse.ArgumentTypeError(
             f"{n} tiles: expected 1 to {MAX_TILES_PER_IPU:,} (a Mk2 IPU has 1,472)"
+        )
+    from tremula import demo, poplar
+
+    limit = demo.tile_limit()
+    if n > limit:
+        memory = poplar.IPUModel().create_target().memory_bytes_per_tile
+        raise argparse.ArgumentTypeError(
+            f"{n:,} tiles: the demo fits on at most {limit:,} tiles of the Mk2 IPU Model "
+            f"(tile 0 gathers a partial sum from every worker of every tile, and its "
+            f"{memory:,} bytes run out past that)"
         )
     return n
 
@@ -84,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo = commands.add_parser("demo", help="run an example program on the Mk2 IPU Model")
     demo.add_argument(
-        "--tiles", type=_tiles, default=1472, help="tiles per IPU (default 1472, at most 65536)"
+        "--tiles",
+        type=_tiles,
+        default=1472,
+        help="tiles per IPU (default 1472; at most what tile 0's memory allows)",
     )
     demo.add_argument(
         "--report", type=_report_dir, metavar="DIR", help="write graph.json / execution.json here"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tremula import poplar
+from tremula.target import MAX_TILES_PER_IPU
 
 
 class SquarePlusOne(poplar.Codelet):
@@ -60,11 +62,11 @@ class DemoResult:
     engine: poplar.Engine
 
 
-def build_and_run(
-    tiles_per_ipu: int = 1472, elements_per_worker: int = 64, options: dict[str, str] | None = None
-) -> DemoResult:
-    """Build, compile and run the demo on a Mk2 IPU Model with ``tiles_per_ipu`` tiles."""
-    device = poplar.IPUModel(tiles_per_ipu=tiles_per_ipu).create_device()
+def _build(
+    tiles_per_ipu: int, elements_per_worker: int, model: dict[str, Any]
+) -> tuple[poplar.Device, poplar.Graph, poplar.Sequence, int]:
+    """The demo's device, graph, program and element count on ``tiles_per_ipu`` tiles."""
+    device = poplar.IPUModel(tiles_per_ipu=tiles_per_ipu, **model).create_device()
     graph = poplar.Graph(device.target)
     graph.add_codelets([SquarePlusOne, Sum])
     tiles, workers = tiles_per_ipu, device.target.num_worker_contexts
@@ -103,6 +105,52 @@ def build_and_run(
         ],
         name="demo",
     )
+    return device, graph, program, n
+
+
+def tile_limit(elements_per_worker: int = 64, **model: Any) -> int:
+    """The most tiles per IPU the demo fits on (an IPU Model with the ``model``
+    parameters).
+
+    Tile 0 gathers one partial sum per worker of every tile (and holds the exchange code
+    that receives them), so its memory grows with the tile count while every other tile's
+    stays the same. The growth is read from the model itself: tile 0's bytes (including
+    gaps) with the demo compiled on ``t``, ``2t`` and ``4t`` tiles, ``t`` doubling from 64
+    until the two steps grow by the same bytes per tile (below that, the vectors each tile
+    squares, which are not live with the gathered partials, are tile 0's peak).
+    """
+    capacity = poplar.IPUModel(**model).create_target().memory_bytes_per_tile
+    need: dict[int, int] = {}
+
+    def bytes_on(tiles: int) -> int:
+        if tiles not in need:
+            need[tiles] = _tile0_bytes(tiles, elements_per_worker, model)
+        return need[tiles]
+
+    tiles = 64
+    while 4 * tiles <= MAX_TILES_PER_IPU:
+        low = bytes_on(2 * tiles) - bytes_on(tiles)  # over `tiles` more tiles
+        high = bytes_on(4 * tiles) - bytes_on(2 * tiles)  # over `2 * tiles` more
+        if high == 2 * low and low % tiles == 0:  # linear from `tiles` on
+            per_tile, top = low // tiles, 4 * tiles
+            if need[top] > capacity:
+                return max(1, top - -(-(need[top] - capacity) // per_tile))
+            return min(MAX_TILES_PER_IPU, top + (capacity - need[top]) // per_tile)
+        tiles *= 2
+    return MAX_TILES_PER_IPU
+
+
+def _tile0_bytes(tiles: int, elements_per_worker: int, model: dict[str, Any]) -> int:
+    _, graph, program, _ = _build(tiles, elements_per_worker, model)
+    engine = poplar.Engine(graph, program, options={"debug.allowOutOfMemory": "true"})
+    return int(engine.memory.by_tile["totalIncludingGaps"][0])
+
+
+def build_and_run(
+    tiles_per_ipu: int = 1472, elements_per_worker: int = 64, options: dict[str, str] | None = None
+) -> DemoResult:
+    """Build, compile and run the demo on a Mk2 IPU Model with ``tiles_per_ipu`` tiles."""
+    device, graph, program, n = _build(tiles_per_ipu, elements_per_worker, {})
     engine = poplar.Engine(graph, program, options=options)
 
     rng = np.random.default_rng(0)

@@ -155,3 +155,29 @@ def test_exact_cast_keeps_what_the_type_holds(data, dtype, expected):
 def test_exact_cast_refuses_what_the_type_cannot_hold(data, dtype, why):
     with pytest.raises(StreamError, match=why):
         exact_cast(data, dtype, "x")
+
+
+@pytest.mark.parametrize(
+    ("data", "dtype", "rule"),
+    [
+        # issue 30: the message said values must be held exactly, but a float type rounds
+        # (0.1 is taken as the nearest float); only what would overflow is refused
+        ([0.1, 70000.0], poplar.HALF, "finite values within +-65504"),
+        ([0.1, 1e40], poplar.FLOAT, "finite values within +-3.40282e+38"),
+        ([2.5], poplar.INT, "whole numbers in [-2147483648, 2147483647]"),
+        ([256], poplar.UNSIGNED_CHAR, "whole numbers in [0, 255]"),
+        ([2], poplar.BOOL, "0 and 1 (or False and True)"),
+    ],
+)
+def test_a_refused_value_s_message_states_the_rule_the_conversion_applies(data, dtype, rule):
+    with pytest.raises(StreamError) as info:
+        exact_cast(np.asarray(data), dtype, "x")
+    message = str(info.value)
+    assert f"Pass {dtype.numpy} data, or {rule}" in message
+    if dtype.numpy.kind == "f":  # what the message promises: an inexact value is taken
+        assert message.endswith(
+            f"(values {dtype} cannot hold exactly are accepted, rounded to the nearest {dtype})"
+        )
+        np.testing.assert_array_equal(exact_cast([0.1], dtype, "x"), dtype.numpy.type(0.1))
+    else:
+        assert "exactly" not in message

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from tremula_tests_popdist_launch import poprun, program
+from tremula_tests_popdist_launch import ROOT, poprun, program
 
 from tremula.popdist import env
 from tremula.popdist import poprun as pr
@@ -37,14 +37,16 @@ def test_layouts_split_replicas_evenly() -> None:
         pr.layouts(2, 3, 1)
 
 
-def test_mpirun_command_has_one_context_per_instance() -> None:
+def test_mpirun_command_has_one_context_per_instance(monkeypatch) -> None:
+    monkeypatch.setenv("FOO", "1")
+    monkeypatch.delenv("TREMULA_UNSET", raising=False)
     args = _args(
         "--num-instances",
         "2",
         "--num-replicas",
         "4",
         "--mpi-global-args=--display-map",
-        "--mpi-local-args=-x FOO",
+        "--mpi-local-args=-x FOO -x TREMULA_UNSET -x BAR=2",
         "--collective-timeout",
         "7",
         "prog.py",
@@ -65,25 +67,27 @@ def test_mpirun_command_has_one_context_per_instance() -> None:
     assert len(contexts) == 2
     for i, ctx in enumerate(contexts):
         assert f"POPDIST_REPLICA_INDEX_OFFSET={2 * i}" in ctx
-        assert "-x FOO" in ctx and "POPDIST_COLLECTIVE_TIMEOUT=7" in ctx
-        assert ctx.endswith(f"{sys.executable} -m mpi4py prog.py --lr 0.1")
+        assert "-x FOO" in ctx and "-x BAR=2" in ctx and "POPDIST_COLLECTIVE_TIMEOUT=7" in ctx
+        assert "TREMULA_UNSET" not in ctx  # mpirun would warn about it once per instance
+        assert ctx.endswith(f"{sys.executable} -m tremula.popdist.instance prog.py --lr 0.1")
+
+
+R = "tremula.popdist.instance"
 
 
 @pytest.mark.parametrize(
     ("program", "want"),
     [
-        (["a.py", "x"], [sys.executable, "-m", "mpi4py", "a.py", "x"]),
-        (["python3", "-u", "a.py"], ["python3", "-u", "-m", "mpi4py", "a.py"]),
-        (
-            ["python", "-X", "dev", "-m", "pkg"],
-            ["python", "-X", "dev", "-m", "mpi4py", "-m", "pkg"],
-        ),
-        (["python", "-m", "mpi4py", "a.py"], ["python", "-m", "mpi4py", "a.py"]),
-        (["python", "-c", "pass"], ["python", "-m", "mpi4py", "-c", "pass"]),
+        (["a.py", "x"], [sys.executable, "-m", R, "a.py", "x"]),
+        (["python3", "-u", "a.py"], ["python3", "-u", "-m", R, "a.py"]),
+        (["python", "-X", "dev", "-m", "pkg"], ["python", "-X", "dev", "-m", R, "-m", "pkg"]),
+        (["python", "-m", "mpi4py", "a.py"], ["python", "-m", "mpi4py", "a.py"]),  # kept
+        (["python", "-m", R, "a.py"], ["python", "-m", R, "a.py"]),
+        (["python", "-c", "pass"], ["python", "-m", R, "-c", "pass"]),
         (["echo", "hi"], ["echo", "hi"]),
     ],
 )
-def test_python_programs_run_under_mpi4py(program, want) -> None:
+def test_python_programs_run_under_the_instance_runner(program, want) -> None:
     assert pr.program_command(program) == want
 
 
@@ -286,3 +290,74 @@ def test_popdist_popart_configures_session_options(monkeypatch) -> None:
     real = popart.SessionOptions()
     popdist.popart.configureSessionOptions(real)
     assert (real.replicatedGraphCount, real.getGlobalReplicationFactor()) == (2, 8)
+
+
+# ---- the `poprun` command, as PopXL's own tests run it (issues 25 and 26) ----
+def _poprun_script() -> list[str]:
+    """The installed ``poprun`` console script (beside this Python, else on PATH), run by
+    this Python so that the tree under test is the one imported."""
+    import shutil
+    from pathlib import Path
+
+    beside = Path(sys.executable).with_name("poprun")
+    found = str(beside) if beside.exists() else shutil.which("poprun")
+    if found is None:
+        pytest.fail("no poprun console script: install the package (pip install -e .)")
+    return [sys.executable, found]
+
+
+def test_the_poprun_console_script_is_tremula_poprun() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "poprun"]
+    assert script.value == "tremula.popdist.poprun:run"
+    assert script.load() is pr.run
+    environ = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    for args in (
+        ["--version"],
+        ["--help"],
+        ["--num-instances", "2", "--num-replicas", "3", "p.py"],
+    ):
+        runs = [
+            subprocess.run(cmd + args, capture_output=True, text=True, env=environ, timeout=60)
+            for cmd in (_poprun_script(), [sys.executable, "-m", "tremula.cli", "poprun"])
+        ]
+        script, module = ((r.returncode, r.stdout, r.stderr) for r in runs)
+        assert script == module, args
+
+
+def test_poprun_runs_several_replicas_per_instance_showing_one_instance() -> None:
+    # PopXL's multi-instance tests: `poprun --only-output-from-instance 0 --mpi-local-args=
+    # "-x TMPDIR -x LD_LIBRARY_PATH -x PYTHONPATH -x PATH" --num-instances 4 --num-replicas 8`
+    environ = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    environ.pop("TMPDIR", None)  # -x of an unset variable: passed over quietly
+    done = subprocess.run(
+        [
+            *_poprun_script(),
+            "--only-output-from-instance",
+            "0",
+            "--mpi-local-args=-x TMPDIR -x LD_LIBRARY_PATH -x PYTHONPATH -x PATH",
+            "--num-instances",
+            "4",
+            "--num-replicas",
+            "8",
+            "python3",
+            program("layout.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    tagged = [line for line in done.stdout.splitlines() if line.startswith("[1,")]
+    # instance 0 of 4: 2 of the 8 replicas from replica 0; the others' lines hidden
+    assert tagged == [
+        "[1,0]<stdout>:layout True 8 2 0 4 0 0 1 False False 0 world 0 1 2 3 only None"
+    ]
+    assert "Could not find the environment variable" not in done.stderr

@@ -194,8 +194,8 @@ def test_documentation_complex_example_with_eight_instances() -> None:
     [
         (
             "finish",
-            "instance 0 called Session.run (#2) but the instances disagree "
-            "(instance 0: called Session.run (#2), instance 1: finished the program)",
+            "instance 0 waited in Session.run (collective call #2) for the other instances, "
+            "but instance 1 finished the program (exit status 0) without making that call",
         ),
         ("other", "instance 1: called weights_to_host (#2)"),
         ("stuck", "waited 3 s for the other instances in Session.run"),

@@ -22,12 +22,29 @@ def test_validate_ok(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "ok: 6 steps, 6 programs\n"
 
 
-def test_validate_graph_only(
+def test_validate_graph_only_warns_and_fails(
+    tmp_path: Path, graph: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 30: a run killed before autoReport's last write left graph.json alone, and
+    # validate said "ok: 0 steps"
+    write_profile(tmp_path, graph, None)
+    assert main(["validate", str(tmp_path)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "graph profile ok: 6 programs; no execution profile\n"
+    assert captured.err.startswith(f"warning: {tmp_path} has graph.json but no execution.json")
+    assert "killed" in captured.err
+
+
+def test_summary_graph_only_says_the_execution_profile_is_missing(
     tmp_path: Path, graph: dict, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_profile(tmp_path, graph, None)
-    assert main(["validate", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == "ok: 0 steps, 6 programs\n"
+    assert main(["summary", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "Execution:\n  none: the graph profile came without its execution profile" in (
+        captured.out
+    )
+    assert captured.err.startswith("warning: ") and "no execution.json" in captured.err
 
 
 def test_validate_lists_problems(
@@ -65,8 +82,9 @@ def test_summary_of_a_single_file(
     tmp_path: Path, report: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["summary", str(report / "graph.json")]) == 0
-    out = capsys.readouterr().out
-    assert "Memory Usage:" in out and "Execution:" not in out
+    captured = capsys.readouterr()
+    assert "Memory Usage:" in captured.out and "Total cycles" not in captured.out
+    assert "holds a graph profile without an execution profile" in captured.err
 
 
 def test_missing_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from tremula import profile as profile_format
 from tremula import progress as progress_bars
+from tremula.engine import endsignals
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.fits import check_fits
@@ -74,14 +75,6 @@ def _ask_checks(sp: StepPlan, checks: frozenset[str]) -> None:
         for g in ccs.groups:
             g.batch.checks = checks
             g.batch.compute_set = ccs.name
-
-
-def _flush_at_end(profiles: Profiles) -> None:
-    """The engine's finalizer: autoReport's last write, reported (not raised) on failure."""
-    try:
-        profiles.flush()
-    except Exception as exc:  # at exit or collection there is no caller to raise to
-        print(f"Tremula: autoReport could not write the execution profile: {exc}", file=sys.stderr)
 
 
 class Engine(HostData):
@@ -169,7 +162,9 @@ class Engine(HostData):
         )
         if self.options.auto_report:
             self._profiles.write_compiled()
-            weakref.finalize(self, _flush_at_end, self._profiles)
+            weakref.finalize(self, endsignals.flush_reporting, self._profiles)
+            if self.options.report_execution or self.options.report_html:
+                endsignals.watch(self._profiles)  # SIGTERM / SIGHUP write it too
 
     # ---- loading ----
     @locked

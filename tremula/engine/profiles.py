@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tremula import profile as profile_format
+from tremula.engine import endsignals
 from tremula.engine.compiler import StepPlan
 from tremula.engine.memory import MemoryReport
 from tremula.engine.options import EngineOptions
@@ -165,22 +166,31 @@ class Profiles:
         cycles, or with :attr:`count_cycles` one that moves the clocks (from where the
         captured runs left them) without recording steps. The run's cycles (the latest
         clock after it minus the latest before it) go to :attr:`last_cycles`."""
-        captured = self.runs[index] < self.options.run_count
-        self.runs[index] += 1
-        self.pending = True
-        self.last_cycles[index] = None
-        self.last_past[index] = not captured
-        tl, record_cs = runtime.tl, runtime.record_cs
-        if not captured and self._quiet is not None:
-            runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
-        clock = runtime.tl
-        start = clock.cycles
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            endsignals.run_started()  # first: a SIGTERM / SIGHUP now waits for the end
         try:
-            yield
+            captured = self.runs[index] < self.options.run_count
+            self.runs[index] += 1
+            self.pending = True
+            self.last_cycles[index] = None
+            self.last_past[index] = not captured
+            tl, record_cs = runtime.tl, runtime.record_cs
+            # the timeline is put back whatever ends the run (KeyboardInterrupt included:
+            # the execution profile written at exit is the captured runs', not a stand-in's)
+            try:
+                if not captured and self._quiet is not None:
+                    runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
+                clock = runtime.tl
+                start = clock.cycles
+                yield
+            finally:
+                runtime.tl, runtime.record_cs = tl, record_cs
+            if not isinstance(clock, NullTimeline):
+                self.last_cycles[index] = clock.cycles - start
         finally:
-            runtime.tl, runtime.record_cs = tl, record_cs
-        if not isinstance(clock, NullTimeline):
-            self.last_cycles[index] = clock.cycles - start
+            if on_main:
+                endsignals.run_ended()  # a SIGTERM / SIGHUP that came during the run
 
     def _quiet_timeline(self, captured: Timeline, quiet: NullTimeline) -> Timeline:
         """The timeline of a run past the run count."""

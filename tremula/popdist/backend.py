@@ -7,11 +7,20 @@ program sends with mpi4py itself never mix with Tremula's.
 
 **Collective calls.** ``Session.run`` and the weight transfers are collective: every instance
 must make the same calls in the same order. :func:`agree` checks that they do: each instance
-contributes (call number, call kind) to one small all-gather, and all of them raise
-:class:`DistributedError` naming the instances that disagree. When the backend is initialised
-an exit handler contributes ``"exit"``, so an instance that finishes while another waits in a
-call is reported at once. A call that is never matched (an instance stuck elsewhere) is ended
-by the watchdog after the collective time-out: it names the call and aborts the job.
+contributes (call number, call kind, exit status) to one small all-gather, and all of them
+raise :class:`DistributedError` naming the instances that disagree. A call that is never
+matched (an instance stuck elsewhere) is ended by the watchdog after the collective time-out:
+it names the call and aborts the job.
+
+**Instances that end.** The instance runner (:mod:`tremula.popdist.instance`) initialises the
+backend before the program's first line, so Open MPI's own rules cover every instance from
+the start: one that ends without finalising MPI (a signal, ``os._exit``) or aborts (an
+uncaught exception, through mpi4py's ``MPI_Abort`` with the exit status) ends the job at once,
+and mpirun names it. An instance that ends through Python's exit, normally or not, first
+contributes ``"exit"`` and its exit status to the call the others make: an instance waiting
+in a call prints where it waited and which instance ended how, and aborts the job with that
+instance's status (with 1 when the other finished normally: the waiter is then the first to
+fail).
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ INSTALL_HINT = (
 )
 #: seconds a finished instance waits before aborting a job whose others are in a call
 _EXIT_GRACE = 2.0
+#: seconds a failing instance gives the others to see its "exit" (and say where they
+#: waited) before mpi4py aborts the job
+_FAIL_GRACE = 1.0
 #: call kinds of :func:`agree`, by code
 KINDS = (
     "exit",
@@ -56,6 +68,9 @@ class _Backend:
         self.calls = 0
         self.exit_registered = False
         self.scopes: list[Any] = []  # execute_on_instances communicators, innermost last
+        #: how this instance ends (set by the instance runner before Python's exit)
+        self.exit_status = 0
+        self.ending = "finished the program"
 
 
 _B = _Backend()
@@ -84,7 +99,7 @@ def mpi() -> Any:
 
 def initialize() -> None:
     """Initialise the backend once per process: MPI, the device communicator, and the exit
-    handler that tells waiting instances this one has finished."""
+    handler that tells waiting instances this one has ended."""
     if _B.world is not None:
         return
     MPI = mpi()
@@ -117,41 +132,97 @@ def device_comm() -> Any:
     return _B.device
 
 
+def set_exit(status: int, how: str) -> None:
+    """Record how this instance ends, for the ``"exit"`` it contributes to the others'
+    calls (the instance runner calls it as the program ends; ``how`` reads after "instance
+    <i>", e.g. ``"raised RuntimeError: ..."``)."""
+    _B.exit_status, _B.ending = int(status), how
+
+
 def _at_exit() -> None:
-    if _B.device is None:
-        return
-    try:
-        agree("exit")
-    except DistributedError as err:
-        print(err, file=sys.stderr, flush=True)
-        # the instances still in a call saw the same disagreement: give them a moment to
-        # report their own error (which names the call) before the job is aborted
+    if _B.device is None or _B.mpi.Is_finalized():
+        return  # the program released the backend, or finalised MPI itself
+    status = _B.exit_status
+    if status:
+        print(
+            f"PopDist: instance {_B.world.Get_rank()} {_B.ending} (exit status {status}); "
+            f"ending the job",
+            file=sys.stderr,
+            flush=True,
+        )
+    every = _exchange("exit", status)
+    if status == 0 and every is not None and _any_call(every):
+        # the others wait in a call this instance never made: they abort the job, naming
+        # it; should none manage to, this instance does after a grace
         time.sleep(_EXIT_GRACE)
         _B.world.Abort(1)
+
+
+def _any_call(every: Any) -> bool:
+    """Whether an exchange's rows include an instance in a call (not ending)."""
+    return bool((every[:, 1] != 0).any())
+
+
+def _exchange(kind: str, status: int = 0) -> Any:
+    """One all-gather of (call number, call kind, exit status) over the instances: the rows
+    by instance, or None when a failing instance's short wait ran out."""
+    import numpy as np
+
+    comm = device_comm()
+    _B.calls += 1
+    mine = np.array([_B.calls, KINDS.index(kind), status], dtype=np.int64)
+    every = np.empty((comm.Get_size(), 3), dtype=np.int64)
+    request = comm.Iallgather(mine, every)
+    if status:
+        # a failing instance does not wait long: those in a call see its "exit" now, the
+        # others (busy) are ended by the abort that follows
+        deadline = time.monotonic() + _FAIL_GRACE
+        while not request.Test():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+    else:
+        with watch(f"{kind} (collective call #{_B.calls})"):
+            request.Wait()
+    return every
 
 
 # ---- collective calls ----
 def agree(kind: str) -> None:
     """Check that every instance makes collective call ``kind`` as its next one.
 
-    Raises:
-        DistributedError: some instances make another call (or have finished); every
-            instance raises, naming them.
-    """
-    import numpy as np
+    An instance waiting in a call while another ends prints where it waited and how the
+    other ended, and aborts the job with the other's exit status (1 when the other finished
+    normally: this instance is then the first to fail).
 
-    comm = device_comm()
-    if comm.Get_size() == 1:
+    Raises:
+        DistributedError: some instances make another call; every instance raises, naming
+            them.
+    """
+    if device_comm().Get_size() == 1:
         return
-    _B.calls += 1
-    mine = np.array([_B.calls, KINDS.index(kind)], dtype=np.int64)
-    every = np.empty((comm.Get_size(), 2), dtype=np.int64)
-    with watch(f"{kind} (collective call #{_B.calls})"):
-        comm.Allgather(mine, every)
-    if np.all(every == every[0]):
+    every = _exchange(kind)
+    if (every[:, :2] == every[0, :2]).all():
         return
-    rank = comm.Get_rank()
-    seen = ", ".join(f"instance {i}: {_call(int(k), int(n))}" for i, (n, k) in enumerate(every))
+    rank, what = device_comm().Get_rank(), f"{kind} (collective call #{_B.calls})"
+    ended = [i for i in range(len(every)) if every[i, 1] == 0]
+    if ended:
+        i, code = ended[0], int(every[ended[0], 2])
+        how = (
+            f"ended with exit status {code} (its error is above)"
+            if code
+            else "finished the program (exit status 0) without making that call"
+        )
+        print(
+            f"PopDist: instance {rank} waited in {what} for the other instances, but "
+            f"instance {i} {how}. Session.run, weights_from_host/weights_to_host and "
+            f"get_tensor_data after a run are collective: every instance must make them. "
+            f"Aborting the job.",
+            file=sys.stderr,
+            flush=True,
+        )
+        _B.world.Abort(code or 1)
+    seen = ", ".join(f"instance {i}: {_call(int(k), int(n))}" for i, (n, k, _) in enumerate(every))
     raise DistributedError(
         f"PopDist: instance {rank} {_call(KINDS.index(kind), _B.calls)} but the instances "
         f"disagree "
@@ -220,19 +291,106 @@ class _Watchdog:
 
     def _loop(self) -> None:
         while True:
-            time.sleep(min(0.25, self.timeout / 4))
+            tick = min(0.25, self.timeout / 4)
+            stopped = _STOPS.wait(tick)
             with self.lock:
                 what, since = self.what, self.since
-            if what is not None and time.monotonic() - since > self.timeout:
-                rank = _B.world.Get_rank() if _B.world is not None else "?"
+            if what is None:
+                continue
+            rank = _B.world.Get_rank() if _B.world is not None else "?"
+            if stopped:
+                # the main thread waits inside MPI and cannot run its handler: say where it
+                # waited, then end as the signal would have
                 print(
-                    f"PopDist: instance {rank} waited {self.timeout:g} s for the other "
-                    f"instances in {what}; they never joined (a collective call made on only "
-                    f"some instances, or an instance stuck elsewhere). Aborting the job.",
+                    f"PopDist: instance {rank} was stopped ({stopped}) while it waited for the "
+                    f"other instances in {what}",
                     file=sys.stderr,
                     flush=True,
                 )
+                os._exit(128 + _STOPS.last)
+            if time.monotonic() - since > self.timeout:
+                if what.startswith("exit "):
+                    said = (
+                        f"PopDist: instance {rank} finished the program and waited "
+                        f"{self.timeout:g} s for the other instances to finish theirs; they "
+                        f"did not (busy longer than the collective time-out, or stuck)."
+                    )
+                else:
+                    said = (
+                        f"PopDist: instance {rank} waited {self.timeout:g} s for the other "
+                        f"instances in {what}; they never joined (a collective call made on "
+                        f"only some instances, or an instance stuck elsewhere)."
+                    )
+                print(said + " Aborting the job.", file=sys.stderr, flush=True)
                 _B.world.Abort(1)
+
+
+class _Stops:
+    """SIGTERM (what mpirun sends the instances left when it ends a job) seen by the
+    watchdog while the main thread waits inside MPI, where Python cannot run a handler.
+
+    :meth:`install` (the instance runner calls it) gives SIGTERM a Python handler that acts
+    as the default one (the process ends by the signal) and points Python's signal wake-up
+    file at a pipe: Python's C-level handler writes each caught signal's number there at
+    once, even while the main thread is blocked, and the watchdog reads it.
+    """
+
+    def __init__(self) -> None:
+        self.read: int | None = None
+        self.last = 0
+
+    def install(self) -> None:
+        import signal
+
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the program's own handler: leave it alone
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        try:
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            os.close(read)
+            os.close(write)
+            return
+        signal.signal(signal.SIGTERM, _end_by_signal)
+        self.read = read
+
+    def wait(self, seconds: float) -> str:
+        """Wait up to ``seconds`` for SIGTERM; its name, or "" if none came."""
+        import select
+        import signal
+
+        if self.read is None:
+            time.sleep(seconds)
+            return ""
+        if not select.select([self.read], [], [], seconds)[0]:
+            return ""
+        try:
+            got = os.read(self.read, 64)
+        except BlockingIOError:
+            return ""
+        if signal.SIGTERM not in got:
+            return ""
+        self.last = signal.SIGTERM
+        return "SIGTERM: mpirun ends the job when an instance ends, or poprun was stopped"
+
+
+def _end_by_signal(sig: int, frame: Any) -> None:
+    """The default action, from Python: end the process by ``sig``."""
+    import signal
+
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+
+
+_STOPS = _Stops()
+
+
+def report_stops() -> None:
+    """Have a SIGTERM that stops this instance while it waits in a collective call say
+    where it waited (the instance runner calls it, in the main thread)."""
+    _STOPS.install()
 
 
 _WATCHDOG = _Watchdog()

@@ -2,10 +2,11 @@
 
 ``poprun --num-instances N --num-replicas R [options] program [args]`` runs the pip-installed
 Open MPI's ``mpirun`` with one context per instance, each exporting its ``POPDIST_*``
-variables, as PopRun does. Python programs run as
-``python -m mpi4py``, so an uncaught exception in one instance aborts the whole job at once;
-an instance that exits non-zero or is killed ends it too, and poprun's exit status is
-mpirun's (non-zero when any instance failed). Output lines carry PopRun's tags
+variables, as PopRun does. Python programs run under
+:mod:`tremula.popdist.instance`, which starts MPI before the program: an instance that ends
+early, however it ends (normally, by an exception, a signal or ``os._exit``), ends the whole
+job at once with a message naming it, and poprun's exit status is mpirun's: the first
+failing instance's, 0 only when every instance succeeded. Output lines carry PopRun's tags
 ``[1,<instance>]<stdout>:``. It works as root and with more instances than cores; each
 instance gets ``OMP_NUM_THREADS`` = the host's cores / instances (at least 1) unless the
 environment sets it.
@@ -20,12 +21,13 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Any
 
 from tremula.popdist import env
 
@@ -182,21 +184,27 @@ def find_mpirun() -> str:
     return found
 
 
+#: the module each Python instance runs its program under
+RUNNER = "tremula.popdist.instance"
+
+
 def program_command(program: Sequence[str]) -> list[str]:
-    """``program`` as each instance runs it: Python programs under ``-m mpi4py`` (an
-    uncaught exception then aborts every instance instead of leaving them waiting)."""
+    """``program`` as each instance runs it: Python programs under Tremula's instance runner
+    (:mod:`tremula.popdist.instance`: MPI starts before the program, so an instance that
+    ends early, however it ends, ends the job instead of leaving the others waiting). A
+    program already run as ``python -m mpi4py`` keeps mpi4py's runner."""
     if not program:
         raise PopRunError("no program to run (poprun [options] program [args])")
     first, rest = program[0], list(program[1:])
     if first.endswith(".py"):
-        return [sys.executable, "-m", "mpi4py", first, *rest]
+        return [sys.executable, "-m", RUNNER, first, *rest]
     if not _PYTHON.match(os.path.basename(first)):
         return list(program)
     i = 0
     while i < len(rest) and rest[i].startswith("-") and rest[i] not in ("-m", "-c", "-"):
         i += 2 if rest[i] in ("-X", "-W") else 1
-    if i < len(rest) and rest[i : i + 2] != ["-m", "mpi4py"]:
-        return [first, *rest[:i], "-m", "mpi4py", *rest[i:]]
+    if i < len(rest) and rest[i : i + 2] not in (["-m", "mpi4py"], ["-m", RUNNER]):
+        return [first, *rest[:i], "-m", RUNNER, *rest[i:]]
     return [first, *rest]
 
 
@@ -207,7 +215,7 @@ def mpirun_command(args: argparse.Namespace, mpirun: str) -> list[str]:
     if os.geteuid() == 0 or args.allow_run_as_root:
         cmd.append("--allow-run-as-root")
     cmd += shlex.split(args.mpi_global_args)
-    local = shlex.split(args.mpi_local_args)
+    local = _local_args(shlex.split(args.mpi_local_args))
     extra = {}
     if args.collective_timeout is not None:
         extra[env.TIMEOUT] = f"{args.collective_timeout:g}"
@@ -225,6 +233,23 @@ def mpirun_command(args: argparse.Namespace, mpirun: str) -> list[str]:
             cmd += ["-x", f"{name}={value}"]
         cmd += local + program
     return cmd
+
+
+def _local_args(local: list[str]) -> list[str]:
+    """``--mpi-local-args`` without the ``-x NAME`` of variables this environment does not
+    set (mpirun would print a warning box per instance for each; PopRun passes them
+    quietly, and test harnesses list the usual ones, ``-x TMPDIR -x LD_LIBRARY_PATH``)."""
+    out, i = [], 0
+    while i < len(local):
+        if local[i] == "-x" and i + 1 < len(local):
+            name = local[i + 1]
+            if "=" in name or name in os.environ:
+                out += local[i : i + 2]
+            i += 2
+            continue
+        out.append(local[i])
+        i += 1
+    return out
 
 
 def topology(num_instances: int, num_replicas: int, host: str = "localhost", ilds: int = 1) -> str:
@@ -268,6 +293,9 @@ def _pump(source: IO[bytes], sink: IO[str], only: int | None) -> None:
         if match is not None:
             if only is not None and int(match.group(2)) != only:
                 continue
+            rest = line[match.end() :]
+            if b"\0" in rest and rest.strip(b"\0\r\n") == b"":
+                continue  # the NUL byte Open MPI's abort writes, not a line of output
             line = match.group(0).rstrip(b" ") + line[match.end() :]
         if raw is not None:
             raw.write(line)
@@ -358,16 +386,33 @@ def _run(cmd: list[str], instances: int, only: int | None, debug: bool) -> int:
     ]
     for t in pumps:
         t.start()
+    # poprun ended by a signal (a scheduler's SIGTERM, a closed terminal's SIGHUP) ends the
+    # job through mpirun, which stops every instance, instead of leaving it running
+    previous = _forward_signals(proc)
     try:
         rc = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
         rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     for t in pumps:
         t.join()
     if debug:
         _log("D", f"mpirun exited with status {rc}")
     return rc if rc >= 0 else 128 - rc
+
+
+def _forward_signals(proc: subprocess.Popen[bytes]) -> dict[int, Any]:
+    """Pass SIGTERM and SIGHUP on to mpirun; the handlers they replace, by signal."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def forward(sig: int, frame: Any) -> None:
+        proc.send_signal(sig)
+
+    return {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def run() -> int:

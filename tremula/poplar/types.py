@@ -159,7 +159,7 @@ def exact_cast(data: object, dtype: Type, what: str) -> np.ndarray:
         raise StreamError(
             f"{what}{value!r}{where} cannot become {dtype} ({_why(value, want)}); "
             f"{int(bad.sum())} of {arr.size} value(s) would change. Pass {want} data, or "
-            f"values the type holds exactly"
+            f"{_rule(dtype, want)}"
         )
     return out
 
@@ -174,6 +174,20 @@ def _lost(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
     elif arr.dtype.kind == "u" and out.dtype.kind == "i":
         bad |= out < 0
     return bad
+
+
+def _rule(dtype: Type, want: np.dtype) -> str:
+    """The values :func:`exact_cast` takes for ``dtype`` (the end of its error)."""
+    if want.kind == "f":
+        top = np.finfo(want).max
+        return (
+            f"finite values within +-{top:.6g} (values {dtype} cannot hold exactly are "
+            f"accepted, rounded to the nearest {dtype})"
+        )
+    if want.kind == "b":
+        return "0 and 1 (or False and True)"
+    info = np.iinfo(want)
+    return f"whole numbers in [{info.min}, {info.max}]"
 
 
 def _why(value: float | int | bool, want: np.dtype) -> str:

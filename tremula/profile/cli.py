@@ -12,7 +12,8 @@ JSON file. ``report`` writes one self-contained HTML page (``DIR/report.html`` b
 ``trace`` writes Chrome Trace Event JSON that Perfetto UI and ``chrome://tracing`` open.
 Exit status: 0 on success, 1 if the profile is invalid or cannot be read (``report`` still
 writes a page when part of it can be read, and prints a warning for the rest), 2 for bad
-arguments.
+arguments, 3 from ``validate`` for a valid graph profile without its execution profile
+(``summary`` and ``validate`` both warn about that: the run's profile was lost or never made).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main(argv: list[str]) -> int:
         if args.command == "report":
             return _report(args.path, args.output, args.compare)
         graph, execution = read_profile(args.path)
+        if execution is None and args.command in ("validate", "summary"):
+            print(f"warning: {no_execution_profile(args.path)}", file=sys.stderr)
         if args.command == "validate":
             return _validate(graph, execution)
         if args.command == "trace":
@@ -105,9 +108,31 @@ def _validate(graph: dict, execution: dict | None) -> int:
             print(problem)
         print(f"{len(problems)} problem(s)")
         return 1
-    steps = (execution or {}).get("simulation", {}).get("steps", [])
+    if execution is None:
+        print(f"graph profile ok: {len(graph['programs'])} programs; no execution profile")
+        return 3
+    steps = execution.get("simulation", {}).get("steps", [])
     print(f"ok: {len(steps)} steps, {len(graph['programs'])} programs")
     return 0
+
+
+def no_execution_profile(path: str) -> str:
+    """What a graph profile without its execution profile means (``summary`` and
+    ``validate`` print it as a warning)."""
+    from pathlib import Path
+
+    where = (
+        f"{path} has graph.json but no execution.json"
+        if Path(path).is_dir()
+        else f"{path} holds a graph profile without an execution profile"
+    )
+    return (
+        f"{where}: no execution profile, so no steps or cycles. autoReport writes "
+        f"execution.json when the program's engine closes or its process exits (also on "
+        f"SIGINT, SIGTERM and SIGHUP); it is missing when the program never ran the engine, "
+        f"when autoReport.outputExecutionProfile is off, or when the process was killed "
+        f"(SIGKILL, os._exit) or ended by a signal whose handler the program replaced"
+    )
 
 
 def _report(path: str, output: str | None, compare: str | None) -> int:

@@ -109,6 +109,11 @@ def summarise(
             sections.append(("Instance", _instance_rows(graph["instances"])))
         if execution is not None:
             sections.append(("Execution", _execution_rows(graph, execution, show_execution_steps)))
+        else:
+            none = (
+                "none: the graph profile came without its execution profile (no steps, no cycles)"
+            )
+            sections.append(("Execution", [(0, none, None)]))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ProfileError(
             f"cannot summarise the profile ({type(exc).__name__}: {exc}); "
