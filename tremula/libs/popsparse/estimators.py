@@ -59,12 +59,14 @@ def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
 
 
 def planner_zero_cycles(target: Target, num_partials: Array) -> np.ndarray:
-    """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile: its
-    helper computes :func:`zero_cycles` and then returns ``numPartials x numWorkers``
-    instead (spec 3.5, "Quirk"). Kept, knowingly, so that the plans are PopLibs' plans:
-    it weighs large per-tile outputs (X x Z partials, GradW's partial buckets) against
-    more partitions of Y. The device charges the zeroing itself (:func:`zero_cycles`)."""
-    return np.asarray(num_partials, dtype=np.int64) * target.num_worker_contexts
+    """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile
+    (``popsparse-paper-method.md`` 2): it calls ``zeroPartialsCycles`` with the partials
+    *per worker*, ``ceil(num_partials / W)`` (``FullyConnectedPlan.cpp``), and that helper
+    returns its argument times the number of workers (the quirk of spec 3.5): about the
+    partials of the tile, ``ceil(num_partials / W) x W``. The device charges the zeroing
+    itself (:func:`zero_cycles`)."""
+    w = target.num_worker_contexts
+    return cdiv(num_partials, w) * w
 
 
 def reduce_cycles(
