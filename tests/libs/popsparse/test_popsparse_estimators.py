@@ -37,6 +37,22 @@ def test_fwd_worker_general_z_is_three_cycles_per_chunk():
         assert a - b == 2 * 10 * 3 * 4
 
 
+def test_the_fwd_worker_as_the_assembly_runs_it():
+    """``SparseDenseMatMulElementWise_half_float.S`` / ``_float_float.S`` off the Z = 4 / 8
+    fast paths: per row 12 bundles, per 8-wide (half) / 4-wide (float) chunk of Z 17 / 12
+    bundles, plus 3 per non-zero per chunk; PopLibs' estimator (the planner's) charges its
+    loop constant once per row, 16 (half) / 12 (float), and 3 per chunk per non-zero."""
+    assert [int(a) for a in est.ew_fwd_terms(2, 64, assembly=True)] == [30, 12 + 8 * 17, 3 * 8]
+    assert [int(a) for a in est.ew_fwd_terms(4, 16, assembly=True)] == [30, 12 + 4 * 12, 3 * 4]
+    assert [int(a) for a in est.ew_fwd_terms(2, 64)] == [30, 16, 3 * 8]
+    assert [int(a) for a in est.ew_fwd_terms(4, 16)] == [30, 12, 3 * 4]
+    for size, z in ((2, 8), (2, 4), (4, 4), (4, 2)):  # the fast paths match the estimator
+        fast = [int(a) for a in est.ew_fwd_terms(size, z)]
+        assert [int(a) for a in est.ew_fwd_terms(size, z, assembly=True)] == fast
+    # a worker over 3 rows of 5 non-zeros, half, Z = 16 (2 chunks)
+    assert int(est.ew_fwd_worker(2, 16, 3, 5, assembly=True)) == 30 + 3 * (12 + 2 * 17 + 6 * 5)
+
+
 def test_supervisor_walk():
     """``30 + 32 (buckets - withInfo) avgSG + withInfo (47 (avgFirstMatch + 1) + 46)``."""
     assert int(est.ew_supervisor(30, 1, 1)) == 30 + 47 + 46

@@ -113,7 +113,10 @@ class ProductVertex(poplar.Codelet):
             return est.ew_transpose_product_cycles(t, ts, z, blocks, nb)
         gz = t.vector_width(ts)
         z_grains = np.full(rows.shape, max(z // gz, 1))
-        return est.ew_product_cycles(t, ts, z_grains, gz, rows, blocks, nb, cls.transposed)
+        assembly = cls.method == "Forward"
+        return est.ew_product_cycles(
+            t, ts, z_grains, gz, rows, blocks, nb, cls.transposed, assembly
+        )
 
     @classmethod
     def flops(cls, v: poplar.VertexInfo) -> np.ndarray:
