@@ -236,10 +236,24 @@ def block_fwd_cycles(
     with_info: Array,
 ) -> np.ndarray:
     """The AMP block Fwd (and GradA ``TransposeAMPBlock``) vertex over ``buckets`` buckets of
-    ``blocks`` blocks in ``rows`` block rows each, ``sizes`` = (input, partials) type sizes;
-    the workers split ``z`` only. Supervisor: the bucket walk ``40 + 33 (buckets -
-    withInfo) + withInfo (46 + 56)`` (one sub-group per bucket), per block ``area / (float ?
-    2 : 4) + 3 + 12 weightLoads``, per block row a small X term; each worker, per block,
+    ``blocks`` blocks in ``rows`` block rows each, ``sizes`` = (input, partials) type sizes:
+    the supervisor's bucket walk ``40 + 33 (buckets - withInfo) + withInfo (46 + 56)`` (one
+    sub-group per bucket) and, per bucket with info, :func:`block_fwd_sub_group`."""
+    walk = ew_supervisor(40, buckets, with_info, **BLOCK_WALK)
+    work = block_fwd_sub_group(target, edge, sizes, z, blocks, rows)
+    return walk + np.asarray(with_info) * work
+
+
+#: The block vertices' walk: search, found and skip cycles (spec 3.6).
+BLOCK_WALK = {"search": 46, "found": 56, "skip": 33}
+
+
+def block_fwd_sub_group(
+    target: Target, edge: int, sizes: tuple[int, int], z: Array, blocks: Array, rows: Array
+) -> np.ndarray:
+    """What the AMP block Fwd vertex pays for one sub-group of ``blocks`` blocks in ``rows``
+    block rows (the workers split ``z`` only). Supervisor, per block ``area / (float ? 2 :
+    4) + 3 + 12 weightLoads`` and per block row a small X term; each worker, per block,
     ``weightLoads (innerOverhead + Z cyclesPerZ - 3 retainX)``, ``retainX`` for every block
     after the first of its row (spec 3.6)."""
     type_size, partials_size = sizes
@@ -247,8 +261,7 @@ def block_fwd_cycles(
     loads = amp_weight_loads(target, edge, type_size, partials_size)
     blocks, rows = np.asarray(blocks, dtype=np.int64), np.asarray(rows, dtype=np.int64)
     per_block_sup = edge * edge // (2 if type_size == 4 else 4) + 3 + 12 * loads
-    walk = ew_supervisor(40, buckets, with_info, search=46, found=56, skip=33)
-    sup = walk + np.asarray(with_info) * (blocks * per_block_sup + rows * AMP_ROW_CYCLES)
+    sup = blocks * per_block_sup + rows * AMP_ROW_CYCLES
     zw = np.maximum(cdiv(z, w), 1)
     inner = np.where(
         zw == 1,
@@ -257,7 +270,7 @@ def block_fwd_cycles(
     )
     per_z = AMP_CYCLES_PER_Z[edge][0 if type_size == 4 else 1]
     worker = loads * (blocks * (inner + zw * per_z) - 3 * np.maximum(blocks - rows, 0))
-    return sup + w * np.asarray(with_info) * np.maximum(worker, 0)
+    return sup + w * np.maximum(worker, 0)
 
 
 #: Non-AMP block GradW: block edge -> ((yOverhead, cyclesPerZ) half in, (...) float in).
@@ -272,7 +285,7 @@ def block_gradw_cycles(
     w = target.num_worker_contexts
     y_overhead, per_z = BLOCK_GRADW[edge][0 if type_size == 2 else 1]
     per_worker = cdiv(blocks, w) * (y_overhead + np.asarray(z) * per_z)
-    return ew_supervisor(40, 1, 1, search=46, found=56) + w * per_worker
+    return ew_supervisor(40, 1, 1, **BLOCK_WALK) + w * per_worker
 
 
 def block_gradw_amp_cycles(
@@ -283,7 +296,7 @@ def block_gradw_amp_cycles(
     AMP run at the tile's peak MACs per cycle. [choice: the spec leaves the details out]"""
     load = cdiv(z_grain * edge * type_size, 8) + 12
     run = cdiv(edge * edge * z_grain, target.max_macs_per_cycle_per_tile(type_size)) + 10
-    return ew_supervisor(40, 1, 1, search=46, found=56) + (
+    return ew_supervisor(40, 1, 1, **BLOCK_WALK) + (
         np.asarray(blocks) * cdiv(z, z_grain) * (load + run)
     )
 
