@@ -25,24 +25,21 @@
    dense line counts ``2 m k n``. ``--quick`` simulates a subset (n = 64, densities 1/8
    and 1/32, blocks 1 and 16); the full table takes long (one compile per line).
 
-3. ``--paper`` (only this): the PopSparse paper's figures (arXiv 2303.16999, as quoted in
-   issue 17; m = k = 4096, uniformly random patterns) next to Tremula's, simulated on Mk2
-   (Bow runs the same cycles at its clock; TFLOP/s are compared on Bow, the chip the
-   paper's dense figures point to, ``PAPER_CHIP``): the dynamic sparse speed-up over dense
-   ``poplin.matmul`` at d = 1/16, best over n, for b = 1 and 16, half and float (target:
-   each within 25 %), against two dense references of ``x [n, k] x W [k, m]``: the plain
-   matmul (the planner may swap the operands) and the FC layer's training forward pass
-   (``fullyConnectedPass`` ``TRAINING_FWD``: never swapped, as PopLibs' joint plans; the
-   paper's dense curve has this shape at small n, see ``bench_poplin_matmul.py --paper``);
-   the block-size sweep (half, d = 1/16, best useful TFLOP/s over n);
-   the density sweep (half, b = 16; neither the issue nor ``shared/spec`` quotes figures
-   for it). One compile per
-   (case, n): about 30 compiles, tens of minutes on a shared host (``--paper-ns`` to
-   restrict n).
+3. ``--paper`` (only this): the PopSparse paper's figures (arXiv 2303.16999) next to
+   Tremula's, measured as the paper's harness measured them (issue 28,
+   ``shared/spec/popsparse-paper-method.md``; ``popsparse_paper.py``): the sparse matmul
+   API (planned with GradA) on the harness's pattern (seed 123, and ``--paper-seeds``), the
+   dense ``poplin.matmul(W, X)`` with float partials, compute and exchange steps of the
+   profile (sync and stream copies excluded; the compute-only rate printed too), best
+   over n for each separately, speed-up ``best_sparse / (d best_dense)``; the four
+   speed-ups at d = 1/16 and the half block sweep, every point printed. One compile per
+   (case, n); the full sweep takes long on a shared host (``--paper-ns``,
+   ``--paper-dense-ns`` to restrict n).
 
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
 [--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]
-[--paper [--paper-ns 4,64,1024]]``.
+[--paper [--paper-ns 64,256,1024,4096] [--paper-dense-ns 1024,4096,16384]
+[--paper-seeds 123,1,2,3]]``.
 """
 
 from __future__ import annotations
@@ -57,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import popsparse_paper  # benchmarks/, on the path when run as a script
 import scipy.sparse as sp
 
 from tremula import poplar
@@ -367,126 +365,6 @@ def simulated(quick: bool, machines: list[str]) -> None:
         print(f"    ({time.perf_counter() - start:.0f} s)")
 
 
-#: The PopSparse paper at m = k = 4096 (issue 17): dynamic sparse speed-up over dense at
-#: d = 1/16, best over n, by (block, type); and the block sweep (half, d = 1/16), TFLOP/s.
-PAPER_SPEEDUP = {(1, "half"): 0.4, (1, "float"): 0.9, (16, "half"): 1.9, (16, "float"): 3.8}
-PAPER_BLOCK_TFLOPS = {1: 5.8, 4: 14.0, 8: 21.0, 16: 27.0}
-PAPER_DENSITIES = (1 / 4, 1 / 8, 1 / 16, 1 / 32)
-#: Which chip the paper's TFLOP/s are compared on, and why.
-PAPER_CHIP = (
-    "The paper's TFLOP/s are compared on Bow: the paper names no chip; its dense FP16 figure "
-    "at large n, 230 TFLOP/s, is 92 % of an Mk2's peak (250, shared/spec/profile-and-machine."
-    "md 2.1) and 66 % of a Bow's (350), and the dense FC pass the model runs (the same cycles "
-    "on both chips, 1.33 vs 1.85 GHz) reaches Bow 18 / 112 / 180 / 204 TFLOP/s at n = 4 / 64 "
-    "/ 1024 / 16384 against the paper's 19 / 130 / ~230 / 230 (Mk2: 13 / 81 / 129 / 147). "
-    "Speed-ups are ratios of cycles and do not depend on the chip."
-)
-TYPES = {"half": poplar.HALF, "float": poplar.FLOAT}
-#: The dense references: label -> ``fullyConnectedPass`` of ``x [n, k] x W [k, m]``.
-DENSE_REFS = {"matmul": "NONE", "FC pass": "TRAINING_FWD"}
-
-
-@dataclass(frozen=True)
-class Best:
-    """A case over n against one dense reference: its best speed-up and the n giving it
-    (with that point's propagation computes), and its best useful TFLOP/s on Mk2 and Bow."""
-
-    speedup: float
-    n: int
-    mk2: float
-    bow: float
-    steps: int
-
-
-def sparse_points(ns: tuple[int, ...], type_name: str, block: int, d: float) -> dict:
-    """Simulated cycles, non-zeros and propagation computes of a case at each n (on Mk2;
-    Bow differs only by its clock)."""
-    points = {}
-    for n in ns:
-        gc.collect()  # engines hold cycles; large ones must go before the next
-        run = sparse_run("ipu2", TYPES[type_name], block, d, n)
-        if isinstance(run, str):
-            print(f"    b={block} d=1/{round(1 / d)} {type_name} n={n}: {run}")
-            continue
-        points[n] = (run.cycles, run.nnz, run.steps)
-        del run  # its engine goes before the next one is built
-    if not points:
-        raise SystemExit(f"b={block} d={d} {type_name}: no n could be built")
-    return points
-
-
-def best_over_n(points: dict, dense: dict, type_name: str, ref: str) -> Best:
-    """The n where a case gains most over the ``ref`` dense product, and its best
-    TFLOP/s over n."""
-    clocks = [poplar.IPUModel(m).create_target().tile_clock_frequency for m in ("ipu2", "bow")]
-    speedups = {n: dense[ref, type_name, n] / cycles for n, (cycles, _, _) in points.items()}
-    top = max(speedups, key=lambda n: speedups[n])
-    mk2, bow = (
-        max(2.0 * nnz * n * clock / cycles / 1e12 for n, (cycles, nnz, _) in points.items())
-        for clock in clocks
-    )
-    return Best(speedups[top], top, mk2, bow, points[top][2])
-
-
-def off(ours: float, paper: float) -> str:
-    return f"{100 * (ours / paper - 1):+.0f}%"
-
-
-def paper_tables(ns: tuple[int, ...]) -> None:
-    """The paper's figures next to Tremula's (see the module docstring, part 3)."""
-    dense = {}
-    for (ref, fc_pass), t, n in itertools.product(DENSE_REFS.items(), TYPES, ns):
-        gc.collect()  # engines hold cycles; large ones must go before the next
-        dense[ref, t, n] = dense_cycles("ipu2", TYPES[t], n, fc_pass)
-    print(PAPER_CHIP)
-    print(f"dense simulated cycles (the same on Mk2 and Bow), x [n, {SIZE}] x W [{SIZE}, {SIZE}]:")
-    clocks = [poplar.IPUModel(m).create_target().tile_clock_frequency for m in ("ipu2", "bow")]
-    for (ref, t, n), cycles in dense.items():
-        mk2, bow = (2.0 * n * SIZE * SIZE * c / cycles / 1e12 for c in clocks)
-        print(f"    {ref:>8} {t:>5} n={n:<5} {cycles:>8} cycles, Mk2 {mk2:6.1f} / Bow {bow:6.1f} "
-              "TFLOP/s")  # fmt: skip
-    cases: dict[tuple[int, str, float], dict] = {}
-
-    def case(block: int, type_name: str, d: float, ref: str = "matmul") -> Best:
-        if (block, type_name, d) not in cases:
-            cases[block, type_name, d] = sparse_points(ns, type_name, block, d)
-        return best_over_n(cases[block, type_name, d], dense, type_name, ref)
-
-    print(f"speed-up of the dynamic sparse FC over dense poplin.matmul, m = k = {SIZE}, "
-          f"d = 1/16, best over n in {ns} (simulated; a ratio of cycles on one chip, the same "
-          "on Mk2 and Bow; target: within 25 %)")  # fmt: skip
-    print(
-        f"{'case':>12} {'paper':>6}"
-        + "".join(f" {r:>8} {'at n':>5} {'off':>6}" for r in DENSE_REFS)
-    )
-    for (block, type_name), paper in PAPER_SPEEDUP.items():
-        row = f"{f'b={block} {type_name}':>12} {paper:>6.1f}"
-        for ref in DENSE_REFS:
-            b = case(block, type_name, 1 / 16, ref)
-            row += f" {b.speedup:>8.2f} {b.n:>5} {off(b.speedup, paper):>6}"
-        print(row)
-        points = cases[block, type_name, 1 / 16]
-        each = ", ".join(
-            f"n={n} " + "/".join(f"{dense[r, type_name, n] / c:.2f}" for r in DENSE_REFS)
-            for n, (c, _, _) in points.items()
-        )
-        print(f"{'':>19} per n ({' / '.join(DENSE_REFS)}): {each}")
-    print("block sweep, half, d = 1/16, best useful TFLOP/s (2 nnz n / time) over n, compared "
-          "on Bow (the paper's chip, see above; Mk2 for reference)")  # fmt: skip
-    print(f"{'b':>3} {'paper':>6} {'Bow':>6} {'off':>6} {'Mk2':>6}")
-    for block, paper in PAPER_BLOCK_TFLOPS.items():
-        b = case(block, "half", 1 / 16)
-        print(f"{block:>3} {paper:>6.1f} {b.bow:>6.1f} {off(b.bow, paper):>6} {b.mk2:>6.1f}")
-    print(
-        "density sweep, half, b = 16 (no paper figures: neither issue 17 nor the spec quotes "
-        "them): speed-up, TFLOP/s"
-    )
-    for d in PAPER_DENSITIES:
-        b = case(16, "half", d)
-        print(f"  d=1/{round(1 / d):<2} speed-up {b.speedup:.2f} at n={b.n}, Mk2 {b.mk2:.1f} "
-              f"Bow {b.bow:.1f} TFLOP/s, {b.steps} propagation computes")  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="simulate a subset")
@@ -497,10 +375,20 @@ def main() -> None:
     parser.add_argument("--cases", default="ew,b16half,b16float", help="CPU-time cases")
     parser.add_argument("--machines", default="ipu2,bow")
     parser.add_argument("--paper", action="store_true", help="only the paper's tables")
-    parser.add_argument("--paper-ns", default="4,64,1024", help="batch sizes of --paper")
+    parser.add_argument("--paper-ns", default="4,64,256,1024,4096", help="sparse n of --paper")
+    parser.add_argument(
+        "--paper-dense-ns", default="4,64,1024,4096,16384", help="dense n of --paper"
+    )
+    parser.add_argument("--paper-seeds", default="123,1,2,3", help="patterns of --paper")
     args = parser.parse_args()
     if args.paper:
-        paper_tables(tuple(int(x) for x in args.paper_ns.split(",")))
+
+        def ints(text: str) -> tuple[int, ...]:
+            return tuple(int(x) for x in text.split(","))
+
+        popsparse_paper.paper_tables(
+            ints(args.paper_ns), ints(args.paper_dense_ns), ints(args.paper_seeds)
+        )
         return
     cases = {"ew": (1, poplar.FLOAT), "b16half": (16, poplar.HALF), "b16float": (16, poplar.FLOAT)}
     for name in [] if args.skip_cpu else args.cases.split(","):

@@ -26,7 +26,8 @@ import gc
 from typing import Any
 
 import numpy as np
-from bench_popsparse_fc import SIZE, TYPES, dense_engine, pattern, sparse_run
+from bench_popsparse_fc import SIZE, dense_engine, pattern, sparse_run
+from popsparse_paper import TYPES
 
 from tremula import poplar
 from tremula.libs.popsparse import decoding

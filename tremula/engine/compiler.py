@@ -23,7 +23,7 @@ from tremula.engine import nodes as N
 from tremula.engine.computeset import CompiledComputeSet, compile_compute_set
 from tremula.engine.exchange import ExchangePlan, TileLayout, Transfers, plan_exchange, split_by_ipu
 from tremula.engine.plan import Gather
-from tremula.engine.timeline import StepInfo
+from tremula.engine.timeline import StepInfo, tile_balances
 from tremula.errors import ProgramError
 from tremula.poplar import program as P
 from tremula.poplar.graph import GraphState
@@ -39,14 +39,6 @@ class HostExchange:
     bytes_sent: np.ndarray  # device -> host, per tile
     bytes_received: np.ndarray  # host -> device, per tile
     cycles_by_tile: np.ndarray
-
-
-def _balance(d: np.ndarray, n: int) -> tuple[float, float]:
-    peak = int(d.max(initial=0))
-    if peak == 0:
-        return 1.0, 1.0
-    active = int(np.count_nonzero(d))
-    return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
 
 
 class DataFields(NamedTuple):
@@ -125,7 +117,7 @@ class StepPlan:
         """The static step of the next node: per-tile cycles ``d``, balances and the fields
         of its type (``data``: an exchange's)."""
         tiles = np.flatnonzero(d > 0)
-        tb, atb = _balance(d, self.target.num_tiles)
+        tb, atb = tile_balances(d, self.target.num_tiles)
         record = StepRecord(
             ptype,
             self.next_pid,

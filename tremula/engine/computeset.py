@@ -43,6 +43,17 @@ class CompiledComputeSet:
             g.run(storage, rsel, replica_ids)
 
     @property
+    def dynamic(self) -> bool:
+        """Whether a vertex's cycles depend on the data (``Codelet.run_cycles``)."""
+        return any(g.dynamic for g in self.groups)
+
+    def live_schedule(self, target: Target) -> tuple[np.ndarray, np.ndarray, float]:
+        """:func:`schedule` of the last run's cycles (``run_cycles`` where a group gave
+        them, the estimates elsewhere)."""
+        live = [g.cycles if g.live_cycles is None else g.live_cycles for g in self.groups]
+        return schedule(target, self.groups, live)
+
+    @property
     def num_vertices(self) -> int:
         return sum(g.n for g in self.groups)
 
@@ -54,8 +65,11 @@ class CompiledComputeSet:
         return round(sum(float(g.flops.sum()) for g in known)) if known else None
 
 
-def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, np.ndarray, float]:
-    """Tile cycles, active cycles and thread balance of a compute set.
+def schedule(
+    target: Target, groups: list[CompiledGroup], counts: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Tile cycles, active cycles and thread balance of a compute set (of the groups'
+    estimates, or of ``counts``, one array of cycles per group).
 
     Worker vertices are sorted by decreasing estimate on each tile and dealt round-robin to
     the worker contexts; the tile takes ``W x`` the busiest context's cycles, plus its
@@ -64,12 +78,13 @@ def schedule(target: Target, groups: list[CompiledGroup]) -> tuple[np.ndarray, n
     T, W = target.num_tiles, target.num_worker_contexts
     sup = np.zeros(T, dtype=np.int64)
     w_tiles, w_cyc = [], []
-    for g in groups:
+    per_group = [g.cycles for g in groups] if counts is None else counts
+    for g, g_cycles in zip(groups, per_group):
         if g.vertex_type.codelet.supervisor:
-            sup += np.bincount(g.tiles, weights=g.cycles, minlength=T).astype(np.int64)
+            sup += np.bincount(g.tiles, weights=g_cycles, minlength=T).astype(np.int64)
         else:
             w_tiles.append(g.tiles)
-            w_cyc.append(g.cycles)
+            w_cyc.append(g_cycles)
     load = np.zeros((T, W), dtype=np.int64)
     if w_tiles:
         tiles, cyc = np.concatenate(w_tiles), np.concatenate(w_cyc)

@@ -49,6 +49,14 @@ class CompiledGroup:
     _views: dict[tuple[str, tuple[int, ...]], Any] = field(default_factory=dict)
     _fast: Any = None  # the codelet's prepared closure (see Codelet.prepare)
     _fast_storage: Any = None
+    #: the cycles of the last run for codelets that give ``run_cycles`` (None: the
+    #: estimates ``cycles``; see Codelet's notes)
+    live_cycles: np.ndarray | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the vertices' cycles depend on the data (the codelet's ``run_cycles``)."""
+        return getattr(self.vertex_type.codelet, "run_cycles", None) is not None
 
     def run(self, storage: dict, rsel: slice | np.ndarray, replica_ids: np.ndarray) -> None:
         """Run every vertex of the group on the replicas ``replica_ids`` (``rsel`` selects
@@ -61,16 +69,19 @@ class CompiledGroup:
             return
         batch = self.batch
         batch._begin(self, storage, rsel, replica_ids)
-        prepare = getattr(self.vertex_type.codelet, "prepare", None)
+        codelet = self.vertex_type.codelet
+        prepare = None if self.dynamic else getattr(codelet, "prepare", None)
         if full and prepare is not None and self._fast_storage is not storage:
             self._fast_storage = storage  # asked once per loaded storage
             self._fast = prepare(batch)
             if self._fast is not None:
                 self._fast()
                 return
-        self.vertex_type.codelet.compute(batch)
+        codelet.compute(batch)
         for name in batch._scatter:
             self.gathers[name].write(storage, rsel, batch._data[name])
+        if self.dynamic:
+            self.live_cycles = _run_cycles(self, batch)
 
     def materialize(
         self, name: str, storage: dict, rsel: slice | np.ndarray, replicas: int
@@ -305,6 +316,19 @@ def _estimates(vtype: VertexType, info: VertexInfo, group: VertexGroup) -> np.nd
         cyc[fixed] = group.perf_estimates[fixed]
     if np.any(cyc < 0) or not np.all(np.isfinite(cyc)):
         raise CodeletError(f"codelet {vtype.name!r}: cycle estimates must be finite and >= 0")
+    return np.ceil(cyc).astype(np.int64)
+
+
+def _run_cycles(g: CompiledGroup, batch: Batch) -> np.ndarray | None:
+    """The codelet's ``run_cycles`` for this run, checked like the estimates."""
+    got = g.vertex_type.codelet.run_cycles(batch)  # type: ignore[attr-defined]
+    if got is None:
+        return None
+    cyc = np.broadcast_to(np.asarray(got, dtype=np.float64), (g.n,))
+    if np.any(cyc < 0) or not np.all(np.isfinite(cyc)):
+        raise CodeletError(
+            f"codelet {g.vertex_type.name!r}: run_cycles() must give finite cycles >= 0"
+        )
     return np.ceil(cyc).astype(np.int64)
 
 

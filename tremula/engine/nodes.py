@@ -9,14 +9,14 @@ liveness analysis needs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tremula.engine.computeset import CompiledComputeSet
 from tremula.engine.plan import CopyPlan, Gather
-from tremula.engine.timeline import StepInfo
+from tremula.engine.timeline import StepInfo, tile_balances
 from tremula.errors import EngineError
 from tremula.poplar.handles import DataStream, HostFunction, RemoteBuffer
 
@@ -53,9 +53,33 @@ class SeqNode(Node):
 class OnTileNode(Node):
     ccs: CompiledComputeSet
     step: StepInfo
+    #: the step of the last run when the compute set's cycles depend on the data
+    #: (``CompiledComputeSet.dynamic``); None: ``step``
+    live: StepInfo | None = None
 
     def __post_init__(self) -> None:
         self.ptype = "OnTileExecute"
+
+    def note_live(self, target: Any) -> np.ndarray:
+        """Set :attr:`live` from the last run's cycles; returns its cycles by tile."""
+        cycles, active, balance = self.ccs.live_schedule(target)
+        tiles = np.flatnonzero(cycles > 0)
+        tb, atb = tile_balances(cycles, target.num_tiles)
+        record = replace(
+            self.step.record,
+            tile_balance=tb,
+            active_tiles=int(tiles.size),
+            active_tile_balance=atb,
+            thread_balance=balance,
+        )
+        self.live = replace(
+            self.step,
+            record=record,
+            tiles=tiles,
+            cycles=cycles[tiles].astype(np.int64),
+            active_cycles=int(active.sum()),
+        )
+        return cycles
 
     def profile_fields(self) -> dict[str, Any]:
         return {"computeSet": self.ccs.id}

@@ -27,8 +27,13 @@ from tremula.engine.timeline import NullTimeline, Timeline
 
 def is_static(root: N.Node) -> bool:
     """True when no node reachable from ``root`` (function bodies included) branches on
-    data (its kind has no flat form)."""
-    return all(KINDS[type(node)].flat is not None for node in N.reachable(root))
+    data (its kind has no flat form) or runs vertices whose cycles depend on it
+    (``Codelet.run_cycles``)."""
+    return all(
+        KINDS[type(node)].flat is not None
+        and not (isinstance(node, N.OnTileNode) and node.ccs.dynamic)
+        for node in N.reachable(root)
+    )
 
 
 class TimelineReplay:

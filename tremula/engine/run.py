@@ -85,8 +85,18 @@ class Runtime:
 # ---- leaves: a data effect, then the node's steps on the timeline (replica 0) ----
 def _compute(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
     node.ccs.run(rt.storage, rsel, rt.replica_ids if rsel is ALL else rt.replica_ids[rsel])
-    if rt.record_cs and rt._tl(rsel):
-        rt.cs_cycles[node.ccs.id] += node.ccs.cycles_by_tile
+    if not rt._tl(rsel):
+        return
+    cycles = node.ccs.cycles_by_tile
+    if node.ccs.dynamic:  # the step of this run's data
+        cycles = node.note_live(rt.step_plan.state.target)
+    if rt.record_cs:
+        rt.cs_cycles[node.ccs.id] += cycles
+
+
+def _note_compute(tl: Timeline, node: N.OnTileNode) -> None:
+    tl.program(node.pid)
+    tl.run(node.step if node.live is None else node.live)
 
 
 def _exchange(rt: Runtime, node: N.ExchangeNode, rsel: Any) -> None:
@@ -401,7 +411,7 @@ KINDS: dict[type, Kind] = {
     N.SeqNode: Kind(_seq, _flat_seq),
     N.CallNode: Kind(_call, _flat_call),
     N.RepeatNode: Kind(_repeat, _flat_repeat),
-    N.OnTileNode: _leaf(_compute, _note_step),
+    N.OnTileNode: _leaf(_compute, _note_compute),
     N.ExchangeNode: _leaf(_exchange, _note_sync_step, _flat_exchange),
     N.CrossReplicaNode: _leaf(_cross_replica, _note_sync_step),
     N.HostNode: _leaf(_host, _note_sync_step),

@@ -60,6 +60,15 @@ class StepLog:
         return self._flat[index]
 
 
+def tile_balances(d: np.ndarray, n: int) -> tuple[float, float]:
+    """``tileBalance`` and ``activeTileBalance`` of per-tile cycles ``d`` on ``n`` tiles."""
+    peak = int(d.max(initial=0))
+    if peak == 0:
+        return 1.0, 1.0
+    active = int(np.count_nonzero(d))
+    return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
+
+
 @dataclass
 class StepInfo:
     """What is known about a step before the run: its profile record (type, program, name

@@ -153,6 +153,14 @@ class Codelet:
     def flops(v: VertexInfo) -> np.ndarray:
         return np.zeros(v.n)
 
+    # Optional: ``run_cycles(v) -> np.ndarray | None``, for vertices whose time depends on
+    # the data they read (PopSparse's products walk meta-info written at run time). Called
+    # right after ``compute`` with the same batch: one cycle count per vertex for the first
+    # replica the run covers (the timeline follows replica 0), or None to keep the static
+    # estimates. The compute set's step then takes the schedule of these counts; the
+    # graph profile keeps ``cycles(v)``'s estimates. A codelet with ``run_cycles`` is never
+    # prepared (``prepare`` is not called), and a program running one is never replayed.
+    #
     # Optional: ``prepare(v) -> Callable[[], None] | None``. Called on a group's first run
     # on all replicas; a returned closure replaces ``compute`` on later runs. It may only
     # use ``v.stable_view`` / ``v.stable_scalar`` (views of device memory, which outlive

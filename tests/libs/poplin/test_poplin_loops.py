@@ -15,11 +15,11 @@ from tremula.libs.poplin import estimators as est
 
 #: (shape, dtype, options) -> the loop the planner picks on 16 tiles, and the case it covers
 CASES = [
-    ((64, 256, 512), poplar.FLOAT, 0.02, "TRAINING_FWD", "n"),  # A copied to 16 N blocks
+    ((512, 256, 64), poplar.FLOAT, 0.02, "TRAINING_FWD", "n"),  # swapped: A copied to 16 N blocks
     ((128, 256, 128), poplar.FLOAT, 0.02, "NONE", "n"),  # pairs share B
     ((64, 256, 512), poplar.FLOAT, 0.02, "NONE", "n"),  # swapped, one N block: no copy
     ((300, 500, 200), poplar.HALF, 0.05, "NONE", "n"),  # dot products, half out
-    ((64, 256, 512), poplar.FLOAT, 0.05, "TRAINING_FWD", "k"),  # float out: no accumulator
+    ((512, 256, 64), poplar.FLOAT, 0.05, "TRAINING_FWD", "k"),  # float out: no accumulator
     ((300, 500, 200), poplar.HALF, 0.1, "NONE", "k"),  # accumulator cast into half
 ]
 
@@ -93,7 +93,7 @@ def test_n_loop_costs_the_broadcast_once_and_the_b_columns_per_step():
     A block once, before the loop (and copies its own half), and holds its B columns: the
     loop's 32 steps exchange nothing more."""
     t = targets.ipu2(tiles_per_ipu=16)
-    params = poplin.MatMulParams(1, 64, 256, 512, "float", "float", "float", 0.02, False)
+    params = poplin.MatMulParams(1, 512, 256, 64, "float", "float", "float", 0.02, False)
     plan = poplin.plan_matmul(params, t)
     assert (plan.loop, plan.blocks_n, plan.blocks_m, plan.serial) == ("n", 2, 1, 32)
     a_block = plan.block_m * plan.step_k * 4
@@ -113,10 +113,10 @@ def test_n_loop_broadcast_is_shared_by_super_tile_pairs(session):
     of a super-tile (share "a": consecutive N blocks) share the six eighths both lack, so it
     is busy for 7/8 - 3/8 = half the block (spec 4.1), plus copying its own eighth. The
     simulated run costs what the planner estimates."""
-    opts = _opts(0.02, "TRAINING_FWD")
+    opts = _opts(0.02, "TRAINING_FWD")  # a joint plan: swapped, M = 64 in the planned frame
     s = session(tiles=64)
     t = s.graph.target
-    m, k, n = 64, 256, 1024
+    m, k, n = 1024, 256, 64
     plan = poplin.matmul_plan(t, poplar.FLOAT, (m, k), (k, n), options=opts)
     assert (plan.loop, plan.share, plan.blocks_n, plan.blocks_m) == ("n", "a", 8, 1)
     a_block = plan.block_m * plan.step_k * 4

@@ -186,27 +186,35 @@ def test_cpu_target_plans_keep_the_natural_frame():
 
 
 @pytest.mark.parametrize("fc_pass", ["TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU"])
-def test_training_passes_keep_the_rows_of_a_as_positions(fc_pass):
-    """PopLibs plans a training layer's passes jointly and never swaps a joint plan's
-    operands: a short-M product, which a plain matmul swaps onto the AMP's wide side, keeps
-    its M rows as the output positions (and costs more: four rows cannot feed the AMP)."""
+def test_training_passes_swap_the_operands(fc_pass):
+    """PopLibs plans a training layer's passes jointly and forces ``swapOperands`` for a
+    joint plan (popsparse-paper-method.md 2): a short-M product, which a plain matmul
+    swaps onto the AMP's wide side, gets the same plan; a short-N one, which a plain matmul
+    keeps, is swapped all the same (its N columns become the output positions, and cost
+    more: four columns cannot feed the AMP)."""
     t = targets.ipu2(tiles_per_ipu=64)
-    shape = ((4, 512), (512, 512))
-    plain = poplin.matmul_plan(t, poplar.HALF, *shape)
-    inference = poplin.matmul_plan(
-        t, poplar.HALF, *shape, options={"fullyConnectedPass": "INFERENCE_FWD"}
+    short_m, short_n = ((4, 512), (512, 512)), ((512, 512), (512, 4))
+    opts = {"fullyConnectedPass": fc_pass}
+    for shape in (short_m, short_n):
+        inference = poplin.matmul_plan(
+            t, poplar.HALF, *shape, options={"fullyConnectedPass": "INFERENCE_FWD"}
+        )
+        assert inference == poplin.matmul_plan(t, poplar.HALF, *shape)
+    plain_m, plain_n = (poplin.matmul_plan(t, poplar.HALF, *s) for s in (short_m, short_n))
+    joint_m, joint_n = (
+        poplin.matmul_plan(t, poplar.HALF, *s, options=opts) for s in (short_m, short_n)
     )
-    joint = poplin.matmul_plan(t, poplar.HALF, *shape, options={"fullyConnectedPass": fc_pass})
-    assert plain.swap and inference == plain
-    assert not joint.swap and not joint.params.swappable
-    assert joint.dims == (1, 4, 512, 512)
-    assert joint.cycles > plain.cycles
+    assert plain_m.swap and not plain_n.swap
+    assert joint_m.swap and joint_n.swap and not joint_n.params.swappable
+    assert joint_m.cycles == plain_m.cycles
+    assert joint_n.dims == (1, 4, 512, 512)
+    assert joint_n.cycles > plain_n.cycles
 
 
 @pytest.mark.parametrize("dtype", [poplar.FLOAT, poplar.HALF])
 def test_a_training_pass_computes_the_product_as_planned(session, close, dtype):
     opts = {"fullyConnectedPass": "TRAINING_FWD"}
-    m, k, n = 8, 200, 96
+    m, k, n = 96, 200, 8  # a plain matmul keeps this frame, the joint plan swaps
     s = session(tiles=16)
     a = poplin.create_matmul_input_lhs(s.graph, dtype, (m, k), (k, n), "a", opts)
     b = poplin.create_matmul_input_rhs(s.graph, dtype, (m, k), (k, n), "b", opts)
@@ -217,7 +225,7 @@ def test_a_training_pass_computes_the_product_as_planned(session, close, dtype):
     got = s.run({"a": (a, A), "b": (b, B)}, {"c": c})["c"]
     close(got, A, B, dtype.numpy)
     plan = poplin.matmul_plan(s.graph.target, dtype, (m, k), (k, n), options=opts)
-    assert not plan.swap and poplin.matmul_plan(s.graph.target, dtype, (m, k), (k, n)).swap
+    assert plan.swap and not poplin.matmul_plan(s.graph.target, dtype, (m, k), (k, n)).swap
     assert abs(s.cycles - plan.cycles) <= 0.02 * plan.cycles + 20
 
 

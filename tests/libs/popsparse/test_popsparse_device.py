@@ -320,7 +320,8 @@ def test_block_products_compiled_and_in_numpy(
 
 def test_distribution_vertex_charges_the_product_and_zeroing(h, rng, sparse_layer):
     """The distribution's vertex on a full-size tile costs spec 3.6's element-wise Fwd
-    estimate for the plan's expected rows and non-zeros plus zeroing its X x Z float
+    estimate (the worker as the assembly runs it) for the plan's expected rows and
+    non-zeros plus zeroing its X x Z float
     partials (spec 4.7 zeroInfo), computed here from the formulas."""
     from tremula.libs.popsparse import cost
     from tremula.libs.popsparse import estimators as est
@@ -332,7 +333,9 @@ def test_distribution_vertex_charges_the_product_and_zeroing(h, rng, sparse_laye
     xg, yg, zt = -(-512 // px), -(-512 // py), run.plan.z_tile
     rows = max(-(-int(cost.occupancy(xg, yg, 0.1)[0]) // pz), 1)
     nz = -(-round(512 * 512 * 0.1) // (px * py * pz))
-    worker = est.ew_fwd_worker(2, zt, -(-rows // 6) if rows > 12 else 1, -(-nz // rows))
+    worker = est.ew_fwd_worker(
+        2, zt, -(-rows // 6) if rows > 12 else 1, -(-nz // rows), assembly=True
+    )
     zeroing = est.zero_cycles(h.T24, xg * zt * 4)
     expected = est.ew_supervisor(30, pz, pz) + 6 * pz * worker + zeroing
     graph = run.engine.get_graph_profile()

@@ -37,6 +37,22 @@ def test_fwd_worker_general_z_is_three_cycles_per_chunk():
         assert a - b == 2 * 10 * 3 * 4
 
 
+def test_the_fwd_worker_as_the_assembly_runs_it():
+    """``SparseDenseMatMulElementWise_half_float.S`` / ``_float_float.S`` off the Z = 4 / 8
+    fast paths: per row 12 bundles, per 8-wide (half) / 4-wide (float) chunk of Z 17 / 12
+    bundles, plus 3 per non-zero per chunk; PopLibs' estimator (the planner's) charges its
+    loop constant once per row, 16 (half) / 12 (float), and 3 per chunk per non-zero."""
+    assert [int(a) for a in est.ew_fwd_terms(2, 64, assembly=True)] == [30, 12 + 8 * 17, 3 * 8]
+    assert [int(a) for a in est.ew_fwd_terms(4, 16, assembly=True)] == [30, 12 + 4 * 12, 3 * 4]
+    assert [int(a) for a in est.ew_fwd_terms(2, 64)] == [30, 16, 3 * 8]
+    assert [int(a) for a in est.ew_fwd_terms(4, 16)] == [30, 12, 3 * 4]
+    for size, z in ((2, 8), (2, 4), (4, 4), (4, 2)):  # the fast paths match the estimator
+        fast = [int(a) for a in est.ew_fwd_terms(size, z)]
+        assert [int(a) for a in est.ew_fwd_terms(size, z, assembly=True)] == fast
+    # a worker over 3 rows of 5 non-zeros, half, Z = 16 (2 chunks)
+    assert int(est.ew_fwd_worker(2, 16, 3, 5, assembly=True)) == 30 + 3 * (12 + 2 * 17 + 6 * 5)
+
+
 def test_supervisor_walk():
     """``30 + 32 (buckets - withInfo) avgSG + withInfo (47 (avgFirstMatch + 1) + 46)``."""
     assert int(est.ew_supervisor(30, 1, 1)) == 30 + 47 + 46
@@ -78,10 +94,14 @@ def test_zeroing_on_the_device_is_one_64_bit_store_per_worker_cycle():
     assert int(est.zero_cycles(MK2, 0)) == 0
 
 
-def test_the_planner_charges_zeroing_as_poplibs_quirk():
-    """Spec 3.5 "Quirk": PopLibs' helper returns numPartials x numWorkers."""
-    assert int(est.planner_zero_cycles(MK2, 72)) == 72 * 6
-    assert est.planner_zero_cycles(MK2, np.array([0, 5])).tolist() == [0, 30]
+def test_the_planner_charges_zeroing_with_the_partials_per_worker():
+    """popsparse-paper-method.md 2: ``zeroPartialsCycles`` gets ``ceil(partialsPerTile /
+    W)`` and returns it times W. The spec's 16x16 half layer at n = 1024 (tiles of 192
+    output rows x 32 batch columns: 6,144 float partials) is charged 6,144 cycles, not the
+    36,864 (6 x 6,144) of the partials per tile times the workers."""
+    assert int(est.planner_zero_cycles(MK2, 192 * 32)) == 6144
+    assert int(est.planner_zero_cycles(MK2, 72)) == 72
+    assert est.planner_zero_cycles(MK2, np.array([0, 5, 7])).tolist() == [0, 6, 12]
 
 
 def test_block_fwd_vertex_by_hand():
@@ -113,3 +133,18 @@ def test_block_fwd_weight_loads_follow_the_conv_units():
 def test_block_supervisor_skips_a_bucket_in_33_cycles():
     """``40 + 33 (buckets - withInfo) avgSG + withInfo (46 (avgFirst + 1) + 56)``."""
     assert int(est.ew_supervisor(40, 4, 2, search=46, found=56, skip=33)) == 40 + 66 + 2 * 102
+
+
+def test_the_planner_zeroing_in_a_plan_cost(monkeypatch):
+    """The spec's worked 16x16 half layer (m = k = 4096, n = 1024, d = 1/16, partition 22 x
+    2 x 32: tiles of 192 rows x 32 batch columns, Mk2): its Fwd estimate holds 6,144
+    cycles of zeroing, the partials of one tile."""
+    from tremula.libs.popsparse import dynamic
+
+    sp = dynamic.SparsityParams(block_dimensions=(16, 16))
+    params = dynamic.FullyConnectedParams.create_with_nz_ratio(sp, 1 / 16, 1024, 1, 4096, 4096)
+    with_zeroing = dynamic.estimate_cost(MK2, "half", params, {}, (22, 2, 32))
+    monkeypatch.setattr(est, "planner_zero_cycles", lambda target, n: np.zeros_like(n))
+    without = dynamic.estimate_cost(MK2, "half", params, {}, (22, 2, 32))
+    assert with_zeroing is not None and without is not None
+    assert with_zeroing.fwd_cycles - without.fwd_cycles == 192 * 32

@@ -22,9 +22,9 @@ INPUT_TYPES = {"half": ("half", "float"), "float": ("half", "float"), "int": ("i
 PARTIALS_TYPES = ("float", "half")
 FULLY_CONNECTED_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 #: Passes PopLibs plans jointly (the three passes of a training layer at once); its conv
-#: planner never swaps the operands of a joint plan (``ConvPlan.cpp``,
-#: ``getSwapOperandCandidates``: "the joint planning logic doesn't yet handle swapped
-#: operands"), so these matmuls keep the rows of ``a`` as the AMP's output positions.
+#: planner forces ``swapOperands = true`` for a joint plan
+#: (``shared/spec/popsparse-paper-method.md`` 2), so these matmuls take the columns of ``b``
+#: as the AMP's output positions.
 JOINT_PASSES = ("TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 KNOWN_OPTIONS = ("availableMemoryProportion", "partialsType", "fullyConnectedPass")
 
@@ -41,13 +41,13 @@ class MatMulOptions:
 
     @property
     def joint(self) -> bool:
-        """Whether PopLibs plans this pass jointly (:data:`JOINT_PASSES`): no operand swap."""
+        """Whether PopLibs plans this pass jointly (:data:`JOINT_PASSES`): operands swapped."""
         return self.fully_connected_pass in JOINT_PASSES
 
 
 def parse_options(options: Mapping[str, Any] | None, where: str) -> MatMulOptions:
     """Check and parse ``options``. Of ``fullyConnectedPass`` only what it does to the
-    plan is modelled: a training pass is planned without swapping the operands.
+    plan is modelled: a training pass is planned with the operands swapped.
 
     Raises:
         MatMulError: an unknown option or a bad value, naming it and what is allowed.

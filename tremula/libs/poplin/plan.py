@@ -17,8 +17,9 @@ blocks, one block product per tile and serial step:
 
 ``swap`` plans compute ``C^T = B^T A^T`` instead (the planned frame has ``M`` and ``N``
 exchanged), which the AMP prefers when ``N`` offers more output positions than ``M``; as in
-PopLibs, not for a pass of a training layer (``fullyConnectedPass`` ``TRAINING_*``, planned
-jointly), whose rows of ``A`` stay the AMP's output positions (``params.swappable``).
+PopLibs, a pass of a training layer (``fullyConnectedPass`` ``TRAINING_*``, planned
+jointly) always swaps (``params.swappable`` False: the joint plan forces ``swapOperands``,
+``shared/spec/popsparse-paper-method.md`` 2).
 ``method`` is ``amp`` (the accumulating matrix product units, for half and float when the
 target has them) or ``mac`` (a dot-product vertex, for ints or where the AMP loses).
 
@@ -71,8 +72,9 @@ class MatMulParams:
     partials_type: str
     out_type: str
     available_memory_proportion: float = 0.6
-    #: Whether the planner may compute ``C^T = B^T A^T`` instead (not for the passes PopLibs
-    #: plans jointly: ``fullyConnectedPass`` ``TRAINING_*``).
+    #: Whether the planner tries both operand orders; False for the passes PopLibs plans
+    #: jointly (``fullyConnectedPass`` ``TRAINING_*``), whose operands it always swaps
+    #: (computes ``C^T = B^T A^T``).
     swappable: bool = True
 
 
@@ -162,8 +164,12 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
     if in_t.is_float and target.conv_units(in_t.size, _size(params.partials_type)) > 0:
         methods.insert(0, "amp")
     # the CPU target simulates no cycles: its plans keep the natural frame, whose row-major
-    # output is what the host's following element-wise work reads fastest
-    swaps = (False, True) if params.swappable and not target.is_cpu else (False,)
+    # output is what the host's following element-wise work reads fastest; PopLibs' joint
+    # plans (training passes) force the swap (popsparse-paper-method.md 2)
+    if target.is_cpu:
+        swaps: tuple[bool, ...] = (False,)
+    else:
+        swaps = (False, True) if params.swappable else (True,)
     from tremula.libs.poplin import plan_loops
 
     cands = []

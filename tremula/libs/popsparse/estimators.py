@@ -59,12 +59,14 @@ def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
 
 
 def planner_zero_cycles(target: Target, num_partials: Array) -> np.ndarray:
-    """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile: its
-    helper computes :func:`zero_cycles` and then returns ``numPartials x numWorkers``
-    instead (spec 3.5, "Quirk"). Kept, knowingly, so that the plans are PopLibs' plans:
-    it weighs large per-tile outputs (X x Z partials, GradW's partial buckets) against
-    more partitions of Y. The device charges the zeroing itself (:func:`zero_cycles`)."""
-    return np.asarray(num_partials, dtype=np.int64) * target.num_worker_contexts
+    """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile
+    (``popsparse-paper-method.md`` 2): it calls ``zeroPartialsCycles`` with the partials
+    *per worker*, ``ceil(num_partials / W)`` (``FullyConnectedPlan.cpp``), and that helper
+    returns its argument times the number of workers (the quirk of spec 3.5): about the
+    partials of the tile, ``ceil(num_partials / W) x W``. The device charges the zeroing
+    itself (:func:`zero_cycles`)."""
+    w = target.num_worker_contexts
+    return cdiv(num_partials, w) * w
 
 
 def reduce_cycles(
@@ -91,18 +93,37 @@ def cast_cycles(target: Target, n: Array, from_size: int, to_size: int) -> np.nd
 
 #: Fast paths of the element-wise Fwd worker: (type size, Z) -> (overhead, per row, per nz).
 EW_FWD_FAST = {(2, 8): (28, 15, 3), (2, 4): (30, 11, 2), (4, 4): (25, 13, 3), (4, 2): (27, 11, 2)}
-EW_FWD_GENERAL = (30, 16)  # [choice] overhead, per row of the general-Z path
+EW_FWD_OVERHEAD = 30  # [choice] worker overhead of the general-Z path
+#: The general-Z path as PopLibs' estimator charges it (the planner's): its loop constant
+#: once per row, ``16 + numZ/8 x 3 x numY`` (half), ``12 + numZ/4 x 3 x numY`` (float)
+#: (popsparse-paper-method.md 2): type size -> (per row, Z chunk).
+EW_FWD_ESTIMATE = {2: (16, 8), 4: (12, 4)}
+#: The general-Z path as the assembly runs it (``SparseDenseMatMulElementWise_half_float.S``,
+#: ``_float_float.S``; popsparse-paper-method.md 2): per row 12 bundles, per 8-wide (half) /
+#: 4-wide (float) chunk of Z 17 / 12 bundles plus 3 per non-zero.
+EW_FWD_ASM_ROW = 12
+EW_FWD_ASM_CHUNK = {2: 17, 4: 12}
+EW_FWD_ASM_NZ = 3
 
 
-def ew_fwd_terms(type_size: int, z: Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ew_fwd_terms(
+    type_size: int, z: Array, assembly: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(overhead, per row, per nz) cycles of the element-wise Fwd / GradA worker for ``z``
-    batch columns: the fast paths of spec 3.6, else 3 cycles per 64-bit chunk of ``z``
-    (8 half / 4 float) per nz plus a remainder term."""
+    batch columns: the fast paths of spec 3.6; else PopLibs' estimator (3 cycles per nz per
+    64-bit chunk of ``z``, 8 half / 4 float, plus a remainder term [choice]), or with
+    ``assembly`` what the Fwd codelet's assembly pays (a partial chunk as a whole one
+    [choice])."""
     z = np.asarray(z, dtype=np.int64)
-    chunk = 8 if type_size == 2 else 4
-    overhead = np.full(z.shape, EW_FWD_GENERAL[0])
-    per_row = np.full(z.shape, EW_FWD_GENERAL[1])
-    per_nz = 3 * (z // chunk) + 2 * (z % chunk != 0) + 1  # [choice] remainder + loop
+    row, chunk = EW_FWD_ESTIMATE[type_size]
+    overhead = np.full(z.shape, EW_FWD_OVERHEAD)
+    if assembly:
+        chunks = cdiv(z, chunk)
+        per_row = EW_FWD_ASM_ROW + chunks * EW_FWD_ASM_CHUNK[type_size]
+        per_nz = EW_FWD_ASM_NZ * chunks
+    else:
+        per_row = np.full(z.shape, row)
+        per_nz = 3 * (z // chunk) + 2 * (z % chunk != 0)  # [choice] the remainder
     for (size, zz), (o, r, n) in EW_FWD_FAST.items():
         if size == type_size:
             hit = z == zz
@@ -114,10 +135,13 @@ def ew_fwd_terms(type_size: int, z: Array) -> tuple[np.ndarray, np.ndarray, np.n
     return overhead, per_row, per_nz
 
 
-def ew_fwd_worker(type_size: int, z: Array, rows: Array, nz_per_row: Array) -> np.ndarray:
+def ew_fwd_worker(
+    type_size: int, z: Array, rows: Array, nz_per_row: Array, assembly: bool = False
+) -> np.ndarray:
     """One worker of the element-wise Fwd / GradA vertex over ``rows`` rows of
-    ``nz_per_row`` non-zeros each: ``overhead + rows (per row + nz per nz)``."""
-    overhead, per_row, per_nz = ew_fwd_terms(type_size, z)
+    ``nz_per_row`` non-zeros each: ``overhead + rows (per row + nz per nz)``
+    (:func:`ew_fwd_terms`)."""
+    overhead, per_row, per_nz = ew_fwd_terms(type_size, z, assembly)
     rows = np.asarray(rows, dtype=np.int64)
     return np.where(rows > 0, overhead + rows * (per_row + np.asarray(nz_per_row) * per_nz), 0)
 
@@ -212,10 +236,24 @@ def block_fwd_cycles(
     with_info: Array,
 ) -> np.ndarray:
     """The AMP block Fwd (and GradA ``TransposeAMPBlock``) vertex over ``buckets`` buckets of
-    ``blocks`` blocks in ``rows`` block rows each, ``sizes`` = (input, partials) type sizes;
-    the workers split ``z`` only. Supervisor: the bucket walk ``40 + 33 (buckets -
-    withInfo) + withInfo (46 + 56)`` (one sub-group per bucket), per block ``area / (float ?
-    2 : 4) + 3 + 12 weightLoads``, per block row a small X term; each worker, per block,
+    ``blocks`` blocks in ``rows`` block rows each, ``sizes`` = (input, partials) type sizes:
+    the supervisor's bucket walk ``40 + 33 (buckets - withInfo) + withInfo (46 + 56)`` (one
+    sub-group per bucket) and, per bucket with info, :func:`block_fwd_sub_group`."""
+    walk = ew_supervisor(40, buckets, with_info, **BLOCK_WALK)
+    work = block_fwd_sub_group(target, edge, sizes, z, blocks, rows)
+    return walk + np.asarray(with_info) * work
+
+
+#: The block vertices' walk: search, found and skip cycles (spec 3.6).
+BLOCK_WALK = {"search": 46, "found": 56, "skip": 33}
+
+
+def block_fwd_sub_group(
+    target: Target, edge: int, sizes: tuple[int, int], z: Array, blocks: Array, rows: Array
+) -> np.ndarray:
+    """What the AMP block Fwd vertex pays for one sub-group of ``blocks`` blocks in ``rows``
+    block rows (the workers split ``z`` only). Supervisor, per block ``area / (float ? 2 :
+    4) + 3 + 12 weightLoads`` and per block row a small X term; each worker, per block,
     ``weightLoads (innerOverhead + Z cyclesPerZ - 3 retainX)``, ``retainX`` for every block
     after the first of its row (spec 3.6)."""
     type_size, partials_size = sizes
@@ -223,8 +261,7 @@ def block_fwd_cycles(
     loads = amp_weight_loads(target, edge, type_size, partials_size)
     blocks, rows = np.asarray(blocks, dtype=np.int64), np.asarray(rows, dtype=np.int64)
     per_block_sup = edge * edge // (2 if type_size == 4 else 4) + 3 + 12 * loads
-    walk = ew_supervisor(40, buckets, with_info, search=46, found=56, skip=33)
-    sup = walk + np.asarray(with_info) * (blocks * per_block_sup + rows * AMP_ROW_CYCLES)
+    sup = blocks * per_block_sup + rows * AMP_ROW_CYCLES
     zw = np.maximum(cdiv(z, w), 1)
     inner = np.where(
         zw == 1,
@@ -233,7 +270,7 @@ def block_fwd_cycles(
     )
     per_z = AMP_CYCLES_PER_Z[edge][0 if type_size == 4 else 1]
     worker = loads * (blocks * (inner + zw * per_z) - 3 * np.maximum(blocks - rows, 0))
-    return sup + w * np.asarray(with_info) * np.maximum(worker, 0)
+    return sup + w * np.maximum(worker, 0)
 
 
 #: Non-AMP block GradW: block edge -> ((yOverhead, cyclesPerZ) half in, (...) float in).
@@ -248,7 +285,7 @@ def block_gradw_cycles(
     w = target.num_worker_contexts
     y_overhead, per_z = BLOCK_GRADW[edge][0 if type_size == 2 else 1]
     per_worker = cdiv(blocks, w) * (y_overhead + np.asarray(z) * per_z)
-    return ew_supervisor(40, 1, 1, search=46, found=56) + w * per_worker
+    return ew_supervisor(40, 1, 1, **BLOCK_WALK) + w * per_worker
 
 
 def block_gradw_amp_cycles(
@@ -259,7 +296,7 @@ def block_gradw_amp_cycles(
     AMP run at the tile's peak MACs per cycle. [choice: the spec leaves the details out]"""
     load = cdiv(z_grain * edge * type_size, 8) + 12
     run = cdiv(edge * edge * z_grain, target.max_macs_per_cycle_per_tile(type_size)) + 10
-    return ew_supervisor(40, 1, 1, search=46, found=56) + (
+    return ew_supervisor(40, 1, 1, **BLOCK_WALK) + (
         np.asarray(blocks) * cdiv(z, z_grain) * (load + run)
     )
 
@@ -323,15 +360,18 @@ def ew_product_cycles(
     blocks: Array,
     buckets: Array,
     grad_a: bool,
+    assembly: bool = False,
 ) -> np.ndarray:
     """An element-wise Fwd (or own-meta-info GradA) vertex over ``buckets`` buckets of one
     matching sub-group of ``blocks`` non-zeros in ``rows`` rows each, ``z_grains`` grains of
-    ``z_grain`` batch columns."""
+    ``z_grain`` batch columns; the workers as PopLibs' estimator, or as the Fwd assembly
+    runs (``assembly``, :func:`ew_fwd_terms`)."""
     w = target.num_worker_contexts
     r_w, z_w = worker_pieces(rows, z_grains, w)
     per_row = np.where(rows > 0, cdiv(blocks, np.maximum(rows, 1)), 0)
-    worker = ew_fwd_worker(type_size, z_w * z_grain, r_w, per_row[:, None]).max(axis=1)
-    return ew_supervisor(46 if grad_a else 30, buckets, buckets) + w * buckets * worker
+    worker = ew_fwd_worker(type_size, z_w * z_grain, r_w, per_row[:, None], assembly)
+    walk = ew_supervisor(46 if grad_a else 30, buckets, buckets)
+    return walk + w * buckets * worker.max(axis=1)
 
 
 def ew_transpose_product_cycles(

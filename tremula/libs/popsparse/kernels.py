@@ -110,16 +110,19 @@ def decode(words: np.ndarray, fmt: BucketFormat) -> Entries:
     m = words.shape[0]
     w = np.asarray(words).reshape(-1, fmt.words).astype(np.int64)
     per_row = words.shape[1] // fmt.words if m else 0
-    sg = _sub_groups(w, fmt)
-    rows = _rows(w, sg, fmt)
+    sg = sub_groups(w, fmt)
+    rows = row_entries(w, sg, fmt)
     ent = _blocks(w, sg, rows, fmt)
     bucket = sg["bucket"][ent[0]]
     slot = ent[4] + (bucket % max(per_row, 1)) * fmt.nz
     return Entries(bucket // max(per_row, 1), sg["sid"][ent[0]], ent[1], ent[2], slot)
 
 
-def _sub_groups(w: np.ndarray, fmt: BucketFormat) -> dict[str, np.ndarray]:
-    """Header fields of every sub-group, walking all buckets in lockstep."""
+def sub_groups(w: np.ndarray, fmt: BucketFormat) -> dict[str, np.ndarray]:
+    """Header fields of every sub-group of the buckets ``w [buckets, words]``, walking all
+    buckets in lockstep: ``bucket``, ``sid``, ``pos`` (its first word), ``first`` (word of
+    its first row), ``end``, ``rows``, ``nz_base`` and ``values``; every bucket's first
+    sub-groups, then their second ones, and so on."""
     n_words = w.shape[1]
     head = 7 if fmt.is_block else 9
     pos = np.zeros(w.shape[0], dtype=np.int64)
@@ -163,8 +166,11 @@ def _sub_groups(w: np.ndarray, fmt: BucketFormat) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[i] for p in parts]) for i, k in enumerate(names)}
 
 
-def _rows(w: np.ndarray, sg: dict[str, np.ndarray], fmt: BucketFormat) -> dict[str, np.ndarray]:
-    """Word position and block count of every row, sub-group by sub-group in order."""
+def row_entries(
+    w: np.ndarray, sg: dict[str, np.ndarray], fmt: BucketFormat
+) -> dict[str, np.ndarray]:
+    """Sub-group (``sg``), word position (``pos``) and block count (``n``) of every row,
+    sub-group by sub-group, rows in order."""
     per = 2 if fmt.grad_a else 1  # words per block of a row entry
     extra = 1 if fmt.is_block else 0  # block rows store numBlocks - 1
     ptr, left = sg["first"].copy(), sg["rows"].copy()

@@ -11,7 +11,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.popsparse import estimators as est
-from tremula.libs.popsparse import kernels
+from tremula.libs.popsparse import kernels, run_cost
 from tremula.libs.popsparse.codelets.common import geometry, select_blocks, template_sizes
 from tremula.libs.popsparse.fields import ContentCache, Rows, repeats, take, unique
 
@@ -51,6 +51,7 @@ class ProductVertex(poplar.Codelet):
             "q": v.view("q", (*grid, r_rows, z)),
         }
         sid = v.sub_group_id
+        _note_cycles(cls, v, geo, views["mi"], sid)
         merged = _merge_z(views, sid, geo)
         if merged is not None:  # the Z partitions of a group as one wider vertex
             views, sid, geo = merged
@@ -91,12 +92,32 @@ class ProductVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        """Spec 3.6's estimate of the product, plus zeroing the partials in a first
-        compute (the distribution's vertex writes them, spec 4.7 "zeroInfo")."""
-        zeroing = (
-            0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
-        )
-        return cls.product_cycles(v) + zeroing
+        """Spec 3.6's estimate of the product on the plan's uniform pattern, plus zeroing
+        the partials in a first compute (the distribution's vertex writes them, spec 4.7
+        "zeroInfo"): the graph profile's estimate."""
+        return cls.product_cycles(v) + cls.zeroing_cycles(v)
+
+    @classmethod
+    def zeroing_cycles(cls, v: poplar.VertexInfo) -> np.ndarray | int:
+        if cls.accumulate:
+            return 0
+        return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
+
+    @classmethod
+    def run_cycles(cls, v: poplar.Batch) -> np.ndarray | None:
+        """The cycles of this run: each vertex on the sub-groups it read
+        (:mod:`run_cost`, noted by ``compute``), plus zeroing."""
+        found = v.cached("run_cycles", dict).get("cycles")
+        return None if found is None else found + cls.zeroing_cycles(v)
+
+    @classmethod
+    def kind(cls, v: poplar.VertexInfo) -> run_cost.VertexKind:
+        """What :mod:`run_cost` needs to know of these vertices."""
+        _, _, z = template_sizes(v, "SHAPE")
+        sizes = (v.dtype("s").size, v.dtype("q").size)
+        if cls.block:
+            return run_cost.VertexKind("block", sizes, z, template_sizes(v, "BLOCK")[0])
+        return run_cost.VertexKind(cls.method, sizes, z, assembly=cls.method == "Forward")
 
     @classmethod
     def product_cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
@@ -113,7 +134,10 @@ class ProductVertex(poplar.Codelet):
             return est.ew_transpose_product_cycles(t, ts, z, blocks, nb)
         gz = t.vector_width(ts)
         z_grains = np.full(rows.shape, max(z // gz, 1))
-        return est.ew_product_cycles(t, ts, z_grains, gz, rows, blocks, nb, cls.transposed)
+        assembly = cls.method == "Forward"
+        return est.ew_product_cycles(
+            t, ts, z_grains, gz, rows, blocks, nb, cls.transposed, assembly
+        )
 
     @classmethod
     def flops(cls, v: poplar.VertexInfo) -> np.ndarray:
@@ -121,6 +145,24 @@ class ProductVertex(poplar.Codelet):
         area = template_sizes(v, "BLOCK")[0] ** 2 if cls.block else 1
         nb = v.lengths("meta_info") // np.maximum(v.state("words").astype(np.int64), 1)
         return 2.0 * v.state("est_blocks") * area * z * nb
+
+
+def _note_cycles(
+    cls: Any, v: poplar.Batch, geo: dict[str, Any], mi: np.ndarray, sid: np.ndarray
+) -> None:
+    """Cost every vertex on the meta-info it reads in the first replica of this run
+    (cached by the meta-info's content), for :meth:`ProductVertex.run_cycles`."""
+    mi_u, mi_idx = unique(mi)
+    content = mi_u[0]
+    kind = v.cached("kind", lambda: cls.kind(v))
+    rows = int(np.prod(content.shape[:3]))
+
+    def build() -> np.ndarray:
+        words = content.reshape(rows, -1)
+        return run_cost.vertex_cycles(v.target, kind, words, geo["fmt"], mi_idx, sid)
+
+    costs = v.cached("costs", ContentCache)
+    v.cached("run_cycles", dict)["cycles"] = costs.get(content, build)
 
 
 def _merge_z(

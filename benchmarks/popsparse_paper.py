@@ -1,0 +1,285 @@
+"""The PopSparse paper's comparison, measured the way its harness measured it (issue 28;
+``shared/spec/popsparse-paper-method.md``): ``bench_popsparse_fc.py --paper``.
+
+* **Sparse**: ``[m][k] (sparse) x [k][n]`` through the matmul API
+  (``create_sparse_dense_matmul_lhs`` / ``_rhs`` + ``sparse_dense_matmul``, empty options:
+  planned with GradA, as PopLibs' matmul always plans), on the harness's pattern: exactly
+  ``ceil(d blocks)`` blocks, the first of all block positions (row-major over the block
+  grid) after libstdc++'s ``std::shuffle`` with ``std::default_random_engine(seed)``
+  (``minstd_rand0``), seed 123 as the harness, plus other seeds for the spread.
+* **Dense**: ``poplin.matmul(W [m][k], X [k][n])`` with ``partialsType`` float (no
+  fully-connected pass: the planner tries both operand orders).
+* **Time**: from the first run's execution profile, the OnTileExecute steps ("compute")
+  plus the DoExchange steps ("exchange"), each step from its earliest start to its latest
+  end; Sync and StreamCopy steps excluded. The program holds only the product, so every
+  compute step is the harness's ``*matmul*`` step. Rates count useful FLOPs, ``2 m n k d``
+  (dense: d = 1), at Bow's clock (the paper's chip, see :data:`PAPER_CHIP`).
+* **Best over n**, dense and sparse separately; speed-up = ``best_sparse / (d best_dense)``.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tremula import poplar
+from tremula.errors import TremulaError
+from tremula.libs import jit, poplin
+from tremula.libs.popsparse import COOMatrix, dynamic
+
+SIZE = 4096
+NO_OOM = {"debug.allowOutOfMemory": "true"}
+TYPES = {"half": poplar.HALF, "float": poplar.FLOAT}
+#: The paper at m = k = 4096, d = 1/16 (issue 28): speed-up by (block, type), and the
+#: half block sweep in non-zero TFLOP/s; the dense maxima (TFLOP/s) by type.
+PAPER_SPEEDUP = {(1, "half"): 0.4, (1, "float"): 0.9, (16, "half"): 1.9, (16, "float"): 3.8}
+PAPER_BLOCK_TFLOPS = {1: 5.8, 4: 14.0, 8: 21.0, 16: 27.0}
+PAPER_DENSE_TFLOPS = {"half": 230.0, "float": 55.0}
+PAPER_CHIP = (
+    "Rates are at Bow's clock (1.85 GHz): the harness ran on hardware, and the paper's dense "
+    "FP16 maximum, ~230 TFLOP/s, is 66 % of a Bow's peak and 92 % of an Mk2's "
+    "(shared/spec/popsparse-paper-method.md 1). Speed-ups are ratios of cycles."
+)
+HARNESS_SEED = 123
+MINSTD_A, MINSTD_M = 16807, 2**31 - 1
+
+
+def _shuffle(values: np.ndarray, seed: int) -> None:
+    """``std::shuffle(values, std::default_random_engine(seed))`` as libstdc++ does it, in
+    place: ``minstd_rand0`` (``x <- 16807 x mod 2^31-1``), and for i = 1 .. N-1 a swap with
+    j uniform in [0, i] by libstdc++'s downscaling rejection (range ``2^31 - 3``: ``scaling =
+    range // (i+1)``, draw ``r = x - 1`` until ``r < (i+1) scaling``, ``j = r // scaling``).
+    Valid while ``(2^31-3) // N < N`` (the single-draw path; every grid here)."""
+    x = seed % MINSTD_M
+    if x == 0:
+        x = 1
+    urngrange = MINSTD_M - 2  # max - min = (2^31 - 2) - 1
+    for i in range(1, values.size):
+        scaling = urngrange // (i + 1)
+        past = (i + 1) * scaling
+        while True:
+            x = (MINSTD_A * x) % MINSTD_M
+            r = x - 1
+            if r < past:
+                break
+        j = r // scaling
+        values[i], values[j] = values[j], values[i]
+
+
+_shuffle_kernel = jit.kernel(_shuffle)
+
+
+def harness_positions(num_blocks: int, keep: int, seed: int) -> np.ndarray:
+    """The first ``keep`` of ``0 .. num_blocks-1`` after the harness's shuffle."""
+    if (MINSTD_M - 2) // num_blocks >= num_blocks:
+        raise ValueError(
+            f"{num_blocks} positions: libstdc++ shuffles pairs at once there (not modelled)"
+        )
+    values = np.arange(num_blocks, dtype=np.int64)
+    (_shuffle_kernel if jit.available() else _shuffle)(values, seed)
+    return values[:keep]
+
+
+def harness_pattern(m: int, k: int, block: int, d: float, seed: int) -> COOMatrix:
+    """The harness's ``[m][k]`` pattern: exactly ``ceil(d blocks)`` blocks at the shuffled
+    positions (row-major over the block grid), values uniform in [-1, 1)."""
+    rows, cols = m // block, k // block
+    keep = math.ceil(d * rows * cols)
+    pos = np.sort(harness_positions(rows * cols, keep, seed))
+    values = np.random.default_rng(seed).uniform(-1, 1, keep * block * block)
+    return COOMatrix(
+        values.astype(np.float32), pos // cols * block, pos % cols * block, (block, block), m, k
+    )
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Profile cycles of one run: compute (OnTileExecute), exchange (DoExchange), sync,
+    stream copies, and the total."""
+
+    compute: int
+    exchange: int
+    sync: int
+    stream: int
+    total: int
+
+    @property
+    def measured(self) -> int:
+        """What the harness times: compute and exchange."""
+        return self.compute + self.exchange
+
+
+def timed(engine: poplar.Engine) -> Timed:
+    """Run once from a fresh profile; the harness's reading of its steps."""
+    engine.reset_execution_profile()
+    engine.run()
+    sim = engine.get_execution_profile()["simulation"]
+    by: dict[str, int] = {}
+    for step in sim["steps"]:
+        by[step["type"]] = by.get(step["type"], 0) + int(step["cycles"])
+    return Timed(
+        by.get("OnTileExecute", 0),
+        by.get("DoExchange", 0),
+        by.get("Sync", 0),
+        by.get("StreamCopy", 0),
+        int(sim["cycles"]),
+    )
+
+
+def sparse_engine(dtype: poplar.Type, block: int, d: float, n: int):
+    """A loaded engine of the sparse matmul, and its partitioner (the same options)."""
+    device = poplar.IPUModel("bow").create_device()
+    graph = poplar.Graph(device.target)
+    sparsity = dynamic.SparsityParams(block_dimensions=(block, block))
+    params = dynamic.MatMulParams.create_with_nz_ratio(sparsity, d, 1, SIZE, SIZE, n)
+    lhs = dynamic.create_sparse_dense_matmul_lhs(graph, dtype, params, {})
+    rhs = dynamic.create_sparse_dense_matmul_rhs(graph, dtype, params, {})
+    prog = poplar.Sequence()
+    dynamic.sparse_dense_matmul(graph, lhs, rhs, prog)
+    graph.create_host_write("meta_info", lhs.meta_info)
+    graph.create_host_write("nz_values", lhs.nz_values)
+    engine = poplar.Engine(graph, prog, NO_OOM)
+    engine.load(device)
+    return engine, dynamic.Partitioner(params, dtype, device.target, {})
+
+
+@dataclass(frozen=True)
+class SparsePoint:
+    """One sparse case at one n on one pattern."""
+
+    n: int
+    seed: int
+    time: Timed
+    plan: str
+    steps: int  # propagation computes the pattern needs
+
+
+def sparse_points(
+    type_name: str, block: int, d: float, n: int, seeds: tuple[int, ...]
+) -> list[SparsePoint] | str:
+    """The sparse case at ``n`` on each seed's pattern (one compile), or why not built."""
+    gc.collect()  # engines hold cycles; large ones must go before the next
+    try:
+        engine, part = sparse_engine(TYPES[type_name], block, d, n)
+    except TremulaError as err:
+        return f"not built: {str(err)[:200]}"
+    plan = part.plan
+    out = []
+    for seed in seeds:
+        impl = part.create_sparsity_data_impl(harness_pattern(SIZE, SIZE, block, d, seed))
+        engine.write_tensor("meta_info", impl.meta_info)
+        engine.write_tensor("nz_values", impl.nz_values)
+        steps = dynamic.propagation_steps(plan.partition.xyz, part.overflow_info(impl))
+        computes = sum(s.compute for s in steps)
+        out.append(SparsePoint(n, seed, timed(engine), str(plan.partition.xyz), computes))
+    return out
+
+
+def dense_time(type_name: str, n: int) -> Timed:
+    """``poplin.matmul(W [SIZE][SIZE], X [SIZE][n])`` with float partials."""
+    gc.collect()
+    device = poplar.IPUModel("bow").create_device()
+    graph = poplar.Graph(device.target)
+    dtype = TYPES[type_name]
+    opts = {"partialsType": "float"}
+    shapes = ((SIZE, SIZE), (SIZE, n))
+    w = poplin.create_matmul_input_lhs(graph, dtype, *shapes, "w", opts)
+    x = poplin.create_matmul_input_rhs(graph, dtype, *shapes, "x", opts)
+    prog = poplar.Sequence()
+    poplin.matmul(graph, w, x, prog, options=opts)
+    engine = poplar.Engine(graph, prog, NO_OOM)
+    engine.load(device)
+    return timed(engine)
+
+
+def tflops(flops: float, cycles: int) -> float:
+    clock = poplar.IPUModel("bow").create_target().tile_clock_frequency
+    return flops * clock / max(cycles, 1) / 1e12
+
+
+def off(ours: float, paper: float) -> str:
+    return f"{100 * (ours / paper - 1):+.0f}%"
+
+
+def dense_table(ns: tuple[int, ...]) -> dict[str, float]:
+    """Print the dense points; the best (compute and exchange) TFLOP/s by type."""
+    best: dict[str, float] = {}
+    print(f"dense poplin.matmul(W [{SIZE}][{SIZE}], X [{SIZE}][n]), float partials, Bow:")
+    for type_name in TYPES:
+        for n in ns:
+            t = dense_time(type_name, n)
+            f = 2.0 * SIZE * SIZE * n
+            rate, rate_c = tflops(f, t.measured), tflops(f, t.compute)
+            best[type_name] = max(best.get(type_name, 0.0), rate)
+            print(f"  {type_name:>5} n={n:<6} compute {t.compute:>9} + exchange {t.exchange:>8} "
+                  f"(sync {t.sync}, streams {t.stream}, total {t.total}) cycles: "
+                  f"{rate:6.1f} TFLOP/s (compute only {rate_c:6.1f})", flush=True)  # fmt: skip
+        paper = PAPER_DENSE_TFLOPS[type_name]
+        print(f"  {type_name} best {best[type_name]:.1f} TFLOP/s, paper ~{paper:.0f} "
+              f"({off(best[type_name], paper)})")  # fmt: skip
+    return best
+
+
+def sparse_case(
+    type_name: str, block: int, d: float, ns: tuple[int, ...], seeds: tuple[int, ...]
+) -> dict[int, float]:
+    """Print the case's points; best non-zero TFLOP/s over n, by seed."""
+    best: dict[int, float] = {}
+    flops_n = 2.0 * SIZE * SIZE * d
+    for n in ns:
+        points = sparse_points(type_name, block, d, n, seeds)
+        if isinstance(points, str):
+            print(f"  b={block:<2} {type_name:>5} n={n:<5} {points}")
+            continue
+        for p in points:
+            rate, rate_c = tflops(flops_n * n, p.time.measured), tflops(flops_n * n, p.time.compute)
+            best[p.seed] = max(best.get(p.seed, 0.0), rate)
+            print(f"  b={block:<2} {type_name:>5} n={n:<5} seed {p.seed:<4} plan {p.plan:<13} "
+                  f"compute {p.time.compute:>8} + exchange {p.time.exchange:>7} (sync "
+                  f"{p.time.sync}) cycles, {p.steps:>2} prop. computes: {rate:6.2f} TFLOP/s "
+                  f"(compute only {rate_c:6.2f})", flush=True)  # fmt: skip
+    return best
+
+
+def paper_tables(
+    sparse_ns: tuple[int, ...], dense_ns: tuple[int, ...], seeds: tuple[int, ...]
+) -> None:
+    """Every paper point next to Tremula's (see the module docstring)."""
+    print(PAPER_CHIP)
+    dense = dense_table(dense_ns)
+    d = 1 / 16
+    cases: dict[tuple[int, str], dict[int, float]] = {}
+    for block, type_name in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]:
+        if (block, type_name) not in cases:
+            cases[block, type_name] = sparse_case(type_name, block, d, sparse_ns, seeds)
+    harness = HARNESS_SEED if HARNESS_SEED in seeds else seeds[0]
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else "-"
+
+    print(f"speed-up = best sparse / (d best dense), m = k = {SIZE}, d = 1/16, sparse n in "
+          f"{sparse_ns}, dense n in {dense_ns}; seed {harness} (the harness's), and the range "
+          f"over seeds {seeds}")  # fmt: skip
+    print(f"{'case':>12} {'paper':>6} {'ours':>6} {'off':>6} {'seeds':>11}")
+    for (block, type_name), paper in PAPER_SPEEDUP.items():
+        best = cases[block, type_name]
+        if not best:
+            print(f"{f'b={block} {type_name}':>12} {paper:>6.1f}  (no point built)")
+            continue
+        ups = {s: r / (d * dense[type_name]) for s, r in best.items()}
+        ours = ups.get(harness, next(iter(ups.values())))
+        print(f"{f'b={block} {type_name}':>12} {paper:>6.1f} {ours:>6.2f} {off(ours, paper):>6} "
+              f"{spread(list(ups.values())):>11}")  # fmt: skip
+    print("block sweep, half, d = 1/16, best non-zero TFLOP/s over n (Bow)")
+    print(f"{'b':>3} {'paper':>6} {'ours':>6} {'off':>6} {'seeds':>11}")
+    for block, paper in PAPER_BLOCK_TFLOPS.items():
+        best = cases[block, "half"]
+        if not best:
+            print(f"{block:>3} {paper:>6.1f}  (no point built)")
+            continue
+        ours = best.get(harness, next(iter(best.values())))
+        print(f"{block:>3} {paper:>6.1f} {ours:>6.1f} {off(ours, paper):>6} "
+              f"{spread(list(best.values())):>11}")  # fmt: skip
