@@ -36,7 +36,8 @@ def _padded(lw: Lowerer, x: poplar.Tensor, a: dict, fill: float, prog: poplar.Se
     xp = lw.new_tensor(None, x.dtype, shape, f"{name}/padded")
     popops.fill(lw.graph, xp, fill, prog, name=f"{name}/pad")
     inner = tuple(slice(b, b + s) for b, s in zip(begin, x.shape[2:]))
-    prog.add(poplar.Copy(x, xp[(slice(None), slice(None), *inner)]))
+    index = (slice(None), slice(None), *inner)
+    prog.add(poplar.Copy(x, xp[index]))
     return xp
 
 
@@ -49,7 +50,8 @@ def _patches(lw: Lowerer, x: poplar.Tensor, a: dict, fill: float, prog: poplar.S
             slice(ki * d, ki * d + s * (o - 1) + 1, s)
             for ki, d, s, o in zip(k, a["dilation"], a["stride"], a["out"])
         )
-        views.append(xp[(slice(None), slice(None), *key)].expand([2]))
+        index = (slice(None), slice(None), *key)
+        views.append(xp[index].expand([2]))
     cols = poplar.concat(views, 2)
     out = lw.new_tensor(None, x.dtype, cols.shape, f"{name}/patches")
     prog.add(poplar.Copy(cols, out))
@@ -92,9 +94,11 @@ def conv_transpose(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
     spread = tuple(
         slice(e, e + st * (s - 1) + 1, st) for e, st, s in zip(edge, a["stride"], spatial)
     )
-    prog.add(poplar.Copy(x, z[(slice(None), slice(None), *spread)]))
+    index = (slice(None), slice(None), *spread)
+    prog.add(poplar.Copy(x, z[index]))
     crop = tuple(slice(b, f - e) for b, e, f in zip(a["pads_begin"], a["pads_end"], full))
-    zc = z[(slice(None), slice(None), *crop)]
+    index = (slice(None), slice(None), *crop)
+    zc = z[index]
     wf = w.reshape((g, c // g, oc // g, *kernel)).dim_shuffle([0, 2, 1, *range(3, 3 + len(kernel))])
     wf = wf.reshape((oc, c // g, *kernel))
     for d in range(2, wf.rank):

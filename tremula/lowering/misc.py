@@ -84,7 +84,7 @@ def _mixed_scaled_add(
     computed in float and rounded once to ``out``'s type, as PopLibs' mixed-precision
     scaledAddTo; one element-wise map (its cost is the map's)."""
     ins: list[poplar.Tensor] = [out, y]
-    terms = []
+    terms: list[Any] = []
     for s in (a, b):
         if isinstance(s, poplar.Tensor):
             ins.append(s.broadcast_to(out.shape) if s.shape != out.shape else s)

@@ -12,7 +12,7 @@ attached session; ``get_tensor_data`` reads device weights lazily.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 from typing import Any
 

@@ -65,7 +65,8 @@ def philox4x32(
         keys_part = [[k[part] for k in ks] for ks in schedule]
         words = _rounds([x[part] for x in ctr], keys_part)
         for i, w in enumerate(words):
-            out[(*part, i)] = w
+            at = (*part, i)
+            out[at] = w
     return out.reshape(*full, 4)
 
 

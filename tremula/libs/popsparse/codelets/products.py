@@ -98,7 +98,7 @@ class ProductVertex(poplar.Codelet):
         return cls.product_cycles(v) + cls.zeroing_cycles(v)
 
     @classmethod
-    def zeroing_cycles(cls, v: poplar.VertexInfo) -> np.ndarray | int:
+    def zeroing_cycles(cls, v: poplar.VertexInfo | poplar.Batch) -> np.ndarray | int:
         if cls.accumulate:
             return 0
         return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
