@@ -253,6 +253,10 @@ CASES: dict[str, Case] = {
         [u(1, 2, 3, 3), u(2, 3, 2, 2)],
         build=lambda x, w: ops.conv_transpose(x, w, (2, 2), (1, 0, 0, 1)),
     ),
+    "ConvTranspose/groups": Case(
+        [u(1, 4, 3), u(4, 1, 2)],
+        build=lambda x, w: ops.conv_transpose(x, w, (1,), (0, 0), (1,), groups=2),
+    ),
     # ops.conv_transpose refuses dilations (as PopART does); the gradient of a dilated conv
     # is a dilated ConvTranspose, whose own gradient rule this checks
     "ConvTranspose/groups-dilation": Case(
