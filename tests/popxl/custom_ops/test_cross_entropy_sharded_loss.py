@@ -151,3 +151,22 @@ def test_bad_shapes_are_refused_with_the_cpp_message() -> None:
         with pytest.raises(ValueError, match="indices and logits must have the same number"):
             cross_entropy_sharded_loss(x, idx)
         assert not ir.main_graph.ops
+
+
+def test_the_reference_gradient_is_the_losss_derivative() -> None:
+    """The closed form the tests hold the op to, against central finite differences."""
+    groups = _groups(1, 2)
+    labels = np.zeros((R, N), np.int64)
+    for members in groups:
+        labels[members] = _labels(2)
+    _, grads = reference(groups, labels, "sum")
+    r, n, c, eps = 2, 3, 1, 1e-4
+    saved = LOGITS[r, n, c]
+    try:
+        LOGITS[r, n, c] = saved + eps
+        up = reference(groups, labels, "sum")[0][r]
+        LOGITS[r, n, c] = saved - eps
+        down = reference(groups, labels, "sum")[0][r]
+    finally:
+        LOGITS[r, n, c] = saved
+    assert (up - down) / (2 * eps) == pytest.approx(grads[r, n, c], rel=1e-3, abs=1e-5)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: the file extensions cppimport compiles, in its order
 EXTENSIONS = (".cpp", ".c")
@@ -50,12 +50,14 @@ def is_cppimport_source(path: str) -> bool:
         return False
 
 
-def find_module_source(leaf: str, folders: list[str]) -> str | None:
+def find_module_source(leaf: str, folders: list[Any]) -> str | None:
     """The cppimport source of module ``leaf`` in the first folder of ``folders`` that has
     one (``None`` when there is none)."""
     for folder in folders:
+        if not isinstance(folder, (str, os.PathLike)):  # sys.path may hold other entries
+            continue
         for ext in EXTENSIONS:
-            path = os.path.join(folder or ".", leaf + ext)
+            path = os.path.join(os.fspath(folder) or ".", leaf + ext)
             if os.path.isfile(path) and is_cppimport_source(path):
                 return os.path.abspath(path)
     return None
