@@ -70,8 +70,10 @@ def grouping(ir: Any, group: Grouping | ReplicaGrouping | None) -> ReplicaGroupi
         return ir.replica_grouping()
     if isinstance(group, ReplicaGrouping):
         return group
-    if not isinstance(group, Grouping):
+    # the bindings' ReplicaGrouping (what ``_pb_replica_grouping`` is) holds a GCL grouping
+    inner = group if isinstance(group, Grouping) else getattr(group, "grouping", None)
+    if not isinstance(inner, Grouping):
         raise TypeError(
             f"group must be a ReplicaGrouping's _pb_replica_grouping, got {type(group).__name__}"
         )
-    return ReplicaGrouping._wrap(ir, group)
+    return ReplicaGrouping._wrap(ir, inner)
