@@ -1,4 +1,4 @@
-"""Lowering of ``popxl/custom_ops/layer_norm_distributed.py`` as its C++ Opx grows it:
+"""Lowering of ``layer_norm_distributed.py`` as its C++ Opx grows it:
 the statistics through ``poplin.distributed_norm_statistics`` on ``x^T`` (channels: the
 samples) with gcl's all-reduce over the op's group as the reduce callback (all partials in
 one all-reduce), the output through ``popnn.layer_normalise``; the gradient through
@@ -9,9 +9,10 @@ op's debug name (``<scope>/LayerNormDistributed/...``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula import poplar
 from tremula.libs import gcl, poplin, popnn
-from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 
 
@@ -45,8 +46,7 @@ def _stable(op: Op) -> bool:
     return bool(getattr(opts, "enableStableNorm", False))
 
 
-@rule("LayerNormDistributed")
-def layer_norm_distributed(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def layer_norm_distributed(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     x, w, b = (env[t] for t in op.inputs)
     rg = op.attrs["group"]
     name = lw.name(op.debug_name)
@@ -59,8 +59,7 @@ def layer_norm_distributed(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
     env.update(zip(op.outputs, (y, mean, inv)))
 
 
-@rule("LayerNormDistributedGrad")
-def layer_norm_distributed_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def layer_norm_distributed_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     x, _, mean, inv, dy = (env[t] for t in op.inputs)
     rg = op.attrs["group"]
     name = lw.name(op.debug_name)
@@ -73,3 +72,10 @@ def layer_norm_distributed_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequ
         lw.graph, xh, dy, None, inv, prog, name=f"{name}/scaleOffsetGrads"
     )
     env.update(zip(op.outputs, (dx.transpose(), dw, db)))
+
+
+#: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
+RULES = {
+    "LayerNormDistributed": layer_norm_distributed,
+    "LayerNormDistributedGrad": layer_norm_distributed_grad,
+}

@@ -1,4 +1,4 @@
-"""Lowering of ``popxl/custom_ops/cross_entropy_sharded_wr_loss.py`` (classes sharded over
+"""Lowering of ``cross_entropy_sharded_wr_loss.py`` (classes sharded over
 the IPUs of a replica) as its C++ Opx grows it: each shard's work on its own IPU's tiles
 (``Lowerer.on_ipu``), the row maxima and the sums of exponentials reduced across the IPUs
 by ``gcl.all_reduce_within_replica`` (MAX, then ADD), the log-softmax subtracted and
@@ -13,17 +13,18 @@ compute sets carry the op's debug name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula import poplar
 from tremula.libs import gcl, popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.lowering.custom_cross_entropy_sharded import flat_indices
+from tremula.popxl.custom_ops.cross_entropy_sharded_loss_lowering import flat_indices
 from tremula.popxl.ops.base import Op
 
 ADD, MAX = gcl.CollectiveOperator.ADD, gcl.CollectiveOperator.MAX
 
 
-def _to_ipu(lw: Lowerer, t: poplar.Tensor, ipu: int, prog: poplar.Sequence, name: str):
+def _to_ipu(lw: Any, t: poplar.Tensor, ipu: int, prog: poplar.Sequence, name: str):
     """A copy of ``t`` on IPU ``ipu``'s tiles."""
     with lw.on_ipu(ipu):
         out = lw.new_tensor(None, t.dtype, t.shape, name)
@@ -39,8 +40,7 @@ def _starts(shards: list[poplar.Tensor]) -> list[int]:
     return starts
 
 
-@rule("CrossEntropyShardedWR")
-def cross_entropy_sharded_wr(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     ipus = op.attrs["ipus"]
     s = len(ipus)
     logits = [env[t] for t in op.inputs[:s]]
@@ -90,8 +90,7 @@ def cross_entropy_sharded_wr(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequenc
     env.update(zip(op.outputs, [loss, *nls]))
 
 
-@rule("CrossEntropyShardedGradWR")
-def cross_entropy_sharded_grad_wr(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_grad_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     ipus = op.attrs["ipus"]
     s = len(ipus)
     dloss = env[op.inputs[0]]
@@ -112,3 +111,10 @@ def cross_entropy_sharded_grad_wr(lw: Lowerer, op: Op, env: Env, prog: poplar.Se
             popops.multi_update_add(lw.graph, d.reshape((n * c, 1)), flat, g.reshape((n, 1)),
                                     -1.0, prog, name=f"{name}/scatter_gradients_{k}")  # fmt: skip
         env[op.outputs[k]] = d
+
+
+#: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
+RULES = {
+    "CrossEntropyShardedWR": cross_entropy_sharded_wr,
+    "CrossEntropyShardedGradWR": cross_entropy_sharded_grad_wr,
+}

@@ -1,4 +1,4 @@
-"""Lowering of ``popxl/custom_ops/cross_entropy_sharded_loss.py`` as its C++ Opx grows it.
+"""Lowering of ``cross_entropy_sharded_loss.py`` as its C++ Opx grows it.
 
 Forward: ``popops.reduce`` MAX over the classes, gcl all-reduce MAX over the group, a
 subtraction, ``exp``, ``reduce`` ADD, gcl all-reduce ADD, ``log`` (cast to the logits'
@@ -18,19 +18,20 @@ Cycles and memory are popops' and gcl's estimates; compute sets carry the op's d
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tremula import poplar
 from tremula.libs import gcl, popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 
 ADD, MAX = gcl.CollectiveOperator.ADD, gcl.CollectiveOperator.MAX
 
 
 def flat_indices(
-    lw: Lowerer,
+    lw: Any,
     indices: poplar.Tensor,
     classes: int,
     prog: poplar.Sequence,
@@ -52,8 +53,7 @@ def flat_indices(
     return popops.map(lw.graph, flat, [indices, offsets], prog, name=f"{name}/uIndices")
 
 
-@rule("CrossEntropySharded")
-def cross_entropy_sharded(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     logits, indices = (env[t] for t in op.inputs)
     group = op.attrs["group"].grouping
     g, (n, c), dt = lw.graph, logits.shape, logits.dtype
@@ -79,8 +79,7 @@ def cross_entropy_sharded(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) 
     env.update(zip(op.outputs, (loss, nls)))
 
 
-@rule("CrossEntropyShardedGrad")
-def cross_entropy_sharded_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     dloss, _, nls, _, labels = (env[t] for t in op.inputs)
     g, (n, c) = lw.graph, nls.shape
     name = lw.name(op.debug_name)
@@ -95,3 +94,10 @@ def cross_entropy_sharded_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Seque
         name=f"{name}/groupedMultiUpdateAdd",
     )  # fmt: skip
     env[op.outputs[0]] = dlogits
+
+
+#: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
+RULES = {
+    "CrossEntropySharded": cross_entropy_sharded,
+    "CrossEntropyShardedGrad": cross_entropy_sharded_grad,
+}

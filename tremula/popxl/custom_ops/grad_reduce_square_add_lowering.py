@@ -1,4 +1,4 @@
-"""Lowering of ``popxl/custom_ops/grad_reduce_square_add.py`` as its C++ Opx grows it: one
+"""Lowering of ``grad_reduce_square_add.py`` as its C++ Opx grows it: one
 ``popops.reduce`` of the flattened input with ``SQUARE_ADD`` into float, then the scale
 tensor applied by a ``popops.map`` (Tremula's reduction takes number scales only; PopLibs
 applies a tensor scale in the reduction's last stage: one small compute set more here).
@@ -6,15 +6,15 @@ Cycles and memory are popops' estimates; compute sets carry the op's debug name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
 from tremula.popxl.ops.base import Op
 
 
-@rule("GradReduceSquareAdd")
-def grad_reduce_square_add(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def grad_reduce_square_add(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
     t, scale = (env[i] for i in op.inputs)
     name = lw.name(op.debug_name)
     total = popops.reduce(
@@ -26,3 +26,7 @@ def grad_reduce_square_add(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
     env[op.outputs[0]] = popops.map(
         lw.graph, pe._1 * factor, [total, s], prog, name=f"{name}/scale"
     )
+
+
+#: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
+RULES = {"GradReduceSquareAdd": grad_reduce_square_add}
