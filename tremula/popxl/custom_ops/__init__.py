@@ -5,8 +5,11 @@ A C++ custom op that a program ships as a cppimport module declares its identifi
 (``popart::OperatorIdentifier{domain, type, version}``); the import hook
 (``tremula.popxl._ir.native``) reads it from the module's C++ source and serves the module
 named here, wherever the program keeps its copy. Each module defines its ops like any other
-op (definition, gradient rule, lowering rule with cycle estimates) and provides the binding
-classes (``createOpInGraph``) that the program's Python wrapper calls (its ``__all__``).
+op (definition, gradient rule) and provides the binding classes (``createOpInGraph``) that
+the program's Python wrapper calls (its ``__all__``), which connect the op through
+``_op_binding.connect``; its lowering rule, with cycle estimates, is beside it in
+``<op>_lowering.py`` (Poplar and PopLibs only, a ``RULES`` table that
+``tremula/lowering/custom_ops.py`` registers).
 """
 
 from __future__ import annotations

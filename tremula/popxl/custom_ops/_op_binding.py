@@ -1,12 +1,16 @@
-"""What the binding classes of served custom ops share: ``createOpInGraph`` as PopART's
-``Graph::createConnectedOp`` does it (inputs by tensor id, outputs created with the ids
-the wrapper made with ``graph._create_tensor_id``), and the replica grouping a wrapper
-passes (``group._pb_replica_grouping``) as the Ir's ``ReplicaGrouping``."""
+"""What the binding classes of served custom ops share, defined once: ``connect`` makes an
+op as ``createOpInGraph`` does (PopART's ``Graph::createConnectedOp``: inputs by tensor id,
+outputs created with the ids the wrapper made with ``graph._create_tensor_id``); the
+replica grouping a wrapper passes (``group._pb_replica_grouping``) as the Ir's
+``ReplicaGrouping``; and the surface of PopART's ``ParameterizedOp`` bindings
+(``makeParameterizedOpBindings``: ``create_op_in_graph(graph, inputs, outputs, params,
+settings)`` and ``default_opid()``), which popxl-addons' ``*_impl`` modules export.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from tremula.errors import PopartException
 from tremula.libs.gcl.grouping import ReplicaGrouping as Grouping
@@ -16,6 +20,29 @@ from tremula.popxl.context import get_current_context
 from tremula.popxl.ops.base import create_op
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.tensor import Tensor
+
+__all__ = ["OperatorIdentifier", "connect", "grouping", "parameterized_binding"]
+
+
+class OperatorIdentifier(NamedTuple):
+    """PopART's ``OperatorIdentifier`` as the C++ source of a custom op declares it."""
+
+    domain: str
+    type: str
+    version: int
+    num_inputs: tuple[int, int] = (1, 1)
+    num_outputs: int = 1
+
+
+def _graph_of(graph: Any, what: str) -> Any:
+    """The PopXL graph behind what a wrapper passes as ``graph`` (``g._pb_graph``)."""
+    inner = getattr(graph, "_g", None)
+    if inner is None or not hasattr(inner, "_tensors"):
+        raise PopartException(
+            f"{what}: graph must be a graph of the IR bindings (popxl Graph's _pb_graph), got "
+            f"{type(graph).__name__}"
+        )
+    return inner
 
 
 def _base_name(graph: Any, tensor_id: str) -> str:
@@ -30,34 +57,48 @@ def _base_name(graph: Any, tensor_id: str) -> str:
     return name
 
 
-def connected_op(
+def _output_names(graph: Any, outputs: Mapping[int, str], what: str) -> list[str]:
+    """The names to give outputs ``0 .. k-1`` so that they get the ids the wrapper chose."""
+    if sorted(outputs) != list(range(len(outputs))):
+        raise PopartException(f"{what}: outputs at indices 0 .. k-1, got indices {sorted(outputs)}")
+    names = []
+    for k in range(len(outputs)):
+        tid = str(outputs[k])
+        if tid in graph._tensors:
+            raise PopartException(
+                f"{what}: output id {tid!r} is already a tensor of {graph.name!r}"
+            )
+        names.append(_base_name(graph, tid))
+    return names
+
+
+def connect(
     what: str,
-    pb_graph: Any,
+    graph: Any,
     op_type: str,
     inputs: Mapping[int, str],
     outputs: Mapping[int, str],
-    num_inputs: int | Sequence[int],
+    num_inputs: int,
     attrs: dict[str, Any],
 ) -> Op:
-    """An op of ``op_type`` made in ``pb_graph`` (a ``_pb_graph`` handle) from the input ids
-    at indices ``0 .. n-1`` (``num_inputs``: a count or the allowed counts), its outputs
-    named by ``outputs``; returns the op (the wrapper reads ``outTensor``).
+    """An op of ``op_type`` made in ``graph`` (the ``_pb_graph`` handle a wrapper passes)
+    from the tensors named by ``inputs`` (ids at indices ``0 .. num_inputs - 1``), its
+    outputs given the ids in ``outputs`` (indices ``0 .. k-1``, the rest named by the op);
+    returns the op (the wrapper reads ``outTensor``). ``what`` names the binding in errors.
 
     Raises:
-        PopartException: input indices that are not ``0 .. n-1`` or not allowed, an unknown
-            tensor id (PopART's message).
+        PopartException: a graph that is not the bindings', input indices that are not
+            ``0 .. num_inputs - 1``, output indices that are not ``0 .. k-1``, an output id
+            the graph already holds, an unknown tensor id (PopART's message).
     """
-    graph = pb_graph._g
-    counts = (num_inputs,) if isinstance(num_inputs, int) else tuple(num_inputs)
-    if sorted(inputs) != list(range(len(inputs))) or len(inputs) not in counts:
-        raise PopartException(
-            f"{what}: inputs at indices 0 .. n-1 with n in {list(counts)}, got indices "
-            f"{sorted(inputs)}"
-        )
-    ts: list[Tensor] = [graph_tensor(graph, inputs[i]) for i in range(len(inputs))]
-    with graph:
-        names = [_base_name(graph, outputs[k]) for k in sorted(outputs)]
-        outs = create_op(op_type, ts, attrs, names)
+    g = _graph_of(graph, what)
+    want = list(range(num_inputs))
+    if sorted(inputs) != want:
+        raise PopartException(f"{what}: inputs at indices {want}, got indices {sorted(inputs)}")
+    tensors: list[Tensor] = [graph_tensor(g, inputs[i]) for i in want]
+    with g:
+        names = _output_names(g, outputs, what)
+        outs = create_op(op_type, tensors, attrs, names, graph=g)
     producer = outs[0].producer
     assert isinstance(producer, Op)  # op records are made as their binding classes
     return producer
@@ -77,3 +118,38 @@ def grouping(ir: Any, group: Grouping | ReplicaGrouping | None) -> ReplicaGroupi
             f"group must be a ReplicaGrouping's _pb_replica_grouping, got {type(group).__name__}"
         )
     return ReplicaGrouping._wrap(ir, inner)
+
+
+def parameterized_binding(
+    class_name: str,
+    opid: OperatorIdentifier,
+    attrs_of: Callable[[Any], dict[str, Any]],
+    doc: str,
+) -> type:
+    """A binding class as ``makeParameterizedOpBindings`` makes one: ``default_opid()`` and
+    ``create_op_in_graph(graph, inputs, outputs, params, settings)``; ``attrs_of(params)``
+    checks the params object and gives the op's attributes."""
+
+    def default_opid() -> OperatorIdentifier:
+        return opid
+
+    def create_op_in_graph(
+        graph: Any,
+        inputs: Mapping[int, str],
+        outputs: Mapping[int, str],
+        params: Any,
+        settings: Any = None,
+    ) -> Op:
+        n_in = opid.num_inputs[0]
+        return connect(class_name, graph, opid.type, inputs, outputs, n_in, attrs_of(params))
+
+    return type(
+        class_name,
+        (),
+        {
+            "__doc__": doc,
+            "default_opid": staticmethod(default_opid),
+            "create_op_in_graph": staticmethod(create_op_in_graph),
+            "createOpInGraph": staticmethod(create_op_in_graph),
+        },
+    )

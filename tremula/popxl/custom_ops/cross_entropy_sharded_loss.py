@@ -17,6 +17,7 @@ Gradient ``CrossEntropyShardedGrad(dloss, loss, neg_log_softmax, logits, indices
 (the one-hot row empty where the index is out of this replica's range).
 
 NumPy references (the op table's): arrays carry a leading replica axis ``[R, ...]``.
+Lowering: ``cross_entropy_sharded_loss_lowering.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tremula.popxl import dtypes
 from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import define_class
-from tremula.popxl.custom_ops._op_binding import connected_op, grouping
+from tremula.popxl.custom_ops._op_binding import connect, grouping
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.tensor import TensorSpec
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
@@ -181,7 +182,7 @@ class CrossEntropyShardedOp(_MemoryProportion, Op):
             "available_memory_proportion": proportion(availableMemoryProportion),
         }
         what = "CrossEntropyShardedOp"
-        return connected_op(what, graph, "CrossEntropySharded", inputs, outputs, 2, attrs)
+        return connect(what, graph, "CrossEntropySharded", inputs, outputs, 2, attrs)
 
     def getGroup(self) -> Grouping:
         return self.attrs["group"]._pb_replica_grouping

@@ -19,6 +19,7 @@ Gradient ``CrossEntropyShardedGradWR(dloss, loss, nls_0.., logits_0.., indices_0
 
 Input ``i`` lives on ``ipus[i % S]``; the grad op's first two inputs on ``ipus[0]`` (the
 C++ ``getIntrospection*VirtualGraphId``).
+Lowering: ``cross_entropy_sharded_wr_loss_lowering.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tremula.errors import OpSetupError
 from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import define_class
-from tremula.popxl.custom_ops._op_binding import connected_op
+from tremula.popxl.custom_ops._op_binding import connect
 from tremula.popxl.custom_ops.cross_entropy_sharded_loss import (
     check_logits_indices,
     onehot_grad,
@@ -146,7 +147,7 @@ class CrossEntropyShardedWROp(Op):
         settings: Any = None,
     ) -> Op:
         ipus = tuple(int(i) for i in ipus)
-        op = connected_op(
+        op = connect(
             "CrossEntropyShardedWROp", graph, "CrossEntropyShardedWR", inputs, outputs,
             2 * len(ipus), {"ipus": ipus},
         )  # fmt: skip

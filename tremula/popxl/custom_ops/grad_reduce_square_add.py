@@ -5,6 +5,7 @@ element of ``t`` (``popops::reduce`` of the flattened ``t`` with ``SQUARE_ADD`` 
 ``ReduceParams(SQUARE_ADD, false, scale)``), ``scale`` a one-element tensor (the wrapper
 passes ``1 / loss_scaling ** 2``): the squared norm of a loss-scaled gradient. The C++ op
 has no gradient ops: it is not differentiable. Squares accumulate in float (half input too).
+Lowering: ``grad_reduce_square_add_lowering.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tremula.popxl import dtypes
 from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import define_class
-from tremula.popxl.custom_ops._op_binding import connected_op
+from tremula.popxl.custom_ops._op_binding import connect
 from tremula.popxl.ops.base import defop
 from tremula.popxl.tensor import TensorSpec
 
@@ -61,4 +62,4 @@ class GradReduceSquareAddOp(Op):
         settings: Any = None,
     ) -> Op:
         what = "GradReduceSquareAddOp"
-        return connected_op(what, graph, "GradReduceSquareAdd", inputs, outputs, 2, {})
+        return connect(what, graph, "GradReduceSquareAdd", inputs, outputs, 2, {})

@@ -28,7 +28,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
-from tremula.popxl.custom_ops._parameterized_op import OperatorIdentifier, connect
+from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, connect
 from tremula.popxl.custom_ops.group_quantize_decompress_codelet import unpack_nibbles
 from tremula.popxl.ops.base import Op, defop
 from tremula.popxl.tensor import TensorSpec
@@ -96,4 +96,4 @@ class GroupQuantizeDecompressOp:
         settings: Any = None,
     ) -> Op:
         """Connect ``GroupQuantizeDecompress`` with inputs ``{0: x, 1: scale, 2: bias}``."""
-        return connect(graph, OP, inputs, outputs, {}, 3, "GroupQuantizeDecompressOp")
+        return connect("GroupQuantizeDecompressOp", graph, OP, inputs, outputs, 3, {})

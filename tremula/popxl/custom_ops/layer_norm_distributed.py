@@ -23,6 +23,7 @@ C++, ``dy`` reaches the statistics' gradient unscaled: ``dx`` does not carry the
 gradient flows back (the C++ ``gradInputInfo``).
 
 NumPy references (the op table's): arrays carry a leading replica axis ``[R, ...]``.
+Lowering: ``layer_norm_distributed_lowering.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from tremula.popxl import dtypes
 from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import define_class
-from tremula.popxl.custom_ops._op_binding import connected_op, grouping
+from tremula.popxl.custom_ops._op_binding import connect, grouping
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.tensor import TensorSpec
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
@@ -157,7 +158,7 @@ class LayerNormDistributedOp(_Attributes, Op):
         rg = grouping(graph._g.ir, group)
         attrs = {"epsilon": float(epsilon), "group": rg}
         what = "LayerNormDistributedOp"
-        return connected_op(what, graph, "LayerNormDistributed", inputs, outputs, 3, attrs)
+        return connect(what, graph, "LayerNormDistributed", inputs, outputs, 3, attrs)
 
 
 @define_class

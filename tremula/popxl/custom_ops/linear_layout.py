@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.popxl.custom_ops._parameterized_op import OperatorIdentifier, parameterized_binding
+from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, parameterized_binding
 from tremula.popxl.ops.base import defop
 from tremula.popxl.tensor import TensorSpec
 

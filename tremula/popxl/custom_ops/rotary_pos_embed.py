@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import OpSetupError, OpSetupTypeError
-from tremula.popxl.custom_ops._parameterized_op import OperatorIdentifier, connect
+from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, connect
 from tremula.popxl.ops.base import Op, create_op, defop
 from tremula.popxl.tensor import TensorSpec
 from tremula.popxl.transforms.grads.base import (
@@ -178,4 +178,4 @@ class RotaryPosEmbedOp:
                 f"(uint32), got {rotaryDim}"
             )
         attrs = {"rotary_dim": int(rotaryDim)}
-        return connect(graph, FWD, inputs, outputs, attrs, 3, "RotaryPosEmbedOp")
+        return connect("RotaryPosEmbedOp", graph, FWD, inputs, outputs, 3, attrs)

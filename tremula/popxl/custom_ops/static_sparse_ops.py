@@ -28,7 +28,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
-from tremula.popxl.custom_ops._parameterized_op import OperatorIdentifier, parameterized_binding
+from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, parameterized_binding
 from tremula.popxl.ops.base import defop
 from tremula.popxl.tensor import TensorSpec
 
