@@ -232,3 +232,54 @@ def test_two_d_products_by_a_transposed_operand(m, k, n):
         w[...] = rng.standard_normal(w.shape)
         run()
         np.testing.assert_allclose(c, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_prepared_reductions_read_new_partials_on_every_run(session, monkeypatch):
+    """``ReducePartials.prepare``: the sums over views of device memory made on the first
+    run serve later runs with new partials, bit for bit the sums of the partials in their
+    order (float32; the cast to half; ``out += scale * sums``)."""
+    prepared: list[str] = []
+    real = cl.ReducePartials.prepare.__func__
+
+    def spy(cls, v):
+        fast = real(cls, v)
+        if fast is not None:
+            prepared.append(v.vertex_type.name)
+        return fast
+
+    monkeypatch.setattr(cl.ReducePartials, "prepare", classmethod(spy))
+    s = session(tiles=4)
+    g = s.graph
+    util.ensure_codelets(g, poplin.CODELETS)
+    p = g.add_variable(poplar.FLOAT, (3, 4, 8), "p", mapping="linear")
+    outs = {
+        "f": g.add_variable(poplar.FLOAT, (4, 8), "f", mapping="linear"),
+        "h": g.add_variable(poplar.HALF, (4, 8), "h", mapping="linear"),
+        "acc": g.add_variable(poplar.FLOAT, (4, 8), "acc", mapping="linear"),
+    }
+    pieces = p.reshape((3, 2, 2, 8)).dim_shuffle((1, 0, 2, 3))  # [piece, partial, 2, 8]
+    cs = g.add_compute_set("reduce")
+    grid = dict(zip(cl.GRID, (1, 1, 1, 2)))
+    for i, (vtype, key, extra) in enumerate(
+        (
+            ("ReducePartials<float,float", "f", {}),
+            ("ReducePartials<float,half", "h", {}),
+            ("ReducePartialsAcc<float,float", "acc", {"scale": [0.5, 0.5]}),
+        )
+    ):
+        out = outs[key].reshape((2, 2, 8))
+        fields = {"partials": pieces, "out": out, **grid, **extra}
+        g.add_vertices(cs, f"poplin::{vtype},3x1x2x8.{i}>", fields, [0, 2])
+    s.prog.add(poplar.Execute(cs))
+    s.run({"p": (p, np.zeros((3, 4, 8), np.float32))}, outs)
+    assert len(prepared) == 3  # every type runs over views
+    engine, acc = s.engine, np.zeros((4, 8), np.float32)
+    for _ in range(3):
+        P = RNG.standard_normal((3, 4, 8)).astype(np.float32)
+        engine.write_tensor("p", P)
+        engine.run()
+        sums = (P[0] + P[1]) + P[2]
+        acc = acc + np.float32(0.5) * sums
+        np.testing.assert_array_equal(engine.read_tensor("read_f"), sums)
+        np.testing.assert_array_equal(engine.read_tensor("read_h"), sums.astype(np.float16))
+        np.testing.assert_array_equal(engine.read_tensor("read_acc"), acc)
