@@ -45,6 +45,7 @@ KNOWN = {
     "autoReport.outputGraphProfile",
     "autoReport.outputExecutionProfile",
     "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
+    "autoReport.outputHostTime",  # a Tremula option: host_time.json, CPU time per step
     "autoReport.executionProfileProgramRunCount",
     "debug.allowOutOfMemory",
     "debug.executionProfile",
@@ -80,10 +81,17 @@ class EngineOptions:
     first_runtime_replica: int = 0
     number_runtime_replica: int | None = None
     run_count: int = RUN_COUNT
+    #: time each step's data effect on the host and write ``host_time.json``
+    host_time: bool = False
 
     @property
     def auto_report(self) -> bool:
         return self.report_graph or self.report_execution or self.report_html
+
+    @property
+    def writes_files(self) -> bool:
+        """autoReport writes into its folder: profiles, the page or the host time."""
+        return self.auto_report or self.host_time
 
 
 def parse_options(
@@ -125,6 +133,7 @@ def parse_options(
         _count(merged, "target.firstRuntimeReplica", 0),
         _optional_count(merged, "target.numberRuntimeReplica"),
         _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
+        _flag(merged.get("autoReport.outputHostTime", "false"), "autoReport.outputHostTime"),
     )
 
 
