@@ -75,23 +75,29 @@ def _dynamic_index(v: poplar.Batch) -> np.ndarray:
 
 def _shared_addresses(v: poplar.Batch) -> np.ndarray | None:
     """When one offset serves every vertex and replica (a loop counter): the addresses in
-    device memory of the ``base`` elements of ``sub``, the same for every replica. They
-    depend on the offset alone, so those of an offset seen before are kept (a loop's body
-    runs them again every run), within a bound on the memory kept; None otherwise."""
+    device memory of the ``base`` elements of ``sub``, the same for every replica
+    (:func:`_addresses_at`); None otherwise."""
     offsets = v.offset
     if offsets.size == 0:
         return None
     first = int(offsets.flat[0])
     if not np.all(offsets == first):
         return None
+    return _addresses_at(v, first)
+
+
+def _addresses_at(v: poplar.Batch, offset: int) -> np.ndarray:
+    """The addresses in device memory of the ``base`` elements of ``sub`` when every vertex
+    has ``offset``. They depend on the offset alone, so those of an offset seen before are
+    kept (a loop's body runs them again every run), within a bound on the memory kept."""
     kept = v.cached("dyn-kept", lambda: [{}, 0])
-    hit = kept[0].get(first)
+    hit = kept[0].get(offset)
     if hit is not None:
         return hit
     _, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
-    addresses = v.addresses("base", pos0 + np.mod(first + s, nb) * length)
+    addresses = v.addresses("base", pos0 + np.mod(offset + s, nb) * length)
     if kept[1] + addresses.size <= _KEPT_ADDRESSES:
-        kept[0][first] = addresses
+        kept[0][offset] = addresses
         kept[1] += addresses.size
     return addresses
 
@@ -112,6 +118,48 @@ def _dynamic_update_compute(v: poplar.Batch) -> None:
         v.write_at("base", _dynamic_index(v), v.sub)
 
 
+def _prepare_dynamic(update: bool) -> Any:
+    """``Codelet.prepare`` of the dynamic slice / update vertices whose ``offset`` fields
+    all read one element (one offset tensor, the usual case): each run reads the offset of
+    each replica and copies between the kept addresses of that offset in ``base``
+    (:func:`_addresses_at`) and ``sub`` (a view of device memory, or its addresses) without
+    the per-run batch set-up; the same copies as the compute. None for offsets that differ
+    between vertices (the compute handles them)."""
+
+    def prepare(v: poplar.Batch) -> Any:
+        if v.n == 0 or not v.reads_one_address("offset"):
+            return None
+        offset, found = v.stable_scalar("offset"), v.stable_runs("sub")
+        if offset is None or found is None:
+            return None
+        arr, sub = found[0], v.stable_view("sub")
+        size = int(v.lengths("sub").sum())
+        sub_at = None if sub is not None else v.addresses("sub", np.arange(size))
+        _addresses_at(v, int(offset[0, 0]))  # the layout, built now rather than in a run
+
+        def copy(rows: Any, addresses: np.ndarray) -> None:
+            if update:
+                values = arr[rows].take(sub_at, axis=-1) if sub is None else sub[rows]
+                arr[rows, addresses] = values
+            elif sub is not None:
+                sub[rows] = arr[rows].take(addresses, axis=-1)
+            else:
+                arr[rows, sub_at] = arr[rows].take(addresses, axis=-1)
+
+        def run() -> None:
+            offsets = offset[:, 0]
+            first = int(offsets[0])
+            if offsets.size == 1 or bool(np.all(offsets == first)):
+                copy(slice(None), _addresses_at(v, first))
+                return
+            for r, o in enumerate(offsets.tolist()):  # replicas at different offsets
+                copy(r, _addresses_at(v, int(o)))
+
+        return run
+
+    return prepare
+
+
 class DynamicSlice(poplar.Codelet):
     """``sub`` row ``s`` of each region = ``base`` row ``(offset + s) mod numBase``."""
 
@@ -125,6 +173,7 @@ class DynamicSlice(poplar.Codelet):
     numSub = poplar.State(poplar.UNSIGNED_INT)
 
     compute = staticmethod(_dynamic_slice_compute)
+    prepare = staticmethod(_prepare_dynamic(update=False))
     cycles = staticmethod(E.dynamic_slice_cycles)
 
 
@@ -136,6 +185,7 @@ class DynamicUpdate(DynamicSlice):
     sub = poplar.Input("T", kind="vector_list")
 
     compute = staticmethod(_dynamic_update_compute)
+    prepare = staticmethod(_prepare_dynamic(update=True))
 
 
 class DynamicSliceInt(DynamicSlice):
