@@ -112,8 +112,9 @@ class _Partial(poplar.Codelet):
         """The whole-matrix products over views of device memory, for later runs."""
         g, m, k, n = v.cached("shape", lambda: _shape(v))
         grid = v.cached("grid", lambda: _grid(v))
-        a = v.stable_view("a", (*grid, g, m, k))
-        b = v.stable_view("b", (*grid, g, k, n))
+        refresh: list[Any] = []  # gathers of operands read through kept buffers
+        a = _operand(v, "a", (*grid, g, m, k), refresh)
+        b = _operand(v, "b", (*grid, g, k, n), refresh)
         c = v.stable_view("c", (*grid, g, m, n))
         if a is None or b is None or c is None or a.size == 0 or c.size == 0:
             return None
@@ -124,7 +125,8 @@ class _Partial(poplar.Codelet):
             return None
         math, accumulate = _math_dtype(a.dtype), cls.accumulate
         wa, wb, wc, _ = views
-        if wc is not None and wa.shape[:3] == (1, 1, 1) and wc.dtype == math and not accumulate:
+        one = wa.shape[:3] == (1, 1, 1) and not accumulate and not refresh
+        if one and wc is not None and wc.dtype == math:
             # one product (one replica, K slice and group): 2-D operands skip NumPy's
             # stacked-matmul loop; the operands need no cast (math is their type)
             a2, b2, c2 = wa[0, 0, 0], wb[0, 0, 0], wc[0, 0, 0]
@@ -132,6 +134,8 @@ class _Partial(poplar.Codelet):
                 return _product_2d(a2, b2, c2)
 
         def run() -> None:
+            for gather in refresh:
+                gather()
             _products(*views, math, accumulate)
 
         return run
@@ -143,6 +147,22 @@ class _Partial(poplar.Codelet):
     @classmethod
     def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
         return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _operand(
+    v: poplar.Batch, name: str, shape: tuple[int, ...], refresh: list[Any]
+) -> np.ndarray | None:
+    """A product operand for a prepared run, as :meth:`poplar.Batch.view` would give it:
+    a view of device memory, else a broadcast of its distinct blocks, else the gathered
+    field, the last two in buffers kept across runs that ``refresh`` fills again."""
+    view = v.stable_view(name, shape)
+    if view is not None:
+        return view
+    found = v.stable_repeated(name, shape) or v.stable_gather(name, shape)
+    if found is None:
+        return None
+    refresh.append(found[1])
+    return found[0]
 
 
 def _product_2d(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
