@@ -283,3 +283,40 @@ def test_prepared_reductions_read_new_partials_on_every_run(session, monkeypatch
         np.testing.assert_array_equal(engine.read_tensor("read_f"), sums)
         np.testing.assert_array_equal(engine.read_tensor("read_h"), sums.astype(np.float16))
         np.testing.assert_array_equal(engine.read_tensor("read_acc"), acc)
+
+
+def _copied_operands(a, b, c):
+    """Operands as concatenations (address copies), partials in place (an output must be
+    a view of device memory for a prepared run)."""
+    return {**_concatenated(a, b, c), "c": _segments(a, b, c)["c"]}
+
+
+@pytest.mark.parametrize("repeats", [True, False], ids=["repeated", "gathered"])
+@pytest.mark.parametrize("connect", [_segments, _copied_operands], ids=["views", "copies"])
+def test_prepared_products_give_the_bits_of_compute(session, monkeypatch, connect, repeats):
+    """``_Partial.prepare`` over every kind of operand (views of device memory, blocks
+    gathered once and broadcast, whole gathered fields: kept buffers refilled each run)
+    and every path (stacked, whole-matrix with and without copies, accumulating): the
+    bits of ``compute`` over the same data."""
+    monkeypatch.setattr("tremula.engine.group.numeric_affine", lambda *a, **k: None)
+    if not repeats:
+        monkeypatch.setattr("tremula.engine.group.CompiledGroup._repeats", lambda *a, **k: None)
+    made: list[bool] = []
+    real = cl._Partial.prepare.__func__
+
+    def spy(cls, v):
+        fast = real(cls, v)
+        made.append(fast is not None)
+        return fast
+
+    monkeypatch.setattr(cl._Partial, "prepare", classmethod(spy))
+    results = []
+    for prepared in (True, False):
+        if not prepared:
+            monkeypatch.setattr(cl._Partial, "prepare", None)
+        monkeypatch.setitem(globals(), "RNG", np.random.default_rng(3))  # the same operands
+        results.append(_grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), connect, 2))
+    assert made and all(made)  # every product ran prepared in the first pass
+    (got, want), (plain, _) = results
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.tobytes() == plain.tobytes()

@@ -102,14 +102,12 @@ class _Partial(poplar.Codelet):
             else:
                 _whole_products(a, b, c, math, cls.accumulate)
             return
-        prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
-        if cls.accumulate:
-            prod += c
-        c[...] = prod
+        _stacked(a, b, c, math, cls.accumulate)
 
     @classmethod
     def prepare(cls, v: poplar.Batch) -> Any:
-        """The whole-matrix products over views of device memory, for later runs."""
+        """The products of :meth:`compute` over arrays kept for later runs: views of device
+        memory, or buffers of gathered operands refilled at the start of each run."""
         g, m, k, n = v.cached("shape", lambda: _shape(v))
         grid = v.cached("grid", lambda: _grid(v))
         refresh: list[Any] = []  # gathers of operands read through kept buffers
@@ -118,12 +116,13 @@ class _Partial(poplar.Codelet):
         c = v.stable_view("c", (*grid, g, m, n))
         if a is None or b is None or c is None or a.size == 0 or c.size == 0:
             return None
-        if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
-            return None
-        views = _whole_views(a, b, c)
-        if views is None:
-            return None
         math, accumulate = _math_dtype(a.dtype), cls.accumulate
+        # the path compute takes for these operands, over the same arrays
+        if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
+            return _refreshed(refresh, lambda: _stacked(a, b, c, math, accumulate))
+        views = _whole_views(a, b, c)
+        if views is None:  # the whole-matrix product through copies
+            return _refreshed(refresh, lambda: _whole_products(a, b, c, math, accumulate))
         wa, wb, wc, _ = views
         one = wa.shape[:3] == (1, 1, 1) and not accumulate and not refresh
         if one and wc is not None and wc.dtype == math:
@@ -133,12 +132,7 @@ class _Partial(poplar.Codelet):
             if a2.dtype == b2.dtype == math:
                 return _product_2d(a2, b2, c2)
 
-        def run() -> None:
-            for gather in refresh:
-                gather()
-            _products(*views, math, accumulate)
-
-        return run
+        return _refreshed(refresh, lambda: _products(*views, math, accumulate))
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -147,6 +141,27 @@ class _Partial(poplar.Codelet):
     @classmethod
     def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
         return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _stacked(a: np.ndarray, b: np.ndarray, c: np.ndarray, math: np.dtype, accumulate: bool) -> None:
+    """``c = a @ b`` (``c += a @ b``) as one stacked product of the grid's blocks."""
+    prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
+    if accumulate:
+        prod += c
+    c[...] = prod
+
+
+def _refreshed(refresh: list[Any], run: Any) -> Any:
+    """``run`` after refilling the kept operand buffers (``run`` alone when none)."""
+    if not refresh:
+        return run
+
+    def refreshed() -> None:
+        for gather in refresh:
+            gather()
+        run()
+
+    return refreshed
 
 
 def _operand(
