@@ -316,7 +316,7 @@ def test_prepared_dynamic_slices_follow_each_replicas_offset_run_after_run(monke
     """The prepared copies of dynamic slice / update (one offset tensor): runs that move
     the offsets together (one copy for the replicas) and apart (one per replica), into an
     output view and from a transposed ``sub`` (copied by address), equal NumPy's."""
-    from tremula.libs.popops.codelets import slicing as codelets
+    from tremula.libs.popops.codelets import dynamic_slice as codelets
 
     prepared: list[str] = []
     real = codelets._prepare_dynamic
