@@ -21,6 +21,7 @@ from tremula.engine import endsignals
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.fits import check_fits
+from tremula.engine.hostclock import HostClock
 from tremula.engine.hostdata import HostData, locked
 from tremula.engine.liveness import Linearizer, intervals
 from tremula.engine.memory import MemoryModel
@@ -160,7 +161,7 @@ class Engine(HostData):
         self._profiles = Profiles(
             sp, self.memory, self._tree, self.mode, self.options, len(progs), sections
         )
-        if self.options.auto_report:
+        if self.options.writes_files:
             self._profiles.write_compiled()
             weakref.finalize(self, endsignals.flush_reporting, self._profiles)
             if self.options.report_execution or self.options.report_html:
@@ -194,6 +195,8 @@ class Engine(HostData):
             tl,
             record_cs=self.mode in ("COMPUTE_SETS", "SINGLE_TILE_COMPUTE_SETS"),
         )
+        if self.options.host_time:
+            rt.host_clock = HostClock()
         for var in self.state.variables:
             if var.is_constant:
                 rt.storage[var.dtype][:, var.start : var.start + var.size] = var.constant
@@ -288,7 +291,7 @@ class Engine(HostData):
         ``autoReport.directory``, or a subfolder of it so that no other engine of this
         process and no other instance of a PopRun job overwrites them
         (``profiles.claim_directory``)."""
-        return self._profiles.directory if self.options.auto_report else None
+        return self._profiles.directory if self.options.writes_files else None
 
     @locked
     def get_graph_profile(self) -> dict[str, Any]:

@@ -166,6 +166,27 @@ class CompiledGroup:
         rows = values.shape[0]
         return np.broadcast_to(values.reshape(rows, *reduced), (rows, *shape))
 
+    def stable_repeated(
+        self, name: str, shape: tuple[int, ...], storage: dict
+    ) -> tuple[np.ndarray, Any] | None:
+        """:meth:`repeated` over a kept buffer of the distinct elements, refilled by the
+        ``refresh()`` returned with the broadcast view (for a codelet's prepared run)."""
+        key = ("#repeat", name, shape)
+        if key not in self._layouts:
+            self._layouts[key] = self._repeats(name, shape)
+        plan = self._layouts[key]
+        if plan is None:
+            return None
+        index, reduced = plan
+        arr = storage[self.gathers[name].dtype]
+        buf = np.empty((arr.shape[0], index.size), dtype=arr.dtype)
+
+        def refresh() -> None:  # the addresses are in range: "clip" skips the check
+            np.take(arr, index, axis=1, out=buf, mode="clip")
+
+        rows = arr.shape[0]
+        return np.broadcast_to(buf.reshape(rows, *reduced), (rows, *shape)), refresh
+
     def _repeats(self, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, tuple] | None:
         """(distinct addresses, their shape) of a read-only field whose addresses reshaped
         to ``shape`` do not change along some axes; None if none or not read-only."""

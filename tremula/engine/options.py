@@ -45,6 +45,7 @@ KNOWN = {
     "autoReport.outputGraphProfile",
     "autoReport.outputExecutionProfile",
     "autoReport.outputHtml",  # a Tremula option: report.html next to the JSON
+    "autoReport.outputHostTime",  # a Tremula option: host_time.json, CPU time per step
     "autoReport.executionProfileProgramRunCount",
     "debug.allowOutOfMemory",
     "debug.checkIntegerDivision",  # a Tremula option: integer division by zero raises
@@ -84,6 +85,8 @@ class EngineOptions:
     #: ``debug.checkIntegerDivision``: an integer division or remainder by zero raises an
     #: ``ApplicationRuntimeError`` naming the op (without it the device gives 0, silently)
     check_integer_division: bool = False
+    #: time each step's data effect on the host and write ``host_time.json``
+    host_time: bool = False
 
     @property
     def checks(self) -> frozenset[str]:
@@ -93,6 +96,11 @@ class EngineOptions:
     @property
     def auto_report(self) -> bool:
         return self.report_graph or self.report_execution or self.report_html
+
+    @property
+    def writes_files(self) -> bool:
+        """autoReport writes into its folder: profiles, the page or the host time."""
+        return self.auto_report or self.host_time
 
 
 def parse_options(
@@ -135,6 +143,7 @@ def parse_options(
         _optional_count(merged, "target.numberRuntimeReplica"),
         _count(merged, "autoReport.executionProfileProgramRunCount", RUN_COUNT),
         _flag(merged.get("debug.checkIntegerDivision", "false"), "debug.checkIntegerDivision"),
+        _flag(merged.get("autoReport.outputHostTime", "false"), "autoReport.outputHostTime"),
     )
 
 

@@ -21,6 +21,7 @@ n-th into its subfolder ``engine_<n>``.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -37,7 +38,8 @@ from tremula.engine.run import Runtime
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError
 from tremula.popdist import env as popdist_env
-from tremula.profile.io import identify
+from tremula.profile.hosttime import HOST_TIME_FILE
+from tremula.profile.io import identify, write_atomic
 from tremula.profile.schema import GRAPH_ID
 
 #: the autoReport folders (real paths) an engine of this process writes into
@@ -107,7 +109,7 @@ class Profiles:
         #: where autoReport writes (claimed when it is on, see :func:`claim_directory`)
         self.directory = (
             claim_directory(options.report_directory)
-            if options.auto_report
+            if options.writes_files
             else options.report_directory
         )
         self.runtime: Runtime | None = None
@@ -258,3 +260,8 @@ class Profiles:
         self.pending = False
         if o.report_execution or o.report_html:
             self.write(self.directory, graph=False, execution=o.report_execution)
+        clock = self.runtime.host_clock
+        if o.host_time and clock is not None:
+            os.makedirs(self.directory, exist_ok=True)
+            document = json.dumps(clock.document(), indent=1) + "\n"
+            write_atomic(os.path.join(self.directory, HOST_TIME_FILE), document)

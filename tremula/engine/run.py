@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
+from tremula.engine.hostclock import HostClock
 from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection
 from tremula.engine.timeline import Timeline
@@ -57,6 +58,9 @@ class Runtime:
         #: default) shows nothing and costs one test per loop, not per iteration
         self.loop_progress: Callable[[int, str], Any] | None = None
         self._in_shown_loop = False
+        #: the host CPU time of each step's data effect (``autoReport.outputHostTime``),
+        #: set before the first run; None (the default) times nothing
+        self.host_clock: HostClock | None = None
 
     def _tl(self, rsel: slice | np.ndarray) -> bool:
         return isinstance(rsel, slice) or (rsel.size > 0 and rsel[0] == 0)
@@ -160,20 +164,28 @@ def _leaf(
 
     def run(rt: Runtime, node: Any, rsel: Any) -> None:
         if effect is not None:
-            effect(rt, node, rsel)
+            if rt.host_clock is None:
+                effect(rt, node, rsel)
+            else:
+                rt.host_clock.call(node, effect, rt, node, rsel)
         if rt._tl(rsel):
             note(rt.tl, node)
 
     def flat_effect(rt: Runtime, node: Any, into: list[FlatStep]) -> None:
         if effect is not None:
-            into.append(partial(effect, rt, node, ALL))
+            _append(rt, node, partial(effect, rt, node, ALL), into)
 
     return Kind(run, flat or flat_effect)
 
 
 def _flat_exchange(rt: Runtime, node: N.ExchangeNode, into: list[FlatStep]) -> None:
     if node.plan is not None:  # an exchange without a copy only moves clocks
-        into.append(partial(node.plan.run, rt.storage, ALL))
+        _append(rt, node, partial(node.plan.run, rt.storage, ALL), into)
+
+
+def _append(rt: Runtime, node: N.Node, step: FlatStep, into: list[FlatStep]) -> None:
+    """Append a leaf's replayed data effect, timed when the runtime keeps host time."""
+    into.append(step if rt.host_clock is None else rt.host_clock.timed(node, step))
 
 
 # ---- host actions (the data effect of a HostNode) ----

@@ -231,6 +231,49 @@ class Batch(_Segmented):
             view.flags.writeable = False
         return view
 
+    def stable_gather(
+        self, name: str, shape: tuple[int, ...] | None = None
+    ) -> tuple[np.ndarray, Callable[[], None]] | None:
+        """Read-only field ``name`` in a buffer kept across runs (flat ``[replica, element]``
+        or ``[replica, *shape]``, ``shape`` in the field's order) and ``refresh()``, which
+        gathers it from device memory into the buffer again: call it at the start of each
+        run. For ``Codelet.prepare`` when :meth:`stable_view` finds no view; None for a
+        field the codelet writes or on a subset of the replicas."""
+        group, storage, rsel = self._ctx
+        if not isinstance(rsel, slice) or self.fields[name].writes:
+            return None
+        g = group.gathers[name]
+        size = g.size
+        if shape is not None and int(np.prod(shape, dtype=np.int64)) != size:
+            return None
+        arr, index = storage[g.dtype], g.index
+        buf = np.empty((arr.shape[0], size), dtype=arr.dtype)
+        if isinstance(index, slice):
+
+            def refresh() -> None:
+                np.copyto(buf, arr[:, index])
+        else:
+
+            def refresh() -> None:  # the addresses are in range: "clip" skips the check
+                np.take(arr, index, axis=1, out=buf, mode="clip")
+
+        view = buf if shape is None else buf.reshape(arr.shape[0], *shape)
+        return view, refresh
+
+    def stable_repeated(
+        self, name: str, shape: tuple[int, ...]
+    ) -> tuple[np.ndarray, Callable[[], None]] | None:
+        """Read-only field ``name`` as ``[replica, *shape]`` when its addresses repeat
+        along some axes of ``shape`` (see :meth:`view`): a read-only broadcast of a buffer
+        of the distinct elements kept across runs, and ``refresh()`` that gathers them
+        from device memory again (call it at the start of each run); None when no axis
+        repeats, for a field the codelet writes or on a subset of the replicas. For
+        ``Codelet.prepare``."""
+        group, storage, rsel = self._ctx
+        if not isinstance(rsel, slice):
+            return None
+        return group.stable_repeated(name, tuple(int(x) for x in shape), storage)
+
     def stable_runs(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Field ``name`` in device memory: ``(storage, starts, lengths)``, the ``[replica,
         address]`` array of its type (valid across runs) and the runs of consecutive

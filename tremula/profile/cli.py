@@ -2,7 +2,7 @@
 
 Usage::
 
-    tremula profile summary DIR [--steps] [--var-storage] [--top-tiles N]
+    tremula profile summary DIR [--steps] [--var-storage] [--top-tiles N] [--host-time [N]]
     tremula profile validate DIR
     tremula profile report DIR [-o FILE.html] [--compare DIR2]
     tremula profile trace DIR -o trace.json
@@ -24,6 +24,7 @@ import sys
 
 from tremula.errors import ProfileError
 from tremula.profile.chrome import to_chrome_trace
+from tremula.profile.hosttime import read_host_time
 from tremula.profile.io import read_profile, write_atomic
 from tremula.profile.summary import summarise
 from tremula.profile.validate import check_execution_profile, check_graph_profile
@@ -43,6 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     summary.add_argument(
         "--top-tiles", type=int, default=5, metavar="N", help="most-used tiles to break down"
+    )
+    summary.add_argument(
+        "--host-time",
+        type=int,
+        nargs="?",
+        const=20,
+        default=None,
+        metavar="N",
+        help="add the N steps (default 20, 0: all) that took the most host CPU time, from "
+        "DIR/host_time.json (engine option autoReport.outputHostTime)",
     )
     check = commands.add_parser("validate", help="check a report against the profile format")
     check.add_argument("path", metavar="DIR", help="report directory or profile JSON file")
@@ -84,12 +95,15 @@ def main(argv: list[str]) -> int:
             return _validate(graph, execution)
         if args.command == "trace":
             return _trace(graph, execution, args.path, args.output)
+        host = None if args.host_time is None else read_host_time(args.path)
         text = summarise(
             graph,
             execution,
             show_execution_steps=args.steps,
             show_var_storage=args.var_storage,
             top_tiles=args.top_tiles,
+            host_time=host,
+            top_steps=args.host_time or 0,
         )
     except ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ import numpy as np
 
 from tremula.errors import ProfileError
 from tremula.profile import schema
+from tremula.profile.hosttime import host_time_rows
 
 #: Human names of the memory categories: first those of Poplar's summary, in its order, then
 #: names for the categories its example report does not show (after the seed's descriptions).
@@ -80,6 +81,8 @@ def summarise(
     show_execution_steps: bool = False,
     show_var_storage: bool = False,
     top_tiles: int = 5,
+    host_time: Mapping[str, Any] | None = None,
+    top_steps: int = 20,
 ) -> str:
     """Summarise a profile as text.
 
@@ -91,6 +94,10 @@ def summarise(
         show_var_storage: Add per-tile liveness to the most-used tiles, and the
             not-always-live tree by program.
         top_tiles: How many of the most-used tiles (by memory including gaps) to break down.
+        host_time: A host-time document (``tremula.profile.hosttime``, read from
+            ``host_time.json``): adds a "Host time" section ranking the steps by the host
+            CPU time they took. The profile itself never holds host time.
+        top_steps: How many steps the host-time section lists (0: all).
 
     Returns:
         The report, ending with a newline. Equal profiles give equal reports.
@@ -114,6 +121,8 @@ def summarise(
                 "none: the graph profile came without its execution profile (no steps, no cycles)"
             )
             sections.append(("Execution", [(0, none, None)]))
+        if host_time is not None:
+            sections.append(("Host time", host_time_rows(host_time, top_steps)))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ProfileError(
             f"cannot summarise the profile ({type(exc).__name__}: {exc}); "

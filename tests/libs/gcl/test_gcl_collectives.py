@@ -285,15 +285,28 @@ def test_many_blocks_over_many_tiles(group, dtype, harness, ref):
 @pytest.mark.parametrize("op", [Op.ADD, Op.MEAN, Op.SQUARE_ADD, Op.MIN], ids=str)
 @pytest.mark.parametrize("dtype", [poplar.FLOAT, poplar.HALF], ids=str)
 def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch):
-    """The ring vertices' prepared run path (strided views of device memory, results
-    written in place) gives the bits of their ``compute``, partial last block included, for
-    a work buffer and for a tensor's own fragments (in place, or into a new output)."""
+    """The ring vertices' prepared run paths (strided views of device memory, results
+    written in place; or, where the fields are no such views, a take and a put of each
+    row's chunk by address) give the bits of their ``compute``, partial last block
+    included, for a work buffer and for a tensor's own fragments (in place, or into a new
+    output)."""
     R, group = 4, CG(CGT.ORTHOGONAL, 2)
     rng = np.random.default_rng(5)
     data = {"x": _data(dtype, (R, 1003), rng), "z": _data(dtype, (R, 3203), rng)}
     results = []
-    for prepared in (True, False):
-        if not prepared:
+    by_address: list[str] = []
+    real_addresses = gcl.codelets.row_addresses
+
+    def spy(v, *args):
+        found = real_addresses(v, *args)
+        by_address.append(v.vertex_type.name if found is not None else "none")
+        return found
+
+    for mode in ("views", "addresses", "compute"):
+        if mode == "addresses":  # as if no field formed few strided runs
+            monkeypatch.setattr(gcl.codelets, "row_pieces", lambda *args: None)
+            monkeypatch.setattr(gcl.codelets, "row_addresses", spy)
+        if mode == "compute":
             for codelet in gcl.codelets.CODELETS:
                 monkeypatch.setattr(codelet, "prepare", None)
         h = harness(R, tiles=16)
@@ -305,4 +318,7 @@ def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch
         h.output("in_place", gcl.all_reduce_in_place(h.graph, z, op, h.prog))
         results.append(h.run(data))
     for name in ("ar", "rs", "ag", "in_place"):
-        assert results[0][name].tobytes() == results[1][name].tobytes(), name
+        assert results[0][name].tobytes() == results[2][name].tobytes(), name
+        assert results[1][name].tobytes() == results[2][name].tobytes(), name
+    kinds = {name.split("<")[0] for name in by_address}
+    assert kinds == {"gcl::SelectChunk", "gcl::CombineChunk", "gcl::PlaceChunk"}

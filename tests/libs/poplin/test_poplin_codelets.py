@@ -232,3 +232,91 @@ def test_two_d_products_by_a_transposed_operand(m, k, n):
         w[...] = rng.standard_normal(w.shape)
         run()
         np.testing.assert_allclose(c, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_prepared_reductions_read_new_partials_on_every_run(session, monkeypatch):
+    """``ReducePartials.prepare``: the sums over views of device memory made on the first
+    run serve later runs with new partials, bit for bit the sums of the partials in their
+    order (float32; the cast to half; ``out += scale * sums``)."""
+    prepared: list[str] = []
+    real = cl.ReducePartials.prepare.__func__
+
+    def spy(cls, v):
+        fast = real(cls, v)
+        if fast is not None:
+            prepared.append(v.vertex_type.name)
+        return fast
+
+    monkeypatch.setattr(cl.ReducePartials, "prepare", classmethod(spy))
+    s = session(tiles=4)
+    g = s.graph
+    util.ensure_codelets(g, poplin.CODELETS)
+    p = g.add_variable(poplar.FLOAT, (3, 4, 8), "p", mapping="linear")
+    outs = {
+        "f": g.add_variable(poplar.FLOAT, (4, 8), "f", mapping="linear"),
+        "h": g.add_variable(poplar.HALF, (4, 8), "h", mapping="linear"),
+        "acc": g.add_variable(poplar.FLOAT, (4, 8), "acc", mapping="linear"),
+    }
+    pieces = p.reshape((3, 2, 2, 8)).dim_shuffle((1, 0, 2, 3))  # [piece, partial, 2, 8]
+    cs = g.add_compute_set("reduce")
+    grid = dict(zip(cl.GRID, (1, 1, 1, 2)))
+    for i, (vtype, key, extra) in enumerate(
+        (
+            ("ReducePartials<float,float", "f", {}),
+            ("ReducePartials<float,half", "h", {}),
+            ("ReducePartialsAcc<float,float", "acc", {"scale": [0.5, 0.5]}),
+        )
+    ):
+        out = outs[key].reshape((2, 2, 8))
+        fields = {"partials": pieces, "out": out, **grid, **extra}
+        g.add_vertices(cs, f"poplin::{vtype},3x1x2x8.{i}>", fields, [0, 2])
+    s.prog.add(poplar.Execute(cs))
+    s.run({"p": (p, np.zeros((3, 4, 8), np.float32))}, outs)
+    assert len(prepared) == 3  # every type runs over views
+    engine, acc = s.engine, np.zeros((4, 8), np.float32)
+    for _ in range(3):
+        P = RNG.standard_normal((3, 4, 8)).astype(np.float32)
+        engine.write_tensor("p", P)
+        engine.run()
+        sums = (P[0] + P[1]) + P[2]
+        acc = acc + np.float32(0.5) * sums
+        np.testing.assert_array_equal(engine.read_tensor("read_f"), sums)
+        np.testing.assert_array_equal(engine.read_tensor("read_h"), sums.astype(np.float16))
+        np.testing.assert_array_equal(engine.read_tensor("read_acc"), acc)
+
+
+def _copied_operands(a, b, c):
+    """Operands as concatenations (address copies), partials in place (an output must be
+    a view of device memory for a prepared run)."""
+    return {**_concatenated(a, b, c), "c": _segments(a, b, c)["c"]}
+
+
+@pytest.mark.parametrize("repeats", [True, False], ids=["repeated", "gathered"])
+@pytest.mark.parametrize("connect", [_segments, _copied_operands], ids=["views", "copies"])
+def test_prepared_products_give_the_bits_of_compute(session, monkeypatch, connect, repeats):
+    """``_Partial.prepare`` over every kind of operand (views of device memory, blocks
+    gathered once and broadcast, whole gathered fields: kept buffers refilled each run)
+    and every path (stacked, whole-matrix with and without copies, accumulating): the
+    bits of ``compute`` over the same data."""
+    monkeypatch.setattr("tremula.engine.group.numeric_affine", lambda *a, **k: None)
+    if not repeats:
+        monkeypatch.setattr("tremula.engine.group.CompiledGroup._repeats", lambda *a, **k: None)
+    made: list[bool] = []
+    real = cl._Partial.prepare.__func__
+
+    def spy(cls, v):
+        fast = real(cls, v)
+        made.append(fast is not None)
+        return fast
+
+    monkeypatch.setattr(cl._Partial, "prepare", classmethod(spy))
+    results = []
+    for prepared in (True, False):
+        if not prepared:
+            monkeypatch.setattr(cl._Partial, "prepare", None)
+        monkeypatch.setitem(globals(), "RNG", np.random.default_rng(3))  # the same operands
+        results.append(_grid_products(session(tiles=16), (1, 2, 3, 2), (5, 16, 8), connect, 2))
+    assert made and all(made)  # every product ran prepared in the first pass
+    (got, want), (plain, _) = results
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.tobytes() == plain.tobytes()

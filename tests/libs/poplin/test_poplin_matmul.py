@@ -9,6 +9,7 @@ import pytest
 from tremula import poplar
 from tremula.engine import computeset
 from tremula.libs import poplin
+from tremula.poplar.batch import Batch
 
 RNG = np.random.default_rng(1234)
 SHAPES = [
@@ -259,8 +260,24 @@ def gathered(monkeypatch):
             seen.append((self.vertex_type.name, name))
         return out
 
+    real_kept, real_gather = computeset.CompiledGroup.stable_repeated, Batch.stable_gather
+
+    def record_kept(self, name, *args):  # the same gathers into buffers a prepared run keeps
+        out = real_kept(self, name, *args)
+        if out is not None and self.vertex_type.name.startswith("poplin::"):
+            seen.append((self.vertex_type.name, name))
+        return out
+
+    def record_gather(self, name, *args):
+        out = real_gather(self, name, *args)
+        if out is not None and self.vertex_type.name.startswith("poplin::"):
+            seen.append((self.vertex_type.name, name))
+        return out
+
     monkeypatch.setattr(computeset.CompiledGroup, "materialize", record)
     monkeypatch.setattr(computeset.CompiledGroup, "repeated", record_repeated)
+    monkeypatch.setattr(computeset.CompiledGroup, "stable_repeated", record_kept)
+    monkeypatch.setattr(Batch, "stable_gather", record_gather)
     return seen
 
 

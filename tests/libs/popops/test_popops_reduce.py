@@ -434,3 +434,56 @@ def test_replicas_reduce_their_own_data() -> None:
             want = np.stack([reference(op, x[r], d) for r in range(3)])
             np.testing.assert_allclose(engine.read_tensor(f"o{i}"), want, rtol=1e-5, atol=1e-5)
             i += 1
+
+
+def test_prepared_reductions_of_gathered_partials_give_the_bits_of_compute(monkeypatch):
+    """Reductions whose partials are no view of device memory (a transposed, then
+    concatenated input: stage 1 and later stages gather) run prepared over a kept buffer
+    refilled each run: run after run, the bits of ``compute``."""
+    from tremula.libs.popops.codelets import reduce as codelets
+
+    gathered: list[str] = []
+    real_gather = poplar.Batch.stable_gather
+
+    def spy(self, name, *args):
+        found = real_gather(self, name, *args)
+        if found is not None and name == "partials":
+            gathered.append(self.vertex_type.name)
+        return found
+
+    monkeypatch.setattr(poplar.Batch, "stable_gather", spy)
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal((2, 40, 48)).astype(np.float32) for _ in range(3)]
+    results = []
+    for prepared in (True, False):
+        if not prepared:
+            for cls in codelets.CODELETS:
+                monkeypatch.setattr(cls, "prepare", None)
+        device = poplar.IPUModel(tiles_per_ipu=16).create_device()
+        g = poplar.Graph(device.target)
+        parts = [g.add_variable(poplar.FLOAT, (40, 48), f"x{i}", mapping="linear") for i in (0, 1)]
+        x = poplar.concat([p.transpose() for p in parts[::-1]], 0)  # [96, 40], gathered
+        prog = poplar.Sequence()
+        outs = [reduce(g, x, dims, "ADD", prog) for dims in ((0,), (1,))]
+        for i, p in enumerate(parts):
+            g.create_host_write(f"x{i}", p)
+        for i, o in enumerate(outs):
+            g.create_host_read(f"out{i}", o)
+        engine = poplar.Engine(g, prog)
+        engine.load(device)
+        got = []
+        for data in inputs:
+            for i in (0, 1):
+                engine.write_tensor(f"x{i}", data[i])
+            engine.run()
+            got.append([engine.read_tensor(f"out{i}").tobytes() for i in (0, 1)])
+            want = np.concatenate([data[1].T, data[0].T]).astype(np.float64)
+            np.testing.assert_allclose(
+                engine.read_tensor("out0"), want.sum(0), rtol=1e-5, atol=1e-4
+            )
+            np.testing.assert_allclose(
+                engine.read_tensor("out1"), want.sum(1), rtol=1e-5, atol=1e-4
+            )
+        results.append(got)
+    assert gathered  # some stage ran prepared over a gathered buffer
+    assert results[0] == results[1]

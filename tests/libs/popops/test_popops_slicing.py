@@ -310,3 +310,54 @@ def test_replicas_slice_and_scatter_with_their_own_offsets_and_indices() -> None
         want_t = tab[r].copy()
         np.add.at(want_t, ids[r][ok], upd[r][ok])
         np.testing.assert_allclose(engine.read_tensor("table_out")[r], want_t, rtol=1e-6)
+
+
+def test_prepared_dynamic_slices_follow_each_replicas_offset_run_after_run(monkeypatch) -> None:
+    """The prepared copies of dynamic slice / update (one offset tensor): runs that move
+    the offsets together (one copy for the replicas) and apart (one per replica), into an
+    output view and from a transposed ``sub`` (copied by address), equal NumPy's."""
+    from tremula.libs.popops.codelets import dynamic_slice as codelets
+
+    prepared: list[str] = []
+    real = codelets._prepare_dynamic
+
+    def spy(update: bool):
+        inner = real(update)
+
+        def prepare(v):
+            fast = inner(v)
+            prepared.append(v.vertex_type.name if fast is not None else "none")
+            return fast
+
+        return prepare
+
+    for cls, update in ((codelets.DynamicSlice, False), (codelets.DynamicUpdate, True)):
+        monkeypatch.setattr(cls, "prepare", staticmethod(spy(update)))
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target, replication_factor=2)
+    prog = poplar.Sequence()
+    x = g.add_variable(poplar.FLOAT, (6, 5), "x", mapping="linear")
+    off = g.add_variable(poplar.UNSIGNED_INT, (1,), "off", mapping="linear")
+    s = g.add_variable(poplar.FLOAT, (5, 2), "s", mapping="linear")  # sub = s.T
+    y = dynamic_slice(g, x, off, [0], [2], prog)
+    dynamic_update(g, x, s.transpose(), off, [0], [2], prog)
+    for name, t in (("x", x), ("off", off), ("s", s)):
+        g.create_host_write(name, t)
+    for name, t in (("y", y), ("x_out", x)):
+        g.create_host_read(name, t)
+    engine = poplar.Engine(g, prog)
+    engine.load(device)
+    for offs in ([[5], [5]], [[5], [2]], [[0], [3]], [[4], [4]]):
+        xs = RNG.standard_normal((2, 6, 5)).astype(np.float32)
+        ss = RNG.standard_normal((2, 5, 2)).astype(np.float32)
+        offs_arr = np.array(offs, np.uint32)
+        for name, data in (("x", xs), ("off", offs_arr), ("s", ss)):
+            engine.write_tensor(name, data)
+        engine.run(0)
+        for r in range(2):
+            rows = wrapped(int(offs_arr[r, 0]), 2, 6)
+            np.testing.assert_array_equal(engine.read_tensor("y")[r], xs[r][rows])
+            want = xs[r].copy()
+            want[rows] = ss[r].T
+            np.testing.assert_array_equal(engine.read_tensor("x_out")[r], want)
+    assert sorted(prepared) == ["popops::DynamicSlice<float>", "popops::DynamicUpdate<float>"]

@@ -30,7 +30,7 @@ from tremula import poplar
 from tremula.errors import EngineError
 from tremula.libs.gcl import estimators as E
 from tremula.libs.gcl.operators import RULES, CollectiveOperator, element_kind
-from tremula.libs.gcl.views import Pieces, row_pieces
+from tremula.libs.gcl.views import Addressed, Pieces, row_addresses, row_pieces
 
 
 class _RingVertex(poplar.Codelet):
@@ -84,6 +84,15 @@ def _row_pieces(v: poplar.Batch, names: tuple[str, ...]) -> tuple[Pieces, Pieces
     return row_pieces(v, k, G, int(v.block[0]), names)
 
 
+def _row_addresses(v: poplar.Batch, names: tuple[str, ...]) -> Addressed | None:
+    """For ``prepare`` when :func:`_row_pieces` finds no views: per replica row the device
+    addresses of the step's own chunk and of the chunk fields (``views.row_addresses``)."""
+    if v.n == 0:
+        return None
+    k, G = chunk_index(v)
+    return row_addresses(v, k, G, int(v.block[0]), names)
+
+
 class SelectChunk(_RingVertex):
     """``out = pre(work[:, k])``."""
 
@@ -104,9 +113,10 @@ class SelectChunk(_RingVertex):
     def prepare(v: poplar.Batch) -> Any:
         """Later runs: one copy (or pre-map) per row from its chunk's strided view."""
         views = _row_pieces(v, ("out",))
+        pre = RULES[_op(v)].pre
         if views is None:
-            return None
-        pieces, pre = views[0], RULES[_op(v)].pre
+            return _select_by_address(_row_addresses(v, ("out",)), pre)
+        pieces = views[0]
 
         def run() -> None:
             for own, out in pieces:
@@ -154,12 +164,13 @@ class CombineChunk(_RingVertex):
         ``acc`` in device memory (and the scale in place): no gathered or temporary
         buffers."""
         views = _row_pieces(v, ("acc",))
-        if views is None:
-            return None
-        pieces, rule = views[0], RULES[_op(v)]
+        rule = RULES[_op(v)]
         combine, pre = rule.combine, rule.pre
         assert combine is not None  # LOCAL never combines
         scale = float(v.scale[0])
+        if views is None:
+            return _combine_by_address(_row_addresses(v, ("acc",)), combine, pre, scale)
+        pieces = views[0]
         factor = None if scale == 1.0 else np.asarray(scale, dtype=pieces[0][1].dtype)
 
         def run() -> None:
@@ -219,7 +230,7 @@ class PlaceChunk(_RingVertex):
         buffer (the partial block's tail zeroed, as ``compute`` does)."""
         views = _row_pieces(v, ("chunk",))
         if views is None:
-            return None
+            return _place_by_address(_row_addresses(v, ("chunk",)))
         pieces, pads = views
 
         def run() -> None:
@@ -236,6 +247,55 @@ class PlaceChunk(_RingVertex):
 
 
 CODELETS = (SelectChunk, CombineChunk, PlaceChunk)
+
+
+# ---- prepared runs by address (the fields are not a few strided views) ----
+
+
+def _select_by_address(found: Addressed | None, pre: Any) -> Any:
+    """``out = pre(own chunk)`` per row: a take of the chunk, a put into ``out``."""
+    if found is None:
+        return None
+    work, rows, ((out, at),) = found
+
+    def run() -> None:
+        for row, (own, _) in enumerate(rows):
+            values = work[row].take(own)
+            out[row, at] = values if pre is None else pre(values)
+
+    return run
+
+
+def _combine_by_address(found: Addressed | None, combine: Any, pre: Any, scale: float) -> Any:
+    """``acc = combine(acc, pre(own chunk)) * scale`` per row, as ``compute`` does it."""
+    if found is None:
+        return None
+    work, rows, ((acc, at),) = found
+
+    def run() -> None:
+        for row, (own, _) in enumerate(rows):
+            values = work[row].take(own)
+            res = combine(acc[row].take(at), values if pre is None else pre(values))
+            if scale != 1.0:
+                res = res * np.asarray(scale, dtype=res.dtype)
+            acc[row, at] = res
+
+    return run
+
+
+def _place_by_address(found: Addressed | None) -> Any:
+    """``own chunk = chunk`` per row, the partial block's unused end zeroed."""
+    if found is None:
+        return None
+    work, rows, ((chunk, at),) = found
+
+    def run() -> None:
+        for row, (own, pad) in enumerate(rows):
+            work[row, own] = chunk[row].take(at)
+            if pad.size:
+                work[row, pad] = 0
+
+    return run
 
 
 def type_arg(dtype: poplar.Type) -> str:

@@ -115,3 +115,39 @@ def row_pieces(
             pieces.append(tuple(a[row, s : s + tail] for a, s in zip(arrays, at)))
             pads.append((arrays[0][row, at[0] + tail : at[0] + L],))
     return pieces, pads
+
+
+#: ``(work storage, fields)``, per row ``(own addresses, unused-end addresses)`` and per
+#: chunk field ``(storage, addresses)`` (see :func:`row_addresses`)
+Addressed = tuple[
+    np.ndarray, list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]
+]
+
+
+def row_addresses(
+    v: poplar.Batch, k: np.ndarray, G: int, L: int, names: tuple[str, ...]
+) -> Addressed | None:
+    """For ``prepare`` when the fields do not form few strided runs (:func:`row_pieces` is
+    None): the device addresses of each replica row's own chunk (its first ``C`` columns,
+    ``C`` the chunk fields' length, and the rest of its partial last block) and of the chunk
+    fields, so that a run is a take or a put per row of just the chunk instead of a gather
+    and scatter of the whole work field; None when the work field is not ``[blocks, G, L]``
+    or on a subset of the replicas."""
+    work = v.stable_runs("work")
+    fields = [v.stable_runs(name) for name in names]
+    if work is None or any(f is None for f in fields):
+        return None
+    C = int(v.lengths(names[0]).sum())
+    if any(int(v.lengths(name).sum()) != C for name in names):
+        return None
+    blocks = -(-C // L)
+    if int(v.lengths("work").sum()) != blocks * G * L:
+        return None
+    within = np.arange(blocks, dtype=np.int64)[:, None] * G * L + np.arange(L, dtype=np.int64)
+    rows = []
+    for chunk in k.tolist():
+        positions = (within + chunk * L).reshape(-1)
+        rows.append((v.addresses("work", positions[:C]), v.addresses("work", positions[C:])))
+    everything = np.arange(C, dtype=np.int64)
+    chunks = [(f[0], v.addresses(name, everything)) for f, name in zip(fields, names) if f]
+    return work[0], rows, chunks

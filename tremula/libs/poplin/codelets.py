@@ -102,39 +102,37 @@ class _Partial(poplar.Codelet):
             else:
                 _whole_products(a, b, c, math, cls.accumulate)
             return
-        prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
-        if cls.accumulate:
-            prod += c
-        c[...] = prod
+        _stacked(a, b, c, math, cls.accumulate)
 
     @classmethod
     def prepare(cls, v: poplar.Batch) -> Any:
-        """The whole-matrix products over views of device memory, for later runs."""
+        """The products of :meth:`compute` over arrays kept for later runs: views of device
+        memory, or buffers of gathered operands refilled at the start of each run."""
         g, m, k, n = v.cached("shape", lambda: _shape(v))
         grid = v.cached("grid", lambda: _grid(v))
-        a = v.stable_view("a", (*grid, g, m, k))
-        b = v.stable_view("b", (*grid, g, k, n))
+        refresh: list[Any] = []  # gathers of operands read through kept buffers
+        a = _operand(v, "a", (*grid, g, m, k), refresh)
+        b = _operand(v, "b", (*grid, g, k, n), refresh)
         c = v.stable_view("c", (*grid, g, m, n))
         if a is None or b is None or c is None or a.size == 0 or c.size == 0:
             return None
-        if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
-            return None
-        views = _whole_views(a, b, c)
-        if views is None:
-            return None
         math, accumulate = _math_dtype(a.dtype), cls.accumulate
+        # the path compute takes for these operands, over the same arrays
+        if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
+            return _refreshed(refresh, lambda: _stacked(a, b, c, math, accumulate))
+        views = _whole_views(a, b, c)
+        if views is None:  # the whole-matrix product through copies
+            return _refreshed(refresh, lambda: _whole_products(a, b, c, math, accumulate))
         wa, wb, wc, _ = views
-        if wc is not None and wa.shape[:3] == (1, 1, 1) and wc.dtype == math and not accumulate:
+        one = wa.shape[:3] == (1, 1, 1) and not accumulate and not refresh
+        if one and wc is not None and wc.dtype == math:
             # one product (one replica, K slice and group): 2-D operands skip NumPy's
             # stacked-matmul loop; the operands need no cast (math is their type)
             a2, b2, c2 = wa[0, 0, 0], wb[0, 0, 0], wc[0, 0, 0]
             if a2.dtype == b2.dtype == math:
                 return _product_2d(a2, b2, c2)
 
-        def run() -> None:
-            _products(*views, math, accumulate)  # type: ignore[call-arg]
-
-        return run
+        return _refreshed(refresh, lambda: _products(*views, math, accumulate))  # type: ignore[call-arg]
 
     @staticmethod
     def flops(v: poplar.VertexInfo) -> np.ndarray:
@@ -143,6 +141,43 @@ class _Partial(poplar.Codelet):
     @classmethod
     def _sizes(cls, v: poplar.VertexInfo) -> tuple[int, int, tuple[int, ...]]:
         return v.dtype("a").size, v.dtype("c").size, _shape(v)
+
+
+def _stacked(a: np.ndarray, b: np.ndarray, c: np.ndarray, math: np.dtype, accumulate: bool) -> None:
+    """``c = a @ b`` (``c += a @ b``) as one stacked product of the grid's blocks."""
+    prod = np.matmul(a.astype(math, copy=False), b.astype(math, copy=False))
+    if accumulate:
+        prod += c
+    c[...] = prod
+
+
+def _refreshed(refresh: list[Any], run: Any) -> Any:
+    """``run`` after refilling the kept operand buffers (``run`` alone when none)."""
+    if not refresh:
+        return run
+
+    def refreshed() -> None:
+        for gather in refresh:
+            gather()
+        run()
+
+    return refreshed
+
+
+def _operand(
+    v: poplar.Batch, name: str, shape: tuple[int, ...], refresh: list[Any]
+) -> np.ndarray | None:
+    """A product operand for a prepared run, as :meth:`poplar.Batch.view` would give it:
+    a view of device memory, else a broadcast of its distinct blocks, else the gathered
+    field, the last two in buffers kept across runs that ``refresh`` fills again."""
+    view = v.stable_view(name, shape)
+    if view is not None:
+        return view
+    found = v.stable_repeated(name, shape) or v.stable_gather(name, shape)
+    if found is None:
+        return None
+    refresh.append(found[1])
+    return found[0]
 
 
 def _product_2d(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
@@ -295,8 +330,8 @@ class ReducePartials(poplar.Codelet):
 
     @classmethod
     def compute(cls, v: poplar.Batch) -> None:
-        p, g, r, c = _shape(v)
-        grid = _grid(v)
+        p, g, r, c = v.cached("shape", lambda: _shape(v))
+        grid = v.cached("grid", lambda: _grid(v))
         out = v.view("out", (*grid, g, r, c))
         if out.size == 0:
             return
@@ -310,6 +345,34 @@ class ReducePartials(poplar.Codelet):
             np.add.reduce(parts, axis=5, out=out)
         else:
             out[...] = np.add.reduce(parts, axis=5, dtype=math)
+
+    @classmethod
+    def prepare(cls, v: poplar.Batch) -> Any:
+        """The reduction over zero-copy views of device memory, for later runs (the same
+        NumPy calls as :meth:`compute`); None when a field needs a gather."""
+        p, g, r, c = v.cached("shape", lambda: _shape(v))
+        grid = v.cached("grid", lambda: _grid(v))
+        out = v.stable_view("out", (*grid, g, r, c))
+        parts = v.stable_view("partials", (*grid, p, g, r, c))
+        if out is None or parts is None or out.size == 0:
+            return None
+        math = np.dtype(np.float32) if parts.dtype.kind == "f" else np.dtype(np.int64)
+        reduce = np.add.reduce
+        if cls.accumulate:
+            scale = v.state("scale").astype(math).reshape(1, *grid, 1, 1, 1)
+
+            def accumulate() -> None:
+                sums = reduce(parts, axis=5, dtype=math)
+                out[...] = out.astype(math) + scale * sums
+
+            return accumulate
+        if out.dtype == math and parts.dtype == math:
+            return lambda: reduce(parts, axis=5, out=out)
+
+        def cast() -> None:
+            out[...] = reduce(parts, axis=5, dtype=math)
+
+        return cast
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:

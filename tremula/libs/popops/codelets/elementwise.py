@@ -96,6 +96,42 @@ def _scalar_operand(v: poplar.Batch, arr: np.ndarray, like: str) -> np.ndarray:
     return v.expand(arr, like)
 
 
+def _gathered(
+    v: poplar.Batch, name: str, shape: tuple[int, ...] | None, refresh: list[Any]
+) -> np.ndarray | None:
+    """A read-only operand with no view of device memory, in a kept buffer that
+    ``refresh`` (a list of calls made before each prepared run) gathers again; shaped
+    ``shape`` only when the operand was connected with that shape (its order)."""
+    if shape is not None and v.source_shape(name) != shape:
+        return None
+    found = v.stable_gather(name, shape)
+    if found is None:
+        return None
+    refresh.append(found[1])
+    return found[0]
+
+
+def _refreshed(refresh: list[Any], run: Any) -> Any:
+    """``run`` after gathering the operands that need it (``run`` alone if none do)."""
+    if not refresh:
+        return run
+    if len(refresh) == 1:
+        gather = refresh[0]
+
+        def run_one() -> None:
+            gather()
+            run()
+
+        return run_one
+
+    def run_all() -> None:
+        for gather in refresh:
+            gather()
+        run()
+
+    return run_all
+
+
 class Elementwise(poplar.Codelet):
     """Base of the element-wise codelets: fields ``inputs`` (for ``_1``, ``_2`` ...), the
     field ``output`` written (``inputs[0]`` when in place) and which inputs are scalars."""
@@ -155,14 +191,17 @@ class Elementwise(poplar.Codelet):
         for nd_shape in ((shape,) if shape is not None else ()) + (None,):
             ones = (1,) * (len(nd_shape) if nd_shape is not None else 1)
             args: list[np.ndarray | None] = []
+            refresh: list = []
             for f, scalar in pairs:
                 view = v.stable_scalar(f) if scalar else v.stable_view(f, nd_shape)
                 if view is not None and scalar:
                     view = view.reshape(v.replicas, *ones)
+                if view is None and not scalar and f != cls.output:
+                    view = _gathered(v, f, nd_shape, refresh)
                 args.append(view)
             out = v.stable_view(cls.output, nd_shape)
             if out is not None and all(a is not None for a in args):
-                return compile_run(typed, args, out)  # type: ignore[arg-type]
+                return _refreshed(refresh, compile_run(typed, args, out))  # type: ignore[arg-type]
         return None
 
     @classmethod

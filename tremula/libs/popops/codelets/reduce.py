@@ -73,8 +73,9 @@ def _prepare(
     reduce: Any, layout_key: str, layout: Any, first_stage: bool, strided: Any = None
 ) -> Any:
     """``Codelet.prepare`` for the reduce vertices: a closure over direct views of
-    ``partials`` and ``out`` (None when either needs a gather), the layout and scales derived
-    once."""
+    ``partials`` and ``out`` (None when ``out`` needs a scatter), the layout and scales
+    derived once; ``partials`` with no view is gathered into a kept buffer at the start of
+    each run and reduced as ``compute`` reduces it."""
 
     def prepare(v: poplar.Batch) -> Any:
         partials, out = v.stable_view("partials"), v.stable_view("out")
@@ -87,14 +88,19 @@ def _prepare(
         runs = inplace.as_runs(lay, int(v.lengths("partials").sum()))
         if partials is None and runs is not None:
             partials, lay = inplace.covered_runs(v, runs)
-        if partials is None:
-            return None
+        refresh = None
+        if partials is None:  # the gathered field in a kept buffer, the compute's layout
+            found = v.stable_gather("partials")
+            if found is None:
+                return None
+            (partials, refresh), lay = found, v.cached(layout_key, lambda: layout(v))
         op = Operation[v.params["OP"]]
         spec, acc = SPECS[op], accumulator(partials.dtype)
         scale, out_t = _scale(v), v.dtype("out").numpy
         update = v.fields["out"].direction == "inout"
         plain = not update and not (first_stage and spec.square) and out_t.kind == "f"
-        if plain and spec.ufunc is not None and partials.dtype == acc == out.dtype:
+        same = partials.dtype == acc == out.dtype
+        if refresh is None and plain and spec.ufunc is not None and same:
             direct = inplace.direct(spec.ufunc, partials, out, lay, scale)
             if direct is not None:
                 return direct
@@ -102,6 +108,8 @@ def _prepare(
             return None  # views only the direct paths read (the compute gathers)
 
         def run() -> None:
+            if refresh is not None:
+                refresh()
             x = prepare_input(spec, partials, acc, first_stage=first_stage)
             r = reduce(op, x, lay)
             out[...] = _finished(r, scale, out if update else None, out_t)

@@ -1,10 +1,6 @@
-"""Slicing codelets: dynamic slice / update with a runtime offset, and the multi-slice,
-multi-update and multi-update-add (gather / scatter / scatter-add by index) vertices.
-
-``popops::DynamicSlice<T>`` / ``popops::DynamicUpdate<T>`` (supervisor): ``base`` is a
-vector list of ``numRegions * numBase`` regions (region ``r``'s rows ``0..numBase-1``),
-``sub`` one of ``numRegions * numSub`` regions; row ``s`` of region ``r`` of ``sub`` is row
-``(offset + s) mod numBase`` of ``base`` (PopLibs wraps the offset around the dimension).
+"""Slicing codelets: the multi-slice, multi-update and multi-update-add (gather / scatter
+/ scatter-add by index) vertices; dynamic slice / update with a runtime offset are in
+``dynamic_slice.py`` (both families are in :data:`CODELETS`).
 
 ``popops::MultiSlice<T,TI>`` (supervisor): ``base`` holds rows ``baseRow ..`` of a table
 (``rowElems`` elements each); ``out`` row ``i`` is ``base`` row ``indices[i] - baseRow`` or,
@@ -28,6 +24,12 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.popops import estimators as E
+from tremula.libs.popops.codelets.dynamic_slice import (
+    DynamicSlice,
+    DynamicSliceInt,
+    DynamicUpdate,
+    DynamicUpdateInt,
+)
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -35,121 +37,6 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
     if lengths.size > 1:
         np.cumsum(lengths[:-1], out=out[1:])
     return out
-
-
-# ---- dynamic slice / update ----
-
-
-def _dynamic_layout(v: Any) -> tuple[np.ndarray, ...]:
-    """For every element of ``sub`` (flat): its vertex, the position in ``base`` of the same
-    element of its region's row 0, its row ``s``, its region's length and ``numBase``."""
-    nb = v.numBase.astype(np.int64)
-    ns = v.numSub.astype(np.int64)
-    regions = v.sub_counts("sub").astype(np.int64) // np.maximum(ns, 1)
-    reg_v = np.repeat(np.arange(v.n), regions)
-    local = np.arange(reg_v.size, dtype=np.int64) - np.repeat(_starts(regions), regions)
-    sub_first = _starts(v.sub_counts("sub").astype(np.int64))[reg_v] + local * ns[reg_v]
-    reg_len = v.sub_lengths("sub").astype(np.int64)[sub_first]
-    base_first = _starts(v.sub_counts("base").astype(np.int64))[reg_v] + local * nb[reg_v]
-    reg_base = _starts(v.sub_lengths("base").astype(np.int64))[base_first]
-    rows = ns[reg_v]
-    row_reg = np.repeat(np.arange(reg_v.size), rows)
-    s = np.arange(row_reg.size, dtype=np.int64) - np.repeat(_starts(rows), rows)
-    n = reg_len[row_reg]
-    el_row = np.repeat(np.arange(row_reg.size), n)
-    within = np.arange(el_row.size, dtype=np.int64) - np.repeat(_starts(n), n)
-    r = row_reg[el_row]
-    return reg_v[r], reg_base[r] + within, s[el_row], reg_len[r], nb[reg_v[r]]
-
-
-#: at most this many addresses are kept per vertex group for offsets seen before
-_KEPT_ADDRESSES = 1 << 22
-
-
-def _dynamic_index(v: poplar.Batch) -> np.ndarray:
-    """The positions in ``base`` of every element of ``sub``: ``[replica, sub element]``."""
-    vertex, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
-    off = v.offset.astype(np.int64)[:, vertex]  # [replica, sub element]
-    return pos0 + np.mod(off + s, nb) * length
-
-
-def _shared_addresses(v: poplar.Batch) -> np.ndarray | None:
-    """When one offset serves every vertex and replica (a loop counter): the addresses in
-    device memory of the ``base`` elements of ``sub``, the same for every replica. They
-    depend on the offset alone, so those of an offset seen before are kept (a loop's body
-    runs them again every run), within a bound on the memory kept; None otherwise."""
-    offsets = v.offset
-    if offsets.size == 0:
-        return None
-    first = int(offsets.flat[0])
-    if not np.all(offsets == first):
-        return None
-    kept = v.cached("dyn-kept", lambda: [{}, 0])
-    hit = kept[0].get(first)
-    if hit is not None:
-        return hit
-    _, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
-    addresses = v.addresses("base", pos0 + np.mod(first + s, nb) * length)
-    if kept[1] + addresses.size <= _KEPT_ADDRESSES:
-        kept[0][first] = addresses
-        kept[1] += addresses.size
-    return addresses
-
-
-def _dynamic_slice_compute(v: poplar.Batch) -> None:
-    shared = _shared_addresses(v)
-    if shared is not None:
-        v.sub = v.read_addresses("base", shared)
-    else:  # only the rows sliced: O(sub), not O(base)
-        v.sub = v.read_at("base", _dynamic_index(v))
-
-
-def _dynamic_update_compute(v: poplar.Batch) -> None:
-    shared = _shared_addresses(v)
-    if shared is not None:
-        v.write_addresses("base", shared, v.sub)
-    else:
-        v.write_at("base", _dynamic_index(v), v.sub)
-
-
-class DynamicSlice(poplar.Codelet):
-    """``sub`` row ``s`` of each region = ``base`` row ``(offset + s) mod numBase``."""
-
-    name = "popops::DynamicSlice"
-    templates = ("T",)
-    supervisor = True
-    offset = poplar.Input(poplar.UNSIGNED_INT, kind="scalar")
-    base = poplar.Input("T", kind="vector_list")
-    sub = poplar.Output("T", kind="vector_list")
-    numBase = poplar.State(poplar.UNSIGNED_INT)
-    numSub = poplar.State(poplar.UNSIGNED_INT)
-
-    compute = staticmethod(_dynamic_slice_compute)
-    cycles = staticmethod(E.dynamic_slice_cycles)
-
-
-class DynamicUpdate(DynamicSlice):
-    """``base`` row ``(offset + s) mod numBase`` of each region = ``sub`` row ``s``."""
-
-    name = "popops::DynamicUpdate"
-    base = poplar.InOut("T", kind="vector_list")
-    sub = poplar.Input("T", kind="vector_list")
-
-    compute = staticmethod(_dynamic_update_compute)
-
-
-class DynamicSliceInt(DynamicSlice):
-    """``DynamicSlice`` with a signed offset."""
-
-    name = "popops::DynamicSliceInt"
-    offset = poplar.Input(poplar.INT, kind="scalar")
-
-
-class DynamicUpdateInt(DynamicUpdate):
-    """``DynamicUpdate`` with a signed offset."""
-
-    name = "popops::DynamicUpdateInt"
-    offset = poplar.Input(poplar.INT, kind="scalar")
 
 
 # ---- multi slice / update ----
