@@ -8,6 +8,7 @@ compute, scatter.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ class CompiledGroup:
     #: estimates ``cycles``; see Codelet's notes)
     live_cycles: np.ndarray | None = None
 
-    @property
+    @cached_property
     def dynamic(self) -> bool:
         """Whether the vertices' cycles depend on the data (the codelet's ``run_cycles``)."""
         return getattr(self.vertex_type.codelet, "run_cycles", None) is not None
