@@ -99,10 +99,14 @@ class ProductVertex(poplar.Codelet):
         """Spec 3.6's estimate of the product on the plan's uniform pattern, plus zeroing
         the partials in a first compute (the distribution's vertex writes them, spec 4.7
         "zeroInfo"): the graph profile's estimate."""
-        return cls.product_cycles(v) + cls.zeroing_cycles(v)
+        zeroing = (
+            0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
+        )
+        return cls.product_cycles(v) + zeroing
 
     @classmethod
     def zeroing_cycles(cls, v: poplar.VertexInfo) -> np.ndarray | int:
+        """Zeroing the partials in a first compute (spec 4.7 "zeroInfo")."""
         if cls.accumulate:
             return 0
         return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
