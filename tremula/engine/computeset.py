@@ -8,6 +8,7 @@ Running it (:meth:`CompiledComputeSet.run`) is a few NumPy calls per vertex type
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ class CompiledComputeSet:
         for g in self.groups:
             g.run(storage, rsel, replica_ids)
 
-    @property
+    @cached_property
     def dynamic(self) -> bool:
         """Whether a vertex's cycles depend on the data (``Codelet.run_cycles``)."""
         return any(g.dynamic for g in self.groups)

@@ -8,6 +8,7 @@ compute, scatter.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -52,8 +53,9 @@ class CompiledGroup:
     #: the cycles of the last run for codelets that give ``run_cycles`` (None: the
     #: estimates ``cycles``; see Codelet's notes)
     live_cycles: np.ndarray | None = None
+    _live_from: Any = None  # what run_cycles returned for live_cycles
 
-    @property
+    @cached_property
     def dynamic(self) -> bool:
         """Whether the vertices' cycles depend on the data (the codelet's ``run_cycles``)."""
         return getattr(self.vertex_type.codelet, "run_cycles", None) is not None
@@ -341,10 +343,14 @@ def _estimates(vtype: VertexType, info: VertexInfo, group: VertexGroup) -> np.nd
 
 
 def _run_cycles(g: CompiledGroup, batch: Batch) -> np.ndarray | None:
-    """The codelet's ``run_cycles`` for this run, checked like the estimates."""
+    """The codelet's ``run_cycles`` for this run, checked like the estimates (once per
+    array the codelet returns: the same array again is the same cycles)."""
     got = g.vertex_type.codelet.run_cycles(batch)  # type: ignore[attr-defined]
     if got is None:
         return None
+    if got is g._live_from:
+        return g.live_cycles
+    g._live_from = got
     cyc = np.broadcast_to(np.asarray(got, dtype=np.float64), (g.n,))
     if np.any(cyc < 0) or not np.all(np.isfinite(cyc)):
         raise CodeletError(

@@ -51,7 +51,7 @@ class ProductVertex(poplar.Codelet):
             "q": v.view("q", (*grid, r_rows, z)),
         }
         sid = v.sub_group_id
-        _note_cycles(cls, v, geo, views["mi"], sid)
+        cycles_of = _cycles_of(cls, v, geo, views["mi"], sid)
         merged = _merge_z(views, sid, geo)
         if merged is not None:  # the Z partitions of a group as one wider vertex
             views, sid, geo = merged
@@ -67,7 +67,11 @@ class ProductVertex(poplar.Codelet):
             build = partial(_product_structure, rows=rows)
         for r in range(q.shape[0]):  # replicas (one, unless the graph is replicated)
             content = mi_u[r]
-            st = cache.get(content, lambda c=content: build(cls, geo, sid, c, mi_idx, keeps))
+            st, cycles = cache.get(
+                content, lambda c=content: (build(cls, geo, sid, c, mi_idx, keeps), cycles_of(c))
+            )
+            if r == 0:  # the timeline follows the first replica
+                v.cached("run_cycles", dict)["cycles"] = cycles
             if cls.block:
                 _block_run(st, nz[r], s[r], q[r], cls.accumulate)
                 continue
@@ -95,10 +99,14 @@ class ProductVertex(poplar.Codelet):
         """Spec 3.6's estimate of the product on the plan's uniform pattern, plus zeroing
         the partials in a first compute (the distribution's vertex writes them, spec 4.7
         "zeroInfo"): the graph profile's estimate."""
-        return cls.product_cycles(v) + cls.zeroing_cycles(v)
+        zeroing = (
+            0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
+        )
+        return cls.product_cycles(v) + zeroing
 
     @classmethod
     def zeroing_cycles(cls, v: poplar.VertexInfo | poplar.Batch) -> np.ndarray | int:
+        """Zeroing the partials in a first compute (spec 4.7 "zeroInfo")."""
         if cls.accumulate:
             return 0
         return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
@@ -106,9 +114,9 @@ class ProductVertex(poplar.Codelet):
     @classmethod
     def run_cycles(cls, v: poplar.Batch) -> np.ndarray | None:
         """The cycles of this run: each vertex on the sub-groups it read
-        (:mod:`run_cost`, noted by ``compute``), plus zeroing."""
-        found = v.cached("run_cycles", dict).get("cycles")
-        return None if found is None else found + cls.zeroing_cycles(v)
+        (:mod:`run_cost`, with zeroing; noted by ``compute``, one array per meta-info
+        content)."""
+        return v.cached("run_cycles", dict).get("cycles")
 
     @classmethod
     def kind(cls, v: poplar.VertexInfo) -> run_cost.VertexKind:
@@ -147,22 +155,22 @@ class ProductVertex(poplar.Codelet):
         return 2.0 * v.state("est_blocks") * area * z * nb
 
 
-def _note_cycles(
+def _cycles_of(
     cls: Any, v: poplar.Batch, geo: dict[str, Any], mi: np.ndarray, sid: np.ndarray
-) -> None:
-    """Cost every vertex on the meta-info it reads in the first replica of this run
-    (cached by the meta-info's content), for :meth:`ProductVertex.run_cycles`."""
-    mi_u, mi_idx = unique(mi)
-    content = mi_u[0]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The cycles of every vertex (:mod:`run_cost`, plus zeroing) from the distinct
+    meta-info fields ``content`` of a replica (as :func:`unique` gives them; the same with
+    the Z partitions merged, whose field repeats along Z)."""
+    rows_of = v.cached("vertex_rows", lambda: unique(mi)[1])  # vertex -> its field
     kind = v.cached("kind", lambda: cls.kind(v))
-    rows = int(np.prod(content.shape[:3]))
+    zeroing = v.cached("zeroing", lambda: np.asarray(cls.zeroing_cycles(v), dtype=np.int64))
 
-    def build() -> np.ndarray:
-        words = content.reshape(rows, -1)
-        return run_cost.vertex_cycles(v.target, kind, words, geo["fmt"], mi_idx, sid)
+    def cycles(content: np.ndarray) -> np.ndarray:
+        words = content.reshape(int(np.prod(content.shape[:3])), -1)
+        own = run_cost.vertex_cycles(v.target, kind, words, geo["fmt"], rows_of, sid)
+        return own + zeroing
 
-    costs = v.cached("costs", ContentCache)
-    v.cached("run_cycles", dict)["cycles"] = costs.get(content, build)
+    return cycles
 
 
 def _merge_z(
