@@ -11,14 +11,17 @@ import inspect
 import pkgutil
 from types import ModuleType
 
+import numpy as np
 import pytest
 
+import popxl
 import popxl.ops
 import tremula.embedding
 import tremula.lowering
 import tremula.popxl
+from popxl import ops
 from tremula.lowering import RULES
-from tremula.popxl.ops.base import OPS
+from tremula.popxl.ops.base import INPLACE, OPS, defop
 from tremula.popxl.transforms.grads import GRADS
 
 #: op types with no NumPy reference, and why: their result is not a function of their inputs
@@ -97,3 +100,64 @@ def test_every_public_op_function_has_a_docstring() -> None:
     assert len(functions) > 150
     missing = [name for name, fn in functions if not inspect.getdoc(fn)]
     assert not missing, f"public op functions without a docstring: {missing}"
+
+
+def test_every_op_naming_graphs_says_how_it_uses_them() -> None:
+    """``OpDef.graphs`` is what autodiff, the lowering and the IR bindings read: each op
+    made with graphs (a call, a loop, a branch, a code load) has it, and no other op."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(3, np.float32))
+        g = ir.create_graph(lambda a: a + 1.0, x)
+        cond = popxl.constant(np.array(True))
+        ops.call(g, x)
+        ops.repeat(g, 2, x)
+        ops.conditional(cond, g, g, [x], [x])
+        ops.remote_code_load(g, "executable")
+    made = [op for graph in ir.graphs for op in graph.ops]
+    uses = {op.type: op.definition.graphs for op in made}
+    assert uses["Call"] == "call" and uses["Repeat"] == "loop" and uses["If"] == "branch"
+    assert uses["RemoteCodeLoad"] == "code_load"
+    for op in made:
+        assert bool(op.called_graphs) == bool(op.definition.graphs), op
+        assert op.definition.runs_graphs == (
+            op.definition.graphs != "code_load" and bool(op.called_graphs)
+        )
+    named = {t for t, d in OPS.items() if d.graphs}
+    assert named == {op.type for op in made if op.called_graphs}, (
+        "an op naming graphs is untested here"
+    )
+
+
+def test_every_inplace_form_is_linked_to_its_out_of_place_op() -> None:
+    forms = {t: d for t, d in OPS.items() if d.inplace_of}
+    assert len(forms) > 25
+    for t, d in forms.items():
+        base = OPS[d.inplace_of]
+        assert INPLACE[base.type] == t and d.outplace == base.type
+        assert (d.modifies or d.view) and not base.modifies and not base.view, t
+        assert GRADS.get(t, None) is GRADS.get(base.type, None), t  # one rule for both forms
+        assert RULES[t] is RULES[base.type] or t in SEPARATE_LOWERING, t
+    # PopART's names: every ``...Inplace`` type is a linked form (a missing link fails here)
+    unlinked = sorted(t for t in OPS if t.endswith("Inplace") and t not in forms)
+    assert not unlinked, f"in-place op types without OpDef.inplace_of: {unlinked}"
+
+
+#: in-place forms lowered by a rule of their own, and why
+SEPARATE_LOWERING = {
+    "ReshapeInplace": "a view, no copy",
+    "TransposeInplace": "a view, no copy",
+    "SliceInplace": "a view, no copy",
+    "DetachInplace": "the input itself",
+}
+
+
+def test_inplace_forms_and_their_links_are_checked_when_defined() -> None:
+    before = dict(OPS), dict(INPLACE)
+    with pytest.raises(ValueError, match="NoSuchOpInplace: its out-of-place op 'NoSuchOp' is not"):
+        defop("NoSuchOpInplace", lambda s, a: list(s), inplace_of="NoSuchOp", modifies=(0,))
+    with pytest.raises(ValueError, match="Add already has an in-place form, AddInplace"):
+        defop("AddInPlace2", lambda s, a: [s[0]], inplace_of="Add", modifies=(0,))
+    with pytest.raises(ValueError, match="MatMulCopy: an in-place form modifies an input or is a"):
+        defop("MatMulCopy", lambda s, a: list(s), inplace_of="MatMul")
+    assert before == (OPS, INPLACE)  # nothing registered

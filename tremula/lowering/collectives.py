@@ -26,7 +26,7 @@ def all_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     if op.attrs.get("identical_inputs"):
         env[out] = util.create_output(lw.graph, t.dtype, t.shape, lw.name(out.id), like=t)
         prog.add(poplar.Copy(t, env[out]))
-    elif op.type.endswith("Inplace"):
+    elif op.definition.inplace_of:
         gcl.all_reduce_in_place(lw.graph, t, gop, prog, _group(op), name=out.id)
         env[out] = t
     else:

@@ -186,7 +186,7 @@ class Lowerer:
             op.attrs["graphs"][0]
             for g in self.ir.graphs
             for op in g.ops
-            if op.type == "RemoteCodeLoad"
+            if op.definition.graphs == "code_load"
         }
 
     def lower_ops(

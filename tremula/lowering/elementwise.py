@@ -10,7 +10,7 @@ from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import INPLACE, Op
 from tremula.popxl.ops.elementwise import TABLE
 
 #: ops that run as a fused popops expression instead of their record's popops function
@@ -21,8 +21,8 @@ POPOPS: dict[str, Any] = {e.op: EXPRESSIONS.get(e.op, e.popops) for e in TABLE}
 
 
 def _lower(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
-    inplace = op.type.endswith("Inplace")
-    base = op.type.removesuffix("Inplace")
+    inplace = bool(op.definition.inplace_of)
+    base = op.definition.outplace
     target = POPOPS[base]
     args = [env[t] for t in op.inputs]
     name = op.outputs[0].id
@@ -37,4 +37,4 @@ def _lower(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 for _e in TABLE:
-    rule(*([_e.op, _e.op + "Inplace"] if _e.inplace else [_e.op]))(_lower)
+    rule(_e.op, *([INPLACE[_e.op]] if _e.inplace else []))(_lower)

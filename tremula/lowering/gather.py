@@ -109,7 +109,7 @@ def dynamic_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 @rule("DynamicUpdate", "DynamicUpdateInplace")
 def dynamic_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     t, index, update = (env[i] for i in op.inputs)
-    if op.type == "DynamicUpdate":
+    if not op.definition.inplace_of:
         out = lw.new_tensor(op.outputs[0])
         prog.add(poplar.Copy(t, out))
         t = out

@@ -79,7 +79,7 @@ def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     ``remote_load`` makes it)."""
     rb = _buffer(lw, op.attrs["buffer"])
     src = env[op.inputs[0]]
-    inplace = op.type == "RemoteLoadInplace" or _fresh(op)
+    inplace = bool(op.definition.inplace_of) or _fresh(op)
     t = src if inplace else lw.new_tensor(op.outputs[0])
     offset = _offset(lw, op, env, 1)
     prog.add(poplar.Copy(rb, t.flatten(), offset))

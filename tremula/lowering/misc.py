@@ -49,7 +49,7 @@ def _scale_tensor(lw: Lowerer, s: poplar.Tensor, data: poplar.Type, prog: poplar
 def scaled_add(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     x, y, *rest = (env[t] for t in op.inputs)
     shape = op.outputs[0].shape
-    if op.type == "ScaledAddInplace":
+    if op.definition.inplace_of:
         out = x
     else:
         out = lw.new_tensor(op.outputs[0])
@@ -99,7 +99,7 @@ def _mixed_scaled_add(
 def increment_mod(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     e = pe.Rem(pe._1 + op.attrs["increment"], op.attrs["modulus"])
     t, name = env[op.inputs[0]], op.outputs[0].id
-    if op.type == "IncrementModInplace":
+    if op.definition.inplace_of:
         env[op.outputs[0]] = popops.map_in_place(lw.graph, e, [t], prog, name=name)
     else:
         env[op.outputs[0]] = popops.map(lw.graph, e, [t], prog, name=name)

@@ -15,7 +15,7 @@ from tremula.popxl.ops.base import Op
 @rule("Concat", "ConcatInplace")
 def concat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
     view = poplar.concat([env[t] for t in op.inputs], op.attrs["axis"])
-    if op.type == "ConcatInplace":
+    if op.definition.view:
         env[op.outputs[0]] = view
         return
     out = lw.new_tensor(op.outputs[0])

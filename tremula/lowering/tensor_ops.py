@@ -18,15 +18,12 @@ def _copy_of(lw: Lowerer, op: Op, env: Env, view: poplar.Tensor, prog: poplar.Se
 
 
 def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
-    base = op.type.removesuffix("Inplace")
+    base = op.definition.outplace
     if base == "Reshape":
         return t.reshape(op.attrs["shape"])
     if base == "Transpose":
         return t.dim_shuffle(op.attrs["permutation"])
     return t[op.attrs["key"]]
-
-
-_ALIASING = ("ReshapeInplace", "TransposeInplace", "SliceInplace", "DetachInplace")
 
 
 def copy_unobservable(op: Op, k: int = 0) -> bool:
@@ -43,10 +40,10 @@ def copy_unobservable(op: Op, k: int = 0) -> bool:
     last_use, first_write = here, len(ops)
     for i, later in enumerate(ops[here + 1 :], start=here + 1):
         ins = later.inputs
-        if later.type in _ALIASING:  # views of views stay tied to their base
-            if ins[0] in src_views:
+        if later.definition.view:  # views of views stay tied to their base
+            if src_views & set(ins):
                 src_views.add(later.outputs[0])
-            if ins[0] in out_views:
+            if out_views & set(ins):
                 out_views.add(later.outputs[0])
         written = {ins[k] for k in later.modified}
         if written & out_views:

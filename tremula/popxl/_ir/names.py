@@ -77,7 +77,6 @@ VAR_UPDATES = {
     "CopyVarUpdate",
     "AdamVarUpdate",
 }
-SUBGRAPH_OPS = {"Call", "Repeat", "If"}
 #: in-place op types whose PopART class derives from the out-of-place op's class (C++:
 #: ``class RemoteLoadInplaceOp : public RemoteLoadOp``, and so on)
 DERIVED = {

@@ -28,10 +28,11 @@ def check_site(op: Any) -> None:
     Raises:
         PopartException: the site does not match its graph.
     """
-    if op.type not in ("Call", "Repeat"):
+    use = op.definition.graphs
+    if use not in ("call", "loop"):
         return
     graph = op.attrs["graphs"][0]
-    skip_in, skip_out = (IN_OFFSET, 1) if op.type == "Repeat" else (0, 0)
+    skip_in, skip_out = (IN_OFFSET, 1) if use == "loop" else (0, 0)
     g_ins = graph.inputs[skip_in:]
     if len(op.inputs) != len(g_ins):
         raise PopartException(
@@ -46,7 +47,7 @@ def check_site(op: Any) -> None:
                 f"{graph.name!r} is {g.dtype} {g.shape}"
             )
     n_out = len(graph.outputs) - skip_out
-    if op.type == "Repeat":
+    if use == "loop":
         if len(op.outputs) != n_out:
             raise PopartException(
                 f"{_name(op)}: {len(op.outputs)} outputs, its graph {graph.name!r} has "

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tremula.errors import reworded
 from tremula.popxl.context import get_current_context, get_current_graph
@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
 
 Infer = Callable[[Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
+
+#: how an op uses the graphs in its ``attrs["graphs"]``: ``"call"`` runs its one graph
+#: once (inputs and outputs matched in order, PopART's ``CallOp``), ``"loop"`` runs its one
+#: (wrapper) graph repeatedly (``LoopOp``), ``"branch"`` runs one of its two graphs
+#: (``IfOp``), ``"code_load"`` loads its graph's code and runs nothing; ``""``: no graphs
+GraphUse = Literal["", "call", "loop", "branch", "code_load"]
 
 
 @dataclass(eq=False)
@@ -57,6 +63,11 @@ class Op:
     def called_graphs(self) -> tuple[Graph, ...]:
         return tuple(self.attrs.get("graphs", ()))
 
+    @property
+    def definition(self) -> OpDef:
+        """The definition of the op's type (:data:`OPS`)."""
+        return OPS[self.type]
+
     def ipu_of(self, t: Tensor) -> int | None:
         """The virtual IPU of input or output ``t``: the op's, except for an op spanning
         IPUs (``attrs["ipus"]``: input ``i`` and output ``i`` on ``ipus[i]``, as PopART's
@@ -85,9 +96,28 @@ class OpDef:
     #: the gradient rule has an effect of its own (a host embedding's table update): autodiff
     #: runs it whenever a gradient reaches the op's outputs, whatever ``grads_required`` names
     grad_side_effect: bool = False
+    #: how the op uses the graphs it names (:data:`GraphUse`)
+    graphs: GraphUse = ""
+    #: for an in-place form, the out-of-place op type it is the in-place form of
+    inplace_of: str = ""
+    #: output 0 is a view of the inputs: nothing is written, but writes to the output reach
+    #: them (``reshape_``, ``concat_``, ``detach_``)
+    view: bool = False
+
+    @property
+    def runs_graphs(self) -> bool:
+        """The op runs the graphs it names (a call, loop or branch; not a code load)."""
+        return self.graphs in ("call", "loop", "branch")
+
+    @property
+    def outplace(self) -> str:
+        """The out-of-place op type of this one (itself if it is not an in-place form)."""
+        return self.inplace_of or self.type
 
 
 OPS: dict[str, OpDef] = {}
+#: out-of-place op type -> its in-place form
+INPLACE: dict[str, str] = {}
 
 
 def defop(
@@ -97,12 +127,28 @@ def defop(
     modifies: tuple[int, ...] = (),
     differentiable: bool = True,
     grad_side_effect: bool = False,
+    graphs: GraphUse = "",
+    inplace_of: str = "",
+    view: bool = False,
 ) -> OpDef:
-    """Register an op type (once)."""
+    """Register an op type (once). An in-place form (``inplace_of``) is defined after its
+    out-of-place op and modifies an input or is a view."""
     if op_type in OPS:
         raise ValueError(f"op type {op_type!r} is already defined")
-    d = OpDef(op_type, infer, reference, modifies, differentiable, grad_side_effect)
+    if inplace_of:
+        if inplace_of not in OPS:
+            raise ValueError(f"{op_type}: its out-of-place op {inplace_of!r} is not defined")
+        if inplace_of in INPLACE:
+            raise ValueError(f"{inplace_of} already has an in-place form, {INPLACE[inplace_of]}")
+        if not (modifies or view):
+            raise ValueError(f"{op_type}: an in-place form modifies an input or is a view")
+    d = OpDef(
+        op_type, infer, reference, modifies, differentiable, grad_side_effect, graphs,
+        inplace_of, view,
+    )  # fmt: skip
     OPS[op_type] = d
+    if inplace_of:
+        INPLACE[inplace_of] = op_type
     return d
 
 

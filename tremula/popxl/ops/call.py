@@ -21,7 +21,7 @@ def _graph_outputs(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[T
     return [t.spec for t in attrs["graphs"][0].outputs]
 
 
-defop("Call", _graph_outputs)
+defop("Call", _graph_outputs, graphs="call")
 
 
 class CallSiteInfo:

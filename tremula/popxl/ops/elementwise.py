@@ -195,7 +195,7 @@ def _register(e: Elementwise) -> None:
                 )
             return [out]
 
-        defop(e.op + "Inplace", infer_inplace, reference, modifies=(0,))
+        defop(e.op + "Inplace", infer_inplace, reference, modifies=(0,), inplace_of=e.op)
 
 
 for _e in TABLE:

@@ -293,7 +293,13 @@ def _dyn_update_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
 
 defop("DynamicSlice", _dyn_slice_spec, _dyn_slice_ref)
 defop("DynamicUpdate", lambda specs, a: [specs[0]], _dyn_update_ref)
-defop("DynamicUpdateInplace", lambda specs, a: [specs[0]], _dyn_update_ref, modifies=(0,))
+defop(
+    "DynamicUpdateInplace",
+    lambda specs, a: [specs[0]],
+    _dyn_update_ref,
+    modifies=(0,),
+    inplace_of="DynamicUpdate",
+)
 
 
 def _dyn_args(

@@ -28,9 +28,15 @@ defop("HostStore", lambda specs, a: [], differentiable=False)
 # RemoteLoad (remote_load): input 0 is the destination's layout, an init("undef") tensor,
 # and the output a new tensor; RemoteLoadInplace (remote_load_) writes input 0 (PopART's two)
 defop("RemoteLoad", lambda specs, a: [specs[0]], differentiable=False)
-defop("RemoteLoadInplace", lambda specs, a: [specs[0]], modifies=(0,), differentiable=False)
+defop(
+    "RemoteLoadInplace",
+    lambda specs, a: [specs[0]],
+    modifies=(0,),
+    differentiable=False,
+    inplace_of="RemoteLoad",
+)
 defop("RemoteStore", lambda specs, a: [], differentiable=False)
-defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False)
+defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False, graphs="code_load")
 
 
 def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:

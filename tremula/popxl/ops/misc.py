@@ -152,7 +152,7 @@ def _scaled_add_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
 
 
 defop("ScaledAdd", _scaled_add_spec, _scaled_add_ref)
-defop("ScaledAddInplace", _scaled_add_spec, _scaled_add_ref, modifies=(0,))
+defop("ScaledAddInplace", _scaled_add_spec, _scaled_add_ref, modifies=(0,), inplace_of="ScaledAdd")
 
 
 def _scale(value: Any, x: Tensor, what: str, arg: str) -> tuple[list[Tensor], float | None]:
@@ -213,6 +213,7 @@ defop(
     _increment_mod_ref,
     modifies=(0,),
     differentiable=False,
+    inplace_of="IncrementMod",
 )
 
 

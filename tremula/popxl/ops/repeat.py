@@ -40,7 +40,7 @@ def _loop_outputs(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[Te
     return [t.spec for t in attrs["graphs"][0].outputs[1:]]
 
 
-defop("Repeat", _loop_outputs)
+defop("Repeat", _loop_outputs, graphs="loop")
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def _concat_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
 
 
 defop("Concat", _concat_spec, _concat_ref)
-defop("ConcatInplace", _concat_spec, _concat_ref)
+defop("ConcatInplace", _concat_spec, _concat_ref, inplace_of="Concat", view=True)
 
 
 def _concat(ts: Iterable[Tensor], axis: int, op_type: str) -> Tensor:

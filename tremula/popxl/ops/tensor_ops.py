@@ -63,13 +63,38 @@ defop("MatMul", _infer_matmul, lambda x, a: [np.matmul(*x)])
 defop("Identity", _same, lambda x, a: [np.array(x[0])])
 defop("Detach", _same, lambda x, a: [np.array(x[0])], differentiable=False)
 # detach_: its output aliases its input (PopART's DetachInplaceOp; nothing is written)
-defop("DetachInplace", _same, lambda x, a: [x[0]], differentiable=False)
+defop(
+    "DetachInplace",
+    _same,
+    lambda x, a: [x[0]],
+    differentiable=False,
+    inplace_of="Detach",
+    view=True,
+)
 defop("Reshape", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
-defop("ReshapeInplace", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
+defop(
+    "ReshapeInplace",
+    _reshape_spec,
+    lambda x, a: [np.reshape(x[0], a["shape"])],
+    inplace_of="Reshape",
+    view=True,
+)
 defop("Transpose", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
-defop("TransposeInplace", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
+defop(
+    "TransposeInplace",
+    _transpose_spec,
+    lambda x, a: [np.transpose(x[0], a["permutation"])],
+    inplace_of="Transpose",
+    view=True,
+)
 defop("Slice", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
-defop("SliceInplace", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
+defop(
+    "SliceInplace",
+    _slice_spec,
+    lambda x, a: [np.array(x[0][a["key"]])],
+    inplace_of="Slice",
+    view=True,
+)
 defop(
     "Init",
     lambda specs, a: [TensorSpec(a["shape"], a["dtype"], a.get("meta_shape", ()))],

@@ -120,8 +120,8 @@ def _tensors(
 
 class _Aliases:
     """Which tensors of a graph share storage: an in-place op's output is its (first)
-    modified input; a ``...Inplace`` view's output (``reshape_``, ``concat_``) views all its
-    inputs."""
+    modified input; a view's output (``reshape_``, ``concat_``: ``OpDef.view``) views all
+    its inputs."""
 
     def __init__(self, graph: Graph) -> None:
         self._parent: dict[int, int] = {}
@@ -133,7 +133,7 @@ class _Aliases:
                 self._parent[self._find(id(op.outputs[o]))] = self._find(id(op.inputs[i]))
             if d.modifies:
                 viewed = [op.inputs[d.modifies[0]]]
-            elif op.type.endswith("Inplace"):
+            elif d.view:
                 viewed = list(op.inputs)
             else:
                 continue
@@ -348,18 +348,18 @@ def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
         if any(called is graph for called in op.called_graphs)
     ]
     for op in sites:  # a loop's wrapper call cannot gain outputs: the loop carries them
-        if op.type not in ("Call", "If", "RemoteCodeLoad") or op.graph._loop_wrapper:
+        if op.definition.graphs not in ("call", "branch", "code_load") or op.graph._loop_wrapper:
             raise ValueError(
                 f"autodiff: the backward pass needs {t.id!r}, so it must become an output "
                 f"of {graph.name!r}; but {graph.name!r} is called by {op!r} in "
                 f"{op.graph.name!r}, which cannot gain outputs"
             )
     paired = set() if paired is None else paired
-    new_ifs = [op for op in sites if op.type == "If" and id(op) not in paired]
+    new_ifs = [op for op in sites if op.definition.graphs == "branch" and id(op) not in paired]
     paired.update(id(op) for op in new_ifs)
     graph._add_output(t)
     for op in sites:
-        if op.type == "Call" or op in new_ifs:
+        if op.definition.graphs == "call" or op in new_ifs:
             out = Tensor(op.graph, op.graph._unique_id(t.name), t.name, t.spec, op)
             op.graph._add_tensor(out)
             op.outputs = (*op.outputs, out)

@@ -7,7 +7,7 @@ later (``defop``) gets its class the same way."""
 
 from __future__ import annotations
 
-from tremula.popxl._ir.names import DERIVED, NAMESPACE_BASES, SUBGRAPH_OPS, VAR_UPDATES, op_name
+from tremula.popxl._ir.names import DERIVED, NAMESPACE_BASES, VAR_UPDATES, op_name
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.multi_exchange import ExchangeBaseOp, MultiExchangeOp
 from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
@@ -63,7 +63,7 @@ def op_class(op_type: str) -> type[Op]:
             base = op_class(DERIVED[op_type])
         doc = f"PopART's ``{name.cls}``: Tremula's ``{op_type}`` op (op type ``{name.op_type}``)."
         cls = type(name.cls, (base,), {"__doc__": doc, "__module__": _MODULES[name.namespace]})
-    assert op_type not in SUBGRAPH_OPS or issubclass(cls, SubgraphOp)
+    assert not OPS[op_type].runs_graphs or issubclass(cls, SubgraphOp)
     _CLASSES[name.cls] = cls
     return cls
 

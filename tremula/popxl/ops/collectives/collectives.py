@@ -240,7 +240,13 @@ def _ref_slice(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.n
 
 
 defop("ReplicatedAllReduce", _same, _ref_all_reduce)
-defop("ReplicatedAllReduceInplace", _same, _ref_all_reduce, modifies=(0,))
+defop(
+    "ReplicatedAllReduceInplace",
+    _same,
+    _ref_all_reduce,
+    modifies=(0,),
+    inplace_of="ReplicatedAllReduce",
+)
 defop("ReplicatedAllGather", _gather_shape, _ref_all_gather)
 defop("ReplicatedReduceScatter", _scatter_shape, _ref_reduce_scatter)
 defop("ReplicatedSlice", _slice_shape, _ref_slice)

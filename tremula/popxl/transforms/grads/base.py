@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import OPS, Op
+from tremula.popxl.ops.base import INPLACE, Op
 from tremula.popxl.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -83,8 +83,8 @@ GRADS: dict[str, GradRule | None] = {}
 
 
 def _forms(*op_types: str) -> tuple[str, ...]:
-    """The op types and their in-place ``...Inplace`` forms that exist."""
-    return tuple(t for base in op_types for t in (base, base + "Inplace") if t == base or t in OPS)
+    """The op types and their in-place forms (``OpDef.inplace_of``) that exist."""
+    return tuple(t for base in op_types for t in (base, INPLACE.get(base)) if t is not None)
 
 
 def grad(*op_types: str) -> Callable[[GradRule], GradRule]:
