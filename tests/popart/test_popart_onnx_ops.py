@@ -54,6 +54,86 @@ def node(op: str, inputs: list[str], **attrs: Any) -> Any:
 
 X = F(2, 3, 4)
 X4 = F(1, 8, 2, 3)
+
+
+def _to_float(op: str, inputs: list[str], **attrs: Any) -> list[Any]:
+    """``op`` with a bool or integer result, then a cast to float (the compared output)."""
+    return [helper.make_node(op, inputs, ["r"], **attrs), node("Cast", ["r"], to=TensorProto.FLOAT)]
+
+
+def _logical(op: str) -> list[Any]:
+    """``op`` of ``x > 0`` and ``z > 0`` (``Not``: of ``x > 0``)."""
+    if op == "Not":
+        return [helper.make_node("Greater", ["x", "zero"], ["px"]), *_to_float(op, ["px"])]
+    signs = [helper.make_node("Greater", ["x", "zero"], ["px"]),
+             helper.make_node("Greater", ["z", "zero"], ["pz"])]  # fmt: skip
+    return signs + _to_float(op, ["px", "pz"])
+
+
+ZERO = {"zero": np.zeros((), np.float32)}
+SPECIAL = np.array([1.0, -np.inf, np.inf, np.nan, 0.0, -2.5], np.float32)
+# the rules no other case reaches, one case (at least) each
+CASES_MORE: dict[str, tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray], int]] = {
+    "and": (_logical("And"), {"x": X}, {"z": F(2, 3, 4), **ZERO}, 13),
+    "or": (_logical("Or"), {"x": X}, {"z": F(2, 3, 4), **ZERO}, 13),
+    "not": (_logical("Not"), {"x": X}, ZERO, 13),
+    "equal": (_to_float("Equal", ["a", "b"]), {"a": np.array([1, 2, -3, 0], np.int32)},
+              {"b": np.array([1, 0, -3, 5], np.int32)}, 13),
+    "ceil": ([node("Ceil", ["x"])], {"x": F(2, 3, 4, scale=3)}, {}, 13),
+    "floor": ([node("Floor", ["x"])], {"x": F(2, 3, 4, scale=3)}, {}, 13),
+    "sign": ([node("Sign", ["x"])], {"x": np.array([2.5, -0.1, 0.0, -3.0], np.float32)}, {}, 13),
+    "sin": ([node("Sin", ["x"])], {"x": F(2, 3, 4, scale=3)}, {}, 13),
+    "cos": ([node("Cos", ["x"])], {"x": F(2, 3, 4, scale=3)}, {}, 13),
+    "reciprocal": ([node("Reciprocal", ["x"])], {"x": F(2, 3, 4) + 3}, {}, 13),
+    "softplus": ([node("Softplus", ["x"])], {"x": F(2, 3, 4, scale=4)}, {}, 13),
+    "softsign": ([node("Softsign", ["x"])], {"x": F(2, 3, 4, scale=4)}, {}, 13),
+    "hard_sigmoid": ([node("HardSigmoid", ["x"], alpha=0.3, beta=0.4)],
+                     {"x": F(2, 3, 4, scale=3)}, {}, 13),
+    "is_inf": (_to_float("IsInf", ["x"]), {"x": SPECIAL}, {}, 13),
+    "is_inf_negative_only": (_to_float("IsInf", ["x"], detect_positive=0), {"x": SPECIAL}, {}, 13),
+    "is_inf_positive_only": (_to_float("IsInf", ["x"], detect_negative=0), {"x": SPECIAL}, {}, 13),
+    "is_inf_neither": (_to_float("IsInf", ["x"], detect_negative=0, detect_positive=0),
+                       {"x": SPECIAL}, {}, 13),
+    "is_inf_host": ([helper.make_node("IsInf", ["c"], ["r"], detect_positive=0),
+                     node("Cast", ["r"], to=TensorProto.FLOAT)], {}, {"c": SPECIAL}, 13),
+    "is_nan": (_to_float("IsNaN", ["x"]), {"x": SPECIAL}, {}, 13),
+    "gelu_erf": ([node("Gelu", ["x"])], {"x": F(2, 3, 4, scale=3)}, {}, 20),
+    "gelu_tanh": ([node("Gelu", ["x"], approximate="tanh")], {"x": F(2, 3, 4, scale=3)}, {}, 20),
+    "prelu": ([node("PRelu", ["x", "s"])], {"x": X}, {"s": F(4)}, 13),
+    "global_max_pool": ([node("GlobalMaxPool", ["x"])], {"x": X4}, {}, 13),
+    "instance_normalization": ([node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)],
+                               {"x": X4}, {"s": F(8), "b": F(8)}, 13),
+    "conv_transpose": ([node("ConvTranspose", ["x", "w"], strides=[2, 1], pads=[0, 1, 1, 0])],
+                       {"x": F(1, 2, 3, 3)}, {"w": F(2, 3, 2, 2)}, 13),
+    "rnn": ([helper.make_node("RNN", ["x", "w", "r", "b"], ["y"], hidden_size=3)],
+            {"x": F(4, 2, 5)}, {"w": F(1, 3, 5), "r": F(1, 3, 3), "b": F(1, 6)}, 14),
+    "range": ([node("Range", ["s", "l", "d"]), ],
+              {}, {"s": np.float32(1.5), "l": np.float32(-2.0), "d": np.float32(-0.75)}, 13),
+    "size": (_to_float("Size", ["x"]), {"x": X}, {}, 13),
+    "tile": ([node("Tile", ["x", "r"])], {"x": X}, {"r": I64([2, 1, 3])}, 13),
+    "one_hot": ([node("OneHot", ["i", "d", "v"], axis=1)], {},
+                {"i": I64([[0, 3], [-1, 2]]), "d": I64(4), "v": np.array([-1, 2], np.float32)}, 11),
+    "top_k": ([helper.make_node("TopK", ["x", "k"], ["y", "idx"], axis=1)], {"x": X},
+              {"k": I64([2])}, 11),
+    "top_k_smallest": ([helper.make_node("TopK", ["x", "k"], ["y", "idx"], largest=0)],
+                       {"x": X}, {"k": I64([3])}, 11),
+    "scatter": ([node("Scatter", ["x", "i", "u"], axis=1)], {"x": F(3, 4)},
+                {"i": I64([[1, 3], [0, 2], [3, 0]]), "u": F(3, 2)}, 10),
+    "reduce_min": ([node("ReduceMin", ["x"], axes=[1])], {"x": X}, {}, 13),
+    "reduce_prod": ([node("ReduceProd", ["x"], axes=[0, 2], keepdims=0)], {"x": X}, {}, 13),
+    "reduce_l1": ([node("ReduceL1", ["x"], axes=[2])], {"x": X}, {}, 13),
+    "reduce_l2": ([node("ReduceL2", ["x"], axes=[1], keepdims=0)], {"x": X}, {}, 13),
+    "reduce_log_sum": ([node("ReduceLogSum", ["x"], axes=[1])], {"x": np.abs(X) + 0.1}, {}, 13),
+    "reduce_log_sum_exp": ([node("ReduceLogSumExp", ["x"], axes=[2])], {"x": X * 5}, {}, 13),
+    "reduce_sum_square": ([node("ReduceSumSquare", ["x"])], {"x": X}, {}, 13),
+    # NonZero on a value known when the session is made, then used on the device
+    "nonzero_host": ([helper.make_node("NonZero", ["c"], ["n"]),
+                      helper.make_node("Cast", ["n"], ["f"], to=TensorProto.FLOAT),
+                      node("Mul", ["f", "x"])],
+                     {"x": F(2, 4)}, {"c": np.array([[0, 1.5, 0], [-2, 0, 3], [0, 0, 7]],
+                                                    np.float32)}, 13),
+    "nonzero_scalar": (_to_float("NonZero", ["c"]), {}, {"c": np.float32(-4)}, 13),
+}  # fmt: skip
 # name -> (nodes, feeds, initializers, opset)
 CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray], int]] = {
     "mod_python": ([node("Mod", ["a", "b"])],
@@ -122,6 +202,7 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray], 
                      node("Cast", ["s"], to=TensorProto.FLOAT)], {"x": X}, {}, 15),
     "pad_axes": ([node("Pad", ["x", "p", "", "a"])], {"x": X},
                  {"p": I64([1, 2, 0, 3]), "a": I64([-1, 0])}, 18),
+    **CASES_MORE,
 }  # fmt: skip
 
 
@@ -240,3 +321,13 @@ def test_a_while_loop_is_refused_naming_the_node() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(popart.popart_exception, match=r"Loop node 'forever'.*while loop"):
         popart.InferenceSession(model.SerializeToString(), popart.DataFlow(1, ["y"]), ipu())
+
+
+def test_nonzero_of_a_device_value_is_refused_naming_the_node_and_why() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["n"], name="positions"),
+             node("Cast", ["n"], to=TensorProto.FLOAT)]  # fmt: skip
+    proto = _model(nodes, {"x": F(2, 3)}, {}, ["y"], 13)
+    with pytest.raises(popart.popart_exception, match=r"NonZero node 'positions': input 'r' is "
+                       r"computed on the device.*depends on its values"):  # fmt: skip
+        popart.InferenceSession(proto, popart.DataFlow(1, ["y"]), ipu())

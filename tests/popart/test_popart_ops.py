@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tremula_tests_popart_helpers import infer, onnxruntime_outputs
+from tremula_tests_popart_helpers import infer, onnxruntime_outputs, replicated
 
 import popart
 
@@ -207,3 +207,64 @@ def test_graphcore_remainder_round_and_increment_mod() -> None:
     np.testing.assert_array_equal(out[rem], np.mod(a, d))
     np.testing.assert_array_equal(out[rnd], np.round(a))
     np.testing.assert_array_equal(out[inc], np.fmod(i + 3, 4))
+
+
+def _group_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, groups: int) -> np.ndarray:
+    g = x.reshape(x.shape[0], groups, -1).astype(np.float64)
+    norm = (g - g.mean(2, keepdims=True)) / np.sqrt(g.var(2, keepdims=True) + 1e-5)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return norm.reshape(x.shape) * scale.reshape(shape) + bias.reshape(shape)
+
+
+_X = F(2, 4, 3, lo=-2, hi=2)
+_GELU_TANH = 0.5 * _X * (1 + np.tanh(np.sqrt(2 / np.pi) * (_X + 0.044715 * _X**3)))
+# name -> (inputs, fn(aiGraphcore, input ids) -> output id, NumPy's result); inference, so
+# the dropout passes its input through, as PopART's inference sessions do
+GRAPHCORE_CASES: dict[str, tuple[list[np.ndarray], Callable[..., Any], np.ndarray]] = {
+    "gelu": ([_X], lambda g, x: g.gelu(x), _GELU_TANH),
+    "swish": ([_X], lambda g, x: g.swish(x), _X / (1 + np.exp(-_X))),
+    "detach": ([_X], lambda g, x: g.detach(x), _X),
+    "expm1": ([_X], lambda g, x: g.expm1(x), np.expm1(_X)),
+    "log1p": ([_X + 2.5], lambda g, x: g.log1p(x), np.log1p(_X + 2.5)),
+    "fmod": ([_X * 3, np.full_like(_X, -1.25)], lambda g, x: g.fmod(x), np.fmod(_X * 3, -1.25)),
+    "scale": ([_X], lambda g, x: g.scale(x, -2.5), _X * -2.5),
+    "subsample": ([_X], lambda g, x: g.subsample(x, [1, 3, 2]), _X[:, ::3, ::2]),
+    "printtensor": ([_X], lambda g, x: g.printtensor(x, title="x"), _X),
+    "shapeddropout": ([_X], lambda g, x: g.shapeddropout(x, [2, 1, 3], 0.5), _X),
+    "groupnormalization": (
+        [F(2, 4, 3), F(4), F(4)],
+        lambda g, x: g.groupnormalization(x, 2)[0],
+        np.zeros(0),  # NumPy's result, set below
+    ),
+}  # fmt: skip
+_GN = GRAPHCORE_CASES["groupnormalization"][0]
+GRAPHCORE_CASES["groupnormalization"] = (_GN, GRAPHCORE_CASES["groupnormalization"][1],
+                                         _group_norm(*_GN, groups=2))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHCORE_CASES))
+def test_graphcore_op_matches_numpy(name: str) -> None:
+    inputs, fn, want = GRAPHCORE_CASES[name]
+    b = popart.Builder()
+    ids = [b.addInputTensor(popart.TensorInfo(v), f"in{i}") for i, v in enumerate(inputs)]
+    out = fn(b.aiGraphcore, ids)
+    got = infer(b.getModelProto(), dict(zip(ids, inputs)), [out])[out]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter"])
+def test_graphcore_replicated_collectives_across_two_replicas(op: str) -> None:
+    x = F(2, 6)  # replica r holds x[r]
+    b = popart.Builder()
+    xi = b.addInputTensor(popart.TensorInfo("FLOAT", [6]), "x")
+    if op == "allreduce":
+        out = b.aiGraphcore.replicatedallreduce([xi])
+        want = np.stack([x.sum(0)] * 2)
+    else:
+        out = b.aiGraphcore.replicatedreducescatter(
+            [xi], collectiveOperator=popart.CollectiveOperator.Add
+        )
+        want = x.sum(0).reshape(2, 3)  # replica r keeps the r-th half of the sum
+    got = infer(b.getModelProto(), {xi: x}, [out], userOptions=replicated(2))[out]
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6)

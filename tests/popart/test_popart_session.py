@@ -124,9 +124,19 @@ def test_model_errors() -> None:
         popart.InferenceSession(model, popart.DataFlow(1, ["nope"]), ipu())
     b = popart.Builder()
     t = b.addInputTensor(popart.TensorInfo("FLOAT", [4]), "t")
-    out = b.aiOnnx.nonzero([t])  # a data-dependent shape: not supported
-    with pytest.raises(popart.popart_exception, match=r"NonZero node .*ai.onnx.NonZero is not"):
+    out = b.aiOnnx.nonzero([t])  # a data-dependent shape of a device value: refused
+    with pytest.raises(popart.popart_exception, match=r"NonZero node .*computed on the device"):
         popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [out]), ipu())
+    from onnx import TensorProto, helper  # an op no rule converts
+
+    graph = helper.make_graph(
+        [helper.make_node("Unique", ["u"], ["v"], name="uniq")], "g",
+        [helper.make_tensor_value_info("u", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    unique = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(popart.popart_exception, match=r"Unique node 'uniq'.*ai.onnx.Unique is not"):
+        popart.InferenceSession(unique.SerializeToString(), popart.DataFlow(1, ["v"]), ipu())
     with pytest.raises(popart.popart_exception, match="neither a file nor a serialized ONNX"):
         popart.InferenceSession(b"not a model", popart.DataFlow(1, [out]), ipu())
     opts = popart.SessionOptions()

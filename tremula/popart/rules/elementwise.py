@@ -174,6 +174,20 @@ def _thresholded_relu(node: Any, x: Any) -> Any:
     return ops.where(keep, x, 0.0)
 
 
+def _is_inf(node: Any) -> list[Any]:
+    """Infinities of the signs ``detect_positive`` / ``detect_negative`` select."""
+    pos, neg = bool(node.attr("detect_positive", 1)), bool(node.attr("detect_negative", 1))
+    v = node.value(0)
+    if isinstance(v, np.ndarray):
+        return [np.isinf(v) & ((v > 0) & pos | (v < 0) & neg)]
+    inf = ops.isinf(v)
+    if pos and neg:
+        return [inf]
+    if pos or neg:
+        return [ops.logical_and(inf, ops.greater(v, 0.0) if pos else ops.less(v, 0.0))]
+    return [ops.logical_and(inf, ops.logical_not(inf))]  # all false
+
+
 ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     **{
         name: _fold_or(dev, host)  # type: ignore[arg-type]
@@ -207,7 +221,6 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Softsign": (lambda x: ops.div(x, ops.add(ops.abs(x), 1.0)), None),
             "Softplus": (_softplus, None),
             "IsNaN": (ops.isnan, np.isnan),
-            "IsInf": (ops.isinf, np.isinf),
             "Add": (ops.add, np.add),
             "Sub": (ops.sub, np.subtract),
             "Mul": (ops.mul, np.multiply),
@@ -243,4 +256,5 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
     "ThresholdedRelu": _with_attrs(_thresholded_relu),
     "Mish": _with_attrs(_mish),
     "Mod": _mod,
+    "IsInf": _is_inf,
 }

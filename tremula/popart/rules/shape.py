@@ -231,6 +231,22 @@ def _range(node: Any) -> list[Any]:
     return [np.arange(start, limit, delta, dtype=np.asarray(start).dtype)]
 
 
+def _nonzero(node: Any) -> list[Any]:
+    """The positions of the non-zero elements, ``[rank, count]`` (a scalar as one element,
+    as onnxruntime), folded on the host: the count depends on the values, and a program's
+    shapes are fixed when it is compiled."""
+    v = node.value(0)
+    if not isinstance(v, np.ndarray):
+        raise node.error(
+            f"input {node.proto.input[0]!r} is computed on the device, and the shape of "
+            f"NonZero's output (one column per non-zero element) depends on its values; "
+            f"Tremula's programs have shapes fixed when they are compiled, so NonZero runs "
+            f"only on values known when the session is made (initialisers, constants, "
+            f"shapes)"
+        )
+    return [np.array(np.nonzero(np.atleast_1d(v)), dtype=np.int64)]
+
+
 def _clip(node: Any) -> list[Any]:
     if node.version < 11:
         lo, hi = node.attr("min", -np.inf), node.attr("max", np.inf)
@@ -421,6 +437,7 @@ SHAPE: dict[str, Callable[[Any], list]] = {
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,
     "Range": _range,
+    "NonZero": _nonzero,
     "Clip": _clip,
     "Pad": _pad,
     "ArgMax": _arg(ops.argmax),
