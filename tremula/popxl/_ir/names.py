@@ -4,7 +4,8 @@
 
 One table of the types whose PopART names differ from the rule; every other type ``T`` is
 PopART's ``T`` with class ``TOp`` (``<stem>Op`` where PopART's class names the op with
-another word: ``Sub`` is ``SubtractOp``). In-place forms of binary ops are PopART's ``Lhs``
+another word: ``Sub`` is ``SubtractOp``). In-place forms (``OpDef.inplace_of``) are
+PopART's ``<T>Inplace``; those of binary ops are PopART's ``Lhs``
 in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
 writes its first input. Where PopART derives an in-place op's class from the out-of-place
 op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so.
@@ -95,8 +96,11 @@ def op_name(op_type: str) -> OpName:
     named = _NAMES.get(op_type)
     if named is not None:
         return named
+    from tremula.popxl.ops.base import OPS  # the IR's op definitions
+
     namespace = next((ns for ns, types in _NAMESPACES.items() if op_type in types), "")
-    base = op_type.removesuffix("Inplace")
+    d = OPS.get(op_type)
+    base = op_type if d is None else d.outplace  # an in-place form: its out-of-place op's
     stem = _CLASS_STEMS.get(base, base)
     if base != op_type and base in _LHS_INPLACE:
         return OpName(f"{base}LhsInplace", f"{stem}LhsInplaceOp", namespace)
