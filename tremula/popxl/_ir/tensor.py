@@ -187,17 +187,14 @@ class Tensor:
         return unsupported_attr(self, name)
 
 
-#: in-place view ops: their output is a view of input 0 (writes to it write the input)
-_VIEWS = {"ReshapeInplace", "TransposeInplace", "SliceInplace", "ConcatInplace", "DetachInplace"}
-
-
 def _aliases_of(op: Any, i: int) -> list[XlTensor]:
-    """The outputs of ``op`` that alias its input ``i``: the outputs of an in-place view
-    op, of an in-place op that writes input ``i`` (not a call: its outputs are the called
-    graph's), and the in-place loads of a merged exchange."""
+    """The outputs of ``op`` that alias its input ``i``: the outputs of a view op
+    (``OpDef.view``), of an in-place op that writes input ``i`` (not a call: its outputs
+    are the called graph's), and the in-place loads of a merged exchange."""
     if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
         return [op.outputs[o] for k, o in op.attrs["aliases"] if k == i]
-    if op.type in _VIEWS or (i in op.modified and not op.called_graphs):
+    d = op.definition
+    if d.view or (i in op.modified and not d.graphs):
         return [o for o in op.outputs if o is not None]
     return []
 

@@ -71,7 +71,7 @@ def loop_plan(op: Op) -> LoopPlan:
     """
     wrapper: Graph = op.attrs["graphs"][0]
     ins, outs = wrapper._inputs, wrapper._outputs
-    calls = [o for o in wrapper._ops if o.type == "Call"]
+    calls = [o for o in wrapper._ops if o.definition.graphs == "call"]
     if len(wrapper._ops) != 1 or len(calls) != 1 or len(ins) < IN_OFFSET:
         raise _unloopable(op, wrapper, "it must hold exactly one Call of the loop body")
     call = calls[0]

@@ -183,7 +183,7 @@ class Editing:
     def _complete_outputs(self, count: int) -> None:
         """Fill unconnected outputs below ``count`` (all of them, but for a ``Call`` whose
         trailing outputs may stay unconnected) with new tensors."""
-        upto = len(self.outputs) if self.type == "Call" else count
+        upto = len(self.outputs) if _base.OPS[self.type].graphs == "call" else count
         outs = list(self.outputs) + [None] * (upto - len(self.outputs))
         for i, t in enumerate(outs):
             if t is None:
