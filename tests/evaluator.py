@@ -1,5 +1,5 @@
 """The one test evaluator: run a PopXL graph through a Session and on the host with the op
-records' NumPy references (``OpDef.reference``, whose numeric rules are
+records' NumPy references (``OpDefinition.reference``, whose numeric rules are
 ``tremula.numerics``'), and central finite differences for gradient checks.
 
 Every op test uses it (``tests/conftest.py`` loads it once as ``tremula_tests_evaluator``;

@@ -54,7 +54,7 @@ def _signature(name: str, arity: int) -> str:
     return f"def {name}(\n    graph: Graph, {params}, {rest}\n) -> Tensor:"
 
 
-def _docstring(rec: ops.Op, in_place: bool) -> str:
+def _docstring(rec: ops.ElementwiseOp, in_place: bool) -> str:
     what = _TERNARY_DOC.get(rec.name, f"{rec.op.name}({_ARGS[rec.arity]})")
     into = "into ``a``" if in_place else "into a new tensor"
     families = ", ".join(sorted(rec.costs))
@@ -64,7 +64,7 @@ def _docstring(rec: ops.Op, in_place: bool) -> str:
     return f'    """{what} element-wise {into}.\n\n    Types: {families}.\n    """'
 
 
-def _function(rec: ops.Op, in_place: bool) -> str:
+def _function(rec: ops.ElementwiseOp, in_place: bool) -> str:
     name = f"{rec.name}_in_place" if in_place else rec.name
     args = f"[{_ARGS[rec.arity]}]"
     call = f'    return call_op("{rec.name}", graph, {args}, prog, name, options, {in_place})'
@@ -76,7 +76,7 @@ def render(arities: tuple[int, ...]) -> str:
     kind = "unary" if arities == (1,) else "binary and ternary"
     blocks = [_HEADER.format(kind=kind).rstrip("\n")]
     names: list[str] = []
-    for rec in ops.OPS:
+    for rec in ops.ELEMENTWISE_OPS:
         if rec.arity not in arities:
             continue
         for in_place in (False, True) if rec.in_place else (False,):

@@ -1,5 +1,5 @@
 """Completeness of PopART's ONNX rules, walking the tables: every Builder method (the opset
-tables of ``opsets.py``) has a rule, and every rule (``rules.RULES``) is exercised by a test
+tables of ``opsets.py``) has a rule, and every rule (``rules.ONNX_RULES``) is exercised by a test
 of this folder, which names its ONNX op type (an ``onnx.helper`` node), calls a Builder
 method that writes it, or runs a model file of ``data/`` holding it (against onnxruntime,
 ``test_popart_onnx_import.py``). A rule added without a test, or a Builder method without a
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from tremula.popart.opsets import AI_GRAPHCORE, AI_ONNX
-from tremula.popart.rules import RULES
+from tremula.popart.rules import ONNX_RULES
 
 HERE = Path(__file__).parent
 _GC = "ai.graphcore"
@@ -41,7 +41,7 @@ def test_every_builder_method_has_a_rule() -> None:
         for domain, table in (("", AI_ONNX), (_GC, AI_GRAPHCORE))
         for name, defs in table.items()
         for op in defs
-        if (op.domain, op.onnx) not in RULES
+        if (op.domain, op.onnx) not in ONNX_RULES
     )
     assert not missing, f"Builder methods whose ONNX op has no rule: {missing}"
 
@@ -56,7 +56,7 @@ def test_every_onnx_rule_has_a_test() -> None:
     }
     untested = sorted(
         f"{domain or 'ai.onnx'}.{op_type}"
-        for domain, op_type in RULES
+        for domain, op_type in ONNX_RULES
         if op_type not in by_method[domain] and (domain == _GC or op_type not in quoted)
     )
     assert not untested, f"ONNX rules no test of tests/popart names: {untested}"

@@ -20,7 +20,7 @@ import tremula.embedding
 import tremula.lowering
 import tremula.popxl
 from popxl import ops
-from tremula.lowering import RULES
+from tremula.lowering import LOWERING_RULES
 from tremula.popxl.ops.base import INPLACE, OPS, defop
 from tremula.popxl.transforms.grads import GRADS
 
@@ -63,9 +63,9 @@ def test_the_registry_is_the_whole_op_set() -> None:
 
 
 def test_every_op_type_has_a_lowering_rule() -> None:
-    missing = sorted(set(OPS) - set(RULES))
+    missing = sorted(set(OPS) - set(LOWERING_RULES))
     assert not missing, f"op types without a lowering rule (tremula/lowering): {missing}"
-    stale = sorted(set(RULES) - set(OPS))
+    stale = sorted(set(LOWERING_RULES) - set(OPS))
     assert not stale, f"lowering rules for op types no one defines: {stale}"
 
 
@@ -103,7 +103,7 @@ def test_every_public_op_function_has_a_docstring() -> None:
 
 
 def test_every_op_naming_graphs_says_how_it_uses_them() -> None:
-    """``OpDef.graphs`` is what autodiff, the lowering and the IR bindings read: each op
+    """``OpDefinition.graphs`` is what autodiff, the lowering and the IR bindings read: each op
     made with graphs (a call, a loop, a branch, a code load) has it, and no other op."""
     ir = popxl.Ir()
     with ir.main_graph:
@@ -137,10 +137,10 @@ def test_every_inplace_form_is_linked_to_its_out_of_place_op() -> None:
         assert INPLACE[base.type] == t and d.outplace == base.type
         assert (d.modifies or d.view) and not base.modifies and not base.view, t
         assert GRADS.get(t, None) is GRADS.get(base.type, None), t  # one rule for both forms
-        assert RULES[t] is RULES[base.type] or t in SEPARATE_LOWERING, t
+        assert LOWERING_RULES[t] is LOWERING_RULES[base.type] or t in SEPARATE_LOWERING, t
     # PopART's names: every ``...Inplace`` type is a linked form (a missing link fails here)
     unlinked = sorted(t for t in OPS if t.endswith("Inplace") and t not in forms)
-    assert not unlinked, f"in-place op types without OpDef.inplace_of: {unlinked}"
+    assert not unlinked, f"in-place op types without OpDefinition.inplace_of: {unlinked}"
 
 
 #: in-place forms lowered by a rule of their own, and why

@@ -145,7 +145,7 @@ def test_tensor_counts_that_programs_assert() -> None:
 
 @pytest.mark.parametrize("view_first", [False, True])
 def test_a_write_through_a_view_of_a_copy_leaves_the_copied_tensor_alone(view_first: bool) -> None:
-    """``reshape`` is a copy: ``concat_`` of it (a view, ``OpDef.view``), written in place,
+    """``reshape`` is a copy: ``concat_`` of it (a view, ``OpDefinition.view``), written in place,
     changes the copy, not ``x``, even where the lowering leaves the copy out because no one
     can tell (it follows views of views through every view op and every input)."""
     x_np = np.arange(6, dtype=np.float32)

@@ -35,8 +35,8 @@ from tremula.embedding.remote import RemoteTable
 from tremula.errors import ApplicationRuntimeError, EmbeddingError
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 if TYPE_CHECKING:
     from tremula.embedding.host_embedding import HostEmbedding
@@ -103,7 +103,7 @@ def _run(session: Any, uses: Uses) -> Iterator[None]:
 
 # ---- the rules ----
 def _indices(
-    lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence, name: str, check: bool
+    lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence, name: str, check: bool
 ) -> poplar.Tensor:
     """The op's indices, flat ``[n]``: clamped into range (``clip``), or checked on the
     device (``check``, for remote buffers; the host checks its own)."""
@@ -120,7 +120,7 @@ def _indices(
 
 
 @rule(LOOKUP)
-def _lookup(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def _lookup(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     emb = op.attrs["embedding"]
     uses = uses_of(lw, emb)
     name = lw.name(f"{emb.name}/lookup")
@@ -134,7 +134,7 @@ def _lookup(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule(UPDATE)
-def _update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def _update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     emb = op.attrs["embedding"]
     uses = uses_of(lw, emb)
     name = lw.name(f"{emb.name}/update")
@@ -155,7 +155,7 @@ def _update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 # ---- host mode ----
 def _host_lookup(
-    lw: Lowerer, op: Op, idx: poplar.Tensor, uses: Uses, prog: poplar.Sequence, name: str
+    lw: Lowerer, op: OpNode, idx: poplar.Tensor, uses: Uses, prog: poplar.Sequence, name: str
 ) -> poplar.Tensor:
     emb, dedup, clip = op.attrs["embedding"], op.attrs["dedup"], op.attrs["clip"]
     g, n, e = lw.graph, idx.num_elements, emb.shape[1]
@@ -176,7 +176,7 @@ def _host_lookup(
 
 def _host_update(
     lw: Lowerer,
-    op: Op,
+    op: OpNode,
     idx: poplar.Tensor,
     grad: poplar.Tensor,
     uses: Uses,

@@ -25,7 +25,7 @@ import numpy as np
 from tremula.errors import EmbeddingError
 from tremula.popxl import dtypes, ops
 from tremula.popxl.context import atomic
-from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.base import OpNode, create_op, defop
 from tremula.popxl.tensor import Tensor, TensorSpec
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
@@ -104,7 +104,7 @@ def lookup(
 
 
 @grad(LOOKUP)
-def _lookup_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _lookup_grad(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Send the output's gradient to the table's optimizer (if the embedding trains)."""
     emb = op.attrs["embedding"]
     if emb.trainable:

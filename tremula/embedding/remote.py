@@ -36,7 +36,7 @@ from tremula.libs.popops import expr as pe
 
 if TYPE_CHECKING:
     from tremula.embedding.host_embedding import HostEmbedding
-    from tremula.lowering.context import Lowerer
+    from tremula.lowering.driver import Lowerer
 
 
 @dataclass

@@ -25,6 +25,6 @@ from tremula.lowering import (  # noqa: F401  (register rules)
     tensor_ops,
     var_updates,
 )
-from tremula.lowering.context import RULES, Lowerer
+from tremula.lowering.driver import LOWERING_RULES, Lowerer
 
-__all__ = ["RULES", "Lowerer"]
+__all__ = ["LOWERING_RULES", "Lowerer"]

@@ -6,18 +6,18 @@ loop-carried input."""
 from __future__ import annotations
 
 from tremula import poplar
-from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.repeat import loop_plan
 
 
-def _copy_in(lw: Lowerer, op: Op, env: Env, inputs: list, prog: poplar.Sequence) -> None:
+def _copy_in(lw: Lowerer, op: OpNode, env: Env, inputs: list, prog: poplar.Sequence) -> None:
     for parent, dst in zip(op.inputs, inputs):
         lw.copy(env[parent], dst, prog)
 
 
-def _copy_back(lw: Lowerer, op: Op, env: Env, inputs: list, prog: poplar.Sequence) -> None:
+def _copy_back(lw: Lowerer, op: OpNode, env: Env, inputs: list, prog: poplar.Sequence) -> None:
     for i in op.modified:
         lw.copy(inputs[i], env[op.inputs[i]], prog)
 
@@ -33,7 +33,7 @@ def _inlinable(lw: Lowerer, graph: Graph) -> bool:
     return all(not op.modified and not op.called_graphs for op in graph.ops)
 
 
-def _inline(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def _inline(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     graph = op.attrs["graphs"][0]
     inner = Env()
     lw.bind_leaves(graph, inner)
@@ -50,7 +50,7 @@ def _inline(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Call")
-def call(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def call(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     if _inlinable(lw, op.attrs["graphs"][0]):
         _inline(lw, op, env, prog)
         return
@@ -64,7 +64,7 @@ def call(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Repeat")
-def repeat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def repeat(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Loop the body's call through the wrapper's routing (``loop_plan``): each loop input
     lives in the body input(s) it feeds (or a tensor of its own if it feeds none), and each
     iteration carries its outputs into them; the wrapper itself lowers to nothing."""

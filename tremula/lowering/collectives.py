@@ -9,17 +9,17 @@ import math
 
 from tremula import poplar
 from tremula.libs import gcl, util
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.collectives.collectives import OPERATORS
 
 
-def _group(op: Op) -> gcl.ReplicaGrouping:
+def _group(op: OpNode) -> gcl.ReplicaGrouping:
     return op.attrs["group"].grouping
 
 
 @rule("ReplicatedAllReduce", "ReplicatedAllReduceInplace")
-def all_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def all_reduce(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """gcl's all-reduce; with identical inputs a copy (PopART's OpToIdentity), no exchange."""
     t, out = env[op.inputs[0]], op.outputs[0]
     gop = OPERATORS[op.attrs["op"]]
@@ -34,14 +34,14 @@ def all_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ReplicatedReduceScatter")
-def reduce_scatter(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def reduce_scatter(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     gop = OPERATORS[op.attrs["op"]]
     out = op.outputs[0]
     env[out] = gcl.reduce_scatter(lw.graph, env[op.inputs[0]], gop, prog, _group(op), name=out.id)
 
 
 @rule("ReplicatedAllGather")
-def all_gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def all_gather(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out = op.outputs[0]
     gathered = gcl.all_gather(lw.graph, env[op.inputs[0]], prog, _group(op), name=out.id)
     mode = op.attrs["output_shape"]
@@ -55,7 +55,7 @@ def all_gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ReplicatedSlice")
-def replicated_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def replicated_slice(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Slice ``k`` along the axis for the member of index ``k``: the axis moved first and
     the whole taken as ``G`` equal chunks, each replica keeping its own (gcl's LOCAL
     reduce-scatter: no link traffic)."""
@@ -69,7 +69,7 @@ def replicated_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> No
 
 
 @rule("AllReduce")
-def all_reduce_across_ipus(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def all_reduce_across_ipus(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Within a replica: gcl's ring over the IPUs, each output mapped like its input (on
     its IPU); with identical inputs, a copy of each input (PopART's AllReduceToIdentity)."""
     ins = [env[t] for t in op.inputs]

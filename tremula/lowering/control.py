@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from tremula import poplar
 from tremula.errors import PopartException
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
-def _check_branch_outputs(op: Op) -> None:
+def _check_branch_outputs(op: OpNode) -> None:
     then_g, else_g = op.attrs["graphs"]
     for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs)):
         if (a.shape, a.dtype) != (b.shape, b.dtype):
@@ -22,7 +22,7 @@ def _check_branch_outputs(op: Op) -> None:
 
 
 @rule("If")
-def conditional(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def conditional(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _check_branch_outputs(op)
     then_g, else_g = op.attrs["graphs"]
     outs = [lw.new_tensor(o) for o in op.outputs]

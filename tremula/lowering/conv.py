@@ -20,8 +20,8 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import poplin, popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.conv import patches_np
 
 
@@ -75,13 +75,13 @@ def _conv(lw: Lowerer, x, w, a: dict, groups: int, prog: poplar.Sequence, name: 
 
 
 @rule("Conv")
-def conv(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def conv(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, w = env[op.inputs[0]], env[op.inputs[1]]
     env[op.outputs[0]] = _conv(lw, x, w, op.attrs, op.attrs["groups"], prog, op.outputs[0].id)
 
 
 @rule("ConvTranspose")
-def conv_transpose(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def conv_transpose(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, w = env[op.inputs[0]], env[op.inputs[1]]
     a, name = op.attrs, op.outputs[0].id
     n, c, *spatial = x.shape
@@ -111,7 +111,7 @@ def conv_transpose(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
 
 
 @rule("Pool")
-def pool(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def pool(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, a, name = env[op.inputs[0]], op.attrs, op.outputs[0].id
     if a["mode"] == "max":
         cols = _patches(lw, x, a, float("-inf"), prog, name)

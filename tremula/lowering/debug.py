@@ -6,12 +6,12 @@ destination IPU's tiles (the op is lowered on that IPU's virtual graph, see
 from __future__ import annotations
 
 from tremula import poplar
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
 @rule("PrintTensor")
-def print_tensor(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def print_tensor(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(env[op.inputs[0]], out))
     if op.attrs["print_self"]:
@@ -20,14 +20,14 @@ def print_tensor(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("IpuCopy")
-def ipu_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def ipu_copy(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out = lw.new_tensor(op.outputs[0])  # the op sits on the destination IPU's graph
     prog.add(poplar.Copy(env[op.inputs[0]], out))
     env[op.outputs[0]] = out
 
 
 @rule("IoTileCopy")
-def io_tile_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def io_tile_copy(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(env[op.inputs[0]], out))
     env[op.outputs[0]] = out

@@ -9,8 +9,8 @@ from typing import Any
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import INPLACE, Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import INPLACE, OpNode
 from tremula.popxl.ops.elementwise import TABLE
 
 #: ops that run as a fused popops expression instead of their record's popops function
@@ -20,7 +20,7 @@ EXPRESSIONS: dict[str, Any] = {"Swish": pe._1 * pe.Sigmoid(pe._1)}
 POPOPS: dict[str, Any] = {e.op: EXPRESSIONS.get(e.op, e.popops) for e in TABLE}
 
 
-def _lower(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def _lower(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     inplace = bool(op.definition.inplace_of)
     base = op.definition.outplace
     target = POPOPS[base]

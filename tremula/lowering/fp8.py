@@ -22,17 +22,17 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs import poplin, popops
-from tremula.lowering.context import RULES, Env, Lowerer, rule
+from tremula.lowering.driver import LOWERING_RULES, Env, Lowerer, rule
 from tremula.lowering.tensor_ops import matmul_options
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 
-def _what(op: Op) -> str:
+def _what(op: OpNode) -> str:
     """The subject of the run-time range error: the op and its scale tensor."""
     return f"{op.type} {op.outputs[0].id!r} (log2_scale tensor {op.inputs[-1].id!r})"
 
 
-def _scaled(lw: Lowerer, op: Op, env: Env, x: poplar.Tensor, prog: poplar.Sequence) -> None:
+def _scaled(lw: Lowerer, op: OpNode, env: Env, x: poplar.Tensor, prog: poplar.Sequence) -> None:
     """Bind the op's output to ``x * 2^log2_scale`` cast to the output's type."""
     out = op.outputs[0]
     env[out] = popops.pow2scale_cast(
@@ -52,12 +52,12 @@ def _decoded(lw: Lowerer, t: poplar.Tensor, dtype: poplar.Type, prog, name: str)
 
 
 @rule("Pow2ScaleCastToFp8", "Pow2ScaleCastFromFp8")
-def pow2scale_cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def pow2scale_cast(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _scaled(lw, op, env, env[op.inputs[0]], prog)
 
 
 @rule("MatMulPow2Scaled")
-def matmul_pow2scaled(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def matmul_pow2scaled(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     name = op.outputs[0].id
     a = _decoded(lw, env[op.inputs[0]], poplar.HALF, prog, f"{name}/lhs")
     b = _decoded(lw, env[op.inputs[1]], poplar.HALF, prog, f"{name}/rhs")
@@ -76,10 +76,10 @@ def matmul_pow2scaled(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> N
 
 
 @rule("ConvPow2Scaled", "ConvTransposePow2Scaled")
-def conv_pow2scaled(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def conv_pow2scaled(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     name = op.outputs[0].id
     x = _decoded(lw, env[op.inputs[0]], poplar.FLOAT, prog, f"{name}/input")
     w = _decoded(lw, env[op.inputs[1]], poplar.FLOAT, prog, f"{name}/weights")
     local = Env({op.inputs[0]: x, op.inputs[1]: w})
-    RULES[op.type.replace("Pow2Scaled", "")](lw, op, local, prog)  # the float convolution
+    LOWERING_RULES[op.type.replace("Pow2Scaled", "")](lw, op, local, prog)  # the float convolution
     _scaled(lw, op, env, local[op.outputs[0]], prog)

@@ -23,10 +23,10 @@ from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.libs.popops import ops as popops_ops
-from tremula.libs.popops.elementwise_plan import infer
+from tremula.libs.popops.expr_eval import infer
 from tremula.lowering.elementwise import POPOPS
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 
 
@@ -34,15 +34,15 @@ from tremula.popxl.tensor import Tensor
 class Chain:
     """Two or more element-wise ops lowered as one expression."""
 
-    ops: list[Op]
+    ops: list[OpNode]
 
 
-def plan(graph: Graph, ops: Sequence[Op] | None = None) -> list[Op | Chain]:
+def plan(graph: Graph, ops: Sequence[OpNode] | None = None) -> list[OpNode | Chain]:
     """``graph``'s ops (or those of ``ops``) in order, with fusible chains grouped."""
     uses = Counter(t for op in graph.ops for t in op.inputs)
     visible = set(graph.outputs)
-    items: list[Op | Chain] = []
-    run: list[Op] = []
+    items: list[OpNode | Chain] = []
+    run: list[OpNode] = []
 
     def flush() -> None:
         if len(run) > 1:
@@ -63,7 +63,7 @@ def plan(graph: Graph, ops: Sequence[Op] | None = None) -> list[Op | Chain]:
     return items
 
 
-def _fusible(op: Op) -> bool:
+def _fusible(op: OpNode) -> bool:
     if len(op.outputs) != 1 or op.modified or op.called_graphs:
         return False
     if op.type == "Cast":
@@ -71,7 +71,7 @@ def _fusible(op: Op) -> bool:
     return isinstance(POPOPS.get(op.type), str)  # named popops ops, out of place
 
 
-def _continues(prev: Op, op: Op, uses: Counter, visible: set[Tensor]) -> bool:
+def _continues(prev: OpNode, op: OpNode, uses: Counter, visible: set[Tensor]) -> bool:
     """True when ``op`` consumes ``prev``'s output, its only use, hidden from the graph."""
     out = prev.outputs[0]
     return (

@@ -14,8 +14,8 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.gather import grouped_layout, grouped_out_perm
 
 
@@ -37,7 +37,7 @@ def wrapped(i: pe.Expr, n: int) -> pe.Expr:
 
 
 @rule("Gather", "TiedGather")
-def gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def gather(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, idx = env[op.inputs[0]], env[op.inputs[1]]
     ax, k = op.attrs["axis"], idx.rank
     table = t.dim_roll(ax, 0)
@@ -64,7 +64,7 @@ def _grouped_rows(
 
 
 @rule("GroupedGather")
-def grouped_gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def grouped_gather(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Each group's gathered axis moved next to the group dimension and the rest flattened
     gives one ``[G * n, rest]`` table; one multi_slice reads every group's rows."""
     t, idx = env[op.inputs[0]], env[op.inputs[1]]
@@ -79,7 +79,7 @@ def grouped_gather(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
 
 
 @rule("GroupedGatherGrad")
-def grouped_gather_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def grouped_gather_grad(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """The transpose: the gradient's rows scatter-added (multi_update_add) into a zeroed
     ``[G * n, rest]`` table laid out as the forward's."""
     gy, idx = env[op.inputs[0]], env[op.inputs[1]]
@@ -98,7 +98,7 @@ def grouped_gather_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) ->
 
 
 @rule("DynamicSlice")
-def dynamic_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def dynamic_slice(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, index = env[op.inputs[0]], env[op.inputs[1]]
     env[op.outputs[0]] = popops.dynamic_slice(
         lw.graph, t, index.flatten(), list(op.attrs["axes"]), list(op.attrs["sizes"]), prog,
@@ -107,7 +107,7 @@ def dynamic_slice(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("DynamicUpdate", "DynamicUpdateInplace")
-def dynamic_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def dynamic_update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, index, update = (env[i] for i in op.inputs)
     if not op.definition.inplace_of:
         out = lw.new_tensor(op.outputs[0])
@@ -121,7 +121,7 @@ def dynamic_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
 
 
 @rule("OneHot")
-def onehot(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def onehot(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     idx, values = env[op.inputs[0]], env[op.inputs[1]].flatten()
     n, ax, name = op.attrs["num_classes"], op.attrs["axis"], op.outputs[0].id
     classes = np.arange(n, dtype=np.int32).reshape(

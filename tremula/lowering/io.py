@@ -7,13 +7,13 @@ import math
 from typing import Any
 
 from tremula import poplar
-from tremula.lowering.context import RULES, Env, Lowerer, naming, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import LOWERING_RULES, Env, Lowerer, naming, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.multi_exchange import exchange_parts
 
 
 @rule("HostLoad")
-def host_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def host_load(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     stream = op.attrs["stream"]
     fifo = lw.h2d.get(stream)
     if fifo is None:
@@ -29,7 +29,7 @@ def host_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("HostStore")
-def host_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def host_store(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     stream = op.attrs["stream"]
     fifo = lw.d2h.get(stream)
     if fifo is None:
@@ -54,12 +54,12 @@ def _buffer(lw: Lowerer, buf: Any) -> poplar.RemoteBuffer:
     return rb
 
 
-def _offset(lw: Lowerer, op: Op, env: Env, index: int) -> int | poplar.Tensor:
+def _offset(lw: Lowerer, op: OpNode, env: Env, index: int) -> int | poplar.Tensor:
     off = op.attrs["offset"]
     return off if off is not None else env[op.inputs[index]].flatten()
 
 
-def _fresh(op: Op) -> bool:
+def _fresh(op: OpNode) -> bool:
     """Whether input 0 of ``op`` is an ``Init`` tensor that only ``op`` reads (and not a
     graph output): an out-of-place load may then load into it (PopART's inplacing)."""
     t = op.inputs[0]
@@ -73,7 +73,7 @@ def _fresh(op: Op) -> bool:
 
 
 @rule("RemoteLoad", "RemoteLoadInplace")
-def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def remote_load(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """``RemoteLoadInplace`` loads into its input 0; ``RemoteLoad`` into a new tensor, or
     into its input 0 where that is a fresh ``Init`` tensor no one else reads (as
     ``remote_load`` makes it)."""
@@ -87,22 +87,22 @@ def remote_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("RemoteStore")
-def remote_store(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def remote_store(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     rb = _buffer(lw, op.attrs["buffer"])
     prog.add(poplar.Copy(env[op.inputs[0]].flatten(), rb, _offset(lw, op, env, 1)))
 
 
 @rule("MultiExchange")
-def multi_exchange(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def multi_exchange(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Each merged exchange as the op it replaces, in order (the programs, and so results
     and cycles, are those of the exchanges unmerged)."""
     for part in exchange_parts(op):
         with naming([part]):
-            RULES[part.type](lw, part, env, prog)
+            LOWERING_RULES[part.type](lw, part, env, prog)
 
 
 @rule("RemoteCodeLoad")
-def remote_code_load(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def remote_code_load(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     graph = op.attrs["graphs"][0]
     lowered = lw.subgraph(graph)
     if lowered.code_buffer is None:

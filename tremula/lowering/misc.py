@@ -9,12 +9,12 @@ from typing import Any
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
 @rule("Where")
-def where(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def where(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     cond, lhs, rhs = (env[t] for t in op.inputs)
     env[op.outputs[0]] = popops.map(
         lw.graph, pe.Select(pe._2, pe._3, pe._1), [cond, lhs, rhs], prog, name=op.outputs[0].id
@@ -22,7 +22,7 @@ def where(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Clip")
-def clip(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def clip(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     e: Any = pe._1
     if op.attrs["min"] is not None:
         e = pe.Max(e, op.attrs["min"])
@@ -46,7 +46,7 @@ def _scale_tensor(lw: Lowerer, s: poplar.Tensor, data: poplar.Type, prog: poplar
 
 
 @rule("ScaledAdd", "ScaledAddInplace")
-def scaled_add(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def scaled_add(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, y, *rest = (env[t] for t in op.inputs)
     shape = op.outputs[0].shape
     if op.definition.inplace_of:
@@ -96,7 +96,7 @@ def _mixed_scaled_add(
 
 
 @rule("IncrementMod", "IncrementModInplace")
-def increment_mod(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def increment_mod(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     e = pe.Rem(pe._1 + op.attrs["increment"], op.attrs["modulus"])
     t, name = env[op.inputs[0]], op.outputs[0].id
     if op.definition.inplace_of:

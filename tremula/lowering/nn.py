@@ -11,15 +11,15 @@ import math
 from tremula import poplar
 from tremula.libs import popnn, popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Constant
 
 Operation = popops.Operation
 
 
 @rule("Softmax")
-def softmax(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def softmax(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, axis = env[op.inputs[0]], op.attrs["axis"]
     last = t.rank - 1
     y = popnn.softmax(lw.graph, t.dim_roll(axis, last), prog, name=op.outputs[0].id)
@@ -27,7 +27,7 @@ def softmax(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 def _rows_and_labels(
-    lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence
+    lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence
 ) -> tuple[poplar.Tensor, poplar.Tensor, poplar.Tensor | None]:
     """(the (log-)probabilities as rows [N, C], labels [N] with ignored ones masked, the
     bool mask of the labels kept or None when nothing is ignored)."""
@@ -51,7 +51,7 @@ def _rows_and_labels(
 
 
 def _reduce_loss(
-    lw: Lowerer, op: Op, per: poplar.Tensor, kept: poplar.Tensor | None, prog: poplar.Sequence
+    lw: Lowerer, op: OpNode, per: poplar.Tensor, kept: poplar.Tensor | None, prog: poplar.Sequence
 ) -> poplar.Tensor:
     out = op.outputs[0]
     mode = op.attrs["reduction"]
@@ -81,7 +81,7 @@ def _count(
 
 
 @rule("Nll")
-def nll(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def nll(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     rows, labels, kept = _rows_and_labels(lw, op, env, prog)
     loss = popnn.nll_loss if op.attrs["log_prob"] else popnn.nll_loss_from_probs
     per, _ = loss(lw.graph, rows, labels, prog, name=op.outputs[0].id)
@@ -89,7 +89,7 @@ def nll(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 def _deltas_scale(
-    lw: Lowerer, op: Op, env: Env, kept: poplar.Tensor | None, n: int, prog: poplar.Sequence
+    lw: Lowerer, op: OpNode, env: Env, kept: poplar.Tensor | None, n: int, prog: poplar.Sequence
 ) -> float | poplar.Tensor:
     """``loss_grad`` over the samples counted by the mean: a number when both are known
     when the graph is built, else a one-element tensor of the probabilities' type."""
@@ -107,7 +107,7 @@ def _deltas_scale(
 
 
 @rule("NllWithSoftmaxGrad")
-def nll_with_softmax_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def nll_with_softmax_grad(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     probs, labels, kept = _rows_and_labels(lw, op, env, prog)
     scale = _deltas_scale(lw, op, env, kept, probs.shape[0], prog)
     per, deltas = popnn.nll_loss_from_probs(
@@ -126,7 +126,7 @@ _CONSECUTIVE = {"groupNormStridedChannelGrouping": False}  # PyTorch's (and PopA
 
 
 @rule("GroupNorm")
-def group_norm(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def group_norm(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, w, b = (env[i] for i in op.inputs)
     name = op.outputs[0].id
     mean, inv = popnn.group_norm_statistics(
@@ -141,7 +141,7 @@ def group_norm(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("BatchNormInference")
-def batch_norm_inference(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def batch_norm_inference(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, *params = (env[i] for i in op.inputs)
     shape = (1, t.shape[1]) + (1,) * (t.rank - 2)
     scale, bias, mean, var = (p.reshape(shape) for p in params)

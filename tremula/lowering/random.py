@@ -8,12 +8,12 @@ from __future__ import annotations
 from tremula import poplar
 from tremula.libs import popops, poprand
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
 @rule("RandomUniform", "RandomNormal")
-def random(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def random(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out, a = op.outputs[0], op.attrs
     reference = lw.new_tensor(out, name=f"{out.id}/reference")
     seed, modifier = env[op.inputs[0]], a["seed_modifier"]
@@ -32,7 +32,7 @@ def random(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Dropout")
-def dropout(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def dropout(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, seed = env[op.inputs[0]], env[op.inputs[1]]
     keep = 1.0 - op.attrs["p"]
     env[op.outputs[0]] = poprand.dropout(
@@ -42,7 +42,7 @@ def dropout(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ShapedDropout")
-def shaped_dropout(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def shaped_dropout(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, seed = env[op.inputs[0]], env[op.inputs[1]]
     keep, name = 1.0 - op.attrs["ratio"], op.outputs[0].id
     reference = lw.new_tensor(None, t.dtype, op.attrs["shape"], f"{name}/mask")
@@ -56,7 +56,7 @@ def shaped_dropout(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None
 
 
 @rule("SplitRandomSeed")
-def split_random_seed(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def split_random_seed(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     n, name = op.attrs["n"], op.outputs[0].id
     reference = lw.new_tensor(None, poplar.INT, (n, 2), f"{name}/words")
     words = poprand.uniform(

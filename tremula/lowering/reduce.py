@@ -12,8 +12,8 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 Operation = popops.Operation
 
@@ -40,7 +40,7 @@ def _moved(t: poplar.Tensor, axes: tuple[int, ...]) -> poplar.Tensor:
 
 
 @rule(*REDUCE)
-def reduction(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def reduction(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     before, operation, after = REDUCE[op.type]
     t, out = env[op.inputs[0]], op.outputs[0]
     name = out.id
@@ -53,7 +53,7 @@ def reduction(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ReduceMean")
-def mean(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def mean(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     axes = list(op.attrs["axes"])
     n = math.prod(t.shape[a] for a in axes)
@@ -70,7 +70,7 @@ def mean(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ReduceMedian")
-def median(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def median(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     rows = _moved(t, op.attrs["axes"])
     s = popops.sort(lw.graph, rows, 1, prog, name=out.id)
@@ -80,7 +80,7 @@ def median(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ArgMax", "ArgMin")
-def arg(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def arg(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     rows = _moved(t, (op.attrs["dim"],))
     _, idx = popops.top_k(lw.graph, rows, 1, prog, largest=op.type == "ArgMax", name=out.id)
@@ -90,7 +90,7 @@ def arg(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("TopK")
-def topk(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def topk(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t = env[op.inputs[0]]
     axis, last = op.attrs["axis"], t.rank - 1
     values, idx = popops.top_k(
@@ -108,7 +108,7 @@ def topk(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("CumSum")
-def cumsum(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cumsum(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """Hillis-Steele scan: ``ceil(log2 n)`` steps of ``y[k:] += y[:-k]``."""
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(env[op.inputs[0]], out))
@@ -122,7 +122,7 @@ def cumsum(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Histogram")
-def histogram(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def histogram(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     levels = np.asarray(op.attrs["levels"], dtype=np.float64)
     if op.inputs[0].dtype.is_int:  # x >= l  <=>  x >= ceil(l) for integer x
@@ -134,7 +134,7 @@ def histogram(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("LambSquare")
-def lamb_square(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def lamb_square(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t, out = env[op.inputs[0]], op.outputs[0]
     dims = list(range(t.rank))
     if t.dtype not in (poplar.FLOAT, poplar.HALF):  # integers: squared in float32

@@ -10,8 +10,8 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.resize import axis_plan
 
 
@@ -22,7 +22,7 @@ def _take(t: poplar.Tensor, idx: np.ndarray, ax: int) -> poplar.Tensor:
 
 
 @rule("Resize")
-def resize(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def resize(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     a, out, name = op.attrs, op.outputs[0], op.outputs[0].id
     v = env[op.inputs[0]]
     computed = False

@@ -11,8 +11,8 @@ from __future__ import annotations
 from tremula import poplar
 from tremula.libs import popnn
 from tremula.libs.popnn import gru as popnn_gru
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
 def _params(lw: Lowerer, x: poplar.Tensor, hidden: int) -> popnn.GruParams:
@@ -39,7 +39,7 @@ def _operands(
 
 
 @rule("Gru")
-def gru(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def gru(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, h0, wi, wo, b = (env[t] for t in op.inputs)
     p = _params(lw, x, h0.shape[1])
     name = op.outputs[0].id
@@ -49,7 +49,7 @@ def gru(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("GruGrad")
-def gru_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def gru_grad(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     h0, inter, wi, wo, b, x, y, dy = (env[t] for t in op.inputs)
     p = _params(lw, x, h0.shape[1])
     name = op.outputs[0].id

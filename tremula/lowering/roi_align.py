@@ -14,9 +14,9 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.lowering.gather import const, signed
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.roi_align import sample_steps
 
 
@@ -70,7 +70,7 @@ def _axis_samples(
 
 
 def sample_plan(
-    lw: Lowerer, op: Op, env: Env, in_shape: tuple[int, ...], prog: poplar.Sequence, name: str
+    lw: Lowerer, op: OpNode, env: Env, in_shape: tuple[int, ...], prog: poplar.Sequence, name: str
 ) -> tuple[poplar.Tensor, poplar.Tensor]:
     """``(rows, weights)`` on the device: the flat ``[M]`` int rows of ``[N * H * W, C]``
     each corner reads (-1 for none), and ``[K, out_h, ratio, out_w, ratio, 4, 1]`` float
@@ -100,7 +100,7 @@ def sample_plan(
 
 
 @rule("RoiAlign")
-def roi_align(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def roi_align(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t = env[op.inputs[0]]
     n, c, h, w = t.shape
     name = op.outputs[0].id
@@ -118,7 +118,7 @@ def roi_align(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("RoiAlignGrad")
-def roi_align_grad(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def roi_align_grad(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     gy = env[op.inputs[0]]
     k, c, oh, ow = gy.shape
     n, _, h, w = op.attrs["input_shape"]

@@ -10,14 +10,14 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.lowering.gather import const, signed, wrapped
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.scatter import start_value
 
 
 @rule("Scatter")
-def scatter(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def scatter(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t_ir, idx_ir, _ = op.inputs
     t, idx, values = (env[i] for i in op.inputs)
     name = op.outputs[0].id
@@ -57,7 +57,7 @@ def _flat_targets(
 
 
 @rule("ScatterReduce")
-def scatter_reduce(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def scatter_reduce(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     data_ir = op.inputs[0]
     data, idx = env[data_ir], env[op.inputs[1]]
     a, name = op.attrs, op.outputs[0].id

@@ -7,13 +7,13 @@ into a new tensor, ``ConcatInplace`` binds the view itself (writes reach the inp
 from __future__ import annotations
 
 from tremula import poplar
-from tremula.lowering.context import Env, Lowerer, rule
+from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.lowering.tensor_ops import copy_unobservable
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 
 @rule("Concat", "ConcatInplace")
-def concat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def concat(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     view = poplar.concat([env[t] for t in op.inputs], op.attrs["axis"])
     if op.definition.view:
         env[op.outputs[0]] = view
@@ -24,7 +24,7 @@ def concat(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Split")
-def split(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def split(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t = env[op.inputs[0]]
     for k, (out, key) in enumerate(zip(op.outputs, op.attrs["keys"])):
         if copy_unobservable(op, k):

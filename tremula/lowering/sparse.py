@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from tremula import poplar
 from tremula.errors import GraphError
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor, Variable
 from tremula.target import Target
 
@@ -40,7 +40,7 @@ def _dynamic() -> ModuleType:
     return dynamic
 
 
-def _check_plan(lw: Lowerer, op: Op) -> None:
+def _check_plan(lw: Lowerer, op: OpNode) -> None:
     """The plan on the graph's target must be the op's (the one its data were made for)."""
     a = op.attrs
     plan = a["plan"]
@@ -74,7 +74,7 @@ def _made_here(t: Tensor) -> bool:
     return (isinstance(t, Variable) and t.remote is None) or t in t.graph.inputs
 
 
-def _map(lw: Lowerer, op: Op, env: Env, inputs: dict[int, int]) -> None:
+def _map(lw: Lowerer, op: OpNode, env: Env, inputs: dict[int, int]) -> None:
     """Map the op's inputs ``{input index: 0 meta-info / 1 nz}`` the library's way."""
     a = op.attrs
     plan = a["plan"]
@@ -84,13 +84,13 @@ def _map(lw: Lowerer, op: Op, env: Env, inputs: dict[int, int]) -> None:
             lw.graph.set_tile_mapping(env[op.inputs[i]], mappings[which])
 
 
-def _weights(lw: Lowerer, op: Op, env: Env, meta: int, nz: int) -> dynamic.SparseTensor:
+def _weights(lw: Lowerer, op: OpNode, env: Env, meta: int, nz: int) -> dynamic.SparseTensor:
     _map(lw, op, env, {meta: 0, nz: 1})
     return _dynamic().SparseTensor(env[op.inputs[meta]], env[op.inputs[nz]])
 
 
 @rule("SparseFullyConnected")
-def fully_connected(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def fully_connected(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _check_plan(lw, op)
     a = op.attrs
     env[op.outputs[0]] = _dynamic().fully_connected_fwd(
@@ -100,7 +100,7 @@ def fully_connected(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> Non
 
 
 @rule("SparseFullyConnectedGradA")
-def fully_connected_grad_a(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def fully_connected_grad_a(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _check_plan(lw, op)
     a = op.attrs
     env[op.outputs[0]] = _dynamic().fully_connected_grad_a(
@@ -110,7 +110,7 @@ def fully_connected_grad_a(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence)
 
 
 @rule("SparseFullyConnectedGradW")
-def fully_connected_grad_w(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def fully_connected_grad_w(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _check_plan(lw, op)
     a = op.attrs
     _map(lw, op, env, {0: 0})

@@ -7,17 +7,17 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs import poplin, popops
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 
 
-def _copy_of(lw: Lowerer, op: Op, env: Env, view: poplar.Tensor, prog: poplar.Sequence) -> None:
+def _copy_of(lw: Lowerer, op: OpNode, env: Env, view: poplar.Tensor, prog: poplar.Sequence) -> None:
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(view, out))
     env[op.outputs[0]] = out
 
 
-def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
+def _view(op: OpNode, t: poplar.Tensor) -> poplar.Tensor:
     base = op.definition.outplace
     if base == "Reshape":
         return t.reshape(op.attrs["shape"])
@@ -26,7 +26,7 @@ def _view(op: Op, t: poplar.Tensor) -> poplar.Tensor:
     return t[op.attrs["key"]]
 
 
-def copy_unobservable(op: Op, k: int = 0) -> bool:
+def copy_unobservable(op: OpNode, k: int = 0) -> bool:
     """True when output ``k`` of an out-of-place view op may alias its input: the result is
     not a graph output, nothing writes it (or a view of it) in place, and every use of it
     comes before anything writes the input (or a view of the input) in place."""
@@ -56,7 +56,7 @@ def copy_unobservable(op: Op, k: int = 0) -> bool:
 
 
 @rule("Reshape", "Transpose", "Slice", "Subsample")
-def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def view_copy(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     view = _view(op, env[op.inputs[0]])
     if copy_unobservable(op):
         env[op.outputs[0]] = view  # no copy: no one can tell the difference
@@ -65,22 +65,22 @@ def view_copy(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("ReshapeInplace", "TransposeInplace", "SliceInplace")
-def view_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def view_alias(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = _view(op, env[op.inputs[0]])  # aliases the input: writes reach it
 
 
 @rule("DetachInplace")
-def detach_alias(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def detach_alias(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = env[op.inputs[0]]  # the input itself: writes to it reach it
 
 
 @rule("Identity", "Detach")
-def identity(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def identity(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     _copy_of(lw, op, env, env[op.inputs[0]], prog)
 
 
 @rule("Init")
-def init(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def init(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t = lw.new_tensor(op.outputs[0])
     if op.attrs["init_type"] == "zero":
         popops.zero(lw.graph, t, prog)
@@ -90,7 +90,7 @@ def init(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("Cast")
-def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def cast(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     env[op.outputs[0]] = popops.cast(
         lw.graph, env[op.inputs[0]], op.attrs["dtype"].as_poplar(), prog
     )
@@ -100,7 +100,7 @@ def cast(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 _PARTIALS = {"float32": "float", "float16": "half"}
 
 
-def matmul_options(op: Op) -> dict[str, object]:
+def matmul_options(op: OpNode) -> dict[str, object]:
     """PopLin's options of a matmul op: ``availableMemoryProportion`` and ``partialsType``
     (``popxl.float32`` is ``"float"``, ``popxl.float16`` ``"half"``) where the op sets them."""
     options: dict[str, object] = {}
@@ -112,7 +112,7 @@ def matmul_options(op: Op) -> dict[str, object]:
 
 
 @rule("MatMul")
-def matmul(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def matmul(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     a_ir, b_ir = op.inputs
     a, b = env[a_ir], env[b_ir]
     a2 = a.expand([0]) if a.rank == 1 else a

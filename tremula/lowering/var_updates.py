@@ -22,8 +22,8 @@ from tremula import poplar
 from tremula.errors import PopartInternalException
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.lowering.context import Env, Lowerer, rule
-from tremula.popxl.ops.base import Op
+from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.var_updates.adam_updater import MODES
 
 F32 = poplar.FLOAT
@@ -33,7 +33,7 @@ class Terms:
     """The inputs of one ``popops.map`` expression and the terms that read them: a Tensor
     role is a placeholder (cast to the type asked for), a constant role a ``Const``."""
 
-    def __init__(self, op: Op, env: Env) -> None:
+    def __init__(self, op: OpNode, env: Env) -> None:
         self.op, self.env = op, env
         self.inputs: list[poplar.Tensor] = []
 
@@ -55,7 +55,7 @@ class Terms:
         return self.env[self.op.inputs[self.op.attrs["slots"][role]]]
 
 
-def _refuse_zero(op: Op, role: str, why: str) -> None:
+def _refuse_zero(op: OpNode, role: str, why: str) -> None:
     if role not in op.attrs["slots"] and op.attrs["values"].get(role) == 0:
         raise PopartInternalException(
             f"{op.type} {op.outputs[0].id!r}: a constant {role} of 0 is not allowed ({why}); "
@@ -79,7 +79,7 @@ _EXPRESSIONS = {
 
 
 @rule("Accumulate")
-def accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def accumulate(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     kind, terms = op.attrs["type"], Terms(op, env)
     t = terms.tensor("t")
     name = op.outputs[0].id
@@ -102,7 +102,7 @@ def accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("AccumulatorScale")
-def accumulator_scale(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def accumulator_scale(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     terms = Terms(op, env)
     t = terms.tensor("t")
     name = op.outputs[0].id
@@ -115,7 +115,7 @@ def accumulator_scale(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> N
 
 
 @rule("SparseAccumulate")
-def sparse_accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def sparse_accumulate(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """``X`` (the gathered shape) becomes one row per index of ``t``'s axis moved first."""
     terms, axis, name = Terms(op, env), op.attrs["axis"], op.outputs[0].id
     t, x, idx = terms.tensor("t"), terms.tensor("X"), terms.tensor("indices")
@@ -137,13 +137,13 @@ def sparse_accumulate(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> N
 
 
 @rule("CopyVarUpdate")
-def copy_var_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def copy_var_update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     t = env[op.inputs[0]]
     prog.add(poplar.Copy(env[op.inputs[1]], t))
     env[op.outputs[0]] = t
 
 
-def _bias_corrections(op: Op, terms: Terms) -> tuple[Any, Any]:
+def _bias_corrections(op: OpNode, terms: Terms) -> tuple[Any, Any]:
     """``(c1, c2)`` float32 terms (1 without bias correction; ``c2`` 1 for AdaMax)."""
     bias, adamax = MODES[op.attrs["mode"]]
     if not bias:
@@ -159,7 +159,7 @@ def _as(e: Any, dtype: poplar.Type) -> Any:
 
 
 @rule("AdamUpdater")
-def adam_updater(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def adam_updater(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     name, terms = op.outputs[0].id, Terms(op, env)
     if "step" in op.attrs["slots"]:  # t <- t + 1, first
         step = terms.tensor("step")
@@ -185,7 +185,7 @@ def adam_updater(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
 
 
 @rule("AdamVarUpdate")
-def adam_var_update(lw: Lowerer, op: Op, env: Env, prog: poplar.Sequence) -> None:
+def adam_var_update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     name = op.outputs[0].id
     _refuse_zero(op, "max_weight_norm", "a max_weight_norm of 0")
     ratio_terms = Terms(op, env)

@@ -19,7 +19,7 @@ import numpy as np
 from tremula.errors import PopartException
 from tremula.popart import onnxutil
 from tremula.popart.builder_attrs import NodeAttributes
-from tremula.popart.opsets import AI_ONNX_OPSETS, AiGraphcoreOpset1, OpDef, Opset
+from tremula.popart.opsets import AI_ONNX_OPSETS, AiGraphcoreOpset1, OnnxOpSignature, Opset
 from tremula.popart.types import TensorInfo, type_row
 from tremula.popxl._ir.core.enums import VariableRetrievalMode
 from tremula.popxl._ir.core.options import InputSettings
@@ -222,7 +222,7 @@ class Builder(NodeAttributes):
     def _add_node(
         self,
         opset: Opset,
-        op: OpDef,
+        op: OnnxOpSignature,
         inputs: list[str],
         values: dict[str, Any],
         n_out: int,
@@ -245,7 +245,7 @@ class Builder(NodeAttributes):
         self._imports.setdefault(opset.domain, opset.version)
         return outputs
 
-    def _attributes(self, op: OpDef, values: dict[str, Any]) -> dict[str, Any]:
+    def _attributes(self, op: OnnxOpSignature, values: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for a in op.attrs:
             value = values.get(a.name)

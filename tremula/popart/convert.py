@@ -1,6 +1,6 @@
 """From an ONNX graph to PopXL ops: :class:`OnnxGraph` reads a ``ModelProto`` (inputs,
 initialisers, nodes, opsets, metadata) and :class:`Converter` walks its nodes in order,
-calling each node's rule from :data:`tremula.popart.rules.RULES` with a :class:`Node`.
+calling each node's rule from :data:`tremula.popart.rules.ONNX_RULES` with a :class:`Node`.
 
 Values are PopXL tensors of the graph being built, or NumPy arrays for values known on the
 host (initialisers used as shapes, ``Constant`` nodes, shapes of tensors, and whatever the
@@ -229,11 +229,11 @@ class Converter:
         return out
 
     def run(self, nodes: Iterable[Any]) -> None:
-        from tremula.popart.rules import RULES
+        from tremula.popart.rules import ONNX_RULES
 
         for proto in nodes:
             node = Node(self, proto)
-            rule = RULES.get((node.domain, node.op_type))
+            rule = ONNX_RULES.get((node.domain, node.op_type))
             if rule is None:
                 domain = node.domain or "ai.onnx"
                 raise PopartException(

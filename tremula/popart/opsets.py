@@ -40,7 +40,7 @@ class Attr:
 
 
 @dataclass(frozen=True)
-class OpDef:
+class OnnxOpSignature:
     """One Builder method: ``onnx`` op type, attributes, outputs (a count, or ``None`` for
     a ``num_outputs`` argument), domain and the opset versions it exists in."""
 
@@ -79,31 +79,31 @@ _REDUCE = _words(
     "ReduceLogSumExp ReduceSumSquare"
 )
 
-AI_ONNX: dict[str, list[OpDef]] = {
-    **{t.lower(): [OpDef(t)] for t in _UNARY + _BINARY + _VARIADIC},
-    **{t.lower(): [OpDef(t, _AXES)] for t in _REDUCE},
-    "logical_and": [OpDef("And")],
-    "logical_or": [OpDef("Or")],
-    "logical_xor": [OpDef("Xor")],
-    "logical_not": [OpDef("Not")],
-    "softmax": [OpDef("Softmax", (A("axis", "i", 1),))],
-    "logsoftmax": [OpDef("LogSoftmax", (A("axis", "i", 1),))],
-    "hardmax": [OpDef("Hardmax", (A("axis", "i", 1),))],
+AI_ONNX: dict[str, list[OnnxOpSignature]] = {
+    **{t.lower(): [OnnxOpSignature(t)] for t in _UNARY + _BINARY + _VARIADIC},
+    **{t.lower(): [OnnxOpSignature(t, _AXES)] for t in _REDUCE},
+    "logical_and": [OnnxOpSignature("And")],
+    "logical_or": [OnnxOpSignature("Or")],
+    "logical_xor": [OnnxOpSignature("Xor")],
+    "logical_not": [OnnxOpSignature("Not")],
+    "softmax": [OnnxOpSignature("Softmax", (A("axis", "i", 1),))],
+    "logsoftmax": [OnnxOpSignature("LogSoftmax", (A("axis", "i", 1),))],
+    "hardmax": [OnnxOpSignature("Hardmax", (A("axis", "i", 1),))],
     "gemm": [
-        OpDef(
+        OnnxOpSignature(
             "Gemm",
             (A("alpha", "f", 1.0), A("beta", "f", 1.0), A("transA", "i", 0), A("transB", "i", 0)),
         )
     ],
-    "constant": [OpDef("Constant", (A("value", "tensor"),), first_is_value=True)],
-    "reshape": [OpDef("Reshape", since=5)],
-    "transpose": [OpDef("Transpose", (A("perm", "ints", ()),))],
-    "flatten": [OpDef("Flatten", (A("axis", "i", 1),))],
-    "concat": [OpDef("Concat", (A("axis", "i"),))],
-    "gather": [OpDef("Gather", (A("axis", "i", 0),))],
-    "cast": [OpDef("Cast", (A("to", "dtype"),))],
+    "constant": [OnnxOpSignature("Constant", (A("value", "tensor"),), first_is_value=True)],
+    "reshape": [OnnxOpSignature("Reshape", since=5)],
+    "transpose": [OnnxOpSignature("Transpose", (A("perm", "ints", ()),))],
+    "flatten": [OnnxOpSignature("Flatten", (A("axis", "i", 1),))],
+    "concat": [OnnxOpSignature("Concat", (A("axis", "i"),))],
+    "gather": [OnnxOpSignature("Gather", (A("axis", "i", 0),))],
+    "cast": [OnnxOpSignature("Cast", (A("to", "dtype"),))],
     "conv": [
-        OpDef(
+        OnnxOpSignature(
             "Conv",
             (
                 A("dilations", "ints", ()),
@@ -115,7 +115,7 @@ AI_ONNX: dict[str, list[OpDef]] = {
         )
     ],
     "maxpool": [
-        OpDef(
+        OnnxOpSignature(
             "MaxPool",
             (
                 A("kernel_shape", "ints"),
@@ -127,7 +127,7 @@ AI_ONNX: dict[str, list[OpDef]] = {
         )
     ],
     "averagepool": [
-        OpDef(
+        OnnxOpSignature(
             "AveragePool",
             (
                 A("kernel_shape", "ints"),
@@ -139,61 +139,67 @@ AI_ONNX: dict[str, list[OpDef]] = {
         )
     ],
     "batchnormalization": [
-        OpDef("BatchNormalization", (A("epsilon", "f", 1e-5), A("momentum", "f", 0.9)), None)
+        OnnxOpSignature(
+            "BatchNormalization", (A("epsilon", "f", 1e-5), A("momentum", "f", 0.9)), None
+        )
     ],
-    "instancenormalization": [OpDef("InstanceNormalization", (A("epsilon", "f", 1e-5),))],
-    "dropout": [OpDef("Dropout", (A("ratio", "f", 0.5),), outputs=None)],
+    "instancenormalization": [OnnxOpSignature("InstanceNormalization", (A("epsilon", "f", 1e-5),))],
+    "dropout": [OnnxOpSignature("Dropout", (A("ratio", "f", 0.5),), outputs=None)],
     "slice": [
-        OpDef("Slice", (A("starts", "ints"), A("ends", "ints"), A("axes", "ints", ())), until=9),
-        OpDef("Slice", since=10),
+        OnnxOpSignature(
+            "Slice", (A("starts", "ints"), A("ends", "ints"), A("axes", "ints", ())), until=9
+        ),
+        OnnxOpSignature("Slice", since=10),
     ],
-    "split": [OpDef("Split", (A("axis", "i", 0), A("split", "ints", ())), outputs=None)],
-    "squeeze": [OpDef("Squeeze", (A("axes", "ints", ()),))],
-    "unsqueeze": [OpDef("Unsqueeze", (A("axes", "ints"),))],
+    "split": [OnnxOpSignature("Split", (A("axis", "i", 0), A("split", "ints", ())), outputs=None)],
+    "squeeze": [OnnxOpSignature("Squeeze", (A("axes", "ints", ()),))],
+    "unsqueeze": [OnnxOpSignature("Unsqueeze", (A("axes", "ints"),))],
     "pad": [
-        OpDef(
+        OnnxOpSignature(
             "Pad", (A("pads", "ints"), A("mode", "s", "constant"), A("value", "f", 0.0)), until=10
         ),
-        OpDef("Pad", (A("mode", "s", "constant"),), since=11),
+        OnnxOpSignature("Pad", (A("mode", "s", "constant"),), since=11),
     ],
     "clip": [
-        OpDef("Clip", (A("max", "f", 3.402823e38), A("min", "f", -3.402823e38)), until=10),
-        OpDef("Clip", since=11),
+        OnnxOpSignature(
+            "Clip", (A("max", "f", 3.402823e38), A("min", "f", -3.402823e38)), until=10
+        ),
+        OnnxOpSignature("Clip", since=11),
     ],
-    "leakyrelu": [OpDef("LeakyRelu", (A("alpha", "f", 0.01),))],
-    "elu": [OpDef("Elu", (A("alpha", "f", 1.0),))],
-    "selu": [OpDef("Selu", (A("alpha", "f", 1.67326), A("gamma", "f", 1.0507)))],
-    "hardsigmoid": [OpDef("HardSigmoid", (A("alpha", "f", 0.2), A("beta", "f", 0.5)))],
-    "where": [OpDef("Where", since=9)],
-    "argmax": [OpDef("ArgMax", (A("axis", "i", 0), A("keepdims", "i", 1)))],
-    "argmin": [OpDef("ArgMin", (A("axis", "i", 0), A("keepdims", "i", 1)))],
+    "leakyrelu": [OnnxOpSignature("LeakyRelu", (A("alpha", "f", 0.01),))],
+    "elu": [OnnxOpSignature("Elu", (A("alpha", "f", 1.0),))],
+    "selu": [OnnxOpSignature("Selu", (A("alpha", "f", 1.67326), A("gamma", "f", 1.0507)))],
+    "hardsigmoid": [OnnxOpSignature("HardSigmoid", (A("alpha", "f", 0.2), A("beta", "f", 0.5)))],
+    "where": [OnnxOpSignature("Where", since=9)],
+    "argmax": [OnnxOpSignature("ArgMax", (A("axis", "i", 0), A("keepdims", "i", 1)))],
+    "argmin": [OnnxOpSignature("ArgMin", (A("axis", "i", 0), A("keepdims", "i", 1)))],
     "topk": [
-        OpDef("TopK", (A("k", "i"), A("axis", "i", -1)), 2, until=9),
-        OpDef("TopK", (A("axis", "i", -1),), 2, since=10),
+        OnnxOpSignature("TopK", (A("k", "i"), A("axis", "i", -1)), 2, until=9),
+        OnnxOpSignature("TopK", (A("axis", "i", -1),), 2, since=10),
     ],
-    "onehot": [OpDef("OneHot", (A("axis", "i", -1),), since=9)],
-    "cumsum": [OpDef("CumSum", (A("exclusive", "i", 0), A("reverse", "i", 0)), since=11)],
-    "constantofshape": [OpDef("ConstantOfShape", (A("value", "tensor", None),), since=9)],
-    "range": [OpDef("Range", since=11)],
-    "scatter": [OpDef("Scatter", (A("axis", "i", 0),), since=9)],
-    "scatterelements": [OpDef("ScatterElements", (A("axis", "i", 0),), since=11)],
-    "gatherelements": [OpDef("GatherElements", (A("axis", "i", 0),), since=11)],
-    "round": [OpDef("Round", since=11)],
+    "onehot": [OnnxOpSignature("OneHot", (A("axis", "i", -1),), since=9)],
+    "cumsum": [OnnxOpSignature("CumSum", (A("exclusive", "i", 0), A("reverse", "i", 0)), since=11)],
+    "constantofshape": [OnnxOpSignature("ConstantOfShape", (A("value", "tensor", None),), since=9)],
+    "range": [OnnxOpSignature("Range", since=11)],
+    "scatter": [OnnxOpSignature("Scatter", (A("axis", "i", 0),), since=9)],
+    "scatterelements": [OnnxOpSignature("ScatterElements", (A("axis", "i", 0),), since=11)],
+    "gatherelements": [OnnxOpSignature("GatherElements", (A("axis", "i", 0),), since=11)],
+    "round": [OnnxOpSignature("Round", since=11)],
     "logical_if": [
-        OpDef("If", (A("else_branch", "graph"), A("then_branch", "graph")), outputs=None)
+        OnnxOpSignature("If", (A("else_branch", "graph"), A("then_branch", "graph")), outputs=None)
     ],
-    "loop": [OpDef("Loop", (A("body", "graph"),), outputs=None)],
-    "mod": [OpDef("Mod", (A("fmod", "i", 0),), since=10)],
-    "thresholdedrelu": [OpDef("ThresholdedRelu", (A("alpha", "f", 1.0),), since=10)],
+    "loop": [OnnxOpSignature("Loop", (A("body", "graph"),), outputs=None)],
+    "mod": [OnnxOpSignature("Mod", (A("fmod", "i", 0),), since=10)],
+    "thresholdedrelu": [OnnxOpSignature("ThresholdedRelu", (A("alpha", "f", 1.0),), since=10)],
     "depthtospace": [
-        OpDef("DepthToSpace", (A("blocksize", "i"),), until=10),
-        OpDef("DepthToSpace", (A("blocksize", "i"), A("mode", "s", "DCR")), since=11),
+        OnnxOpSignature("DepthToSpace", (A("blocksize", "i"),), until=10),
+        OnnxOpSignature("DepthToSpace", (A("blocksize", "i"), A("mode", "s", "DCR")), since=11),
     ],
-    "spacetodepth": [OpDef("SpaceToDepth", (A("blocksize", "i"),))],
-    "upsample": [OpDef("Upsample", (A("mode", "s", "nearest"),), since=9, until=9)],
+    "spacetodepth": [OnnxOpSignature("SpaceToDepth", (A("blocksize", "i"),))],
+    "upsample": [OnnxOpSignature("Upsample", (A("mode", "s", "nearest"),), since=9, until=9)],
     "resize": [
-        OpDef("Resize", (A("mode", "s", "nearest"),), since=10, until=10),
-        OpDef(
+        OnnxOpSignature("Resize", (A("mode", "s", "nearest"),), since=10, until=10),
+        OnnxOpSignature(
             "Resize",
             (
                 A("coordinate_transformation_mode", "s", "half_pixel"),
@@ -207,31 +213,31 @@ AI_ONNX: dict[str, list[OpDef]] = {
         ),
     ],
     "lrn": [
-        OpDef(
+        OnnxOpSignature(
             "LRN",
             (A("size", "i"), A("alpha", "f", 1e-4), A("beta", "f", 0.75), A("bias", "f", 1.0)),
         )
     ],
-    "lstm": [OpDef("LSTM", (*_RNN, A("input_forget", "i", 0)), outputs=None)],
-    "gru": [OpDef("GRU", (*_RNN, A("linear_before_reset", "i", 0)), outputs=None)],
-    "rnn": [OpDef("RNN", _RNN, outputs=None)],
+    "lstm": [OnnxOpSignature("LSTM", (*_RNN, A("input_forget", "i", 0)), outputs=None)],
+    "gru": [OnnxOpSignature("GRU", (*_RNN, A("linear_before_reset", "i", 0)), outputs=None)],
+    "rnn": [OnnxOpSignature("RNN", _RNN, outputs=None)],
 }
 
 _GC = "ai.graphcore"
 _RED = A("reduction", "reduction", ReductionType.Mean)
-AI_GRAPHCORE: dict[str, list[OpDef]] = {
-    "l1loss": [OpDef("L1", (A("lambda", "f"), _RED), domain=_GC)],
-    "call": [OpDef("Call", (A("callee", "graph"),), outputs=None, domain=_GC)],
+AI_GRAPHCORE: dict[str, list[OnnxOpSignature]] = {
+    "l1loss": [OnnxOpSignature("L1", (A("lambda", "f"), _RED), domain=_GC)],
+    "call": [OnnxOpSignature("Call", (A("callee", "graph"),), outputs=None, domain=_GC)],
     "nllloss": [
-        OpDef(
+        OnnxOpSignature(
             "Nll",
             (_RED, A("ignoreIndex", "i", None), A("inputIsLogProbability", "i", 0)),
             domain=_GC,
         )
     ],
-    "identityloss": [OpDef("IdentityLoss", (_RED,), domain=_GC)],
+    "identityloss": [OnnxOpSignature("IdentityLoss", (_RED,), domain=_GC)],
     "replicatedallreduce": [
-        OpDef(
+        OnnxOpSignature(
             "ReplicatedAllReduce",
             (
                 A("collectiveOperator", "collective", None, onnx="op"),
@@ -241,7 +247,7 @@ AI_GRAPHCORE: dict[str, list[OpDef]] = {
         )
     ],
     "replicatedreducescatter": [
-        OpDef(
+        OnnxOpSignature(
             "ReplicatedReduceScatter",
             (
                 A("collectiveOperator", "collective", None, onnx="op"),
@@ -251,30 +257,36 @@ AI_GRAPHCORE: dict[str, list[OpDef]] = {
         )
     ],
     "groupnormalization": [
-        OpDef("GroupNormalization", (A("num_groups", "i"), A("epsilon", "f", 1e-5)), 3, _GC)
+        OnnxOpSignature(
+            "GroupNormalization", (A("num_groups", "i"), A("epsilon", "f", 1e-5)), 3, _GC
+        )
     ],
-    "gelu": [OpDef("Gelu", domain=_GC)],
-    "swish": [OpDef("Swish", domain=_GC)],
-    "detach": [OpDef("Detach", domain=_GC)],
-    "round": [OpDef("Round", domain=_GC)],
-    "expm1": [OpDef("Expm1", domain=_GC)],
-    "log1p": [OpDef("Log1p", domain=_GC)],
-    "atan2": [OpDef("Atan2", domain=_GC)],
-    "fmod": [OpDef("Fmod", domain=_GC)],
-    "remainder": [OpDef("Remainder", domain=_GC)],
-    "scale": [OpDef("Scale", (A("scale", "f"),), domain=_GC)],
-    "subsample": [OpDef("Subsample", (A("strides", "ints"),), domain=_GC)],
+    "gelu": [OnnxOpSignature("Gelu", domain=_GC)],
+    "swish": [OnnxOpSignature("Swish", domain=_GC)],
+    "detach": [OnnxOpSignature("Detach", domain=_GC)],
+    "round": [OnnxOpSignature("Round", domain=_GC)],
+    "expm1": [OnnxOpSignature("Expm1", domain=_GC)],
+    "log1p": [OnnxOpSignature("Log1p", domain=_GC)],
+    "atan2": [OnnxOpSignature("Atan2", domain=_GC)],
+    "fmod": [OnnxOpSignature("Fmod", domain=_GC)],
+    "remainder": [OnnxOpSignature("Remainder", domain=_GC)],
+    "scale": [OnnxOpSignature("Scale", (A("scale", "f"),), domain=_GC)],
+    "subsample": [OnnxOpSignature("Subsample", (A("strides", "ints"),), domain=_GC)],
     "printtensor": [
-        OpDef("PrintTensor", (A("print_gradient", "i", 1), A("title", "s", "")), domain=_GC)
+        OnnxOpSignature(
+            "PrintTensor", (A("print_gradient", "i", 1), A("title", "s", "")), domain=_GC
+        )
     ],
-    "incrementmod": [OpDef("IncrementMod", (A("increment", "f"), A("modulus", "f")), domain=_GC)],
+    "incrementmod": [
+        OnnxOpSignature("IncrementMod", (A("increment", "f"), A("modulus", "f")), domain=_GC)
+    ],
     "shapeddropout": [
-        OpDef("ShapedDropout", (A("shape", "ints"), A("ratio", "f", 0.5)), domain=_GC)
+        OnnxOpSignature("ShapedDropout", (A("shape", "ints"), A("ratio", "f", 0.5)), domain=_GC)
     ],
 }
 
 
-def _signature(name: str, op: OpDef) -> inspect.Signature:
+def _signature(name: str, op: OnnxOpSignature) -> inspect.Signature:
     P = inspect.Parameter
     params = [P("self", P.POSITIONAL_OR_KEYWORD)]
     params.append(P("value" if op.first_is_value else "args", P.POSITIONAL_OR_KEYWORD))
@@ -288,7 +300,7 @@ def _signature(name: str, op: OpDef) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def _bind(name: str, op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple:
+def _bind(name: str, op: OnnxOpSignature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple:
     """(inputs, num_outputs, {attr: value}, debugContext) from a call's arguments."""
     names = ["value" if op.first_is_value else "args"]
     if op.outputs is None:
@@ -324,7 +336,7 @@ def _bind(name: str, op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return list(inputs), int(n_out), values, str(bound.get("debugContext", ""))
 
 
-def _method(name: str, op: OpDef) -> Callable[..., Any]:
+def _method(name: str, op: OnnxOpSignature) -> Callable[..., Any]:
     def method(self: Opset, *args: Any, **kwargs: Any) -> Any:
         inputs, n_out, values, debug = _bind(name, op, args, kwargs)
         outs = self._builder._add_node(self, op, inputs, values, n_out, debug)
@@ -341,7 +353,7 @@ class Opset:
 
     domain = ""
     version = 0
-    _defs: dict[str, list[OpDef]] = {}
+    _defs: dict[str, list[OnnxOpSignature]] = {}
 
     def __init__(self, builder: Builder) -> None:
         self._builder = builder
@@ -350,7 +362,9 @@ class Opset:
         return f"{type(self).__name__}(domain={self.domain or 'ai.onnx'!r})"
 
 
-def _opset_class(base_name: str, domain: str, version: int, table: dict[str, list[OpDef]]):
+def _opset_class(
+    base_name: str, domain: str, version: int, table: dict[str, list[OnnxOpSignature]]
+):
     methods: dict[str, Any] = {"domain": domain, "version": version, "_defs": table}
     for name, defs in table.items():
         for op in defs:

@@ -16,7 +16,7 @@ from tremula.popxl.tensorlocation import ExecutionContext, TileSet
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
     from tremula.popxl.ir import Ir
-    from tremula.popxl.ops.base import Op
+    from tremula.popxl.ops.base import OpNode
 
 
 @dataclass(frozen=True)
@@ -111,14 +111,14 @@ class Context:
             self.name_scope,
         )
 
-    def _op_created(self, op: Op) -> None:
+    def _op_created(self, op: OpNode) -> None:
         """Called for each op added to a graph: adds its in-sequence constraints and runs
         the graph's op-created hooks."""
         self._add_in_sequence_topocons(op)
         for hook in list(op.graph._hooks.values()):
             hook(op)
 
-    def _add_in_sequence_topocons(self, op: Op) -> None:
+    def _add_in_sequence_topocons(self, op: OpNode) -> None:
         """Constrain ``op`` to run after the ops created before it inside
         ``in_sequence(True)``. Tremula's schedule is creation order wherever data
         dependencies allow (``Graph.ops``), which already satisfies every such constraint,

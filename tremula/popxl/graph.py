@@ -12,7 +12,7 @@ from tremula.popxl.tensor import Constant, Tensor, Variable
 
 if TYPE_CHECKING:
     from tremula.popxl.ir import Ir
-    from tremula.popxl.ops.base import Op
+    from tremula.popxl.ops.base import OpNode
 
 _TOKEN = object()
 
@@ -31,12 +31,12 @@ class Graph:
         self._ir: Ir = ir
         self._name = name
         self._id = graph_id
-        self._ops: list[Op] = []
+        self._ops: list[OpNode] = []
         self._tensors: dict[str, Tensor] = {}
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
         self._by_ref_inputs: set[Tensor] = set()
-        self._hooks: dict[int, Callable[[Op], Any]] = {}
+        self._hooks: dict[int, Callable[[OpNode], Any]] = {}
         self._next_hook = 0
         # False for a graph with a gradient graph of its own: autodiff must not recurse
         # into it (PopART's setCanBeRecursivelyAutodiffed, through graph._pb_graph)
@@ -92,7 +92,7 @@ class Graph:
         return tuple(t for t in self.tensors if isinstance(t, Constant))
 
     @property
-    def ops(self) -> tuple[Op, ...]:
+    def ops(self) -> tuple[OpNode, ...]:
         return tuple(self._ops)
 
     @property
@@ -155,7 +155,7 @@ class Graph:
         return f"Graph[id={self._id} name={self._name}]"
 
     # ---- hooks ----
-    def register_op_created_hook(self, fn: Callable[[Op], Any]) -> int:
+    def register_op_created_hook(self, fn: Callable[[OpNode], Any]) -> int:
         handle = self._next_hook
         self._next_hook += 1
         self._hooks[handle] = fn
@@ -186,7 +186,7 @@ class Graph:
     def _add_output(self, t: Tensor) -> None:
         self._outputs.append(t)
 
-    def _add_op(self, op: Op) -> None:
+    def _add_op(self, op: OpNode) -> None:
         self._ops.append(op)
         get_current_context()._op_created(op)
 

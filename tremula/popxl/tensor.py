@@ -24,7 +24,7 @@ from tremula.popxl.typing_ import NewAliasAnnotation
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
     from tremula.popxl.ir import Ir
-    from tremula.popxl.ops.base import Op
+    from tremula.popxl.ops.base import OpNode
     from tremula.popxl.replica_grouping import ReplicaGrouping
 
 
@@ -70,7 +70,12 @@ class Tensor:
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
     def __init__(
-        self, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, producer: Op | None = None
+        self,
+        graph: Graph,
+        tensor_id: str,
+        name: str,
+        spec: TensorSpec,
+        producer: OpNode | None = None,
     ) -> None:
         self._graph = graph
         self._id = tensor_id
@@ -182,7 +187,7 @@ class Tensor:
         return True
 
     @property
-    def producer(self) -> Op | None:
+    def producer(self) -> OpNode | None:
         return self._producer
 
     @property

@@ -9,7 +9,6 @@ import pytest
 from tremula import poplar
 from tremula.libs.popops import expr as E
 from tremula.libs.popops import ops
-from tremula.libs.popops.elementwise_plan import compile_run, evaluate, infer
 from tremula.libs.popops.expr import (
     BinaryOpType,
     Cast,
@@ -22,6 +21,7 @@ from tremula.libs.popops.expr import (
     _2,
     _3,
 )
+from tremula.libs.popops.expr_eval import compile_run, evaluate, infer
 
 
 def test_operators_build_the_poplibs_nodes():

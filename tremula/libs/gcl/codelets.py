@@ -29,7 +29,7 @@ import numpy as np
 from tremula import poplar
 from tremula.errors import EngineError
 from tremula.libs.gcl import estimators as E
-from tremula.libs.gcl.operators import RULES, CollectiveOperator, element_kind
+from tremula.libs.gcl.operators import COLLECTIVE_RULES, CollectiveOperator, element_kind
 from tremula.libs.gcl.views import Addressed, Pieces, row_addresses, row_pieces
 
 
@@ -106,14 +106,14 @@ class SelectChunk(_RingVertex):
         if v.n == 0:
             return
         own = _own(v, v.out.shape[1])
-        pre = RULES[_op(v)].pre
+        pre = COLLECTIVE_RULES[_op(v)].pre
         v.out = own if pre is None else pre(own)
 
     @staticmethod
     def prepare(v: poplar.Batch) -> Any:
         """Later runs: one copy (or pre-map) per row from its chunk's strided view."""
         views = _row_pieces(v, ("out",))
-        pre = RULES[_op(v)].pre
+        pre = COLLECTIVE_RULES[_op(v)].pre
         if views is None:
             return _select_by_address(_row_addresses(v, ("out",)), pre)
         pieces = views[0]
@@ -129,7 +129,7 @@ class SelectChunk(_RingVertex):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        pre_map = RULES[_op(v)].pre is not None
+        pre_map = COLLECTIVE_RULES[_op(v)].pre is not None
         return E.select_chunk(v.lengths("out"), v.vector_width("out"), pre_map)
 
 
@@ -147,7 +147,7 @@ class CombineChunk(_RingVertex):
     def compute(v: poplar.Batch) -> None:
         if v.n == 0:
             return
-        rule = RULES[_op(v)]
+        rule = COLLECTIVE_RULES[_op(v)]
         assert rule.combine is not None  # LOCAL never combines
         own = _own(v, v.acc.shape[1])
         if rule.pre is not None:
@@ -164,7 +164,7 @@ class CombineChunk(_RingVertex):
         ``acc`` in device memory (and the scale in place): no gathered or temporary
         buffers."""
         views = _row_pieces(v, ("acc",))
-        rule = RULES[_op(v)]
+        rule = COLLECTIVE_RULES[_op(v)]
         combine, pre = rule.combine, rule.pre
         assert combine is not None  # LOCAL never combines
         scale = float(v.scale[0])
@@ -183,7 +183,7 @@ class CombineChunk(_RingVertex):
 
     @staticmethod
     def cycles(v: poplar.VertexInfo) -> np.ndarray:
-        rule = RULES[_op(v)]
+        rule = COLLECTIVE_RULES[_op(v)]
         integer = element_kind(v.dtype("acc")) == "i"
         return E.combine_chunk(
             v.lengths("acc"),
@@ -197,7 +197,7 @@ class CombineChunk(_RingVertex):
     def flops(v: poplar.VertexInfo) -> np.ndarray:
         if element_kind(v.dtype("acc")) != "f":
             return np.zeros(v.n)
-        per = 2 if RULES[_op(v)].pre is not None else 1
+        per = 2 if COLLECTIVE_RULES[_op(v)].pre is not None else 1
         return per * v.lengths("acc").astype(np.float64)
 
 

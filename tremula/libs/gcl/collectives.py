@@ -23,7 +23,12 @@ from tremula import poplar
 from tremula.libs import util
 from tremula.libs.gcl.errors import CollectiveError, GroupingError
 from tremula.libs.gcl.grouping import CommGroup, ReplicaGrouping
-from tremula.libs.gcl.operators import RULES, CollectiveOperator, as_operator, check_operator
+from tremula.libs.gcl.operators import (
+    COLLECTIVE_RULES,
+    CollectiveOperator,
+    as_operator,
+    check_operator,
+)
 from tremula.libs.gcl.ring import Fragments, Layout, RingBuilder, block_size, spread_blocks
 
 Group = CommGroup | ReplicaGrouping | None
@@ -127,7 +132,7 @@ def _reduce_scatter_steps(
         return acc, acc
     rx = b.layout.chunk(graph, b.dtype, f"{b.prefix}/received")
     b.select(work, acc, op, -1, "reduceScatter/start")
-    mean = RULES[op].mean
+    mean = COLLECTIVE_RULES[op].mean
     for s in range(G - 1):
         b.cross(acc, rx, 1, f"reduceScatter/send{s}")
         scale = 1.0 / G if mean and s == G - 2 else 1.0

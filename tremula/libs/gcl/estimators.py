@@ -7,7 +7,7 @@ one worker vertex over ``n`` elements of vector width ``vw`` (float 2, half 4).
   element (7 or 9).
 * ``gcl::PlaceChunk``: ``20 + ceil(n / vw)``.
 
-The per-operator cycles are the operator table's (``operators.RULES``).
+The per-operator cycles are the operator table's (``operators.COLLECTIVE_RULES``).
 """
 
 from __future__ import annotations

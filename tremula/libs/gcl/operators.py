@@ -57,7 +57,7 @@ class OpRule:
 
 # [proposal] cycles: popops BinaryOp2D shape (cyclesPerLoop + overhead per vector):
 # ADD/MUL 1 + 2, MIN/MAX 1 + 5, SQUARE_ADD one more for the square, logical ops 2 + 5.
-RULES: dict[CollectiveOperator, OpRule] = {
+COLLECTIVE_RULES: dict[CollectiveOperator, OpRule] = {
     CollectiveOperator.ADD: OpRule(np.add, None, _NUMERIC, 3),
     CollectiveOperator.MEAN: OpRule(np.add, None, frozenset("f"), 3, mean=True),
     CollectiveOperator.MUL: OpRule(np.multiply, None, _NUMERIC, 3),
@@ -94,7 +94,7 @@ def as_operator(op: CollectiveOperator | str) -> CollectiveOperator:
 
 def check_operator(op: CollectiveOperator, t: poplar.Tensor, where: str) -> OpRule:
     """The rule of ``op`` after checking that it applies to the type of ``t``."""
-    rule = RULES[op]
+    rule = COLLECTIVE_RULES[op]
     kind = element_kind(t.dtype)
     if kind not in rule.kinds:
         allowed = " or ".join(_KIND_NAMES[k] for k in sorted(rule.kinds))

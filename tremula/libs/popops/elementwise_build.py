@@ -17,7 +17,6 @@ from tremula import poplar
 from tremula.errors import GraphError, TensorError
 from tremula.libs import util
 from tremula.libs.popops.codelets.elementwise import FAMILIES, family_for, fused_codelet
-from tremula.libs.popops.elementwise_plan import Typed, infer
 from tremula.libs.popops.expr import (
     BinaryOpType,
     Expr,
@@ -30,6 +29,7 @@ from tremula.libs.popops.expr import (
     placeholders,
     substitute,
 )
+from tremula.libs.popops.expr_eval import Typed, infer
 
 #: ``map`` options (PopLibs' names) and their defaults.
 OPTIONS = {"enableGenerateCodelet": "true"}

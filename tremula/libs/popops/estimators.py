@@ -15,7 +15,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.popops import ops
-from tremula.libs.popops.elementwise_plan import Typed
+from tremula.libs.popops.expr_eval import Typed
 from tremula.libs.popops.reduce_ops import SPECS, Operation
 from tremula.libs.util import worker_cycles
 from tremula.poplar.types import FLOAT, HALF, Type, as_type
@@ -139,13 +139,13 @@ def cycles_per_vector(t: Typed, vector_width: int, natural: Callable[[Type], int
 # ---- element-wise (spec 3.3) ----
 
 
-def _fast(rec: ops.Op, t: Type) -> bool:
+def _fast(rec: ops.ElementwiseOp, t: Type) -> bool:
     return rec.fast and ops.family(t) in ("float", "half")
 
 
 #: Family kind -> (in_place, op, type) -> (worker base cycles, loop overhead per natural
 #: vector).
-FAMILY_BASE: dict[str, Callable[[bool, ops.Op, Type], tuple[float, float]]] = {
+FAMILY_BASE: dict[str, Callable[[bool, ops.ElementwiseOp, Type], tuple[float, float]]] = {
     "unary": lambda in_place, rec, t: (
         (55, 4) if in_place else ((33 if rec.op.name == "EXPONENT" else 17), 4)
     ),
@@ -159,7 +159,7 @@ FAMILY_BASE: dict[str, Callable[[bool, ops.Op, Type], tuple[float, float]]] = {
 
 
 def family_cycles(
-    kind: str, in_place: bool, rec: ops.Op, t: Type, n: np.ndarray, vw: int
+    kind: str, in_place: bool, rec: ops.ElementwiseOp, t: Type, n: np.ndarray, vw: int
 ) -> np.ndarray:
     """A family vertex (``UnaryOp1D``, ``BinaryOp1D``, ``BroadcastScalar1D``, ``Select``,
     ``Clamp`` and their in-place forms) applying ``rec`` to ``n`` elements of ``t``."""

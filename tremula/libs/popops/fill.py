@@ -17,7 +17,7 @@ from tremula.errors import GraphError, TensorError
 from tremula.libs import util
 from tremula.libs.popops.codelets.elementwise import type_arg
 from tremula.libs.popops.codelets.fill import Fill
-from tremula.libs.popops.elementwise_plan import scalar_value
+from tremula.libs.popops.expr_eval import scalar_value
 
 
 def fill(

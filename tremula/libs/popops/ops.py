@@ -1,9 +1,9 @@
 """The element-wise op table: ONE record per op.
 
-A record (:class:`Op`) gives the op's PopLibs enum member, its function name (``add`` ...),
-its NumPy reference implementation, its result-type rule, the types it accepts and its cost
-per type family. Everything else is derived from the table: the ``popops.add`` ... functions
-and their in-place forms, the type checks of expressions, the codelets' compute (which
+A record (:class:`ElementwiseOp`) gives the op's PopLibs enum member, its function name
+(``add`` ...), its NumPy reference implementation, its result-type rule, the types it accepts and
+its cost per type family. Everything else is derived from the table: the ``popops.add`` ...
+functions and their in-place forms, the type checks of expressions, the codelets' compute (which
 dispatches on the op through the table) and their cycle estimates.
 
 Semantics
@@ -84,7 +84,7 @@ def E(cycles: float, elements: int = 1) -> Cost:
 
 
 @dataclass(frozen=True)
-class Op:
+class ElementwiseOp:
     """One element-wise op: see the module docstring."""
 
     op: OpType
@@ -130,9 +130,11 @@ def _fh(f: Cost, h: Cost, **more: Cost) -> dict[str, Cost]:
     return {"float": f, "half": h, **more}
 
 
-def _cmp(op: BinaryOpType, name: str, ref: np.ufunc, aliases: tuple[str, ...] = ()) -> Op:
+def _cmp(
+    op: BinaryOpType, name: str, ref: np.ufunc, aliases: tuple[str, ...] = ()
+) -> ElementwiseOp:
     costs = {"float": N(2), "half": N(2), "int": E(3), "bool": E(3)}  # [proposal]
-    return Op(op, name, ref, costs, "bool", aliases, in_place=False)
+    return ElementwiseOp(op, name, ref, costs, "bool", aliases, in_place=False)
 
 
 def _xnor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -172,87 +174,95 @@ _BITS = {"int": N(1), "bool": E(2)}  # [proposal] 64-bit logic ops on integers
 _STD = _fh(N(10), N(20))  # [proposal] variance <-> inverse standard deviation
 _SELECT = {"float": N(2), "half": N(2), "int": E(2), "bool": E(2)}  # [proposal]
 
-OPS: tuple[Op, ...] = (
+ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     # ---- arithmetic (ADD/SUB/MUL: spec 3.3; int: 7 per element) ----
-    Op(B.ADD, "add", np.add, _fh(N(1), N(1), int=E(7)), fast=True),
-    Op(B.SUBTRACT, "sub", np.subtract, _fh(N(1), N(1), int=E(7)), fast=True),
-    Op(B.MULTIPLY, "mul", np.multiply, _fh(N(1), N(1), int=E(7)), fast=True),
-    Op(B.DIVIDE, "div", nx.divide, _fh(N(16), N(16), int=E(40))),  # [proposal]
-    Op(B.POWER, "pow", np.power, _fh(E(100), E(100)), flops=10),  # [proposal]
-    Op(B.REMAINDER, "rem", nx.remainder, _fh(E(18), E(18), int=E(40))),  # [proposal]
-    Op(B.MINIMUM, "min", np.minimum, _fh(N(1), N(1), int=E(2))),  # [proposal]
-    Op(B.MAXIMUM, "max", np.maximum, _fh(N(1), N(1), int=E(2))),  # [proposal]
-    Op(B.ATAN2, "atan2", np.arctan2, _fh(N(272), N(578)), flops=20),
-    Op(B.VARIANCE_TO_INV_STD_DEV, "variance_to_inv_std_dev", _var_to_isd, _STD),
-    Op(B.INV_STD_DEV_TO_VARIANCE, "inv_std_dev_to_variance", _isd_to_var, _STD),
-    Op(U.NEGATE, "neg", np.negative, _fh(N(1), N(1), int=E(2))),  # [proposal]
-    Op(U.ABSOLUTE, "abs", np.abs, _fh(N(1), N(1), int=E(2))),
-    Op(U.SQUARE, "square", np.square, _fh(N(1), N(1), int=E(7))),  # [proposal]
-    Op(U.INVERSE, "inv", np.reciprocal, _fh(N(8), N(8))),  # [proposal]
-    Op(U.SIGNUM, "signum", nx.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)),  # [proposal]
+    ElementwiseOp(B.ADD, "add", np.add, _fh(N(1), N(1), int=E(7)), fast=True),
+    ElementwiseOp(B.SUBTRACT, "sub", np.subtract, _fh(N(1), N(1), int=E(7)), fast=True),
+    ElementwiseOp(B.MULTIPLY, "mul", np.multiply, _fh(N(1), N(1), int=E(7)), fast=True),
+    ElementwiseOp(B.DIVIDE, "div", nx.divide, _fh(N(16), N(16), int=E(40))),  # [proposal]
+    ElementwiseOp(B.POWER, "pow", np.power, _fh(E(100), E(100)), flops=10),  # [proposal]
+    ElementwiseOp(B.REMAINDER, "rem", nx.remainder, _fh(E(18), E(18), int=E(40))),  # [proposal]
+    ElementwiseOp(B.MINIMUM, "min", np.minimum, _fh(N(1), N(1), int=E(2))),  # [proposal]
+    ElementwiseOp(B.MAXIMUM, "max", np.maximum, _fh(N(1), N(1), int=E(2))),  # [proposal]
+    ElementwiseOp(B.ATAN2, "atan2", np.arctan2, _fh(N(272), N(578)), flops=20),
+    ElementwiseOp(B.VARIANCE_TO_INV_STD_DEV, "variance_to_inv_std_dev", _var_to_isd, _STD),
+    ElementwiseOp(B.INV_STD_DEV_TO_VARIANCE, "inv_std_dev_to_variance", _isd_to_var, _STD),
+    ElementwiseOp(U.NEGATE, "neg", np.negative, _fh(N(1), N(1), int=E(2))),  # [proposal]
+    ElementwiseOp(U.ABSOLUTE, "abs", np.abs, _fh(N(1), N(1), int=E(2))),
+    ElementwiseOp(U.SQUARE, "square", np.square, _fh(N(1), N(1), int=E(7))),  # [proposal]
+    ElementwiseOp(U.INVERSE, "inv", np.reciprocal, _fh(N(8), N(8))),  # [proposal]
+    ElementwiseOp(
+        U.SIGNUM, "signum", nx.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)
+    ),  # [proposal]
     # ---- roots, exponentials, logarithms (spec 3.3 where listed) ----
-    Op(U.SQRT, "sqrt", _sqrt, _fh(N(10), N(23), int=E(110))),
-    Op(U.RSQRT, "rsqrt", _rsqrt, _fh(N(8), N(19))),
-    Op(U.CBRT, "cbrt", np.cbrt, _fh(E(60), E(60))),  # [proposal]
-    Op(U.EXPONENT, "exp", np.exp, _fh(N(6), N(4))),
-    Op(U.EXPONENT2, "exp2", np.exp2, _fh(N(6), N(4))),  # [proposal] as EXPONENT
-    Op(U.EXPONENT_MINUS_ONE, "expm1", np.expm1, _fh(N(8), N(6))),  # [proposal]
-    Op(U.LOGARITHM, "log", np.log, _fh(N(12), N(4))),
-    Op(U.LOGARITHM2, "log2", np.log2, _fh(N(12), N(4))),  # [proposal] as LOGARITHM
-    Op(U.LOGARITHM_ONE_PLUS, "log1p", np.log1p, _fh(N(14), N(6))),  # [proposal]
+    ElementwiseOp(U.SQRT, "sqrt", _sqrt, _fh(N(10), N(23), int=E(110))),
+    ElementwiseOp(U.RSQRT, "rsqrt", _rsqrt, _fh(N(8), N(19))),
+    ElementwiseOp(U.CBRT, "cbrt", np.cbrt, _fh(E(60), E(60))),  # [proposal]
+    ElementwiseOp(U.EXPONENT, "exp", np.exp, _fh(N(6), N(4))),
+    ElementwiseOp(U.EXPONENT2, "exp2", np.exp2, _fh(N(6), N(4))),  # [proposal] as EXPONENT
+    ElementwiseOp(U.EXPONENT_MINUS_ONE, "expm1", np.expm1, _fh(N(8), N(6))),  # [proposal]
+    ElementwiseOp(U.LOGARITHM, "log", np.log, _fh(N(12), N(4))),
+    ElementwiseOp(U.LOGARITHM2, "log2", np.log2, _fh(N(12), N(4))),  # [proposal] as LOGARITHM
+    ElementwiseOp(U.LOGARITHM_ONE_PLUS, "log1p", np.log1p, _fh(N(14), N(6))),  # [proposal]
     # ---- trigonometric and activations ----
-    Op(U.SIN, "sin", np.sin, _fh(E(2300), E(25))),
-    Op(U.COS, "cos", np.cos, _fh(E(2300), E(25))),
-    Op(U.TAN, "tan", np.tan, _fh(E(5100), E(5700))),
-    Op(U.ASIN, "asin", np.arcsin, _fh(E(150), E(150))),  # [proposal]
-    Op(U.TANH, "tanh", np.tanh, _fh(N(12), N(4))),
-    Op(U.SIGMOID, "sigmoid", m.sigmoid, _fh(N(12), N(6))),
-    Op(U.RELU, "relu", _relu, _fh(N(3), N(3), int=E(2)), writes_out=True),  # int: [proposal]
-    Op(U.GELU, "gelu", m.gelu_tanh, _fh(N(24), N(10)), flops=8),  # [proposal]
-    Op(U.GELU_ERF, "gelu_erf", m.gelu_erf, _fh(N(40), N(16)), flops=10),  # [proposal]
-    Op(U.ERF, "erf", m.erf, _fh(N(30), N(12)), flops=8),  # [proposal]
+    ElementwiseOp(U.SIN, "sin", np.sin, _fh(E(2300), E(25))),
+    ElementwiseOp(U.COS, "cos", np.cos, _fh(E(2300), E(25))),
+    ElementwiseOp(U.TAN, "tan", np.tan, _fh(E(5100), E(5700))),
+    ElementwiseOp(U.ASIN, "asin", np.arcsin, _fh(E(150), E(150))),  # [proposal]
+    ElementwiseOp(U.TANH, "tanh", np.tanh, _fh(N(12), N(4))),
+    ElementwiseOp(U.SIGMOID, "sigmoid", m.sigmoid, _fh(N(12), N(6))),
+    ElementwiseOp(
+        U.RELU, "relu", _relu, _fh(N(3), N(3), int=E(2)), writes_out=True
+    ),  # int: [proposal]
+    ElementwiseOp(U.GELU, "gelu", m.gelu_tanh, _fh(N(24), N(10)), flops=8),  # [proposal]
+    ElementwiseOp(U.GELU_ERF, "gelu_erf", m.gelu_erf, _fh(N(40), N(16)), flops=10),  # [proposal]
+    ElementwiseOp(U.ERF, "erf", m.erf, _fh(N(30), N(12)), flops=8),  # [proposal]
     # ---- rounding (CEIL/FLOOR: spec 3.3) ----
-    Op(U.CEIL, "ceil", np.ceil, _fh(N(2), N(2))),
-    Op(U.FLOOR, "floor", np.floor, _fh(N(2), N(2))),
-    Op(U.ROUND, "round", nx.round_half_away, _fh(N(2), N(2))),  # [proposal]
-    Op(U.TRUNC, "trunc", np.trunc, _fh(N(2), N(2))),  # [proposal]
-    Op(U.NEARBY_INT, "nearby_int", nx.round_half_even, _fh(N(2), N(2))),  # [proposal]
+    ElementwiseOp(U.CEIL, "ceil", np.ceil, _fh(N(2), N(2))),
+    ElementwiseOp(U.FLOOR, "floor", np.floor, _fh(N(2), N(2))),
+    ElementwiseOp(U.ROUND, "round", nx.round_half_away, _fh(N(2), N(2))),  # [proposal]
+    ElementwiseOp(U.TRUNC, "trunc", np.trunc, _fh(N(2), N(2))),  # [proposal]
+    ElementwiseOp(U.NEARBY_INT, "nearby_int", nx.round_half_even, _fh(N(2), N(2))),  # [proposal]
     # ---- classification, comparison and logic [proposal] ----
-    Op(U.IS_FINITE, "is_finite", np.isfinite, _fh(N(2), N(2)), "bool", in_place=False),
-    Op(U.IS_INF, "is_inf", np.isinf, _fh(N(2), N(2)), "bool", in_place=False),
-    Op(U.IS_NAN, "is_nan", np.isnan, _fh(N(2), N(2)), "bool", in_place=False),
+    ElementwiseOp(U.IS_FINITE, "is_finite", np.isfinite, _fh(N(2), N(2)), "bool", in_place=False),
+    ElementwiseOp(U.IS_INF, "is_inf", np.isinf, _fh(N(2), N(2)), "bool", in_place=False),
+    ElementwiseOp(U.IS_NAN, "is_nan", np.isnan, _fh(N(2), N(2)), "bool", in_place=False),
     _cmp(B.EQUAL, "eq", np.equal),
     _cmp(B.NOT_EQUAL, "neq", np.not_equal, ("ne",)),
     _cmp(B.LESS_THAN, "lt", np.less),
     _cmp(B.LESS_THAN_EQUAL, "lteq", np.less_equal, ("le",)),
     _cmp(B.GREATER_THAN, "gt", np.greater),
     _cmp(B.GREATER_THAN_EQUAL, "gteq", np.greater_equal, ("ge",)),
-    Op(B.LOGICAL_AND, "logical_and", np.logical_and, {"bool": E(2)}, "bool"),
-    Op(B.LOGICAL_OR, "logical_or", np.logical_or, {"bool": E(2)}, "bool"),
-    Op(U.LOGICAL_NOT, "logical_not", np.logical_not, {"bool": E(2)}, "bool"),
+    ElementwiseOp(B.LOGICAL_AND, "logical_and", np.logical_and, {"bool": E(2)}, "bool"),
+    ElementwiseOp(B.LOGICAL_OR, "logical_or", np.logical_or, {"bool": E(2)}, "bool"),
+    ElementwiseOp(U.LOGICAL_NOT, "logical_not", np.logical_not, {"bool": E(2)}, "bool"),
     # ---- bitwise (integers; bool as logic) [proposal] ----
-    Op(B.BITWISE_AND, "bitwise_and", np.bitwise_and, _BITS),
-    Op(B.BITWISE_OR, "bitwise_or", np.bitwise_or, _BITS),
-    Op(B.BITWISE_XOR, "bitwise_xor", np.bitwise_xor, _BITS),
-    Op(B.BITWISE_XNOR, "bitwise_xnor", _xnor, _BITS),
-    Op(U.BITWISE_NOT, "bitwise_not", np.invert, _BITS),
-    Op(B.SHIFT_LEFT, "shift_left", m.shift_left, _INTS),
-    Op(B.SHIFT_RIGHT, "shift_right", m.shift_right, _INTS),
-    Op(B.SHIFT_RIGHT_SIGN_EXTEND, "shift_right_sign_extend", m.shift_right_sign_extend, _INTS),
-    Op(U.POPCOUNT, "popcount", m.popcount, _INTS),
-    Op(U.COUNT_LEADING_ZEROS, "count_leading_zeros", m.count_leading_zeros, _INTS),
+    ElementwiseOp(B.BITWISE_AND, "bitwise_and", np.bitwise_and, _BITS),
+    ElementwiseOp(B.BITWISE_OR, "bitwise_or", np.bitwise_or, _BITS),
+    ElementwiseOp(B.BITWISE_XOR, "bitwise_xor", np.bitwise_xor, _BITS),
+    ElementwiseOp(B.BITWISE_XNOR, "bitwise_xnor", _xnor, _BITS),
+    ElementwiseOp(U.BITWISE_NOT, "bitwise_not", np.invert, _BITS),
+    ElementwiseOp(B.SHIFT_LEFT, "shift_left", m.shift_left, _INTS),
+    ElementwiseOp(B.SHIFT_RIGHT, "shift_right", m.shift_right, _INTS),
+    ElementwiseOp(
+        B.SHIFT_RIGHT_SIGN_EXTEND, "shift_right_sign_extend", m.shift_right_sign_extend, _INTS
+    ),
+    ElementwiseOp(U.POPCOUNT, "popcount", m.popcount, _INTS),
+    ElementwiseOp(U.COUNT_LEADING_ZEROS, "count_leading_zeros", m.count_leading_zeros, _INTS),
     # ---- ternary [proposal]: one compare-and-select per vector ----
-    Op(T.SELECT, "select", _select, _SELECT, cond=2, flops=0),
-    Op(T.CLAMP, "clamp", _clamp, _fh(N(2), N(2), int=E(4)), flops=2),
+    ElementwiseOp(T.SELECT, "select", _select, _SELECT, cond=2, flops=0),
+    ElementwiseOp(T.CLAMP, "clamp", _clamp, _fh(N(2), N(2), int=E(4)), flops=2),
 )
 del U, B, T
 
 #: The table keyed by op enum member and by function name (aliases included).
-BY_OP: dict[OpType, Op] = {rec.op: rec for rec in OPS}
-BY_NAME: dict[str, Op] = {n: rec for rec in OPS for n in (rec.name, *rec.aliases)}
+BY_OP: dict[OpType, ElementwiseOp] = {rec.op: rec for rec in ELEMENTWISE_OPS}
+BY_NAME: dict[str, ElementwiseOp] = {
+    n: rec for rec in ELEMENTWISE_OPS for n in (rec.name, *rec.aliases)
+}
 
 
-def get(op: OpType | str) -> Op:
+def get(op: OpType | str) -> ElementwiseOp:
     """The record of an op, by enum member, enum name (``"ADD"``) or function name."""
     if isinstance(op, str):
         rec = BY_NAME.get(op)
@@ -265,7 +275,9 @@ def get(op: OpType | str) -> Op:
     return BY_OP[op]
 
 
-def apply(op: Op, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+def apply(
+    op: ElementwiseOp, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = None
+) -> np.ndarray:
     """Run ``op`` on operands of type ``t`` (arrays or 0-d constants, broadcastable); half
     is computed in float32 and rounded once. With ``out`` (of the result type) the result
     may be written there directly; the returned array holds it either way."""
@@ -274,7 +286,7 @@ def apply(op: Op, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = 
 
 
 def apply_quietly(
-    op: Op, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = None
+    op: ElementwiseOp, t: Type, args: Sequence[np.ndarray], out: np.ndarray | None = None
 ) -> np.ndarray:
     """:func:`apply` for callers that already silence floating-point warnings (one
     ``np.errstate`` around a whole fused expression, not one per op)."""

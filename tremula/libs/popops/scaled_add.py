@@ -34,7 +34,7 @@ from tremula.libs.popops.codelets.scaled_add import (
     ScaledAdd1DTensor,
 )
 from tremula.libs.popops.elementwise_build import overlaps
-from tremula.libs.popops.elementwise_plan import scalar_value
+from tremula.libs.popops.expr_eval import scalar_value
 from tremula.poplar.types import FLOAT, HALF, Type
 
 Scale = int | float | poplar.Tensor

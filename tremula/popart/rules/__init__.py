@@ -1,4 +1,4 @@
-"""The one table from ONNX op types to PopXL: ``RULES[(domain, op_type)]`` is a function
+"""The one table from ONNX op types to PopXL: ``ONNX_RULES[(domain, op_type)]`` is a function
 ``rule(node) -> outputs`` that adds the PopXL ops computing the node (``node`` is a
 :class:`tremula.popart.convert.Node`: attributes, inputs as PopXL tensors or host
 constants). Rules return PopXL tensors, or NumPy arrays for values known on the host (shapes
@@ -24,9 +24,9 @@ from tremula.popart.rules.shape import SHAPE
 Rule = Callable[[Any], list[Any]]
 
 _ONNX = {**ELEMENTWISE, **SHAPE, **NN, **RNN, **REARRANGE, **CONTROL}
-RULES: dict[tuple[str, str], Rule] = {
+ONNX_RULES: dict[tuple[str, str], Rule] = {
     **{("", k): v for k, v in _ONNX.items()},
     **{("ai.graphcore", k): v for k, v in GRAPHCORE.items()},
 }
 
-__all__ = ["RULES", "Rule"]
+__all__ = ["ONNX_RULES", "Rule"]

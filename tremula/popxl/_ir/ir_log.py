@@ -17,7 +17,7 @@ from tremula.popxl._ir.core.log import LOG
 from tremula.popxl._ir.names import op_name, pool_op_type
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 
 
@@ -49,13 +49,13 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def _op_type(op: Op) -> str:
+def _op_type(op: OpNode) -> str:
     if op.type == "Pool":
         return pool_op_type(op.attrs.get("mode", "max"))
     return op_name(op.type).op_type
 
 
-def op_entry(op: Op) -> dict[str, Any]:
+def op_entry(op: OpNode) -> dict[str, Any]:
     """One op of the log."""
     attrs = {k: _value(v) for k, v in sorted(op.attrs.items())}
     if op.ipu is not None:

@@ -4,7 +4,7 @@
 
 One table of the types whose PopART names differ from the rule; every other type ``T`` is
 PopART's ``T`` with class ``TOp`` (``<stem>Op`` where PopART's class names the op with
-another word: ``Sub`` is ``SubtractOp``). In-place forms (``OpDef.inplace_of``) are
+another word: ``Sub`` is ``SubtractOp``). In-place forms (``OpDefinition.inplace_of``) are
 PopART's ``<T>Inplace``; those of binary ops are PopART's ``Lhs``
 in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
 writes its first input. Where PopART derives an in-place op's class from the out-of-place

@@ -189,7 +189,7 @@ class Tensor:
 
 def _aliases_of(op: Any, i: int) -> list[XlTensor]:
     """The outputs of ``op`` that alias its input ``i``: the outputs of a view op
-    (``OpDef.view``), of an in-place op that writes input ``i`` (not a call: its outputs
+    (``OpDefinition.view``), of an in-place op that writes input ``i`` (not a call: its outputs
     are the called graph's), and the in-place loads of a merged exchange."""
     if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
         return [op.outputs[o] for k, o in op.attrs["aliases"] if k == i]

@@ -8,7 +8,7 @@ named here, wherever the program keeps its copy. Each module defines its ops lik
 op (definition, gradient rule) and provides the binding classes (``createOpInGraph``) that
 the program's Python wrapper calls (its ``__all__``), which connect the op through
 ``_op_binding.connect``; its lowering rule, with cycle estimates, is beside it in
-``<op>_lowering.py`` (Poplar and PopLibs only, a ``RULES`` table that
+``<op>_lowering.py`` (Poplar and PopLibs only, a ``LOWERING_RULES`` table that
 ``tremula/lowering/custom_ops.py`` registers).
 """
 

@@ -25,7 +25,7 @@ import numpy as np
 from tremula import poplar
 from tremula.libs import gcl, popops
 from tremula.libs.popops import expr as pe
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 ADD, MAX = gcl.CollectiveOperator.ADD, gcl.CollectiveOperator.MAX
 
@@ -53,7 +53,7 @@ def flat_indices(
     return popops.map(lw.graph, flat, [indices, offsets], prog, name=f"{name}/uIndices")
 
 
-def cross_entropy_sharded(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     logits, indices = (env[t] for t in op.inputs)
     group = op.attrs["group"].grouping
     g, (n, c), dt = lw.graph, logits.shape, logits.dtype
@@ -79,7 +79,7 @@ def cross_entropy_sharded(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> N
     env.update(zip(op.outputs, (loss, nls)))
 
 
-def cross_entropy_sharded_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_grad(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     dloss, _, nls, _, labels = (env[t] for t in op.inputs)
     g, (n, c) = lw.graph, nls.shape
     name = lw.name(op.debug_name)
@@ -97,7 +97,7 @@ def cross_entropy_sharded_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence)
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {
+LOWERING_RULES = {
     "CrossEntropySharded": cross_entropy_sharded,
     "CrossEntropyShardedGrad": cross_entropy_sharded_grad,
 }

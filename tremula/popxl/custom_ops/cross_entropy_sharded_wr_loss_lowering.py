@@ -19,7 +19,7 @@ from tremula import poplar
 from tremula.libs import gcl, popops
 from tremula.libs.popops import expr as pe
 from tremula.popxl.custom_ops.cross_entropy_sharded_loss_lowering import flat_indices
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 ADD, MAX = gcl.CollectiveOperator.ADD, gcl.CollectiveOperator.MAX
 
@@ -40,7 +40,7 @@ def _starts(shards: list[poplar.Tensor]) -> list[int]:
     return starts
 
 
-def cross_entropy_sharded_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_wr(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     ipus = op.attrs["ipus"]
     s = len(ipus)
     logits = [env[t] for t in op.inputs[:s]]
@@ -90,7 +90,7 @@ def cross_entropy_sharded_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -
     env.update(zip(op.outputs, [loss, *nls]))
 
 
-def cross_entropy_sharded_grad_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def cross_entropy_sharded_grad_wr(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     ipus = op.attrs["ipus"]
     s = len(ipus)
     dloss = env[op.inputs[0]]
@@ -114,7 +114,7 @@ def cross_entropy_sharded_grad_wr(lw: Any, op: Op, env: Any, prog: poplar.Sequen
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {
+LOWERING_RULES = {
     "CrossEntropyShardedWR": cross_entropy_sharded_wr,
     "CrossEntropyShardedGradWR": cross_entropy_sharded_grad_wr,
 }

@@ -11,10 +11,10 @@ from typing import Any
 from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 
-def grad_reduce_square_add(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def grad_reduce_square_add(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     t, scale = (env[i] for i in op.inputs)
     name = lw.name(op.debug_name)
     total = popops.reduce(
@@ -29,4 +29,4 @@ def grad_reduce_square_add(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> 
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {"GradReduceSquareAdd": grad_reduce_square_add}
+LOWERING_RULES = {"GradReduceSquareAdd": grad_reduce_square_add}

@@ -30,7 +30,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
 from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, connect
 from tremula.popxl.custom_ops.group_quantize_decompress_codelet import unpack_nibbles
-from tremula.popxl.ops.base import Op, defop
+from tremula.popxl.ops.base import OpNode, defop
 from tremula.popxl.tensor import TensorSpec
 
 __all__ = ["GroupQuantizeDecompressOp", "decompress"]
@@ -94,6 +94,6 @@ class GroupQuantizeDecompressOp:
         inputs: Mapping[int, str],
         outputs: Mapping[int, str],
         settings: Any = None,
-    ) -> Op:
+    ) -> OpNode:
         """Connect ``GroupQuantizeDecompress`` with inputs ``{0: x, 1: scale, 2: bias}``."""
         return connect("GroupQuantizeDecompressOp", graph, OP, inputs, outputs, 3, {})

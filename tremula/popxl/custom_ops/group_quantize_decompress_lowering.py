@@ -80,4 +80,4 @@ def _lower(lw: Any, op: Any, env: Any, prog: poplar.Sequence) -> None:
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {OP: _lower}
+LOWERING_RULES = {OP: _lower}

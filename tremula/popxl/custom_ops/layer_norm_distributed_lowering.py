@@ -13,7 +13,7 @@ from typing import Any
 
 from tremula import poplar
 from tremula.libs import gcl, poplin, popnn
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 
 
 def _all_reduce(group: gcl.ReplicaGrouping) -> poplin.NormReduceCallback:
@@ -38,7 +38,7 @@ def _all_reduce(group: gcl.ReplicaGrouping) -> poplin.NormReduceCallback:
     return callback
 
 
-def _stable(op: Op) -> bool:
+def _stable(op: OpNode) -> bool:
     """PopART's session option ``enableStableNorm`` of the op's Ir (False unless set)."""
     from tremula.popxl._ir.ir import _OPTIONS
 
@@ -46,7 +46,7 @@ def _stable(op: Op) -> bool:
     return bool(getattr(opts, "enableStableNorm", False))
 
 
-def layer_norm_distributed(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def layer_norm_distributed(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     x, w, b = (env[t] for t in op.inputs)
     rg = op.attrs["group"]
     name = lw.name(op.debug_name)
@@ -59,7 +59,7 @@ def layer_norm_distributed(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> 
     env.update(zip(op.outputs, (y, mean, inv)))
 
 
-def layer_norm_distributed_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence) -> None:
+def layer_norm_distributed_grad(lw: Any, op: OpNode, env: Any, prog: poplar.Sequence) -> None:
     x, _, mean, inv, dy = (env[t] for t in op.inputs)
     rg = op.attrs["group"]
     name = lw.name(op.debug_name)
@@ -75,7 +75,7 @@ def layer_norm_distributed_grad(lw: Any, op: Op, env: Any, prog: poplar.Sequence
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {
+LOWERING_RULES = {
     "LayerNormDistributed": layer_norm_distributed,
     "LayerNormDistributedGrad": layer_norm_distributed_grad,
 }

@@ -32,7 +32,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl.custom_ops._op_binding import OperatorIdentifier, connect
-from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.base import OpNode, create_op, defop
 from tremula.popxl.tensor import TensorSpec
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -145,7 +145,7 @@ defop(GRAD, _infer, _grad_ref, differentiable=False)  # the C++ grad op has no g
 
 
 @grad(FWD)
-def _rotary_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _rotary_grad(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``dx = RotaryPosEmbedGrad(dy, sin, cos)``; no gradient for the tables."""
     _, sin, cos = op.inputs
     if not need[0]:
@@ -165,7 +165,7 @@ class RotaryPosEmbedOp:
         outputs: Mapping[int, str],
         rotaryDim: int,
         settings: Any = None,
-    ) -> Op:
+    ) -> OpNode:
         """Connect ``RotaryPosEmbed`` with inputs ``{0: x, 1: sin, 2: cos}``."""
         if isinstance(rotaryDim, bool) or not isinstance(rotaryDim, (int, np.integer)):
             raise TypeError(

@@ -64,4 +64,4 @@ def _lower(lw: Any, op: Any, env: Any, prog: poplar.Sequence) -> None:
 
 
 #: op type -> lowering rule (``tremula/lowering/custom_ops.py`` registers them)
-RULES = {FWD: _lower, GRAD: _lower}
+LOWERING_RULES = {FWD: _lower, GRAD: _lower}

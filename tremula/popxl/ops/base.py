@@ -1,7 +1,7 @@
 """Op records and the op table.
 
-An op in a graph is an :class:`Op` record: its type, inputs, outputs and attributes. Each
-op type is defined once, by an :class:`OpDef` in :data:`OPS`: its output rule (specs from
+An op in a graph is an :class:`OpNode` record: its type, inputs, outputs and attributes. Each
+op type is defined once, by an :class:`OpDefinition` in :data:`OPS`: its output rule (specs from
 input specs and attributes), its NumPy reference, and which inputs it modifies in place.
 Gradient rules (``transforms/grads``) and lowering rules (``tremula/lowering``) are
 tables keyed by the same type name.
@@ -33,7 +33,7 @@ GraphUse = Literal["", "call", "loop", "branch", "code_load"]
 
 
 @dataclass(eq=False)
-class Op:
+class OpNode:
     """One op of a graph. ``create_op`` makes each as an instance of its type's class in
     PopXL's IR bindings (``tremula.popxl._ir``, PopART's ``popart._internal.ir.op``), which
     adds PopART's op methods to the record."""
@@ -64,7 +64,7 @@ class Op:
         return tuple(self.attrs.get("graphs", ()))
 
     @property
-    def definition(self) -> OpDef:
+    def definition(self) -> OpDefinition:
         """The definition of the op's type (:data:`OPS`)."""
         return OPS[self.type]
 
@@ -85,7 +85,7 @@ class Op:
 
 
 @dataclass(frozen=True)
-class OpDef:
+class OpDefinition:
     """The definition of an op type."""
 
     type: str
@@ -115,7 +115,7 @@ class OpDef:
         return self.inplace_of or self.type
 
 
-OPS: dict[str, OpDef] = {}
+OPS: dict[str, OpDefinition] = {}
 #: out-of-place op type -> its in-place form
 INPLACE: dict[str, str] = {}
 
@@ -130,7 +130,7 @@ def defop(
     graphs: GraphUse = "",
     inplace_of: str = "",
     view: bool = False,
-) -> OpDef:
+) -> OpDefinition:
     """Register an op type (once). An in-place form (``inplace_of``) is defined after its
     out-of-place op and modifies an input or is a view."""
     if op_type in OPS:
@@ -142,7 +142,7 @@ def defop(
             raise ValueError(f"{inplace_of} already has an in-place form, {INPLACE[inplace_of]}")
         if not (modifies or view):
             raise ValueError(f"{op_type}: an in-place form modifies an input or is a view")
-    d = OpDef(
+    d = OpDefinition(
         op_type, infer, reference, modifies, differentiable, grad_side_effect, graphs,
         inplace_of, view,
     )  # fmt: skip

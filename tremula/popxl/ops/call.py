@@ -13,7 +13,7 @@ from typing import Any
 from tremula.errors import OpSetupError
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.base import OpNode, create_op, defop
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 
@@ -28,7 +28,7 @@ class CallSiteInfo:
     """A call site: which parent tensors feed which subgraph inputs, and which subgraph
     outputs become which parent tensors (for ``call`` the indices are the identity)."""
 
-    def __init__(self, op: Op) -> None:
+    def __init__(self, op: OpNode) -> None:
         self._op = op
 
     @property

@@ -14,7 +14,7 @@ from typing import Any
 
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.base import OpNode, create_op, defop
 from tremula.popxl.ops.call import CallSiteInfo, _connect
 from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -33,7 +33,7 @@ class ConditionalSiteInfo(CallSiteInfo):
     outputs are shared. Index methods take ``then_branch`` (default True) to pick the
     branch; an index outside the branch's raises ``IndexError``."""
 
-    def __init__(self, op: Op) -> None:
+    def __init__(self, op: OpNode) -> None:
         super().__init__(op)
         self._n_then = len(op.attrs["graphs"][0].inputs)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tremula.popxl.ops.base import OPS, Op, _next_op_id, defop
+from tremula.popxl.ops.base import OPS, OpNode, _next_op_id, defop
 from tremula.popxl.tensor import TensorSpec
 
 #: the op types that move data between the device and host or remote memory
@@ -46,7 +46,7 @@ def _infer(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpe
 defop("MultiExchange", _infer, differentiable=False)
 
 
-def descriptors_of(op: Op) -> tuple[ExchangeDescriptor, ...]:
+def descriptors_of(op: OpNode) -> tuple[ExchangeDescriptor, ...]:
     """The exchanges of an exchange op: its descriptors, or the op itself as one."""
     if op.type == "MultiExchange":
         return tuple(op.attrs["descriptors"])
@@ -59,14 +59,14 @@ def descriptors_of(op: Op) -> tuple[ExchangeDescriptor, ...]:
     )  # fmt: skip
 
 
-def exchange_parts(op: Op) -> list[Op]:
+def exchange_parts(op: OpNode) -> list[OpNode]:
     """The exchanges of ``op`` as op records (not in any graph), each with its own inputs
     and outputs: the parts of a ``MultiExchange``, else ``[op]``."""
     if op.type != "MultiExchange":
         return [op]
     parts, i, o = [], 0, 0
     for d in op.attrs["descriptors"]:
-        part = Op(
+        part = OpNode(
             op.id, d.type, op.graph, op.inputs[i : i + d.num_inputs],
             op.outputs[o : o + d.num_outputs], d.attrs, d.modifies, op.ipu, op.tile_set,
             op.execution_context, d.debug_name, d.created_at,
@@ -76,7 +76,7 @@ def exchange_parts(op: Op) -> list[Op]:
     return parts
 
 
-def merged_exchange(ops: Sequence[Op]) -> Op:
+def merged_exchange(ops: Sequence[OpNode]) -> OpNode:
     """A ``MultiExchange`` op (not yet in its graph) doing the exchanges of ``ops`` (exchange
     ops or ``MultiExchange`` ops of one graph, in order); their outputs become its outputs."""
     from tremula.popxl._ir.op.classes import op_class

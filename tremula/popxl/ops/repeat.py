@@ -25,7 +25,7 @@ from tremula.errors import PopartException
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op, create_op, defop
+from tremula.popxl.ops.base import OpNode, create_op, defop
 from tremula.popxl.ops.call import CallSiteInfo, _connect
 from tremula.popxl.tensor import Tensor, TensorSpec, graph_input, graph_output
 
@@ -56,12 +56,12 @@ class LoopPlan:
     """
 
     body: Graph
-    call: Op
+    call: OpNode
     feeds: tuple[int, ...]
     carries: tuple[tuple[str, int], ...]
 
 
-def loop_plan(op: Op) -> LoopPlan:
+def loop_plan(op: OpNode) -> LoopPlan:
     """Read the wrapper of ``Repeat`` op ``op``.
 
     Raises:
@@ -99,7 +99,7 @@ def loop_plan(op: Op) -> LoopPlan:
     return LoopPlan(call.attrs["graphs"][0], call, tuple(feeds), tuple(carries))
 
 
-def _unloopable(op: Op, wrapper: Graph, why: str) -> PopartException:
+def _unloopable(op: OpNode, wrapper: Graph, why: str) -> PopartException:
     return PopartException(
         f"Loop {op.debug_name!r} in {op.graph.name!r}: its graph {wrapper.name!r} is not a loop "
         f"wrapper Tremula can run: {why}"

@@ -19,7 +19,7 @@ from typing import Literal, overload
 from tremula.errors import IRError
 from tremula.popxl import ops
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import OPS, Op
+from tremula.popxl.ops.base import OPS, OpNode
 from tremula.popxl.tensor import Constant, Tensor, constant, graph_input, graph_output
 from tremula.popxl.transforms.grad_info import (
     ExpectedConnection,
@@ -120,7 +120,7 @@ def _tensors(
 
 class _Aliases:
     """Which tensors of a graph share storage: an in-place op's output is its (first)
-    modified input; a view's output (``reshape_``, ``concat_``: ``OpDef.view``) views all
+    modified input; a view's output (``reshape_``, ``concat_``: ``OpDefinition.view``) views all
     its inputs."""
 
     def __init__(self, graph: Graph) -> None:
@@ -202,7 +202,7 @@ class _Autodiff:
                 relevant.update(op.outputs)
         return relevant
 
-    def _rule(self, op: Op) -> GradRule | None:
+    def _rule(self, op: OpNode) -> GradRule | None:
         d = OPS.get(op.type)
         if d is not None and not d.differentiable:
             return None
@@ -214,7 +214,7 @@ class _Autodiff:
             f"type with differentiable=False"
         )
 
-    def _backward(self, op: Op, relevant: set[Tensor]) -> None:
+    def _backward(self, op: OpNode, relevant: set[Tensor]) -> None:
         if not any(self.grads.get(t) for t in op.outputs):
             return
         need = [t in relevant and t.dtype.is_floating_point for t in op.inputs]
@@ -315,9 +315,9 @@ class _Autodiff:
                 )
 
 
-def _side_effect(op: Op) -> bool:
-    """True when differentiating ``op`` has an effect of its own (``OpDef.grad_side_effect``),
-    itself or through a graph it calls."""
+def _side_effect(op: OpNode) -> bool:
+    """True when differentiating ``op`` has an effect of its own
+    (``OpDefinition.grad_side_effect``), itself or through a graph it calls."""
     d = OPS.get(op.type)
     if d is not None and d.grad_side_effect:
         return True

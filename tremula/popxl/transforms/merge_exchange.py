@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from tremula.popxl.context import get_current_graph, in_sequence, io_tiles
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.multi_exchange import EXCHANGE_OPS, merged_exchange
 from tremula.popxl.tensor import Tensor
 
@@ -27,9 +27,9 @@ _MERGEABLE = EXCHANGE_OPS | {"MultiExchange"}
 
 
 @contextmanager
-def _created_ops() -> Iterator[list[Op]]:
+def _created_ops() -> Iterator[list[OpNode]]:
     graph = get_current_graph()
-    created: list[Op] = []
+    created: list[OpNode] = []
     handle = graph.register_op_created_hook(created.append)
     try:
         yield created
@@ -37,16 +37,16 @@ def _created_ops() -> Iterator[list[Op]]:
         graph.remove_op_created_hook(handle)
 
 
-def _key(op: Op) -> tuple[object, ...]:
+def _key(op: OpNode) -> tuple[object, ...]:
     return op.ipu, op.tile_set, op.execution_context
 
 
-def _groups(ops: list[Op]) -> list[list[Op]]:
+def _groups(ops: list[OpNode]) -> list[list[OpNode]]:
     """The exchanges among ``ops`` (graph order) in groups that can each run as one op
     (see :func:`_place`): a group ends before an exchange that reads what depends on it,
     or writes what an op that must follow it reads."""
-    groups: list[list[Op]] = []
-    group: list[Op] = []
+    groups: list[list[OpNode]] = []
+    group: list[OpNode] = []
     tainted: set[Tensor] = set()  # what the group makes or writes, and what follows from it
     read: set[Tensor] = set()  # what the group's exchanges read
     later: set[Tensor] = set()  # what the ops that must follow the group read
@@ -67,13 +67,13 @@ def _groups(ops: list[Op]) -> list[list[Op]]:
     return groups + ([group] if group else [])
 
 
-def _follows(op: Op, written: set[Tensor], tainted: set[Tensor], read: set[Tensor]) -> bool:
+def _follows(op: OpNode, written: set[Tensor], tainted: set[Tensor], read: set[Tensor]) -> bool:
     """Whether ``op`` must run after the merged exchanges: it reads what they make or write
     (or what follows from it), or writes what they read."""
     return bool(tainted.intersection(op.inputs) or written & read)
 
 
-def _place(graph: Graph, group: list[Op]) -> Op:
+def _place(graph: Graph, group: list[OpNode]) -> OpNode:
     """Replace ``group`` in ``graph``'s ops by one ``MultiExchange`` op at the place of its
     last exchange; the ops in between that must follow the exchanges move after it."""
     ops = graph._ops
@@ -82,8 +82,8 @@ def _place(graph: Graph, group: list[Op]) -> Op:
     last = next(i for i, op in enumerate(ops) if op is group[-1])
     tainted: set[Tensor] = set()
     read: set[Tensor] = set()
-    before: list[Op] = []
-    after: list[Op] = []
+    before: list[OpNode] = []
+    after: list[OpNode] = []
     for op in ops[first : last + 1]:
         written = {op.inputs[k] for k in op.modified}
         if id(op) in members:
@@ -101,7 +101,7 @@ def _place(graph: Graph, group: list[Op]) -> Op:
     return multi
 
 
-def _merge(graph: Graph, created: list[Op]) -> list[Op]:
+def _merge(graph: Graph, created: list[OpNode]) -> list[OpNode]:
     """Merge the exchanges of ``created`` still in ``graph``; the ``MultiExchange`` ops."""
     made = {id(op) for op in created}  # the graph's ops: not those of refused (undone) calls
     ops = [op for op in graph._ops if id(op) in made]

@@ -3,7 +3,7 @@ expressions.
 
 Every codelet here is a *worker* vertex over one contiguous part of the output (``map``
 places at most one per worker context per tile) and computes by evaluating a typed
-expression (``elementwise_plan``) on its fields. They differ by how they get the
+expression (``expr_eval``) on its fields. They differ by how they get the
 expression and by their estimators:
 
 * op families, one class each, the op a template argument (compute dispatches on it
@@ -46,7 +46,8 @@ from tremula import poplar
 from tremula.errors import ApplicationRuntimeError
 from tremula.libs.popops import estimators as E
 from tremula.libs.popops import ops
-from tremula.libs.popops.elementwise_plan import (
+from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
+from tremula.libs.popops.expr_eval import (
     Typed,
     compile_run,
     evaluate,
@@ -55,7 +56,6 @@ from tremula.libs.popops.elementwise_plan import (
     integer_divisions,
     zero_divisor,
 )
-from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
 from tremula.poplar.types import BOOL, Type, as_type
 
 
@@ -251,7 +251,7 @@ class Family(Elementwise):
     fixed_op: ClassVar[str | None] = None  # Select / Clamp
 
     @classmethod
-    def op_of(cls, params: dict[str, str]) -> ops.Op:
+    def op_of(cls, params: dict[str, str]) -> ops.ElementwiseOp:
         return ops.get(cls.fixed_op or params["OP"])
 
     @classmethod

@@ -1,6 +1,6 @@
 """``popart._internal.ir.Op``: the binding methods of an op of Tremula's IR.
 
-Every op record (``tremula.popxl.ops.base.Op``) is made as an instance of a subclass of
+Every op record (``tremula.popxl.ops.base.OpNode``) is made as an instance of a subclass of
 :class:`Op` (one class per PopART op, see ``classes.py``), so the ops that graphs hold, that
 op-created hooks receive and that ``CallSiteInfo._op`` names are themselves the binding
 objects: ``isinstance(op, _ir.op.CallOp)`` works on them, and what is read or edited through
@@ -20,7 +20,7 @@ from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
 from tremula.popxl._ir.names import OPTIMIZER_OPS, op_name, pool_op_type
 from tremula.popxl._ir.op.edit import Editing
-from tremula.popxl.ops.base import Op as _Record
+from tremula.popxl.ops.base import OpNode as _Record
 
 if TYPE_CHECKING:
     from tremula.popxl._ir.graph import Graph

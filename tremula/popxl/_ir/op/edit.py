@@ -97,7 +97,7 @@ class Editing:
             attrs=dict(self.attrs),
         )
         _base._next_op_id[0] += 1
-        target._ops.append(cast(_base.Op, clone))
+        target._ops.append(cast(_base.OpNode, clone))
         return clone
 
     def connectInTensor(self, index: int, tensor_id: str, vgraph_id: int | None = None) -> None:
@@ -115,7 +115,7 @@ class Editing:
             raise PopartException(
                 f"connectOutTensor: {t.id!r} is already produced by {t._producer!r}"
             )
-        t._producer = cast(_base.Op, self)
+        t._producer = cast(_base.OpNode, self)
         self.outputs = _put(self.outputs, int(index), t)
 
     def createAndConnectOutTensor(self, index: int, tensor_id: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tremula.libs.gcl.operators import RULES
+from tremula.libs.gcl.operators import COLLECTIVE_RULES
 from tremula.libs.gcl.operators import CollectiveOperator as GclOperator
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.replica_grouping import ReplicaGrouping
@@ -113,7 +113,7 @@ def check_dtype(t: Tensor, op: str, what: str) -> None:
     """``TypeError`` unless ``op`` reduces ``t``'s dtype."""
     kind = t.dtype.as_numpy().kind
     kind = "i" if kind in "iu" else kind
-    rule = RULES[OPERATORS[op]]
+    rule = COLLECTIVE_RULES[OPERATORS[op]]
     if kind not in rule.kinds:
         allowed = " or ".join(_KINDS[k] for k in sorted(rule.kinds))
         alias = " (reduced as 'mean', as in PopXL)" if op == "mul" else ""

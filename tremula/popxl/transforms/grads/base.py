@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import INPLACE, Op
+from tremula.popxl.ops.base import INPLACE, OpNode
 from tremula.popxl.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -76,14 +76,14 @@ class GradContext(Protocol):
     def grad_info(self, graph: Graph) -> GradGraphInfo: ...
 
 
-GradRule = Callable[[GradContext, Op, OutputGrads, Sequence[bool]], Grads]
+GradRule = Callable[[GradContext, OpNode, OutputGrads, Sequence[bool]], Grads]
 
 #: op type -> its gradient rule, or None for "not differentiable"
 GRADS: dict[str, GradRule | None] = {}
 
 
 def _forms(*op_types: str) -> tuple[str, ...]:
-    """The op types and their in-place forms (``OpDef.inplace_of``) that exist."""
+    """The op types and their in-place forms (``OpDefinition.inplace_of``) that exist."""
     return tuple(t for base in op_types for t in (base, INPLACE.get(base)) if t is not None)
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grad_info import ExpectedConnectionType
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 
 @grad("Call")
-def _call(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _call(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Call the called graph's grad graph (made once, by ``autodiff`` of it); that may give
     the called graph, and so this call, more outputs (the forward values its grad reads)."""
     sub = op.attrs["graphs"][0]
@@ -48,7 +48,7 @@ def _call(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
 
 
 @grad("Repeat")
-def _repeat(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _repeat(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     raise NotImplementedError(
         f"autodiff: differentiating through ops.repeat ({op!r}, body "
         f"{op.attrs['graphs'][0].name!r}) is not supported; differentiate the body graph "

@@ -11,7 +11,7 @@ import numpy as np
 
 from tremula.errors import PopartException
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.ops.collectives.all_reduce import create_all_reduce
 from tremula.popxl.ops.collectives.collectives import create_replicated_all_reduce
 from tremula.popxl.tensor import Tensor
@@ -20,7 +20,7 @@ from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads,
 _LINEAR = ("add", "mean", "mul")  # "mul" reduces as "mean" (PopXL's mapping)
 
 
-def _linear_only(op: Op) -> None:
+def _linear_only(op: OpNode) -> None:
     if op.attrs["op"] not in (*_LINEAR, "local"):
         raise NotImplementedError(
             f"autodiff: {op.type} with op {op.attrs['op']!r} ({op!r}) has no gradient; "
@@ -29,7 +29,7 @@ def _linear_only(op: Op) -> None:
 
 
 @grad("ReplicatedAllReduce")
-def _all_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _all_reduce(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The all-reduce of the gradient with the identical-inputs and identical-grad-inputs
     flags swapped (PopART's ReplicatedAllReduceOp and popxl-addons' strided and TP ops):
     identical inputs give an all-reduce of the gradients, identical gradients an identity."""
@@ -44,7 +44,7 @@ def _gather(g: Tensor, group: object, axis: int) -> Tensor:
 
 
 @grad("ReplicatedAllGather")
-def _all_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _all_gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, group = op.inputs[0], op.attrs["group"]
     gg, axis = g[0], op.attrs["axis"] if op.attrs["output_shape"] == "concat" else 0
     perm = (axis, *(d for d in range(gg.rank) if d != axis))
@@ -68,7 +68,7 @@ def _all_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) ->
 
 
 @grad("ReplicatedReduceScatter")
-def _reduce_scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _reduce_scatter(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     _linear_only(op)
     x, group = op.inputs[0], op.attrs["group"]
     full = _gather(ops.reshape(g[0], (g[0].nelms,)), group, 0)
@@ -81,7 +81,7 @@ def _reduce_scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
 
 
 @grad("ReplicatedSlice")
-def _replicated_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _replicated_slice(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, group, axis = op.inputs[0], op.attrs["group"], op.attrs["axis"]
     gg = g[0]
     if gg.rank < x.rank:  # a slice of size 1 dropped the axis
@@ -90,7 +90,9 @@ def _replicated_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[boo
 
 
 @grad("AllReduce")
-def _all_reduce_across_ipus(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _all_reduce_across_ipus(
+    c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]
+) -> Grads:
     """PopART's AllReduceGradOp: an AllReduce of the gradients with the identical-inputs
     and identical-grad-inputs flags swapped (so identical inputs give an all-reduce of the
     gradients, identical gradients an identity); only for "add"."""

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 
 from tremula.popxl import ops
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor, graph_input, graph_output
 from tremula.popxl.transforms.grad_info import ExpectedConnectionType, GradGraphInfo
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 
 def _grad_args(
-    c: GradContext, op: Op, g: OutputGrads, branch: Graph, first: int, info: GradGraphInfo
+    c: GradContext, op: OpNode, g: OutputGrads, branch: Graph, first: int, info: GradGraphInfo
 ) -> list[Tensor]:
     """The grad graph's inputs at the conditional: output gradients and forward values."""
     args = []
@@ -45,7 +45,12 @@ def _grad_args(
 
 
 def _wrapper(
-    op: Op, branch: Graph, first: int, info: GradGraphInfo, args: list[Tensor], wanted: list[int]
+    op: OpNode,
+    branch: Graph,
+    first: int,
+    info: GradGraphInfo,
+    args: list[Tensor],
+    wanted: list[int],
 ) -> Graph:
     """A graph calling ``info.graph`` that returns the gradients of the conditional's
     inputs ``wanted`` (zeros for those not of this branch)."""
@@ -69,7 +74,7 @@ def _wrapper(
 
 
 @grad("If")
-def _conditional(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _conditional(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     then_g, else_g = op.attrs["graphs"]
     firsts = (1, 1 + len(then_g.inputs))
     infos = [c.grad_info(b) for b in (then_g, else_g)]  # may give the conditional outputs

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.ops.conv import patches_np
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
@@ -73,7 +73,7 @@ def _diagonal_blocks(full: Tensor, groups: int) -> Tensor:
 
 
 @grad("Conv")
-def _conv(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _conv(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, w = op.inputs
     a = op.attrs
 
@@ -101,7 +101,7 @@ def _conv(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
 
 
 @grad("ConvTranspose")
-def _conv_transpose(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _conv_transpose(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, w = op.inputs
     a = op.attrs
 
@@ -120,7 +120,7 @@ def _conv_transpose(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
 
 
 @grad("Pool")
-def _pool(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _pool(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Average: each window's gradient shared by its elements inside the input; max: the
     window's gradient to the elements equal to its maximum."""
     x, a = op.inputs[0], op.attrs

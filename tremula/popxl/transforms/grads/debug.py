@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 
 from tremula.popxl.context import io_tiles, ipu
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 
 @grad("PrintTensor")
-def _print_tensor(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _print_tensor(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     if not op.attrs["print_gradient"]:
         return [g[0]]
     attrs = {
@@ -26,7 +26,7 @@ def _print_tensor(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) 
 
 
 @grad("IpuCopy")
-def _ipu_copy(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _ipu_copy(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     source, destination = op.attrs["source"], op.attrs["destination"]
     with ipu(source):
         attrs = {"source": destination, "destination": source}
@@ -34,7 +34,7 @@ def _ipu_copy(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> G
 
 
 @grad("IoTileCopy")
-def _io_tile_copy(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _io_tile_copy(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     back = op.inputs[0]._tile_set
     with io_tiles() if back == "io" else nullcontext():
         return [create_op("IoTileCopy", [g[0]], {"tile_set": back})[0]]

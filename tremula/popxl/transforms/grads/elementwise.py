@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -24,19 +24,19 @@ from tremula.popxl.transforms.grads.base import (
 
 
 @grad("Add")
-def _add(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _add(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
     return pick(need, lambda: sum_to(g[0], a.shape), lambda: sum_to(g[0], b.shape))
 
 
 @grad("Sub")
-def _sub(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _sub(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
     return pick(need, lambda: sum_to(g[0], a.shape), lambda: sum_to(-g[0], b.shape))
 
 
 @grad("Mul")
-def _mul(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _mul(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
     return pick(
         need,
@@ -46,7 +46,7 @@ def _mul(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 
 @grad("Div")
-def _div(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _div(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
     return pick(
         need,
@@ -56,7 +56,7 @@ def _div(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 
 @grad("Pow")
-def _pow(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _pow(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
     return pick(
         need,
@@ -66,7 +66,7 @@ def _pow(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 
 @grad("Fmod")
-def _fmod(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _fmod(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
 
     def grad_b() -> Tensor:
@@ -78,7 +78,7 @@ def _fmod(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
 
 
 @grad("Atan2")
-def _atan2(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _atan2(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
     y, x = op.inputs
     yv, xv = c.fwd(y), c.fwd(x)
@@ -89,7 +89,7 @@ def _atan2(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grad
 def _select(a_wins: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
     """Max / Min of two: the gradient goes to the operand selected (ties: the first)."""
 
-    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    def rule(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
         a, b = op.inputs
         ga = g[0] * as_float(a_wins(c.fwd(a), c.fwd(b)), g[0])
         return pick(need, lambda: sum_to(ga, a.shape), lambda: sum_to(g[0] - ga, b.shape))
@@ -148,7 +148,7 @@ UNARY: dict[str, tuple[str, Callable[[Tensor], Tensor]]] = {
 
 
 def _unary(source: str, derivative: Callable[[Tensor], Tensor]) -> GradRule:
-    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    def rule(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
         v = c.fwd(op.inputs[0] if source == "x" else op.outputs[0])
         return [g[0] * derivative(v)]
 
@@ -160,7 +160,7 @@ for _type, (_source, _derivative) in UNARY.items():
 
 
 @grad("Neg")
-def _neg(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _neg(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [-g[0]]
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tremula.popxl import dtypes, ops
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -31,7 +31,7 @@ def _one_hot(idx: Tensor, n: int, like: Tensor) -> Tensor:
 
 
 @grad("Gather", "TiedGather")
-def _gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     t, indices = op.inputs
     axis = op.attrs["axis"]
     n = t.shape[axis]
@@ -49,7 +49,7 @@ def _gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
 
 
 @grad("GroupedGather")
-def _grouped_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _grouped_gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """A grouped scatter-add of the output gradient into the data (``GroupedGatherGrad``)."""
     if not need[0]:
         return [None, None]
@@ -59,7 +59,7 @@ def _grouped_gather(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
 
 
 @grad("GroupedGatherGrad")
-def _grouped_gather_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _grouped_gather_grad(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The transpose of the transpose: a grouped gather of the gradient."""
     if not need[0]:
         return [None, None]
@@ -73,7 +73,7 @@ def _grouped_gather_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[
 
 
 @grad("Scatter")
-def _scatter(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _scatter(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``t``'s gradient where nothing was written; each value's gradient at its target."""
     t, indices, values = op.inputs
     axis = op.attrs["axis"]
@@ -121,7 +121,7 @@ def _gather_targets(g: Tensor, idx: Tensor, data_shape: tuple[int, ...], a: dict
 
 
 @grad("ScatterReduce")
-def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _scatter_reduce(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """sum: each value gets its target's gradient, ``initial_values`` all of it; max and
     min: only the values (and initial values) equal to the result, ties each in full; none:
     only the last value written to a position, and the initial values nothing overwrote
@@ -173,7 +173,7 @@ def _scatter_reduce(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]
 
 
 def _scatter_mul(
-    c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool], idx: Tensor
+    c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool], idx: Tensor
 ) -> Grads:
     """mul: each factor's gradient is its target's gradient times the product of the other
     factors there. Without dividing by zero: per target, the product ``P`` of its non-zero
@@ -224,19 +224,19 @@ def _scatter_mul(
     return pick(need, *makers)
 
 
-def _attrs(op: Op) -> dict[str, object]:
+def _attrs(op: OpNode) -> dict[str, object]:
     return {k: op.attrs[k] for k in ("axes", "sizes", "no_overlap")}
 
 
 @grad("DynamicSlice")
-def _dynamic_slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _dynamic_slice(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     t, index = op.inputs
     zeros = ops.init(t.shape, t.dtype, "zeros")
     return [create_op("DynamicUpdate", [zeros, c.fwd(index), g[0]], _attrs(op))[0], None]
 
 
 @grad("DynamicUpdate")
-def _dynamic_update(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _dynamic_update(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     _, index, update = op.inputs
 
     def grad_t() -> Tensor:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -21,7 +21,7 @@ from tremula.popxl.transforms.grads.base import (
 
 
 @grad("Where")
-def _where(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _where(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     cond, lhs, rhs = op.inputs
     return pick(
         need,
@@ -32,7 +32,7 @@ def _where(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grad
 
 
 @grad("Clip")
-def _clip(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _clip(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The gradient passes where ``x`` lies within ``[min, max]``."""
     x = c.fwd(op.inputs[0])
     inside = None
@@ -44,7 +44,7 @@ def _clip(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
 
 
 @grad("ScaledAdd")
-def _scaled_add(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _scaled_add(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``a X + b Y``; a scale is a number (attribute) or a one-element tensor (input)."""
     x, y = op.inputs[:2]
     scales = list(op.inputs[2:])

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -22,14 +22,14 @@ from tremula.popxl.transforms.grads.base import (
 
 
 @grad("Softmax")
-def _softmax(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _softmax(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``y (g - sum(g y))`` along the axis."""
     y = c.fwd(op.outputs[0])
     return [y * (g[0] - ops.sum(g[0] * y, op.attrs["axis"], keepdims=True))]
 
 
 @grad("Nll")
-def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _nll(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``-scale / p`` (``-scale`` for log-probabilities) at each sample's label, where the
     scale is the loss gradient (per sample for ``"none"``, divided by the samples kept for
     ``"mean"``); zero for ignored samples and labels out of range."""
@@ -60,7 +60,7 @@ def _nll(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 
 @grad("GroupNorm")
-def _group_norm(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _group_norm(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """From the input, the weight and the forward statistics (outputs 1 and 2: mean and
     inverse standard deviation per sample and group), as PopART's GroupNormGradOp: input
     gradient ``inv_std (gx - mean(gx) - xhat mean(gx xhat))`` with ``gx = g weight`` per

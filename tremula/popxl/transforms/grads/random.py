@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 
 @grad("Dropout", "ShapedDropout")
-def _dropout(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _dropout(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     seed = c.fwd(op.inputs[1])
     return [create_op(op.type, [g[0], seed], dict(op.attrs))[0], None]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -49,7 +49,7 @@ REDUCTIONS: dict[str, Callable[[Value, Value, Tensor, int], Tensor]] = {
 
 
 def _reduction(fn: Callable[[Value, Value, Tensor, int], Tensor]) -> GradRule:
-    def rule(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    def rule(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
         x = op.inputs[0]
         axes = op.attrs["axes"]
         kept = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
@@ -66,14 +66,14 @@ for _type, _fn in REDUCTIONS.items():
 
 
 @grad("CumSum")
-def _cumsum(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _cumsum(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The reversed running sum: ``total - cumsum(g) + g``."""
     dim = op.attrs["dim"]
     return [ops.sum(g[0], dim, keepdims=True) - ops.cumsum(g[0], dim) + g[0]]
 
 
 @grad("TopK")
-def _topk(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _topk(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The values' gradient goes back to the positions the indices name."""
     x = op.inputs[0]
     axis = op.attrs["axis"]
@@ -86,6 +86,6 @@ def _topk(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads
 
 
 @grad("LambSquare")
-def _lamb_square(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _lamb_square(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x = op.inputs[0]
     return [ops.cast(g[0], x.dtype) * c.fwd(x) * 2.0]

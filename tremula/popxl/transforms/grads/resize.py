@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.resize import axis_plan
 from tremula.popxl.tensor import Tensor, constant
 from tremula.popxl.transforms.grads.base import (
@@ -30,7 +30,7 @@ def _blend(n_in: int, n_out: int, scale: float, attrs: dict) -> np.ndarray:
 
 
 @grad("Resize")
-def _resize(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _resize(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, a = op.inputs[0], op.attrs
     gx: Tensor = g[0]
     for ax, (n_in, n_out, scale) in enumerate(zip(x.shape, a["shape"], a["scales"])):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 
 @grad("Gru")
-def _gru(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _gru(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The outputs' gradient flows back through the loop; the intermediates' (forward
     values for the backward pass, not results) is ignored."""
     x, h0, wi, wo, b = op.inputs

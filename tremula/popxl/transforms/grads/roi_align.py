@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
 _PLAN = ("output_size", "spatial_scale", "sampling_ratio", "aligned")
 
 
 @grad("RoiAlign")
-def _roi_align(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _roi_align(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     if not need[0]:
         return [None, None, None]
     t, rois, bidx = op.inputs
@@ -23,7 +23,7 @@ def _roi_align(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> 
 
 
 @grad("RoiAlignGrad")
-def _roi_align_grad(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _roi_align_grad(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     if not need[0]:
         return [None, None, None]
     _, rois, bidx = op.inputs

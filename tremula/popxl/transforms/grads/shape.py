@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 from tremula.popxl.transforms.grads.tensor_ops import scatter_into_zeros
 
 
 @grad("Concat")
-def _concat(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _concat(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Each input's gradient is its slice of the output gradient."""
     axis = op.attrs["axis"]
     result: list[Tensor | None] = []
@@ -31,12 +31,12 @@ def _concat(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
 
 
 @grad("Subsample")
-def _subsample(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _subsample(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [scatter_into_zeros(g[0], op.inputs[0].shape, op.attrs["key"])]
 
 
 @grad("Split")
-def _split(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _split(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Zeros with each part's gradient written where the part was read (parts no gradient
     reached stay zero)."""
     x = op.inputs[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad, pick
 
@@ -27,7 +27,7 @@ _PASSES = {
 }
 
 
-def _op(op_type: str, inputs: list[Tensor], attrs: dict[str, Any], fwd: Op) -> Tensor:
+def _op(op_type: str, inputs: list[Tensor], attrs: dict[str, Any], fwd: OpNode) -> Tensor:
     """Add the pass ``op_type``, if the layer's options planned it."""
     flag = _PASSES.get(op_type)
     if flag is not None and not getattr(attrs["options"], flag[0]):
@@ -40,7 +40,7 @@ def _op(op_type: str, inputs: list[Tensor], attrs: dict[str, Any], fwd: Op) -> T
 
 
 @grad("SparseFullyConnected")
-def _fwd(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _fwd(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x, meta, nz = op.inputs
     a = op.attrs
     return pick(
@@ -52,7 +52,7 @@ def _fwd(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
 
 
 @grad("SparseFullyConnectedGradA")
-def _grad_a(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _grad_a(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     dy, meta, nz = op.inputs
     a = op.attrs
     return pick(
@@ -64,7 +64,7 @@ def _grad_a(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
 
 
 @grad("SparseFullyConnectedGradW")
-def _grad_w(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _grad_w(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     meta, dy, x = op.inputs
     a = op.attrs
     return pick(

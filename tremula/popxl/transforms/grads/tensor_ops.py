@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op, create_op
+from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -25,7 +25,7 @@ def _swap_last(t: Tensor) -> Tensor:
 
 
 @grad("MatMul")
-def _matmul(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _matmul(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """NumPy matmul: 1-D operands as a row / column, batch axes broadcast."""
     a, b = op.inputs
     a2s = (1, *a.shape) if a.rank == 1 else a.shape
@@ -45,17 +45,17 @@ def _matmul(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Gra
 
 
 @grad("Identity")
-def _identity(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _identity(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [g[0]]
 
 
 @grad("Reshape")
-def _reshape(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _reshape(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [ops.reshape(g[0], op.inputs[0].shape)]
 
 
 @grad("Transpose")
-def _transpose(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _transpose(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     inverse = tuple(int(i) for i in np.argsort(op.attrs["permutation"]))
     return [ops.transpose(g[0], inverse)]
 
@@ -69,11 +69,11 @@ def scatter_into_zeros(g: Tensor, shape: tuple[int, ...], key: object) -> Tensor
 
 
 @grad("Slice")
-def _slice(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _slice(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [scatter_into_zeros(g[0], op.inputs[0].shape, op.attrs["key"])]
 
 
 @grad("Cast")
-def _cast(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _cast(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     x = op.inputs[0]
     return [ops.cast(g[0], x.dtype) if x.dtype.is_floating_point else None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import (
     GradContext,
@@ -22,7 +22,7 @@ not_differentiable("AccumulatorScale", "SparseAccumulate", "AdamUpdater", "AdamV
 
 
 @grad("CopyVarUpdate")
-def _copy_var_update(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _copy_var_update(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     return [None, g[0]]
 
 
@@ -33,7 +33,7 @@ def _like(g: Tensor, x: Tensor) -> Tensor:
 
 
 @grad("Accumulate")
-def _accumulate(c: GradContext, op: Op, g: OutputGrads, need: Sequence[bool]) -> Grads:
+def _accumulate(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """``t + X``, ``t + f X`` and ``t + f X^2``."""
     kind, slots = op.attrs["type"], op.attrs["slots"]
     if kind not in ("Add", "DampenedAdd", "DampenedAddSquare"):

@@ -31,7 +31,7 @@ class Typed:
     expr: Expr
     dtype: Type
     args: tuple[Typed, ...] = ()
-    op: ops.Op | None = None
+    op: ops.ElementwiseOp | None = None
     in_type: Type | None = None
     value: Any = None
     index: int = -1
@@ -249,7 +249,9 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
     return run
 
 
-def _op_step(op: ops.Op, t: Type, args: list[np.ndarray], buf: np.ndarray) -> Callable[[], None]:
+def _op_step(
+    op: ops.ElementwiseOp, t: Type, args: list[np.ndarray], buf: np.ndarray
+) -> Callable[[], None]:
     ref = op.ref
     if t.numpy == np.float16:  # half: computed in float32, rounded once into buf
         halves = [i for i, a in enumerate(args) if a.dtype == np.float16]

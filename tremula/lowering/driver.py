@@ -1,6 +1,6 @@
 """The lowering driver: a PopXL Ir becomes a Poplar graph and one control program.
 
-Each op type has one lowering rule (``RULES``, filled by the modules that mirror
+Each op type has one lowering rule (``LOWERING_RULES``, filled by the modules that mirror
 ``popxl/ops``). A rule reads the Poplar tensors of the op's inputs from the environment,
 appends programs, and binds its outputs. The main graph lowers into the control program; a
 subgraph lowers once into a Poplar function with its own input and output tensors, called
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from tremula import poplar
 from tremula.errors import TremulaError, reworded
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import Op
+from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Constant, Tensor, Variable
 from tremula.popxl.tensorlocation import ExecutionContext
 
@@ -31,8 +31,8 @@ FRAGMENTS = {
 #: the order the programs run in on a device (weights written, runs, weights read)
 ORDER = [ExecutionContext.WeightsFromHostFragment, _NORMAL, _TO_HOST]
 
-Rule = Callable[["Lowerer", Op, "Env", poplar.Sequence], None]
-RULES: dict[str, Rule] = {}
+Rule = Callable[["Lowerer", OpNode, "Env", poplar.Sequence], None]
+LOWERING_RULES: dict[str, Rule] = {}
 
 
 def rule(*op_types: str) -> Callable[[Rule], Rule]:
@@ -40,9 +40,9 @@ def rule(*op_types: str) -> Callable[[Rule], Rule]:
 
     def register(fn: Rule) -> Rule:
         for t in op_types:
-            if t in RULES:
+            if t in LOWERING_RULES:
                 raise ValueError(f"op type {t!r} already has a lowering rule")
-            RULES[t] = fn
+            LOWERING_RULES[t] = fn
         return fn
 
     return register
@@ -59,11 +59,11 @@ class Env(dict):
 
 
 @contextmanager
-def naming(ops: list[Op]) -> Iterator[None]:
+def naming(ops: list[OpNode]) -> Iterator[None]:
     """Say which PopXL ops were being lowered when a library refused them: an error from
     below (a popops type check names ``IS_INF``, not ``ops.isinf``) is raised again, of the
     same type, prefixed with each op's type, debug name, outputs and the ``file:line`` of the
-    user's code that created it (:meth:`Op.describe`)."""
+    user's code that created it (:meth:`OpNode.describe`)."""
     try:
         yield
     except (TremulaError, TypeError, ValueError, NotImplementedError) as err:
@@ -190,7 +190,7 @@ class Lowerer:
         }
 
     def lower_ops(
-        self, graph: Graph, env: Env, prog: poplar.Sequence, only: list[Op] | None = None
+        self, graph: Graph, env: Env, prog: poplar.Sequence, only: list[OpNode] | None = None
     ) -> None:
         """Lower ``graph``'s ops (or those of ``only``, in graph order) into ``prog``."""
         from tremula.lowering import fusion  # imports the rule tables, which import us
@@ -209,7 +209,7 @@ class Lowerer:
             else:
                 ops = [item]
             for op in ops:
-                fn = RULES.get(op.type)
+                fn = LOWERING_RULES.get(op.type)
                 if fn is None:
                     raise NotImplementedError(
                         f"lowering: no rule for op type {op.type!r}: op {op.describe()}"
@@ -260,7 +260,7 @@ class Lowerer:
         main = self.ir.main_graph
         env = Env()
         self.bind_leaves(main, env)
-        parts: dict[ExecutionContext, list[Op]] = {c: [] for c in FRAGMENTS}
+        parts: dict[ExecutionContext, list[OpNode]] = {c: [] for c in FRAGMENTS}
         made_in: dict[Tensor, int] = {}  # tensor -> the position of its program in ORDER
         for op in main.ops:
             ctx = op.execution_context if op.execution_context in FRAGMENTS else _NORMAL
