@@ -153,10 +153,7 @@ class CompiledGroup:
         some axes of ``shape`` (an operand block that every vertex of a row or column of a
         grid reads): only the distinct elements are gathered, the repeats are zero strides
         of a read-only broadcast (decided once per shape); None when no axis repeats."""
-        key = ("#repeat", name, shape)
-        if key not in self._layouts:
-            self._layouts[key] = self._repeats(name, shape)
-        plan = self._layouts[key]
+        plan = self._repeat_plan(name, shape)
         if plan is None:
             return None
         index, reduced = plan
@@ -173,10 +170,7 @@ class CompiledGroup:
     ) -> tuple[np.ndarray, Any] | None:
         """:meth:`repeated` over a kept buffer of the distinct elements, refilled by the
         ``refresh()`` returned with the broadcast view (for a codelet's prepared run)."""
-        key = ("#repeat", name, shape)
-        if key not in self._layouts:
-            self._layouts[key] = self._repeats(name, shape)
-        plan = self._layouts[key]
+        plan = self._repeat_plan(name, shape)
         if plan is None:
             return None
         index, reduced = plan
@@ -188,6 +182,13 @@ class CompiledGroup:
 
         rows = arr.shape[0]
         return np.broadcast_to(buf.reshape(rows, *reduced), (rows, *shape)), refresh
+
+    def _repeat_plan(self, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, tuple] | None:
+        """:meth:`_repeats` of ``(name, shape)``, decided once."""
+        key = ("#repeat", name, shape)
+        if key not in self._layouts:
+            self._layouts[key] = self._repeats(name, shape)
+        return self._layouts[key]
 
     def _repeats(self, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, tuple] | None:
         """(distinct addresses, their shape) of a read-only field whose addresses reshaped
