@@ -285,7 +285,12 @@ def verdict(runs: list[FileRun], known: dict[str, str], strict: bool) -> int:
     kind = "failures (strict)" if strict else "new failures"
     known_n = len(failed) - len(new)
     print(f"known failures: {known_n}, {kind}: {len(new)}, now passing: {len(fixed)}")
-    print(f"clients: {total['passed']} passed, {len(failed)} failed, {total['skipped']} skipped")
+    # the expected failures named in the totals line, so that it never reads as a plain
+    # "N passed, N failed" verdict: the verdict is the exit status
+    print(
+        f"clients: {total['passed']} passed, {len(failed)} failed ({known_n} expected, "
+        f"{len(new)} {'failing' if strict else 'new'}), {total['skipped']} skipped"
+    )
     return 1 if new else 0
 
 
