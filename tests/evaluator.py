@@ -71,11 +71,11 @@ def outputs(graph: popxl.Graph, inputs: Sequence[np.ndarray], wide: bool = True)
     return [env[t] for t in graph.outputs]
 
 
-def run(
-    build: Callable[..., Any], *arrays: np.ndarray, device: str = "cpu"
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Feed ``arrays`` through h2d streams, build the graph, run it; returns the outputs of
-    the Session and of :func:`evaluate`."""
+def graph(
+    build: Callable[..., Any], *arrays: np.ndarray
+) -> tuple[popxl.Ir, dict[Any, np.ndarray], list[Any]]:
+    """An Ir that feeds ``arrays`` through h2d streams into ``build`` and stores its
+    results through d2h streams: ``(ir, feeds, output streams)``."""
     ir = popxl.Ir()
     feeds, outs = {}, []
     with ir.main_graph:
@@ -85,11 +85,19 @@ def run(
             ins.append(ops.host_load(s, f"x{i}"))
             feeds[s] = a
         res = build(*ins)
-        res = [res] if isinstance(res, popxl.Tensor) else list(res)
-        for o in res:
+        for o in [res] if isinstance(res, popxl.Tensor) else list(res):
             s = popxl.d2h_stream(o.shape, o.dtype)
             ops.host_store(s, o)
             outs.append(s)
+    return ir, feeds, outs
+
+
+def run(
+    build: Callable[..., Any], *arrays: np.ndarray, device: str = "cpu"
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Feed ``arrays`` through h2d streams, build the graph, run it; returns the outputs of
+    the Session and of :func:`evaluate`."""
+    ir, feeds, outs = graph(build, *arrays)
     with popxl.Session(ir, device) as session:
         got = session.run(feeds)
     env = evaluate(ir.main_graph, feeds=feeds)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tremula_tests_evaluator as evaluator
 
 import popxl
 import popxl.ops as ops
@@ -17,24 +18,6 @@ def _types(items):
     """The plan's op types, without the loads of the inputs (an init and a host load each)."""
     types = [[op.type for op in i.ops] if isinstance(i, Chain) else i.type for i in items]
     return [t for t in types if t not in ("Init", "HostLoad")]
-
-
-def _graph(build, *arrays):
-    """An Ir feeding ``arrays`` through streams into ``build``, storing its results."""
-    ir = popxl.Ir()
-    feeds, outs = {}, []
-    with ir.main_graph:
-        ins = []
-        for i, a in enumerate(arrays):
-            s = popxl.h2d_stream(a.shape, popxl.dtype.as_dtype(a.dtype), name=f"in{i}")
-            ins.append(ops.host_load(s, f"x{i}"))
-            feeds[s] = a
-        res = build(*ins)
-        for o in res if isinstance(res, (list, tuple)) else [res]:
-            s = popxl.d2h_stream(o.shape, o.dtype)
-            ops.host_store(s, o)
-            outs.append(s)
-    return ir, feeds, outs
 
 
 def _run(ir, feeds, outs, device, fuse, monkeypatch):
@@ -57,21 +40,21 @@ def _relu_grad(y, dy):
 def test_chains_are_runs_of_single_use_element_wise_ops():
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 8), (8, 6), (6,)))
-    ir, _, _ = _graph(_dense_relu, x, w, b)
+    ir, _, _ = evaluator.graph(_dense_relu, x, w, b)
     assert _types(plan(ir.main_graph)) == ["MatMul", ["Add", "Relu"], "HostStore"]
 
     def shared(a, b):  # the sum is used twice: it is materialised, not fused forward
         s = a + b
         return ops.exp(s) * s
 
-    ir, _, _ = _graph(shared, x, x)
+    ir, _, _ = evaluator.graph(shared, x, x)
     assert _types(plan(ir.main_graph)) == ["Add", ["Exp", "Mul"], "HostStore"]
 
     def visible(a):  # an intermediate stored to the host is not fused away
         s = ops.exp(a)
         return [s, ops.log(s)]
 
-    ir, _, _ = _graph(visible, x)
+    ir, _, _ = evaluator.graph(visible, x)
     assert not any(isinstance(i, Chain) for i in plan(ir.main_graph))
 
 
@@ -92,7 +75,7 @@ def test_fused_chains_give_the_unfused_numbers(device, dtype, monkeypatch):
 
     results = {}
     for fuse in (False, True):
-        ir, feeds, outs = _graph(build, x, w, b, dy)
+        ir, feeds, outs = evaluator.graph(build, x, w, b, dy)
         results[fuse] = _run(ir, feeds, outs, device, fuse, monkeypatch)
     (plain, cs_plain), (fused, cs_fused) = results[False], results[True]
     for a, f in zip(plain, fused):

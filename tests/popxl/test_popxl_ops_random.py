@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tremula_tests_evaluator as evaluator
 from tremula_tests_evaluator import run
 
 import popxl
@@ -15,20 +16,7 @@ SEED = np.array([1234, 5678], np.uint32)
 
 def _run(build, *arrays, device="cpu"):
     """Run the graph twice; returns the outputs of both runs."""
-    ir = popxl.Ir()
-    feeds, outs = {}, []
-    with ir.main_graph:
-        ins = []
-        for i, a in enumerate(arrays):
-            s = popxl.h2d_stream(a.shape, popxl.dtype.as_dtype(a.dtype), name=f"in{i}")
-            ins.append(ops.host_load(s))
-            feeds[s] = a
-        res = build(*ins)
-        res = [res] if isinstance(res, popxl.Tensor) else list(res)
-        for o in res:
-            s = popxl.d2h_stream(o.shape, o.dtype)
-            ops.host_store(s, o)
-            outs.append(s)
+    ir, feeds, outs = evaluator.graph(build, *arrays)
     with popxl.Session(ir, device) as session:
         first = session.run(feeds)
         second = session.run(feeds)
