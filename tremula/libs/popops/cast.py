@@ -8,10 +8,10 @@ bool converts to 0 or 1.
 
 Codelet ``popops::Cast1D<SRC,DST>``: a worker vertex over one part of the output, placed
 like every element-wise op (at most one per worker context on each tile holding the output).
-Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements): ``20 + 6 + (atoms
-- 1) x cyclesPerLoop + 2 x remainder`` context cycles [proposal: the 20-cycle base, the
-6-cycle fill/drain and the remainder cost], and ``3 + 5 n`` (plus the base) for 64-bit
-destinations.
+Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements):
+``20 + 6 + (atoms - 1) x cyclesPerLoop + 2 x remainder`` context cycles [proposal: the
+20-cycle base, the 6-cycle fill/drain and the remainder cost], and ``3 + 5 n`` (plus the
+base) for 64-bit destinations.
 """
 
 from __future__ import annotations
