@@ -166,7 +166,7 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
         methods.insert(0, "amp")
     # the CPU target simulates no cycles: its plans keep the natural frame, whose row-major
     # output is what the host's following element-wise work reads fastest; PopLibs' joint
-    # plans (training passes) force the swap (popsparse-paper-method.md 2)
+    # plans (training passes) force the swap (``swapOperands = true``)
     if target.is_cpu:
         swaps: tuple[bool, ...] = (False,)
     else:

@@ -96,8 +96,8 @@ class ProductVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        """Spec 3.6's estimate of the product on the plan's uniform pattern, plus zeroing
-        the partials in a first compute (the distribution's vertex writes them, spec 4.7
+        """PopLibs' estimate of the product on the plan's uniform pattern, plus zeroing
+        the partials in a first compute (the distribution's vertex writes them,
         "zeroInfo"): the graph profile's estimate."""
         zeroing = (
             0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
@@ -106,7 +106,7 @@ class ProductVertex(poplar.Codelet):
 
     @classmethod
     def zeroing_cycles(cls, v: poplar.VertexInfo | poplar.Batch) -> np.ndarray | int:
-        """Zeroing the partials in a first compute (spec 4.7 "zeroInfo")."""
+        """Zeroing the partials in a first compute ("zeroInfo")."""
         if cls.accumulate:
             return 0
         return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
