@@ -62,7 +62,7 @@ class GradWVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        """Spec 3.6's estimate, plus zeroing the partial bucket in the first compute."""
+        """PopLibs' estimate, plus zeroing the partial bucket in the first compute."""
         zeroing = (
             0
             if cls.accumulate
