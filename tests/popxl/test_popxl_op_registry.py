@@ -2,7 +2,10 @@
 wherever an op is defined, the host embedding's included) has a lowering rule, a NumPy
 reference or a stated reason for none, and a gradient rule or the mark "not
 differentiable"; every public op function has a docstring. The checks walk the tables, not
-a hand list of families, so an op added without one of them fails here."""
+a hand list of families, so an op added without one of them fails here. Registration keeps
+each fact in one place: a gradient rule or lowering rule for an undefined op type, a second
+one, or a rule contradicting the definition is refused (the tests for the ops' tests are in
+``test_popxl_op_tests.py``)."""
 
 from __future__ import annotations
 
