@@ -5,7 +5,7 @@ op type is defined once, by an :class:`OpDefinition` in :data:`OPS`: its output 
 input specs and attributes), its NumPy reference, which inputs it modifies in place, how it
 uses graphs, and its gradient rule (attached by ``transforms/grads``' registration,
 :func:`attach_grad`). Lowering rules live in the layer above, ``tremula/lowering``, keyed by
-the same type name (``ops/OVERVIEW.md`` says why).
+the same type name (``tremula/popxl/OVERVIEW.md`` says why).
 """
 
 from __future__ import annotations
