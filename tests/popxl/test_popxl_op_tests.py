@@ -55,14 +55,12 @@ RNG = np.random.default_rng(29)
 F32 = np.float32
 
 
-def _import_all() -> None:
+@pytest.fixture(scope="module", autouse=True)
+def _every_op_defined() -> None:
     """Every op definition, wherever it is made (custom ops, the host embedding)."""
     for package in (tremula.popxl, tremula.lowering, tremula.embedding):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             importlib.import_module(info.name)
-
-
-_import_all()
 
 
 @dataclass
