@@ -27,8 +27,8 @@ def zeroing_cycles(
     v: poplar.VertexInfo | poplar.Batch, partials: str, accumulate: bool
 ) -> np.ndarray | int:
     """Zeroing field ``partials`` in a first compute (the distribution's vertex writes
-    them: the meta-info's "zeroInfo", the partials' size, cleared by the vertex's first
-    worker pass); none for a vertex that accumulates into them."""
+    them: PopSparse's "zeroInfo" operand, the 64-bit words of partials to zero, is non-zero
+    only in the first compute); none for a vertex that accumulates into them."""
     if accumulate:
         return 0
     return est.zero_cycles(v.target, v.lengths(partials) * v.dtype(partials).size)
