@@ -23,8 +23,10 @@ from tremula.popxl.transforms.grads.base import (
 
 @grad("Softmax")
 def _softmax(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """``y (g - sum(g y))`` along the axis."""
-    y = c.fwd(op.outputs[0])
+    """``y (g - sum(g y))`` along the axis, with ``y`` recomputed from the softmax's input:
+    PopART's SoftmaxGradOp reads the gradient and the activations (the input), and its
+    Opx computes the probabilities again from them."""
+    y = ops.softmax(c.fwd(op.inputs[0]), op.attrs["axis"])
     return [y * (g[0] - ops.sum(g[0] * y, op.attrs["axis"], keepdims=True))]
 
 
