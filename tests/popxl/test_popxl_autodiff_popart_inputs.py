@@ -3,7 +3,8 @@
 (``Op::getGradOps``), takes the forward values each reads (``gradInputInfo``) as grad-graph
 inputs, and prunes the grad ops nobody needs, keeping those inputs. Forward constants are
 inputs like any other forward value, and softmax's gradient reads the softmax's input
-(PopART's SoftmaxGradOp recomputes the probabilities). The gradients' values do not change.
+(PopART's SoftmaxGradOp recomputes the probabilities; here the forward's are used where
+another gradient reads them). The gradients' values do not change.
 Graphcore's BERT attention test (16 grad-graph inputs) rests on these rules."""
 
 from __future__ import annotations
@@ -58,12 +59,41 @@ def test_softmax_of_a_scaled_input_reads_what_popart_grad_ops_read() -> None:
         # nothing of the constant's own (unwanted) gradient is computed: it would be a
         # sum down to a scalar
         assert all(t.shape != () for op in info.graph.ops for t in op.outputs)
+        # no other gradient reads the probabilities: they are computed again
+        assert [op.type for op in info.graph.ops].count("Softmax") == 1
         site = ops.call_with_info(fwd, x)
         (dx,) = ops.call(info.graph, g, inputs_dict=info.inputs_dict(site))
     out = _run(ir, {"dx": dx})
     y = _softmax(0.5 * x_np)
     expected = 0.5 * y * (g_np - (g_np * y).sum(-1, keepdims=True))
     np.testing.assert_allclose(out["dx"], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_gradient_uses_the_probabilities_another_gradient_reads() -> None:
+    # attention's probs @ v: the matmul's gradient reads the probabilities, so softmax's
+    # gradient uses them (the forward's values) and reads its input besides, as PopART's
+    x_np, v_np, g_np = f32(2, 4, 4), f32(2, 4, 3), f32(2, 4, 3)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x, v, g = popxl.variable(x_np), popxl.variable(v_np), popxl.variable(g_np)
+        fwd = ir.create_graph(lambda a, b: ops.softmax(a, axis=-1) @ b, x, v)
+        info = popxl.transforms.autodiff(fwd)
+        pa, pb = fwd.inputs
+        (sm,) = [op for op in fwd.ops if op.type == "Softmax"]
+        probs = sm.outputs[0]
+        reads = [e.fwd_tensor for e in info.expected_inputs if e.connection_type is Fwd]
+        assert reads == [pb, probs, pa]  # MatMul's lhs, rhs gradients; softmax's
+        assert "Softmax" not in [op.type for op in info.graph.ops]
+        site = ops.call_with_info(fwd, x, v)
+        dx, dv = ops.call(info.graph, g, inputs_dict=info.inputs_dict(site))
+        y_out = site.outputs[1]  # the probabilities, exposed for the gradient
+    out = _run(ir, {"dx": dx, "dv": dv, "y": y_out})
+    y = _softmax(x_np)
+    np.testing.assert_allclose(out["y"], y, rtol=1e-6)
+    gy = g_np @ v_np.transpose(0, 2, 1)
+    expected = y * (gy - (gy * y).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out["dx"], expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out["dv"], y.transpose(0, 2, 1) @ g_np, rtol=1e-5, atol=1e-7)
 
 
 def test_weight_gradient_alone_still_reads_the_weight() -> None:

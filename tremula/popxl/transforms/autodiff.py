@@ -177,6 +177,7 @@ class _Autodiff:
         self.grad_graph = _new_grad_graph(graph)
         self.expected_inputs: list[ExpectedConnection] = []
         self.values: dict[Tensor, Tensor] = {}  # forward tensor -> its value in the grad graph
+        self._probe: list[Tensor] | None = None  # what fwd() was asked for, in _reads
         self.grads: dict[Tensor, list[Tensor]] = {}  # forward tensor -> gradient contributions
         self.position = {id(op): i for i, op in enumerate(graph.ops)}
         self.aliases = _Aliases(graph)
@@ -252,27 +253,35 @@ class _Autodiff:
         self, rule: GradRule, op: OpNode, totals: list[Tensor | None], every: list[bool]
     ) -> list[Tensor]:
         """The forward tensors the gradients of every float input of ``op`` read, in the
-        order the rule reads them: PopART grows the grad op of each input and keeps what
-        they read as grad-graph inputs after pruning the unwanted ones. The rule is run
-        for them and what it built in the grad graph is undone; the forward tensors it
-        exposed stay exposed. A gradient the rule cannot give (an input PopART has no
-        grad op for, a value overwritten in place or that cannot be exposed) adds nothing.
+        order the rule reads them, less those the grad graph cannot read (overwritten in
+        place later, or not exposable: the forward graph cannot gain outputs). PopART grows
+        the grad op of each input and keeps what they read as grad-graph inputs after
+        pruning the unwanted ones; here the rule is run for every input with stand-ins
+        for the forward values, and what it built is undone. A rule that refuses one of
+        those gradients (an input PopART has no grad op for) adds nothing.
 
-        Ops that call graphs are not asked (their rule reads what the called graph's grad
-        graph expects, itself made for every input, whatever ``need`` is)."""
+        Ops that call graphs are not asked: their rule reads what the called graph's grad
+        graph expects, itself made for every input, whatever ``need`` is."""
         mark = self.grad_graph._mark()
-        values, n = dict(self.values), len(self.expected_inputs)
+        values, self.values, self._probe = self.values, dict(self.values), []
         try:
-            with self.fwd_graph.ir._undo_on_error(op_outputs=True):
-                rule(self, op, OutputGrads(totals, op.outputs, self.zeros), every)
+            rule(self, op, OutputGrads(totals, op.outputs, self.zeros), every)
+            reads = self._probe
         except (NotImplementedError, ValueError, PopartException):
             reads = []
-        else:
-            reads = [conn.fwd_tensor for conn in self.expected_inputs[n:]]
+        finally:
             self.grad_graph._truncate(mark)
-        self.values = values
-        del self.expected_inputs[n:]
-        return reads
+            self.values, self._probe = values, None
+        return [t for t in reads if self._readable(t)]
+
+    def _readable(self, t: Tensor) -> bool:
+        """Whether :meth:`fwd` can give ``t`` without refusing."""
+        if t in self.values or isinstance(t, Constant):
+            return True
+        if self._overwriter(t) is not None:
+            return False
+        exposed = t in self.fwd_graph.inputs or t in self.fwd_graph.outputs
+        return exposed or not _fixed_outputs(self.fwd_graph)
 
     def _total(self, t: Tensor) -> Tensor | None:
         """The gradient of ``t``: the sum of its contributions (all made by now)."""
@@ -299,7 +308,10 @@ class _Autodiff:
             return value
         exposed = t in self.fwd_graph.inputs or t in self.fwd_graph.outputs
         with self.grad_graph:
-            if isinstance(t, Constant) and not exposed and _fixed_outputs(self.fwd_graph):
+            if self._probe is not None:  # _reads: a stand-in, recorded
+                self._probe.append(t)
+                value = graph_input(t.shape, t.dtype, t.name)
+            elif isinstance(t, Constant) and not exposed and _fixed_outputs(self.fwd_graph):
                 value = constant(t.host_data, t.dtype, t.name)
             else:
                 self._check_unmodified(t)
@@ -309,6 +321,12 @@ class _Autodiff:
                     _expose(self.fwd_graph, t)
         self.values[t] = value
         return value
+
+    def read(self, t: Tensor) -> Tensor | None:
+        """The value of forward tensor ``t`` in the grad graph if the backward pass reads it
+        already (ops are differentiated last first, so every later op's gradient has
+        read what it reads), else None; adds no input."""
+        return self.values.get(t)
 
     def zeros(self, t: Tensor) -> Tensor:
         """A zero gradient for forward tensor ``t``."""
@@ -343,17 +361,24 @@ class _Autodiff:
                         f"graph, or use the out-of-place op)"
                     )
 
-    def _check_unmodified(self, t: Tensor) -> None:
-        """The backward pass reads ``t``'s value at the end of the forward graph: refuse
-        if an op after ``t``'s producer overwrites it."""
+    def _overwriter(self, t: Tensor) -> OpNode | None:
+        """An op after ``t``'s producer that overwrites ``t``, if one does."""
         made = self.position[id(t.producer)] if t.producer is not None else -1
         for i, op, m in self.modifications:
             if i > made and self.aliases.same(m, t):
-                raise IRError(
-                    f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
-                    f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
-                    f"needs; use the out-of-place op"
-                )
+                return op
+        return None
+
+    def _check_unmodified(self, t: Tensor) -> None:
+        """The backward pass reads ``t``'s value at the end of the forward graph: refuse
+        if an op after ``t``'s producer overwrites it."""
+        op = self._overwriter(t)
+        if op is not None:
+            raise IRError(
+                f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
+                f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
+                f"needs; use the out-of-place op"
+            )
 
 
 def _side_effect(op: OpNode) -> bool:

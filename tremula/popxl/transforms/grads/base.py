@@ -11,7 +11,8 @@ gradient reaches it); ``need[i]`` says whether the gradient of ``op.inputs[i]`` 
 rule may skip the others, and should, so the backward pass reads no forward tensor it does
 not need). ``ctx.fwd(t)`` is a
 forward tensor's value in the grad graph (the grad graph gains an input for it, and the
-forward graph an output if needed); ``ctx.zeros(t)`` is a zero gradient for ``t``;
+forward graph an output if needed); ``ctx.read(t)`` is that value only if the backward pass
+reads ``t`` already (else None: no input added); ``ctx.zeros(t)`` is a zero gradient for ``t``;
 ``ctx.grad_info(graph)`` differentiates a called graph.
 
 ``GRADS[op_type] is None`` marks an op type gradients do not flow through (comparisons,
@@ -70,6 +71,8 @@ class GradContext(Protocol):
     """What a rule may ask of the autodiff in progress."""
 
     def fwd(self, t: Tensor) -> Tensor: ...
+
+    def read(self, t: Tensor) -> Tensor | None: ...
 
     def zeros(self, t: Tensor) -> Tensor: ...
 
