@@ -22,6 +22,7 @@ recursively, once per called graph. A failed ``autodiff`` leaves the Ir as it wa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Literal, overload
 
@@ -281,7 +282,7 @@ class _Autodiff:
         if self._overwriter(t) is not None:
             return False
         exposed = t in self.fwd_graph.inputs or t in self.fwd_graph.outputs
-        return exposed or not _fixed_outputs(self.fwd_graph)
+        return exposed or not self._fixed_outputs
 
     def _total(self, t: Tensor) -> Tensor | None:
         """The gradient of ``t``: the sum of its contributions (all made by now)."""
@@ -295,6 +296,12 @@ class _Autodiff:
                     total = ops.add(total, p)
             self.grads[t] = [total]
         return self.grads[t][0]
+
+    @functools.cached_property
+    def _fixed_outputs(self) -> bool:
+        """Whether a call site of the forward graph cannot gain outputs (see
+        :func:`_expose`); autodiff adds no call site of it."""
+        return any(_cannot_gain_outputs(op) for op in _call_sites(self.fwd_graph))
 
     # ---- what the rules ask for (GradContext) ----
     def fwd(self, t: Tensor) -> Tensor:
@@ -311,7 +318,7 @@ class _Autodiff:
             if self._probe is not None:  # _reads: a stand-in, recorded
                 self._probe.append(t)
                 value = graph_input(t.shape, t.dtype, t.name)
-            elif isinstance(t, Constant) and not exposed and _fixed_outputs(self.fwd_graph):
+            elif isinstance(t, Constant) and not exposed and self._fixed_outputs:
                 value = constant(t.host_data, t.dtype, t.name)
             else:
                 self._check_unmodified(t)
@@ -418,11 +425,6 @@ def _cannot_gain_outputs(op: OpNode) -> bool:
     return op.definition.graphs not in ("call", "branch", "code_load") or bool(
         op.graph._loop_wrapper
     )
-
-
-def _fixed_outputs(graph: Graph) -> bool:
-    """Whether a call site of ``graph`` cannot gain outputs (see :func:`_expose`)."""
-    return any(_cannot_gain_outputs(op) for op in _call_sites(graph))
 
 
 def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
