@@ -8,10 +8,12 @@ called with the grad graph as the current graph::
 
 ``grads[k]`` is the gradient of ``op.outputs[k]`` (zeros, made when first read, if no
 gradient reaches it); ``need[i]`` says whether the gradient of ``op.inputs[i]`` is wanted (a
-rule may skip the others, and should, so the backward pass reads no forward tensor it does
-not need). ``ctx.fwd(t)`` is a
-forward tensor's value in the grad graph (the grad graph gains an input for it, and the
-forward graph an output if needed); ``ctx.zeros(t)`` is a zero gradient for ``t``;
+rule skips the others and reads, with ``ctx.fwd``, what each gradient it makes needs, as
+PopART's grad op for that input reads it: ``autodiff`` also runs the rule for every float
+input to find what PopART's pruned grad ops would read). ``ctx.fwd(t)`` is a forward
+tensor's value in the grad graph (the grad graph gains an input for it, and the forward
+graph an output if needed); ``ctx.read(t)`` is that value only if the backward pass reads
+``t`` already (else None: no input added); ``ctx.zeros(t)`` is a zero gradient for ``t``;
 ``ctx.grad_info(graph)`` differentiates a called graph.
 
 A rule lives on its op's definition, ``OPS[op_type].grad``: ``@grad(op_type)`` attaches
@@ -73,6 +75,8 @@ class GradContext(Protocol):
     """What a rule may ask of the autodiff in progress."""
 
     def fwd(self, t: Tensor) -> Tensor: ...
+
+    def read(self, t: Tensor) -> Tensor | None: ...
 
     def zeros(self, t: Tensor) -> Tensor: ...
 
