@@ -24,6 +24,7 @@ from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection
 from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
+from tremula.numerics import as_caller
 from tremula.poplar.handles import DataStream
 from tremula.poplar.types import Type
 
@@ -149,7 +150,8 @@ def _row_views(storage: dict, src: Gather, dst: Gather) -> Any:
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    HOST_ACTIONS[type(node.action)](rt, node.action, rsel, node.name)
+    # host callbacks are the user's code: the error state is theirs (a run is quiet)
+    as_caller(HOST_ACTIONS[type(node.action)], rt, node.action, rsel, node.name)
 
 
 def _note_step(tl: Timeline, node: Any) -> None:
