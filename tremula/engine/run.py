@@ -150,8 +150,22 @@ def _row_views(storage: dict, src: Gather, dst: Gather) -> Any:
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    # host callbacks are the user's code: the error state is theirs (a run is quiet)
-    as_caller(HOST_ACTIONS[type(node.action)], rt, node.action, rsel, node.name)
+    action, handler = node.action, HOST_ACTIONS[type(node.action)]
+    if _calls_user_code(rt, action):  # the user's error state, not the run's quiet one
+        as_caller(handler, rt, action, rsel, node.name)
+    else:
+        handler(rt, action, rsel, node.name)
+
+
+def _calls_user_code(rt: Runtime, action: Any) -> bool:
+    """Whether a host action calls the user's code: a host function, or a stream transfer
+    whose connection is a callback."""
+    if isinstance(action, N.HostCall):
+        return True
+    if isinstance(action, N.StreamIn | N.StreamOut):
+        conn = rt.streams.get(action.stream.name)
+        return conn is not None and conn.callback is not None
+    return False
 
 
 def _note_step(tl: Timeline, node: Any) -> None:

@@ -138,8 +138,9 @@ def test_transposed_operands_run_as_strided_views(monkeypatch):
 
 def test_runs_compute_quietly_and_host_callbacks_keep_the_callers_error_state():
     """A run sets NumPy's "ignore" error state once for the device's computations (the
-    IEEE rules: ``1 / 0`` is inf, no error), interpreted and replayed alike; a host
-    callback made from inside it sees the error state of the code that called ``run``."""
+    IEEE rules: ``1 / 0`` is inf, no error), interpreted and replayed alike; host
+    functions and stream callbacks called from inside it see the error state of the code
+    that called ``run``."""
     device = poplar.IPUModel(tiles_per_ipu=4).create_device()
     g = poplar.Graph(device.target)
     prog = poplar.Sequence()
@@ -152,9 +153,11 @@ def test_runs_compute_quietly_and_host_callbacks_keep_the_callers_error_state():
     poplar.map_tensor_linearly(g, back)
     _output(g, "back", back)
     prog.add(poplar.Call(hf, [q], [back]))
+    prog.add(poplar.Copy(q, g.add_device_to_host_fifo("q_out", poplar.FLOAT, 8)))
     engine = poplar.Engine(g, prog)
     engine.load(device)
-    states = []
+    states, streamed = [], []
+    engine.connect_stream("q_out", lambda data: streamed.append(np.geterr()["divide"]))
 
     def seen(inputs, outputs):
         states.append(np.geterr()["divide"])
@@ -172,7 +175,7 @@ def test_runs_compute_quietly_and_host_callbacks_keep_the_callers_error_state():
         want = x / y
         np.testing.assert_array_equal(engine.read_tensor("q"), want)
         np.testing.assert_array_equal(engine.read_tensor("back"), F32(1) / want)
-    assert states == ["warn"] * 3
+    assert states == streamed == ["warn"] * 3
     with np.errstate(all="raise"):
         engine.write_tensor("a", np.ones(8, F32))
         engine.write_tensor("b", np.ones(8, F32))
@@ -184,4 +187,4 @@ def test_runs_compute_quietly_and_host_callbacks_keep_the_callers_error_state():
             raise AssertionError("the device's division raised the caller's error") from None
     np.testing.assert_array_equal(engine.read_tensor("q"), np.full(8, np.inf, F32))
     np.testing.assert_array_equal(engine.read_tensor("back"), np.zeros(8, F32))
-    assert states[3:] == ["raise", "raise"]
+    assert states[3:] == streamed[3:] == ["raise", "raise"]
