@@ -118,7 +118,7 @@ def test_phased_remote_layers():
 def test_gradient_accumulation_repeat():
     ir = popxl.Ir()
     N = 4
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         x_h2d = popxl.h2d_stream((3,), popxl.float32, "x")
         w = popxl.variable(np.ones(3, np.float32), name="w")
         acc = popxl.variable(np.zeros(3, np.float32), name="acc")
