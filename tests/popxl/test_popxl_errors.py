@@ -204,9 +204,9 @@ def _main(fn: Callable[[Program], Any]) -> Callable[[Program], Any]:
 #: (id, exception, message pattern, action on a fresh Program)
 BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     # spec 1.3: create_graph
-    ("mixed list", TypeError, r"f_subgraph\(3\)\): argument 'xs' mixes tensors", _mixed_list),
-    ("mixed *args", TypeError, r"argument '\*parts' mixes tensors", _mixed_args),
-    ("mixed **kwargs", TypeError, r"argument '\*\*parts' mixes tensors", _mixed_kwargs),
+    ("mixed list", TypeError, r"argument 'xs' can't contain a mixture of Tensors", _mixed_list),
+    ("mixed *args", TypeError, r"'\*parts' can't contain a mixture of Tensors", _mixed_args),
+    ("mixed **kwargs", TypeError, r"'\*\*parts' can't contain a mixture of", _mixed_kwargs),
     (
         "bad return",
         ValueError,

@@ -268,3 +268,26 @@ def test_undone_ops_keep_the_sequence() -> None:
             ops.reshape(b, (3, 3))
         a += 1
     assert find_ambiguity(ir.main_graph) is None
+
+
+def test_a_later_in_sequence_block_follows_the_last_one() -> None:
+    """Two in_sequence(True) blocks of one graph run one after the other; ops made
+    outside any block, or in "pass", are not ordered by them."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g, popxl.in_sequence(True):
+        a = _var()
+        b = a + 1
+    with g:
+        free = a * 5
+    with g, popxl.in_sequence(True):
+        with popxl.in_sequence("pass"):
+            loose = a * 7
+        a += 1
+    topo = g._pb_graph.topoCons()
+    write = g.ops[-1]
+    assert write.type == "AddInplace"
+    assert topo.contains(b.producer, write)
+    assert not topo.contains(free.producer, write) and not topo.contains(loose.producer, write)
+    found = find_ambiguity(g)
+    assert found is not None and found.other in (free.producer, loose.producer)

@@ -23,6 +23,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -220,7 +221,11 @@ def apply(op_type: str, *args: Any) -> Tensor:
     """Add the element-wise op ``op_type`` (a type of :data:`TABLE`, ``Inplace`` for the
     in-place form) on ``args`` (host values become constants) and return its output."""
     e = BY_OP[op_type]
-    (out,) = create_op(op_type, coerce(args, e.name))
+    inputs = coerce(args, e.name)
+    if len(inputs) > 1:  # PopXL's binary ops check their operands' placement
+        names = ("lhs", "rhs") if len(inputs) == 2 else [f"t{i}" for i in range(len(inputs))]
+        check_tensor_ipu_and_tile_set(**dict(zip(names, inputs)))
+    (out,) = create_op(op_type, inputs)
     return out
 
 
