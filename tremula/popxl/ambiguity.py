@@ -99,10 +99,11 @@ def find_ambiguity(graph: Graph) -> Ambiguity | None:
     classes = _AliasClasses(ops)
     users: dict[int, list[tuple[OpNode, Tensor, bool]]] = {}
     for op in ops:
-        view = op.definition.view and not op.modified
+        if op.definition.view and not op.modified:
+            continue  # names memory, uses none
         skip = _LAYOUT_ONLY.get(op.type, ())
         for k, t in enumerate(op.inputs):
-            if t is None or (view and k not in op.modified):
+            if t is None:
                 continue
             writes = k in op.modified
             if k in skip and not writes:

@@ -140,6 +140,11 @@ class Session(SessionWeights):
         return self._ir
 
     @property
+    def ir_(self) -> Ir:
+        """The Ir (PopXL's attribute name for it, which its tests read)."""
+        return self._ir
+
+    @property
     def is_attached(self) -> bool:
         return self._attached
 

@@ -224,7 +224,9 @@ def apply(op_type: str, *args: Any) -> Tensor:
     inputs = coerce(args, e.name)
     if len(inputs) > 1:  # PopXL's binary ops check their operands' placement
         names = ("lhs", "rhs") if len(inputs) == 2 else [f"t{i}" for i in range(len(inputs))]
-        check_tensor_ipu_and_tile_set(**dict(zip(names, inputs)))
+        placed = {n: t for n, t, a in zip(names, inputs, args) if isinstance(a, Tensor)}
+        if len(placed) > 1:  # (a constant made from a host value is placed nowhere yet)
+            check_tensor_ipu_and_tile_set(**placed)
     (out,) = create_op(op_type, inputs)
     return out
 
