@@ -273,7 +273,7 @@ def _whole_products(
 
 
 class AmpPartial(_Partial):
-    """Block products on the AMP (ConvPartial1x1Out estimator, spec 3.5)."""
+    """Block products on the AMP (PopLibs' ConvPartial1x1Out estimator, ``amp_cycles``)."""
 
     name = "poplin::AmpPartial"
     code_bytes = 1024

@@ -26,7 +26,7 @@ from tremula.popxl.transforms.grad_info import (
     ExpectedConnectionType,
     GradGraphInfo,
 )
-from tremula.popxl.transforms.grads import GRADS, GradRule, OutputGrads
+from tremula.popxl.transforms.grads import GradRule, OutputGrads
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
 
@@ -206,8 +206,8 @@ class _Autodiff:
         d = OPS.get(op.type)
         if d is not None and not d.differentiable:
             return None
-        if op.type in GRADS:
-            return GRADS[op.type]
+        if d is not None and d.grad is not None:
+            return d.grad
         raise NotImplementedError(
             f"autodiff: op type {op.type!r} ({op!r} in graph {self.fwd_graph.name!r}) has no "
             f"gradient rule; add one in tremula/popxl/transforms/grads/ or define the op "
