@@ -291,3 +291,40 @@ def test_a_later_in_sequence_block_follows_the_last_one() -> None:
     assert not topo.contains(free.producer, write) and not topo.contains(loose.producer, write)
     found = find_ambiguity(g)
     assert found is not None and found.other in (free.producer, loose.producer)
+
+
+def test_transfer_to_subgraph_passes_the_constraints_to_the_replacement() -> None:
+    """An op moved into a called graph hands its place in the sequence to the call that
+    replaces it (made last): the Session runs the call between the ops around the moved
+    one, so the write it now does in place comes after the read before it."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g, popxl.in_sequence():
+        a = _var()
+        before = a * 2  # reads a before the write
+        moved = ops.add_(a, popxl.constant(np.ones(4, np.float32)))
+        after = a * 3  # reads a after the write
+    moved_op = moved.producer
+
+    def body(x: popxl.TensorByRef) -> None:
+        ops.add_(x, popxl.constant(np.ones(4, np.float32)))
+
+    sub = ir.create_graph(body, a)
+    with g, popxl.in_sequence("pass"):
+        call = ops.call_with_info(sub, a)._op
+    topo = g._pb_graph.topoCons()
+    topo.transferToSubgraph(call, {moved_op: [sub.ops[-1]]}, True)
+    moved_op.disconnectAllInputs()
+    moved_op.disconnectAllOutputs()
+    g._pb_graph.eraseOp(moved_op.id)
+    assert topo.contains(before.producer, call) and topo.contains(call, after.producer)
+    with g, popxl.in_sequence():
+        outs = [popxl.d2h_stream((4,), popxl.float32, n) for n in ("before", "after")]
+        for s, t in zip(outs, (before, after)):
+            ops.host_store(s, t)
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run()
+    assert [op.type for op in g.ops].index("Call") < [op.type for op in g.ops].index("Mul", 2)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(got[outs[0]], x * 2)
+    np.testing.assert_array_equal(got[outs[1]], (x + 1) * 3)
