@@ -75,10 +75,12 @@ def graph(
     build: Callable[..., Any], *arrays: np.ndarray
 ) -> tuple[popxl.Ir, dict[Any, np.ndarray], list[Any]]:
     """An Ir that feeds ``arrays`` through h2d streams into ``build`` and stores its
-    results through d2h streams: ``(ir, feeds, output streams)``."""
+    results through d2h streams: ``(ir, feeds, output streams)``. The ops run in creation
+    order (``in_sequence``): a build that writes a tensor in place and reads it elsewhere
+    means that order, as PopXL programs must say (PopART refuses the ambiguity)."""
     ir = popxl.Ir()
     feeds, outs = {}, []
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         ins = []
         for i, a in enumerate(arrays):
             s = popxl.h2d_stream(a.shape, popxl.dtype.as_dtype(a.dtype), name=f"in{i}")

@@ -13,7 +13,10 @@ add 1, slice their shard back and write it to the variable. Every instance print
 variable: ``arange(1, 129).reshape(4, 32)``.
 
 Mended from the documentation: ``replicated_all_gather(t, group=...)`` (the page passes the
-grouping as the second positional argument, which is ``axis``).
+grouping as the second positional argument, which is ``axis``); and ``popxl.in_sequence()``:
+``v_gathered += 1`` writes in place what the slice then reads (``+=`` gives back the same
+tensor), which only their order relates, so PopART refuses the program without it
+("Inplacing ambiguity detected.").
 """
 
 import numpy as np
@@ -23,7 +26,7 @@ from popxl import ops
 
 ir = popxl.Ir(replication="popdist")
 num_groups = 4
-with ir.main_graph:
+with ir.main_graph, popxl.in_sequence():
     var_grouping = ir.replica_grouping(stride=4, group_size=4)
     assert var_grouping.num_groups == num_groups
     v_h = np.arange(128, dtype=np.float32).reshape(num_groups, 32)

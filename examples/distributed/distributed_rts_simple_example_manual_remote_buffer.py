@@ -11,7 +11,10 @@ Mended from the documentation: ``popxl.int32`` (the page uses ``popxl.dtypes.int
 PopXL does not have); ``remote_replica_sharded_variable(data, remote_buffer, offset)`` (the
 page passes ``(data, 0, remote_buffer)``); ``ops.mul`` for the dummy on-chip use of the
 gathered variable (the page calls ``ops.matmul_``, which PopXL never had); and the page's
-comment says ``[2, 2]``, but two ones are summed into each shard, so it prints ``[3, 3]``.
+comment says ``[2, 2]``, but two ones are summed into each shard, so it prints ``[3, 3]``;
+and ``popxl.in_sequence()``: ``v_shard += grad`` writes the shard in place and the store
+reads ``v_shard`` (``+=`` gives back the same tensor), which only their order relates, so
+PopART refuses the program without it ("Inplacing ambiguity detected.").
 """
 
 import numpy as np
@@ -21,7 +24,7 @@ from popxl import ops
 from popxl.tensor import replica_sharded_buffer
 
 ir = popxl.Ir(replication="popdist")
-with ir.main_graph:
+with ir.main_graph, popxl.in_sequence():
     v_data = np.full((2,), 1, dtype=np.int32)
     buffer = replica_sharded_buffer((2,), popxl.int32)
     v = popxl.remote_replica_sharded_variable(v_data, buffer, 0)

@@ -134,11 +134,12 @@ def test_two_stage_pipelined_training_matches_numpy() -> None:
             with p.stage(2), popxl.ipu(0):
                 acts = p.stash_and_restore_activations(call0, bwd0.grad_graph_info)
                 bwd0.bind(acc0).call(dh, args=acts)
-        for ipu, (v, acc) in enumerate(((v0, acc0), (v1, acc1))):
-            with popxl.ipu(ipu):
-                ops.scaled_add_(v.w, acc.accum.w, b=-lr)
-                for a in acc.tensors:
-                    ops.var_updates.accumulator_scale_(a, 0.0)
+        with popxl.in_sequence(True):  # after the pipeline, which writes the accumulators
+            for ipu, (v, acc) in enumerate(((v0, acc0), (v1, acc1))):
+                with popxl.ipu(ipu):
+                    ops.scaled_add_(v.w, acc.accum.w, b=-lr)
+                    for a in acc.tensors:
+                        ops.var_updates.accumulator_scale_(a, 0.0)
     _check_loop_structure(ir, stages=3)
     xs = RNG.standard_normal((runs, STEPS, 2, 3)).astype(np.float32)
     ts = RNG.standard_normal((runs, STEPS, 2, 2)).astype(np.float32)

@@ -175,7 +175,7 @@ BAD = [
      lambda p: C.all_reduce([p["a"], p["b"]])),
     ("count", ValueError, r"Number of specified tensor does not equal number of specified "
      r"IPUs. 2 != 3", lambda p: C.all_reduce([p["a"], p["b"]], [0, 1, 2])),
-    ("op", ValueError, r"Not a valid op: 'sub'. Must choose from: add, mean, mul",
+    ("op", ValueError, r"Not a valid op: sub. Must choose from: add, mean, mul",
      lambda p: C.all_reduce([p["a"], p["b"]], [0, 1], "sub")),
     ("op dtype", TypeError, r"op 'and' does not apply to 'a' of dtype popxl.dtypes.float32",
      lambda p: C.all_reduce([p["a"], p["b"]], [0, 1], "and")),

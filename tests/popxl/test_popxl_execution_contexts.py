@@ -21,7 +21,7 @@ def _counter_through_a_remote_buffer():
     """A remote variable loaded once by the from-host fragment, doubled plus one by each
     run, stored back by the to-host fragment."""
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         buf = popxl.remote_buffer((4,), popxl.float32)
         var = popxl.remote_variable(W0, buf, name="w")
         with _execution_context(FROM_HOST):

@@ -65,3 +65,60 @@ def test_conv_groups_are_refused_at_op_setup(op, groups) -> None:
         w = popxl.variable(np.ones((2, 2, 3, 3), np.float32))
         with pytest.raises(popart.popart_exception, match=r"groups .* channels of 't'"):
             op(t, w, groups=groups)
+
+
+def _ops_with_popxl_wording():
+    """(what, call, error type, PopXL's words) for checks PopXL's frontend makes itself."""
+    t = popxl.variable(np.zeros((1, 2, 4, 4), np.float32))
+    return [
+        ("slice", lambda: ops.slice(t, start=[0, 0], stop=[1]), ValueError,
+         "All inputs must have same length"),
+        ("interpolate", lambda: ops.interpolate(t, mode="area"), ValueError,
+         "interpolate type area is not valid"),
+        ("collective op", lambda: ops.collectives.replicated_all_reduce(t, "xor"), ValueError,
+         "Not a valid op: xor. Must choose from: add"),
+        ("create_graph", lambda: popxl.gir().create_graph(lambda ts: ts[0], [t, 1]), TypeError,
+         "can't contain a mixture of Tensors and other types"),
+    ]  # fmt: skip
+
+
+def test_frontend_checks_use_popxl_words() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        cases = _ops_with_popxl_wording()
+        before = len(ir.main_graph.tensors)
+        for what, call, error, words in cases:
+            with pytest.raises(error) as info:
+                call()
+            assert words in str(info.value), what
+        assert len(ir.main_graph.tensors) == before
+
+
+@pytest.mark.parametrize(
+    "op", [ops.add, ops.sub, ops.mul, ops.div, ops.matmul, ops.add_, ops.logical_and]
+)
+def test_binary_ops_check_their_operands_placement(op) -> None:
+    """PopXL's binary ops run check_tensor_ipu_and_tile_set on lhs and rhs: operands on
+    different IPUs or tile sets are refused (a tensor no op placed yet is not compared)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        dtype = np.bool_ if op is ops.logical_and else np.float32
+        v = [popxl.variable(np.ones((2, 2), dtype)) for _ in range(3)]
+        with popxl.ipu(0):
+            a = ops.identity(v[0])
+        with popxl.ipu(1):
+            b = ops.identity(v[1])
+        with popxl.io_tiles():
+            c = ops.identity(v[2])
+        before = len(ir.main_graph.tensors)
+        ipus = r"Tensors `lhs` and `rhs` are located on different IPUs: "
+        with pytest.raises(ValueError, match=ipus + "0 != 1"):
+            op(a, b)
+        with pytest.raises(ValueError, match="located on different tile sets: compute != io"):
+            op(a, c)
+        with pytest.raises(ValueError, match=ipus + "1 != 0"):
+            op(b, v[0])  # v[0] is read on IPU 0: PopART places it by that reader
+        assert len(ir.main_graph.tensors) == before
+        fresh = popxl.variable(np.ones((2, 2), dtype))
+        with popxl.ipu(1):
+            op(b, fresh)  # placed nowhere yet: not compared

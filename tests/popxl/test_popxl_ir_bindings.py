@@ -324,7 +324,7 @@ POPART_ONLY = [
     ("Graph", "getScope"),
     ("Ir", "createGraph"),
     ("Ir", "dotCheckpoint"),
-    ("TopoCons", "getAfters"),
+    ("TopoCons", "hasConstraint"),
     ("Session", "getCycleCount"),
 ]
 

@@ -22,7 +22,7 @@ def _ops(g: popxl.Graph, cls: type) -> list:
 
 def _run(ir: popxl.Ir, *ts: popxl.Tensor) -> list[np.ndarray]:
     streams = []
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():  # after the writes of the test's in_sequence
         for t in ts:
             s = popxl.d2h_stream(t.shape, t.dtype)
             ops.host_store(s, t)
@@ -46,7 +46,7 @@ def test_every_registry_op_has_a_class_in_its_namespace() -> None:
 def test_remote_load_is_a_remote_load_op_and_remote_load_inplace_derives_from_it() -> None:
     ir = popxl.Ir()
     g = ir.main_graph
-    with g:
+    with g, popxl.in_sequence():
         buf = popxl.remote_buffer((2, 3), popxl.float32, 2)
         w = popxl.variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="w")
         ops.remote_store(buf, 1, w)
@@ -111,7 +111,7 @@ def test_subtract_op_class_names() -> None:
 def test_detach_inplace_aliases_its_input_and_stops_gradients() -> None:
     ir = popxl.Ir()
     main = ir.main_graph
-    with main:
+    with main, popxl.in_sequence():
         a = popxl.variable(np.array([1, 2, 3], np.float32), name="a")
         d = ops.detach_(a)
         ops.add_(d, popxl.constant(np.array([10, 10, 10], np.float32)))  # writes a through d

@@ -297,7 +297,7 @@ def test_float8_tensors_from_numbers_scale_by_log2_scale_0_by_default():
 def test_float8_variables_and_constants_hold_codes():
     x = np.array([[1.0, -3.0, 300.0], [0.1, 2.0**-12, np.nan]])
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         v_num = popxl.variable(x, F143, log2_scale=1, nan_on_overflow=False, name="num")
         v_u8 = popxl.variable(np.array([1, 0x40, 0xC8], np.uint8), F152, name="u8")
         v_fp8 = popxl.variable(host_pow2scale_cast_to_fp8(x, F152, -3), name="fp8")

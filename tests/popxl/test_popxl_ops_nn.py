@@ -107,10 +107,26 @@ def test_nll_labels_in_another_shape(reduction):
     check(build, [want, dx], p, labels)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+def test_nll_labels_of_any_integer_type(dtype):
+    """PopART's NllOp takes labels of any fixed-point type (PopLibs' losses take 32-bit
+    ones: the lowering casts), ignored labels and the loss gradient included."""
+    p = _softmax(RNG.normal(size=(6, 4)), -1).astype(np.float32)
+    labels = RNG.integers(0, 4, (6,)).astype(dtype)
+    labels[3] = 2
+    kept = labels != 2
+    dx = np.where(kept[:, None], (p - np.eye(4)[labels]) / kept.sum(), 0.0)
+    want = [_nll(p, labels, "mean", ignore=2), dx]
+    check(lambda a, b: ops.nll_loss_with_softmax_grad(a, b, ignore_index=2), want, p, labels)
+    check(lambda a, b: ops.nll_loss(a, b, reduction="sum"), _nll(p, labels, "sum"), p, labels)
+
+
 def test_nll_errors():
     p = np.full((3, 4), 0.25, np.float32)
-    with pytest.raises(TypeError, match="int32 or uint32"):
+    with pytest.raises(TypeError, match="must be of an integer type"):
         run(lambda a, b: ops.nll_loss(a, b), p, np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="must be of an integer type"):
+        run(lambda a, b: ops.nll_loss(a, b), p, np.zeros(3, bool))
     with pytest.raises(ValueError, match="one label per row"):
         run(lambda a, b: ops.nll_loss(a, b), p, np.zeros(4, np.int32))
     with pytest.raises(ValueError, match=r"labels .* of shape \(2, 2\)"):

@@ -150,7 +150,7 @@ def test_a_write_through_a_view_of_a_copy_leaves_the_copied_tensor_alone(view_fi
     can tell (it follows views of views through every view op and every input)."""
     x_np = np.arange(6, dtype=np.float32)
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         x = popxl.variable(x_np, name="x")
         z = popxl.variable(np.zeros(6, np.float32), name="z")
         y = ops.reshape(x, (6,))

@@ -92,7 +92,7 @@ def test_retrieval_modes_after_replicas_diverge(R):
 def test_write_variable_data_rules():
     R = 4
     ir = popxl.Ir(replication=R)
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         rg = ir.replica_grouping(group_size=2)
         v = popxl.variable(np.zeros((2, 3), np.float32), replica_grouping=rg, name="v")
         w = popxl.variable(
@@ -127,7 +127,7 @@ def test_non_constant_grouping_variable():
     (to_device_map [0,1,0,1], to_host_map [0,1])."""
     R = 8
     ir = popxl.Ir(replication=R)
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         rg = ir.replica_grouping_from_assignments([0, 0, 1, 1, 0, 0, 1, 1])
         assert not rg.is_const and rg.const_rg.assignment == [0, 0, 1, 1, 2, 2, 3, 3]
         assert rg.to_device_map == [0, 1, 0, 1] and rg.to_host_map == [0, 1]
@@ -180,7 +180,7 @@ def test_replica_sharded_variable(R, stride, size, shard_over):
     padded; members 0..shard_over-1 hold one copy, the next ones another); gathering
     over the shard group restores it; shard updates come back to the host."""
     ir = popxl.Ir(replication=R)
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         rg = ir.replica_grouping(stride=stride, group_size=size)
         n = shard_over or size
         base = np.arange(rg.num_groups * 10, dtype=np.float32).reshape(rg.num_groups, 2, 5)
@@ -296,9 +296,29 @@ def test_memmap_with_a_non_constant_grouping_is_copied_with_a_warning(tmp_path):
     mm = np.lib.format.open_memmap(tmp_path / "w.npy", mode="w+", dtype=np.float32, shape=(2,))
     with ir.main_graph:
         rg = ir.replica_grouping_from_assignments([0, 1, 1, 0])
-        with pytest.warns(UserWarning, match="memmap with the non-constant"):
+        with pytest.warns(UserWarning, match="not a constant replica grouping, so the variable"):
             v = popxl.variable(mm, replica_grouping=rg)
     assert not isinstance(v._data, np.memmap)
+
+
+def test_memmap_warning_is_logged_and_names_the_factory(tmp_path, caplog):
+    """The warning says what happens (a copy, one row per group of the constant
+    refinement; the memmap is not written back) and is logged on the ``popxl`` logger."""
+    ir = popxl.Ir(replication=4)
+    mm = np.lib.format.open_memmap(tmp_path / "w.npy", mode="w+", dtype=np.float32, shape=(2,))
+    mm[...] = [5, 7]
+    buf = None
+    with ir.main_graph, caplog.at_level("WARNING", logger="popxl"):
+        rg = ir.replica_grouping_from_assignments([0, 1, 1, 0])
+        buf = popxl.remote_buffer((), popxl.float32, 1)
+        with pytest.warns(UserWarning, match="remote_variable 'r': the data is a np.memmap"):
+            popxl.remote_variable(mm, buf, 0, replica_grouping=rg, name="r")
+        with pytest.warns(UserWarning, match=r"weights_to_host will not write into it"):
+            v = popxl.variable(mm, replica_grouping=rg, name="v")
+    assert "not a constant replica grouping" in caplog.text and "variable 'v'" in caplog.text
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.get_tensor_data(v)
+    np.testing.assert_array_equal(got, [5, 7])  # still one row per group of the user's grouping
 
 
 @pytest.mark.parametrize("R", [16, 256])

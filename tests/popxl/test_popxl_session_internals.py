@@ -27,6 +27,7 @@ def _program() -> tuple[popxl.Ir, popxl.HostToDeviceStream, popxl.DeviceToHostSt
 def test_validate_run_inputs_and_outputs() -> None:
     ir, x_s, y_s = _program()
     session = popxl.Session(ir, "ipu_model")
+    assert session.ir_ is session.ir is ir  # PopXL's attribute, read by its tests
     good = np.ones((2, 3), np.float32)
     session._validate_run_inputs({x_s: good})  # no error, nothing run
     with pytest.raises(ValueError, match="missing \\['x'\\]"):

@@ -118,7 +118,7 @@ def test_phased_remote_layers():
 def test_gradient_accumulation_repeat():
     ir = popxl.Ir()
     N = 4
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         x_h2d = popxl.h2d_stream((3,), popxl.float32, "x")
         w = popxl.variable(np.ones(3, np.float32), name="w")
         acc = popxl.variable(np.zeros(3, np.float32), name="acc")
@@ -277,7 +277,7 @@ def test_all_reduce_identical_inputs_grad():
 
         def fwd(a, b):
             outs = ops.collectives.all_reduce_identical_inputs([a, b], ipus=[0, 1])
-            return outs[0] + outs[1]
+            return outs[0] + outs[1].copy_to_ipu(0)  # one IPU per binary op
 
         g = ir.create_graph(fwd, x, x)
         bwd = popxl.transforms.autodiff(g)

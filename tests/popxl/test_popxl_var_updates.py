@@ -135,7 +135,7 @@ def test_accumulate_mean_over_steps(dtype, device):
         return [t, step], []
 
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         (t, step), _ = build()
     with popxl.Session(ir, device) as session:
         for row in xs:

@@ -29,7 +29,7 @@ def rand(*shape: int, dtype: Any = np.float32, lo: float = -1.0, hi: float = 1.0
 def run(build: Callable[[], tuple[list, list]], device: str, runs: int = 1) -> tuple[list, list]:
     """Variables' values after ``runs`` runs, and each run's stored tensors."""
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         variables, tensors = build()
         streams = []
         for i, t in enumerate(tensors):
@@ -164,7 +164,7 @@ def test_adam_training_steps_as_popxl_addons_writes_them(dtype, device):
         return [w, m, v, step], []
 
     ir = popxl.Ir()
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():
         (w, m, v, step), _ = build()
     with popxl.Session(ir, device) as session:
         for g in grads:

@@ -38,6 +38,9 @@ def _rows_and_labels(
     name = op.outputs[0].id
     ignore = op.attrs["ignore_index"]
     unsigned = op.inputs[1].dtype.as_numpy().kind == "u"
+    label_type = poplar.UNSIGNED_INT if unsigned else poplar.INT
+    if labels.dtype != label_type:  # PopLibs' losses take 32-bit labels
+        labels = popops.cast(lw.graph, labels, label_type, prog, name=f"{name}/labels32")
     if ignore is None or (unsigned and ignore < 0):
         return rows, labels, None
     kept = popops.map(

@@ -93,7 +93,9 @@ class Program:
         self.accums: dict[str, popxl.Variable] = {}
         self.states: dict[str, Weight] = {}  # optimizer state, held like weights
         self._check_anchors(needed)
-        with self.ir.main_graph:
+        # the program runs in the order it is built (the optimizer's updates after the
+        # reads of what they write): in_sequence records that order in the Ir
+        with self.ir.main_graph, popxl.in_sequence():
             self._variables()
             self._streams()
             if cfg.training:

@@ -79,7 +79,7 @@ def remote_variable(
         data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )
     entry = _entry(offset, what)
-    v = _add_variable(graph, arr, shape, rg, mode, name)
+    v = _add_variable(graph, arr, shape, rg, mode, name, what=what)
     v._remote = (remote_buffer, entry)
     return v
 
@@ -195,7 +195,7 @@ def _sharded(
     n = _SHARD_OVER.get(buffer) or _buffer_shard_over(rg, math.prod(shape), buffer, what)
     entry = _entry(offset, what)
     buffer.meta_shape = shape
-    v = _add_variable(graph, arr, shape, rg, mode, name)
+    v = _add_variable(graph, arr, shape, rg, mode, name, what=what)
     v._remote = (buffer, entry)
     v._shard = (None, n)
     return v

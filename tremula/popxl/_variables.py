@@ -5,6 +5,7 @@ home is :mod:`tremula.popxl.tensor`, as in PopXL."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -109,6 +110,27 @@ def _host_data(
     return arr, shape, mode
 
 
+#: where the memmap warning is logged (besides the Python warning)
+_LOG = logging.getLogger("popxl")
+
+
+def _warn_memmap_copied(what: str, rg: ReplicaGrouping) -> None:
+    """Warn (a ``UserWarning``, also logged at WARNING on the ``popxl`` logger) that a
+    variable's ``np.memmap`` data cannot be kept: with a non-constant grouping the
+    variable holds one row per group of the grouping's constant refinement
+    (``data[rg.to_device_map]``), which is a copy in memory."""
+    import warnings
+
+    text = (
+        f"{what}: the data is a np.memmap, but {rg!r} is not a constant replica grouping, "
+        f"so the variable stores a copy of it in memory, one row per group of "
+        f"{rg.const_rg!r} (data[replica_grouping.to_device_map]); the memmap is not kept: "
+        f"weights_to_host will not write into it and get_tensor_data will not return it"
+    )
+    warnings.warn(text, UserWarning, stacklevel=4)
+    _LOG.warning(text)
+
+
 def _add_variable(
     graph: Graph,
     arr: np.ndarray,
@@ -117,16 +139,10 @@ def _add_variable(
     mode: str,
     name: str | None,
     meta_shape: tuple[int, ...] = (),
+    what: str = "variable",
 ) -> Variable:
     if isinstance(arr, np.memmap) and not rg.is_const:
-        import warnings
-
-        warnings.warn(
-            f"variable {name!r}: a memmap with the non-constant {rg!r} is copied (its rows "
-            f"are regrouped), so weights_to_host does not write into the memmap",
-            UserWarning,
-            stacklevel=3,
-        )
+        _warn_memmap_copied(what, rg)
         arr = np.array(arr)
     tid, short = _new_id(graph, name, "t")
     spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
@@ -173,4 +189,4 @@ def variable(
     arr, shape, mode = _host_data(
         data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )
-    return _add_variable(graph, arr, shape, rg, mode, name)
+    return _add_variable(graph, arr, shape, rg, mode, name, what=what)

@@ -43,6 +43,7 @@ class Context:
         self.ipus: list[int] = []  # popxl.ipu blocks (NO_IPU for popxl.ipu(None))
         self.tile_sets: list[str] = []
         self.execution_contexts: list[ExecutionContext] = []
+        self._frames: list[_SequenceFrame] = []  # one per open in_sequence block
 
     @property
     def graph(self) -> Graph:
@@ -119,11 +120,11 @@ class Context:
             hook(op)
 
     def _add_in_sequence_topocons(self, op: OpNode) -> None:
-        """Constrain ``op`` to run after the ops created before it inside
-        ``in_sequence(True)``. Tremula's schedule is creation order wherever data
-        dependencies allow (``Graph.ops``), which already satisfies every such constraint,
-        so there is nothing to record; an op of another graph than the one in context is
-        refused, as PopART refuses a constraint between graphs.
+        """Constrain ``op`` to run after the ops created before it in the innermost
+        ``in_sequence`` block (:class:`_SequenceFrame`), recording PopART's topological
+        constraints in its graph (``Graph.topocons``). Outside any block, and in
+        ``in_sequence("pass")``, nothing is added. An op of another graph than the one in
+        context is refused, as PopART refuses a constraint between graphs.
 
         Raises:
             ValueError: ``op`` is not in the current graph.
@@ -133,6 +134,75 @@ class Context:
                 f"in_sequence: {op!r} is in graph {op.graph.name!r}, not in the current graph "
                 f"{self.graphs[-1].name!r}"
             )
+        if self._frames and self._frames[-1].mode is not None:
+            self._frames[-1].add(op)
+
+
+class _SequenceFrame:
+    """The ordering state of one open ``in_sequence`` block, per graph.
+
+    ``in_sequence(True)``: each op created runs after ``frontier`` (the previous op, or
+    the ops of a nested ``False`` block), then is the frontier. ``in_sequence(False)``:
+    its ops are not ordered among themselves; inside a ``True`` block they all run after
+    the ops before the block (``base``), and the ops after it run after all of them, as
+    one unit. ``"pass"`` (``mode`` None) orders nothing, and the blocks inside it start
+    afresh. A ``True`` block outside any other continues from where the graph's last one
+    ended (``Graph._sequence_frontier``).
+    """
+
+    def __init__(self, mode: bool | None, parent: _SequenceFrame | None) -> None:
+        self.mode = mode
+        self.parent = parent if parent is not None and parent.mode is not None else None
+        self.top = parent is None  # not inside another block (nor inside "pass")
+        self.frontier: dict[int, list[OpNode]] = {}  # True: what the next op follows
+        self.base: dict[int, list[OpNode]] = {}  # False: what the block's ops follow
+        self.members: dict[int, list[OpNode]] = {}  # False: the block's ops
+        self.graphs: dict[int, Graph] = {}
+
+    def start(self, graph: Graph) -> list[OpNode]:
+        """What the block's first op in ``graph`` (True) or each of its ops (False)
+        follows."""
+        key = id(graph)
+        if key not in self.graphs:
+            self.graphs[key] = graph
+            if self.parent is not None:
+                inherited = self.parent.start(graph)
+            elif self.mode is True and self.top:
+                inherited = graph._sequence_frontier
+            else:
+                inherited = []
+            if self.mode is True:
+                self.frontier[key] = list(inherited)
+            else:
+                self.base[key], self.members[key] = list(inherited), []
+        return self.frontier[key] if self.mode is True else self.base[key]
+
+    def add(self, op: OpNode) -> None:
+        graph = op.graph
+        befores = [r for b in self.start(graph) for r in graph._resolve(b)]
+        for b in befores:
+            graph._add_topocon(b, op)
+        if self.mode is True:
+            self.frontier[id(graph)] = [op]
+        else:
+            self.members[id(graph)].append(op)
+
+    def close(self) -> None:
+        """Hand what the block ends with to the block around it."""
+        for key, graph in self.graphs.items():
+            if self.mode is True:
+                made = last = self.frontier[key]
+            else:
+                made, last = self.members[key], self.members[key] or self.base[key]
+            if self.parent is None:
+                if self.mode is True and self.top:
+                    graph._sequence_frontier = list(last)
+            elif self.parent.mode is True:
+                self.parent.start(graph)
+                self.parent.frontier[key] = list(last)
+            else:
+                self.parent.start(graph)
+                self.parent.members[key].extend(made)
 
 
 _CONTEXT = Context()
@@ -225,11 +295,16 @@ def in_sequence(mode: bool | str = True) -> Iterator[None]:
         raise TypeError("`None` cannot be passed to in_sequence: use True, False or 'pass'")
     if mode not in (True, False, "pass"):
         raise ValueError(f"in_sequence: mode must be True, False or 'pass', got {mode!r}")
+    parent = _CONTEXT._frames[-1] if _CONTEXT._frames else None
+    frame = _SequenceFrame(None if mode == "pass" else bool(mode), parent)
     _CONTEXT.sequences.append(mode)
+    _CONTEXT._frames.append(frame)
     try:
         yield
     finally:
         _CONTEXT.sequences.pop()
+        _CONTEXT._frames.pop()
+        frame.close()
 
 
 @contextmanager

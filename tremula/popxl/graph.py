@@ -43,6 +43,14 @@ class Graph:
         self._recursive_autodiff = True
         # the wrapper graph a repeat loops (ops/repeat.py), which only routes tensors
         self._loop_wrapper = False
+        # topological constraints (PopART's TopoCons): id(after) -> (after, its befores).
+        # Entries of ops no longer in the graph stay: they carry the order through them
+        # (see topocons())
+        self._topo_before: dict[int, tuple[OpNode, list[OpNode]]] = {}
+        # id(op) -> the op that replaced it (merged exchanges)
+        self._replaced: dict[int, OpNode] = {}
+        # where the next in_sequence(True) block outside any other continues from
+        self._sequence_frontier: list[OpNode] = []
 
     # ---- properties ----
     @property
@@ -196,6 +204,72 @@ class Graph:
         from tremula.popxl.tensor import _new_id
 
         return _new_id(self, name, name)[0]
+
+    # ---- topological constraints ----
+    def _add_topocon(self, before: OpNode, after: OpNode) -> None:
+        """Constrain ``before`` to run before ``after`` (both ops of this graph)."""
+        if before is after:
+            return
+        entry = self._topo_before.setdefault(id(after), (after, []))
+        if not any(b is before for b in entry[1]):
+            entry[1].append(before)
+
+    def _replace_ops(self, old: list[OpNode], new: OpNode) -> None:
+        """``new`` stands for ``old`` (ops taken out of the graph): their constraints with
+        other ops become ``new``'s."""
+        members = {id(op) for op in old}
+        for op in old:
+            self._replaced[id(op)] = new
+        for after, befores in list(self._topo_before.values()):
+            if id(after) in members:
+                for b in befores:
+                    if id(b) not in members:
+                        self._add_topocon(b, new)
+            elif any(id(b) in members for b in befores):
+                self._add_topocon(new, after)
+
+    def _alive(self, op: OpNode) -> bool:
+        return any(o is op for o in reversed(self._ops))
+
+    def _resolve(self, op: OpNode, alive: set[int] | None = None) -> list[OpNode]:
+        """The ops of the graph that stand where ``op`` stood: itself while it is in the
+        graph; the op that replaced it; else (an op undone or erased) the ops constrained
+        before it, resolved in turn."""
+        out: list[OpNode] = []
+        seen: set[int] = set()
+        todo = [op]
+        while todo:
+            u = todo.pop()
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if (id(u) in alive) if alive is not None else self._alive(u):
+                out.append(u)
+            elif id(u) in self._replaced:
+                todo.append(self._replaced[id(u)])
+            else:
+                entry = self._topo_before.get(id(u))
+                todo.extend(entry[1] if entry else ())
+        return out
+
+    def topocons(self) -> list[tuple[OpNode, OpNode]]:
+        """The (before, after) constraints between the graph's ops: ``in_sequence`` ones and
+        those inserted through the bindings' ``TopoCons``, carried through ops taken out
+        of the graph since."""
+        alive = {id(op) for op in self._ops}
+        pairs: list[tuple[OpNode, OpNode]] = []
+        seen: set[tuple[int, int]] = set()
+        for after, befores in self._topo_before.values():
+            while id(after) not in alive and id(after) in self._replaced:
+                after = self._replaced[id(after)]
+            if id(after) not in alive:  # undone or erased: carried by the ops after it
+                continue
+            for b in befores:
+                for r in self._resolve(b, alive):
+                    if r is not after and (id(r), id(after)) not in seen:
+                        seen.add((id(r), id(after)))
+                        pairs.append((r, after))
+        return pairs
 
     # ---- undo (a refused call leaves the graph as it was) ----
     # Building only appends (tensors, ops, inputs, outputs), so a mark is four lengths and

@@ -321,8 +321,8 @@ def _unmixed(values: Iterable[Any], name: str, graph: str) -> None:
     kinds = {_is_tensor(v) for v in values}
     if len(kinds) == 2:
         raise TypeError(
-            f"create_graph({graph}): argument {name!r} mixes tensors and non-tensors; pass "
-            f"the tensors and the other values as separate arguments"
+            f"create_graph({graph}): argument {name!r} can't contain a mixture of Tensors "
+            f"and other types; pass the tensors and the other values as separate arguments"
         )
 
 

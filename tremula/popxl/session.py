@@ -21,6 +21,7 @@ import numpy as np
 from tremula import poplar
 from tremula.engine.engine import COMPILE_STAGES, locked
 from tremula.engine.options import parse_options
+from tremula.popxl.ambiguity import check_inplacing_ambiguity
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
 from tremula.popxl.session_device import check_execution_contexts, device_for
@@ -78,11 +79,14 @@ class Session(SessionWeights):
     ) -> None:
         from tremula.lowering import Lowerer  # the frontend's one door into lowering
         from tremula.popxl._ir import verify_ir
+        from tremula.popxl._ir.ir import session_options
 
         if not isinstance(ir, Ir):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
         verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
         check_execution_contexts(ir)
+        if session_options(ir).enableInplaceAmbiguityChecking:  # PopXL's Ir enables it
+            check_inplacing_ambiguity(ir)
         self._ir = ir
         self._device = device_for(device_desc, ir)
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
@@ -133,6 +137,11 @@ class Session(SessionWeights):
     # ---- properties ----
     @property
     def ir(self) -> Ir:
+        return self._ir
+
+    @property
+    def ir_(self) -> Ir:
+        """The Ir (PopXL's attribute name for it, which its tests read)."""
         return self._ir
 
     @property

@@ -104,7 +104,7 @@ def variables(device: str) -> dict[str, np.ndarray]:
     across instances; read back with get_tensor_data (global) and twice written."""
     ir = _ir()
     orth, pairs = ir.replica_grouping(stride=2, group_size=2), ir.replica_grouping(group_size=2)
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():  # the updates read what earlier ones wrote
         per = popxl.variable(V, name="per", replica_grouping=ir.replica_grouping(group_size=1))
         o = popxl.variable(V[:2], name="orth", replica_grouping=orth)
         a = popxl.variable(
@@ -170,7 +170,7 @@ def fragments(device: str) -> dict[str, np.ndarray]:
     }
     each = ir.replica_grouping(group_size=1)
     made = {}
-    with ir.main_graph:
+    with ir.main_graph, popxl.in_sequence():  # the max reads what the all-reduce_ wrote
         for k, (gname, g) in enumerate(groups.items()):
             made[gname] = popxl.variable(big[k], name=f"big_{gname}", replica_grouping=each)
             C.replicated_all_reduce_(made[gname], group=g)

@@ -57,15 +57,20 @@ def _op_of(graph: XlGraph, op_id: Any) -> Any:
 
 
 def schedule(graph: XlGraph) -> list[Any]:
-    """The graph's ops in a valid order: each op after the producers of its inputs,
-    otherwise in the graph's order (creation order, which ``in_sequence`` relies on)."""
+    """The graph's ops in a valid order: each op after the producers of its inputs and
+    after the ops it is constrained to follow (``in_sequence``, ``TopoCons``), otherwise in
+    the graph's order (creation order)."""
     ops = list(graph._ops)
     pos = {id(op): i for i, op in enumerate(ops)}
     producer = {id(t): op for op in ops for t in op.outputs if t is not None}
+    constrained: dict[int, set[int]] = {}
+    for before, after in graph.topocons():
+        constrained.setdefault(id(after), set()).add(id(before))
     waits: dict[int, int] = {}
     users: dict[int, list[Any]] = {}
     for op in ops:
         deps = {id(producer[id(t)]) for t in op.inputs if t is not None and id(t) in producer}
+        deps |= constrained.get(id(op), set())
         deps.discard(id(op))
         waits[id(op)] = len(deps)
         for d in deps:
@@ -94,23 +99,23 @@ def restore_order(graph: XlGraph) -> None:
 
 
 class TopoCons:
-    """A graph's topological constraints. Tremula's schedule is the graph's op order
-    (creation order wherever data allows), which carries every ``in_sequence``
-    constraint; no other constraint is recorded."""
+    """A graph's topological constraints (``Graph.topocons``: those of ``in_sequence`` and
+    those inserted here). The graph's op order (what runs) keeps to them."""
 
     def __init__(self, graph: XlGraph) -> None:
         self._g = graph
 
     def transferToSubgraph(self, replacement: Any, ops_map: Any, transferTied: bool = True) -> None:
         """Move the constraints of ops moved into ``replacement``'s called graphs (``ops_map``:
-        original op -> its copies there) onto ``replacement`` and the copies. The copies keep
-        the originals' order and ``replacement`` stands where it was created, so the order
-        already says it all: this checks the arguments."""
+        original op -> its copies there) onto ``replacement``: an op constrained before or
+        after a moved op is constrained before or after ``replacement``. (The copies keep
+        the originals' order inside the called graph.)"""
         if getattr(replacement, "graph", None) is not self._g:
             raise PopartException(
                 f"transferToSubgraph: {replacement!r} is not an op of graph {self._g.name!r}"
             )
         called = _reachable(replacement.called_graphs)  # a loop's body is inside its wrapper
+        moved = []
         for original, copies in dict(ops_map).items():
             if original.graph is not self._g:
                 raise PopartException(f"transferToSubgraph: {original!r} is not in this graph")
@@ -119,19 +124,62 @@ class TopoCons:
                     raise PopartException(
                         f"transferToSubgraph: {c!r} is not in a graph {replacement!r} calls"
                     )
+            moved.append(original)
+        self._g._replace_ops(moved, replacement)
+
+    def _pairs(self) -> list[tuple[Any, Any]]:
+        return self._g.topocons()
 
     def contains(self, before: Any, after: Any) -> bool:
-        """Whether ``before`` is scheduled before ``after``."""
-        order = schedule(self._g)
-        return order.index(before) < order.index(after)
+        """Whether ``before`` is constrained to run before ``after`` (directly, or through
+        other constraints)."""
+        befores: dict[int, list[Any]] = {}
+        for b, a in self._pairs():
+            befores.setdefault(id(a), []).append(b)
+        seen, todo = set(), list(befores.get(id(after), ()))
+        while todo:
+            op = todo.pop()
+            if op is before:
+                return True
+            if id(op) not in seen:
+                seen.add(id(op))
+                todo.extend(befores.get(id(op), ()))
+        return False
 
     def insert(self, before: Any, after: Any, tied: bool = False) -> None:
-        """Constrain ``before`` to run before ``after``: met by the order, or refused."""
-        if not self.contains(before, after):
-            raise NotImplementedError(
-                f"popart._internal.ir.TopoCons.insert: Tremula runs ops in graph order and "
-                f"cannot put {before.debugName()} before {after.debugName()}"
-            )
+        """Constrain ``before`` to run before ``after`` (moving ``after`` and what depends
+        on it later in the graph's order where needed).
+
+        Raises:
+            PopartException: an op is not in this graph, or the constraint would make a
+                cycle (``after`` already runs before ``before`` by data or constraints).
+        """
+        for op in (before, after):
+            if getattr(op, "graph", None) is not self._g or not self._g._alive(op):
+                raise PopartException(
+                    f"TopoCons.insert: {op!r} is not an op of graph {self._g.name!r}"
+                )
+        entry = self._g._topo_before.get(id(after))
+        known = entry is not None and any(b is before for b in entry[1])
+        self._g._add_topocon(before, after)
+        try:
+            restore_order(self._g)
+        except PopartException:
+            if not known:
+                befores = self._g._topo_before[id(after)][1]
+                befores[:] = [b for b in befores if b is not before]
+            raise PopartException(
+                f"TopoCons.insert: {before.debugName()} cannot run before "
+                f"{after.debugName()} in graph {self._g.name!r}: that makes a cycle"
+            ) from None
+
+    def getBefores(self, op: Any) -> list[Any]:
+        """The ops ``op`` is directly constrained to follow."""
+        return [b for b, a in self._pairs() if a is op]
+
+    def getAfters(self, op: Any) -> list[Any]:
+        """The ops directly constrained to follow ``op``."""
+        return [a for b, a in self._pairs() if b is op]
 
     def __getattr__(self, name: str) -> Any:
         return unsupported_attr(self, name)

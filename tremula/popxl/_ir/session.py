@@ -76,6 +76,17 @@ class Session:
                 )
             out.reshape(-1)[...] = value.reshape(-1)
 
+    def checkInplacingAmbiguity(self) -> None:
+        """Check the session's Ir for inplacing ambiguity (``popxl.Session`` does when
+        made, where the Ir's options enable it).
+
+        Raises:
+            PopartException: "Inplacing ambiguity detected. ..." (``tremula.popxl.ambiguity``).
+        """
+        from tremula.popxl.ambiguity import check_inplacing_ambiguity
+
+        check_inplacing_ambiguity(self._s.ir)
+
     def __getattr__(self, name: str) -> Any:
         return unsupported_attr(self, name)
 

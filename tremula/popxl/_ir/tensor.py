@@ -162,7 +162,7 @@ class Tensor:
         says."""
         t = self._t
         return any(
-            _aliases_of(op, i) for op in t.graph._ops for i, v in enumerate(op.inputs) if v is t
+            aliases_of(op, i) for op in t.graph._ops for i, v in enumerate(op.inputs) if v is t
         )
 
     def modifiedRegionsByOps(self, ops: Any, aliasModel: Any = None) -> list[Region]:
@@ -187,14 +187,16 @@ class Tensor:
         return unsupported_attr(self, name)
 
 
-def _aliases_of(op: Any, i: int) -> list[XlTensor]:
+def aliases_of(op: Any, i: int) -> list[XlTensor]:
     """The outputs of ``op`` that alias its input ``i``: the outputs of a view op
-    (``OpDefinition.view``), of an in-place op that writes input ``i`` (not a call: its outputs
-    are the called graph's), and the in-place loads of a merged exchange."""
+    (``OpDefinition.view``), of an in-place op whose definition writes input ``i``
+    (``OpDefinition.modifies``; not what else an op writes, as ``adam_updater``'s time step or
+    a call's by-reference inputs: those ops' outputs are new tensors), and the in-place loads
+    of a merged exchange."""
     if "aliases" in op.attrs:  # a merged exchange: its in-place loads' outputs
         return [op.outputs[o] for k, o in op.attrs["aliases"] if k == i]
     d = op.definition
-    if d.view or (i in op.modified and not d.graphs):
+    if d.view or (i in op.modified and i in d.modifies and not d.graphs):
         return [o for o in op.outputs if o is not None]
     return []
 
@@ -214,7 +216,7 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
                     continue
                 if id(op) in chosen and i in op.modified:
                     return True
-                todo.extend(_aliases_of(op, i))
+                todo.extend(aliases_of(op, i))
     return False
 
 

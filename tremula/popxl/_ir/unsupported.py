@@ -179,8 +179,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "TopoCons": _each(
         {
             "Tremula keeps topological constraints to insert, check and move only": (
-                "remove getAfters getBefores hasConstraint transfer transferToMultiple "
-                "getTiedAfters getTiedBefores"
+                "remove hasConstraint transfer transferToMultiple getTiedAfters getTiedBefores"
             )
         }
     ),
@@ -207,7 +206,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "cycles come from popart sessions' getCycleCount or session.engine.run_cycles": (
                     "getCycleCount"
                 ),
-                _INTERNAL: "getInfo getIr getDevice getDeviceInfo checkInplacingAmbiguity",
+                _INTERNAL: "getInfo getIr getDevice getDeviceInfo",
             }
         ),
     },

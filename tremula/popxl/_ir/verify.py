@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.graph import restore_order
 from tremula.popxl.ops.repeat import CONDITION, IN_OFFSET, ITERATOR, loop_plan
 from tremula.popxl.tensor import Constant, Variable
 
@@ -84,12 +85,24 @@ def _check_graph(graph: Graph) -> None:
             raise PopartException(f"graph {graph.name!r}: output {t.id!r} is never produced")
 
 
+def _keep_constraints(graph: Graph) -> None:
+    """Reorder the graph's ops (:func:`restore_order`) where edits left an op before one it
+    is constrained to follow (``transferToSubgraph`` gives a replacement op made last the
+    constraints of the ops it replaced)."""
+    pos = {id(op): i for i, op in enumerate(graph._ops)}
+    if any(pos[id(b)] > pos[id(a)] for b, a in graph.topocons()):
+        restore_order(graph)
+
+
 def verify_ir(ir: Ir) -> None:
     """Check every graph of ``ir``: each op's inputs connected and produced before it, its
-    outputs connected, its call sites matching their graphs, the graph outputs produced.
+    outputs connected, its call sites matching their graphs, the graph outputs produced;
+    and put ops after those they are constrained to follow.
 
     Raises:
-        PopartException: naming the op or graph left inconsistent.
+        PopartException: naming the op or graph left inconsistent, or the constraints and
+            data dependencies of a graph making a cycle.
     """
     for graph in ir.graphs:
+        _keep_constraints(graph)
         _check_graph(graph)

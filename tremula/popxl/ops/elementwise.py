@@ -23,6 +23,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -220,7 +221,13 @@ def apply(op_type: str, *args: Any) -> Tensor:
     """Add the element-wise op ``op_type`` (a type of :data:`TABLE`, ``Inplace`` for the
     in-place form) on ``args`` (host values become constants) and return its output."""
     e = BY_OP[op_type]
-    (out,) = create_op(op_type, coerce(args, e.name))
+    inputs = coerce(args, e.name)
+    if len(inputs) > 1:  # PopXL's binary ops check their operands' placement
+        names = ("lhs", "rhs") if len(inputs) == 2 else [f"t{i}" for i in range(len(inputs))]
+        placed = {n: t for n, t, a in zip(names, inputs, args) if isinstance(a, Tensor)}
+        if len(placed) > 1:  # (a constant made from a host value is placed nowhere yet)
+            check_tensor_ipu_and_tile_set(**placed)
+    (out,) = create_op(op_type, inputs)
     return out
 
 

@@ -16,7 +16,6 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis, require_float
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
@@ -61,8 +60,11 @@ def _check_loss_args(
     check_tensor(probs, what, "probs")
     check_tensor(labels, what, "labels")
     require_float(probs, what)
-    if labels.dtype not in (dtypes.int32, dtypes.uint32):
-        raise TypeError(f"{what}: labels {labels.id!r} must be int32 or uint32, got {labels.dtype}")
+    if not labels.dtype.is_int:  # PopART's NllOp: any fixed-point type
+        raise TypeError(
+            f"{what}: labels {labels.id!r} must be of an integer type (PopART: fixed "
+            f"point), got {labels.dtype}"
+        )
     if probs.rank < 1 or labels.nelms != int(np.prod(probs.shape[:-1], dtype=np.int64)):
         raise ValueError(
             f"{what}: labels {labels.id!r} of shape {labels.shape} must hold one label per "
@@ -122,7 +124,7 @@ def nll_loss(
     ``log_prob``): ``-log(probs[..., label])`` per sample, reduced by ``reduction``.
 
     Raises:
-        TypeError: float probabilities and int32 / uint32 labels are required.
+        TypeError: float probabilities and integer labels are required.
         ValueError: mismatched shapes, an unknown reduction.
     """
     _check_loss_args(probs, labels, ignore_index, reduction, "nll_loss")

@@ -134,7 +134,7 @@ def interpolate(
     ):
         if value not in allowed:
             raise ValueError(
-                f"interpolate type {value!r} is not valid for {arg}: it must be one of "
+                f"interpolate type {value} is not valid for {arg}: it must be one of "
                 f"{', '.join(allowed)}"
             )
     if output_size is not None:

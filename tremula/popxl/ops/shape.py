@@ -163,8 +163,8 @@ def _slice_key(t: Tensor, start: Any, stop: Any, step: Any, axis: Any, what: str
         starts, stops, steps = [None] * n, [None] * n, [None] * n
     if not len(starts) == len(stops) == len(steps) == len(axes) == n:
         raise ValueError(
-            f"{what}: start {start!r}, stop {stop!r}, step {step!r} and axis {axis!r} of "
-            f"{t.id!r} must have one entry per sliced axis"
+            f"{what}: All inputs must have same length: start {start!r}, stop {stop!r}, "
+            f"step {step!r} and axis {axis!r} of {t.id!r} need one entry per sliced axis"
         )
     key: list[Any] = [builtins.slice(None)] * t.rank
     for a, s0, s1, st in zip(axes, starts, stops, steps):

@@ -11,6 +11,7 @@ from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -125,6 +126,8 @@ def matmul(
             f"matmul: partials_type must be 'float' or 'half', got {partials_type!r} "
             f"(matmul of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
         )
+    if isinstance(lhs, Tensor) and isinstance(rhs, Tensor):
+        check_tensor_ipu_and_tile_set(lhs=lhs, rhs=rhs)
     attrs = {
         "available_memory_proportion": available_memory_proportion,
         "output_type": output_type,

@@ -41,41 +41,62 @@ def _key(op: OpNode) -> tuple[object, ...]:
     return op.ipu, op.tile_set, op.execution_context
 
 
-def _groups(ops: list[OpNode]) -> list[list[OpNode]]:
+def _befores(graph: Graph) -> dict[int, list[OpNode]]:
+    """id(op) -> the ops it is constrained to follow (``in_sequence``, ``TopoCons``)."""
+    out: dict[int, list[OpNode]] = {}
+    for before, after in graph.topocons():
+        out.setdefault(id(after), []).append(before)
+    return out
+
+
+def _groups(ops: list[OpNode], befores: dict[int, list[OpNode]]) -> list[list[OpNode]]:
     """The exchanges among ``ops`` (graph order) in groups that can each run as one op
     (see :func:`_place`): a group ends before an exchange that reads what depends on it,
-    or writes what an op that must follow it reads."""
+    writes what an op that must follow it reads, or is constrained to follow such an op."""
     groups: list[list[OpNode]] = []
     group: list[OpNode] = []
     tainted: set[Tensor] = set()  # what the group makes or writes, and what follows from it
     read: set[Tensor] = set()  # what the group's exchanges read
     later: set[Tensor] = set()  # what the ops that must follow the group read
+    members: set[int] = set()  # the group's exchanges
+    following: set[int] = set()  # the other ops that must follow the group
     for op in ops:
         written = {op.inputs[k] for k in op.modified}
+        after = {id(b) for b in befores.get(id(op), ())}
         if op.type in _MERGEABLE:
             if group and (
-                _key(op) != _key(group[0]) or tainted.intersection(op.inputs) or written & later
+                _key(op) != _key(group[0])
+                or tainted.intersection(op.inputs)
+                or written & later
+                or after & following
             ):
                 groups.append(group)
-                group, tainted, read, later = [], set(), set(), set()
+                group, members, following = [], set(), set()
+                tainted, read, later = set(), set(), set()
             group.append(op)
+            members.add(id(op))
             tainted.update(op.outputs, written)
             read.update(op.inputs)
-        elif group and _follows(op, written, tainted, read):
+        elif group and _follows(op, written, tainted, read, after & (members | following)):
             tainted.update(op.outputs, written)
             later.update(op.inputs)
+            following.add(id(op))
     return groups + ([group] if group else [])
 
 
-def _follows(op: OpNode, written: set[Tensor], tainted: set[Tensor], read: set[Tensor]) -> bool:
+def _follows(
+    op: OpNode, written: set[Tensor], tainted: set[Tensor], read: set[Tensor], constrained: object
+) -> bool:
     """Whether ``op`` must run after the merged exchanges: it reads what they make or write
-    (or what follows from it), or writes what they read."""
-    return bool(tainted.intersection(op.inputs) or written & read)
+    (or what follows from it), writes what they read, or is constrained to follow them or
+    an op that follows them."""
+    return bool(tainted.intersection(op.inputs) or written & read or constrained)
 
 
-def _place(graph: Graph, group: list[OpNode]) -> OpNode:
+def _place(graph: Graph, group: list[OpNode], befores: dict[int, list[OpNode]]) -> OpNode:
     """Replace ``group`` in ``graph``'s ops by one ``MultiExchange`` op at the place of its
-    last exchange; the ops in between that must follow the exchanges move after it."""
+    last exchange; the ops in between that must follow the exchanges move after it. The
+    constraints of the exchanges become the op's."""
     ops = graph._ops
     members = {id(op) for op in group}
     first = next(i for i, op in enumerate(ops) if op is group[0])
@@ -84,18 +105,22 @@ def _place(graph: Graph, group: list[OpNode]) -> OpNode:
     read: set[Tensor] = set()
     before: list[OpNode] = []
     after: list[OpNode] = []
+    following = set(members)
     for op in ops[first : last + 1]:
         written = {op.inputs[k] for k in op.modified}
+        constrained = {id(b) for b in befores.get(id(op), ())} & following
         if id(op) in members:
             tainted.update(op.outputs, written)
             read.update(op.inputs)
-        elif _follows(op, written, tainted, read):
+        elif _follows(op, written, tainted, read, constrained):
             after.append(op)
+            following.add(id(op))
             tainted.update(op.outputs, written)
         else:
             before.append(op)
     multi = merged_exchange(group)
     ops[first : last + 1] = [*before, multi, *after]
+    graph._replace_ops(group, multi)
     for hook in list(graph._hooks.values()):  # an outer merge_exchange merges it in turn
         hook(multi)
     return multi
@@ -105,7 +130,12 @@ def _merge(graph: Graph, created: list[OpNode]) -> list[OpNode]:
     """Merge the exchanges of ``created`` still in ``graph``; the ``MultiExchange`` ops."""
     made = {id(op) for op in created}  # the graph's ops: not those of refused (undone) calls
     ops = [op for op in graph._ops if id(op) in made]
-    return [_place(graph, group) for group in _groups(ops)]
+    befores = _befores(graph)
+    placed = []
+    for group in _groups(ops, befores):
+        placed.append(_place(graph, group, befores))
+        befores = _befores(graph)
+    return placed
 
 
 @contextmanager

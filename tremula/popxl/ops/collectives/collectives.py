@@ -73,7 +73,7 @@ def to_collective_op(op: CollectiveOps) -> CollectiveOperator:
         ValueError: ``op`` is not one of :data:`CollectiveOps` (the message lists them).
     """
     if not isinstance(op, str) or op not in OPERATORS:
-        raise ValueError(f"Not a valid op: {op!r}. Must choose from: {', '.join(OPERATORS)}")
+        raise ValueError(f"Not a valid op: {op}. Must choose from: {', '.join(OPERATORS)}")
     return CollectiveOperator("mean" if op == "mul" else op)
 
 
@@ -105,7 +105,7 @@ def check_op(op: str) -> str:
     """``op`` if PopXL takes it (``ValueError`` naming the choices otherwise)."""
     if not isinstance(op, str) or op not in OPERATORS or op == "local":
         names = ", ".join(k for k in OPERATORS if k != "local")
-        raise ValueError(f"Not a valid op: {op!r}. Must choose from: {names}")
+        raise ValueError(f"Not a valid op: {op}. Must choose from: {names}")
     return op
 
 
