@@ -112,14 +112,39 @@ class Timed:
         return self.compute + self.exchange
 
 
-def timed(engine: poplar.Engine) -> Timed:
-    """Run once from a fresh profile; the harness's reading of its steps."""
+#: The phases of a sparse pass, by the names of its programs and compute sets.
+PHASES = (
+    ("propagation", "propagation/"),
+    ("reduction", "/reduce"),
+    ("reduction", "/cast"),
+    ("distribution", "distribution"),
+)
+
+
+def _phase(step: dict, programs: list[dict], cs_names: list[str]) -> str:
+    if step["type"] == "OnTileExecute":
+        name = cs_names[step["computeSet"]]
+    else:
+        name = step.get("name") or str(programs[step["program"]].get("name", ""))
+    return next((phase for phase, key in PHASES if key in name), "other")
+
+
+def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Timed:
+    """Run once from a fresh profile; the harness's reading of its steps. With
+    ``by_phase``, also the compute and exchange cycles of each phase of a sparse pass
+    (``"distribution compute"``, ``"reduction exchange"`` ...), the same steps."""
     engine.reset_execution_profile()
     engine.run()
     sim = engine.get_execution_profile()["simulation"]
     by: dict[str, int] = {}
+    kinds = {"OnTileExecute": "compute", "DoExchange": "exchange"}
+    graph = engine.get_graph_profile() if by_phase is not None else {}
     for step in sim["steps"]:
         by[step["type"]] = by.get(step["type"], 0) + int(step["cycles"])
+        if by_phase is not None and step["type"] in kinds:
+            phase = _phase(step, graph["programs"], graph["computeSets"]["names"])
+            key = f"{phase} {kinds[step['type']]}"
+            by_phase[key] = by_phase.get(key, 0) + int(step["cycles"])
     return Timed(
         by.get("OnTileExecute", 0),
         by.get("DoExchange", 0),
@@ -155,6 +180,7 @@ class SparsePoint:
     time: Timed
     plan: str
     steps: int  # propagation computes the pattern needs
+    phases: dict[str, int]  # compute and exchange cycles by phase (see :func:`timed`)
 
 
 def sparse_points(
@@ -176,7 +202,9 @@ def sparse_points(
         engine.write_tensor("nz_values", impl.nz_values)
         steps = dynamic.propagation_steps(plan.partition.xyz, part.overflow_info(impl))
         computes = sum(s.compute for s in steps)
-        out.append(SparsePoint(n, seed, timed(engine), str(plan.partition.xyz), computes))
+        phases: dict[str, int] = {}
+        t = timed(engine, phases)
+        out.append(SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases))
     return out
 
 
@@ -276,6 +304,8 @@ def sparse_case(
                   f"compute {p.time.compute:>8} + exchange {p.time.exchange:>7} (sync "
                   f"{p.time.sync}) cycles, {p.steps:>2} prop. computes: {rate:6.2f} TFLOP/s "
                   f"(compute only {rate_c:6.2f})", flush=True)  # fmt: skip
+            split = ", ".join(f"{k} {v}" for k, v in sorted(p.phases.items()))
+            print(f"      phases: {split}", flush=True)
     return best
 
 
