@@ -194,6 +194,21 @@ def sparse_points(
         return f"not built: {str(err)[:200]}"
     except MemoryError:  # the host's limit (e.g. ``ulimit -v``), not the IPU's
         return "not built: out of host memory"
+    try:
+        return _run_points(engine, part, block, d, n, seeds)
+    except MemoryError:
+        return "not run: out of host memory"
+
+
+def _run_points(
+    engine: poplar.Engine,
+    part: dynamic.Partitioner,
+    block: int,
+    d: float,
+    n: int,
+    seeds: tuple[int, ...],
+) -> list[SparsePoint]:
+    """Each seed's pattern loaded into the built engine and run once."""
     plan = part.plan
     out = []
     for seed in seeds:
