@@ -25,11 +25,12 @@
 
 Run: ``python benchmarks/bench_poplin_matmul.py [--size 1024] [--repeat 5] [--rounds 5]
 [--simulate 1024x1024x1024] [--simulate-half 4096x4096x4096,4096x8192x4096]
-[--estimate 8192] [--partials float,half] [--paper]``. Issue 3's target, a large half
-matmul at 70 % of the AMP peak in simulated cycles (4096x8192x4096 with half partials: 72.5 %
-then), predates PopLibs' serial loops (a reduction per serial step, issue 17): that shape is
-now planned at 65.1 %, as the paper's dense curve (230 TFLOP/s on a Bow, 66 % of its peak)
-suggests an IPU reaches.
+[--estimate 8192] [--partials float,half] [--paper] [--clock wall|cpu] [--only-run]``
+(``--clock cpu``: the run ratios by this process's CPU time; ``--only-run``: only item 2).
+Issue 3's target, a large half matmul at 70 % of the AMP peak in simulated cycles
+(4096x8192x4096 with half partials: 72.5 % then), predates PopLibs' serial loops (a reduction
+per serial step, issue 17): that shape is now planned at 65.1 %, as the paper's dense curve
+(230 TFLOP/s on a Bow, 66 % of its peak) suggests an IPU reaches.
 """
 
 from __future__ import annotations
@@ -44,13 +45,17 @@ from tremula import target as target_presets
 from tremula.libs import poplin
 from tremula.libs.poplin import plan as plan_mod
 
+#: the clock of the run ratios (``--clock``): wall time, or this process's CPU time (both
+#: sides run on one thread, so on a machine other work loads their CPU time is steadier)
+CLOCK = time.perf_counter
+
 
 def best(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = CLOCK()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK() - start)
     return min(times)
 
 
@@ -264,7 +269,17 @@ def main() -> None:
     parser.add_argument("--estimate", default="8192")
     parser.add_argument("--partials", default="float,half", help="partials types of simulated half")
     parser.add_argument("--paper", action="store_true", help="only the paper's dense curve")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="the run ratios' clock"
+    )
+    parser.add_argument("--only-run", action="store_true", help="only the run ratios")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
+    if args.only_run:
+        for created in (True, False):
+            run_ratio(args.size, args.repeat, args.rounds, created)
+        return
     if args.paper:
         paper_table()
         return

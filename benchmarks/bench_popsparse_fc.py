@@ -27,7 +27,7 @@
 
 3. ``--paper`` (only this): the PopSparse paper's figures (arXiv 2303.16999) next to
    Tremula's, measured as the paper's harness measured them (issue 28,
-   ``shared/spec/popsparse-paper-method.md``; ``popsparse_paper.py``): the sparse matmul
+   graphcore-research/sparsity-benchmarks; ``popsparse_paper.py``): the sparse matmul
    API (planned with GradA) on the harness's pattern (seed 123, and ``--paper-seeds``), the
    dense ``poplin.matmul(W, X)`` with float partials, compute and exchange steps of the
    profile (sync and stream copies excluded; the compute-only rate printed too), best

@@ -9,7 +9,7 @@ order and each step is charged the cycles by which it moves the end of the run s
 (its share of the critical path), so that the phases add up to the total exactly.
 
 For element-wise cases whose pattern does not propagate, the line ``pattern`` gives the
-distribution vertex as spec 3.6 costs it on *this* pattern's buckets (each bucket's rows
+distribution vertex as PopLibs' estimator costs it on *this* pattern's buckets (each bucket's rows
 split over the workers as the partitioner splits them, the slowest worker, the slowest
 tile: :func:`estimators.ew_fwd_split_worker`, plus zeroing the partials), next to the
 static estimate the device charges (the plan's uniform rows, as an IPU Model's
@@ -123,7 +123,7 @@ def report(case: str, n: int) -> None:
         static, on_pattern = extra
         change = f"{100 * (on_pattern / static - 1):+.0f}%, {on_pattern - static:+d} cycles"
         print(f"    pattern: distribution vertex, slowest tile: static estimate {static}, "
-              f"spec 3.6 on this pattern's buckets {on_pattern} ({change})")  # fmt: skip
+              f"PopLibs' estimate on this pattern's buckets {on_pattern} ({change})")  # fmt: skip
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The PopSparse paper's comparison, measured the way its harness measured it (issue 28;
-``shared/spec/popsparse-paper-method.md``): ``bench_popsparse_fc.py --paper``.
+the harness is graphcore-research/sparsity-benchmarks, ``ipu/matmul_bench.cpp``):
+``bench_popsparse_fc.py --paper``.
 
 * **Sparse**: ``[m][k] (sparse) x [k][n]`` through the matmul API
   (``create_sparse_dense_matmul_lhs`` / ``_rhs`` + ``sparse_dense_matmul``, empty options:
@@ -41,7 +42,7 @@ PAPER_DENSE_TFLOPS = {"half": 230.0, "float": 55.0}
 PAPER_CHIP = (
     "Rates are at Bow's clock (1.85 GHz): the harness ran on hardware, and the paper's dense "
     "FP16 maximum, ~230 TFLOP/s, is 66 % of a Bow's peak and 92 % of an Mk2's "
-    "(shared/spec/popsparse-paper-method.md 1). Speed-ups are ratios of cycles."
+    "(the harness defaults to hardware). Speed-ups are ratios of cycles."
 )
 HARNESS_SEED = 123
 MINSTD_A, MINSTD_M = 16807, 2**31 - 1

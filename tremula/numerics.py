@@ -32,13 +32,16 @@ operation raises or warns. Comparisons with NaN are false except ``!=``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "HALF_COMPUTE",
+    "as_caller",
     "compute_dtype",
     "convert",
     "divide",
@@ -47,11 +50,65 @@ __all__ = [
     "in_compute_type",
     "int_divide",
     "int_sqrt",
+    "quiet",
+    "quietly",
     "remainder",
     "round_half_away",
     "round_half_even",
     "sign",
 ]
+
+#: inside :func:`quietly`: the error state of its caller (NumPy's ``np.geterr()``); None
+#: outside (each device computation then sets ``np.errstate(all="ignore")`` itself)
+_CALLER_ERRORS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "tremula_caller_errors", default=None
+)
+
+
+@contextlib.contextmanager
+def quietly() -> Iterator[None]:
+    """A scope of device computations (an engine run): floating-point errors neither raise
+    nor warn (``np.errstate(all="ignore")``, the device's IEEE rules), set once for the
+    scope, so that the functions :func:`quiet` made skip setting it per call. Code of the
+    user's called from inside (host callbacks) runs through :func:`as_caller`."""
+    if _CALLER_ERRORS.get() is not None:  # already quiet (a nested run)
+        yield
+        return
+    token = _CALLER_ERRORS.set(np.geterr())
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    finally:
+        _CALLER_ERRORS.reset(token)
+
+
+def quiet(run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` (a device computation without arguments) under ``np.errstate(all="ignore")``:
+    set by the call, or already set by an enclosing :func:`quietly`."""
+
+    def guarded() -> None:
+        if _CALLER_ERRORS.get() is not None:
+            run()
+            return
+        with np.errstate(all="ignore"):
+            run()
+
+    return guarded
+
+
+def as_caller(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` under the error state of the code that entered :func:`quietly` (for
+    the user's callbacks made from inside a device computation); a plain call outside."""
+    saved = _CALLER_ERRORS.get()
+    if saved is None:
+        return fn(*args)
+    token = _CALLER_ERRORS.set(None)
+    try:
+        with np.errstate(**saved):
+            return fn(*args)
+    finally:
+        _CALLER_ERRORS.reset(token)
+
 
 #: half (float16) arithmetic is computed in this type and rounded to half after every op
 #: (as the IPU's mixed-precision units do), so fusing ops never changes a result

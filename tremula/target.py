@@ -201,7 +201,7 @@ class Target:
         return self.fp32_in_fp32_out_conv_units_per_tile
 
     def max_macs_per_cycle_per_tile(self, in_itemsize: int, partials_itemsize: int = 4) -> int:
-        """AMP peak: conv units x input-load elements per cycle (spec section 3.5)."""
+        """AMP peak: conv units x input-load elements per cycle (``getMaxMACsPerCyclePerTile``)."""
         load = (
             self.fp16_conv_unit_input_load_elems_per_cycle
             if in_itemsize <= 2

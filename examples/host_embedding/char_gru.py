@@ -1,4 +1,5 @@
-"""The seed's char-GRU host-embedding example (TensorFlow-IPU's ``host_embedding_example``)
+"""The char-GRU example of Graphcore's host-embedding documentation (TensorFlow-IPU's
+``host_embedding_example``)
 in PopXL: a character model of tiny Shakespeare (shipped with Tremula) whose 256x256
 embedding lives in host memory (or, with ``--remote-buffer``, in remote buffers split
 between the replicas), trained with replication 2.
@@ -7,13 +8,13 @@ Each replica reads a batch of 16 sequences of 100 characters, looks the first 99
 host embedding, runs a GRU over them (``popxl.ops.rnn.gru``: popnn's GRU), flattens its
 outputs into a dense layer with a softmax, and takes the cross-entropy of the last
 character. The dense weights are trained with momentum 0.99 on gradients averaged across
-the replicas (the seed's ``CrossReplicaOptimizer(MomentumOptimizer)``); the embedding by
+the replicas (the original's ``CrossReplicaOptimizer(MomentumOptimizer)``); the embedding by
 the host with SGD (the replicas' gradients summed). The loop over iterations runs on the
 device (``ops.repeat``, the data and the losses through host streams); each step is one
 ``session.run`` and prints ``Step i, loss = x`` (the last iteration's mean loss).
 
-Deviations from the seed, for a minute on a 2-core machine: the GRU has 32 units (the
-seed's 256: ``--hidden 256``); a step runs 2 iterations (the seed's 1000); the learning
+Deviations from the original, for a minute on a 2-core machine: the GRU has 32 units (the
+original's 256: ``--hidden 256``); a step runs 2 iterations (the original's 1000); the learning
 rates are larger (``--lr``), so that the loss falls within the default 8 steps (from
 ln(256) = 5.55 to about 4.6; about 15 s of compilation and 3.5 s per step of CPU time).
 
@@ -38,7 +39,7 @@ import popxl
 import popxl.ops as ops
 from tremula import data, embedding
 
-TOKENS = ENCODING = 256  # the seed's embedding shape
+TOKENS = ENCODING = 256  # the original's embedding shape
 
 
 @dataclass

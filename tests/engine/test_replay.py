@@ -73,7 +73,7 @@ def test_programs_that_branch_on_data_are_simulated_in_full():
     assert engine._replay.static == [False]
 
 
-def _loop_engine(device, interpreted: bool):
+def _loop_engine(device, interpreted: bool, options: dict | None = None):
     """``Repeat(3, [stream in x; Call(f: x = x^2 + 1 ... sum into s); copy s into acc[i]])``
     with a stream out at the end: calls, repeats, stream copies and exchanges in one
     static program."""
@@ -106,7 +106,7 @@ def _loop_engine(device, interpreted: bool):
         [poplar.Copy(xs, x), poplar.Call(body), poplar.Copy(acc[:1], prev), poplar.Execute(inc)]
     )
     prog = poplar.Sequence([poplar.Repeat(3, step), poplar.Copy(acc, out)])
-    engine = poplar.Engine(g, prog)
+    engine = poplar.Engine(g, prog, options=options)
     engine.load(device)
     if interpreted:
         engine._replay.static = [False]
@@ -135,3 +135,31 @@ def test_flattened_static_programs_compute_what_the_interpreter_does():
             for batch in data:  # acc[0] += sum(x[0]^2 + 1) per repeat
                 total += float(np.sum(batch[:8].astype(np.float64) ** 2 + 1))
             np.testing.assert_allclose(results[0][0], total, rtol=1e-5)
+
+
+def test_replayed_runs_add_the_compute_sets_cycles_the_interpreter_adds():
+    """In the compute-set profile mode each run adds every compute set's cycles once per
+    execution (a repeat's body once per iteration); the replayed plan adds them once per
+    run from its tally. Profiles stay identical to interpreting every run, past the run
+    count too (those runs add nothing)."""
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    options = {
+        "debug.executionProfile": "compute_sets",
+        "autoReport.executionProfileProgramRunCount": "4",
+    }
+    flat, interpreted = (_loop_engine(device, i, options) for i in (False, True))
+    assert flat.runtime.record_cs
+    data = np.random.default_rng(5).standard_normal((3, 32)).astype(np.float32)
+    for run in range(6):
+        for engine in (flat, interpreted):
+            engine.connect_stream("xs", data.copy())
+            engine.connect_stream("out", np.zeros(4, np.float32))
+            engine.run(0)
+        np.testing.assert_array_equal(flat.runtime.cs_cycles, interpreted.runtime.cs_cycles)
+        ran = min(run + 1, 4)  # runs past the count add nothing
+        square = flat.step_plan.compute_sets[0]
+        np.testing.assert_array_equal(
+            flat.runtime.cs_cycles[square.id], 3 * ran * square.cycles_by_tile
+        )
+    a = json.dumps(flat.get_execution_profile(), sort_keys=True)
+    assert a == json.dumps(interpreted.get_execution_profile(), sort_keys=True)

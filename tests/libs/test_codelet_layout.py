@@ -1,7 +1,8 @@
 """One layout for every library (``tremula/libs/OVERVIEW.md``): its codelets live in
 ``codelets.py`` (or a ``codelets/`` package), their cycle estimators in ``estimators.py``, and
-a codelet's ``cycles`` reads the vertex's sizes and calls an estimator (no formula of its
-own: no number but 0 and 1)."""
+a codelet's ``cycles`` reads the vertex's sizes and calls an estimator, directly or through
+its class's methods and the library's codelet helpers (no formula of its own in any of them:
+no number but 0 and 1)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,35 @@ def test_codelets_are_defined_in_codelets_modules() -> None:
         )
 
 
+def _codelet_functions(cls: type, fn: types.FunctionType) -> list[types.FunctionType]:
+    """``fn`` and the functions of the library's codelets it calls, by name (methods of
+    ``cls``, functions of its modules), transitively."""
+    prefix = cls.__module__.rsplit(".codelets", 1)[0] + ".codelets"
+    seen: list[types.FunctionType] = []
+    stack = [fn]
+    while stack:
+        f = stack.pop()
+        if f in seen:
+            continue
+        seen.append(f)
+        for name in _names(f.__code__):
+            for obj in (f.__globals__.get(name), getattr(cls, name, None)):
+                obj = getattr(obj, "__func__", obj)
+                if isinstance(obj, types.FunctionType) and obj.__module__.startswith(prefix):
+                    stack.append(obj)
+    return seen
+
+
+def _names(code: types.CodeType) -> Iterator[str]:
+    yield from code.co_names
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _names(c)
+
+
 def test_cycles_call_an_estimator() -> None:
+    """Directly, or through a method of the codelet or a helper of the library's codelets
+    (which then have no constants of their own either)."""
     for cls in _codelets():
         attr = cls.__dict__.get("cycles")
         if attr is None:
@@ -74,9 +103,14 @@ def test_cycles_call_an_estimator() -> None:
         if fn.__module__ == estimators.__name__:
             continue
         where = f"{cls.__qualname__}.cycles ({cls.__module__})"
-        called = [fn.__globals__.get(name) for name in fn.__code__.co_names]
+        reached = _codelet_functions(cls, fn)
+        called = [f.__globals__.get(name) for f in reached for name in _names(f.__code__)]
         assert any(obj is estimators for obj in called) or any(
             getattr(obj, "__module__", None) == estimators.__name__ for obj in called
         ), f"{where} calls nothing of {estimators.__name__}"
-        numbers = [n for n in _numbers(fn.__code__) if n not in (0, 1)]
-        assert not numbers, f"{where} has its own constants {numbers}: move them to estimators"
+        for f in reached:
+            numbers = [n for n in _numbers(f.__code__) if n not in (0, 1)]
+            assert not numbers, (
+                f"{where} ({f.__qualname__}) has its own constants {numbers}: move them to "
+                f"estimators"
+            )

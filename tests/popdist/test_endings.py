@@ -24,8 +24,18 @@ STOPPED = (
 )
 
 
-def _job(how: str, when: str, env: dict[str, str] | None = None):
-    return poprun("--num-instances", "2", program("ending.py"), how, when, timeout=120, env=env)
+def _job(how: str, when: str, startup: str | None = None, collective_timeout: int | None = None):
+    """A job of 2 instances running ``ending.py how when``. ``startup``: how instance 1 ends
+    in or before MPI's start-up (``TREMULA_TEST_END``, read by the ``startup`` hook put on
+    the path); ``collective_timeout``: poprun's ``--collective-timeout`` (default 300 s)."""
+    args = ["--num-instances", "2"]
+    if collective_timeout is not None:
+        args += ["--collective-timeout", str(collective_timeout)]
+    env = None
+    if startup is not None:
+        path = [str(PROGRAMS / "startup"), os.environ.get("PYTHONPATH", "")]
+        env = {"TREMULA_TEST_END": startup, "PYTHONPATH": os.pathsep.join(path)}
+    return poprun(*args, program("ending.py"), how, when, timeout=120, env=env)
 
 
 def _check(job, rc: int, *messages: str) -> None:
@@ -98,13 +108,7 @@ def test_an_instance_that_ends_in_the_program_ends_the_job(how, when, rc, messag
     ids=["os._exit-before-MPI", "os._exit-in-MPI-start-up", "SIGKILL-in-MPI-start-up"],
 )
 def test_an_instance_that_ends_before_or_in_mpi_start_up_ends_the_job(spec, rc, message) -> None:
-    env = {
-        "TREMULA_TEST_END": spec,
-        "PYTHONPATH": os.pathsep.join(
-            [str(PROGRAMS / "startup"), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    job = _job("return", "never", env)
+    job = _job("return", "never", startup=spec)
     text = job.stdout + job.stderr
     assert job.rc != 0 and (rc is None or job.rc == rc), text[-3000:]
     if message is not None:
@@ -115,23 +119,7 @@ def test_an_instance_that_ends_before_or_in_mpi_start_up_ends_the_job(spec, rc, 
 
 
 def test_an_instance_stuck_before_mpi_start_up_is_ended_by_the_collective_time_out() -> None:
-    env = {
-        "TREMULA_TEST_END": "sleep:start",
-        "PYTHONPATH": os.pathsep.join(
-            [str(PROGRAMS / "startup"), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    job = poprun(
-        "--num-instances",
-        "2",
-        "--collective-timeout",
-        "3",
-        program("ending.py"),
-        "return",
-        "never",
-        timeout=120,
-        env=env,
-    )
+    job = _job("return", "never", startup="sleep:start", collective_timeout=3)
     assert job.rc != 0
     assert "they did not all start MPI within the collective time-out (3 s)" in job.stderr
     assert job.seconds < PROMPT  # instance 1 sleeps 60 s
@@ -140,16 +128,7 @@ def test_an_instance_stuck_before_mpi_start_up_is_ended_by_the_collective_time_o
 def test_a_finished_instance_waits_for_the_others_at_most_the_collective_time_out() -> None:
     # instance 0 sleeps a minute after instance 1 has finished (by sys.argv[2] "busy"): the
     # finished instance waits for it in its exit, up to the time-out, then ends the job
-    job = poprun(
-        "--num-instances",
-        "2",
-        "--collective-timeout",
-        "3",
-        program("ending.py"),
-        "return",
-        "busy",
-        timeout=120,
-    )
+    job = _job("return", "busy", collective_timeout=3)
     assert job.rc == 1
     assert (
         "PopDist: instance 1 finished the program and waited 3 s for the other instances to "

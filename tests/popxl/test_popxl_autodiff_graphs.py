@@ -203,8 +203,11 @@ def test_nested_calls_are_differentiated_recursively() -> None:
         fwd = ir.create_graph(outer, x, w1, w2)
         infos = popxl.transforms.autodiff(fwd, return_all_grad_graphs=True)
         assert set(infos) == {fwd, inner}
-        assert len(inner.outputs) == 2  # exp(a * b) became an output
-        assert all(len(op.outputs) == 2 for op in fwd.ops if op.type == "Call")
+        # the constant 2.0 (read by the gradient of the product's first operand) and
+        # exp(a * b) (read by exp's gradient and by the constant's) became outputs, in
+        # the order PopART's Mul grad ops read them
+        assert [t.name for t in inner.outputs[1:]] == ["c", "exp"]
+        assert all(len(op.outputs) == 3 for op in fwd.ops if op.type == "Call")
         info = infos[fwd]
         site = ops.call_with_info(fwd, x, w1, w2)
         grads = ops.call(info.graph, g, inputs_dict=info.inputs_dict(site))
@@ -249,7 +252,9 @@ def test_grads_required_and_provided_subsets_keep_their_order() -> None:
         )
         assert info.expected_inputs[0] == ExpectedConnection(y1, FwdGrad)
         fwd_reads = [e.fwd_tensor for e in info.expected_inputs if e.connection_type is Fwd]
-        assert fwd_reads == [pb]  # d/da needs b only; d/dc needs nothing
+        # d/da reads b; as PopART grows the grad ops of both operands of p * q and
+        # prunes the unwanted d/db, keeping what it reads, a is read too; d/dc reads nothing
+        assert fwd_reads == [pb, pa]
         site = ops.call_with_info(fwd, a, b, c)
         call = ops.call_with_info(info.graph, g, inputs_dict=info.inputs_dict(site))
         by_input = info.fwd_graph_ins_to_grad_parent_outs(call)
@@ -407,7 +412,10 @@ def test_conditional_is_differentiated_through_both_branches() -> None:
 
         fwd = ir.create_graph(fn, yes, x, w)
         info = popxl.transforms.autodiff(fwd)
-        assert len(then_g.outputs) == len(else_g.outputs) == 2  # else gains a zero output
+        # then's grad reads exp(x); else's the constant 3.0 and sin(a) (the grad ops of
+        # both operands of the product); each branch gains zero outputs for the other's
+        assert [t.name for t in then_g.outputs] == ["mul", "exp", "unused_c", "unused_sin"]
+        assert [t.name for t in else_g.outputs] == ["mul", "unused_exp", "c", "sin"]
         grads = {}
         for name, cond in (("then", yes), ("else", no)):
             site = ops.call_with_info(fwd, cond, x, w)

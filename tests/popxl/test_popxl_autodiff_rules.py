@@ -1,4 +1,5 @@
-"""Every op type's gradient rule against central finite differences of the NumPy forward.
+"""Op types' gradient rules against central finite differences of the NumPy forward (the
+rules checked elsewhere are linked in ``test_popxl_op_tests.py``).
 
 The forward graph (one op, built from the op table) is evaluated on the host with the op
 table's NumPy references in float64; the grad graph made by ``autodiff`` runs through a
@@ -20,7 +21,6 @@ import popxl
 import popxl.ops as ops
 from tremula.errors import GraphError
 from tremula.popxl.ops.base import OPS, create_op
-from tremula.popxl.transforms.grads import GRADS
 
 RNG = np.random.default_rng(1234)
 F32 = np.float32
@@ -310,26 +310,8 @@ READS_OVERWRITTEN = {
     "MinInplace",
 }  # fmt: skip
 
-#: rules tested elsewhere: calls and conditionals (test_popxl_autodiff_graphs.py),
-#: collectives (replicated),
-#: dropout (random: below)
-TESTED_ELSEWHERE = {
-    "Call", "Repeat", "If", "ReplicatedAllReduce", "ReplicatedAllReduceInplace",
-    "ReplicatedAllGather", "ReplicatedReduceScatter", "ReplicatedSlice", "Dropout",
-    "ShapedDropout",
-    # test_popxl_collectives_across_ipus.py (the identical-inputs forms' rules are PopART's
-    # conventions, not derivatives; the plain form's is checked against its derivative)
-    "AllReduce",
-    # test_popxl_sparse.py (their inputs are host data of the PopSparse partitioner)
-    "SparseFullyConnected", "SparseFullyConnectedGradA", "SparseFullyConnectedGradW",
-    # tests/embedding (the lookup's rule sends the gradient to the table's optimizer)
-    "HostEmbeddingLookup",
-    # test_popxl_rnn.py (popnn's GRU: its NumPy backward against finite differences)
-    "Gru",
-    # tests/popxl/custom_ops (popxl-addons' ops over replica groups / IPUs: closed forms)
-    "LayerNormDistributed", "CrossEntropySharded", "CrossEntropyShardedWR",
-    "RotaryPosEmbed",
-}  # fmt: skip
+#: the rules these cases do not test are linked to the tests that do in
+#: test_popxl_op_tests.py (GRADIENT_TESTS), which checks every rule has one or the other
 
 
 def _inplace_cases() -> dict[str, Case]:
@@ -420,19 +402,13 @@ def test_inplace_form_that_overwrites_a_needed_value_is_refused(name: str) -> No
 
 
 def test_every_op_type_has_a_gradient_rule_or_is_marked_not_differentiable() -> None:
-    missing = sorted(t for t in OPS if t not in GRADS and OPS[t].differentiable)
+    missing = sorted(t for t, d in OPS.items() if d.grad is None and d.differentiable)
     assert not missing, f"op types without a gradient rule: {missing}"
-
-
-def test_every_gradient_rule_is_tested() -> None:
-    with_rules = {t for t, rule in GRADS.items() if rule is not None and t in OPS}
-    tested = {_op_type(n) for n in ALL_CASES} | TESTED_ELSEWHERE
-    assert not with_rules - tested, f"rules without a finite-difference case: {with_rules - tested}"
 
 
 @pytest.mark.parametrize("op_type", ["Floor", "Sign", "Greater"])
 def test_not_differentiable_ops_pass_no_gradient(op_type: str) -> None:
-    assert GRADS[op_type] is None
+    assert not OPS[op_type].differentiable and OPS[op_type].grad is None
     x = u(2, 3)
 
     def build(a: popxl.Tensor) -> popxl.Tensor:

@@ -22,7 +22,6 @@ from tremula.libs.popsparse import COOMatrix, PopsparseError, dynamic
 from tremula.lowering import LOWERING_RULES
 from tremula.popxl.ops import sparse
 from tremula.popxl.ops.base import OPS, create_op
-from tremula.popxl.transforms.grads import GRADS
 
 F32 = np.float32
 OUT, IN, BATCH = 16, 24, 8
@@ -400,4 +399,4 @@ def test_every_sparse_op_type_has_a_reference_a_lowering_and_a_gradient_rule() -
     types = [t for t, d in OPS.items() if d.infer.__module__ == sparse.__name__]
     assert sorted(types) == sorted(TYPES)
     for t in types:
-        assert t in LOWERING_RULES and OPS[t].reference is not None and GRADS[t] is not None
+        assert t in LOWERING_RULES and OPS[t].reference is not None and OPS[t].grad is not None

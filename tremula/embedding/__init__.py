@@ -1,5 +1,6 @@
 """Host embeddings: embedding tables in host memory (or in remote buffers split between
-replicas) that PopXL programs look up and train (the seed's ``embedding_ops``, for PopXL).
+replicas) that PopXL programs look up and train (TensorFlow-IPU's ``embedding_ops``, for
+PopXL).
 
 ::
 

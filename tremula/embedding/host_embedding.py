@@ -1,5 +1,5 @@
-"""``create_host_embedding`` and ``HostEmbedding``: the user-facing object (the seed's API,
-offered to PopXL programs).
+"""``create_host_embedding`` and ``HostEmbedding``: the user-facing object (TensorFlow-IPU's
+``embedding_ops`` API, offered to PopXL programs).
 
 A :class:`HostEmbedding` owns its table (a :class:`~tremula.embedding.table.HostTable`) and
 hands it to the sessions it is registered with: ``lookup`` adds a ``HostEmbeddingLookup``
@@ -33,7 +33,7 @@ _OPTIONS = {"remote_buffer": False}
 
 
 def enable_remote_buffer_embedding(enabled: bool = True) -> None:
-    """Make ``remote_buffer=True`` the default of :func:`create_host_embedding` (the seed's
+    """Make ``remote_buffer=True`` the default of :func:`create_host_embedding` (TensorFlow-IPU's
     ``IPUConfig.experimental.enable_remote_buffer_embedding``)."""
     if not isinstance(enabled, bool):
         raise EmbeddingError(f"enable_remote_buffer_embedding: expected a bool, got {enabled!r}")

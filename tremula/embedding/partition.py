@@ -1,5 +1,6 @@
-"""How a remote-buffer embedding's table is split between replicas (the seed's partition
-strategies), as host-side layouts: what each replica's remote buffer holds, and back.
+"""How a remote-buffer embedding's table is split between replicas (the TOKEN and
+ENCODING partition strategies of Graphcore's TensorFlow host embeddings), as host-side
+layouts: what each replica's remote buffer holds, and back.
 
 With ``R`` replicas, ``t`` tokens and encoding ``e``:
 

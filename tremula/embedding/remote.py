@@ -1,6 +1,7 @@
 """Remote-buffer embeddings on the device: the table split between the replicas' remote
 buffers (``partition.py``), lookups and updates built from remote-buffer copies, popops
-element-wise ops and the gcl collectives (the seed's pseudo-code), so the profile shows
+element-wise ops and the gcl collectives (the pseudo-code of Graphcore's TensorFlow host-embedding
+documentation), so the profile shows
 every remote read and write and every collective.
 
 Per replica (``R`` replicas, ``n`` indices per lookup, ``me`` the replica's index):

@@ -67,7 +67,7 @@ def _tensor_copy(sp: StepPlan, s: Tensor, d: Tensor, name: str) -> N.Node:
     copy = (Gather.of(s.dtype, src), Gather.of(d.dtype, dst))
     if len(external) and not len(internal) and not local.any():
         # between IPUs only: the GlobalExchange, after its global sync, moves it all; no
-        # empty on-IPU exchange with its internal sync before it (spec 4.3)
+        # empty on-IPU exchange with its internal sync before it
         plan = plan_exchange(sp.target, external, "global", None, sp.layout, read_external)
         return sp.exchange_node(plan, name, copy)
     nodes: list[N.Node] = []

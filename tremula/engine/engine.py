@@ -33,6 +33,7 @@ from tremula.engine.report import instances
 from tremula.engine.run import Runtime
 from tremula.engine.timeline import NullTimeline, Timeline
 from tremula.errors import EngineError
+from tremula.numerics import quietly
 from tremula.popdist.replicas import runtime_replicas
 from tremula.poplar.device import Device
 from tremula.poplar.graph import Graph
@@ -231,7 +232,7 @@ class Engine(HostData):
             )
         show = self._loops[index] and progress_bars.progress_bars_enabled(self.run_progress)
         rt.loop_progress = _loop_bar if show else None
-        with self._profiles.run(rt, index):
+        with self._profiles.run(rt, index), quietly():  # the device's IEEE rules, set once
             self._replay.run(rt, index, self.roots[index])
 
     @property

@@ -120,8 +120,8 @@ def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
 
 def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndarray:
     """Bytes each tile receives that the other tile of its super-tile also receives: the
-    pair shares one receive bus and takes such data at twice the rate (spec section 4.1).
-    Computed as the length covered twice by the two tiles' merged intervals."""
+    pair shares one receive bus and takes such data at twice the rate (as PopLibs' exchange
+    estimators have it). Computed as the length covered twice by the two tiles' merged intervals."""
     n, pair = target.num_tiles, target.tiles_per_super_tile
     if pair < 2 or recv.tile.size < 2:
         return np.zeros(n, dtype=np.int64)
@@ -275,8 +275,9 @@ def plan_exchange(
 
 
 def _link_cycles(target: Target, read: Transfers, active: np.ndarray) -> np.ndarray:
-    """Inter-IPU traffic is limited by the links between each pair of IPUs (spec 4.1: the
-    bytes of each (source IPU, destination IPU) flow over the links' bandwidth). ``read``
+    """Inter-IPU traffic is limited by the links between each pair of IPUs (as the IPU Model's
+    ``globalExchangeConstraints``: the bytes of each (source IPU, destination IPU) flow
+    over the links' bandwidth). ``read``
     names the moves by the address read, so an element that several tiles of one IPU take
     loads the flow once: its tile sends it once (as on the chip) and the destination IPU's
     exchange delivers it to each of them."""

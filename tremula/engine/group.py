@@ -15,6 +15,7 @@ import numpy as np
 
 from tremula.engine.fieldlayout import cover_layout, grid_layout, numeric_affine
 from tremula.engine.plan import Gather
+from tremula.engine.streams import ALL
 from tremula.errors import CodeletError
 from tremula.poplar.batch import Batch, VertexInfo
 from tremula.poplar.codelet import VertexType
@@ -69,24 +70,33 @@ class CompiledGroup:
         codelet first touches them; output buffers that are not storage views are scattered
         back afterwards."""
         full = isinstance(rsel, slice)
-        if full and self._fast is not None and self._fast_storage is storage:
+        if full and self._fast_storage is not storage:
+            self.prepared(storage, replica_ids)
+        if full and self._fast is not None:
             self._fast()
             return
         batch = self.batch
         batch._begin(self, storage, rsel, replica_ids)
         codelet = self.vertex_type.codelet
-        prepare = None if self.dynamic else getattr(codelet, "prepare", None)
-        if full and prepare is not None and self._fast_storage is not storage:
-            self._fast_storage = storage  # asked once per loaded storage
-            self._fast = prepare(batch)
-            if self._fast is not None:
-                self._fast()
-                return
         codelet.compute(batch)
         for name in batch._scatter:
             self.gathers[name].write(storage, rsel, batch._data[name])
         if self.dynamic:
             self.live_cycles = _run_cycles(self, batch)
+
+    def prepared(self, storage: dict, replica_ids: np.ndarray) -> Any:
+        """The codelet's prepared run of every vertex on all replicas of ``storage``
+        (``Codelet.prepare``: a call without arguments), asked once per loaded storage;
+        None when the codelet prepares none (or its cycles depend on the data): the group
+        then runs through ``compute``."""
+        if self._fast_storage is not storage:
+            self._fast_storage = storage
+            self._fast = None
+            prepare = None if self.dynamic else getattr(self.vertex_type.codelet, "prepare", None)
+            if prepare is not None:
+                self.batch._begin(self, storage, ALL, replica_ids)
+                self._fast = prepare(self.batch)
+        return self._fast
 
     def materialize(
         self, name: str, storage: dict, rsel: slice | np.ndarray, replicas: int

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.run import KINDS, FlatStep, flatten
+from tremula.engine.run import KINDS, FlatPlan, flatten
 from tremula.engine.timeline import NullTimeline, Timeline
 
 
@@ -41,7 +41,7 @@ class TimelineReplay:
         self.static = [is_static(r) for r in roots]
         self.cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._null: NullTimeline | None = None
-        self._plans: dict[int, tuple[Any, list[FlatStep]]] = {}  # program -> (runtime, steps)
+        self._plans: dict[int, tuple[Any, FlatPlan]] = {}  # program -> (runtime, steps)
 
     def run(self, rt: Any, index: int, root: N.Node) -> None:
         tl: Timeline = rt.tl
@@ -49,8 +49,11 @@ class TimelineReplay:
             rt.run(root)
             return
         if isinstance(tl, NullTimeline):  # no timeline to replay (the CPU target)
-            for step in self._plan(rt, index, root):
+            plan = self._plan(rt, index, root)
+            for step in plan:
                 step()
+            if rt.record_cs:
+                plan.add_cycles(rt)
             return
         base = int(tl.t.min())
         key = (index, (tl.t - base).tobytes(), tl.prev_to - base, tl.record)
@@ -68,6 +71,8 @@ class TimelineReplay:
                 step()
         finally:
             rt.tl = tl
+        if rt.record_cs:
+            plan.add_cycles(rt)
         tl.steps.add_shifted(base, steps)
         tl.trace.extend(trace)
         for k, v in cycles.items():
@@ -75,7 +80,7 @@ class TimelineReplay:
         np.add(shape, base, out=tl.t)
         tl.prev_to = prev + base
 
-    def _plan(self, rt: Any, index: int, root: N.Node) -> list[FlatStep]:
+    def _plan(self, rt: Any, index: int, root: N.Node) -> FlatPlan:
         """Program ``index``'s flattened steps for runtime ``rt`` (made on first use)."""
         plan = self._plans.get(index)
         if plan is None or plan[0] is not rt:

@@ -24,6 +24,7 @@ from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection
 from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
+from tremula.numerics import as_caller
 from tremula.poplar.handles import DataStream
 from tremula.poplar.types import Type
 
@@ -98,6 +99,20 @@ def _compute(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
         rt.cs_cycles[node.ccs.id] += cycles
 
 
+def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None:
+    """A compute set's replayed data effect: each vertex group's prepared run bound as it
+    is (``CompiledGroup.prepared``), or its run through ``compute`` where the codelet
+    prepares none; the compute set's cycles are tallied once per plan (:class:`FlatPlan`)."""
+    storage, ids = rt.storage, rt.replica_ids
+    steps = [g.prepared(storage, ids) or partial(g.run, storage, ALL, ids) for g in node.ccs.groups]
+    if isinstance(into, FlatPlan):
+        into.tally(node.ccs)
+    if rt.host_clock is not None:
+        into.append(rt.host_clock.timed(node, partial(_steps, steps)))
+    else:
+        into.extend(steps)
+
+
 def _note_compute(tl: Timeline, node: N.OnTileNode) -> None:
     tl.program(node.pid)
     tl.run(node.step if node.live is None else node.live)
@@ -135,7 +150,22 @@ def _row_views(storage: dict, src: Gather, dst: Gather) -> Any:
 
 
 def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    HOST_ACTIONS[type(node.action)](rt, node.action, rsel, node.name)
+    action, handler = node.action, HOST_ACTIONS[type(node.action)]
+    if _calls_user_code(rt, action):  # the user's error state, not the run's quiet one
+        as_caller(handler, rt, action, rsel, node.name)
+    else:
+        handler(rt, action, rsel, node.name)
+
+
+def _calls_user_code(rt: Runtime, action: Any) -> bool:
+    """Whether a host action calls the user's code: a host function, or a stream transfer
+    whose connection is a callback."""
+    if isinstance(action, N.HostCall):
+        return True
+    if isinstance(action, N.StreamIn | N.StreamOut):
+        conn = rt.streams.get(action.stream.name)
+        return conn is not None and conn.callback is not None
+    return False
 
 
 def _note_step(tl: Timeline, node: Any) -> None:
@@ -319,9 +349,11 @@ def _repeat(rt: Runtime, node: N.RepeatNode, rsel: Any) -> None:
 
 
 def _flat_repeat(rt: Runtime, node: N.RepeatNode, into: list[FlatStep]) -> None:
-    body: list[FlatStep] = []
+    body = FlatPlan()
     flatten_into(rt, node.body, body)
-    into.append(partial(_loop, rt, node, body))
+    if isinstance(into, FlatPlan):
+        into.tally_repeated(body, node.count)
+    into.append(partial(_loop, rt, node, list(body)))
 
 
 def _loop(rt: Runtime, node: N.RepeatNode, body: list[FlatStep]) -> None:
@@ -423,7 +455,7 @@ KINDS: dict[type, Kind] = {
     N.SeqNode: Kind(_seq, _flat_seq),
     N.CallNode: Kind(_call, _flat_call),
     N.RepeatNode: Kind(_repeat, _flat_repeat),
-    N.OnTileNode: _leaf(_compute, _note_compute),
+    N.OnTileNode: _leaf(_compute, _note_compute, _flat_compute),
     N.ExchangeNode: _leaf(_exchange, _note_sync_step, _flat_exchange),
     N.CrossReplicaNode: _leaf(_cross_replica, _note_sync_step),
     N.HostNode: _leaf(_host, _note_sync_step),
@@ -445,12 +477,40 @@ HOST_ACTIONS: dict[type, Callable[[Runtime, Any, Any, str], None]] = {
 }
 
 
-def flatten(rt: Runtime, root: N.Node) -> list[FlatStep]:
+class FlatPlan(list):
+    """A flat list of calls (:func:`flatten`) and the compute sets it runs, with how many
+    times (``counts``: compute-set id -> runs), so that a replayed run adds their cycles
+    to ``Runtime.cs_cycles`` at once (:meth:`add_cycles`) instead of per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[int, int] = {}
+        self.cycles: dict[int, np.ndarray] = {}
+
+    def tally(self, ccs: Any, times: int = 1) -> None:
+        self.counts[ccs.id] = self.counts.get(ccs.id, 0) + times
+        self.cycles[ccs.id] = ccs.cycles_by_tile
+
+    def tally_repeated(self, body: FlatPlan, count: int) -> None:
+        for i, n in body.counts.items():
+            self.counts[i] = self.counts.get(i, 0) + n * count
+            self.cycles[i] = body.cycles[i]
+
+    def add_cycles(self, rt: Runtime) -> None:
+        """What the interpreter adds to ``rt.cs_cycles`` for the compute sets of one run
+        (a sum of integers: the order does not matter)."""
+        for i, n in self.counts.items():
+            if n:
+                rt.cs_cycles[i] += n * self.cycles[i]
+
+
+def flatten(rt: Runtime, root: N.Node) -> FlatPlan:
     """The data effects of a static program as a flat list of calls, for replayed runs (the
     timeline is replayed apart): sequences and calls are inlined, repeats loop over their
     flattened body, leaves are their data effect alone, and steps that only move clocks
-    (syncs, undefined writes, copy-free exchanges) vanish."""
-    out: list[FlatStep] = []
+    (syncs, undefined writes, copy-free exchanges) vanish. Compute sets are their vertex
+    groups' prepared runs; their cycles are tallied in the plan (:meth:`FlatPlan.add_cycles`)."""
+    out = FlatPlan()
     flatten_into(rt, root, out)
     return out
 

@@ -1,7 +1,7 @@
 """Lowering rules of the custom ops served in Python (``tremula/popxl/custom_ops``).
 
-A served op keeps its definition, gradient rule and lowering rule together in that folder
-(shared/DESIGN.md, "Custom ops of real programs"); its lowering module, which uses only
+A served op keeps its definition, gradient rule and lowering rule together in that
+folder; its lowering module, which uses only
 Poplar and PopLibs, exposes ``LOWERING_RULES`` (op type -> rule). This module imports every module
 of the folder and registers what their ``LOWERING_RULES`` hold in the lowering table.
 """

@@ -1,10 +1,12 @@
 """The lowering driver: a PopXL Ir becomes a Poplar graph and one control program.
 
 Each op type has one lowering rule (``LOWERING_RULES``, filled by the modules that mirror
-``popxl/ops``). A rule reads the Poplar tensors of the op's inputs from the environment,
-appends programs, and binds its outputs. The main graph lowers into the control program; a
-subgraph lowers once into a Poplar function with its own input and output tensors, called
-from each call site with copies in and out (pass-by-value).
+``popxl/ops``, keyed by the type of a definition in ``popxl.ops.base.OPS``; the table stays
+in this layer, which the IR does not know, see ``tremula/popxl/OVERVIEW.md``). A rule reads
+the Poplar tensors of the op's inputs from the environment, appends programs, and binds its
+outputs. The main graph lowers into the control program; a subgraph lowers once into a
+Poplar function with its own input and output tensors, called from each call site with
+copies in and out (pass-by-value).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, ClassVar
 from tremula import poplar
 from tremula.errors import TremulaError, reworded
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import OpNode
+from tremula.popxl.ops.base import OPS, OpNode
 from tremula.popxl.tensor import Constant, Tensor, Variable
 from tremula.popxl.tensorlocation import ExecutionContext
 
@@ -36,12 +38,17 @@ LOWERING_RULES: dict[str, Rule] = {}
 
 
 def rule(*op_types: str) -> Callable[[Rule], Rule]:
-    """Register a lowering rule for op types (one rule per op family)."""
+    """Register a lowering rule for op types (one rule per op family). ``ValueError``
+    naming the op type, and nothing registered, if one is not defined (``defop``) or
+    already has a rule."""
 
     def register(fn: Rule) -> Rule:
         for t in op_types:
-            if t in LOWERING_RULES:
+            if t not in OPS:
+                raise ValueError(f"lowering rule for op type {t!r}, which no defop defines")
+            if t in LOWERING_RULES or op_types.count(t) > 1:
                 raise ValueError(f"op type {t!r} already has a lowering rule")
+        for t in op_types:
             LOWERING_RULES[t] = fn
         return fn
 

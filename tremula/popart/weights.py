@@ -69,7 +69,9 @@ class Weight:
         return self.settings.numReplicasReturningVariable(R)
 
     def io_shape(self, R: int) -> tuple[int, ...]:
-        """The shape of this weight's ``PyWeightsIO`` buffer (2.7 / 2.8)."""
+        """The shape of this weight's ``PyWeightsIO`` buffer: ``[n, *replica_shape]`` with ``n``
+        the replicas returning it (PopART's ``readWeights`` / ``writeWeights``), or the
+        replica shape when ``n`` is 1."""
         n = self.n_returned(R)
         return self.replica_shape if n == 1 else (n, *self.replica_shape)
 

@@ -1,6 +1,6 @@
 """Export a profile's execution steps as Chrome Trace Event JSON (also read by Perfetto).
 
-The mapping follows section 6.4 of the profile spec:
+The mapping:
 
 * one process (``pid``) per IPU, named by a ``process_name`` metadata event;
 * five thread lanes (``tid``) per IPU: ``Program steps`` (every step), then ``Compute``,

@@ -18,7 +18,8 @@ from tremula.profile import schema
 from tremula.profile.hosttime import host_time_rows
 
 #: Human names of the memory categories: first those of Poplar's summary, in its order, then
-#: names for the categories its example report does not show (after the seed's descriptions).
+#: names for the categories its example report does not show (after the descriptions in
+#: Graphcore's "Poplar profiling data format" document).
 CATEGORY_LABELS: dict[str, str] = {
     "variable": "Variables",
     "constant": "Constants",

@@ -297,9 +297,13 @@ def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch
     by_address: list[str] = []
     real_addresses = gcl.codelets.row_addresses
 
+    chunk_index: set[str] = set()  # consecutive chunk fields are read as slices
+
     def spy(v, *args):
         found = real_addresses(v, *args)
         by_address.append(v.vertex_type.name if found is not None else "none")
+        if found is not None:
+            chunk_index.update(type(at).__name__ for _, at in found[2])
         return found
 
     for mode in ("views", "addresses", "compute"):
@@ -322,3 +326,4 @@ def test_prepared_runs_equal_compute_bit_for_bit(op, dtype, harness, monkeypatch
         assert results[1][name].tobytes() == results[2][name].tobytes(), name
     kinds = {name.split("<")[0] for name in by_address}
     assert kinds == {"gcl::SelectChunk", "gcl::CombineChunk", "gcl::PlaceChunk"}
+    assert "slice" in chunk_index

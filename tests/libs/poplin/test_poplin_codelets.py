@@ -320,3 +320,60 @@ def test_prepared_products_give_the_bits_of_compute(session, monkeypatch, connec
     (got, want), (plain, _) = results
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert got.tobytes() == plain.tobytes()
+
+
+def _strided(base: np.ndarray, shape, strides) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(base, shape, [x * base.itemsize for x in strides])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("partials", [3, 8, 9, 16])
+@pytest.mark.parametrize("adjacent", [False, True])
+@pytest.mark.parametrize("blocks", [False, True])
+def test_reductions_through_a_buffer_equal_reductions_in_place(dtype, partials, adjacent, blocks):
+    """``_reduce_into``: a strided output (blocks of a matrix) reduced in chunks through a
+    buffer in its memory order holds the bits of ``np.add.reduce`` straight into it,
+    whether the partials lie slab after slab (summed one after another) or next to each
+    other (NumPy's pairwise sum from 8 on), for outputs in row order or block by block."""
+    rng = np.random.default_rng(partials)
+    rows, cols, bn, bc = 300, 80, 20, 4  # a [300, 80] matrix: 20 column blocks of 4
+    size = rows * cols
+    store = (rng.standard_normal(size * partials + size + 20 * bn + 64) * 1e4).astype(dtype)
+    if adjacent:  # [rows, cols, partial]
+        row, block, col, part = cols * partials, bc * partials, partials, 1
+    else:  # [partial, rows, cols]
+        row, block, col, part = cols, bc, 1, size
+    # ReducePartials' views: [replica, *grid (g, m, n, k), partial, g, rows, cols]
+    shape = (1, 1, 1, bn, 1, partials, 1, rows, bc)
+    parts = _strided(store, shape, [0, 0, 0, block, 0, part, 0, row, col])
+    base = store[size * partials + 64 :]
+    out_strides = [0, 0, 0, rows * bc + 20, 0, 0, bc, 1] if blocks else [0, 0, 0, bc, 0, 0, cols, 1]
+    out = _strided(base, (1, 1, 1, bn, 1, 1, rows, bc), out_strides)
+    assert not out.flags.c_contiguous
+    np.add.reduce(parts, axis=5, out=out)  # the reduction in place
+    want = out.copy()
+    old = cl.MIN_BUFFERED_BYTES, cl.CHUNK_BYTES
+    try:
+        cl.MIN_BUFFERED_BYTES, cl.CHUNK_BYTES = 1, 4096  # chunks of 1024 elements
+        run = cl._reduce_into(parts, out)
+    finally:
+        cl.MIN_BUFFERED_BYTES, cl.CHUNK_BYTES = old
+    assert run is not None
+    out[...] = 0
+    run()
+    assert out.tobytes() == want.tobytes()
+    if dtype == np.float32:
+        np.testing.assert_allclose(out, parts.astype(np.float64).sum(axis=5), rtol=1e-5, atol=0.1)
+
+
+def test_outputs_sharing_memory_with_their_partials_reduce_in_place():
+    """A chunk's copy could overwrite partials a later chunk reads: no buffer then."""
+    store = np.zeros(4096, np.float32)
+    parts = _strided(store, (1, 1, 1, 1, 1, 2, 1, 32, 32), [0, 0, 0, 0, 0, 1024, 0, 32, 1])
+    out = _strided(store[1024:], (1, 1, 1, 1, 1, 32, 16), [0, 0, 0, 0, 0, 32, 1])
+    old = cl.MIN_BUFFERED_BYTES
+    try:
+        cl.MIN_BUFFERED_BYTES = 1
+        assert cl._reduce_into(parts, out) is None
+    finally:
+        cl.MIN_BUFFERED_BYTES = old

@@ -330,3 +330,43 @@ def test_operands_that_are_not_views_are_gathered(session, close, gathered):
     got = s.run({"a0": (parts[0], A0), "a1": (parts[1], A1), "b": (b, B)}, {"c": c})["c"]
     close(got, np.concatenate([A1, A0]), B, np.float32)
     assert any(field == "a" or field == "b" for _, field in gathered)
+
+
+@pytest.mark.parametrize("shape", [(96, 300, 80), (200, 400, 100), (17, 1000, 260)], ids=str)
+def test_stage_two_through_a_buffer_gives_the_bits_of_the_reduction_in_place(
+    session, monkeypatch, shape
+):
+    """poplin's stage 2 of float outputs reduced in chunks through a buffer
+    (``_reduce_into``, here for any output size and in small chunks) gives the bits of the
+    reduction straight into the output views, on matmuls whose plans split K, later runs
+    included."""
+    from tremula.libs.poplin import codelets as cl
+
+    dtype = poplar.FLOAT
+    m, k, n = shape
+    rng = np.random.default_rng(11)
+    A = (rng.standard_normal((m, k)) * 8).astype(dtype.numpy)
+    B = (rng.standard_normal((k, n)) * 8).astype(dtype.numpy)
+    results, buffered = [], []
+    real = cl._reduce_into
+
+    def spy(parts, out):
+        run = real(parts, out)
+        buffered.append(run is not None)
+        return run
+
+    for min_bytes in (1 << 62, 1):  # in place, then through the buffer
+        monkeypatch.setattr(cl, "MIN_BUFFERED_BYTES", min_bytes)
+        monkeypatch.setattr(cl, "CHUNK_BYTES", 512)
+        monkeypatch.setattr(cl, "_reduce_into", spy)
+        s = session(tiles=16)
+        a, b = linear(s, dtype, (m, k), "a"), linear(s, dtype, (k, n), "b")
+        c = poplin.matmul(s.graph, a, b, s.prog)
+        got = [s.run({"a": (a, A), "b": (b, B)}, {"c": c})["c"]]
+        s.engine.write_tensor("a", A[::-1].copy())
+        s.engine.run()  # a later run: the prepared paths
+        got.append(s.engine.read_tensor("read_c"))
+        results.append(got)
+    assert any(buffered)
+    for before, after in zip(*results):
+        assert before.tobytes() == after.tobytes()

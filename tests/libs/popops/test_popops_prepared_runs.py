@@ -134,3 +134,57 @@ def test_transposed_operands_run_as_strided_views(monkeypatch):
     monkeypatch.setattr(reduce_codelets.ReducePartials, "compute", staticmethod(refuse))
     for _ in range(2):
         run_and_check()
+
+
+def test_runs_compute_quietly_and_host_callbacks_keep_the_callers_error_state():
+    """A run sets NumPy's "ignore" error state once for the device's computations (the
+    IEEE rules: ``1 / 0`` is inf, no error), interpreted and replayed alike; host
+    functions and stream callbacks called from inside it see the error state of the code
+    that called ``run``."""
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    a = _input(g, "a", poplar.FLOAT, (8,))
+    b = _input(g, "b", poplar.FLOAT, (8,))
+    q = popops.div(g, a, b, prog)
+    _output(g, "q", q)
+    hf = g.add_host_function("seen", [(poplar.FLOAT, 8)], [(poplar.FLOAT, 8)])
+    back = g.add_variable(poplar.FLOAT, (8,), "back")
+    poplar.map_tensor_linearly(g, back)
+    _output(g, "back", back)
+    prog.add(poplar.Call(hf, [q], [back]))
+    prog.add(poplar.Copy(q, g.add_device_to_host_fifo("q_out", poplar.FLOAT, 8)))
+    engine = poplar.Engine(g, prog)
+    engine.load(device)
+    states, streamed = [], []
+    engine.connect_stream("q_out", lambda data: streamed.append(np.geterr()["divide"]))
+
+    def seen(inputs, outputs):
+        states.append(np.geterr()["divide"])
+        outputs[0][...] = np.float32(1) / inputs[0]  # raises under the caller's "raise"
+
+    engine.connect_host_function("seen", seen)
+    x = np.array([1, -2, 0, 3, 4, 5, -1, 2], F32)
+    y = np.array([0, 0, 0, 1, 2, 4, 8, 0], F32)
+    engine.write_tensor("a", x)
+    engine.write_tensor("b", y)
+    with np.errstate(divide="warn", invalid="ignore"):
+        for _ in range(3):  # interpreted, then replayed
+            engine.run(0)
+    with np.errstate(all="ignore"):
+        want = x / y
+        np.testing.assert_array_equal(engine.read_tensor("q"), want)
+        np.testing.assert_array_equal(engine.read_tensor("back"), F32(1) / want)
+    assert states == streamed == ["warn"] * 3
+    with np.errstate(all="raise"):
+        engine.write_tensor("a", np.ones(8, F32))
+        engine.write_tensor("b", np.ones(8, F32))
+        engine.run(0)  # the division runs quietly; the callback's 1 / 1 does not raise
+        engine.write_tensor("b", np.zeros(8, F32))
+        try:
+            engine.run(0)  # the device's 1 / 0 is inf; the callback's 1 / inf is 0
+        except FloatingPointError:
+            raise AssertionError("the device's division raised the caller's error") from None
+    np.testing.assert_array_equal(engine.read_tensor("q"), np.full(8, np.inf, F32))
+    np.testing.assert_array_equal(engine.read_tensor("back"), np.zeros(8, F32))
+    assert states[3:] == streamed[3:] == ["raise", "raise"]

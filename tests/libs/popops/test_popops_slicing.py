@@ -315,7 +315,8 @@ def test_replicas_slice_and_scatter_with_their_own_offsets_and_indices() -> None
 def test_prepared_dynamic_slices_follow_each_replicas_offset_run_after_run(monkeypatch) -> None:
     """The prepared copies of dynamic slice / update (one offset tensor): runs that move
     the offsets together (one copy for the replicas) and apart (one per replica), into an
-    output view and from a transposed ``sub`` (copied by address), equal NumPy's."""
+    output view and from a transposed ``sub`` (copied by address), through slices where
+    the rows are one run of memory and index arrays where they wrap, equal NumPy's."""
     from tremula.libs.popops.codelets import dynamic_slice as codelets
 
     prepared: list[str] = []
@@ -333,6 +334,15 @@ def test_prepared_dynamic_slices_follow_each_replicas_offset_run_after_run(monke
 
     for cls, update in ((codelets.DynamicSlice, False), (codelets.DynamicUpdate, True)):
         monkeypatch.setattr(cls, "prepare", staticmethod(spy(update)))
+    kinds: set[str] = set()  # the copies' indices: slices of consecutive rows, else arrays
+    as_slice = codelets._as_slice
+
+    def seen(addresses):
+        found = as_slice(addresses)
+        kinds.add(type(found).__name__)
+        return found
+
+    monkeypatch.setattr(codelets, "_as_slice", seen)
     device = poplar.IPUModel(tiles_per_ipu=4).create_device()
     g = poplar.Graph(device.target, replication_factor=2)
     prog = poplar.Sequence()
@@ -361,3 +371,4 @@ def test_prepared_dynamic_slices_follow_each_replicas_offset_run_after_run(monke
             want[rows] = ss[r].T
             np.testing.assert_array_equal(engine.read_tensor("x_out")[r], want)
     assert sorted(prepared) == ["popops::DynamicSlice<float>", "popops::DynamicUpdate<float>"]
+    assert kinds == {"slice", "ndarray"}  # rows 5, 0 wrap: not one run

@@ -30,7 +30,7 @@ from tremula import poplar
 from tremula.errors import EngineError
 from tremula.libs.gcl import estimators as E
 from tremula.libs.gcl.operators import COLLECTIVE_RULES, CollectiveOperator, element_kind
-from tremula.libs.gcl.views import Addressed, Pieces, row_addresses, row_pieces
+from tremula.libs.gcl.views import Addressed, Pieces, read, row_addresses, row_pieces
 
 
 class _RingVertex(poplar.Codelet):
@@ -261,7 +261,7 @@ def _select_by_address(found: Addressed | None, pre: Any) -> Any:
     def run() -> None:
         for row, (own, _) in enumerate(rows):
             values = work[row].take(own)
-            out[row, at] = values if pre is None else pre(values)
+            out[row, at] = values if pre is None else pre(values)  # at: a slice or addresses
 
     return run
 
@@ -275,7 +275,7 @@ def _combine_by_address(found: Addressed | None, combine: Any, pre: Any, scale: 
     def run() -> None:
         for row, (own, _) in enumerate(rows):
             values = work[row].take(own)
-            res = combine(acc[row].take(at), values if pre is None else pre(values))
+            res = combine(read(acc, row, at), values if pre is None else pre(values))
             if scale != 1.0:
                 res = res * np.asarray(scale, dtype=res.dtype)
             acc[row, at] = res
@@ -288,10 +288,15 @@ def _place_by_address(found: Addressed | None) -> Any:
     if found is None:
         return None
     work, rows, ((chunk, at),) = found
+    # a chunk read as a view that the work addresses overlap is copied before the put
+    held = isinstance(at, slice) and any(
+        bool(np.any((own >= at.start) & (own < at.stop))) for own, _ in rows
+    )
 
     def run() -> None:
         for row, (own, pad) in enumerate(rows):
-            work[row, own] = chunk[row].take(at)
+            values = read(chunk, row, at)
+            work[row, own] = values.copy() if held else values
             if pad.size:
                 work[row, pad] = 0
 

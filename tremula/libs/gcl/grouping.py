@@ -53,7 +53,8 @@ def constant_assignment(num_replicas: int, stride: int, group_size: int) -> np.n
     """The group of each replica under the constant grouping ``(stride, group_size)``.
 
     Blocks of ``stride * group_size`` consecutive replicas hold ``stride`` interleaved groups
-    each (the result of the spec's greedy algorithm; the arguments must be valid).
+    each (the result of PopXL's greedy algorithm: each group in turn takes the lowest
+    unassigned replica and the replicas ``stride`` apart from it; the arguments must be valid).
     """
     r = np.arange(num_replicas, dtype=np.int64)
     block = stride * group_size

@@ -118,9 +118,11 @@ def row_pieces(
 
 
 #: ``(work storage, fields)``, per row ``(own addresses, unused-end addresses)`` and per
-#: chunk field ``(storage, addresses)`` (see :func:`row_addresses`)
+#: chunk field ``(storage, addresses or the slice of them)`` (see :func:`row_addresses`)
 Addressed = tuple[
-    np.ndarray, list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]
+    np.ndarray,
+    list[tuple[np.ndarray, np.ndarray]],
+    list[tuple[np.ndarray, slice | np.ndarray]],
 ]
 
 
@@ -149,5 +151,23 @@ def row_addresses(
         positions = (within + chunk * L).reshape(-1)
         rows.append((v.addresses("work", positions[:C]), v.addresses("work", positions[C:])))
     everything = np.arange(C, dtype=np.int64)
-    chunks = [(f[0], v.addresses(name, everything)) for f, name in zip(fields, names) if f]
+    chunks = [
+        (f[0], as_index(v.addresses(name, everything))) for f, name in zip(fields, names) if f
+    ]
     return work[0], rows, chunks
+
+
+def as_index(addresses: np.ndarray) -> slice | np.ndarray:
+    """``addresses`` as a slice when they are consecutive (a chunk field that is one run of
+    device memory: read and written as a view, not gathered and scattered), else as they
+    are."""
+    n = addresses.size
+    if n and int(addresses[-1]) - int(addresses[0]) == n - 1 and np.all(np.diff(addresses) == 1):
+        return slice(int(addresses[0]), int(addresses[0]) + n)
+    return addresses
+
+
+def read(arr: np.ndarray, row: int, index: slice | np.ndarray) -> np.ndarray:
+    """Elements ``index`` (:func:`as_index`) of row ``row`` of ``arr``: a view for a slice,
+    a gathered copy for addresses."""
+    return arr[row, index] if isinstance(index, slice) else arr[row].take(index)

@@ -273,7 +273,7 @@ def _whole_products(
 
 
 class AmpPartial(_Partial):
-    """Block products on the AMP (ConvPartial1x1Out estimator, spec 3.5)."""
+    """Block products on the AMP (PopLibs' ConvPartial1x1Out estimator, ``amp_cycles``)."""
 
     name = "poplin::AmpPartial"
     code_bytes = 1024
@@ -367,7 +367,7 @@ class ReducePartials(poplar.Codelet):
 
             return accumulate
         if out.dtype == math and parts.dtype == math:
-            return lambda: reduce(parts, axis=5, out=out)
+            return _reduce_into(parts, out) or (lambda: reduce(parts, axis=5, out=out))
 
         def cast() -> None:
             out[...] = reduce(parts, axis=5, dtype=math)
@@ -385,6 +385,66 @@ class ReducePartials(poplar.Codelet):
         p, g, r, c = _shape(v)
         outs = float(g * r * c)
         return np.full(v.n, max(p - 1, 0) * outs + (2.0 * outs if cls.accumulate else 0.0))
+
+
+#: outputs of at least this many bytes that are not one run of memory are reduced through
+#: a contiguous buffer of about :data:`CHUNK_BYTES` at a time (:func:`_reduce_into`)
+MIN_BUFFERED_BYTES = 1 << 18
+CHUNK_BYTES = 1 << 18
+#: the effort ``np.shares_memory`` may spend deciding an overlap (NumPy's stubs type the
+#: argument as its two named values only)
+_OVERLAP_WORK: Any = 1 << 16
+
+
+def _reduce_into(parts: np.ndarray, out: np.ndarray) -> Any:
+    """``np.add.reduce(parts, axis=5, out=out)`` for a large ``out`` that is a strided view
+    (blocks of a matrix: NumPy writes such views at about half the speed of a contiguous
+    array, once per partial): chunks of ``out`` along its outermost axes in memory are
+    reduced into a compact buffer whose axes lie in ``out``'s memory order, and copied
+    into place. Each output element is the same reduction
+    of the same partials (only the output's strides differ, and the partial axis keeps its
+    place in NumPy's iteration, decided by the input's strides), so the numbers are equal.
+    None (reduce in place) for small or contiguous outputs and where ``out`` and ``parts``
+    share memory (a chunk's copy could overwrite partials a later chunk reads)."""
+    if out.nbytes < MIN_BUFFERED_BYTES or out.flags.c_contiguous:
+        return None
+    try:
+        if np.shares_memory(parts, out, max_work=_OVERLAP_WORK):
+            return None
+    except np.exceptions.TooHardError:
+        return None
+    pairs = [(parts, out)]
+    order = sorted(range(out.ndim), key=lambda a: -abs(out.strides[a]))
+    for axis in order:  # split the outermost axes in memory until chunks fit the buffer
+        if pairs[0][1].nbytes <= CHUNK_BYTES:
+            break
+        size = out.shape[axis]
+        if size == 1:
+            continue
+        per = max(1, size * CHUNK_BYTES // pairs[0][1].nbytes)
+        src = axis + 1 if axis >= 5 else axis  # parts has the partial axis at 5
+        pairs = [
+            (
+                p[(slice(None),) * src + (slice(i, i + per),)],
+                o[(slice(None),) * axis + (slice(i, i + per),)],
+            )
+            for p, o in pairs
+            for i in range(0, size, per)
+        ]
+    largest = max(o.size for _, o in pairs)
+    buf = np.empty(largest, dtype=out.dtype)
+    back = np.argsort(order)  # the buffer's axes in out's memory order: compact, same walk
+    chunks = [
+        (p, o, buf[: o.size].reshape([o.shape[a] for a in order]).transpose(back)) for p, o in pairs
+    ]
+    reduce = np.add.reduce
+
+    def run() -> None:
+        for p, o, b in chunks:
+            reduce(p, axis=5, out=b)
+            np.copyto(o, b)
+
+    return run
 
 
 class ReducePartialsAcc(ReducePartials):

@@ -16,7 +16,7 @@ import numpy as np
 
 from tremula.target import Target
 
-# ---- AMP (ConvPartial1x1Out shape, spec 3.5) ----
+# ---- AMP (PopLibs' ConvPartial1x1Out estimator shape, poplin/PerformanceEstimation.hpp) ----
 #: Input channels the AMP consumes per weight load (a conv unit's weights): 16 on Mk1/Mk2.
 AMP_IN_CHANS = 16
 #: Bytes of AMP coefficients loaded per cycle (one 64-bit load).
@@ -39,11 +39,11 @@ MAC_SUPERVISOR_CYCLES = 11
 MAC_WORKER_CYCLES = 12
 MAC_OUTPUT_CYCLES = 5  # pointer set-up, accumulator clear, store, per output element
 
-# ---- reduction of partials (PopLibs' ReduceAdd, spec 3.6 "Reduce") ----
+# ---- reduction of partials (PopLibs' ReduceAdd, popsparse/PerformanceEstimation.hpp) ----
 REDUCE_WORKER_CYCLES = 32  # a worker's set-up and exit
 REDUCE_PER_PARTIAL_CYCLES = 3  # per partial in each loop (load + add)
 #: Loop cycles besides the partials, by (partials size, output size): float partials 7;
-#: half partials "8/9" (spec): 8 into half outputs, 9 into float [choice].
+#: half partials "8/9" (PopLibs gives both): 8 into half outputs, 9 into float [choice].
 REDUCE_LOOP_CYCLES = {(4, 4): 7, (4, 2): 7, (2, 2): 8, (2, 4): 9}
 #: Outputs per loop: 4 floats or 8 halves (the accumulators).
 REDUCE_LOOP_OUTPUTS = {4: 4, 2: 8}
@@ -131,12 +131,13 @@ def reduce_cycles(
     out_size: int,
     accumulate: bool,
 ) -> np.ndarray:
-    """Tile cycles of PopLibs' ``ReduceAdd`` vertex (spec 3.6 "Reduce", the reduction of
-    matmul and convolution partials) summing ``partials`` partials into each of ``n_out``
-    outputs: each loop handles 4 float or 8 half outputs in ``3 x partials + 7`` cycles
-    (half partials: 8 or 9), the loops are shared by the workers, and a worker costs 32 more:
-    ``W x (32 + (3 depth + c) x ceil(loops / W))``, ``loops = ceil(n_out / width)``. When
-    ``accumulate`` (``out += scale x sum``) each loop also loads and scales the output (+1).
+    """Tile cycles of PopLibs' ``ReduceAdd`` vertex (the reduction of matmul and convolution
+    partials, as ``popsparse/PerformanceEstimation.hpp`` costs it) summing ``partials``
+    partials into each of ``n_out`` outputs: each loop handles 4 float or 8 half outputs in
+    ``3 x partials + 7`` cycles (half partials: 8 or 9), the loops are shared by the
+    workers, and a worker costs 32 more: ``W x (32 + (3 depth + c) x ceil(loops / W))``,
+    ``loops = ceil(n_out / width)``. When ``accumulate`` (``out += scale x sum``) each loop
+    also loads and scales the output (+1).
     """
     W = target.num_worker_contexts
     psize = 4 if partials_size >= 4 else 2
@@ -150,7 +151,8 @@ def reduce_cycles(
 
 def exchange_cycles(target: Target, busy_bytes: np.ndarray | int) -> np.ndarray:
     """An internal exchange moving ``busy_bytes`` (max of sent and received) on a tile,
-    with the sync before it; 0 when nothing moves (engine rule, spec section 4)."""
+    with the sync before it; 0 when nothing moves (the engine's rule: sync, fixed cost,
+    ``ceil(bytes / exchange_bytes_per_cycle)``)."""
     busy = np.asarray(busy_bytes, dtype=np.int64)
     cost = (
         target.max_ipu_sync_delay

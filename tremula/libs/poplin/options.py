@@ -22,8 +22,8 @@ INPUT_TYPES = {"half": ("half", "float"), "float": ("half", "float"), "int": ("i
 PARTIALS_TYPES = ("float", "half")
 FULLY_CONNECTED_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 #: Passes PopLibs plans jointly (the three passes of a training layer at once); its conv
-#: planner forces ``swapOperands = true`` for a joint plan
-#: (``shared/spec/popsparse-paper-method.md`` 2), so these matmuls take the columns of ``b``
+#: planner forces ``swapOperands = true`` for a joint plan (``FC_TRAINING_FWD`` and the
+#: other training passes), so these matmuls take the columns of ``b``
 #: as the AMP's output positions.
 JOINT_PASSES = ("TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 KNOWN_OPTIONS = ("availableMemoryProportion", "partialsType", "fullyConnectedPass")

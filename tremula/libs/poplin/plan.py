@@ -18,15 +18,16 @@ blocks, one block product per tile and serial step:
 ``swap`` plans compute ``C^T = B^T A^T`` instead (the planned frame has ``M`` and ``N``
 exchanged), which the AMP prefers when ``N`` offers more output positions than ``M``; as in
 PopLibs, a pass of a training layer (``fullyConnectedPass`` ``TRAINING_*``, planned
-jointly) always swaps (``params.swappable`` False: the joint plan forces ``swapOperands``,
-``shared/spec/popsparse-paper-method.md`` 2).
+jointly) always swaps (``params.swappable`` False: PopLibs' joint plan forces
+``swapOperands = true``).
 ``method`` is ``amp`` (the accumulating matrix product units, for half and float when the
 target has them) or ``mac`` (a dot-product vertex, for ints or where the AMP loses).
 
 Tile numbering puts the two tiles of a super-tile on blocks that read the same operand block
 (``share``: ``"a"``, neighbouring ``N`` blocks read one ``A`` block; ``"b"``, neighbouring
-``M`` blocks read one ``B`` block), which then reaches both at twice the rate (spec section
-4.1, the engine's rule); ``""`` when neither pairing is complete.
+``M`` blocks read one ``B`` block), which then reaches both at twice the rate (PopLibs'
+exchange estimators' super-tile sharing, the engine's rule); ``""`` when neither pairing is
+complete.
 
 Each candidate is costed like the engine runs it, for operands laid out by
 ``create_matmul_input_*`` (each operand block spread in equal pieces over the tiles reading
@@ -165,7 +166,7 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
         methods.insert(0, "amp")
     # the CPU target simulates no cycles: its plans keep the natural frame, whose row-major
     # output is what the host's following element-wise work reads fastest; PopLibs' joint
-    # plans (training passes) force the swap (popsparse-paper-method.md 2)
+    # plans (training passes) force the swap (``swapOperands = true``)
     if target.is_cpu:
         swaps: tuple[bool, ...] = (False,)
     else:
@@ -507,8 +508,9 @@ def _k_loop_reduce(
     nk: np.ndarray,
     serial: np.ndarray,
 ) -> np.ndarray:
-    """Stage-2 cycles of a K loop (PopLibs' input-channel serial split, spec 3.5: a
-    reduction and an add-in-place per serial step): every step sums its partials into the
+    """Stage-2 cycles of a K loop (PopLibs' input-channel serial split, as the conv
+    planner's total in ``poplin/ConvModel.cpp`` has it: a reduction and an add-in-place per
+    serial step): every step sums its partials into the
     accumulator (the first writes it, the others update it), then one cast into the output
     when the types differ."""
     bg, bm, bn = block

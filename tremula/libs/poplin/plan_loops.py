@@ -1,6 +1,6 @@
 """Candidates of the matmul planner that loop over ``N``: PopLibs' output-channel serial
-split (spec 3.5, the conv planner's total: ``broadcastBeforeLoop`` plus, per serial step,
-the exchange, the partial products and the reduction).
+split (the conv planner's total in ``poplin/ConvModel.cpp``: ``broadcastBeforeLoop`` plus,
+per serial step, the exchange, the partial products and the reduction).
 
 Each tile owns a block of ``block_n`` columns (of an ``N`` cut in equal blocks) and the
 whole of its share of ``K``; it computes the block ``step_n`` columns per serial step. Its

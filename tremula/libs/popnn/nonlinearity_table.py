@@ -24,8 +24,8 @@ HARD_SIGMOID          clamp(0.2 x + 0.5, 0, 1)            input: 0.2 if |x| < 2.
 GELU_ERF and HARD_SIGMOID take their gradient from the input as GELU does (an assumption
 for these two: their derivative is not a function of the output alone at every point).
 
-Cycles: the forward costs of SIGMOID, RELU, TANH, GELU and GELU_ERF are popops' (spec
-section 3.3); the others, and every gradient cost, are ``# [proposal]``: the ops of the
+Cycles: the forward costs of SIGMOID, RELU, TANH, GELU and GELU_ERF are popops' (PopLibs'
+perf tables); the others, and every gradient cost, are ``# [proposal]``: the ops of the
 formula counted at popops' per-op costs.
 """
 

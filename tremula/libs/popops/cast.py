@@ -7,11 +7,11 @@ type wraps modulo 2^bits; to half or float rounds to nearest even and overflows 
 bool converts to 0 or 1.
 
 Codelet ``popops::Cast1D<SRC,DST>``: a worker vertex over one part of the output, placed
-like every element-wise op (at most one per worker context on each tile holding the
-output). Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements, spec
-3.3): ``20 + 6 + (atoms - 1) x cyclesPerLoop + 2 x remainder`` context cycles
-[proposal: the 20-cycle base, the 6-cycle fill/drain and the remainder cost], and
-``3 + 5 n`` (plus the base) for 64-bit destinations.
+like every element-wise op (at most one per worker context on each tile holding the output).
+Estimator (PopLibs' Cast: pipelined loops over atoms of 2 or 4 elements):
+``20 + 6 + (atoms - 1) x cyclesPerLoop + 2 x remainder`` context cycles [proposal: the
+20-cycle base, the 6-cycle fill/drain and the remainder cost], and ``3 + 5 n`` (plus the
+base) for 64-bit destinations.
 """
 
 from __future__ import annotations

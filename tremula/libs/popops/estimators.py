@@ -1,6 +1,7 @@
 """popops' cycle estimators: one function per vertex type (or family), from the vertex's
 sizes (a :class:`poplar.VertexInfo`) and the target, in the shapes of PopLibs' estimators
-(spec section 3.3 for element-wise ops, casts and slices, 3.4 for reductions). The
+(``popops/popopsCycleEstimators.cpp`` for element-wise ops, casts and slices,
+``popops/reduction/CycleEstimationFunctions.cpp`` for reductions). The
 codelets' ``cycles`` call them (``popops/codelets/``); per-op costs are the op tables'
 (``ops.py``, ``reduce_ops.py``). Worker vertices are in per-context cycles, supervisor
 vertices in tile cycles.
@@ -37,7 +38,7 @@ def reduce_block_cycles(v: poplar.VertexInfo) -> np.ndarray:
     """Tile cycles of ReduceBlock vertices: ``11 + W x worker`` with the continuous-reduce
     worker shape ``17 + 12 x outputs + cycles x vectors`` when the runs are contiguous
     (``inner > 1``), else the strided shape ``33 + outputVectors x (6 + outer x
-    (vw / loadWidth + 1))`` (spec 3.4)."""
+    (vw / loadWidth + 1))`` (PopLibs' reduction estimators)."""
     W = v.target.num_worker_contexts
     op = Operation[v.params["OP"]]
     in_size = v.dtype("partials").size
@@ -59,7 +60,7 @@ def reduce_block_cycles(v: poplar.VertexInfo) -> np.ndarray:
 
 
 def reduce_partials_cycles(v: poplar.VertexInfo) -> np.ndarray:
-    """Tile cycles of ReducePartials vertices, the generic Reduce vertex of spec 3.4 with
+    """Tile cycles of ReducePartials vertices, PopLibs' generic Reduce vertex estimate with
     the work shared by the workers: ``11 + W x 33 + sum over groups of (28 + 10 x pieces +
     outputVectors x (6 + pieces x (vw / loadWidth + 3)))``."""
     W = v.target.num_worker_contexts
@@ -90,7 +91,7 @@ def dynamic_slice_cycles(v: poplar.VertexInfo) -> np.ndarray:
 
 
 def _multi_cycles(v: poplar.VertexInfo, extra: float) -> np.ndarray:
-    """MultiSlice's shape (spec 3.3) with every index assumed in range (the worst case):
+    """PopLibs' MultiSlice estimate with every index assumed in range (the worst case):
     ``W x (30 + ceil(n / W) x (19 + ceil(rowElems / vw) x cyclesPerVector))``."""
     size = v.dtype("base").size
     vw, cpv = {1: (4, 3), 2: (2, 2)}.get(size, (max(1, v.target.data_path_width // 32), 2))
@@ -136,7 +137,7 @@ def cycles_per_vector(t: Typed, vector_width: int, natural: Callable[[Type], int
     return total
 
 
-# ---- element-wise (spec 3.3) ----
+# ---- element-wise (PopLibs' popopsCycleEstimators.cpp) ----
 
 
 def _fast(rec: ops.ElementwiseOp, t: Type) -> bool:

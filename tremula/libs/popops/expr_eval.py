@@ -242,11 +242,10 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
         steps.append(lambda: np.copyto(out, final, casting="unsafe"))
 
     def run() -> None:
-        with np.errstate(all="ignore"):
-            for step in steps:
-                step()
+        for step in steps:
+            step()
 
-    return run
+    return numerics.quiet(run)
 
 
 def _op_step(

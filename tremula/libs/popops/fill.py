@@ -2,7 +2,7 @@
 
 Codelet ``popops::Fill<T>``: a worker vertex writing one value (its state) over one part of
 the tensor, at most one per worker context on each tile holding the tensor. Estimator
-(spec 3.3, Fill): 8-bit types ``28 + n/4`` below 64 elements, else ``39 + n/8``; 64-bit
+(PopLibs' Fill): 8-bit types ``28 + n/4`` below 64 elements, else ``39 + n/8``; 64-bit
 types ``5 + n``; 16- and 32-bit types [proposal] a 64-bit store loop, ``16 + ceil(bytes/8)``.
 """
 

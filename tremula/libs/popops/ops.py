@@ -26,10 +26,10 @@ Semantics
 Costs
 -----
 ``costs`` maps a type family (``float``, ``half``, ``int`` for every integer type, ``bool``)
-to a :class:`Cost`: PopLibs' perf tables (spec section 3.3) give ``cyclesPerLoop`` either
-per natural 64-bit vector (:func:`N`; the codelet adds its loop overhead) or per
-``elements`` elements (:func:`E`; no overhead). The families listed are the types the op
-accepts. Values not in the spec's table are marked ``# [proposal]``.
+to a :class:`Cost`: PopLibs' perf tables (``popopsCycleEstimators.cpp``) give
+``cyclesPerLoop`` either per natural 64-bit vector (:func:`N`; the codelet adds its loop
+overhead) or per ``elements`` elements (:func:`E`; no overhead). The families listed are the
+types the op accepts. Values not in PopLibs' tables are marked ``# [proposal]``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ _STD = _fh(N(10), N(20))  # [proposal] variance <-> inverse standard deviation
 _SELECT = {"float": N(2), "half": N(2), "int": E(2), "bool": E(2)}  # [proposal]
 
 ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
-    # ---- arithmetic (ADD/SUB/MUL: spec 3.3; int: 7 per element) ----
+    # ---- arithmetic (ADD/SUB/MUL: 1 per vector; int: 7 per element) ----
     ElementwiseOp(B.ADD, "add", np.add, _fh(N(1), N(1), int=E(7)), fast=True),
     ElementwiseOp(B.SUBTRACT, "sub", np.subtract, _fh(N(1), N(1), int=E(7)), fast=True),
     ElementwiseOp(B.MULTIPLY, "mul", np.multiply, _fh(N(1), N(1), int=E(7)), fast=True),
@@ -194,7 +194,7 @@ ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     ElementwiseOp(
         U.SIGNUM, "signum", nx.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)
     ),  # [proposal]
-    # ---- roots, exponentials, logarithms (spec 3.3 where listed) ----
+    # ---- roots, exponentials, logarithms (PopLibs' perf tables where listed) ----
     ElementwiseOp(U.SQRT, "sqrt", _sqrt, _fh(N(10), N(23), int=E(110))),
     ElementwiseOp(U.RSQRT, "rsqrt", _rsqrt, _fh(N(8), N(19))),
     ElementwiseOp(U.CBRT, "cbrt", np.cbrt, _fh(E(60), E(60))),  # [proposal]
@@ -217,7 +217,7 @@ ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     ElementwiseOp(U.GELU, "gelu", m.gelu_tanh, _fh(N(24), N(10)), flops=8),  # [proposal]
     ElementwiseOp(U.GELU_ERF, "gelu_erf", m.gelu_erf, _fh(N(40), N(16)), flops=10),  # [proposal]
     ElementwiseOp(U.ERF, "erf", m.erf, _fh(N(30), N(12)), flops=8),  # [proposal]
-    # ---- rounding (CEIL/FLOOR: spec 3.3) ----
+    # ---- rounding (CEIL/FLOOR: 2 per vector) ----
     ElementwiseOp(U.CEIL, "ceil", np.ceil, _fh(N(2), N(2))),
     ElementwiseOp(U.FLOOR, "floor", np.floor, _fh(N(2), N(2))),
     ElementwiseOp(U.ROUND, "round", nx.round_half_away, _fh(N(2), N(2))),  # [proposal]

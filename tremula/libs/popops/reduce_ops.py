@@ -36,7 +36,7 @@ class OpSpec:
     ``ufunc`` combines values (``None`` for LOG_ADD); ``square`` squares the inputs of the
     first stage; ``then`` is the operation of the stages that combine partials; ``kinds``
     lists the NumPy dtype kinds accepted as input; ``cycles_per_vector`` and
-    ``accumulating`` feed the estimators (spec section 3.4: ADD and SQUARE_ADD use the
+    ``accumulating`` feed the estimators (PopLibs' reduction estimators: ADD and SQUARE_ADD use the
     accumulators, 4 floats or 8 halves a vector; MIN/MAX/MUL the natural vector width;
     LOG_ADD 23 cycles per float2 / 13 per half4; the logical ops run C++ code at ~26 cycles
     per element).

@@ -10,8 +10,8 @@ and half are computed in float32 and rounded once; integers wrap.
 Codelets (worker vertices over one part of ``a``, at most one per worker context per tile
 holding ``a``): ``popops::ScaledAdd1D<T,S>`` (number scales, state ``scaleA`` /
 ``scaleB``), ``popops::ScaledAdd1DTensor<T,S>`` (tensor ``scaleB``; state ``subtract``)
-and ``popops::aXPlusbY1DTensor<T,S>`` (tensors ``scaleA`` and ``scaleB``). Estimator (spec
-3.3, ScaledAdd): ``16 + 9 + cpv x (vectors - 1) + 4 x remainder`` with ``cpv`` 5 for half
+and ``popops::aXPlusbY1DTensor<T,S>`` (tensors ``scaleA`` and ``scaleB``). Estimator (PopLibs'
+ScaledAdd): ``16 + 9 + cpv x (vectors - 1) + 4 x remainder`` with ``cpv`` 5 for half
 data with a float scale, 3 otherwise [proposal], +1 per vector when ``a`` is scaled and +4
 per tensor scale [proposal]; integers ``53 + 26 floor(n/3) + 9 (n mod 3)``.
 """

@@ -1,18 +1,18 @@
-"""Placing a pattern's grain blocks into buckets (spec sections 2.3 to 2.5).
+"""Placing a pattern's grain blocks into buckets (PopLibs' ``SparsePartitionerImpl.cpp``).
 
 Input: the grain blocks of the pattern, sorted row-major, as grain-row and grain-column
 indices. Output (:class:`Assignment`): for every block its *home* row (a row of its home
 PN's piece) and the sub-group it ends up in, and for every sub-group its bucket, its home
 PN and its place among the bucket's sub-groups.
 
-1. Tile pieces (2.3): the blocks of each (x, y) tile, concatenated row by row in row order,
+1. Tile pieces: the blocks of each (x, y) tile, concatenated row by row in row order,
    are cut into ``Pz`` near-equal pieces (the first ``n % Pz`` one block longer; a row may
    be cut); piece ``z`` belongs to PN ``(x Py + y) Pz + z``. Inside a PN the rows are
    ordered by decreasing length, ties by increasing row.
-2. Strip (2.5.1): a PN whose piece does not fit its bucket (all PNs under
+2. Strip: a PN whose piece does not fit its bucket (all PNs under
    ``forceBucketSpills``) keeps the longest prefix of its rows that fits (none under
    ``forceBucketSpills``); the other rows become its *overflow*.
-3. Spill (2.5.2): over the PN ranges ``Pz`` (same x, y), ``Py Pz`` (same x) and all PNs
+3. Spill: over the PN ranges ``Pz`` (same x, y), ``Py Pz`` (same x) and all PNs
    (the last two swapped under ``forceBucketSpills``), each run twice (whole rows, then
    also part of a row, taken from the row's end), overflows in decreasing size (ties by PN)
    are offered to candidate PNs of their range: with ``optimiseForSpeed`` the PN itself
@@ -24,7 +24,7 @@ PN and its place among the bucket's sub-groups.
    the normal mode places.
 4. What is left raises :class:`BucketOverflowError` ("Overflow in buckets").
 
-Bucket accounting (2.4), in uint16 words, per sub-group of ``r`` rows and ``n`` grain
+Bucket accounting, in uint16 words, per sub-group of ``r`` rows and ``n`` grain
 blocks: element-wise ``9 + 5 W + (1 + 4 Wg if GradW) + 2 r + n`` with ``W = Wg = 6``
 (with ``useActualWorkerSplitCosts`` the workers that get work); block
 ``7 + (4 x 6 if GradW) + 2 r + n``; non-shared GradA meta-info ``9 + 5 x 6 + 2 c + 2 n``
@@ -67,7 +67,7 @@ class Assignment:
 
 
 class _Costing:
-    """Meta-info words and nz blocks of a sub-group (spec 2.4)."""
+    """Meta-info words and nz blocks of a sub-group (the accounting above)."""
 
     def __init__(self, plan: Plan) -> None:
         opts = plan.options
@@ -135,7 +135,7 @@ class Bucketing:
         self.sg_pn: list[int] = []
         self.elem_sg = np.full(self.order.size, -1, dtype=np.int64)
 
-    # ---- 1. tile pieces and the Z split (2.3) ----
+    # ---- 1. tile pieces and the Z split ----
     def _pieces(self, rows_g: np.ndarray, cols_g: np.ndarray) -> None:
         p = self.plan
         px, py, pz = p.partition.xyz
@@ -337,7 +337,7 @@ class Bucketing:
         return np.stack([fwd, grad_a, nz], axis=1)
 
     def spill(self, overflows: list[_Overflow]) -> None:
-        """Offer the overflows to other PNs, range by range (spec 2.5.2)."""
+        """Offer the overflows to other PNs, range by range (step 3 above)."""
         p = self.plan
         px, py, pz = p.partition.xyz
         opts = p.options
@@ -427,7 +427,7 @@ def _last_true(pred, n: int) -> int:
 
 
 def assign(plan: Plan, rows_g: np.ndarray, cols_g: np.ndarray) -> Assignment:
-    """Place the grain blocks (sorted row-major) into buckets (spec 2.3 to 2.5)."""
+    """Place the grain blocks (sorted row-major) into buckets: pieces, strip, spill."""
     state = Bucketing(plan, rows_g, cols_g)
     state.spill(state.home())
     return state.result()

@@ -1,4 +1,4 @@
-"""Bucket sizing (spec section 3.4) and the planner's cost model (section 3.5), vectorised
+"""Bucket sizing and the planner's cost model (PopLibs' ``FullyConnectedPlan.cpp``), vectorised
 over candidate partitions ``(Px, Py, Pz)`` of one method and exchange plan.
 
 :func:`candidate_table` returns, per candidate, the bucket sizes, the estimated cycles of
@@ -7,9 +7,9 @@ phases of all passes) and whether the candidate is valid (no empty partition, ui
 of the meta-info respected). The planner picks among these; :func:`planner.estimate_cost`
 evaluates one candidate with the same code.
 
-The model assumes a uniform pattern (section 4.8): every bucket holds one sub-group of its
-own tile, ``ceil(Rg / P)`` grain blocks, and the propagation phase costs 0 cycles (its
-double buffers still count as temporary memory).
+The model assumes a uniform pattern, as PopLibs' planner does: every bucket holds one
+sub-group of its own tile, ``ceil(Rg / P)`` grain blocks, and the propagation phase costs 0
+cycles (its double buffers still count as temporary memory).
 """
 
 from __future__ import annotations
@@ -26,19 +26,19 @@ from tremula.target import Target
 
 cdiv = est.cdiv
 
-#: Exchange atom (bytes) that nz buckets are a multiple of (spec 3.4, "exchAtom" = 8).
+#: Exchange atom (bytes) that nz buckets are a multiple of (PopLibs' "exchAtom" = 8).
 EXCHANGE_ATOM_BYTES = 8
-#: Meta-info bucket sizes are a multiple of this many uint16 words (spec 3.4).
+#: Meta-info bucket sizes are a multiple of this many uint16 words.
 META_INFO_ALIGN = 8
-#: The planner's assumed sub-groups per bucket in the meta-info estimate (spec 3.4).
+#: The planner's assumed sub-groups per bucket in the meta-info estimate.
 ASSUMED_SUB_GROUPS = 2
 UINT16_MAX = 0xFFFF
 
 
 @dataclass(frozen=True)
 class Method:
-    """On-tile method (spec 3.1/3.2): the grain of each dim ``grouping = (groups, x, y, z)``
-    and the vertex of each pass."""
+    """On-tile method (PopLibs' ``Plan::method``): the grain of each dim ``grouping =
+    (groups, x, y, z)`` and the vertex of each pass."""
 
     grouping: tuple[int, int, int, int]
     fwd: str
@@ -74,7 +74,7 @@ def occupancy(
     xg: np.ndarray | int, yg: np.ndarray | int, d: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows with a non-zero and non-zeros per such row of a uniform ``xg x yg`` grid of
-    density ``d`` (``getNumGroupsGivenUniformSparsityPattern``, spec 3.4)."""
+    density ``d`` (``getNumGroupsGivenUniformSparsityPattern``)."""
     xg, yg = np.asarray(xg, dtype=np.float64), np.asarray(yg, dtype=np.float64)
     x_nz = _ceil(xg * (1.0 - (1.0 - d) ** yg))
     total = _ceil(xg * yg * d)
@@ -94,14 +94,14 @@ def _align(x: np.ndarray | int, a: int) -> np.ndarray:
 
 
 def total_nz_groups(problem: Problem, method: Method) -> int:
-    """``Rg = G ceil((in/by) (out/bx) d)``: grain blocks of the whole matrix (spec 3.4)."""
+    """``Rg = G ceil((in/by) (out/bx) d)``: grain blocks of the whole matrix."""
     x, y, _ = problem.dims
     _, gx, gy, _ = method.grouping
     return exact_ceil((y // gy) * (x // gx) * problem.params.nz_ratio)
 
 
 def nz_elems_per_bucket(problem: Problem, method: Method, buckets: np.ndarray) -> np.ndarray:
-    """nz values per bucket (spec 3.4): ``u = ceil(Rg / P)`` grain blocks, oversized by
+    """nz values per bucket: ``u = ceil(Rg / P)`` grain blocks, oversized by
     ``metaInfoBucketOversizeProportion`` (rounded half up), aligned to the exchange atom,
     then to 64 bits of partials when GradW is planned."""
     area = method.grouping[1] * method.grouping[2]
@@ -118,7 +118,7 @@ def meta_info_elems_per_bucket(
     problem: Problem, method: Method, xg: np.ndarray, yg: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, GradA) meta-info words per bucket for tiles of ``xg x yg`` grain blocks
-    (spec 3.4). GradA is 0 when the buckets are shared (block methods, or element-wise
+    GradA is 0 when the buckets are shared (block methods, or element-wise
     with ``sharedBuckets``): the GradA pass then reads the forward meta-info."""
     d, opts = problem.params.nz_ratio, problem.options
     over = 1.0 + opts.meta_info_bucket_oversize_proportion
@@ -175,7 +175,7 @@ def candidate_table(
 def range_checks(
     problem: Problem, method: Method, t: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Meta-info values must fit uint16 (spec 2.7): ids, offsets, counts, and for
+    """Meta-info values must fit uint16: ids, offsets, counts, and for
     element-wise the byte offsets ``(Ytile-1) Ztile typeFactor`` of the dense operand. Each
     entry is true where the candidate meets the named limit."""
     tf = problem.type_size
@@ -206,9 +206,9 @@ def _fwd_like(
     parts: tuple[np.ndarray, ...],
     grad_a: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Cycles and temporary bytes of the Fwd pass, or of GradA (X and Y exchanged), per
-    spec 3.5: distribution exchange, distribution compute, (free) propagation, reduction
-    over the partitions of the pass's Y (or a cast)."""
+    """Cycles and temporary bytes of the Fwd pass, or of GradA (X and Y exchanged), as
+    PopLibs' planner costs it: distribution exchange, distribution compute, (free)
+    propagation, reduction over the partitions of the pass's Y (or a cast)."""
     target, ts, ps = problem.target, problem.type_size, problem.partials_size
     px, py, pz = parts
     a_t, b_t = (t["yt"], t["xt"]) if grad_a else (t["xt"], t["yt"])
@@ -257,7 +257,7 @@ def _vertex(
     grad_a: bool,
 ) -> np.ndarray:
     """Distribution compute of one tile: the vertex over the ``Pz`` buckets of its group,
-    each holding one matching sub-group of ``u`` grain blocks (spec 3.5 step 3)."""
+    each holding one matching sub-group of ``u`` grain blocks (the uniform pattern)."""
     target, ts = problem.target, problem.type_size
     xg, yg = grains
     rows_grid = (
@@ -283,9 +283,9 @@ def _grad_w(
     u: np.ndarray,
     xg: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Cycles and temporary bytes of the GradW pass (spec 3.5): the dense operands' slices,
-    an optional block re-layout, ``Pz - 1`` distribution exchanges of buckets or of
-    operands, ``Pz`` computes into the nz partials, a final cast."""
+    """Cycles and temporary bytes of the GradW pass, as PopLibs' planner costs it: the dense
+    operands' slices, an optional block re-layout, ``Pz - 1`` distribution exchanges of
+    buckets or of operands, ``Pz`` computes into the nz partials, a final cast."""
     target, ts, ps = problem.target, problem.type_size, problem.partials_size
     xt, yt, zt, pz = t["xt"], t["yt"], t["zt"], t["pz"]
     inputs = (xt + yt) * zt * ts

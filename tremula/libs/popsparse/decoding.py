@@ -1,5 +1,6 @@
-"""Reading buckets back (spec section 2.12): walk each bucket's forward meta-info until the
-0 terminator, rebuild the absolute coordinates of every block and find its values.
+"""Reading buckets back (PopLibs' ``bucketsToCOOMatrix``): walk each bucket's forward
+meta-info until the 0 terminator, rebuild the absolute coordinates of every block and find
+its values.
 
 Only the meta-info is read (no state of the partitioner), so this also decodes GradW
 results, which share the nz layout. Every structural check failing raises
@@ -52,7 +53,7 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
 
 
 class _BucketReader:
-    """Walks the forward meta-info of bucket ``b``, one sub-group at a time (spec 2.7/2.8)."""
+    """Walks the forward meta-info of bucket ``b``, one sub-group at a time."""
 
     def __init__(
         self,

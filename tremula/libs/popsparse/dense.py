@@ -1,6 +1,6 @@
-"""The dense fallback (plan constraint ``useDense``, spec 4.8): Fwd/GradA run as poplin
-dense matmuls and the nz tensor holds the whole weight matrix, transposed, ``[Y][X]``
-(spec 2.10); there is no meta-info. The planner never picks it unless constrained; its cost
+"""The dense fallback (plan constraint ``useDense``): Fwd/GradA run as poplin
+dense matmuls and the nz tensor holds the whole weight matrix, transposed, ``[Y][X]``;
+there is no meta-info. The planner never picks it unless constrained; its cost
 is poplin's planner estimate of each planned pass.
 
 Reading back reports the blocks with a non-zero value: explicit zeros of the pattern are

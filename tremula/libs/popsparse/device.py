@@ -3,11 +3,11 @@ and the checks of its use, the regions of processing nodes (PNs) that vertices a
 by, the views of the buckets and dense operands those vertices read, and the tile mappings
 of the tensors the layer creates.
 
-Everything is in forward terms (``W[X][Y]``, ``S[Y][Z]``, ``Q[X][Z]``, spec 1); the layer's
-dense tensors are batch-major as its API takes them: activations ``[Z][Y]``, outputs and
-output gradients ``[Z][X]``; partials are ``[P][Z][N]`` (one ``[Z][N]`` slab per partition
-of the reduced dim). A PN ``(x, y, z)`` is bucket ``b = (x Py + y) Pz + z`` and sits on the
-tile the pass's mapping gives (``Plan.bucket_tiles``).
+Everything is in forward terms (``W[X][Y]``, ``S[Y][Z]``, ``Q[X][Z]``, PopSparse's
+notation); the layer's dense tensors are batch-major as its API takes them: activations
+``[Z][Y]``, outputs and output gradients ``[Z][X]``; partials are ``[P][Z][N]`` (one
+``[Z][N]`` slab per partition of the reduced dim). A PN ``(x, y, z)`` is bucket ``b = (x Py
++ y) Pz + z`` and sits on the tile the pass's mapping gives (``Plan.bucket_tiles``).
 
 **Regions.** The partitions of X and of Y are all equal but the last; the PNs whose X and
 Y partitions have equal sizes form a region, a ``[gx, gy, Pz]`` grid (at most four per
@@ -340,7 +340,7 @@ def segments(t: poplar.Tensor, n: int) -> poplar.Segments:
 
 def expected_work(plan: Plan, r: Region, buckets: int, grad_a: bool) -> tuple[int, int]:
     """Rows and grain blocks of a matching sub-group per bucket under the uniform pattern
-    the plan was made for (the planner's estimate, spec 3.5): the cycle-estimate inputs."""
+    the plan was made for (the planner's estimate): the cycle-estimate inputs."""
     x, y, _ = plan.params.shape
     bx, by = plan.block_dimensions
     blocks = exact_ceil((x // bx) * (y // by) * plan.params.nz_ratio)
@@ -424,7 +424,7 @@ def map_dense_input(
 ) -> None:
     """A ``[Z][N]`` operand (``N`` split along ``dim``) spread over the PNs that read each
     of its slices (the X partitions of a Y slice, or the Y partitions of an X slice), at
-    least 128 bytes per tile (spec 4.1)."""
+    least 128 bytes per tile (as PopLibs' ``createFullyConnectedInput`` maps it)."""
     px, py, pz = plan.partition.xyz
     z, n = t.shape
     zp = pn_coords(plan, "z", z)[:, None]

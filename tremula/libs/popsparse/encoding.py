@@ -1,5 +1,6 @@
-"""Encoding placed blocks into the flat meta-info and nz tensors (spec sections 2.6 to
-2.10), vectorised over sub-groups, rows and blocks; and the overflow info.
+"""Encoding placed blocks into the flat meta-info and nz tensors (PopLibs'
+``SparsePartitionerImpl.cpp``, ``SparseMetaInfo.hpp``), vectorised over sub-groups, rows and
+blocks; and the overflow info.
 
 The word layouts are documented in ``OVERVIEW.md`` ("Meta-info"); every offset below is in
 uint16 words from the start of the entry named, every nz offset in values of the data type
@@ -79,7 +80,7 @@ def order_groups(plan: Plan, a: Assignment) -> _Groups:
     )
 
 
-# ---- work splits, vectorised over sub-groups (spec 2.7) ----
+# ---- work splits, vectorised over sub-groups (``splitTileBetweenWorkers``) ----
 
 
 def worker_table(
@@ -161,7 +162,7 @@ def _bucket_offsets(
 
 def encode_meta_info(plan: Plan, g: _Groups) -> np.ndarray:
     """The whole meta-info tensor: overflow info, then per bucket its forward meta-info
-    and, for non-shared element-wise GradA, its GradA meta-info (spec 2.10)."""
+    and, for non-shared element-wise GradA, its GradA meta-info."""
     out = _Words(plan.meta_info_elems)
     oi = overflow_info(plan, g.bucket, g.x, g.y)
     out.put(np.arange(oi.size), oi, "overflow info")
@@ -176,7 +177,7 @@ def encode_meta_info(plan: Plan, g: _Groups) -> np.ndarray:
 
 
 def overflow_info(plan: Plan, bucket: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``[xEnd, yEnd, zEnd, bitset...]`` (spec 2.6): the farthest (dx, dy), lexicographic,
+    """``[xEnd, yEnd, zEnd, bitset...]``: the farthest (dx, dy), lexicographic,
     of any sub-group from its bucket's own tile, and the X distances present (2 bits per
     word, as PopLibs packs them)."""
     px, py, pz = plan.partition.xyz
@@ -202,7 +203,7 @@ def _row_positions(
 
 
 def _encode_element_wise(plan: Plan, g: _Groups, out: _Words, base: np.ndarray) -> None:
-    """Forward sub-groups (spec 2.7): 9-word header, 5 words per worker, the GradW split
+    """Forward sub-groups: 9-word header, 5 words per worker, the GradW split
     (1 + 4 words per worker) when GradW is planned, then the rows."""
     py, tf, z_tile = plan.partition.y, plan.type_factor, plan.z_tile
     zg = plan.z_grain
@@ -287,7 +288,7 @@ def _put_grad_w(
 
 
 def _encode_block(plan: Plan, g: _Groups, out: _Words, base: np.ndarray) -> None:
-    """Block sub-groups (spec 2.8): 7-word header, GradW entries, then the block rows."""
+    """Block sub-groups: 7-word header, GradW entries, then the block rows."""
     py = plan.partition.y
     bx, by = plan.block_dimensions
     area = bx * by
@@ -321,7 +322,7 @@ def _encode_block(plan: Plan, g: _Groups, out: _Words, base: np.ndarray) -> None
 
 
 def _encode_grad_a(plan: Plan, g: _Groups, out: _Words, base: np.ndarray) -> None:
-    """Non-shared GradA sub-groups (spec 2.7), one per forward sub-group in the same order:
+    """Non-shared GradA sub-groups, one per forward sub-group in the same order:
     the sub-group transposed (rows = forward columns, increasing), each block a pair
     (position in the forward sub-group x typeFactor, forward row offset x typeFactor x
     numZ); worker sparse offsets are 0."""
@@ -386,7 +387,7 @@ def _encode_grad_a(plan: Plan, g: _Groups, out: _Words, base: np.ndarray) -> Non
 
 
 def encode_nz(plan: Plan, g: _Groups, blocks: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """nz buckets (spec 2.9): each bucket's blocks in sub-group, row, column order, each
+    """nz buckets: each bucket's blocks in sub-group, row, column order, each
     block row-major, zero padding to ``nzElemsPerBucket``."""
     area = blocks.shape[1] if blocks.ndim == 2 else 1
     nz = np.zeros(plan.nz_elems, dtype=dtype)

@@ -17,18 +17,19 @@ class PopsparseError(TremulaError, ValueError):
 
 class SparseFormatError(PopsparseError):
     """A COO / CSR / CSC matrix fails validation, or a conversion between formats or block
-    sizes cannot be done (spec sections 1.3 and 2.11)."""
+    sizes cannot be done."""
 
 
 class PlanningError(PopsparseError):
-    """No plan can honour the parameters, type or plan constraints (spec section 3.3)."""
+    """No plan can honour the parameters, type or plan constraints."""
 
 
 class BucketOverflowError(PopsparseError):
-    """A sparsity pattern does not fit in the buckets the plan sized (spec section 2.5):
+    """A sparsity pattern does not fit in the buckets the plan sized ("Overflow in buckets"):
     raise ``metaInfoBucketOversizeProportion`` or plan for a higher density."""
 
 
 class MetaInfoError(PopsparseError):
     """Meta-info read back is corrupt or does not belong to this partitioner's plan
-    (spec section 2.12), or a value does not fit its uint16 word (section 2.7)."""
+    ("Invalid meta-info"), or a value does not fit its uint16 word ("Metainfo bucket element
+    exceeds type bound")."""

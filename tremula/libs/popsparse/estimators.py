@@ -1,14 +1,15 @@
-"""Cycle estimates of PopSparse's vertices, exchanges, reductions and casts (spec sections
-3.5 and 3.6), shared by the planner (``cost.py``) and the codelets (``codelets/``): a vertex
-estimate is one function here that both call.
+"""Cycle estimates of PopSparse's vertices, exchanges, reductions and casts (PopLibs'
+``popsparse/PerformanceEstimation.hpp`` and its planner), shared by the planner
+(``cost.py``) and the codelets (``codelets/``): a vertex estimate is one function here that
+both call.
 
 Every function is vectorised: size arguments may be NumPy arrays (one entry per planner
 candidate) and results have their broadcast shape (int64). Vertex estimates are tile cycles:
 a worker's cycles count ``num_worker_contexts`` times (the barrel) plus the supervisor's own
-part ("total = worker cycles x 6 + supervisor", section 3.6).
+part ("total = worker cycles x 6 + supervisor").
 
-The spec gives the shape of each estimate and most constants; where it gives a range or
-"details in the source" the value chosen here is marked ``# [choice]``.
+PopLibs gives the shape of each estimate and most constants; where a constant is known only
+as a range, or not at all, the value chosen here is marked ``# [choice]``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def cdiv(a: Array, b: Array) -> np.ndarray:
     return -(-np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64))
 
 
-# ---- exchange, zeroing, reduction, cast (section 3.5) ----
+# ---- exchange, zeroing, reduction, cast (the planner's cost model) ----
 
 
 def exchange_cycles(target: Target, num_bytes: Array, share: Array = 1) -> np.ndarray:
@@ -39,7 +40,7 @@ def exchange_cycles(target: Target, num_bytes: Array, share: Array = 1) -> np.nd
 
 def broadcast_share(target: Target, consecutive_receivers: Array) -> np.ndarray:
     """2 when data goes to an even run of consecutive tiles and super-tiles of 2 can receive
-    together (spec 3.5's exchange estimator), else 1."""
+    together (PopLibs' exchange estimator), else 1."""
     pairs = target.tiles_per_super_tile == 2 and target.supports_super_tile_send_receive
     even = np.asarray(consecutive_receivers) % 2 == 0
     return np.where(pairs & even, 2, 1).astype(np.int64)
@@ -51,8 +52,8 @@ ZERO_OVERHEAD_CYCLES = 20
 
 def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
     """Zeroing ``num_bytes`` of partials: one 64-bit store per worker cycle. What the
-    vertices of a first compute (distribution) pay for zeroing their partials ("zeroInfo",
-    spec 4.7) on the device."""
+    vertices of a first compute (distribution) pay for zeroing their partials ("zeroInfo": the
+    64-bit words of partials to zero) on the device."""
     w = target.num_worker_contexts
     words = cdiv(num_bytes, 8)
     return np.where(words > 0, w * (ZERO_OVERHEAD_CYCLES + cdiv(words, w)), 0)
@@ -60,11 +61,11 @@ def zero_cycles(target: Target, num_bytes: Array) -> np.ndarray:
 
 def planner_zero_cycles(target: Target, num_partials: Array) -> np.ndarray:
     """What PopLibs' planner charges for zeroing ``num_partials`` partials of a tile
-    (``popsparse-paper-method.md`` 2): it calls ``zeroPartialsCycles`` with the partials
-    *per worker*, ``ceil(num_partials / W)`` (``FullyConnectedPlan.cpp``), and that helper
-    returns its argument times the number of workers (the quirk of spec 3.5): about the
-    partials of the tile, ``ceil(num_partials / W) x W``. The device charges the zeroing
-    itself (:func:`zero_cycles`)."""
+    (``FullyConnectedPlan.cpp`` around lines 647 and 821): it calls ``zeroPartialsCycles``
+    with the partials *per worker*, ``ceil(num_partials / W)``, and that helper computes a
+    cycle count but returns its argument times the number of workers (a PopLibs quirk):
+    about the partials of the tile, ``ceil(num_partials / W) x W``. The device charges the
+    zeroing itself (:func:`zero_cycles`)."""
     w = target.num_worker_contexts
     return cdiv(num_partials, w) * w
 
@@ -73,15 +74,17 @@ def reduce_cycles(
     target: Target, partials_size: int, depth: Array, outputs: Array, out_size: int | None = None
 ) -> np.ndarray:
     """Reduce ``depth`` partials into ``outputs`` values per tile: the reduction of the
-    partials is PopLibs' conv reduction helper (spec 3.6 "Reduce"), i.e. poplin's
-    ``ReduceAdd`` estimate (:func:`tremula.libs.poplin.estimators.reduce_cycles`); outputs
-    of the partials' type unless ``out_size`` is given."""
+    partials is PopLibs' conv reduction helper (``Reduce`` in
+    ``PerformanceEstimation.hpp``), i.e. poplin's ``ReduceAdd`` estimate
+    (:func:`tremula.libs.poplin.estimators.reduce_cycles`); outputs of the partials' type
+    unless ``out_size`` is given."""
     out = partials_size if out_size is None else out_size
     return poplin_est.reduce_cycles(target, outputs, depth, partials_size, out, False)
 
 
 def cast_cycles(target: Target, n: Array, from_size: int, to_size: int) -> np.ndarray:
-    """``(max(ceil(n/6/pw), ceil(n/6/ow)) + 26) x 6`` (spec 3.6 "Cast"); 0 for no elements."""
+    """``(max(ceil(n/6/pw), ceil(n/6/ow)) + 26) x 6`` (PopLibs' Cast estimate); 0 for no
+    elements."""
     w = target.num_worker_contexts
     pw, ow = target.vector_width(from_size), target.vector_width(to_size)
     n = np.asarray(n, dtype=np.int64)
@@ -89,17 +92,17 @@ def cast_cycles(target: Target, n: Array, from_size: int, to_size: int) -> np.nd
     return np.where(n > 0, cycles, 0)
 
 
-# ---- element-wise vertices (section 3.6) ----
+# ---- element-wise vertices (PerformanceEstimation.hpp) ----
 
 #: Fast paths of the element-wise Fwd worker: (type size, Z) -> (overhead, per row, per nz).
 EW_FWD_FAST = {(2, 8): (28, 15, 3), (2, 4): (30, 11, 2), (4, 4): (25, 13, 3), (4, 2): (27, 11, 2)}
 EW_FWD_OVERHEAD = 30  # [choice] worker overhead of the general-Z path
 #: The general-Z path as PopLibs' estimator charges it (the planner's): its loop constant
 #: once per row, ``16 + numZ/8 x 3 x numY`` (half), ``12 + numZ/4 x 3 x numY`` (float)
-#: (popsparse-paper-method.md 2): type size -> (per row, Z chunk).
+#: type size -> (per row, Z chunk).
 EW_FWD_ESTIMATE = {2: (16, 8), 4: (12, 4)}
 #: The general-Z path as the assembly runs it (``SparseDenseMatMulElementWise_half_float.S``,
-#: ``_float_float.S``; popsparse-paper-method.md 2): per row 12 bundles, per 8-wide (half) /
+#: ``_float_float.S``): per row 12 bundles, per 8-wide (half) /
 #: 4-wide (float) chunk of Z 17 / 12 bundles plus 3 per non-zero.
 EW_FWD_ASM_ROW = 12
 EW_FWD_ASM_CHUNK = {2: 17, 4: 12}
@@ -110,9 +113,9 @@ def ew_fwd_terms(
     type_size: int, z: Array, assembly: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(overhead, per row, per nz) cycles of the element-wise Fwd / GradA worker for ``z``
-    batch columns: the fast paths of spec 3.6; else PopLibs' estimator (3 cycles per nz per
-    64-bit chunk of ``z``, 8 half / 4 float, plus a remainder term [choice]), or with
-    ``assembly`` what the Fwd codelet's assembly pays (a partial chunk as a whole one
+    batch columns: PopLibs' fast paths (``EW_FWD_FAST``); else PopLibs' estimator (3 cycles
+    per nz per 64-bit chunk of ``z``, 8 half / 4 float, plus a remainder term [choice]), or
+    with ``assembly`` what the Fwd codelet's assembly pays (a partial chunk as a whole one
     [choice])."""
     z = np.asarray(z, dtype=np.int64)
     row, chunk = EW_FWD_ESTIMATE[type_size]
@@ -151,8 +154,8 @@ def ew_fwd_split_worker(
 ) -> int:
     """The slowest worker of the element-wise Fwd vertex on one sub-group of an *actual*
     pattern: its rows (non-zeros per row, in sub-group order) split over the workers as the
-    partitioner splits them (:func:`layout.worker_split`), each worker costed by spec 3.6
-    on its own rows. The device's static estimate (:func:`ew_product_cycles`) assumes the
+    partitioner splits them (:func:`layout.worker_split`), each worker costed by PopLibs'
+    estimator on its own rows. The device's static estimate (:func:`ew_product_cycles`) assumes the
     plan's uniform rows instead; this is what a pattern's imbalance adds to it."""
     row_nnz = np.asarray(row_nnz, dtype=np.int64)
     worst = 0
@@ -172,7 +175,7 @@ def ew_supervisor(
     found: int = 46,
     skip: int = 32,
 ) -> np.ndarray:
-    """The supervisor's walk over buckets (spec 3.6): ``constant + skip (buckets -
+    """The supervisor's walk over buckets (PopLibs' estimate): ``constant + skip (buckets -
     withInfo) avgSG + withInfo (search (avgFirstMatch + 1) + found)``, ``avgFirstMatch =
     (avgSG-1)/2``; ``skip`` is 32 for the element-wise vertices, 33 for the block ones."""
     buckets, with_info = np.asarray(buckets), np.asarray(with_info)
@@ -186,14 +189,14 @@ def ew_supervisor(
 
 def ew_transpose_worker(type_size: int, z: Array, nz: Array) -> np.ndarray:
     """One worker of the shared-bucket GradA ``Transpose`` vertex: the nz are divided over
-    the workers at run time, ~10 cycles per nz per 64-bit chunk of Z (spec 3.6)."""
+    the workers at run time, ~10 cycles per nz per 64-bit chunk of Z (PopLibs' estimate)."""
     chunk = 8 if type_size == 2 else 4
     nz = np.asarray(nz, dtype=np.int64)
     return np.where(nz > 0, 20 + nz * 10 * cdiv(z, chunk), 0)  # [choice] 20 set-up
 
 
 #: Element-wise GradW: per output row overhead, fast-path cycles per nz for (size, Z).
-EW_GRADW_ROW = 9  # [choice] within the spec's 7-11
+EW_GRADW_ROW = 9  # [choice] within PopLibs' 7-11
 EW_GRADW_FAST = {(2, 8): 5, (2, 4): 4, (4, 4): 5, (4, 2): 4}
 
 
@@ -209,11 +212,11 @@ def ew_gradw_worker(type_size: int, z: Array, rows: Array, nz: Array) -> np.ndar
     return np.where(nz > 0, EW_GRADW_ROW * np.asarray(rows) + nz * per_nz, 0)
 
 
-# ---- block vertices (section 3.6) ----
+# ---- block vertices (PerformanceEstimation.hpp) ----
 
 #: Cycles per Z of the AMP block Fwd/GradA worker: block edge -> (float, half).
 AMP_CYCLES_PER_Z = {4: (4, 2), 8: (8, 4), 16: (4, 4)}
-#: [choice] inner-loop overhead of the AMP block worker for Z = 1, 2, >= 3 (spec: 14-25).
+#: [choice] inner-loop overhead of the AMP block worker for Z = 1, 2, >= 3 (PopLibs: 14-25).
 AMP_INNER_OVERHEAD = (14, 18, 25)
 AMP_ROW_CYCLES = 4  # [choice] the "small X term" of the supervisor, per block row
 
@@ -244,7 +247,7 @@ def block_fwd_cycles(
     return walk + np.asarray(with_info) * work
 
 
-#: The block vertices' walk: search, found and skip cycles (spec 3.6).
+#: The block vertices' walk: search, found and skip cycles (PopLibs' estimate).
 BLOCK_WALK = {"search": 46, "found": 56, "skip": 33}
 
 
@@ -255,7 +258,7 @@ def block_fwd_sub_group(
     block rows (the workers split ``z`` only). Supervisor, per block ``area / (float ? 2 :
     4) + 3 + 12 weightLoads`` and per block row a small X term; each worker, per block,
     ``weightLoads (innerOverhead + Z cyclesPerZ - 3 retainX)``, ``retainX`` for every block
-    after the first of its row (spec 3.6)."""
+    after the first of its row."""
     type_size, partials_size = sizes
     w = target.num_worker_contexts
     loads = amp_weight_loads(target, edge, type_size, partials_size)
@@ -293,7 +296,8 @@ def block_gradw_amp_cycles(
 ) -> np.ndarray:
     """``GradWAMPBlock`` on one bucket, supervisor-driven over Z blocks of ``z_grain``: per
     block and Z block a weight load (``z_grain x edge`` values at 8 bytes per cycle) and an
-    AMP run at the tile's peak MACs per cycle. [choice: the spec leaves the details out]"""
+    AMP run at the tile's peak MACs per cycle. [choice: PopLibs' constants for it were not
+    recorded]"""
     load = cdiv(z_grain * edge * type_size, 8) + 12
     run = cdiv(edge * edge * z_grain, target.max_macs_per_cycle_per_tile(type_size)) + 10
     return ew_supervisor(40, 1, 1, **BLOCK_WALK) + (
@@ -306,7 +310,7 @@ def block_transpose_gradw_cycles(
 ) -> np.ndarray:
     """Re-laying a ``[rows][z]`` dense operand into ``edge x z_grain`` blocks for the GradW
     AMP method: ``18 + (34 + blocksPerWorker (3 + zBlocks (3 + vectors))) x W``
-    (``shared/spec/profile-and-machine.md`` 3.6)."""
+    (PopLibs' ``blockTransposeGradW`` estimate)."""
     w = target.num_worker_contexts
     vectors = cdiv(edge * z_grain, target.vector_width(type_size))
     per_worker = cdiv(cdiv(rows, edge), w) * (3 + cdiv(z, z_grain) * (3 + vectors))

@@ -1,4 +1,5 @@
-"""Host sparse formats: COO, CSR and CSC with PopSparse's exact semantics (spec section 1.3).
+"""Host sparse formats: COO, CSR and CSC with PopSparse's exact semantics
+(``SparseStorageFormats.hpp``).
 
 * All indices are in **element units**, for block sparsity too: a block's row and column
   indices are those of its top-left element and are multiples of the block dimensions.

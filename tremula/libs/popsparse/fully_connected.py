@@ -1,17 +1,18 @@
-"""The device side of ``popsparse::dynamic``'s fully-connected layer (spec 1.5, 4):
+"""The device side of ``popsparse::dynamic``'s fully-connected layer (``FullyConnected.hpp``):
 weights and inputs created on the plan's tiles, and the three passes.
 
-Each pass (spec 4.2): the distribution compute set (every PN's vertex reads the Pz buckets
-of its (x, y) group, or for GradW its own bucket, and the dense slices of its partitions)
-and the propagation phase (:mod:`propagation`: read at run time from the pattern's overflow
-info, it runs only as far as the pattern needs; a pattern that stays in its Z groups runs
-the distribution alone, on the layer's dense tensors), then the reduction of the partials
-over the partitions of the pass's Y (:mod:`reduction`: PopLibs' conv reduction, which also
-casts to the data type) or, with one such partition, a cast. GradA
-reuses the forward buckets (transposed roles; block buckets are transposed first), GradW
-accumulates into partial buckets laid out like ``nz_values`` and casts them.
+Each pass (as PopLibs' ``FullyConnected.cpp`` builds it): the distribution compute set
+(every PN's vertex reads the Pz buckets of its (x, y) group, or for GradW its own bucket,
+and the dense slices of its partitions) and the propagation phase (:mod:`propagation`: read
+at run time from the pattern's overflow info, it runs only as far as the pattern needs; a
+pattern that stays in its Z groups runs the distribution alone, on the layer's dense
+tensors), then the reduction of the partials over the partitions of the pass's Y
+(:mod:`reduction`: PopLibs' conv reduction, which also casts to the data type) or, with one
+such partition, a cast. GradA reuses the forward buckets (transposed roles; block buckets
+are transposed first), GradW accumulates into partial buckets laid out like ``nz_values``
+and casts them.
 
-The ``useDense`` plan constraint (spec 4.8) runs the passes as poplin matmuls of the dense
+The ``useDense`` plan constraint runs the passes as poplin matmuls of the dense
 ``[Y][X]`` weights the nz tensor then holds.
 """
 
@@ -310,7 +311,7 @@ def _grad_w(
 def _transpose_blocks(
     layer: Layer, prog: poplar.Sequence, nz_rows: poplar.Tensor, tiles: np.ndarray
 ) -> poplar.Tensor:
-    """The buckets with every block transposed (block GradA reads ``B^T``, spec 4.5)."""
+    """The buckets with every block transposed (block GradA reads ``B^T``)."""
     g, plan = layer.graph, layer.plan
     prefix = layer.prefix
     out = g.add_variable(layer.dtype, nz_rows.shape, f"{prefix}/nzTransposed")

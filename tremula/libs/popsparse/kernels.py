@@ -1,4 +1,4 @@
-"""The numbers of PopSparse's device vertices (spec 4.7), vectorised over every bucket and
+"""The numbers of PopSparse's device vertices, vectorised over every bucket and
 every vertex of a compute set: the meta-info read as the vertices read it, and the sparse
 products they compute.
 
@@ -25,7 +25,7 @@ products they compute.
 * :func:`sampled_products` is GradW's ``sum_z OUT[x, z] IN[y, z]`` at the selected blocks.
 
 Products are computed in float32 (the partials; half operands are widened first), so half
-element-wise products are more exact than the IPU's half multiplies (spec 4.4.1).
+element-wise products are more exact than the IPU's half multiplies.
 """
 
 from __future__ import annotations

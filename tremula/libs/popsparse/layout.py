@@ -1,7 +1,7 @@
 """Geometry shared by the planner, the partitioner and the device program: partition
-splits (spec section 2.2), processing nodes (PNs) and their buckets and tiles (2.3, 2.10,
-4.1), the on-tile work split between workers (2.7) and the propagation order of buckets
-(4.3).
+splits, processing nodes (PNs) and their buckets and tiles, the on-tile work split between
+workers and the propagation order of buckets, as PopLibs' ``FullyConnectedUtils.cpp``,
+``SparsePartitionerImpl.cpp`` and ``FullyConnected.cpp`` have them.
 
 Conventions (forward-pass terms throughout):
 
@@ -75,7 +75,7 @@ def grains_per_partition(size: int, parts: int, grain: int) -> int:
 
 
 def partition_starts(size: int, parts: int, grain: int) -> np.ndarray:
-    """Start index (elements) of each of ``parts`` partitions of a dimension (spec 2.2).
+    """Start index (elements) of each of ``parts`` partitions of a dimension.
 
     Raises:
         PlanningError: more partitions than grains, or an empty partition.
@@ -127,7 +127,7 @@ def num_overflow_info_elems(px: int) -> int:
     return 3 + -(-px // 2)
 
 
-# ---- the work split of a sub-group between workers (spec 2.7) ----
+# ---- the work split of a sub-group between workers (``splitTileBetweenWorkers``) ----
 
 
 @functools.lru_cache(maxsize=4096)
@@ -194,7 +194,7 @@ def nz_range_split(count: int, workers: int) -> list[tuple[int, int]]:
     return [(int(s), n) for s, n in zip(starts, sizes) if n > 0]
 
 
-# ---- propagation (spec 4.3) ----
+# ---- propagation ----
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ class PropagationStep:
 
 
 def propagation_steps(partition: Sequence[int], overflow_info: np.ndarray) -> list[PropagationStep]:
-    """The propagation schedule the device runs for an overflow info (spec 4.3), as a host
+    """The propagation schedule the device runs for an overflow info, as a host
     reference: starting just after what the distribution phase covered, X outermost, then Y,
     Z innermost, bounded by the triplet ``(xEnd, yEnd, zEnd)``, skipping the compute of X
     distances whose bit is clear (the X shift still happens). Empty when the pattern stayed

@@ -1,4 +1,4 @@
-"""``popsparse::dynamic``'s sparse x dense matmul (``popsparse/MatMul.hpp``, spec 1.5): a
+"""``popsparse::dynamic``'s sparse x dense matmul (``popsparse/MatMul.hpp``): a
 thin layer over the fully-connected passes. ``[G][m][k] (sparse) x [G][k][n]`` is the layer
 with batch ``n``, input channels ``k`` and output channels ``m`` (planned with GradA, as
 PopLibs does): the product is its forward pass on ``rhs^T``, and ``transpose_lhs``

@@ -1,5 +1,5 @@
 """Options of the dynamic sparse fully-connected layer and matmul, with PopLibs' names and
-defaults (spec section 1.6).
+defaults.
 
 Values may be given as strings, as Poplar's ``OptionFlags`` carry them (``"true"``,
 ``"0.3"``, ``"half"``, a JSON string for ``planConstraints``), or as Python values
@@ -54,7 +54,7 @@ class PlanConstraints:
 @dataclass(frozen=True)
 class Options:
     """Parsed options (defaults are PopLibs'). ``do_grad_a_pass`` is forced true and
-    ``do_grad_w_pass`` false for a matmul (spec section 1.5)."""
+    ``do_grad_w_pass`` false for a matmul (PopLibs' ``MatMulUtils.cpp``)."""
 
     available_memory_proportion: float = 0.6
     meta_info_bucket_oversize_proportion: float = 0.3
@@ -145,7 +145,7 @@ _CONSTRAINT_KEYS = {"partition": ("x", "y", "z"), "exchange": ("gradWExchangeBuc
 def parse_plan_constraints(value: Any, where: str = "popsparse") -> PlanConstraints:
     """Parse ``planConstraints``: a JSON string or a dict such as
     ``{"partition": {"x": 6, "y": 4, "z": 1}, "exchange": {"gradWExchangeBuckets": true},
-    "useDense": false}`` (spec section 1.6). Numbers may be strings (as in a Poplar
+    "useDense": false}``. Numbers may be strings (as in a Poplar
     property tree)."""
     what = f"{where}: planConstraints"
     if isinstance(value, PlanConstraints):

@@ -1,4 +1,5 @@
-"""Parameters of PopSparse's dynamic sparse operations (spec sections 1.1 and 1.2).
+"""Parameters of PopSparse's dynamic sparse operations (``SparsityParams.hpp``,
+``FullyConnectedParams.hpp``, ``MatMulParams.hpp``).
 
 * :class:`SparsityParams`: sparsity type (element or block), structure (unstructured) and
   block dimensions;
@@ -27,7 +28,7 @@ class SparsityType(enum.Enum):
 
 
 class SparsityStructure(enum.Enum):
-    """What the planner may assume about the pattern: nothing (spec section 4.8)."""
+    """What the planner may assume about the pattern: nothing."""
 
     Unstructured = "Unstructured"
 
@@ -55,8 +56,8 @@ class SparsityParams:
     block area is 1 and ``Block`` otherwise.
 
     Block dimensions are 1x1 (element-wise), 4x4, 8x8 or 16x16: the blocks the device
-    vertices handle (PopLibs itself also takes larger multiples of 4, split into those,
-    spec section 3.2; Tremula refuses them, as its issue asks). Float 16x16 blocks run as
+    vertices handle (PopLibs itself also takes larger multiples of 4, split into those;
+    Tremula refuses them, as its issue asks). Float 16x16 blocks run as
     8x8 inside the vertices.
 
     Raises:
@@ -122,7 +123,7 @@ def _check_ratio(nz_ratio: object, where: str) -> float:
 
 @dataclass(frozen=True)
 class FullyConnectedParams:
-    """A sparse fully-connected layer (spec section 1.2). Build it with
+    """A sparse fully-connected layer (``FullyConnectedParams``). Build it with
     :meth:`create_with_nz_ratio` or :meth:`create_with_num_non_zero_values`.
 
     Equality, ordering and hashing use the sparsity params, the ratio, the batch size and
@@ -151,7 +152,7 @@ class FullyConnectedParams:
         if self.num_groups != 1:
             raise PopsparseError(
                 f"{where}: num_groups = {self.num_groups}; grouped sparse fully-connected "
-                f"layers are not supported (spec section 3), only num_groups = 1"
+                f"layers are not supported, only num_groups = 1"
             )
         bx, by = self.sparsity_params.block_dimensions
         for name, value, block, what in (
@@ -228,7 +229,7 @@ class FullyConnectedParams:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        """``(X, Y, Z)``: output channels, input channels, batch (spec notation)."""
+        """``(X, Y, Z)``: output channels, input channels, batch (PopSparse's notation)."""
         return self.output_channels_per_group, self.input_channels_per_group, self.batch_size
 
     def __lt__(self, other: FullyConnectedParams) -> bool:
@@ -257,7 +258,7 @@ class FullyConnectedParams:
 @dataclass(frozen=True)
 class MatMulParams:
     """A dynamic sparse matmul ``[G][m][k] (sparse) x [G][k][n] = [G][m][n]``
-    (spec section 1.2). Build it with :meth:`create_with_nz_ratio` or
+    (``dynamic::MatMulParams``). Build it with :meth:`create_with_nz_ratio` or
     :meth:`create_with_num_non_zero_values`; it plans as the fully-connected layer
     :meth:`to_fully_connected_params` (batch ``n``, input ``k``, output ``m``)."""
 

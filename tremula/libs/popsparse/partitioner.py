@@ -1,10 +1,10 @@
-"""The host partitioner (``popsparse::dynamic::Partitioner``, spec sections 1.7 and 2):
+"""The host partitioner (``popsparse::dynamic::Partitioner``, ``SparsePartitionerImpl.cpp``):
 sparsity pattern -> flat meta-info and nz tensors laid out as the device buckets, and back.
 
-Pipeline (2.1): validate the matrix against the layer and convert it to canonical CSR;
+Pipeline: validate the matrix against the layer and convert it to canonical CSR;
 split user blocks into the plan's grain blocks; place the blocks into buckets
 (:mod:`bucketing`); encode (:mod:`encoding`). Reading back (:mod:`decoding`) walks the
-meta-info alone, so it also reads GradW results, which have the nz layout (2.12).
+meta-info alone, so it also reads GradW results, which have the nz layout.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ Matrix = COOMatrix | CSRMatrix | CSCMatrix
 @dataclass(frozen=True, eq=False)
 class SparsityDataImpl:
     """Host buffers ready to copy into a ``SparseTensor``: ``meta_info`` (uint16) and
-    ``nz_values`` (the data type), laid out as spec 2.10 (see ``OVERVIEW.md``). Compare the
+    ``nz_values`` (the data type), laid out as the device tensors (see ``OVERVIEW.md``). Compare the
     arrays, not the objects."""
 
     meta_info: np.ndarray
@@ -129,7 +129,7 @@ class Partitioner:
         rows, cols, vals = csr.block_arrays()
         return rows, cols, vals.reshape(rows.size, grain[0] * grain[1])
 
-    # ---- buckets -> pattern (spec 2.12) ----
+    # ---- buckets -> pattern ----
     def sparsity_data_impl_to_coo_matrix(self, impl: SparsityDataImpl) -> COOMatrix:
         """The matrix the buckets hold, as COO sorted row-major, with the user's block
         dimensions and the values of ``impl.nz_values`` (which may be a GradW result
@@ -152,12 +152,12 @@ class Partitioner:
         return self.sparsity_data_impl_to_coo_matrix(impl).to_csc()
 
     def grad_w_to_coo_matrix(self, meta_info: np.ndarray, grad_w: np.ndarray) -> COOMatrix:
-        """A sparse GradW result (laid out like ``nz_values``, spec 1.5) as COO at the
-        pattern's positions (spec 2.12)."""
+        """A sparse GradW result (laid out like ``nz_values``) as COO at the
+        pattern's positions."""
         return self.sparsity_data_impl_to_coo_matrix(SparsityDataImpl(meta_info, grad_w))
 
     def overflow_info(self, impl: SparsityDataImpl) -> np.ndarray:
-        """``[xEnd, yEnd, zEnd, X-distance bitset...]``: the head of the meta-info (2.6)."""
+        """``[xEnd, yEnd, zEnd, X-distance bitset...]``: the head of the meta-info."""
         return np.asarray(impl.meta_info[: self.plan.num_overflow_info_elems])
 
     def nz_slot_coordinates(self, meta_info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
-"""The distribution and propagation of a sparse pass's products (spec 4.2 to 4.4), the same
-for Fwd, GradA and GradW: a :class:`Pass` says what the pass's vertices connect (the
-buckets that travel, the dense operands, the fixed fields) and
+"""The distribution and propagation of a sparse pass's products (PopLibs'
+``FullyConnected.cpp``), the same for Fwd, GradA and GradW: a :class:`Pass` says what the
+pass's vertices connect (the buckets that travel, the dense operands, the fixed fields) and
 :func:`distribute_and_propagate` builds the rest."""
 
 from __future__ import annotations

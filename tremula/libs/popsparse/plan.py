@@ -1,7 +1,7 @@
-"""The plan of a dynamic sparse fully-connected layer (spec section 3.1): a frozen value
-with the partition, the on-tile method, the bucket sizes and the estimated cost, and the
-geometry derived from them that the partitioner and the device program use. Plans are made
-by :func:`planner.get_plan` and cached in a :class:`PlanningCache`.
+"""The plan of a dynamic sparse fully-connected layer (PopLibs' ``fullyconnected::Plan``): a
+frozen value with the partition, the on-tile method, the bucket sizes and the estimated
+cost, and the geometry derived from them that the partitioner and the device program use.
+Plans are made by :func:`planner.get_plan` and cached in a :class:`PlanningCache`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Partition:
 @dataclass(frozen=True)
 class ExchangePlan:
     """Mappings of partitions to tiles per pass (dims in forward names, slowest first) and
-    whether GradW moves the buckets (``True``) or the dense operands (spec 3.1/3.2/4.6)."""
+    whether GradW moves the buckets (``True``) or the dense operands."""
 
     fwd_mapping: tuple[str, ...]
     grad_a_mapping: tuple[str, ...]
@@ -64,7 +64,7 @@ class Cost:
 
 @dataclass(frozen=True)
 class Plan:
-    """How the layer runs (spec 3.1). Sizes of buckets are in elements of the data type
+    """How the layer runs. Sizes of buckets are in elements of the data type
     (nz) and uint16 words (meta-info). See ``OVERVIEW.md`` for the layout it implies."""
 
     params: FullyConnectedParams
@@ -126,14 +126,14 @@ class Plan:
 
     @property
     def meta_info_elems(self) -> int:
-        """Length of the whole meta-info tensor (spec 2.10)."""
+        """Length of the whole meta-info tensor."""
         if self.use_dense:
             return 0
         return self.num_overflow_info_elems + self.num_buckets * self.meta_info_elems_per_bucket
 
     @property
     def nz_elems(self) -> int:
-        """Length of the whole nz tensor (spec 2.10)."""
+        """Length of the whole nz tensor."""
         return self.num_buckets * self.nz_elems_per_bucket
 
     def starts(self, dim: str) -> np.ndarray:
@@ -187,7 +187,7 @@ class Plan:
 
     @property
     def control_tile(self) -> int:
-        """Tile of the propagation control state (spec 4.1)."""
+        """Tile of the propagation control state: ``min(numTiles - 1, usedTiles)``."""
         return min(self.tiles_per_ipu - 1, self.num_buckets)
 
     def describe(self) -> str:

@@ -1,7 +1,8 @@
-"""The planner of the dynamic sparse fully-connected layer (spec section 3): a pure function
-from the target, the data type, the parameters and the options to a :class:`Plan`.
+"""The planner of the dynamic sparse fully-connected layer (PopLibs'
+``FullyConnectedPlan.cpp``): a pure function from the target, the data type, the parameters
+and the options to a :class:`Plan`.
 
-Search (section 3.7): every candidate method (3.2) x exchange plan x partition
+Search: every candidate method x exchange plan x partition
 ``(Px, Py, Pz)`` with ``Px Py Pz <= tilesPerIPU``, no empty partition of X or Y, ``Pz``
 dividing the Z grains, the uint16 ranges of the meta-info respected and the plan
 constraints honoured, is costed at once with NumPy (:mod:`cost`). The cheapest candidate
@@ -56,7 +57,7 @@ def get_plan(
     """The plan for ``params`` with ``input_type`` (half or float) on ``target``.
 
     A :class:`MatMulParams` plans as its fully-connected layer with ``doGradAPass`` true and
-    ``doGradWPass`` false (spec 1.5).
+    ``doGradWPass`` false (PopLibs' ``MatMulUtils.cpp``).
 
     Raises:
         PopsparseError: bad options. PlanningError: an input type other than half or float,
@@ -100,7 +101,7 @@ def _type_name(input_type: Any) -> str:
 
 def partials_type(input_type: str, method_is_block: bool, options: Options) -> str:
     """``partialsType``, forced to float for element-wise sparsity and when smaller than the
-    data type (spec 1.6)."""
+    data type (PopLibs' ``partialsType`` option)."""
     if not method_is_block:
         return "float"
     if options.partials_type == "half" and input_type == "float":
@@ -110,7 +111,7 @@ def partials_type(input_type: str, method_is_block: bool, options: Options) -> s
 
 
 def grain_block(block: tuple[int, int], input_type: str) -> tuple[int, int]:
-    """The block the vertices work on (spec 3.2): for square blocks the largest of
+    """The block the vertices work on: for square blocks the largest of
     {4, 8, 16} (half) or {4, 8} (float) dividing the edge; 1x1 stays."""
     if block == (1, 1):
         return block
@@ -120,7 +121,7 @@ def grain_block(block: tuple[int, int], input_type: str) -> tuple[int, int]:
 
 
 def candidate_methods(fc: FullyConnectedParams, input_type: str, options: Options) -> list[Method]:
-    """The on-tile methods to try (spec 3.2)."""
+    """The on-tile methods to try (PopLibs' candidate methods)."""
     bx, by = grain_block(fc.sparsity_params.block_dimensions, input_type)
     if (bx, by) == (1, 1):
         vw = 4 if input_type == "half" else 2
@@ -136,7 +137,7 @@ def candidate_methods(fc: FullyConnectedParams, input_type: str, options: Option
 
 
 def exchange_options(options: Options) -> list[bool]:
-    """GradW exchange modes to try (spec 3.2)."""
+    """GradW exchange modes to try: both, unless there is no GradW pass or it is constrained."""
     fixed = options.plan_constraints.grad_w_exchange_buckets
     if fixed is not None:
         return [fixed]

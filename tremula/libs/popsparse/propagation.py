@@ -1,6 +1,6 @@
-"""The propagation phase of a pass (spec 4.3, 4.4): buckets shifted around the X, Y and Z
-partitions through double-buffered exchanges, each PN computing on the bucket it holds,
-only as far as the pattern requires.
+"""The propagation phase of a pass (PopLibs' ``FullyConnected.cpp``): buckets shifted around
+the X, Y and Z partitions through double-buffered exchanges, each PN computing on the bucket
+it holds, only as far as the pattern requires.
 
 The schedule is read on the device at run time: a control vertex on the control tile
 (:class:`codelets.PropagationInit`) reads the overflow info at the head of the meta-info

@@ -1,4 +1,4 @@
-"""The final reduction of a Fwd or GradA pass (spec 4.2 step 4, 3.5 step 5): the partials of
+"""The final reduction of a Fwd or GradA pass (the last step of PopLibs' pass): the partials of
 the ``P`` partitions of the pass's Y, summed per output element and cast to the data type,
 with PopLibs' conv reduction helper, as the planner costs it.
 

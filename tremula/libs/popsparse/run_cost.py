@@ -1,10 +1,12 @@
 """The cycles of the Fwd / GradA product vertices on the buckets they actually read
-(``popsparse-paper-method.md`` 2, "Slowest tile on the actual pattern", "Propagation").
+(a compute set takes as long as its slowest tile; a PN without a matching sub-group pays
+only the supervisor's walk, about 33 cycles per skipped sub-group).
 
 The planner, and the vertices' static estimates, assume a uniform pattern: one matching
-sub-group per bucket, the plan's rows and blocks in each (spec 3.5, 3.6). On the device a
+sub-group per bucket, the plan's rows and blocks in each. On the device a
 vertex's time follows the meta-info it walks, which is written at run time. Here every
-vertex is costed from the decoded meta-info with the same estimator terms (spec 3.6):
+vertex is costed from the decoded meta-info with the same estimator terms (PopLibs'
+``PerformanceEstimation.hpp``):
 
 * the supervisor walks each bucket it reads: a bucket with no sub-group of the vertex's id
   costs ``skip`` per sub-group (a PN of the propagation phase without a matching sub-group
@@ -30,7 +32,7 @@ from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse import kernels
 from tremula.target import Target
 
-#: The supervisor walk of each product vertex: (constant, search, found, skip), spec 3.6.
+#: The supervisor walk of each product vertex: (constant, search, found, skip).
 WALK = {
     "Forward": (30, 47, 46, 32),
     "GradA": (46, 47, 46, 32),
@@ -139,8 +141,8 @@ def _sub_group_work(
 def _slowest_worker(
     kind: VertexKind, w: np.ndarray, sg: dict[str, np.ndarray], rows: dict[str, np.ndarray]
 ) -> np.ndarray:
-    """The slowest worker of each element-wise sub-group, from its worker entries (spec
-    2.7: ``numZ`` at word 1, ``numRows - 1`` at word 3, ``metaInfoOffset`` at word 4, from
+    """The slowest worker of each element-wise sub-group, from its worker entries
+    (``numZ`` at word 1, ``numRows - 1`` at word 3, ``metaInfoOffset`` at word 4, from
     the entry to the worker's first row), each costed on its own rows, non-zeros and Z."""
     b, pos = sg["bucket"], sg["pos"]
     workers = w[b, pos + 8]

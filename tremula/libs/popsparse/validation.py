@@ -1,4 +1,4 @@
-"""Validation of the host sparse formats (spec 1.3): each check raises
+"""Validation of the host sparse formats (PopLibs' rules): each check raises
 :class:`SparseFormatError` "<FORMAT> Validation failed: ..." naming the array, the position
 and the value at fault."""
 

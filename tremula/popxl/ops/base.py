@@ -2,9 +2,10 @@
 
 An op in a graph is an :class:`OpNode` record: its type, inputs, outputs and attributes. Each
 op type is defined once, by an :class:`OpDefinition` in :data:`OPS`: its output rule (specs from
-input specs and attributes), its NumPy reference, and which inputs it modifies in place.
-Gradient rules (``transforms/grads``) and lowering rules (``tremula/lowering``) are
-tables keyed by the same type name.
+input specs and attributes), its NumPy reference, which inputs it modifies in place, how it
+uses graphs, and its gradient rule (attached by ``transforms/grads``' registration,
+:func:`attach_grad`). Lowering rules live in the layer above, ``tremula/lowering``, keyed by
+the same type name (``tremula/popxl/OVERVIEW.md`` says why).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tremula.popxl.tensorlocation import ExecutionContext
 
 if TYPE_CHECKING:
     from tremula.popxl.graph import Graph
+    from tremula.popxl.transforms.grads.base import GradRule
 
 Infer = Callable[[Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
 
@@ -86,13 +88,18 @@ class OpNode:
 
 @dataclass(frozen=True)
 class OpDefinition:
-    """The definition of an op type."""
+    """The definition of an op type.
+
+    Its gradient fact is :attr:`differentiable` and :attr:`grad`, which cannot disagree: an op
+    type is defined not differentiable (``defop(..., differentiable=False)``) or marked so by
+    ``grads.not_differentiable``, else its rule is attached by ``@grads.grad`` (both through
+    :func:`attach_grad`, which refuses a rule for an op that passes no gradient, and a second
+    statement of either)."""
 
     type: str
     infer: Infer
     reference: Callable[..., Any] | None = None  # (input arrays, attrs) -> output arrays
     modifies: tuple[int, ...] = ()  # inputs written in place
-    differentiable: bool = True
     #: the gradient rule has an effect of its own (a host embedding's table update): autodiff
     #: runs it whenever a gradient reaches the op's outputs, whatever ``grads_required`` names
     grad_side_effect: bool = False
@@ -103,6 +110,28 @@ class OpDefinition:
     #: output 0 is a view of the inputs: nothing is written, but writes to the output reach
     #: them (``reshape_``, ``concat_``, ``detach_``)
     view: bool = False
+    #: registration's slots (:func:`attach_grad`); read through :attr:`differentiable` and
+    #: :attr:`grad`, which load the gradient rules first
+    _passes_grad: bool = field(default=True, compare=False, repr=False)
+    _grad: GradRule | None = field(default=None, init=False, compare=False, repr=False)
+
+    @property
+    def differentiable(self) -> bool:
+        """Gradients flow through the op (it has a rule, or lacks one, which autodiff reports
+        and a completeness test refuses). An in-place form's is its out-of-place op's."""
+        _load_gradient_rules()
+        return self._gradient_owner._passes_grad
+
+    @property
+    def grad(self) -> GradRule | None:
+        """The op's gradient rule (``transforms/grads``), None if it is not differentiable
+        or has none. An in-place form's is its out-of-place op's."""
+        _load_gradient_rules()
+        return self._gradient_owner._grad
+
+    @property
+    def _gradient_owner(self) -> OpDefinition:
+        return OPS[self.inplace_of] if self.inplace_of else self
 
     @property
     def runs_graphs(self) -> bool:
@@ -120,6 +149,61 @@ OPS: dict[str, OpDefinition] = {}
 INPLACE: dict[str, str] = {}
 
 
+def _load_gradient_rules() -> None:
+    """Import ``transforms/grads``, whose modules attach the rules of PopXL's ops, so a
+    definition's gradient fact is complete when read (ops defined elsewhere, custom ops and
+    the host embedding, attach theirs beside their definitions)."""
+    import tremula.popxl.transforms.grads  # noqa: F401
+
+
+def attach_grad(op_types: Sequence[str], rule: GradRule | None) -> None:
+    """Attach a gradient rule to the definitions of ``op_types``, or with None mark them as
+    passing no gradient (``grads.grad`` / ``grads.not_differentiable`` call this).
+
+    Raises:
+        ValueError: naming the op type, if it is not defined, is an in-place form (it
+            shares its out-of-place op's rule), already has a rule or is already not
+            differentiable (defined so, or marked), or is given a rule but is defined with
+            ``differentiable=False``. Nothing is attached then.
+    """
+    for i, op_type in enumerate(op_types):
+        refusal = _grad_refusal(op_type, rule)
+        if refusal is None and op_type in op_types[:i]:
+            refusal = f"op type {op_type!r} is named twice"
+        if refusal is not None:
+            raise ValueError(refusal)
+    for op_type in op_types:
+        if rule is None:
+            object.__setattr__(OPS[op_type], "_passes_grad", False)
+        else:
+            object.__setattr__(OPS[op_type], "_grad", rule)
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _grad_refusal(op_type: str, rule: GradRule | None) -> str | None:
+    """Why ``rule`` (None: "not differentiable") cannot be attached to ``op_type``."""
+    d = OPS.get(op_type)
+    if d is None:
+        return f"gradient rule for op type {op_type!r}, which no defop defines"
+    if d.inplace_of:
+        return (
+            f"op type {op_type!r} is the in-place form of {d.inplace_of!r} and shares its "
+            f"gradient fact: attach it to {d.inplace_of!r}"
+        )
+    if d._grad is not None:
+        return f"op type {op_type!r} already has a gradient rule, {_name(d._grad)}"
+    if not d._passes_grad:
+        what = "a gradient rule" if rule is not None else "the mark 'not differentiable' again"
+        return (
+            f"op type {op_type!r} is already not differentiable (defop's differentiable=False "
+            f"or grads.not_differentiable): it cannot be given {what}"
+        )
+    return None
+
+
 def defop(
     op_type: str,
     infer: Infer,
@@ -132,7 +216,9 @@ def defop(
     view: bool = False,
 ) -> OpDefinition:
     """Register an op type (once). An in-place form (``inplace_of``) is defined after its
-    out-of-place op and modifies an input or is a view."""
+    out-of-place op, modifies an input or is a view, and shares the out-of-place op's
+    gradient fact (``differentiable`` must agree with it). The gradient rule is attached
+    later (:func:`attach_grad`)."""
     if op_type in OPS:
         raise ValueError(f"op type {op_type!r} is already defined")
     if inplace_of:
@@ -142,9 +228,14 @@ def defop(
             raise ValueError(f"{inplace_of} already has an in-place form, {INPLACE[inplace_of]}")
         if not (modifies or view):
             raise ValueError(f"{op_type}: an in-place form modifies an input or is a view")
+        if differentiable != OPS[inplace_of]._passes_grad:
+            raise ValueError(
+                f"{op_type}: differentiable={differentiable} contradicts its out-of-place op "
+                f"{inplace_of!r}, whose gradient fact it shares"
+            )
     d = OpDefinition(
-        op_type, infer, reference, modifies, differentiable, grad_side_effect, graphs,
-        inplace_of, view,
+        op_type, infer, reference, modifies, grad_side_effect, graphs, inplace_of, view,
+        _passes_grad=differentiable,
     )  # fmt: skip
     OPS[op_type] = d
     if inplace_of:

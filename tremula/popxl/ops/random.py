@@ -4,7 +4,7 @@
 A seed is a uint32 tensor of shape ``(2,)`` (one 64-bit seed), fed by an h2d stream or a
 variable. The numbers come from poprand (counter-based Philox): a pure function of the seed,
 the op (its output's name gives the seed modifier), the element's index and the replica. They
-do not match Poplar's bits (the spec asks only for the distributions), so these ops have no
+do not match Poplar's bits (Tremula promises only the distributions), so these ops have no
 NumPy oracle; the tests check the distributions and determinism.
 """
 

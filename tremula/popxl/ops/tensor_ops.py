@@ -209,7 +209,8 @@ def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
 def getitem(t: Tensor, key: Any) -> Tensor:
     """Basic indexing (ints, slices, ``...``, ``None``) as a ``Slice`` op; an integer tensor
     or host array gathers along axis 0 (``ops.gather``); a boolean tensor or host array masks,
-    ``ops.where(key, t, 0)`` (spec 1.5: masking, not NumPy's compaction)."""
+    ``ops.where(key, t, 0)`` (as PopXL's ``Tensor.__getitem__``: masking, not NumPy's
+    compaction)."""
     if isinstance(key, (Tensor, list, np.ndarray)):
         from tremula.popxl.ops.gather import gather
         from tremula.popxl.ops.misc import where

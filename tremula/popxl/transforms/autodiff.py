@@ -3,20 +3,30 @@
 
 The grad graph's inputs are the gradients of the forward tensors in ``grads_provided``
 (default: the outputs), then the forward tensors the backward pass reads; its outputs are
-the gradients of ``grads_required`` (default: the inputs). Forward tensors the backward pass
-reads that are not inputs or outputs of the forward graph become new outputs of it, and
-every existing call site of the forward graph gains the matching outputs, so call sites made
-before and after ``autodiff`` both connect (``GradGraphInfo.inputs_dict``). Calls inside the
-forward graph are differentiated recursively, once per called graph. A failed ``autodiff``
-leaves the Ir as it was.
+the gradients of ``grads_required`` (default: the inputs).
+
+Which forward tensors those are follows PopART's autodiff: it grows, for each op it
+differentiates, the grad ops of every input (``Op::getGradOps``), connects the forward
+values each grad op reads (its ``gradInputInfo``) as grad-graph inputs, and prunes the grad
+ops whose gradients nobody wants, keeping the inputs. So a grad graph here reads what the
+gradients of every float input of each differentiated op read, needed or not (``y = x c``
+with only ``x`` required reads ``c`` and ``x``), and forward constants are inputs like any
+other forward value (a copy only where the forward graph cannot gain outputs).
+
+Forward tensors the backward pass reads that are not inputs or outputs of the forward graph
+become new outputs of it, and every existing call site of the forward graph gains the
+matching outputs, so call sites made before and after ``autodiff`` both connect
+(``GradGraphInfo.inputs_dict``). Calls inside the forward graph are differentiated
+recursively, once per called graph. A failed ``autodiff`` leaves the Ir as it was.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Literal, overload
 
-from tremula.errors import IRError
+from tremula.errors import IRError, PopartException
 from tremula.popxl import ops
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OPS, OpNode
@@ -26,7 +36,7 @@ from tremula.popxl.transforms.grad_info import (
     ExpectedConnectionType,
     GradGraphInfo,
 )
-from tremula.popxl.transforms.grads import GRADS, GradRule, OutputGrads
+from tremula.popxl.transforms.grads import GradRule, OutputGrads
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
 
@@ -168,6 +178,7 @@ class _Autodiff:
         self.grad_graph = _new_grad_graph(graph)
         self.expected_inputs: list[ExpectedConnection] = []
         self.values: dict[Tensor, Tensor] = {}  # forward tensor -> its value in the grad graph
+        self._probe: list[Tensor] | None = None  # what fwd() was asked for, in _reads
         self.grads: dict[Tensor, list[Tensor]] = {}  # forward tensor -> gradient contributions
         self.position = {id(op): i for i, op in enumerate(graph.ops)}
         self.aliases = _Aliases(graph)
@@ -206,8 +217,8 @@ class _Autodiff:
         d = OPS.get(op.type)
         if d is not None and not d.differentiable:
             return None
-        if op.type in GRADS:
-            return GRADS[op.type]
+        if d is not None and d.grad is not None:
+            return d.grad
         raise NotImplementedError(
             f"autodiff: op type {op.type!r} ({op!r} in graph {self.fwd_graph.name!r}) has no "
             f"gradient rule; add one in tremula/popxl/transforms/grads/ or define the op "
@@ -223,8 +234,12 @@ class _Autodiff:
         rule = self._rule(op)
         if rule is None:
             return
-        grads = OutputGrads([self._total(t) for t in op.outputs], op.outputs, self.zeros)
-        results = rule(self, op, grads, need)
+        totals = [self._total(t) for t in op.outputs]
+        every = [t.dtype.is_floating_point for t in op.inputs]
+        if every != need and not op.called_graphs:
+            for t in self._reads(rule, op, totals, every):
+                self.fwd(t)
+        results = rule(self, op, OutputGrads(totals, op.outputs, self.zeros), need)
         for t, g, wanted in zip(op.inputs, results, need):
             if not wanted or g is None:
                 continue
@@ -234,6 +249,40 @@ class _Autodiff:
                     f"for input {t.id!r} ({t.dtype} {t.shape}) of {op!r}"
                 )
             self.grads.setdefault(t, []).append(g)
+
+    def _reads(
+        self, rule: GradRule, op: OpNode, totals: list[Tensor | None], every: list[bool]
+    ) -> list[Tensor]:
+        """The forward tensors the gradients of every float input of ``op`` read, in the
+        order the rule reads them, less those the grad graph cannot read (overwritten in
+        place later, or not exposable: the forward graph cannot gain outputs). PopART grows
+        the grad op of each input and keeps what they read as grad-graph inputs after
+        pruning the unwanted ones; here the rule is run for every input with stand-ins
+        for the forward values, and what it built is undone. A rule that refuses one of
+        those gradients (an input PopART has no grad op for) adds nothing.
+
+        Ops that call graphs are not asked: their rule reads what the called graph's grad
+        graph expects, itself made for every input, whatever ``need`` is."""
+        mark = self.grad_graph._mark()
+        values, self.values, self._probe = self.values, dict(self.values), []
+        try:
+            rule(self, op, OutputGrads(totals, op.outputs, self.zeros), every)
+            reads = self._probe
+        except (NotImplementedError, ValueError, PopartException):
+            reads = []
+        finally:
+            self.grad_graph._truncate(mark)
+            self.values, self._probe = values, None
+        return [t for t in reads if self._readable(t)]
+
+    def _readable(self, t: Tensor) -> bool:
+        """Whether :meth:`fwd` can give ``t`` without refusing."""
+        if t in self.values or isinstance(t, Constant):
+            return True
+        if self._overwriter(t) is not None:
+            return False
+        exposed = t in self.fwd_graph.inputs or t in self.fwd_graph.outputs
+        return exposed or not self._fixed_outputs
 
     def _total(self, t: Tensor) -> Tensor | None:
         """The gradient of ``t``: the sum of its contributions (all made by now)."""
@@ -248,26 +297,43 @@ class _Autodiff:
             self.grads[t] = [total]
         return self.grads[t][0]
 
+    @functools.cached_property
+    def _fixed_outputs(self) -> bool:
+        """Whether a call site of the forward graph cannot gain outputs (see
+        :func:`_expose`); autodiff adds no call site of it."""
+        return any(_cannot_gain_outputs(op) for op in _call_sites(self.fwd_graph))
+
     # ---- what the rules ask for (GradContext) ----
     def fwd(self, t: Tensor) -> Tensor:
-        """The value of forward tensor ``t`` in the grad graph: a copy of a constant, else
-        a grad-graph input expecting ``t`` (which becomes a forward output if needed)."""
+        """The value of forward tensor ``t`` in the grad graph: a grad-graph input expecting
+        ``t`` (which becomes a forward output if needed). Constants too, as PopART passes
+        them; a copy of a constant where the forward graph cannot gain outputs."""
         if t.graph is not self.fwd_graph:
             raise ValueError(f"autodiff: {t.id!r} is not a tensor of {self.fwd_graph.name!r}")
         value = self.values.get(t)
         if value is not None:
             return value
+        exposed = t in self.fwd_graph.inputs or t in self.fwd_graph.outputs
         with self.grad_graph:
-            if isinstance(t, Constant):
+            if self._probe is not None:  # _reads: a stand-in, recorded
+                self._probe.append(t)
+                value = graph_input(t.shape, t.dtype, t.name)
+            elif isinstance(t, Constant) and not exposed and self._fixed_outputs:
                 value = constant(t.host_data, t.dtype, t.name)
             else:
                 self._check_unmodified(t)
                 value = graph_input(t.shape, t.dtype, t.name)
                 self.expected_inputs.append(ExpectedConnection(t, Fwd))
-                if t not in self.fwd_graph.inputs and t not in self.fwd_graph.outputs:
+                if not exposed:
                     _expose(self.fwd_graph, t)
         self.values[t] = value
         return value
+
+    def read(self, t: Tensor) -> Tensor | None:
+        """The value of forward tensor ``t`` in the grad graph if the backward pass reads it
+        already (ops are differentiated last first, so every later op's gradient has
+        read what it reads), else None; adds no input."""
+        return self.values.get(t)
 
     def zeros(self, t: Tensor) -> Tensor:
         """A zero gradient for forward tensor ``t``."""
@@ -302,17 +368,24 @@ class _Autodiff:
                         f"graph, or use the out-of-place op)"
                     )
 
-    def _check_unmodified(self, t: Tensor) -> None:
-        """The backward pass reads ``t``'s value at the end of the forward graph: refuse
-        if an op after ``t``'s producer overwrites it."""
+    def _overwriter(self, t: Tensor) -> OpNode | None:
+        """An op after ``t``'s producer that overwrites ``t``, if one does."""
         made = self.position[id(t.producer)] if t.producer is not None else -1
         for i, op, m in self.modifications:
             if i > made and self.aliases.same(m, t):
-                raise IRError(
-                    f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
-                    f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
-                    f"needs; use the out-of-place op"
-                )
+                return op
+        return None
+
+    def _check_unmodified(self, t: Tensor) -> None:
+        """The backward pass reads ``t``'s value at the end of the forward graph: refuse
+        if an op after ``t``'s producer overwrites it."""
+        op = self._overwriter(t)
+        if op is not None:
+            raise IRError(
+                f"The graph {self.fwd_graph.name} contains a modifying op {op.type} "
+                f"({op!r}) that overwrites {t.id!r}, whose value the backward pass "
+                f"needs; use the out-of-place op"
+            )
 
 
 def _side_effect(op: OpNode) -> bool:
@@ -337,18 +410,30 @@ def _new_grad_graph(graph: Graph) -> Graph:
     return graph.ir._new_graph(name)
 
 
-def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
-    """Make ``t`` an output of ``graph``; every call site of ``graph`` gains the output. A
-    conditional's other branch gains a zero output of the same spec (branches' outputs
-    match), and its call sites in turn (``paired``: the conditionals already extended)."""
-    sites = [
+def _call_sites(graph: Graph) -> list[OpNode]:
+    return [
         op
         for g in graph.ir.graphs
         for op in g.ops
         if any(called is graph for called in op.called_graphs)
     ]
-    for op in sites:  # a loop's wrapper call cannot gain outputs: the loop carries them
-        if op.definition.graphs not in ("call", "branch", "code_load") or op.graph._loop_wrapper:
+
+
+def _cannot_gain_outputs(op: OpNode) -> bool:
+    """A call site that cannot gain outputs: a loop's, or a loop's wrapper call (the loop
+    carries its outputs)."""
+    return op.definition.graphs not in ("call", "branch", "code_load") or bool(
+        op.graph._loop_wrapper
+    )
+
+
+def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
+    """Make ``t`` an output of ``graph``; every call site of ``graph`` gains the output. A
+    conditional's other branch gains a zero output of the same spec (branches' outputs
+    match), and its call sites in turn (``paired``: the conditionals already extended)."""
+    sites = _call_sites(graph)
+    for op in sites:
+        if _cannot_gain_outputs(op):
             raise ValueError(
                 f"autodiff: the backward pass needs {t.id!r}, so it must become an output "
                 f"of {graph.name!r}; but {graph.name!r} is called by {op!r} in "

@@ -50,6 +50,8 @@ def _dynamic_layout(v: Any) -> tuple[np.ndarray, ...]:
 
 #: at most this many addresses are kept per vertex group for offsets seen before
 _KEPT_ADDRESSES = 1 << 22
+#: and at most this many offsets' indices (:func:`_index_at`)
+_KEPT_OFFSETS = 1 << 16
 
 
 def _dynamic_index(v: poplar.Batch) -> np.ndarray:
@@ -88,6 +90,31 @@ def _addresses_at(v: poplar.Batch, offset: int) -> np.ndarray:
     return addresses
 
 
+def _as_slice(addresses: np.ndarray) -> slice | np.ndarray:
+    """``addresses`` as a slice when they are consecutive (a view, not a gather)."""
+    n = addresses.size
+    if (
+        n
+        and int(addresses[-1]) - int(addresses[0]) == n - 1
+        and bool(np.all(np.diff(addresses) == 1))
+    ):
+        return slice(int(addresses[0]), int(addresses[0]) + n)
+    return addresses
+
+
+def _index_at(v: poplar.Batch, offset: int) -> slice | np.ndarray:
+    """:func:`_addresses_at` as a slice where they are consecutive (kept per offset)."""
+    kept = v.cached("dyn-index", dict)
+    hit = kept.get(offset)
+    if hit is None:
+        hit = _as_slice(_addresses_at(v, offset))
+        if len(kept) < _KEPT_OFFSETS and (
+            isinstance(hit, slice) or offset in v.cached("dyn-kept", lambda: [{}, 0])[0]
+        ):
+            kept[offset] = hit
+    return hit
+
+
 def _dynamic_slice_compute(v: poplar.Batch) -> None:
     shared = _shared_addresses(v)
     if shared is not None:
@@ -120,26 +147,31 @@ def _prepare_dynamic(update: bool) -> Any:
             return None
         arr, sub = found[0], v.stable_view("sub")
         size = int(v.lengths("sub").sum())
-        sub_at = None if sub is not None else v.addresses("sub", np.arange(size))
-        _addresses_at(v, int(offset[0, 0]))  # the layout, built now rather than in a run
+        sub_at = None if sub is not None else _as_slice(v.addresses("sub", np.arange(size)))
+        _index_at(v, int(offset[0, 0]))  # the layout, built now rather than in a run
 
-        def copy(rows: Any, addresses: np.ndarray) -> None:
+        def read(rows: Any, index: slice | np.ndarray) -> np.ndarray:
+            if isinstance(index, slice):
+                return arr[rows, index]
+            return arr[rows].take(index, axis=-1)
+
+        def copy(rows: Any, addresses: slice | np.ndarray) -> None:
             if update:
-                values = arr[rows].take(sub_at, axis=-1) if sub is None else sub[rows]
+                values = read(rows, sub_at) if sub is None else sub[rows]  # type: ignore[arg-type]
                 arr[rows, addresses] = values
             elif sub is not None:
-                sub[rows] = arr[rows].take(addresses, axis=-1)
+                sub[rows] = read(rows, addresses)
             else:
-                arr[rows, sub_at] = arr[rows].take(addresses, axis=-1)
+                arr[rows, sub_at] = read(rows, addresses)
 
         def run() -> None:
             offsets = offset[:, 0]
             first = int(offsets[0])
             if offsets.size == 1 or bool(np.all(offsets == first)):
-                copy(slice(None), _addresses_at(v, first))
+                copy(slice(None), _index_at(v, first))
                 return
             for r, o in enumerate(offsets.tolist()):  # replicas at different offsets
-                copy(r, _addresses_at(v, int(o)))
+                copy(r, _index_at(v, int(o)))
 
         return run
 

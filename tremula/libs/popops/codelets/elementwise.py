@@ -19,7 +19,7 @@ expression and by their estimators:
 
 Estimators (per-context cycles of one worker vertex over ``n`` elements; the tile cycles
 are 6 x the busiest context plus the compute-set launch, which stands for PopLibs'
-supervisor overhead), from spec section 3.3:
+supervisor overhead), from PopLibs' ``popopsCycleEstimators.cpp``:
 
 * UnaryOp1D: ``17 + loops(n)`` (33 for EXPONENT, 55 in place); natural-vector ops cost
   ``ceil(n / vw) x (cyclesPerLoop + 4)``, others ``ceil(n / elements) x cyclesPerLoop``.

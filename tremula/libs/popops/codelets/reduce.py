@@ -18,7 +18,8 @@ rank (at most the fan-in).
 
 The index arrays of each path are built once per compiled compute set and cached on the
 batch. Half and float data accumulate in float, other types in their own type. Estimators
-follow spec section 3.4 (``estimators.reduce_block_cycles`` and ``reduce_partials_cycles``).
+follow PopLibs' ``popops/reduction/CycleEstimationFunctions.cpp``
+(``estimators.reduce_block_cycles`` and ``reduce_partials_cycles``).
 """
 
 from __future__ import annotations

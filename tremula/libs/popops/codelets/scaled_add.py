@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tremula import poplar
+from tremula import numerics, poplar
 from tremula.libs.popops import estimators as E
 from tremula.poplar.types import BOOL
 
@@ -102,11 +102,10 @@ class ScaledAdd(poplar.Codelet):
             tmp = np.empty(np.broadcast_shapes(np.shape(b), deltas.shape), np.float32)
 
             def run_axpy() -> None:
-                with np.errstate(all="ignore"):
-                    np.multiply(b, deltas, out=tmp)
-                    np.add(data, tmp, out=data)
+                np.multiply(b, deltas, out=tmp)
+                np.add(data, tmp, out=data)
 
-            return run_axpy
+            return numerics.quiet(run_axpy)
 
         def run() -> None:
             sa = a if a is None or cls.kinds[0] == "state" else a.astype(work)

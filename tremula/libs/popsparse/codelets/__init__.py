@@ -1,4 +1,4 @@
-"""PopSparse's device codelets (spec 4.2 to 4.7): the sparse products of the three passes,
+"""PopSparse's device codelets: the sparse products of the three passes,
 the transpose of block buckets for GradA, and the control of the propagation phase.
 
 Product vertices (supervisor vertices, one per processing node's tile and compute set):
@@ -37,13 +37,14 @@ slice) are used once. It never changes what a vertex computes. The meta-info is 
 changes (a small cache keyed by content): a new pattern written into the same engine is
 read on the next run. The values are read from the nz field on every run.
 
-Estimators (spec 3.6, ``popsparse/estimators.py``) are those of the planner's cost model,
-per vertex, from the expected rows and blocks of a matching sub-group per bucket (the
-uniform-pattern expectation the plan was made with; state ``est_rows`` / ``est_blocks``):
-the graph profile's estimates. A run is charged what each product vertex does on the
-meta-info it reads (``run_cycles``, :mod:`popsparse.run_cost`: the walk over its buckets,
-each matching sub-group's workers or blocks), so the slowest tile of the actual pattern
-sets a compute set's time; the element-wise Fwd worker as its assembly runs.
+Estimators (PopLibs' ``PerformanceEstimation.hpp``, ``popsparse/estimators.py``) are those
+of the planner's cost model, per vertex, from the expected rows and blocks of a matching
+sub-group per bucket (the uniform-pattern expectation the plan was made with; state
+``est_rows`` / ``est_blocks``): the graph profile's estimates. A run is charged what each
+product vertex does on the meta-info it reads (``run_cycles``, :mod:`popsparse.run_cost`:
+the walk over its buckets, each matching sub-group's workers or blocks), so the slowest tile
+of the actual pattern sets a compute set's time; the element-wise Fwd worker as its assembly
+runs.
 
 Modules: ``products.py`` (Fwd and GradA), ``grad_w.py``, ``copies.py`` (bucket transpose,
 dense slices), ``control.py`` (the propagation control), ``common.py`` (what they share);

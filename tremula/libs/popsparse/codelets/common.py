@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
+from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse import kernels
 
 GRID = ("grid_x", "grid_y", "grid_z")
@@ -20,6 +21,17 @@ def shape_arg(*sizes: int) -> str:
 
 def template_sizes(v: poplar.VertexInfo | poplar.Batch, name: str) -> tuple[int, ...]:
     return tuple(int(s) for s in v.vertex_type.params[name].split("x"))
+
+
+def zeroing_cycles(
+    v: poplar.VertexInfo | poplar.Batch, partials: str, accumulate: bool
+) -> np.ndarray | int:
+    """Zeroing field ``partials`` in a first compute (the distribution's vertex writes
+    them: PopSparse's "zeroInfo" operand, the 64-bit words of partials to zero, is non-zero
+    only in the first compute); none for a vertex that accumulates into them."""
+    if accumulate:
+        return 0
+    return est.zero_cycles(v.target, v.lengths(partials) * v.dtype(partials).size)
 
 
 def vertex_grid(v: poplar.VertexInfo | poplar.Batch) -> tuple[int, int, int]:

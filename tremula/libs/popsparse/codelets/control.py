@@ -1,4 +1,4 @@
-"""The control of the propagation phase (spec 4.3): the schedule of an overflow info as
+"""The control of the propagation phase: the schedule of an overflow info as
 step codes, and the vertices on the control tile that read it at run time."""
 
 from __future__ import annotations

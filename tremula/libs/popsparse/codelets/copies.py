@@ -40,8 +40,8 @@ class BucketTranspose(poplar.Codelet):
 
 class DenseSlice(poplar.Codelet):
     """A PN's ``[Zt][N]`` slice of a dense operand copied into its tile's buffer: what the
-    distribution and propagation compute sets read when the pattern propagates (spec
-    4.2's per-tile copies of the dense input). It stands for a ``Copy`` program: the slice
+    distribution and propagation compute sets read when the pattern propagates
+    (PopLibs' per-tile copies of the dense input). It stands for a ``Copy`` program: the slice
     reaches the tile through the compute set's exchange, which is where the time goes; the
     vertex costs ``estimators.COPY_CYCLES`` (and lets the host copy through strided views
     rather than lists of element addresses). ``OPERAND`` names the operand (``s`` or

@@ -9,7 +9,12 @@ import numpy as np
 from tremula import poplar
 from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse import kernels
-from tremula.libs.popsparse.codelets.common import geometry, select_blocks, template_sizes
+from tremula.libs.popsparse.codelets.common import (
+    geometry,
+    select_blocks,
+    template_sizes,
+    zeroing_cycles,
+)
 from tremula.libs.popsparse.fields import ContentCache, Rows, repeats, unique
 
 
@@ -62,13 +67,8 @@ class GradWVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        """Spec 3.6's estimate, plus zeroing the partial bucket in the first compute."""
-        zeroing = (
-            0
-            if cls.accumulate
-            else est.zero_cycles(v.target, v.lengths("acc") * v.dtype("acc").size)
-        )
-        return cls.product_cycles(v) + zeroing
+        """PopLibs' estimate, plus zeroing the partial bucket in the first compute."""
+        return cls.product_cycles(v) + zeroing_cycles(v, "acc", cls.accumulate)
 
     @classmethod
     def product_cycles(cls, v: poplar.VertexInfo) -> np.ndarray:

@@ -12,7 +12,12 @@ import numpy as np
 from tremula import poplar
 from tremula.libs.popsparse import estimators as est
 from tremula.libs.popsparse import kernels, run_cost
-from tremula.libs.popsparse.codelets.common import geometry, select_blocks, template_sizes
+from tremula.libs.popsparse.codelets.common import (
+    geometry,
+    select_blocks,
+    template_sizes,
+    zeroing_cycles,
+)
 from tremula.libs.popsparse.fields import ContentCache, Rows, repeats, take, unique
 
 
@@ -96,20 +101,15 @@ class ProductVertex(poplar.Codelet):
 
     @classmethod
     def cycles(cls, v: poplar.VertexInfo) -> np.ndarray:
-        """Spec 3.6's estimate of the product on the plan's uniform pattern, plus zeroing
-        the partials in a first compute (the distribution's vertex writes them, spec 4.7
+        """PopLibs' estimate of the product on the plan's uniform pattern, plus zeroing
+        the partials in a first compute (the distribution's vertex writes them,
         "zeroInfo"): the graph profile's estimate."""
-        zeroing = (
-            0 if cls.accumulate else est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
-        )
-        return cls.product_cycles(v) + zeroing
+        return cls.product_cycles(v) + cls.zeroing_cycles(v)
 
     @classmethod
     def zeroing_cycles(cls, v: poplar.VertexInfo | poplar.Batch) -> np.ndarray | int:
-        """Zeroing the partials in a first compute (spec 4.7 "zeroInfo")."""
-        if cls.accumulate:
-            return 0
-        return est.zero_cycles(v.target, v.lengths("q") * v.dtype("q").size)
+        """Zeroing the partials in a first compute ("zeroInfo")."""
+        return zeroing_cycles(v, "q", cls.accumulate)
 
     @classmethod
     def run_cycles(cls, v: poplar.Batch) -> np.ndarray | None:

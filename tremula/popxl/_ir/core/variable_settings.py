@@ -128,7 +128,7 @@ class VariableSettings:
         k = self._size
         return numReplicas // k if self._comm.type == _ORTH and k else 1
 
-    # ---- counting (spec 2.3) ----
+    # ---- counting (PopART's VariableSettings methods) ----
     def getGroupCount(self, numReplicas: int) -> int:
         """How many groups ``numReplicas`` replicas form (floored)."""
         R, k = int(numReplicas), self._size
@@ -191,7 +191,7 @@ class VariableSettings:
         """The replicas of each group, in order."""
         return self.getReplicaGrouping(numReplicas).grouping.groups()
 
-    # ---- shapes (spec 2.6) ----
+    # ---- shapes (a leading group dimension when there is more than one group) ----
     def shapeOnReplica(self, full_shape: Any, numReplicas: int, name: str = "") -> list[int]:
         """The shape on one replica of an initialiser of ``full_shape``: without the leading
         group axis when there are several groups.

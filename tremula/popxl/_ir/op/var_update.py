@@ -3,7 +3,7 @@
 
 PopXL passes a hyperparameter to its C++ op as an ``OptimizerValue``: a number becomes
 ``OptimizerValue(f, isConst=True)``; a Tensor is connected as an input and the op gets
-``OptimizerValue(0, isConst=False)`` (spec popxl-fidelity 1.0). Tremula's var-update ops
+``OptimizerValue(0, isConst=False)`` (PopXL's ``handle_optimizer_value``). Tremula's var-update ops
 keep numbers in ``attrs["values"]`` and tensors in ``attrs["slots"]``, and
 ``getFactor()`` reads them back in PopART's form.
 """

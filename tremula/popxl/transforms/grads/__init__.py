@@ -1,6 +1,7 @@
-"""Gradient rules: one entry per op type (STYLE: JAX's transpose tables), in files that
-mirror ``popxl/ops`` (``grads/elementwise.py`` for ``ops/elementwise.py``, ...). The table
-and the protocol rules follow are in :mod:`.base`."""
+"""Gradient rules: one per op type, in files that mirror ``popxl/ops``
+(``grads/elementwise.py`` for ``ops/elementwise.py``, ...). Registration (``@grad``,
+``not_differentiable``) attaches each to its op's definition (``OpDefinition.grad``); the
+registration and the protocol rules follow are in :mod:`.base`."""
 
 from tremula.popxl.transforms.grads import (  # noqa: F401  (register the rules)
     call,

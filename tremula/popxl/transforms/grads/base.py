@@ -1,4 +1,4 @@
-"""The gradient-rule table and the helpers rules share.
+"""Gradient-rule registration and the helpers rules share.
 
 A rule builds the gradients of an op's inputs from the gradients of its outputs, with
 ordinary PopXL ops, so the backward graph is PopXL IR that lowers like any other. It is
@@ -8,27 +8,32 @@ called with the grad graph as the current graph::
 
 ``grads[k]`` is the gradient of ``op.outputs[k]`` (zeros, made when first read, if no
 gradient reaches it); ``need[i]`` says whether the gradient of ``op.inputs[i]`` is wanted (a
-rule may skip the others, and should, so the backward pass reads no forward tensor it does
-not need). ``ctx.fwd(t)`` is a
-forward tensor's value in the grad graph (the grad graph gains an input for it, and the
-forward graph an output if needed); ``ctx.zeros(t)`` is a zero gradient for ``t``;
+rule skips the others and reads, with ``ctx.fwd``, what each gradient it makes needs, as
+PopART's grad op for that input reads it: ``autodiff`` also runs the rule for every float
+input to find what PopART's pruned grad ops would read). ``ctx.fwd(t)`` is a forward
+tensor's value in the grad graph (the grad graph gains an input for it, and the forward
+graph an output if needed); ``ctx.read(t)`` is that value only if the backward pass reads
+``t`` already (else None: no input added); ``ctx.zeros(t)`` is a zero gradient for ``t``;
 ``ctx.grad_info(graph)`` differentiates a called graph.
 
-``GRADS[op_type] is None`` marks an op type gradients do not flow through (comparisons,
-piecewise-constant functions); an op type may also be defined with ``differentiable=False``.
-In-place forms share their out-of-place rule (``autodiff`` refuses a rule that reads a value
-an in-place op has overwritten).
+A rule lives on its op's definition, ``OPS[op_type].grad``: ``@grad(op_type)`` attaches
+it there (``ops.base.attach_grad``), and ``not_differentiable(op_type)`` marks an op type
+gradients do not flow through (comparisons, piecewise-constant functions), as defining it
+with ``differentiable=False`` does; registration refuses a second statement or a
+contradiction. In-place forms share their out-of-place op's rule (``autodiff`` refuses a
+rule that reads a value an in-place op has overwritten). :data:`GRADS` is a read-only view
+of the definitions, by op type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from tremula.popxl import ops
-from tremula.popxl.ops.base import INPLACE, OpNode
+from tremula.popxl.ops.base import OPS, OpNode, attach_grad
 from tremula.popxl.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -71,6 +76,8 @@ class GradContext(Protocol):
 
     def fwd(self, t: Tensor) -> Tensor: ...
 
+    def read(self, t: Tensor) -> Tensor | None: ...
+
     def zeros(self, t: Tensor) -> Tensor: ...
 
     def grad_info(self, graph: Graph) -> GradGraphInfo: ...
@@ -78,34 +85,44 @@ class GradContext(Protocol):
 
 GradRule = Callable[[GradContext, OpNode, OutputGrads, Sequence[bool]], Grads]
 
-#: op type -> its gradient rule, or None for "not differentiable"
-GRADS: dict[str, GradRule | None] = {}
+
+class _GradTable(Mapping[str, GradRule | None]):
+    """Op type -> its gradient rule, or None for "not differentiable", read from the
+    definitions (``OpDefinition.grad``); a differentiable op type without a rule is absent."""
+
+    def __getitem__(self, op_type: str) -> GradRule | None:
+        d = OPS.get(op_type)
+        if d is None or (d.differentiable and d.grad is None):
+            raise KeyError(op_type)
+        return d.grad
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([t for t, d in OPS.items() if d.grad is not None or not d.differentiable])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def _forms(*op_types: str) -> tuple[str, ...]:
-    """The op types and their in-place forms (``OpDefinition.inplace_of``) that exist."""
-    return tuple(t for base in op_types for t in (base, INPLACE.get(base)) if t is not None)
+#: op type -> its gradient rule, or None for "not differentiable" (a view of :data:`OPS`)
+GRADS: Mapping[str, GradRule | None] = _GradTable()
 
 
 def grad(*op_types: str) -> Callable[[GradRule], GradRule]:
-    """Register ``fn`` as the gradient rule of ``op_types`` (and their in-place forms)."""
+    """Register ``fn`` as the gradient rule of ``op_types`` (their in-place forms share it):
+    it becomes their definitions' ``grad``. ``ValueError`` naming the op type if one is not
+    defined, already has a rule or is not differentiable."""
 
     def register(fn: GradRule) -> GradRule:
-        for t in _forms(*op_types):
-            if t in GRADS:
-                raise ValueError(f"op type {t!r} already has a gradient rule")
-            GRADS[t] = fn
+        attach_grad(op_types, fn)
         return fn
 
     return register
 
 
 def not_differentiable(*op_types: str) -> None:
-    """Mark op types (and their in-place forms) as passing no gradient."""
-    for t in _forms(*op_types):
-        if t in GRADS:
-            raise ValueError(f"op type {t!r} already has a gradient rule")
-        GRADS[t] = None
+    """Mark op types (and their in-place forms) as passing no gradient, where their
+    definitions do not say so already (``ValueError`` naming the op type otherwise)."""
+    attach_grad(op_types, None)
 
 
 # ---- helpers ----

@@ -23,8 +23,16 @@ from tremula.popxl.transforms.grads.base import (
 
 @grad("Softmax")
 def _softmax(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """``y (g - sum(g y))`` along the axis."""
-    y = c.fwd(op.outputs[0])
+    """``y (g - sum(g y))`` along the axis. PopART's SoftmaxGradOp reads the gradient and the
+    softmax's input, and its Opx computes the probabilities ``y`` again from them; so does
+    this rule, unless the backward pass reads ``y`` already (another gradient reads the
+    probabilities: attention's ``probs @ v``, a loss), where those values are used: the
+    grad graph's inputs are PopART's either way, and the numbers those of the forward."""
+    y = c.read(op.outputs[0])
+    if y is None:
+        y = ops.softmax(c.fwd(op.inputs[0]), op.attrs["axis"])
+    else:
+        c.fwd(op.inputs[0])
     return [y * (g[0] - ops.sum(g[0] * y, op.attrs["axis"], keepdims=True))]
 
 

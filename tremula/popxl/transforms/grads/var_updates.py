@@ -1,6 +1,7 @@
 """Gradient rules of ``popxl/ops/var_updates``. PopART gives var updates no gradient; these
 let a graph that accumulates into a tensor it returns (``t += f X``, ``t += f X^2``,
-``t = X``) be differentiated. The other updates pass no gradient."""
+``t = X``) be differentiated. The other updates are defined not differentiable
+(``differentiable=False`` in ``ops/var_updates``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ from tremula.popxl.transforms.grads.base import (
     Grads,
     OutputGrads,
     grad,
-    not_differentiable,
     sum_to,
 )
-
-not_differentiable("AccumulatorScale", "SparseAccumulate", "AdamUpdater", "AdamVarUpdate")
 
 
 @grad("CopyVarUpdate")
