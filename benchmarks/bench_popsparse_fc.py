@@ -32,14 +32,18 @@
    dense ``poplin.matmul(W, X)`` with float partials, compute and exchange steps of the
    profile (sync and stream copies excluded; the compute-only rate printed too), best
    over n for each separately, speed-up ``best_sparse / (d best_dense)``; the four
-   speed-ups at d = 1/16 and the half block sweep, every point printed. One compile per
-   (case, n); the full sweep takes long on a shared host (``--paper-ns``,
-   ``--paper-dense-ns`` to restrict n).
+   speed-ups at d = 1/16 and the half block sweep, every point printed with the n of its
+   best. One compile per (case, n); the full sweep takes long on a shared host
+   (``--paper-ns``, ``--paper-dense-ns`` to restrict n). The dense product is simulated
+   at ``--paper-dense-ns`` and planned only (poplin's estimate, which the simulation
+   reproduces where both run) at ``--paper-dense-estimate-ns``: building the dense 4096 x
+   4096 x 1024 program already takes about 11 GB of host memory here (and its run nine
+   minutes), so larger n are not simulated by default.
 
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
 [--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]
-[--paper [--paper-ns 64,256,1024,4096] [--paper-dense-ns 1024,4096,16384]
-[--paper-seeds 123,1,2,3]]``.
+[--paper [--paper-ns 64,256,1024,4096] [--paper-dense-ns 4,64,256,512]
+[--paper-dense-estimate-ns 1024,4096,8192,16384] [--paper-seeds 123,1,2,3]]``.
 """
 
 from __future__ import annotations
@@ -377,7 +381,12 @@ def main() -> None:
     parser.add_argument("--paper", action="store_true", help="only the paper's tables")
     parser.add_argument("--paper-ns", default="4,64,256,1024,4096", help="sparse n of --paper")
     parser.add_argument(
-        "--paper-dense-ns", default="4,64,1024,4096,16384", help="dense n of --paper"
+        "--paper-dense-ns", default="4,64,256,512", help="dense n of --paper, simulated"
+    )
+    parser.add_argument(
+        "--paper-dense-estimate-ns",
+        default="1024,4096,8192,16384",
+        help="dense n of --paper, poplin's plan estimate only",
     )
     parser.add_argument("--paper-seeds", default="123,1,2,3", help="patterns of --paper")
     args = parser.parse_args()
@@ -387,7 +396,10 @@ def main() -> None:
             return tuple(int(x) for x in text.split(","))
 
         popsparse_paper.paper_tables(
-            ints(args.paper_ns), ints(args.paper_dense_ns), ints(args.paper_seeds)
+            ints(args.paper_ns),
+            ints(args.paper_dense_ns),
+            ints(args.paper_dense_estimate_ns),
+            ints(args.paper_seeds),
         )
         return
     cases = {"ew": (1, poplar.FLOAT), "b16half": (16, poplar.HALF), "b16float": (16, poplar.FLOAT)}

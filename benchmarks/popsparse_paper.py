@@ -113,14 +113,39 @@ class Timed:
         return self.compute + self.exchange
 
 
-def timed(engine: poplar.Engine) -> Timed:
-    """Run once from a fresh profile; the harness's reading of its steps."""
+#: The phases of a sparse pass, by the names of its programs and compute sets.
+PHASES = (
+    ("propagation", "propagation/"),
+    ("reduction", "/reduce"),
+    ("reduction", "/cast"),
+    ("distribution", "distribution"),
+)
+
+
+def _phase(step: dict, programs: list[dict], cs_names: list[str]) -> str:
+    if step["type"] == "OnTileExecute":
+        name = cs_names[step["computeSet"]]
+    else:
+        name = step.get("name") or str(programs[step["program"]].get("name", ""))
+    return next((phase for phase, key in PHASES if key in name), "other")
+
+
+def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Timed:
+    """Run once from a fresh profile; the harness's reading of its steps. With
+    ``by_phase``, also the compute and exchange cycles of each phase of a sparse pass
+    (``"distribution compute"``, ``"reduction exchange"`` ...), the same steps."""
     engine.reset_execution_profile()
     engine.run()
     sim = engine.get_execution_profile()["simulation"]
     by: dict[str, int] = {}
+    kinds = {"OnTileExecute": "compute", "DoExchange": "exchange"}
+    graph = engine.get_graph_profile() if by_phase is not None else {}
     for step in sim["steps"]:
         by[step["type"]] = by.get(step["type"], 0) + int(step["cycles"])
+        if by_phase is not None and step["type"] in kinds:
+            phase = _phase(step, graph["programs"], graph["computeSets"]["names"])
+            key = f"{phase} {kinds[step['type']]}"
+            by_phase[key] = by_phase.get(key, 0) + int(step["cycles"])
     return Timed(
         by.get("OnTileExecute", 0),
         by.get("DoExchange", 0),
@@ -156,6 +181,7 @@ class SparsePoint:
     time: Timed
     plan: str
     steps: int  # propagation computes the pattern needs
+    phases: dict[str, int]  # compute and exchange cycles by phase (see :func:`timed`)
 
 
 def sparse_points(
@@ -167,6 +193,23 @@ def sparse_points(
         engine, part = sparse_engine(TYPES[type_name], block, d, n)
     except TremulaError as err:
         return f"not built: {str(err)[:200]}"
+    except MemoryError:  # the host's limit (e.g. ``ulimit -v``), not the IPU's
+        return "not built: out of host memory"
+    try:
+        return _run_points(engine, part, block, d, n, seeds)
+    except MemoryError:
+        return "not run: out of host memory"
+
+
+def _run_points(
+    engine: poplar.Engine,
+    part: dynamic.Partitioner,
+    block: int,
+    d: float,
+    n: int,
+    seeds: tuple[int, ...],
+) -> list[SparsePoint]:
+    """Each seed's pattern loaded into the built engine and run once."""
     plan = part.plan
     out = []
     for seed in seeds:
@@ -175,7 +218,9 @@ def sparse_points(
         engine.write_tensor("nz_values", impl.nz_values)
         steps = dynamic.propagation_steps(plan.partition.xyz, part.overflow_info(impl))
         computes = sum(s.compute for s in steps)
-        out.append(SparsePoint(n, seed, timed(engine), str(plan.partition.xyz), computes))
+        phases: dict[str, int] = {}
+        t = timed(engine, phases)
+        out.append(SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases))
     return out
 
 
@@ -196,6 +241,15 @@ def dense_time(type_name: str, n: int) -> Timed:
     return timed(engine)
 
 
+def dense_estimate(type_name: str, n: int) -> poplin.Plan:
+    """poplin's plan of the same product: the conv planner's total (spec
+    profile-and-machine 3.5), which the simulation of the built program reproduces where
+    both were run (``--paper`` prints both at the n it simulates)."""
+    target = poplar.IPUModel("bow").create_target()
+    opts = {"partialsType": "float"}
+    return poplin.matmul_plan(target, TYPES[type_name], (SIZE, SIZE), (SIZE, n), options=opts)
+
+
 def tflops(flops: float, cycles: int) -> float:
     clock = poplar.IPUModel("bow").create_target().tile_clock_frequency
     return flops * clock / max(cycles, 1) / 1e12
@@ -205,30 +259,53 @@ def off(ours: float, paper: float) -> str:
     return f"{100 * (ours / paper - 1):+.0f}%"
 
 
-def dense_table(ns: tuple[int, ...]) -> dict[str, float]:
-    """Print the dense points; the best (compute and exchange) TFLOP/s by type."""
-    best: dict[str, float] = {}
+@dataclass(frozen=True)
+class Best:
+    """The best rate over n of one side, the n that gave it, and how it was found."""
+
+    rate: float
+    n: int
+    how: str  # "simulated" or "estimate"
+
+
+def dense_table(ns: tuple[int, ...], estimate_ns: tuple[int, ...]) -> dict[str, Best]:
+    """Print the dense points: simulated at ``ns`` (compute and exchange steps of the
+    profile), poplin's plan estimate at every n of both lists; the best by type, over the
+    simulated points and the estimates at n not simulated."""
+    best: dict[str, Best] = {}
     print(f"dense poplin.matmul(W [{SIZE}][{SIZE}], X [{SIZE}][n]), float partials, Bow:")
     for type_name in TYPES:
-        for n in ns:
-            t = dense_time(type_name, n)
+        for n in sorted(set(ns) | set(estimate_ns)):
             f = 2.0 * SIZE * SIZE * n
-            rate, rate_c = tflops(f, t.measured), tflops(f, t.compute)
-            best[type_name] = max(best.get(type_name, 0.0), rate)
-            print(f"  {type_name:>5} n={n:<6} compute {t.compute:>9} + exchange {t.exchange:>8} "
-                  f"(sync {t.sync}, streams {t.stream}, total {t.total}) cycles: "
-                  f"{rate:6.1f} TFLOP/s (compute only {rate_c:6.1f})", flush=True)  # fmt: skip
+            plan = dense_estimate(type_name, n)
+            line = (f"  {type_name:>5} n={n:<6} plan estimate {plan.cycles:>9} cycles (exchange "
+                    f"{plan.exchange_cycles}, partials {plan.compute_cycles}, reduction "
+                    f"{plan.reduce_cycles}; loop {plan.loop or '-'} x {plan.serial}, swap "
+                    f"{plan.swap}): {tflops(f, plan.cycles):6.1f} TFLOP/s")  # fmt: skip
+            found = Best(tflops(f, plan.cycles), n, "estimate")
+            if n in ns:
+                t = dense_time(type_name, n)
+                rate, rate_c = tflops(f, t.measured), tflops(f, t.compute)
+                line += (f"\n  {'':>5} {'':<8} simulated compute {t.compute:>9} + exchange "
+                         f"{t.exchange:>8} (sync {t.sync}, streams {t.stream}) cycles: "
+                         f"{rate:6.1f} TFLOP/s (compute only {rate_c:6.1f}; estimate "
+                         f"{100 * (plan.cycles / t.measured - 1):+.2f} %)")  # fmt: skip
+                found = Best(rate, n, "simulated")
+            print(line, flush=True)
+            if found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
+                best[type_name] = found
         paper = PAPER_DENSE_TFLOPS[type_name]
-        print(f"  {type_name} best {best[type_name]:.1f} TFLOP/s, paper ~{paper:.0f} "
-              f"({off(best[type_name], paper)})")  # fmt: skip
+        b = best[type_name]
+        print(f"  {type_name} best {b.rate:.1f} TFLOP/s at n = {b.n} ({b.how}), paper "
+              f"~{paper:.0f} ({off(b.rate, paper)})")  # fmt: skip
     return best
 
 
 def sparse_case(
     type_name: str, block: int, d: float, ns: tuple[int, ...], seeds: tuple[int, ...]
-) -> dict[int, float]:
-    """Print the case's points; best non-zero TFLOP/s over n, by seed."""
-    best: dict[int, float] = {}
+) -> dict[int, Best]:
+    """Print the case's points; the best non-zero TFLOP/s over n (and its n), by seed."""
+    best: dict[int, Best] = {}
     flops_n = 2.0 * SIZE * SIZE * d
     for n in ns:
         points = sparse_points(type_name, block, d, n, seeds)
@@ -237,22 +314,28 @@ def sparse_case(
             continue
         for p in points:
             rate, rate_c = tflops(flops_n * n, p.time.measured), tflops(flops_n * n, p.time.compute)
-            best[p.seed] = max(best.get(p.seed, 0.0), rate)
+            if rate > best.get(p.seed, Best(0.0, 0, "")).rate:
+                best[p.seed] = Best(rate, n, "simulated")
             print(f"  b={block:<2} {type_name:>5} n={n:<5} seed {p.seed:<4} plan {p.plan:<13} "
                   f"compute {p.time.compute:>8} + exchange {p.time.exchange:>7} (sync "
                   f"{p.time.sync}) cycles, {p.steps:>2} prop. computes: {rate:6.2f} TFLOP/s "
                   f"(compute only {rate_c:6.2f})", flush=True)  # fmt: skip
+            split = ", ".join(f"{k} {v}" for k, v in sorted(p.phases.items()))
+            print(f"      phases: {split}", flush=True)
     return best
 
 
 def paper_tables(
-    sparse_ns: tuple[int, ...], dense_ns: tuple[int, ...], seeds: tuple[int, ...]
+    sparse_ns: tuple[int, ...],
+    dense_ns: tuple[int, ...],
+    dense_estimate_ns: tuple[int, ...],
+    seeds: tuple[int, ...],
 ) -> None:
     """Every paper point next to Tremula's (see the module docstring)."""
     print(PAPER_CHIP)
-    dense = dense_table(dense_ns)
+    dense = dense_table(dense_ns, dense_estimate_ns)
     d = 1 / 16
-    cases: dict[tuple[int, str], dict[int, float]] = {}
+    cases: dict[tuple[int, str], dict[int, Best]] = {}
     for block, type_name in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]:
         if (block, type_name) not in cases:
             cases[block, type_name] = sparse_case(type_name, block, d, sparse_ns, seeds)
@@ -261,26 +344,34 @@ def paper_tables(
     def spread(values: list[float]) -> str:
         return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else "-"
 
-    print(f"speed-up = best sparse / (d best dense), m = k = {SIZE}, d = 1/16, sparse n in "
-          f"{sparse_ns}, dense n in {dense_ns}; seed {harness} (the harness's), and the range "
-          f"over seeds {seeds}")  # fmt: skip
-    print(f"{'case':>12} {'paper':>6} {'ours':>6} {'off':>6} {'seeds':>11}")
+    print(f"\nm = k = {SIZE}, d = 1/16, Bow; sparse n in {sparse_ns} (simulated), dense n in "
+          f"{tuple(sorted(set(dense_ns) | set(dense_estimate_ns)))} (simulated at {dense_ns}, "
+          f"else poplin's plan estimate); seed {harness} (the harness's), the range over seeds "
+          f"{seeds}; speed-up = best sparse / (d best dense)")  # fmt: skip
+    print(f"{'point':>24} {'paper':>6} {'ours':>7} {'off':>6} {'seeds':>11}  from")
     for (block, type_name), paper in PAPER_SPEEDUP.items():
         best = cases[block, type_name]
+        name = f"speed-up b={block} {type_name}"
         if not best:
-            print(f"{f'b={block} {type_name}':>12} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built)")
             continue
-        ups = {s: r / (d * dense[type_name]) for s, r in best.items()}
-        ours = ups.get(harness, next(iter(ups.values())))
-        print(f"{f'b={block} {type_name}':>12} {paper:>6.1f} {ours:>6.2f} {off(ours, paper):>6} "
-              f"{spread(list(ups.values())):>11}")  # fmt: skip
-    print("block sweep, half, d = 1/16, best non-zero TFLOP/s over n (Bow)")
-    print(f"{'b':>3} {'paper':>6} {'ours':>6} {'off':>6} {'seeds':>11}")
+        dn = dense[type_name]
+        ups = {s: b.rate / (d * dn.rate) for s, b in best.items()}
+        b = best.get(harness, next(iter(best.values())))
+        ours = b.rate / (d * dn.rate)
+        print(f"{name:>24} {paper:>6.1f} {ours:>7.2f} {off(ours, paper):>6} "
+              f"{spread(list(ups.values())):>11}  sparse {b.rate:.2f} at n = {b.n}, dense "
+              f"{dn.rate:.1f} at n = {dn.n} ({dn.how})")  # fmt: skip
     for block, paper in PAPER_BLOCK_TFLOPS.items():
         best = cases[block, "half"]
+        name = f"sweep b={block} half TFLOP/s"
         if not best:
-            print(f"{block:>3} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built)")
             continue
-        ours = best.get(harness, next(iter(best.values())))
-        print(f"{block:>3} {paper:>6.1f} {ours:>6.1f} {off(ours, paper):>6} "
-              f"{spread(list(best.values())):>11}")  # fmt: skip
+        b = best.get(harness, next(iter(best.values())))
+        print(f"{name:>24} {paper:>6.1f} {b.rate:>7.2f} {off(b.rate, paper):>6} "
+              f"{spread([x.rate for x in best.values()]):>11}  n = {b.n}")  # fmt: skip
+    for type_name, paper in PAPER_DENSE_TFLOPS.items():
+        dn = dense[type_name]
+        print(f"{f'dense {type_name} max TFLOP/s':>24} {paper:>6.1f} {dn.rate:>7.1f} "
+              f"{off(dn.rate, paper):>6} {'-':>11}  n = {dn.n} ({dn.how})")  # fmt: skip

@@ -77,3 +77,40 @@ def test_a_second_run_is_not_a_replay_of_the_first():
     computes = [s["cycles"] for s in steps if s["type"] == "OnTileExecute"]
     launch = e.target.compute_set_launch_cycles
     assert computes == [10 + launch, 87 + launch]
+
+
+class CachedWalk(Walk):
+    """:class:`Walk` returning the same array for the same data, as PopSparse's product
+    vertices do (their cycles are cached by the meta-info's content)."""
+
+    seen: dict[bytes, np.ndarray] = {}
+
+    @staticmethod
+    def run_cycles(v):
+        first = v.view("x", (v.n, 2))[0, :, 0]
+        return CachedWalk.seen.setdefault(first.tobytes(), 10 + first)
+
+
+def test_steps_of_data_seen_before_are_the_steps_of_that_data():
+    """Runs alternating between contents (a propagation step's buckets, seen again on the
+    next run) are each charged their own data's cycles, whichever the engine kept."""
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets([*CODELETS, CachedWalk])
+    x = var(g, (4, 2), tile=None, write="x")
+    y = var(g, (4, 2), tile=None)
+    cs = g.add_compute_set("walk")
+    g.add_vertices(cs, "CachedWalk", {"x": x, "y": y}, tiles=range(4))
+    e = make_engine(g, poplar.Execute(cs), None, device)
+    launch = e.target.compute_set_launch_cycles
+    contents = ([5, 7, 40, 1], [3, 3, 3, 3], [5, 7, 40, 1], [0, 90, 0, 0], [3, 3, 3, 3])
+    for firsts in contents * 2:
+        x = np.zeros((4, 2), np.float32)
+        x[:, 0] = firsts
+        e.write_tensor("x", x)
+        e.reset_execution_profile()
+        e.run()
+        step = _step(e)
+        assert step["cycles"] == 10 + max(firsts) + launch
+        assert step["activeTiles"] == 4
+    assert len(CachedWalk.seen) == 3

@@ -54,7 +54,10 @@ class CompiledGroup:
     #: the cycles of the last run for codelets that give ``run_cycles`` (None: the
     #: estimates ``cycles``; see Codelet's notes)
     live_cycles: np.ndarray | None = None
-    _live_from: Any = None  # what run_cycles returned for live_cycles
+    #: checked cycles of the arrays run_cycles returned lately, by the array's id (the
+    #: array kept beside them so that the id stays its own): a run that returns one of
+    #: them again (a propagation step's buckets seen before) is not checked again
+    _live_seen: dict[int, tuple[Any, np.ndarray]] = field(default_factory=dict)
 
     @cached_property
     def dynamic(self) -> bool:
@@ -353,21 +356,29 @@ def _estimates(vtype: VertexType, info: VertexInfo, group: VertexGroup) -> np.nd
     return np.ceil(cyc).astype(np.int64)
 
 
+#: How many distinct ``run_cycles`` results a group (and steps a compute set) keeps.
+LIVE_KEPT = 64
+
+
 def _run_cycles(g: CompiledGroup, batch: Batch) -> np.ndarray | None:
     """The codelet's ``run_cycles`` for this run, checked like the estimates (once per
     array the codelet returns: the same array again is the same cycles)."""
     got = g.vertex_type.codelet.run_cycles(batch)  # type: ignore[attr-defined]
     if got is None:
         return None
-    if got is g._live_from:
-        return g.live_cycles
-    g._live_from = got
+    seen = g._live_seen.get(id(got))
+    if seen is not None and seen[0] is got:
+        return seen[1]
     cyc = np.broadcast_to(np.asarray(got, dtype=np.float64), (g.n,))
     if np.any(cyc < 0) or not np.all(np.isfinite(cyc)):
         raise CodeletError(
             f"codelet {g.vertex_type.name!r}: run_cycles() must give finite cycles >= 0"
         )
-    return np.ceil(cyc).astype(np.int64)
+    checked = np.ceil(cyc).astype(np.int64)
+    if len(g._live_seen) >= LIVE_KEPT:
+        g._live_seen.pop(next(iter(g._live_seen)))
+    g._live_seen[id(got)] = (got, checked)
+    return checked
 
 
 def compile_group(state: GraphState, group: VertexGroup, vertex_ids: np.ndarray) -> CompiledGroup:

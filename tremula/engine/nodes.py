@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine.computeset import CompiledComputeSet
+from tremula.engine.group import LIVE_KEPT
 from tremula.engine.plan import CopyPlan, Gather
 from tremula.engine.timeline import StepInfo, tile_balances
 from tremula.errors import EngineError
@@ -56,21 +57,26 @@ class OnTileNode(Node):
     #: the step of the last run when the compute set's cycles depend on the data
     #: (``CompiledComputeSet.dynamic``); None: ``step``
     live: StepInfo | None = None
-    _live_counts: list[Any] = field(default_factory=list)  # the group cycles of ``live``
-    _live_by_tile: Any = None
+    #: steps of recent runs by the identities of the groups' cycle arrays: ``(the arrays,
+    #: the step, its cycles by tile)`` (a propagation step whose buckets were seen before
+    #: gets the same arrays, hence the same step, without scheduling it again)
+    _live_steps: dict[tuple[int, ...], tuple[list[Any], StepInfo, Any]] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.ptype = "OnTileExecute"
 
     def note_live(self, target: Any) -> np.ndarray:
-        """Set :attr:`live` from the last run's cycles; returns its cycles by tile (the
-        step of the previous run again when every group's cycles are the same arrays)."""
+        """Set :attr:`live` from the last run's cycles; returns its cycles by tile (a step
+        noted before again when every group's cycles are the same arrays)."""
         counts = [g.live_cycles for g in self.ccs.groups]
-        if self.live is not None and all(a is b for a, b in zip(counts, self._live_counts)):
-            return self._live_by_tile
-        self._live_counts = counts
+        key = tuple(id(c) for c in counts)
+        seen = self._live_steps.get(key)
+        if seen is not None and all(a is b for a, b in zip(counts, seen[0])):
+            self.live = seen[1]
+            return seen[2]
         cycles, active, balance = self.ccs.live_schedule(target)
-        self._live_by_tile = cycles
         tiles = np.flatnonzero(cycles > 0)
         tb, atb = tile_balances(cycles, target.num_tiles)
         record = replace(
@@ -87,6 +93,9 @@ class OnTileNode(Node):
             cycles=cycles[tiles].astype(np.int64),
             active_cycles=int(active.sum()),
         )
+        if len(self._live_steps) >= LIVE_KEPT:
+            self._live_steps.pop(next(iter(self._live_steps)))
+        self._live_steps[key] = (counts, self.live, cycles)
         return cycles
 
     def profile_fields(self) -> dict[str, Any]:

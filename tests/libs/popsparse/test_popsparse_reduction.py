@@ -53,3 +53,25 @@ def test_reduction_cycles_and_placement(h, rng, sparse_layer, dtype):
         # PN (x // 48, y, z // 8) with y the piece of (x % 48) * 8 + z % 8
         y = ((x % 48) * 8 + z % 8) // 96
         assert out_tiles[z, x] == tiles[((x // 48) * 4 + y) * 2 + z // 8]
+
+
+def test_pieces_of_whole_rows_are_named_by_rows(h, rng, sparse_layer):
+    """A piece of whole ``Zt`` rows of the slab is a ``Px1xRxZt`` vertex (the engine then
+    reads it in place), another a ``Px1x1xL`` one; both cost ``ReduceAdd`` of their
+    length, and the run's results are checked against float64. Partition (2, 5, 2) of a
+    96 x 80 layer, batch 16: forward slabs of 48 x 8 = 384 over 5 Y partitions (pieces of
+    77, the last 76: not whole rows), GradA slabs of 16 x 8 = 128 over 2 X partitions
+    (pieces of 64 = 8 rows of 8)."""
+    assert reduction._rows(192, 32) == "6x32"
+    assert reduction._rows(77, 8) == "1x77"
+    opts = {**FWD_GRAD_A, "planConstraints": {"partition": {"x": 2, "y": 5, "z": 2}}}
+    run = sparse_layer(h.layer(1, 0.2, 16, 80, 96), "float", opts, passes=("fwd", "grad_a"))
+    assert run.plan.partition.xyz == (2, 5, 2)
+    run.run(h.random_coo(rng, 96, 80, 1, 0.2), rng)
+    names = run.engine.get_graph_profile()["vertexTypes"]["names"]
+    reduce = sorted(n for n in names if n.startswith("poplin::ReducePartials"))
+    assert reduce == [
+        "poplin::ReducePartials<float,float,2x1x8x8>",
+        "poplin::ReducePartials<float,float,5x1x1x76>",
+        "poplin::ReducePartials<float,float,5x1x1x77>",
+    ]

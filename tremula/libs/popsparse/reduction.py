@@ -6,10 +6,11 @@ The ``P`` PNs of one (output partition, Z partition) hold one ``[Nt][Zt]`` slab 
 slab's ``Nt Zt`` outputs are cut into ``P`` pieces of ``ceil(Nt Zt / P)`` (the last one
 shorter, trailing ones possibly empty), and the PN of partition ``i`` sums piece ``i`` of
 all ``P`` slabs (receiving the ``P - 1`` it does not hold) into the output, cast in the same
-pass: one ``poplin::ReducePartials<P,OUT,Px1x1xL>`` vertex per piece, whose estimate is the
-``ReduceAdd`` one of :func:`estimators.reduce_cycles` (``outs = ceil(Nt Zt / P)``, depth
-``P``). With one partition there is nothing to add: a cast when the partials' type is not
-the data type, else the partials are the result.
+pass: one ``poplin::ReducePartials<P,OUT,Px1xRxC>`` vertex per piece (``R C`` its length:
+``R`` rows of ``C = Zt`` when the piece is whole rows of the slab, else one row), whose
+estimate is the ``ReduceAdd`` one of :func:`estimators.reduce_cycles` (``outs = ceil(Nt Zt /
+P)``, depth ``P``). With one partition there is nothing to add: a cast when the partials'
+type is not the data type, else the partials are the result.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def pieces(length: int, p: int) -> list[tuple[int, int, int]]:
     return runs
 
 
+def _rows(size: int, zt: int) -> str:
+    """A piece of ``size`` outputs of a ``[Nt][Zt]`` slab as ``RxC``: whole rows of ``Zt``
+    when it is a multiple of them (the engine then reads each vertex's partials and writes
+    its output through strided views of device memory, rather than gathering them), else
+    one row. The estimate counts ``R C`` outputs either way."""
+    return f"{size // zt}x{zt}" if size % zt == 0 else f"1x{size}"
+
+
 def _add_class(
     layer: Layer,
     cs: poplar.ComputeSet,
@@ -97,7 +106,7 @@ def _add_class(
             "out": poplar.Segments(dst, np.full(n, size)),
         }
         fields.update(zip(GRID, (1, gn, pz, count)))
-        base = f"{REDUCE}<{partials.dtype},{out.dtype},{p}x1x1x{size}"
+        base = f"{REDUCE}<{partials.dtype},{out.dtype},{p}x1x{_rows(size, zt)}"
         name, i = f"{base}>", 1
         while name in names:
             name, i = f"{base}.{i}>", i + 1
