@@ -101,3 +101,26 @@ def test_full_input_shape_is_the_shape_a_run_takes(transfers, replicas):
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         out = session.run({x_s: x})[y_s]
     np.testing.assert_array_equal(out, x * 2)
+
+
+@pytest.mark.parametrize("replication", [1, 2])
+def test_zero_element_streams_move_nothing_beside_others(replication):
+    """A stream of a zero-element tensor (shape (2, 0)) loads and stores nothing, and the
+    session returns an empty array of its shape, while the other streams of the same run
+    carry their values."""
+    ir = popxl.Ir(replication=replication)
+    with ir.main_graph, popxl.in_sequence():
+        empty_in = popxl.h2d_stream((2, 0), popxl.float32, "empty")
+        full_in = popxl.h2d_stream((2,), popxl.float32, "full")
+        e = ops.host_load(empty_in)
+        f = ops.host_load(full_in)
+        empty_out = popxl.d2h_stream(e.shape, e.dtype, "empty_out")
+        full_out = popxl.d2h_stream(f.shape, f.dtype, "full_out")
+        ops.host_store(empty_out, e * 2)
+        ops.host_store(full_out, f + 1)
+    lead = (replication,) if replication > 1 else ()
+    values = np.arange(2 * replication, dtype=np.float32).reshape(*lead, 2)
+    with popxl.Session(ir, "ipu_model") as session:
+        out = session.run({empty_in: np.zeros((*lead, 2, 0), np.float32), full_in: values})
+    assert out[empty_out].shape == (*lead, 2, 0)
+    np.testing.assert_array_equal(out[full_out], values + 1)

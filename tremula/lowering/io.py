@@ -22,9 +22,9 @@ def host_load(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
         )
         lw.h2d[stream] = fifo
     t = env[op.inputs[0]] if op.inputs else lw.new_tensor(op.outputs[0])  # into the init tensor
-    prog.add(
-        poplar.Copy(fifo, t.reshape((t.num_elements,)) if t.rank != 1 else t, name=op.outputs[0].id)
-    )
+    if t.num_elements:  # a zero-element tensor takes nothing from its stream
+        flat = t.reshape((t.num_elements,)) if t.rank != 1 else t
+        prog.add(poplar.Copy(fifo, flat, name=op.outputs[0].id))
     env[op.outputs[0]] = t
 
 
@@ -38,7 +38,8 @@ def host_store(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None
         )
         lw.d2h[stream] = fifo
     src = env[op.inputs[0]]
-    prog.add(poplar.Copy(src.flatten(), fifo))
+    if src.num_elements:  # a zero-element tensor gives its stream nothing
+        prog.add(poplar.Copy(src.flatten(), fifo))
 
 
 def _buffer(lw: Lowerer, buf: Any) -> poplar.RemoteBuffer:

@@ -314,10 +314,12 @@ class Session(SessionWeights):
             for hook in self._lowerer.run_hooks:
                 hooks.enter_context(hook(self))
             for s, arr in arrays.items():
-                self._engine.connect_stream(s.tensor_id, io.to_engine(arr))
+                if arr.size:  # a zero-element stream moves nothing (its lowering copies none)
+                    self._engine.connect_stream(s.tensor_id, io.to_engine(arr))
             buffers = {s: io.output_buffer(s, outputs[s]) for s in self._lowerer.d2h}
             for s, buf in buffers.items():
-                self._engine.connect_stream(s.tensor_id, buf)
+                if buf.size:
+                    self._engine.connect_stream(s.tensor_id, buf)
             self._engine.run(0)
             self._host_stale = True
         for s, buf in buffers.items():

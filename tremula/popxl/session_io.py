@@ -170,6 +170,8 @@ class HostStreams:
 
     def fill_output(self, s: Any, buffer: np.ndarray, output: np.ndarray) -> None:
         """Copy the engine's buffer of stream ``s`` back into the host array ``output``."""
+        if not output.size:  # a zero-element stream: nothing moved
+            return
         nht, R = self._counts()
         n = max(1, math.prod(s.shape))
         arr = buffer.reshape(R, nht, n).transpose(1, 0, 2).reshape(output.shape)
