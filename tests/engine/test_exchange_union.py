@@ -5,6 +5,8 @@ intervals built element by element, and against the argsort path they replace; a
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -70,9 +72,11 @@ def _argsort_union(tile: np.ndarray, t: X.Transfers, spaces: int) -> X._Union:
     sizes = t.itemsize.copy()
     sizes[0] += 1  # one run of its space with another size: no per-space size table
     odd = X.Transfers(t.src, t.dst, t.start, t.length, t.space, sizes)
-    assert X._itemsize_by_space(odd, spaces) is None
+    assert X._itemsize_by_space(odd.space, odd.itemsize, spaces) is None
     u = X._union(tile, odd, spaces)
-    return X._Union(u.tile, u.space, u.start, u.end, X._itemsize_by_space(t, spaces)[u.space])
+    return X._Union(
+        u.tile, u.space, u.start, u.end, X._itemsize_by_space(t.space, t.itemsize, spaces)[u.space]
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -119,3 +123,27 @@ def test_distinct_is_np_unique(values: np.ndarray) -> None:
     got, expected = distinct(values), np.unique(values)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(20 + seed)
+    tiles, spaces = 8, 3
+    t = _runs(rng, 500, tiles, spaces)
+    recv = X._union(t.dst, t, spaces)
+    target = SimpleNamespace(num_tiles=tiles, tiles_per_super_tile=2)
+    got = X._super_tile_shared(target, recv, spaces)  # type: ignore[arg-type]
+    covered: dict[tuple[int, int], set[int]] = {}
+    for tile, space, first, end, _ in _reference(t.dst, t):
+        covered.setdefault((tile, space), set()).update(range(first, end))
+    per_pair = np.zeros(tiles // 2, np.int64)
+    for g in range(tiles // 2):
+        for space in range(spaces):
+            both = covered.get((2 * g, space), set()) & covered.get((2 * g + 1, space), set())
+            per_pair[g] += len(both) * [4, 2, 1, 8][space]
+    assert got.tolist() == np.repeat(per_pair, 2).tolist()
+    # the argsort path (taken when a space's element sizes differ) gives the same bytes
+    monkeypatch.setattr(X, "_itemsize_by_space", lambda *args: None)
+    assert X._super_tile_shared(target, recv, spaces).tolist() == got.tolist()  # type: ignore[arg-type]

@@ -136,16 +136,18 @@ def _sorted_bounds(
     return lo[heads], hi[last], heads
 
 
-def _itemsize_by_space(t: Transfers, num_spaces: int) -> np.ndarray | None:
+def _itemsize_by_space(
+    space: np.ndarray, itemsize: np.ndarray, num_spaces: int
+) -> np.ndarray | None:
     """Each space's element size, or None where runs of one space differ in it."""
     table = np.zeros(num_spaces, dtype=np.int64)
-    table[t.space] = t.itemsize
-    return table if np.array_equal(table[t.space], t.itemsize) else None
+    table[space] = itemsize
+    return table if np.array_equal(table[space], itemsize) else None
 
 
 def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
     key = tile * num_spaces + t.space
-    sizes = _itemsize_by_space(t, num_spaces) if t.space.size else None
+    sizes = _itemsize_by_space(t.space, t.itemsize, num_spaces) if t.space.size else None
     found = None if sizes is None else _sorted_bounds(key, t.start, t.length, int(_SPAN))
     if found is not None and sizes is not None and int(tile.min()) >= 0:
         lo, hi, _ = found
@@ -172,13 +174,24 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
     group = recv.tile // pair
     key = group * num_spaces + recv.space
     offset = (key - (recv.tile * num_spaces + recv.space)) * _SPAN  # re-key by the pair
-    pos = np.r_[recv.start + offset, recv.end + offset]
-    delta = np.r_[np.ones(recv.start.size, np.int64), -np.ones(recv.end.size, np.int64)]
-    keys = np.r_[key, key]
-    item = np.r_[recv.itemsize, recv.itemsize]
     # positions carry their key (key * _SPAN + offset): sort by position, ends first
-    order = np.argsort(pos * 2 + (delta > 0), kind="stable")
-    pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
+    sizes = _itemsize_by_space(recv.space, recv.itemsize, num_spaces)
+    if sizes is not None:
+        # the sorted events alone say it all: the low bit of ``2 * position + starts``
+        # is the event's kind, the position its key, and the key's space its item size
+        event = np.sort(np.concatenate(((recv.start + offset) * 2 + 1, (recv.end + offset) * 2)))
+        starts = event & 1
+        pos = event >> 1
+        delta = starts * 2 - 1
+        keys = (pos - 1 + starts) // _SPAN  # an end lies past its interval's first element
+        item = sizes[keys % num_spaces]
+    else:
+        pos = np.r_[recv.start + offset, recv.end + offset]
+        delta = np.r_[np.ones(recv.start.size, np.int64), -np.ones(recv.end.size, np.int64)]
+        keys = np.r_[key, key]
+        item = np.r_[recv.itemsize, recv.itemsize]
+        order = np.argsort(pos * 2 + (delta > 0), kind="stable")
+        pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
     cover = np.cumsum(delta)
     twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
     shared = np.bincount(keys[:-1][twice], weights=(np.diff(pos) * item[:-1])[twice])
