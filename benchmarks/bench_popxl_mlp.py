@@ -26,9 +26,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+import tremula  # noqa: E402
 from tremula.digits import build_training, init_params, load_digits  # noqa: E402
 
 
@@ -87,6 +89,9 @@ def session_creation(device: str, repeat: int = 3) -> tuple[float, float]:
     """CPU seconds of the first and the second session created in a fresh interpreter
     (best of ``repeat`` interpreters): the first pays the lazy imports of the engine,
     lowering and libraries."""
+    # the child runs where this process's tremula is: a ``-c`` child puts its working
+    # directory first on ``sys.path``, so both measure the same checkout
+    root = Path(tremula.__file__).resolve().parents[1]
     firsts, seconds = [], []
     for _ in range(repeat):
         out = subprocess.run(
@@ -94,6 +99,7 @@ def session_creation(device: str, repeat: int = 3) -> tuple[float, float]:
             check=True,
             capture_output=True,
             text=True,
+            cwd=root,
         ).stdout.split()
         firsts.append(float(out[0]))
         seconds.append(float(out[1]))
