@@ -171,3 +171,56 @@ def test_op_modules_named_like_their_function_keep_the_function_when_ops_loads_l
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+#: modules that creating and running a session of the README MLP must not load: the custom
+#: ops' lowering rules (loaded when a program first uses a custom op) and ``numpy.ma``
+#: (which ``np.unique`` imports on its first call; the compile takes ``distinct`` instead)
+NOT_FOR_THE_MLP = ("tremula.lowering.custom_ops", "tremula.popxl.custom_ops.", "numpy.ma.")
+
+
+def test_a_session_loads_no_custom_op_lowering_and_no_numpy_ma() -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        from tremula.digits import build_training, load_digits
+        trainer = build_training(32, 0.05, "ipu_model")
+        x = np.linspace(0, 1, 32 * 64, dtype=np.float32).reshape(32, 64)
+        labels = (np.arange(32) % 10).astype(np.int32)
+        with trainer.session as session:
+            loss = float(session.run({{trainer.x: x, trainer.labels: labels}})[trainer.loss])
+        assert np.isfinite(loss) and 0 < loss < 10, loss
+        loaded = sorted(m for m in sys.modules if (m + ".").startswith({NOT_FOR_THE_MLP!r}))
+        assert not loaded, loaded
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_custom_op_loads_its_lowering_rule_on_first_use() -> None:
+    # a fresh process: the rules of tremula/popxl/custom_ops register when the driver first
+    # meets a type with no rule, and the op then lowers and runs (LinearLayout copies)
+    code = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        import popxl, popxl.ops as ops
+        import tremula.lowering
+        from tremula.popxl.custom_ops import linear_layout
+        from tremula.popxl.ops.base import create_op
+        assert "tremula.lowering.custom_ops" not in sys.modules
+        assert linear_layout.OP not in tremula.lowering.LOWERING_RULES
+        x = np.arange(300, dtype=np.float32).reshape(3, 100)
+        ir = popxl.Ir()
+        with ir.main_graph:
+            (y,) = create_op(linear_layout.OP, [popxl.variable(x)], {"bs": 7})
+            d = popxl.d2h_stream(y.shape, y.dtype)
+            ops.host_store(d, y)
+        with popxl.Session(ir, "ipu_model") as session:
+            np.testing.assert_array_equal(session.run()[d], x)
+        assert "tremula.lowering.custom_ops" in sys.modules
+        assert linear_layout.OP in tremula.lowering.LOWERING_RULES
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

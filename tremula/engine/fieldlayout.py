@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine.plan import Gather
+from tremula.poplar.intervals import distinct as distinct_values
 
 
 def cover_layout(gather: Gather) -> tuple[int, int, np.ndarray] | None:
@@ -105,7 +106,7 @@ def numeric_affine(
         expected = expected + (np.arange(n, dtype=np.int64) * step).reshape(shape)
     if not np.array_equal(expected, a):
         return None
-    if distinct and not _injective(a.shape, strides) and np.unique(a).size != a.size:
+    if distinct and not _injective(a.shape, strides) and distinct_values(a).size != a.size:
         return None
     return first, tuple(strides)
 

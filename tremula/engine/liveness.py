@@ -20,6 +20,7 @@ from tremula.engine import nodes as N
 from tremula.engine.exchange import LOOKUP_TABLE_MAX
 from tremula.engine.plan import Gather
 from tremula.poplar.graph import GraphState
+from tremula.poplar.intervals import distinct
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Linearizer:
             - np.repeat(np.cumsum(count) - count, count)
         )
         space = self.state.space(g.dtype)
-        ids = np.unique(np.asarray(space.var_ids, dtype=np.int64)[pos])
+        ids = distinct(np.asarray(space.var_ids, dtype=np.int64)[pos])
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
         return ids
 
@@ -168,9 +169,9 @@ def intervals(state: GraphState, w: Walk) -> Intervals:
             always[v.id] = True
     for handles in (state.host_writes, state.host_reads):
         for t in handles.values():
-            always[np.unique(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+            always[distinct(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
     for t, _ in state.initial_values:
-        always[np.unique(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+        always[distinct(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
     if not w.acc_step:
         always[:] = True
         return Intervals(always, start, end)

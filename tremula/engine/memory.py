@@ -17,6 +17,7 @@ from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.liveness import Intervals, Walk
 from tremula.engine.vartable import var_tile_counts, variable_table
+from tremula.poplar.intervals import distinct
 from tremula.profile.schema import (
     MEMORY_CATEGORIES,
     OVERLAP_KINDS,
@@ -306,7 +307,7 @@ class MemoryModel:
         live_at = (start <= at[tile]) & (at[tile] <= end)
         nal_raw = {c: np.zeros(T, np.int64) for c in CATEGORIES}
         nal_aligned = {c: np.zeros(T, np.int64) for c in CATEGORIES}
-        for ci in np.unique(cat):
+        for ci in distinct(cat):
             m = live_at & (cat == ci)
             c = CATEGORIES[int(ci)]
             nal_raw[c] = np.bincount(tile[m], raw[m], T).astype(np.int64)
@@ -397,7 +398,7 @@ class MemoryModel:
                     sizes.append(int(g.state_bytes[0]) if g.n else 0)
                     type_rows[name] = {k: np.zeros(T, np.int64) for k in keys}
                 code = np.zeros(T, np.int64)
-                code[np.unique(g.tiles)] = g.vertex_type.codelet.code_bytes
+                code[distinct(g.tiles)] = g.vertex_type.codelet.code_bytes
                 parts = {
                     "codeBytes": code,
                     "vertexDataBytes": np.bincount(g.tiles, g.state_bytes - g.edge_ptr_bytes, T),

@@ -26,6 +26,7 @@ from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
 from tremula.numerics import as_caller
 from tremula.poplar.handles import DataStream
+from tremula.poplar.intervals import distinct
 from tremula.poplar.types import Type
 
 
@@ -84,7 +85,7 @@ class Runtime:
         if np.all(keys == first):
             return [(first, rsel)]
         reps = np.arange(self.replicas)[rsel]
-        return [(k, reps[keys == k]) for k in np.unique(keys)]
+        return [(k, reps[keys == k]) for k in distinct(keys)]
 
 
 # ---- leaves: a data effect, then the node's steps on the timeline (replica 0) ----

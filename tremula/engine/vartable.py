@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tremula.engine.liveness import Intervals
+from tremula.poplar.intervals import distinct
 from tremula.profile.schema import VARIABLE_TABLE_KEYS
 
 
@@ -16,7 +17,7 @@ def var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tiles = space.tiles()
     starts = np.asarray(space.var_starts, dtype=np.int64)
     inner = starts[(starts > 0) & (starts < tiles.size)]  # empty variables start at the end
-    cuts = np.union1d(np.flatnonzero(np.diff(tiles)) + 1, inner)
+    cuts = distinct(np.concatenate((np.flatnonzero(np.diff(tiles)) + 1, np.ravel(inner))))
     run_start = np.r_[0, cuts].astype(np.int64)
     run_len = np.diff(np.r_[run_start, tiles.size])
     owner = np.asarray(space.var_ids, dtype=np.int64)[

@@ -1,12 +1,12 @@
 """PopXL IR -> Poplar graph and programs, one rule per op, in files mirroring
-``tremula/popxl/ops``."""
+``tremula/popxl/ops``. The custom ops' rules (``custom_ops``) register on first use: the
+driver loads them when it meets an op type with no rule yet."""
 
 from tremula.lowering import (  # noqa: F401  (register rules)
     call,
     collectives,
     control,
     conv,
-    custom_ops,
     debug,
     elementwise,
     fp8,

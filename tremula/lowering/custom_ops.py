@@ -3,7 +3,8 @@
 A served op keeps its definition, gradient rule and lowering rule together in that
 folder; its lowering module, which uses only
 Poplar and PopLibs, exposes ``LOWERING_RULES`` (op type -> rule). This module imports every module
-of the folder and registers what their ``LOWERING_RULES`` hold in the lowering table.
+of the folder and registers what their ``LOWERING_RULES`` hold in the lowering table; the
+driver imports it the first time it meets an op type with no rule (``driver.rule_for``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,18 @@ def rule(*op_types: str) -> Callable[[Rule], Rule]:
     return register
 
 
+def rule_for(op_type: str) -> Rule | None:
+    """The lowering rule of ``op_type``; the custom ops' rules (``custom_ops``, which
+    imports every module of ``tremula/popxl/custom_ops``) are loaded the first time a type
+    has none, so programs without custom ops never load them."""
+    fn = LOWERING_RULES.get(op_type)
+    if fn is None and op_type in OPS:
+        import tremula.lowering.custom_ops  # noqa: F401  (registers the rules on import)
+
+        fn = LOWERING_RULES.get(op_type)
+    return fn
+
+
 class Env(dict):
     """IR tensor -> Poplar tensor, for the graph being lowered."""
 
@@ -216,7 +228,7 @@ class Lowerer:
             else:
                 ops = [item]
             for op in ops:
-                fn = LOWERING_RULES.get(op.type)
+                fn = rule_for(op.type)
                 if fn is None:
                     raise NotImplementedError(
                         f"lowering: no rule for op type {op.type!r}: op {op.describe()}"

@@ -18,6 +18,7 @@ from tremula.poplar.handles import (
     HostFunction,
     RemoteBuffer,
 )
+from tremula.poplar.intervals import distinct
 from tremula.poplar.tensor import Tensor
 from tremula.poplar.types import Type
 from tremula.poplar.vertices import VertexGroup
@@ -106,7 +107,7 @@ class GraphState:
     def variable_names_of(self, t: Tensor) -> list[str]:
         if t.num_elements == 0:
             return []
-        ids = np.unique(self.space(t.dtype).variable_at(t.addresses.reshape(-1)))
+        ids = distinct(self.space(t.dtype).variable_at(t.addresses.reshape(-1)))
         return [self.variables[int(i)].name for i in ids]
 
     def check_name(self, name: str, what: str) -> None:

@@ -8,6 +8,24 @@ from typing import Literal
 import numpy as np
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``values`` (flattened), as ``np.unique`` returns them.
+    For integers, booleans and strings a sort and a comparison of neighbours; NumPy's own
+    ``np.unique`` loads ``numpy.ma`` on its first call (to ask whether its argument is
+    masked), tens of milliseconds of a first session's compile. Floats (whose NaNs
+    ``np.unique`` collapses) and other kinds go to ``np.unique``."""
+    a = np.asarray(values)
+    if a.dtype.kind not in "biuUS":
+        return np.unique(a)
+    a = np.sort(a.reshape(-1))
+    if a.size < 2:
+        return a
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def runs(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(starts, ends)`` of the maximal runs of consecutive addresses, in array order."""
     a = np.asarray(addresses, dtype=np.int64).reshape(-1)

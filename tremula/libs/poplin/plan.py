@@ -53,6 +53,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.poplin import estimators as est
+from tremula.poplar.intervals import distinct
 from tremula.target import Target
 
 METHODS = ("amp", "mac")
@@ -214,7 +215,7 @@ def _refine(
     fits = np.flatnonzero((table["fits"] == 1) & (table["loop"] != LOOPS.index("n")))
     best = fits[np.argsort(table["cycles"][fits], kind="stable")[:REFINE_CANDIDATES]]
     out = []
-    for method in np.unique(table["method"][best]):
+    for method in distinct(table["method"][best]):
         rows = best[table["method"][best] == method]
         grain = est.AMP_IN_CHANS if METHODS[method] == "amp" else 1
         units = _cdiv(table["step"][rows], grain)
@@ -246,7 +247,7 @@ def block_sizes(d: int, grain: int, limit: int) -> tuple[np.ndarray, np.ndarray]
     (the last block may be shorter), with their block counts, at most ``limit`` blocks."""
     units = -(-d // grain)
     counts = np.arange(1, units + 1, dtype=np.int64)
-    sizes = np.unique(np.minimum(_cdiv(units, counts) * grain, d))
+    sizes = distinct(np.minimum(_cdiv(units, counts) * grain, d))
     blocks = _cdiv(d, sizes)
     keep = blocks <= limit
     return sizes[keep], blocks[keep]

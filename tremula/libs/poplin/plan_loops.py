@@ -15,6 +15,7 @@ import numpy as np
 
 from tremula.libs.poplin import estimators as est
 from tremula.libs.poplin import plan as P
+from tremula.poplar.intervals import distinct
 from tremula.target import Target
 
 
@@ -36,7 +37,7 @@ def n_loop_candidates(
     units = cols[2] // grain
     steps = np.zeros(units.size, dtype=np.int64)
     pending = np.arange(units.size)
-    for count in _divisors(np.unique(units)):
+    for count in _divisors(distinct(units)):
         pending = pending[units[pending] >= count]
         rows = pending[units[pending] % count == 0]
         if rows.size:

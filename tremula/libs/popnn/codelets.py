@@ -15,6 +15,7 @@ from tremula import poplar
 from tremula.errors import CodeletError
 from tremula.libs.popnn import estimators as E
 from tremula.libs.popnn.nonlinearity_table import TABLE, NonLinearity, NonLinearityType
+from tremula.poplar.intervals import distinct
 
 #: A floor added inside the cross-entropy log (PopLibs adds an epsilon to the probability).
 LOG_EPSILON = np.float32(1e-7)
@@ -88,7 +89,7 @@ def _rows(v: poplar.Batch) -> tuple[int, int]:
 
 
 def _classes(v: poplar.Batch) -> int:
-    classes = np.unique(v.numClasses)
+    classes = distinct(v.numClasses)
     if classes.size > 1:
         raise CodeletError(
             f"{v.vertex_type.name}: vertices of one compute set differ in classes {classes}"

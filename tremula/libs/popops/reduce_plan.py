@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tremula.poplar.intervals import distinct
+
 _I64 = np.int64
 
 
@@ -254,7 +256,11 @@ def plan_first_stage(
     B = G * O * N * I
     total = runs.size
     bases = _block_bases(prefix, kept) * (G * N)
-    starts = np.union1d(runs.starts, np.arange(0, total, B, dtype=_I64)) if total else runs.starts
+    starts = (
+        distinct(np.concatenate((runs.starts, np.arange(0, total, B, dtype=_I64))))
+        if total
+        else runs.starts
+    )
     tiles = runs.tiles[np.searchsorted(runs.starts, starts, side="right") - 1]
     if O > 1 and N * I > 1:
         starts = _align_rows(starts, total, B, N * I)
@@ -300,7 +306,7 @@ def _first_pieces(
         num_partials + first.start[reg_box] + g * reg_len,
     )
     cuts = np.flatnonzero(out_tiles[1:] != out_tiles[:-1]) + 1
-    bounds = np.unique(np.r_[0, num_outputs, cuts, reg_out, reg_out + reg_len]).astype(_I64)
+    bounds = distinct(np.r_[0, num_outputs, cuts, reg_out, reg_out + reg_len]).astype(_I64)
     i0 = np.searchsorted(bounds, reg_out)
     i1 = np.searchsorted(bounds, reg_out + reg_len)
     per = i1 - i0

@@ -1,0 +1,149 @@
+"""The exchange planner's interval unions (``_union``, ``_regions``): the merged intervals
+of each (tile, space), found from independently sorted starts and ends, against the same
+intervals built element by element, and against the argsort path they replace; and
+``distinct``, the sorted distinct values the compile takes instead of ``np.unique``."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tremula.engine import exchange as X
+from tremula.poplar.intervals import distinct
+
+
+def _runs(rng: np.random.Generator, n: int, tiles: int, spaces: int) -> X.Transfers:
+    """Short runs, many of them overlapping or touching (a small address range)."""
+    space = rng.integers(0, spaces, n)
+    return X.Transfers(
+        rng.integers(0, tiles, n),
+        rng.integers(0, tiles, n),
+        rng.integers(0, 60, n),
+        rng.integers(1, 5, n),
+        space,
+        np.array([4, 2, 1, 8])[space],
+    )
+
+
+def _reference(tile: np.ndarray, t: X.Transfers) -> list[tuple[int, int, int, int, int]]:
+    """(tile, space, first, end, itemsize) of each maximal run of covered addresses, in
+    (tile, space, address) order: built from the set of elements each key covers."""
+    covered: dict[tuple[int, int], set[int]] = {}
+    for i in range(len(t)):
+        key = (int(tile[i]), int(t.space[i]))
+        covered.setdefault(key, set()).update(range(int(t.start[i]), int(t.start[i] + t.length[i])))
+    out = []
+    for (k_tile, k_space), elems in sorted(covered.items()):
+        size = int(t.itemsize[t.space == k_space][0])
+        addrs = sorted(elems)
+        first = addrs[0]
+        for a, b in zip(addrs, [*addrs[1:], None]):
+            if b != a + 1:
+                out.append((k_tile, k_space, first, a + 1, size))
+                first = b
+    return out
+
+
+def _as_rows(u: X._Union, spaces: int) -> list[tuple[int, int, int, int, int]]:
+    span = int(X._SPAN)
+    rows = []
+    for tile, space, start, end, size in zip(u.tile, u.space, u.start, u.end, u.itemsize):
+        base = (int(tile) * spaces + int(space)) * span
+        rows.append((int(tile), int(space), int(start) - base, int(end) - base, int(size)))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = _runs(rng, 400, 5, 3)
+    u = X._union(t.dst, t, 3)
+    assert _as_rows(u, 3) == _reference(t.dst, t)
+    expected = np.zeros(5, np.int64)
+    for tile, _, first, end, size in _reference(t.dst, t):
+        expected[tile] += (end - first) * size
+    assert u.bytes_by_tile(5).tolist() == expected.tolist()
+
+
+def _argsort_union(tile: np.ndarray, t: X.Transfers, spaces: int) -> X._Union:
+    """The argsort path (taken when a space's runs differ in element size)."""
+    sizes = t.itemsize.copy()
+    sizes[0] += 1  # one run of its space with another size: no per-space size table
+    odd = X.Transfers(t.src, t.dst, t.start, t.length, t.space, sizes)
+    assert X._itemsize_by_space(odd.space, odd.itemsize, spaces) is None
+    u = X._union(tile, odd, spaces)
+    return X._Union(
+        u.tile, u.space, u.start, u.end, X._itemsize_by_space(t.space, t.itemsize, spaces)[u.space]
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_union_paths_agree_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(10 + seed)
+    t = _runs(rng, 2000, 40, 4)
+    fast, slow = X._union(t.src, t, 4), _argsort_union(t.src, t, 4)
+    for field in ("tile", "space", "start", "end", "itemsize"):
+        a, b = getattr(fast, field), getattr(slow, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+
+
+def test_regions_count_runs_contiguous_in_the_sending_tile() -> None:
+    rng = np.random.default_rng(7)
+    t = _runs(rng, 600, 6, 2)
+    got = X._regions(t, None, 6)
+    expected = np.zeros(6, np.int64)
+    for i in range(6):  # per destination: merged runs of each (source, space)
+        sel = t.dst == i
+        sub = X.Transfers(*(getattr(t, f)[sel] for f in X._FIELDS))
+        expected[i] = len(_reference(sub.src, sub))
+    assert got.tolist() == expected.tolist()
+
+
+def test_union_of_no_runs_is_empty() -> None:
+    t = X.Transfers.empty()
+    u = X._union(t.dst, t, 1)
+    assert u.tile.size == 0 and u.bytes_by_tile(3).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([5, 3, 5, 0, -2, 3, 9], dtype=np.int64),
+        np.array([[2, 2], [1, 7]], dtype=np.int32),
+        np.array([], dtype=np.int64),
+        np.array([4], dtype=np.uint8),
+        np.array([True, False, True]),
+        np.array(["mac", "amp", "mac"]),
+        np.array([1.5, np.nan, 1.5, np.nan, -0.0, 0.0]),  # floats: np.unique's NaN rule
+    ],
+)
+def test_distinct_is_np_unique(values: np.ndarray) -> None:
+    got, expected = distinct(values), np.unique(values)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(20 + seed)
+    tiles, spaces = 8, 3
+    t = _runs(rng, 500, tiles, spaces)
+    recv = X._union(t.dst, t, spaces)
+    target = SimpleNamespace(num_tiles=tiles, tiles_per_super_tile=2)
+    got = X._super_tile_shared(target, recv, spaces)  # type: ignore[arg-type]
+    covered: dict[tuple[int, int], set[int]] = {}
+    for tile, space, first, end, _ in _reference(t.dst, t):
+        covered.setdefault((tile, space), set()).update(range(first, end))
+    per_pair = np.zeros(tiles // 2, np.int64)
+    for g in range(tiles // 2):
+        for space in range(spaces):
+            both = covered.get((2 * g, space), set()) & covered.get((2 * g + 1, space), set())
+            per_pair[g] += len(both) * [4, 2, 1, 8][space]
+    assert got.tolist() == np.repeat(per_pair, 2).tolist()
+    # the argsort path (taken when a space's element sizes differ) gives the same bytes
+    monkeypatch.setattr(X, "_itemsize_by_space", lambda *args: None)
+    assert X._super_tile_shared(target, recv, spaces).tolist() == got.tolist()  # type: ignore[arg-type]
