@@ -76,10 +76,12 @@ AR = {  # (op, forward all-reduced, gradient all-reduced)
 }
 
 
-def _all_reduces(graph: popxl.Graph) -> list[tuple[bool, bool]]:
-    """The graph's ops must be one all-reduce and nothing else: its (identical inputs,
-    identical gradient inputs) flags, the first lowered to a copy with no exchange."""
-    assert [op.type for op in graph.ops] == ["ReplicatedAllReduce"], graph.ops
+def _all_reduces(graph: popxl.Graph, kind: str) -> list[tuple[bool, bool]]:
+    """The graph's ops must be one all-reduce of popxl-addons' op type (its own, as the C++
+    op's identifier, not PopXL's ReplicatedAllReduce) and nothing else: its (identical
+    inputs, identical gradient inputs) flags, the first lowered to a copy with no exchange."""
+    op_type = "ReplicatedAllReduceTP" if kind.startswith("TP") else "ReplicatedAllReduceStrided"
+    assert [op.type for op in graph.ops] == [op_type], graph.ops
     flags = graph.ops[0].attrs
     return [(flags.get("identical_inputs", False), flags.get("identical_grad_inputs", False))]
 
@@ -98,8 +100,8 @@ def test_all_reduce_strided_and_its_gradient(kind: str, grad: bool) -> None:
             return fn(x, group=rg)
         g = popxl.gcg().ir.create_graph(lambda t: fn(t, group=rg), x)
         info = popxl.transforms.autodiff(g)
-        assert _all_reduces(g) == [(not fwd_reduces, not grad_reduces)]
-        assert _all_reduces(info.graph) == [(not grad_reduces, not fwd_reduces)]
+        assert _all_reduces(g, kind) == [(not fwd_reduces, not grad_reduces)]
+        assert _all_reduces(info.graph, kind) == [(not grad_reduces, not fwd_reduces)]
         call = ops.call_with_info(g, x)
         (dx,) = ops.call(info.graph, x * 2.0, inputs_dict=info.inputs_dict(call))
         return dx
@@ -119,3 +121,47 @@ def test_tp_all_reduce_takes_add_only() -> None:
         x = popxl.variable(np.ones(3, np.float32))
         with pytest.raises(popart.popart_exception, match="Add is the only"):
             replicated_all_reduce(x, op="max")
+
+
+def test_all_reduce_strided_mean_gradient() -> None:
+    """The strided all-reduce with op "mean": its gradient is the mean all-reduce of the
+    gradients (the C++ grad op keeps the op)."""
+
+    def build(x, rg):
+        g = popxl.gcg().ir.create_graph(
+            lambda t: replicated_all_reduce_strided(t, group=rg, op="mean"), x
+        )
+        info = popxl.transforms.autodiff(g)
+        call = ops.call_with_info(g, x)
+        (dx,) = ops.call(info.graph, x * 2.0, inputs_dict=info.inputs_dict(call))
+        return dx
+
+    got = _run(build)
+    for r in range(R):
+        np.testing.assert_allclose(got[r], (X[r] + X[PARTNER[r]]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t, rg: replicated_all_gather_strided(t, group=rg),
+        lambda t, rg: replicated_reduce_scatter_strided(t, group=rg),
+    ],
+    ids=["all_gather", "reduce_scatter"],
+)
+def test_strided_gather_and_scatter_pass_no_gradient(fn) -> None:
+    """popxl-addons' strided all-gather and reduce-scatter are ``CollectivesBaseOp``s without
+    ``getGradOps``: no gradient passes through them (the input's gradient is zeros), unlike
+    PopXL's all-gather (a local reduce-scatter) and its reduce-scatter (refused)."""
+
+    def build(x, rg):
+        g = popxl.gcg().ir.create_graph(lambda t: fn(t, rg), x)
+        info = popxl.transforms.autodiff(g)
+        assert not [op for op in info.graph.ops if "Replicated" in op.type], info.graph.ops
+        call = ops.call_with_info(g, x)
+        seed = popxl.constant(np.ones(g.outputs[0].shape, np.float32))
+        (dx,) = ops.call(info.graph, seed, inputs_dict=info.inputs_dict(call))
+        return dx
+
+    got = _run(build)
+    np.testing.assert_array_equal(got, np.zeros_like(X))

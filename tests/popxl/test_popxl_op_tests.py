@@ -316,6 +316,15 @@ FORWARD: dict[str, Forward | str] = {
         ],
         "tests/popxl/test_popxl_replication_collectives.py::test_collectives_match_numpy_per_group",
     ),
+    # popxl-addons' collectives (C++ custom ops served with op types of their own)
+    "ReplicatedAllGatherStrided": "tests/addons/test_addons_collectives.py::"
+    "test_all_gather_strided",
+    "ReplicatedReduceScatterStrided": "tests/addons/test_addons_collectives.py::"
+    "test_reduce_scatter_strided",
+    **dict.fromkeys(
+        ["ReplicatedAllReduceStrided", "ReplicatedAllReduceTP"],
+        "tests/addons/test_addons_collectives.py::test_all_reduce_strided_and_its_gradient",
+    ),
     # ops defined above PopXL: the host embedding, popxl-addons' custom ops
     "HostEmbeddingLookup": "tests/embedding/test_embedding_host.py::"
     "test_lookups_and_sgd_updates_match_numpy_exactly",
@@ -363,13 +372,13 @@ GRADIENT_TESTS: dict[str, str] = {
     "test_conditional_is_differentiated_through_both_branches",
     # collectives over replicas: their rules are PopART's conventions
     **dict.fromkeys(
-        [
-            "ReplicatedAllReduce",
-            "ReplicatedAllGather",
-            "ReplicatedReduceScatter",
-            "ReplicatedSlice",
-        ],
+        ["ReplicatedAllGather", "ReplicatedReduceScatter", "ReplicatedSlice"],
         "tests/popxl/test_popxl_autodiff_collectives.py::test_collective_gradients_follow_popart",
+    ),
+    # popxl-addons' all-reduces: their C++ grad op (the flags swapped)
+    **dict.fromkeys(
+        ["ReplicatedAllReduceStrided", "ReplicatedAllReduceTP"],
+        "tests/addons/test_addons_collectives.py::test_all_reduce_strided_and_its_gradient",
     ),
     # across IPUs: the plain form's rule against its derivative
     "AllReduce": "tests/popxl/test_popxl_collectives_across_ipus.py::test_gradients_swap_the_flags",

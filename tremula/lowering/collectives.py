@@ -18,7 +18,12 @@ def _group(op: OpNode) -> gcl.ReplicaGrouping:
     return op.attrs["group"].grouping
 
 
-@rule("ReplicatedAllReduce", "ReplicatedAllReduceInplace")
+@rule(
+    "ReplicatedAllReduce",
+    "ReplicatedAllReduceInplace",
+    "ReplicatedAllReduceStrided",
+    "ReplicatedAllReduceTP",
+)
 def all_reduce(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     """gcl's all-reduce; with identical inputs a copy (PopART's OpToIdentity), no exchange."""
     t, out = env[op.inputs[0]], op.outputs[0]
@@ -33,14 +38,14 @@ def all_reduce(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None
         env[out] = gcl.all_reduce(lw.graph, t, gop, prog, _group(op), name=out.id)
 
 
-@rule("ReplicatedReduceScatter")
+@rule("ReplicatedReduceScatter", "ReplicatedReduceScatterStrided")
 def reduce_scatter(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     gop = OPERATORS[op.attrs["op"]]
     out = op.outputs[0]
     env[out] = gcl.reduce_scatter(lw.graph, env[op.inputs[0]], gop, prog, _group(op), name=out.id)
 
 
-@rule("ReplicatedAllGather")
+@rule("ReplicatedAllGather", "ReplicatedAllGatherStrided")
 def all_gather(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     out = op.outputs[0]
     gathered = gcl.all_gather(lw.graph, env[op.inputs[0]], prog, _group(op), name=out.id)

@@ -8,11 +8,16 @@ replica grouping ``(stride, groupSize)`` (the TP all-reduce: the grouping it is 
   ``groupSize * nelms``), as the C++ op's ``setup`` shapes it;
 - reduce-scatter: ``ceil(nelms / groupSize)`` elements of the reduction per member (with the
   input's shape as ``meta_shape`` when configured for replicated tensor sharding);
-- all-reduce: one ``ReplicatedAllReduce`` op carrying the two flags: ``identicalInputs``
-  makes it an identity forward (a copy, no exchange: what PopART's ``OpToIdentity`` pattern
-  does to it after autodiff), else an all-reduce; its gradient is the all-reduce with the
-  two flags swapped (the C++ ``getGradOps``, Tremula's gradient rule of the op): an identity
-  where ``identicalGradInputs``, else an all-reduce.
+- all-reduce: one ``ReplicatedAllReduceStrided`` (``ReplicatedAllReduceTP``) op carrying
+  the two flags: ``identicalInputs`` makes it an identity forward (a copy, no exchange: what
+  PopART's ``OpToIdentity`` pattern does to it after autodiff), else an all-reduce; its
+  gradient is the same op with the two flags swapped (the C++ ``getGradOps``, Tremula's
+  gradient rule of the op): an identity where ``identicalGradInputs``, else an all-reduce.
+
+Each is an op type of its own (``ops/collectives/collectives.py``), as in PopART, where the
+op's identity is its ``OperatorIdentifier``: PopXL's plain all-reduce has no gradient and
+its non-local reduce-scatter refuses one, while these follow their C++ (the strided
+all-gather and reduce-scatter, ``CollectivesBaseOp``s without ``getGradOps``, pass none).
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from tremula.popxl._ir.graph import Graph
 from tremula.popxl._ir.op.edit import graph_tensor
 from tremula.popxl.ops.collectives.collectives import (
     CollectiveOperator,
-    create_replicated_all_reduce,
+    create_addons_all_reduce,
+    create_strided_all_gather,
+    create_strided_reduce_scatter,
 )
 from tremula.popxl.replica_grouping import ReplicaGrouping
 from tremula.popxl.tensor import Tensor
@@ -81,7 +88,7 @@ class ReplicatedAllGatherStridedOp:
         rg = _group(t, stride, groupSize, what)
         with graph._g:
             flat = ops.reshape(t, (t.nelms,)) if t.rank != 1 else t
-            out = ops.collectives.replicated_all_gather(flat, 0, rg, "concat")
+            out = create_strided_all_gather(flat, rg)
         return _producer(out)
 
 
@@ -110,13 +117,13 @@ class ReplicatedReduceScatterStridedOp:
         t = _operand(graph, inputs, what)
         rg = _group(t, stride, groupSize, what)
         with graph._g:
-            out = ops.collectives.replicated_reduce_scatter(
-                t, name, rg, bool(configureOutputForReplicatedTensorSharding)
-            )
+            rts = bool(configureOutputForReplicatedTensorSharding)
+            out = create_strided_reduce_scatter(t, name, rg, rts)
         return _producer(out)
 
 
 def _all_reduce(
+    op_type: str,
     graph: Graph,
     t: Tensor,
     name: str,
@@ -126,7 +133,9 @@ def _all_reduce(
 ) -> Any:
     """The all-reduce of ``t`` over ``rg`` with popxl-addons' two flags (module docstring)."""
     with graph._g:
-        out = create_replicated_all_reduce(t, name, rg, identical_inputs, identical_grad_inputs)
+        out = create_addons_all_reduce(
+            op_type, t, name, rg, identical_inputs, identical_grad_inputs
+        )
     return _producer(out)
 
 
@@ -146,11 +155,17 @@ class ReplicatedAllReduceStridedOp:
         settings: Any = None,
     ) -> Any:
         what = "ReplicatedAllReduceStrided"
+        name = _op_name(op)
+        if name not in ("add", "mean"):
+            raise PopartException(
+                "Cannot create ReplicatedAllReduceStridedOp op. CollectiveOperator::Add and "
+                "CollectiveOperator::Mean are the only collective operators that are "
+                f"currently implemented (got {name!r})."
+            )
         t = _operand(graph, inputs, what)
         rg = _group(t, stride, groupSize, what)
-        return _all_reduce(
-            graph, t, _op_name(op), rg, bool(identicalInputs), bool(identicalGradInputs)
-        )
+        flags = bool(identicalInputs), bool(identicalGradInputs)
+        return _all_reduce(what, graph, t, name, rg, *flags)
 
 
 class ReplicatedAllReduceTPOp:
@@ -176,4 +191,5 @@ class ReplicatedAllReduceTPOp:
             )
         t = _operand(graph, inputs, "ReplicatedAllReduceTP")
         rg = ReplicaGrouping._wrap(t.ir, group)
-        return _all_reduce(graph, t, name, rg, bool(identicalInputs), bool(identicalGradInputs))
+        flags = bool(identicalInputs), bool(identicalGradInputs)
+        return _all_reduce("ReplicatedAllReduceTP", graph, t, name, rg, *flags)

@@ -78,13 +78,17 @@ VAR_UPDATES = {
     "CopyVarUpdate",
     "AdamVarUpdate",
 }
-#: in-place op types whose PopART class derives from the out-of-place op's class (C++:
-#: ``class RemoteLoadInplaceOp : public RemoteLoadOp``, and so on)
+#: op types whose PopART class derives from another op's class (C++: ``class
+#: RemoteLoadInplaceOp : public RemoteLoadOp``, and so on)
 DERIVED = {
     "RemoteLoadInplace": "RemoteLoad",
     "ReplicatedAllReduceInplace": "ReplicatedAllReduce",
     "DynamicUpdateInplace": "DynamicUpdate",
     "ConcatInplace": "Concat",
+    # popxl-addons' all-reduces: ``class ReplicatedAllReduceStridedOp : public
+    # ReplicatedAllReduceOp`` (and the TP one)
+    "ReplicatedAllReduceStrided": "ReplicatedAllReduce",
+    "ReplicatedAllReduceTP": "ReplicatedAllReduce",
 }
 #: ops PopART marks as optimizer ops (``Op.isOptimizerOp``): the variable updates and the
 #: optimizer steps they are made from

@@ -239,51 +239,69 @@ def _ref_slice(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.n
     return [mine if size != 1 else np.squeeze(mine, axis=axis + 1)]
 
 
-defop("ReplicatedAllReduce", _same, _ref_all_reduce)
+# PopART's ReplicatedAllReduceOp has no grad op: autodiff passes no gradient through it
+defop("ReplicatedAllReduce", _same, _ref_all_reduce, differentiable=False)
 defop(
     "ReplicatedAllReduceInplace",
     _same,
     _ref_all_reduce,
     modifies=(0,),
+    differentiable=False,
     inplace_of="ReplicatedAllReduce",
 )
 defop("ReplicatedAllGather", _gather_shape, _ref_all_gather)
 defop("ReplicatedReduceScatter", _scatter_shape, _ref_reduce_scatter)
 defop("ReplicatedSlice", _slice_shape, _ref_slice)
 
+#: popxl-addons' C++ custom collectives (``popxl.addons.ops`` domain): op types of their own,
+#: as PopART's op identity is their ``OperatorIdentifier``. They compute what PopXL's ops of
+#: the same kind compute and lower alike; they differ in gradient, as their C++ defines it
+#: (``transforms/grads/collectives.py``): the all-reduces (``ReplicatedAllReduceStridedOp``,
+#: ``ReplicatedAllReduceTPOp``) have a grad op with the identical-inputs flags swapped, the
+#: strided all-gather and reduce-scatter (``CollectivesBaseOp``s without ``getGradOps``) none.
+ADDONS_ALL_REDUCES = ("ReplicatedAllReduceStrided", "ReplicatedAllReduceTP")
+for _type in ADDONS_ALL_REDUCES:
+    defop(_type, _same, _ref_all_reduce)
+defop("ReplicatedAllGatherStrided", _gather_shape, _ref_all_gather, differentiable=False)
+defop("ReplicatedReduceScatterStrided", _scatter_shape, _ref_reduce_scatter, differentiable=False)
+
 
 # ---- the functions ----
-def _all_reduce(
-    t: Tensor,
-    op: str,
-    group: ReplicaGrouping | None,
-    inplace: bool,
-    identical_inputs: bool = False,
-    identical_grad_inputs: bool = False,
-) -> Tensor:
+def _all_reduce(t: Tensor, op: str, group: ReplicaGrouping | None, inplace: bool) -> Tensor:
     what = "replicated_all_reduce" + ("_" if inplace else "")
     rg = _group(t, group, what)
     attrs: dict[str, Any] = {"op": _operator(t, op, what), "group": rg}
-    flags = {"identical_inputs": identical_inputs, "identical_grad_inputs": identical_grad_inputs}
-    attrs.update({name: True for name, on in flags.items() if on})
     (out,) = create_op("ReplicatedAllReduce" + ("Inplace" if inplace else ""), [t], attrs)
     return out
 
 
-def create_replicated_all_reduce(
+def create_addons_all_reduce(
+    op_type: str,
     t: Tensor,
     op: str,
-    group: ReplicaGrouping | None,
+    group: ReplicaGrouping,
     identical_inputs: bool,
     identical_grad_inputs: bool,
 ) -> Tensor:
-    """:func:`replicated_all_reduce` with PopART's two flags (popxl-addons' strided and TP
-    all-reduces; Tremula's gradient of an all-reduce). ``identical_inputs``: every member
-    holds the same value, so the op is an identity, lowered to a copy with no exchange
-    (PopART's ``OpToIdentity`` pattern). ``identical_grad_inputs``: the members' gradients
-    are the same. The gradient is the all-reduce with the two flags swapped
-    (``transforms/grads/collectives.py``). Errors as :func:`replicated_all_reduce`."""
-    return _all_reduce(t, op, group, False, identical_inputs, identical_grad_inputs)
+    """An all-reduce of popxl-addons (``op_type`` one of :data:`ADDONS_ALL_REDUCES`) with
+    PopART's two flags. ``identical_inputs``: every member holds the same value, so the op is
+    an identity, lowered to a copy with no exchange (PopART's ``OpToIdentity`` pattern).
+    ``identical_grad_inputs``: the members' gradients are the same. Its gradient is the same
+    op with the two flags swapped (``transforms/grads/collectives.py``).
+
+    Raises:
+        ValueError: an ``op_type`` that is not one of :data:`ADDONS_ALL_REDUCES`; else as
+            :func:`replicated_all_reduce`.
+    """
+    if op_type not in ADDONS_ALL_REDUCES:
+        raise ValueError(f"op_type {op_type!r} is not one of {ADDONS_ALL_REDUCES}")
+    what = op_type
+    rg = _group(t, group, what)
+    attrs: dict[str, Any] = {"op": _operator(t, op, what), "group": rg}
+    flags = {"identical_inputs": identical_inputs, "identical_grad_inputs": identical_grad_inputs}
+    attrs.update({name: True for name, on in flags.items() if on})
+    (out,) = create_op(op_type, [t], attrs)
+    return out
 
 
 def replicated_all_reduce(
@@ -358,7 +376,20 @@ def replicated_all_gather(
     return _gather_flat(t, rg, mode, ax)
 
 
-def _gather_flat(t: Tensor, rg: ReplicaGrouping, mode: str, axis: int) -> Tensor:
+def create_strided_all_gather(t: Tensor, group: ReplicaGrouping) -> Tensor:
+    """popxl-addons' ``ReplicatedAllGatherStrided`` op: :func:`replicated_all_gather` of the
+    1-D ``t`` along axis 0 (``"concat"``) as an op of that type (no gradient, as its C++).
+    Errors as :func:`replicated_all_gather`."""
+    what = "ReplicatedAllGatherStrided"
+    rg = _group(t, group, what)
+    if t.rank != 1:
+        raise ValueError(f"{what}: expected a 1-D tensor, got {t.id!r} of shape {t.shape}")
+    return _gather_flat(t, rg, "concat", 0, op_type=what)
+
+
+def _gather_flat(
+    t: Tensor, rg: ReplicaGrouping, mode: str, axis: int, op_type: str = "ReplicatedAllGather"
+) -> Tensor:
     """PopXL's all-gather: the flattened tensor is gathered (the group's copies one after
     the other) and reshaped; the group axis moves to ``axis`` (``"new_axis"``) or is merged
     into it (``"concat"``). So ``graph.tensors`` holds the same tensors as PopXL's (input,
@@ -367,7 +398,7 @@ def _gather_flat(t: Tensor, rg: ReplicaGrouping, mode: str, axis: int) -> Tensor
 
     G = rg.group_size
     attrs = {"group": rg, "output_shape": "concat", "axis": 0}
-    (flat,) = create_op("ReplicatedAllGather", [t.flatten()], attrs)
+    (flat,) = create_op(op_type, [t.flatten()], attrs)
     if mode == "concat" and axis == 0:
         return reshape(flat, (G * t.shape[0], *t.shape[1:]))
     out = reshape(flat, (G, *t.shape))
@@ -396,16 +427,29 @@ def replicated_reduce_scatter(
     Raises:
         ValueError, TypeError, NotImplementedError: as :func:`replicated_all_reduce`.
     """
-    what = "replicated_reduce_scatter"
+    rts = configure_output_for_replicated_tensor_sharding
+    return _reduce_scatter(t, op, group, rts, "ReplicatedReduceScatter")
+
+
+def create_strided_reduce_scatter(
+    t: Tensor, op: str, group: ReplicaGrouping, configure_output_for_rts: bool
+) -> Tensor:
+    """popxl-addons' ``ReplicatedReduceScatterStrided`` op: :func:`replicated_reduce_scatter`
+    as an op of that type (no gradient, as its C++). Errors as that function."""
+    return _reduce_scatter(t, op, group, configure_output_for_rts, "ReplicatedReduceScatterStrided")
+
+
+def _reduce_scatter(
+    t: Tensor, op: str, group: ReplicaGrouping | None, rts: bool, op_type: str
+) -> Tensor:
+    what = "replicated_reduce_scatter" if op_type == "ReplicatedReduceScatter" else op_type
     rg = _group(t, group, what)
     attrs = {
         "op": _operator(t, op, what),
         "group": rg,
-        "configure_output_for_replicated_tensor_sharding": bool(
-            configure_output_for_replicated_tensor_sharding
-        ),
+        "configure_output_for_replicated_tensor_sharding": bool(rts),
     }
-    (out,) = create_op("ReplicatedReduceScatter", [t], attrs)
+    (out,) = create_op(op_type, [t], attrs)
     return out
 
 

@@ -1,7 +1,19 @@
-"""Gradient rules of ``popxl/ops/collectives``, as PopART: an all-reduce's gradient is the
-all-reduce of the gradients (add, mean); an all-gather's is each replica's own slice of the
-gradient (a "local" reduce-scatter, no summing); a reduce-scatter's and a replicated slice's
-is the all-gather of the gradients."""
+"""Gradient rules of ``popxl/ops/collectives``, as PopART's grad ops define them
+(spec popxl-fidelity.md section 5):
+
+- PopXL's ``replicated_all_reduce`` (``ReplicatedAllReduceOp``) has no grad op: it is
+  defined not differentiable, so no gradient passes through it (an input that no other
+  gradient reaches gets zeros, as for every op that passes none);
+- an all-gather's gradient is each replica's own slice of the gradient (a "local"
+  reduce-scatter, no summing);
+- a reduce-scatter has a gradient only with op "local" (the all-gather of the gradients);
+  any other op raises ``popart_exception`` (``ReplicatedReduceScatterOp::getGradOps``);
+- a replicated slice's gradient is the all-gather of the gradients;
+- popxl-addons' all-reduces (``ReplicatedAllReduceStridedOp``, ``ReplicatedAllReduceTPOp``)
+  have a grad op: the same op with the identical-inputs and identical-grad-inputs flags
+  swapped; its strided all-gather and reduce-scatter have none (defined so);
+- the cross-IPU ``AllReduce`` has a gradient for "add" only.
+"""
 
 from __future__ import annotations
 
@@ -13,29 +25,18 @@ from tremula.errors import PopartException
 from tremula.popxl import ops
 from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.ops.collectives.all_reduce import create_all_reduce
-from tremula.popxl.ops.collectives.collectives import create_replicated_all_reduce
+from tremula.popxl.ops.collectives.collectives import ADDONS_ALL_REDUCES, create_addons_all_reduce
 from tremula.popxl.tensor import Tensor
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
-_LINEAR = ("add", "mean", "mul")  # "mul" reduces as "mean" (PopXL's mapping)
 
-
-def _linear_only(op: OpNode) -> None:
-    if op.attrs["op"] not in (*_LINEAR, "local"):
-        raise NotImplementedError(
-            f"autodiff: {op.type} with op {op.attrs['op']!r} ({op!r}) has no gradient; "
-            f"only {_LINEAR} are differentiable"
-        )
-
-
-@grad("ReplicatedAllReduce")
-def _all_reduce(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """The all-reduce of the gradient with the identical-inputs and identical-grad-inputs
-    flags swapped (PopART's ReplicatedAllReduceOp and popxl-addons' strided and TP ops):
-    identical inputs give an all-reduce of the gradients, identical gradients an identity."""
-    _linear_only(op)
+@grad(*ADDONS_ALL_REDUCES)
+def _addons_all_reduce(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """popxl-addons' ``getGradOps``: the same all-reduce with the identical-inputs and
+    identical-grad-inputs flags swapped (identical inputs give an all-reduce of the
+    gradients, identical gradients an identity)."""
     swapped = op.attrs.get("identical_grad_inputs", False), op.attrs.get("identical_inputs", False)
-    return [create_replicated_all_reduce(g[0], op.attrs["op"], op.attrs["group"], *swapped)]
+    return [create_addons_all_reduce(op.type, g[0], op.attrs["op"], op.attrs["group"], *swapped)]
 
 
 def _gather(g: Tensor, group: object, axis: int) -> Tensor:
@@ -69,15 +70,20 @@ def _all_gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]
 
 @grad("ReplicatedReduceScatter")
 def _reduce_scatter(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    _linear_only(op)
+    """PopART's ``ReplicatedReduceScatterOp::getGradOps``: for a "local" reduce-scatter (each
+    replica's own chunk, no reduction) the all-gather of the gradients, cut to the input's
+    elements; for any other op a ``popart_exception``."""
+    if op.attrs["op"] != "local":
+        raise PopartException(
+            f"Cannot create grad op for ReplicatedReduceScatterOp {op.describe()} with "
+            f"collective operator {op.attrs['op']!r}: only CollectiveOperator::Local has a "
+            f"gradient"
+        )
     x, group = op.inputs[0], op.attrs["group"]
     full = _gather(ops.reshape(g[0], (g[0].nelms,)), group, 0)
     if full.nelms != x.nelms:
         full = create_op("Slice", [full], {"key": (slice(0, x.nelms),)})[0]
-    full = ops.reshape(full, x.shape)
-    if op.attrs["op"] in ("mean", "mul"):
-        full = full * (1.0 / group.group_size)
-    return [full]
+    return [ops.reshape(full, x.shape)]
 
 
 @grad("ReplicatedSlice")
