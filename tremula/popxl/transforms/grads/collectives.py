@@ -1,5 +1,5 @@
 """Gradient rules of ``popxl/ops/collectives``, as PopART's grad ops define them
-(spec popxl-fidelity.md section 5):
+(``op/collectives/*.cpp`` and its autodiff's ``gradgrowerop.cpp``):
 
 - PopXL's ``replicated_all_reduce`` (``ReplicatedAllReduceOp``) has no grad op: it is
   defined not differentiable, so no gradient passes through it (an input that no other
