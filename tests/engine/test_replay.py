@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tremula import poplar
 from tremula.demo import SquarePlusOne, Sum
+from tremula.errors import StreamError
 
 
 def _engine():
@@ -163,3 +165,69 @@ def test_replayed_runs_add_the_compute_sets_cycles_the_interpreter_adds():
         )
     a = json.dumps(flat.get_execution_profile(), sort_keys=True)
     assert a == json.dumps(interpreted.get_execution_profile(), sort_keys=True)
+
+
+def _stream_engine(static: bool):
+    """in (float, 6) -> x -> x^2 + 1 -> y -> out, twice a run (two transfers each way)."""
+    device = poplar.IPUModel(tiles_per_ipu=2).create_device()
+    g = poplar.Graph(device.target)
+    g.add_codelets([SquarePlusOne])
+    x = g.add_variable(poplar.FLOAT, (2, 3), "x", mapping="linear")
+    y = g.add_variable(poplar.FLOAT, (2, 3), "y", mapping="linear")
+    cs = g.add_compute_set("square")
+    g.add_vertices(cs, "demo::SquarePlusOne", {"x": x, "y": y}, range(2))
+    h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 6)
+    d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 6)
+    step = [poplar.Copy(h2d, x.flatten()), poplar.Execute(cs), poplar.Copy(y.flatten(), d2h)]
+    engine = poplar.Engine(g, poplar.Sequence(step + step))
+    engine.load(device)
+    if not static:
+        engine._replay.static = [False]  # every run through the interpreter
+    return engine
+
+
+def _feed(a: np.ndarray) -> None:
+    """An input callback: the same values for both engines (a counter in the array)."""
+    a[...] = np.arange(a.size) + np.float32(_feed.calls)  # type: ignore[attr-defined]
+    _feed.calls += 1  # type: ignore[attr-defined]
+
+
+def test_replayed_stream_copies_follow_each_runs_connections():
+    """The replayed stream transfers of a one-replica device (``replayed_take`` /
+    ``replayed_give``) read and fill the buffers connected for each run, advancing
+    through them circularly, as the interpreter does: the same buffer kept, another of
+    the same layout (rebound), one of another depth, host data of another type
+    (converted at each transfer), callbacks both ways, and a missing connection's error."""
+    fast, full = _stream_engine(True), _stream_engine(False)
+    rng = np.random.default_rng(4)
+    kept_in = rng.standard_normal(18).astype(np.float32)  # three transfers: circular
+    runs: list[tuple[object, object]] = [
+        (kept_in, 0),
+        (kept_in, 0),  # the same buffers again: positions restart
+        (rng.standard_normal(18).astype(np.float32), 1),
+        (rng.standard_normal(12).astype(np.float32), 2),
+        (rng.standard_normal(12).astype(np.float64), "callback"),
+        ("callback", 1),
+    ]
+    got: list[list[bytes]] = [[], []]
+    for i, engine in enumerate((fast, full)):
+        outs = [np.zeros(12, np.float32), np.zeros(12, np.float32), np.zeros(18, np.float32)]
+        _feed.calls = 0  # type: ignore[attr-defined]
+        for src, dst in runs:
+            engine.connect_stream("in", _feed if isinstance(src, str) else src)
+            if isinstance(dst, str):
+                engine.connect_stream("out", lambda a, i=i: got[i].append(a.tobytes()))
+            else:
+                engine.connect_stream("out", outs[dst])
+            engine.run(0)
+            if not isinstance(dst, str):
+                got[i].append(outs[dst].tobytes())
+    assert fast._replay.static == [True] and full._replay.static == [False]
+    assert len(got[0]) == len(runs) + 1
+    assert got[0] == got[1]
+    # the values themselves: run 3 reads its 3-transfer buffer's first two transfers
+    x = runs[2][0][:12]  # type: ignore[index]
+    np.testing.assert_array_equal(np.frombuffer(got[0][2], np.float32), x * x + np.float32(1))
+    del fast.runtime.streams["in"]
+    with pytest.raises(StreamError, match=r"stream 'in' is used by program .* not connected"):
+        fast.run(0)

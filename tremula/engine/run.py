@@ -21,7 +21,7 @@ import numpy as np
 from tremula.engine import nodes as N
 from tremula.engine.hostclock import HostClock
 from tremula.engine.plan import Gather
-from tremula.engine.streams import ALL, StreamConnection
+from tremula.engine.streams import ALL, StreamConnection, replayed_give, replayed_take
 from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
 from tremula.numerics import as_caller
@@ -156,6 +156,21 @@ def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
         as_caller(handler, rt, action, rsel, node.name)
     else:
         handler(rt, action, rsel, node.name)
+
+
+def _flat_host(rt: Runtime, node: N.HostNode, into: list[FlatStep]) -> None:
+    """A host action's replayed data effect: a stream transfer of a one-replica device
+    through :func:`replayed_take` / :func:`replayed_give` (the interpreter's handler for
+    what they do not cover), any other action through its handler."""
+    action, slow = node.action, partial(_host, rt, node, ALL)
+    step: FlatStep = slow
+    if rt.replicas == 1 and isinstance(action, N.StreamIn):
+        put = partial(action.dst.write, rt.storage, ALL)
+        step = replayed_take(rt.streams, action.stream.name, action.stream.dtype.numpy, put, slow)
+    elif rt.replicas == 1 and isinstance(action, N.StreamOut):
+        get = partial(action.src.read, rt.storage, ALL)
+        step = replayed_give(rt.streams, action.stream.name, get, slow)
+    _append(rt, node, step, into)
 
 
 def _calls_user_code(rt: Runtime, action: Any) -> bool:
@@ -459,7 +474,7 @@ KINDS: dict[type, Kind] = {
     N.OnTileNode: _leaf(_compute, _note_compute, _flat_compute),
     N.ExchangeNode: _leaf(_exchange, _note_sync_step, _flat_exchange),
     N.CrossReplicaNode: _leaf(_cross_replica, _note_sync_step),
-    N.HostNode: _leaf(_host, _note_sync_step),
+    N.HostNode: _leaf(_host, _note_sync_step, _flat_host),
     N.SyncNode: _leaf(None, _note_step),
     N.WriteUndefNode: _leaf(None, _note_program),
     N.RepeatWhileNode: Kind(_repeat_while, None),

@@ -185,3 +185,50 @@ class StreamConnection:
             return
         reps, pos = self._rows(rsel, buf.shape[1])
         buf[reps, pos] = data
+
+
+def replayed_take(
+    streams: dict[str, StreamConnection],
+    name: str,
+    want: np.dtype,
+    put: Callable[[np.ndarray], None],
+    fallback: Callable[[], None],
+) -> Callable[[], None]:
+    """A replayed host-to-device transfer of stream ``name`` for a device of one replica:
+    the connection is looked up at each call (a run may connect another buffer), and a
+    buffer of the stream's type hands ``put`` a ``[1, n]`` view of its next transfer, as
+    :meth:`StreamConnection.take` does, without its checks and conversion; a callback, a
+    buffer of another type (converted at each transfer) or no connection go through
+    ``fallback`` (the interpreter's handler, with its errors)."""
+
+    def take() -> None:
+        conn = streams.get(name)
+        buf = None if conn is None else conn.buffer
+        if conn is None or buf is None or buf.dtype != want:
+            fallback()
+            return
+        put(buf[0, conn._next(buf.shape[1])][None])
+
+    return take
+
+
+def replayed_give(
+    streams: dict[str, StreamConnection],
+    name: str,
+    get: Callable[[], np.ndarray],
+    fallback: Callable[[], None],
+) -> Callable[[], None]:
+    """A replayed device-to-host transfer of stream ``name`` for a device of one replica
+    (see :func:`replayed_take`): ``get()[0]`` into the buffer's next transfer, as
+    :meth:`StreamConnection.give` does; a callback or no connection go through
+    ``fallback``."""
+
+    def give() -> None:
+        conn = streams.get(name)
+        buf = None if conn is None else conn.buffer
+        if conn is None or buf is None:
+            fallback()
+            return
+        buf[0, conn._next(buf.shape[1])] = get()[0]
+
+    return give

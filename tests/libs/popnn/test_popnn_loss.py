@@ -209,3 +209,57 @@ def test_bad_input() -> None:
         with pytest.raises(PopnnError, match=text):
             call()
     assert H.graph_size(g) == before
+
+
+@pytest.mark.parametrize("from_probs", [False, True], ids=["nll", "nll_from_probs"])
+def test_prepared_nll_gives_the_bits_of_compute_run_after_run(from_probs, monkeypatch) -> None:
+    """The prepared NLL run through flat indices (``_nll_flat``), falling back to the
+    masked path on a run with an out-of-range or negative label: loss and deltas hold the
+    bits of ``compute`` on every run, the first (interpreted) and the replayed ones."""
+    from tremula.libs.popnn import codelets as pc
+
+    made: list[bool] = []
+    real = pc._nll_flat
+
+    def spy(*args):
+        fast = real(*args)
+        made.append(fast is not None)
+        return fast
+
+    monkeypatch.setattr(pc, "_nll_flat", spy)
+    n, c = 12, 7
+    rng = np.random.default_rng(5)
+    runs = []
+    for _ in range(4):
+        p = H.softmax(rng.standard_normal((n, c))).astype(np.float32)
+        runs.append((p if from_probs else np.log(p), rng.integers(0, c, n).astype(np.int32)))
+    runs[2][1][[1, 7]] = [-1, c]  # masked and out of range: the general path
+    results = []
+    for prepared in (True, False):
+        if not prepared:
+            for codelet in pc.LOSS_CODELETS.values():
+                monkeypatch.setattr(codelet, "prepare", None)
+        rig = Rig(tiles=1)
+        tp = rig.input(runs[0][0], mapping=0)
+        tl = rig.input(runs[0][1], mapping=0)
+        ds = rig.input(np.array([0.25], np.float32), mapping=0)
+        op = popnn.nll_loss_from_probs if from_probs else popnn.nll_loss
+        loss, deltas = op(rig.graph, tp, tl, rig.prog, deltas_scale=ds.reshape([]))
+        got = []
+        for probs, labels in runs:
+            rig.feeds["in0"], rig.feeds["in1"] = probs, labels
+            got.append([x.tobytes() for x in rig.run([loss, deltas])])
+        results.append(got)
+    assert made and all(made)
+    assert results[0] == results[1]
+    # and the numbers themselves (run 2 has its masked rows)
+    p, labels = runs[2]
+    probs = p if from_probs else np.exp(p.astype(np.float64))
+    valid = (labels >= 0) & (labels < c)
+    hot = H.one_hot(np.where(valid, labels, -1), c)
+    want_d = 0.25 * (probs - hot)
+    got_l = np.frombuffer(results[0][2][0], np.float32)
+    got_d = np.frombuffer(results[0][2][1], np.float32).reshape(n, c)
+    np.testing.assert_allclose(got_d, want_d, rtol=1e-5, atol=1e-7)
+    picked = np.log(probs[np.arange(n), np.where(valid, labels, 0)])
+    np.testing.assert_allclose(got_l, np.where(valid, -picked, 0), rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula import poplar
+from tremula import numerics, poplar
 from tremula.errors import CodeletError
 from tremula.libs.popnn import estimators as E
 from tremula.libs.popnn.nonlinearity_table import TABLE, NonLinearity, NonLinearityType
@@ -143,7 +143,7 @@ def _nll_run(
     replica = np.arange(R)[:, None]
     zero = np.float32(0)
 
-    def run() -> None:
+    def general() -> None:
         lab = labels.astype(np.int64)
         valid = (lab >= 0) & (lab < c)
         at = (replica, np.where(valid, lab, 0) + offsets)
@@ -156,9 +156,67 @@ def _nll_run(
                 np.multiply(probs, ds, out=deltas)
                 picked = np.log(picked)
             deltas[at] -= np.where(valid, ds, zero)
-            np.negative(np.where(valid, picked, zero), out=loss)
+            if log_input:  # -0.0 for a masked row, as compute's ``-picked``
+                np.negative(np.where(valid, picked, zero), out=loss)
+            else:  # +0.0 for a masked row, as compute's ``where(valid, -log, 0)``
+                np.copyto(loss, np.where(valid, -picked, zero))
 
-    return run
+    fast = _nll_flat(log_input, probs, labels, ds, deltas, loss, shape, general)
+    return fast if fast is not None else general
+
+
+def _nll_flat(
+    log_input: bool,
+    probs: np.ndarray,
+    labels: np.ndarray,
+    ds: np.ndarray,
+    deltas: np.ndarray,
+    loss: np.ndarray,
+    shape: tuple[int, int, int],
+    general: Any,
+) -> Any:
+    """:func:`_nll_run`'s numbers for contiguous ``probs`` and ``deltas`` (one replica's
+    row of device memory each), through flat element indices and buffers made once: when
+    every label of a run is a valid class, the label elements are gathered and corrected
+    with ``np.take`` and one scatter (the same float32 operations, so the same bits);
+    a run with a masked or out-of-range label goes through ``general``. Runs under the
+    engine's error state (``numerics.quiet``), not an ``np.errstate`` of its own. None
+    when the views do not allow it."""
+    R, rows, c = shape
+    if not (probs.flags.c_contiguous and deltas.flags.c_contiguous):
+        return None
+    if probs.shape != (R, rows * c) or deltas.shape != probs.shape or labels.shape != (R, rows):
+        return None
+    flat_p, flat_d = probs.reshape(-1), deltas.reshape(-1)
+    base = np.arange(R, dtype=np.int64)[:, None] * (rows * c)
+    base = base + np.arange(rows, dtype=np.int64)[None, :] * c
+    lab = np.empty((R, rows), np.int64)
+    valid = np.empty((R, rows), bool)
+    idx = np.empty((R, rows), np.int64)
+    picked = np.empty((R, rows), np.float32)
+    corrected = np.empty((R, rows), np.float32)
+    limit = np.uint64(c)
+
+    def run() -> None:
+        np.copyto(lab, labels, casting="unsafe")
+        np.less(lab.view(np.uint64), limit, out=valid)  # a negative label wraps past c
+        if not valid.all():
+            general()
+            return
+        np.add(lab, base, out=idx)
+        np.take(flat_p, idx, out=picked)  # before deltas is written (it may be probs)
+        if log_input:
+            np.exp(probs, out=deltas)
+            np.multiply(deltas, ds, out=deltas)
+        else:
+            np.multiply(probs, ds, out=deltas)
+            np.log(picked, out=picked)
+        np.take(flat_d, idx, out=corrected)
+        np.subtract(corrected, ds, out=corrected)
+        flat_d[idx] = corrected
+        np.negative(picked, out=loss)
+
+    return numerics.quiet(run)
 
 
 def _loss_values(
