@@ -243,6 +243,28 @@ def defop(
     return d
 
 
+def definplace(
+    op_type: str, of: str, modifies: tuple[int, ...] = (), view: bool = False
+) -> OpDefinition:
+    """Register ``op_type`` as the in-place form of ``of`` with ``of``'s output rule,
+    reference and gradient fact: it writes the inputs ``modifies``, or its output is a
+    ``view`` of them."""
+    if of not in OPS:
+        raise ValueError(f"{op_type}: its out-of-place op {of!r} is not defined")
+    d = OPS[of]
+    return defop(
+        op_type,
+        d.infer,
+        d.reference,
+        modifies=modifies,
+        differentiable=d._passes_grad,
+        grad_side_effect=d.grad_side_effect,
+        graphs=d.graphs,
+        inplace_of=of,
+        view=view,
+    )
+
+
 _next_op_id = [0]
 
 #: packages whose frames are not the user's code

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
@@ -293,13 +293,7 @@ def _dyn_update_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
 
 defop("DynamicSlice", _dyn_slice_spec, _dyn_slice_ref)
 defop("DynamicUpdate", lambda specs, a: [specs[0]], _dyn_update_ref)
-defop(
-    "DynamicUpdateInplace",
-    lambda specs, a: [specs[0]],
-    _dyn_update_ref,
-    modifies=(0,),
-    inplace_of="DynamicUpdate",
-)
+definplace("DynamicUpdateInplace", "DynamicUpdate", modifies=(0,))
 
 
 def _dyn_args(

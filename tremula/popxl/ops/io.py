@@ -8,7 +8,7 @@ from typing import Any
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
@@ -28,13 +28,7 @@ defop("HostStore", lambda specs, a: [], differentiable=False)
 # RemoteLoad (remote_load): input 0 is the destination's layout, an init("undef") tensor,
 # and the output a new tensor; RemoteLoadInplace (remote_load_) writes input 0 (PopART's two)
 defop("RemoteLoad", lambda specs, a: [specs[0]], differentiable=False)
-defop(
-    "RemoteLoadInplace",
-    lambda specs, a: [specs[0]],
-    modifies=(0,),
-    differentiable=False,
-    inplace_of="RemoteLoad",
-)
+definplace("RemoteLoadInplace", "RemoteLoad", modifies=(0,))
 defop("RemoteStore", lambda specs, a: [], differentiable=False)
 defop("RemoteCodeLoad", lambda specs, a: [], differentiable=False, graphs="code_load")
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
 from tremula.popxl.ops.shape import check_tensor, require_numeric
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
@@ -152,7 +152,7 @@ def _scaled_add_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
 
 
 defop("ScaledAdd", _scaled_add_spec, _scaled_add_ref)
-defop("ScaledAddInplace", _scaled_add_spec, _scaled_add_ref, modifies=(0,), inplace_of="ScaledAdd")
+definplace("ScaledAddInplace", "ScaledAdd", modifies=(0,))
 
 
 def _scale(value: Any, x: Tensor, what: str, arg: str) -> tuple[list[Tensor], float | None]:
@@ -207,14 +207,7 @@ def _increment_mod_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.nd
 
 
 defop("IncrementMod", lambda specs, a: [specs[0]], _increment_mod_ref, differentiable=False)
-defop(
-    "IncrementModInplace",
-    lambda specs, a: [specs[0]],
-    _increment_mod_ref,
-    modifies=(0,),
-    differentiable=False,
-    inplace_of="IncrementMod",
-)
+definplace("IncrementModInplace", "IncrementMod", modifies=(0,))
 
 
 def _increment_mod(t: Tensor, increment: float, modulus: float, inplace: bool) -> Tensor:

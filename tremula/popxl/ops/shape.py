@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import OpSetupError
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 # ---- axis helpers (shared by the op families) ----
@@ -96,7 +96,7 @@ def _concat_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
 
 
 defop("Concat", _concat_spec, _concat_ref)
-defop("ConcatInplace", _concat_spec, _concat_ref, inplace_of="Concat", view=True)
+definplace("ConcatInplace", "Concat", view=True)
 
 
 def _concat(ts: Iterable[Tensor], axis: int, op_type: str) -> Tensor:

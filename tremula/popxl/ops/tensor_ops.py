@@ -9,7 +9,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
 from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -73,29 +73,11 @@ defop(
     view=True,
 )
 defop("Reshape", _reshape_spec, lambda x, a: [np.reshape(x[0], a["shape"])])
-defop(
-    "ReshapeInplace",
-    _reshape_spec,
-    lambda x, a: [np.reshape(x[0], a["shape"])],
-    inplace_of="Reshape",
-    view=True,
-)
+definplace("ReshapeInplace", "Reshape", view=True)
 defop("Transpose", _transpose_spec, lambda x, a: [np.transpose(x[0], a["permutation"])])
-defop(
-    "TransposeInplace",
-    _transpose_spec,
-    lambda x, a: [np.transpose(x[0], a["permutation"])],
-    inplace_of="Transpose",
-    view=True,
-)
+definplace("TransposeInplace", "Transpose", view=True)
 defop("Slice", _slice_spec, lambda x, a: [np.array(x[0][a["key"]])])
-defop(
-    "SliceInplace",
-    _slice_spec,
-    lambda x, a: [np.array(x[0][a["key"]])],
-    inplace_of="Slice",
-    view=True,
-)
+definplace("SliceInplace", "Slice", view=True)
 defop(
     "Init",
     lambda specs, a: [TensorSpec(a["shape"], a["dtype"], a.get("meta_shape", ()))],
