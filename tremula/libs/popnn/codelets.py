@@ -126,6 +126,17 @@ def _loss_prepare(kind: str, v: poplar.Batch) -> Any:
     return run
 
 
+def _scaled_probabilities(
+    log_input: bool, probs: np.ndarray, ds: np.ndarray, deltas: np.ndarray
+) -> None:
+    """``deltas = y * ds`` with ``y = exp(probs)`` (log-probabilities) or ``probs``."""
+    if log_input:
+        np.exp(probs, out=deltas)
+        np.multiply(deltas, ds, out=deltas)
+    else:
+        np.multiply(probs, ds, out=deltas)
+
+
 def _nll_run(
     log_input: bool,
     probs: np.ndarray,
@@ -149,11 +160,8 @@ def _nll_run(
         at = (replica, np.where(valid, lab, 0) + offsets)
         picked = probs[at]  # before deltas is written (it may share memory with probs)
         with np.errstate(all="ignore"):
-            if log_input:
-                np.exp(probs, out=deltas)
-                np.multiply(deltas, ds, out=deltas)
-            else:
-                np.multiply(probs, ds, out=deltas)
+            _scaled_probabilities(log_input, probs, ds, deltas)
+            if not log_input:
                 picked = np.log(picked)
             deltas[at] -= np.where(valid, ds, zero)
             if log_input:  # -0.0 for a masked row, as compute's ``-picked``
@@ -205,11 +213,8 @@ def _nll_flat(
             return
         np.add(lab, base, out=idx)
         np.take(flat_p, idx, out=picked)  # before deltas is written (it may be probs)
-        if log_input:
-            np.exp(probs, out=deltas)
-            np.multiply(deltas, ds, out=deltas)
-        else:
-            np.multiply(probs, ds, out=deltas)
+        _scaled_probabilities(log_input, probs, ds, deltas)
+        if not log_input:
             np.log(picked, out=picked)
         np.take(flat_d, idx, out=corrected)
         np.subtract(corrected, ds, out=corrected)
