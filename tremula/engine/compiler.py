@@ -71,6 +71,9 @@ class StepPlan:
         self._cs_exchanges: dict[int, tuple] = {}
         self._compiling: set[int] = set()
         self.control_roots: list[N.Node] = []
+        #: which variables only carry values between two compute sets (``fusion.Carried``),
+        #: set by the engine after its liveness walk; None: no fused replays
+        self.carried: Any = None
 
     def compile_control(self, program: P.Program) -> N.Node:
         root = self.compile(program)

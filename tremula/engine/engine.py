@@ -21,6 +21,7 @@ from tremula.engine import endsignals
 from tremula.engine import nodes as N
 from tremula.engine.compiler import StepPlan
 from tremula.engine.fits import check_fits
+from tremula.engine.fusion import Carried
 from tremula.engine.hostclock import HostClock
 from tremula.engine.hostdata import HostData, locked
 from tremula.engine.liveness import Linearizer, intervals
@@ -146,9 +147,12 @@ class Engine(HostData):
             _ask_checks(sp, o.checks)
         self.roots = [sp.compile_control(p) for p in progs]
         stage(COMPILE_STAGES[2])
-        walk = Linearizer(self.state, sp.function_roots, sp.function_index).run(self.roots)
+        lin = Linearizer(self.state, sp.function_roots, sp.function_index)
+        walk = lin.run(self.roots)
         stage(COMPILE_STAGES[3])
-        self.memory = MemoryModel(sp, walk, intervals(self.state, walk)).build()
+        live = intervals(self.state, walk)
+        self.memory = MemoryModel(sp, walk, live).build()
+        sp.carried = Carried(lin, live)  # for fused replays (fusion.py)
         stage(None)
         self.step_plan = sp
         self._tree = walk.tree

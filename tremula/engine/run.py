@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
+from tremula.engine.fusion import fused_step
 from tremula.engine.hostclock import HostClock
 from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection, replayed_give, replayed_take
@@ -108,10 +109,29 @@ def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None
     steps = [g.prepared(storage, ids) or partial(g.run, storage, ALL, ids) for g in node.ccs.groups]
     if isinstance(into, FlatPlan):
         into.tally(node.ccs)
+        if _fused(rt, node, into):
+            return
+    start = len(into)
     if rt.host_clock is not None:
         into.append(rt.host_clock.timed(node, partial(_steps, steps)))
     else:
         into.extend(steps)
+    if isinstance(into, FlatPlan):
+        into.last_compute = (node, start, len(into))
+
+
+def _fused(rt: Runtime, node: N.OnTileNode, into: FlatPlan) -> bool:
+    """Replace the steps of the compute set just before ``node`` (nothing appended since)
+    by their fused run with ``node``'s (``fusion.fused_step``) when the codelets offer one."""
+    last, into.last_compute = into.last_compute, None
+    if last is None or last[2] != len(into):
+        return False
+    run = fused_step(rt, last[0], node)
+    if run is None:
+        return False
+    del into[last[1] :]
+    into.append(run)
+    return True
 
 
 def _note_compute(tl: Timeline, node: N.OnTileNode) -> None:
@@ -502,6 +522,8 @@ class FlatPlan(list):
         super().__init__()
         self.counts: dict[int, int] = {}
         self.cycles: dict[int, np.ndarray] = {}
+        #: the last compute set appended: (node, first step, end), for fusion (``_fused``)
+        self.last_compute: tuple[N.OnTileNode, int, int] | None = None
 
     def tally(self, ccs: Any, times: int = 1) -> None:
         self.counts[ccs.id] = self.counts.get(ccs.id, 0) + times

@@ -166,6 +166,15 @@ class Codelet:
     # use ``v.stable_view`` / ``v.stable_scalar`` (views of device memory, which outlive
     # the run) and values derived from the vertices' structure; return None to keep
     # ``compute``.
+    #
+    # Optional: ``fuse(before, after) -> (run, unstored) | None`` (a classmethod), for a
+    # compute set that consumes what the compute set just before it produced: ``after``
+    # are the batches of this compute set's groups (all of this codelet), ``before`` those
+    # of the compute set before it, both set up as for ``prepare``. ``run()`` does the work
+    # of both compute sets on later replayed runs; ``unstored`` lists ``(index in before,
+    # field)`` whose values ``run`` does not store, which the engine accepts only when
+    # those fields' variables are written by ``before``, read by ``after`` and used nowhere
+    # else (``tremula/engine/fusion.py``); return None to run them apart.
 
 
 _TEMPLATE = re.compile(r"^([^<>]+)<(.*)>$")

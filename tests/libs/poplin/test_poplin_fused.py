@@ -1,0 +1,133 @@
+"""Stage 2 fused with the block products on replayed runs (``poplin/fused.py``,
+``engine/fusion.py``): the same bits as the two compute sets run apart, for plans with K
+slices (ragged ones too), groups, replicas, transposed and linearly mapped operands; taken
+only where the partials are read by stage 2 alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tremula import poplar
+from tremula.engine import fusion
+from tremula.engine import run as engine_run
+from tremula.libs import poplin
+
+RUNS = 4  # the first runs go through the interpreter, the later ones are replayed
+
+
+def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, version="ipu2"):
+    """An engine computing ``c = a @ b`` (``[G, M, K] @ [G, K, N]``)."""
+    g, m, k, n = shape
+    device = poplar.IPUModel(version, tiles_per_ipu=tiles).create_device()
+    graph = poplar.Graph(device.target, replication_factor=replicas)
+    prog = poplar.Sequence()
+    if kind == "created":
+        a = poplin.create_matmul_grouped_input_lhs(graph, dtype, (g, m, k), (g, k, n), "a")
+        b = poplin.create_matmul_grouped_input_rhs(graph, dtype, (g, m, k), (g, k, n), "b")
+    elif kind == "transposed":  # views: A and B stored transposed
+        a = graph.add_variable(dtype, (g, k, m), "a", mapping="linear").dim_shuffle((0, 2, 1))
+        b = graph.add_variable(dtype, (g, n, k), "b", mapping="linear").dim_shuffle((0, 2, 1))
+    else:
+        a = graph.add_variable(dtype, (g, m, k), "a", mapping="linear")
+        b = graph.add_variable(dtype, (g, k, n), "b", mapping="linear")
+    c = poplin.matmul_grouped(graph, a, b, prog)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    graph.create_host_read("c", c)
+    if read_partials:  # the partials read by the host as well: not only stage 2's
+        info = next(v for v in graph.state.variables if v.name.endswith("/partials"))
+        addresses = np.arange(info.start, info.start + info.size).reshape(info.shape)
+        graph.create_host_read("partials", poplar.Tensor(graph.state, info.dtype, addresses))
+    engine = poplar.Engine(graph, prog)
+    engine.load(device)
+    return engine
+
+
+def _results(monkeypatch, enabled, shape, dtype=poplar.FLOAT, kind="created", **kw):
+    """``c`` after each of :data:`RUNS` runs (fresh operands before each) and how many
+    fused runs the replays took."""
+    monkeypatch.setattr(fusion, "ENABLED", enabled)
+    taken = []
+
+    def counted(rt, before, after):
+        run = fusion.fused_step(rt, before, after)
+        taken.append(run is not None)
+        return run
+
+    monkeypatch.setattr(engine_run, "fused_step", counted)
+    engine = _engine(shape, dtype, kind, **kw)
+    g, m, k, n = shape
+    reps = kw.get("replicas", 1)
+    rng = np.random.default_rng(7)
+    outs = []
+    for _ in range(RUNS):
+        lead = (reps,) if reps > 1 else ()
+        a = rng.standard_normal((*lead, g, m, k)).astype(dtype.numpy)
+        b = rng.standard_normal((*lead, g, k, n)).astype(dtype.numpy)
+        engine.write_tensor("a", a)
+        engine.write_tensor("b", b)
+        engine.run()
+        outs.append(engine.read_tensor("c").copy())
+    return outs, sum(taken), engine
+
+
+CASES = [
+    # (G, M, K, N), kind, tiles
+    ((1, 64, 512, 48), "created", 16),
+    ((1, 147, 300, 40), "linear", 16),
+    ((1, 5, 300, 7), "created", 16),
+    ((3, 33, 200, 17), "linear", 16),
+    ((1, 96, 1000, 64), "transposed", 16),
+    ((1, 256, 512, 64), "created", 64),
+    ((2, 40, 129, 24), "created", 8),
+]
+
+
+@pytest.mark.parametrize("shape,kind,tiles", CASES)
+def test_fused_runs_give_the_bits_of_the_two_compute_sets(monkeypatch, shape, kind, tiles):
+    fused, taken, _ = _results(monkeypatch, True, shape, kind=kind, tiles=tiles)
+    apart, none, _ = _results(monkeypatch, False, shape, kind=kind, tiles=tiles)
+    assert taken >= 1 and none == 0  # fused where enabled, never otherwise
+    for run, (x, y) in enumerate(zip(fused, apart)):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32)), f"run {run}"
+    want = np.einsum("gmk,gkn->gmn", *_inputs(shape, kind, RUNS - 1))
+    np.testing.assert_allclose(fused[-1], want, rtol=1e-4, atol=1e-3)
+
+
+def _inputs(shape, kind, run):
+    """The float64 operands of run ``run`` of :func:`_results` (single replica)."""
+    g, m, k, n = shape
+    rng = np.random.default_rng(7)
+    for _ in range(run + 1):
+        a = rng.standard_normal((g, m, k)).astype(np.float32)
+        b = rng.standard_normal((g, k, n)).astype(np.float32)
+    return a.astype(np.float64), b.astype(np.float64)
+
+
+def test_replicas_fuse_with_the_same_bits(monkeypatch):
+    shape = (1, 64, 512, 48)
+    fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2)
+    apart, _, _ = _results(monkeypatch, False, shape, tiles=16, replicas=2)
+    assert taken >= 1
+    for x, y in zip(fused, apart):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32))
+
+
+def test_half_operands_run_apart_with_the_same_bits(monkeypatch):
+    shape = (1, 64, 512, 48)
+    fused, taken, _ = _results(monkeypatch, True, shape, dtype=poplar.HALF, tiles=16)
+    apart, _, _ = _results(monkeypatch, False, shape, dtype=poplar.HALF, tiles=16)
+    assert taken == 0  # not a float32 plan: the two compute sets run apart
+    for x, y in zip(fused, apart):
+        assert np.array_equal(x.view(np.int16), y.view(np.int16))
+
+
+def test_partials_read_elsewhere_are_stored(monkeypatch):
+    """A host read of the partials makes them always live: no fusion, and the partials
+    the host reads after a replayed run are that run's."""
+    shape = (1, 64, 512, 48)
+    _, taken, engine = _results(monkeypatch, True, shape, tiles=16, read_partials=True)
+    assert taken == 0
+    parts = engine.read_tensor("partials")
+    np.testing.assert_array_equal(parts.sum(axis=0, dtype=np.float32), engine.read_tensor("c"))

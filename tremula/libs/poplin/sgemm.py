@@ -1,0 +1,140 @@
+"""``c += a @ b`` for float32 matrices through the BLAS NumPy itself calls (``sgemm`` with
+``beta = 1``), for the fused products of ``fused.py``.
+
+``np.matmul`` of two float32 matrices is one ``cblas_sgemm(RowMajor, ta, tb, m, n, k, 1,
+a, lda, b, ldb, 0, c, ldc)`` call when neither has a unit dimension and both, and the
+output, have rows or columns of consecutive elements (NumPy's ``matmul.c.src``; otherwise
+it calls ``gemv``, ``syrk`` or its own loop). The same call with ``beta = 1`` leaves
+``round(c + acc)`` in ``c``, where ``acc`` is the product ``beta = 0`` would store, which is
+``np.add(c, a @ b)``: the kernel adds the product it accumulated into ``c`` once. That is
+what this module offers, for the calls NumPy makes as ``sgemm`` (:func:`plan`), without
+storing the product and reading it back.
+
+The library is the OpenBLAS that NumPy loaded (found in the process's memory map, Linux
+only), its 64-bit-integer ``cblas_sgemm`` (``scipy_cblas_sgemm64_`` in NumPy's wheels); on
+first use each of a set of shapes (full kernels, edge rows and columns, transposed
+operands) is checked bit for bit against ``np.matmul`` and ``np.add``, and anything else
+(no such library, a symbol missing, one check differing) leaves :func:`plan` returning
+None: the caller keeps the NumPy path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+F32 = np.dtype(np.float32)
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+#: symbols of the 64-bit-integer interface, in the order tried
+SYMBOLS = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")
+#: the shapes checked before first use: (m, k, n, transposed a, transposed b)
+CHECKS = (
+    (147, 128, 40, False, False),
+    (16, 128, 255, False, False),
+    (5, 300, 7, False, False),
+    (33, 20, 17, True, False),
+    (64, 16, 96, False, True),
+    (2, 3, 2, True, True),
+)
+
+
+@cache
+def _sgemm() -> Any:
+    """NumPy's ``cblas_sgemm`` (64-bit integers) if it passes :data:`CHECKS`, else None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so[.\d]*)$", maps.read(), re.M)))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in SYMBOLS:
+            fn = getattr(lib, symbol, None)
+            if fn is None:
+                continue
+            i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+            fn.argtypes = [ctypes.c_int] * 3 + [i64] * 3 + [f32, ptr, i64, ptr, i64, f32, ptr, i64]
+            fn.restype = None
+            return fn if _passes(fn) else None
+    return None
+
+
+def _passes(fn: Any) -> bool:
+    rng = np.random.default_rng(0)
+    for m, k, n, ta, tb in CHECKS:
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(F32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(F32)
+        a, b = (a.T if ta else a), (b.T if tb else b)
+        c = rng.standard_normal((m, n)).astype(F32)
+        want = np.add(c, np.matmul(a, b))
+        args = _args(a, b, c)
+        if args is None:
+            return False
+        fn(*args)
+        if not np.array_equal(c.view(np.int32), want.view(np.int32)):
+            return False
+    return True
+
+
+def _blasable(rows: int, cols: int, m: int, n: int) -> bool:
+    """NumPy's ``is_blasable2d``: unit column stride, a whole row stride of at least
+    ``n`` elements (strides in bytes)."""
+    return cols == F32.itemsize and rows % F32.itemsize == 0 and rows // F32.itemsize >= n
+
+
+def _args(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
+    """The arguments of ``cblas_sgemm`` for ``c += a @ b`` as NumPy calls it for
+    ``np.matmul(a, b, out=c)`` (2-D float32), or None where NumPy would not call it."""
+    (m, k), n = a.shape, b.shape[1]
+    if min(m, k, n) <= 1 or not (a.dtype == b.dtype == c.dtype == F32):
+        return None
+    (a0, a1), (b0, b1), (c0, c1) = a.strides, b.strides, c.strides
+    if not _blasable(c0, c1, m, n):
+        return None
+    if _blasable(a0, a1, m, k):
+        ta, lda = NO_TRANS, a0 // F32.itemsize
+    elif _blasable(a1, a0, k, m):
+        ta, lda = TRANS, a1 // F32.itemsize
+    else:
+        return None
+    if _blasable(b0, b1, k, n):
+        tb, ldb = NO_TRANS, b0 // F32.itemsize
+    elif _blasable(b1, b0, n, k):
+        tb, ldb = TRANS, b1 // F32.itemsize
+    else:
+        return None
+    pa, pb = a.ctypes.data, b.ctypes.data
+    if pa == pb and m == n and a0 == b1 and a1 == b0 and ta != tb:
+        return None  # NumPy's syrk case
+    ldc = c0 // F32.itemsize
+    return (ROW_MAJOR, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 1.0, c.ctypes.data, ldc)
+
+
+def plan(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], None] | None:
+    """``c += a @ b`` over stacks of matrices (equal leading shapes, the last two axes the
+    matrices) with the bits of ``np.add(c, np.matmul(a, b), out=c)``; None where a matrix
+    of the stack is not a NumPy ``sgemm`` call or no checked BLAS is found. The arrays must
+    outlive the plan (their addresses are kept)."""
+    fn = _sgemm()
+    if fn is None or a.shape[:-2] != b.shape[:-2] or a.shape[:-2] != c.shape[:-2]:
+        return None
+    calls = []
+    for index in np.ndindex(*a.shape[:-2]):
+        args = _args(a[index], b[index], c[index])
+        if args is None:
+            return None
+        calls.append(args)
+
+    def run() -> None:
+        for args in calls:
+            fn(*args)
+
+    return run
