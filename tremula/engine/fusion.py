@@ -44,6 +44,7 @@ class Carried:
 
     def __init__(self, lin: Linearizer, iv: Intervals) -> None:
         self._lin = lin
+        lin.drop_tables()  # kept for the few fields asked about, not every address
         self._always = iv.always_live
         self._index: tuple[np.ndarray, ...] | None = None
         self._steps: dict[int, set[int]] = {}

@@ -76,6 +76,11 @@ class Linearizer:
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
         return ids
 
+    def drop_tables(self) -> None:
+        """Free the per-address tables of the walk (:meth:`variables` searches, or builds
+        them again, afterwards)."""
+        self._var_tables.clear()
+
     def _var_position(self, dtype: Any, addr: np.ndarray) -> np.ndarray:
         """The position in the space's variable list of the variable holding each address:
         looked up in a table of every address (spaces up to ``LOOKUP_TABLE_MAX`` elements,

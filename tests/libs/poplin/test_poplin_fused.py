@@ -12,6 +12,7 @@ from tremula import poplar
 from tremula.engine import fusion
 from tremula.engine import run as engine_run
 from tremula.libs import poplin
+from tremula.libs.poplin import fused as poplin_fused
 
 RUNS = 4  # the first runs go through the interpreter, the later ones are replayed
 
@@ -48,6 +49,7 @@ def _results(monkeypatch, enabled, shape, dtype=poplar.FLOAT, kind="created", **
     """``c`` after each of :data:`RUNS` runs (fresh operands before each) and how many
     fused runs the replays took."""
     monkeypatch.setattr(fusion, "ENABLED", enabled)
+    monkeypatch.setattr(poplin_fused, "MIN_PARTIALS_BYTES", kw.pop("min_bytes", 0))  # small plans
     taken = []
 
     def counted(rt, before, after):
@@ -131,3 +133,22 @@ def test_partials_read_elsewhere_are_stored(monkeypatch):
     assert taken == 0
     parts = engine.read_tensor("partials")
     np.testing.assert_array_equal(parts.sum(axis=0, dtype=np.float32), engine.read_tensor("c"))
+
+
+def test_plans_with_few_partials_run_apart(monkeypatch):
+    """Under ``MIN_PARTIALS_BYTES`` of partials the two compute sets run apart."""
+    shape = (1, 64, 512, 48)
+    least = poplin_fused.MIN_PARTIALS_BYTES
+    _, taken, _ = _results(monkeypatch, True, shape, tiles=16, min_bytes=least)
+    assert taken == 0
+
+
+def test_a_large_plan_fuses_by_default(monkeypatch):
+    """256 x 512 x 64 on a whole Mk2: 16 K slices, 1 MiB of partials."""
+    shape = (1, 256, 512, 64)
+    least = poplin_fused.MIN_PARTIALS_BYTES
+    fused, taken, _ = _results(monkeypatch, True, shape, tiles=1472, min_bytes=least)
+    apart, _, _ = _results(monkeypatch, False, shape, tiles=1472, min_bytes=least)
+    assert taken == 1
+    for x, y in zip(fused, apart):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32))
