@@ -13,6 +13,7 @@ from tremula.engine import fusion
 from tremula.engine import run as engine_run
 from tremula.libs import poplin
 from tremula.libs.poplin import fused as poplin_fused
+from tremula.libs.poplin import sgemm
 
 RUNS = 4  # the first runs go through the interpreter, the later ones are replayed
 
@@ -36,10 +37,15 @@ def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, version=
     graph.create_host_write("a", a)
     graph.create_host_write("b", b)
     graph.create_host_read("c", c)
-    if read_partials:  # the partials read by the host as well: not only stage 2's
+    if read_partials:  # the partials read by the host or by a copy too: not only stage 2's
         info = next(v for v in graph.state.variables if v.name.endswith("/partials"))
         addresses = np.arange(info.start, info.start + info.size).reshape(info.shape)
-        graph.create_host_read("partials", poplar.Tensor(graph.state, info.dtype, addresses))
+        parts = poplar.Tensor(graph.state, info.dtype, addresses)
+        if read_partials == "copy":
+            kept = graph.add_variable(info.dtype, info.shape, "kept", mapping="linear")
+            prog.add(poplar.Copy(parts, kept))
+            parts = kept
+        graph.create_host_read("partials", parts)
     engine = poplar.Engine(graph, prog)
     engine.load(device)
     return engine
@@ -107,6 +113,18 @@ def _inputs(shape, kind, run):
     return a.astype(np.float64), b.astype(np.float64)
 
 
+@pytest.mark.parametrize("shape,kind,tiles", CASES[:3])
+def test_the_numpy_path_gives_the_same_bits(monkeypatch, shape, kind, tiles):
+    """Without NumPy's BLAS (``sgemm.plan`` None) later slices go through a scratch slab
+    and ``np.add``: the same bits."""
+    monkeypatch.setattr(sgemm, "plan", lambda a, b, c: None)
+    fused, taken, _ = _results(monkeypatch, True, shape, kind=kind, tiles=tiles)
+    apart, _, _ = _results(monkeypatch, False, shape, kind=kind, tiles=tiles)
+    assert taken >= 1
+    for x, y in zip(fused, apart):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32))
+
+
 def test_replicas_fuse_with_the_same_bits(monkeypatch):
     shape = (1, 64, 512, 48)
     fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2)
@@ -125,11 +143,13 @@ def test_half_operands_run_apart_with_the_same_bits(monkeypatch):
         assert np.array_equal(x.view(np.int16), y.view(np.int16))
 
 
-def test_partials_read_elsewhere_are_stored(monkeypatch):
-    """A host read of the partials makes them always live: no fusion, and the partials
-    the host reads after a replayed run are that run's."""
+@pytest.mark.parametrize("reader", ["host", "copy"])
+def test_partials_read_elsewhere_are_stored(monkeypatch, reader):
+    """Partials the host reads (always live) or a copy reads after stage 2 (not only
+    carried to stage 2): no fusion, and the partials read after a replayed run are that
+    run's."""
     shape = (1, 64, 512, 48)
-    _, taken, engine = _results(monkeypatch, True, shape, tiles=16, read_partials=True)
+    _, taken, engine = _results(monkeypatch, True, shape, tiles=16, read_partials=reader)
     assert taken == 0
     parts = engine.read_tensor("partials")
     np.testing.assert_array_equal(parts.sum(axis=0, dtype=np.float32), engine.read_tensor("c"))

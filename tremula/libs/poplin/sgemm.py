@@ -2,25 +2,26 @@
 ``beta = 1``), for the fused products of ``fused.py``.
 
 ``np.matmul`` of two float32 matrices is one ``cblas_sgemm(RowMajor, ta, tb, m, n, k, 1,
-a, lda, b, ldb, 0, c, ldc)`` call when neither has a unit dimension and both, and the
-output, have rows or columns of consecutive elements (NumPy's ``matmul.c.src``; otherwise
-it calls ``gemv``, ``syrk`` or its own loop). The same call with ``beta = 1`` leaves
-``round(c + acc)`` in ``c``, where ``acc`` is the product ``beta = 0`` would store, which is
-``np.add(c, a @ b)``: the kernel adds the product it accumulated into ``c`` once. That is
-what this module offers, for the calls NumPy makes as ``sgemm`` (:func:`plan`), without
+a, lda, b, ldb, 0, c, ldc)`` call when no dimension is 1, each operand has rows or columns
+of consecutive elements and the output has rows of them (NumPy's ``matmul.c.src``;
+otherwise it calls ``gemv``, ``syrk`` or its own loop). The same call with ``beta = 1``
+leaves ``round(c + acc)`` in ``c``, where ``acc`` is the product ``beta = 0`` would store:
+``np.add(c, a @ b)``, as the kernel adds the product it accumulated into ``c`` once. That
+is what this module offers, for the calls NumPy makes as ``sgemm`` (:func:`plan`), without
 storing the product and reading it back.
 
-The library is the OpenBLAS that NumPy loaded (found in the process's memory map, Linux
-only), its 64-bit-integer ``cblas_sgemm`` (``scipy_cblas_sgemm64_`` in NumPy's wheels); on
-first use each of a set of shapes (full kernels, edge rows and columns, transposed
-operands) is checked bit for bit against ``np.matmul`` and ``np.add``, and anything else
-(no such library, a symbol missing, one check differing) leaves :func:`plan` returning
-None: the caller keeps the NumPy path.
+The library is the OpenBLAS that NumPy loaded from its own folders (found in the process's
+memory map, Linux only: a wheel's ``numpy.libs``), its 64-bit-integer ``cblas_sgemm``
+(``scipy_cblas_sgemm64_`` in NumPy's wheels). On first use each of a set of shapes (full
+kernels, edge rows and columns, transposed operands) is checked bit for bit against
+``np.matmul`` and ``np.add``; anything else (no such library, no such symbol, one check
+differing) leaves :func:`plan` returning None, and the caller keeps the NumPy path.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from collections.abc import Callable
 from functools import cache
@@ -46,11 +47,13 @@ CHECKS = (
 @cache
 def _sgemm() -> Any:
     """NumPy's ``cblas_sgemm`` (64-bit integers) if it passes :data:`CHECKS`, else None."""
+    home = os.path.dirname(os.path.abspath(np.__file__))  # .../numpy: numpy.libs, numpy/.libs
     try:
         with open("/proc/self/maps") as maps:
-            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so[.\d]*)$", maps.read(), re.M)))
+            found = re.findall(r"(/\S*openblas\S*\.so[.\d]*)$", maps.read(), re.M)
     except OSError:
         return None
+    paths = sorted(p for p in set(found) if p.startswith(home))  # NumPy's own, not another's
     for path in paths:
         try:
             lib = ctypes.CDLL(path)
