@@ -18,10 +18,11 @@ from tremula.libs.poplin import sgemm
 RUNS = 4  # the first runs go through the interpreter, the later ones are replayed
 
 
-def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, version="ipu2"):
-    """An engine computing ``c = a @ b`` (``[G, M, K] @ [G, K, N]``)."""
+def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, loop=0):
+    """An engine computing ``c = a @ b`` (``[G, M, K] @ [G, K, N]``); with ``loop``, that
+    many times in a ``Repeat``, ``c`` copied into ``a`` after each product."""
     g, m, k, n = shape
-    device = poplar.IPUModel(version, tiles_per_ipu=tiles).create_device()
+    device = poplar.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
     graph = poplar.Graph(device.target, replication_factor=replicas)
     prog = poplar.Sequence()
     if kind == "created":
@@ -34,6 +35,8 @@ def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, version=
         a = graph.add_variable(dtype, (g, m, k), "a", mapping="linear")
         b = graph.add_variable(dtype, (g, k, n), "b", mapping="linear")
     c = poplin.matmul_grouped(graph, a, b, prog)
+    if loop:
+        prog.add(poplar.Copy(c, a))
     graph.create_host_write("a", a)
     graph.create_host_write("b", b)
     graph.create_host_read("c", c)
@@ -46,7 +49,7 @@ def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, version=
             prog.add(poplar.Copy(parts, kept))
             parts = kept
         graph.create_host_read("partials", parts)
-    engine = poplar.Engine(graph, prog)
+    engine = poplar.Engine(graph, poplar.Repeat(loop, prog) if loop else prog)
     engine.load(device)
     return engine
 
@@ -123,6 +126,21 @@ def test_the_numpy_path_gives_the_same_bits(monkeypatch, shape, kind, tiles):
     assert taken >= 1
     for x, y in zip(fused, apart):
         assert np.array_equal(x.view(np.int32), y.view(np.int32))
+
+
+def test_a_loop_body_fuses_with_the_same_bits(monkeypatch):
+    """The product in a ``Repeat`` whose next iteration multiplies its result: the body's
+    flat plan fuses, every iteration reads the output the last one wrote."""
+    shape = (1, 32, 256, 256)
+    fused, taken, _ = _results(monkeypatch, True, shape, kind="linear", tiles=16, loop=3)
+    apart, _, _ = _results(monkeypatch, False, shape, kind="linear", tiles=16, loop=3)
+    assert taken >= 1
+    for x, y in zip(fused, apart):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32))
+    a, b = (x.astype(np.float32) for x in _inputs(shape, "linear", RUNS - 1))
+    for _ in range(3):
+        a = np.einsum("gmk,gkn->gmn", a.astype(np.float64), b).astype(np.float32)
+    np.testing.assert_allclose(fused[-1], a, rtol=1e-3, atol=1e-2)
 
 
 def test_replicas_fuse_with_the_same_bits(monkeypatch):

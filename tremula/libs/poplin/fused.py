@@ -106,7 +106,9 @@ def _last(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return offset + sum((n - 1) * s for n, s in zip(shape, strides))
 
 
-def _mark(marks: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]):
+def _mark(
+    marks: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> np.ndarray:
     """The elements of a strided view (element ``offset``, ``strides``) of the flat
     ``marks`` array, as a writable view (each counts the writes of one element)."""
     return as_strided(marks[offset:], shape=shape, strides=strides)
