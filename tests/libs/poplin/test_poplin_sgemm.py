@@ -64,3 +64,20 @@ def test_no_plan_where_numpy_calls_no_sgemm(a_shape, b_shape):
     assert sgemm.plan(wide, np.ones((8, 5), F32), np.ones((6, 5), F32)) is None
     d = np.ones((6, 8))
     assert sgemm.plan(d, np.ones((8, 5)), np.ones((6, 5))) is None
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 513, 64), (200, 2048, 300), (16, 4096, 16), (2, 1000, 3)])
+def test_a_k_past_the_blas_k_block_keeps_numpys_bits(m, k, n):
+    """Past OpenBLAS's K block, ``beta = 1`` adds each block's product into ``c`` in turn
+    and rounds differently from ``np.add(c, a @ b)``: such a shape either gets no plan or
+    one with NumPy's bits, over several draws."""
+    rng = np.random.default_rng(k)
+    for _ in range(3):
+        a, b = _operand(rng, (m, k), False, 0), _operand(rng, (k, n), False, 0)
+        c = (100 * rng.standard_normal((m, n))).astype(F32)
+        want = np.add(c, np.matmul(a, b))
+        run = sgemm.plan(a, b, c)
+        if run is None:
+            continue
+        run()
+        np.testing.assert_array_equal(c.view(np.int32), want.view(np.int32))
