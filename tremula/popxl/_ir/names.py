@@ -36,6 +36,9 @@ _NAMES: dict[str, OpName] = {
     "ConvTransposePow2Scaled": OpName("ConvTranspose", "ConvTransposeOp", ""),
     "Pow2ScaleCastToFp8": OpName("Pow2ScaleThenCast", "Pow2ScaleThenCastOp", ""),
     "Pow2ScaleCastFromFp8": OpName("CastThenPow2Scale", "CastThenPow2ScaleOp", ""),
+    # PopXL's nll_loss_with_softmax_grad makes PopART's fused loss-and-gradient op, whose
+    # C++ class (op/nll.hpp) and op type are spelt with three l's
+    "NllWithSoftmaxGrad": OpName("NlllWithSoftmaxGradDirect", "NlllWithSoftmaxGradDirectOp", ""),
     "IsNaN": OpName("IsNaN", "IsNaN", ""),
     "IsInf": OpName("IsInf", "IsInf", ""),
 }
@@ -110,8 +113,3 @@ def op_name(op_type: str) -> OpName:
         return OpName(f"{base}LhsInplace", f"{stem}LhsInplaceOp", namespace)
     suffix = "Inplace" if base != op_type else ""
     return OpName(op_type, f"{stem}{suffix}Op", namespace)
-
-
-def pool_op_type(mode: str) -> str:
-    """PopART's op type of a ``Pool`` op of ``mode`` ("max" or "average")."""
-    return "MaxPool" if mode == "max" else "AveragePool"

@@ -372,11 +372,14 @@ def _pool_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [(total / count).astype(x[0].dtype)]
 
 
-defop(
-    "Pool",
-    lambda specs, a: [TensorSpec((*specs[0].shape[:2], *a["out"]), specs[0].dtype)],
-    _pool_ref,
-)
+#: PopART's two pooling ops (``MaxPoolOp``, ``AveragePoolOp``), by ``mode`` attribute
+POOL_TYPES = {"max": "MaxPool", "average": "AveragePool"}
+for _pool_type in POOL_TYPES.values():
+    defop(
+        _pool_type,
+        lambda specs, a: [TensorSpec((*specs[0].shape[:2], *a["out"]), specs[0].dtype)],
+        _pool_ref,
+    )
 
 
 def _pool(mode: str, t: Tensor, kernel_size: Sequence[int], stride, padding, out_pads, dilation,
@@ -393,7 +396,7 @@ def _pool(mode: str, t: Tensor, kernel_size: Sequence[int], stride, padding, out
     ):
         raise ValueError(f"{what}: in_dilations and out_pads are not supported")
     attrs = _geometry(what, t, kernel, stride, padding, dilation, auto_pad, bool(ceil_mode))
-    (out,) = create_op("Pool", [t], {**attrs, "mode": mode})
+    (out,) = create_op(POOL_TYPES[mode], [t], {**attrs, "mode": mode})
     return out
 
 

@@ -23,7 +23,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
+from tremula.popxl.ops.utils import cast_if_needed, check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -70,8 +70,9 @@ class Elementwise:
     """One element-wise op: ``name`` (the PopXL function), ``op`` (the IR type), arity,
     its NumPy reference, ``popops`` (the name of the popops op it runs as: its record in
     ``tremula.libs.popops.ops`` says which dtypes it takes), whether the result is bool,
-    whether it has an in-place ``_`` form and whether ``name`` is a public function of
-    ``popxl.ops``."""
+    whether it has an in-place ``_`` form, whether ``name`` is a public function of
+    ``popxl.ops``, and ``operands_as``: the dtype (name) operands of another dtype are cast
+    to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``)."""
 
     name: str
     op: str
@@ -81,6 +82,7 @@ class Elementwise:
     boolean: bool = False
     inplace: bool = True
     public: bool = True
+    operands_as: str | None = None
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -145,11 +147,34 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, "lt", boolean=True, inplace=False),
     Elementwise(
-        "logical_and", "And", 2, np.logical_and, "logical_and", boolean=True, inplace=False
+        "logical_and",
+        "And",
+        2,
+        np.logical_and,
+        "logical_and",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
     ),
-    Elementwise("logical_or", "Or", 2, np.logical_or, "logical_or", boolean=True, inplace=False),
     Elementwise(
-        "logical_not", "Not", 1, np.logical_not, "logical_not", boolean=True, inplace=False
+        "logical_or",
+        "Or",
+        2,
+        np.logical_or,
+        "logical_or",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
+    ),
+    Elementwise(
+        "logical_not",
+        "Not",
+        1,
+        np.logical_not,
+        "logical_not",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
     ),
     Elementwise("negate", "Neg", 1, np.negative, "neg"),
     Elementwise("abs", "Abs", 1, np.abs, "abs"),
@@ -227,6 +252,9 @@ def apply(op_type: str, *args: Any) -> Tensor:
         placed = {n: t for n, t, a in zip(names, inputs, args) if isinstance(a, Tensor)}
         if len(placed) > 1:  # (a constant made from a host value is placed nowhere yet)
             check_tensor_ipu_and_tile_set(**placed)
+    if e.operands_as is not None:
+        as_dtype = dtypes.dtype.from_name(e.operands_as)
+        inputs = [cast_if_needed(t, as_dtype) for t in inputs]
     (out,) = create_op(op_type, inputs)
     return out
 
@@ -240,4 +268,7 @@ def document(namespace: dict[str, Any]) -> None:
             fn = namespace.get(name)
             if fn is None or not fn.__doc__ or "\n    Dtypes:" in fn.__doc__:
                 continue
-            fn.__doc__ = fn.__doc__.rstrip() + f"\n\n    Dtypes: {', '.join(e.dtypes)}.\n"
+            took = ", ".join(e.dtypes)
+            if e.operands_as is not None:
+                took = f"any (operands of another dtype are cast to {e.operands_as} first)"
+            fn.__doc__ = fn.__doc__.rstrip() + f"\n\n    Dtypes: {took}.\n"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
-from tremula.popxl._ir.names import OPTIMIZER_OPS, op_name, pool_op_type
+from tremula.popxl._ir.names import OPTIMIZER_OPS, op_name
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
 
@@ -48,8 +48,6 @@ class Op(_Record, Editing):
     # ---- names ----
     def opType(self) -> builtins.str:
         """PopART's op type (``"Add"``, ``"MatMul"``, ``"Loop"``, ...)."""
-        if self.type == "Pool":
-            return pool_op_type(self.attrs.get("mode", "max"))
         return op_name(self.type).op_type
 
     def str(self) -> builtins.str:

@@ -1,0 +1,186 @@
+"""Op-level behaviour PopXL's own op tests check (tests/integration/popxl/ops/**): the op
+types and binding classes a program finds in ``g._pb_graph.getOps()``, graph tensor counts,
+op attributes read through the bindings, what an op accepts and refuses; the programs run
+against NumPy or hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import popart
+import popart._internal.ir as _ir
+import popxl
+import popxl.ops as ops
+
+
+def _types(g: popxl.Graph) -> list[tuple[str, str]]:
+    return [(op.opType(), type(op).__name__) for op in g._pb_graph.getOps()]
+
+
+def _run(ir: popxl.Ir, *ts: popxl.Tensor) -> list[np.ndarray]:
+    streams = []
+    with ir.main_graph:
+        for t in ts:
+            s = popxl.d2h_stream(t.shape, t.dtype)
+            ops.host_store(s, t)
+            streams.append(s)
+    with popxl.Session(ir, "ipu_model") as session:
+        out = session.run()
+    return [out[s] for s in streams]
+
+
+# ---- logical ops cast their operands to bool (PopXL's cast_if_needed) ----
+
+
+def test_logical_ops_cast_operands_that_are_not_bool() -> None:
+    x = np.array([0.0, 1.5, -2.0, 0.0], np.float32)
+    y = np.array([1, 0, 3, 0], np.int32)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(x, name="a")
+        b = popxl.variable(y, name="b")
+        both = ops.logical_and(a, b)
+    # two casts (one per operand) and the And: a, b, two bools and the result
+    assert len(g.tensors) == 5
+    assert [t for t, _ in _types(g)] == ["Cast", "Cast", "And"]
+    assert both.dtype == popxl.bool
+    with g:
+        either = ops.logical_or(a, b)
+        neither = ops.logical_not(a)
+        masked = a & 1.0  # the constant is made float32 (a's dtype), then cast
+    got = _run(ir, both, either, neither, masked)
+    np.testing.assert_array_equal(got[0], np.logical_and(x, y))
+    np.testing.assert_array_equal(got[1], np.logical_or(x, y))
+    np.testing.assert_array_equal(got[2], np.logical_not(x))
+    np.testing.assert_array_equal(got[3], x != 0)
+
+
+def test_logical_ops_on_bools_add_no_cast() -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(True, popxl.bool)
+        b = popxl.variable(False, popxl.bool)
+        ops.logical_and(a, b)
+        _ = a | b
+        _ = ~a
+    assert len(g.tensors) == 5
+    assert _types(g) == [("And", "AndOp"), ("Or", "OrOp"), ("Not", "NotOp")]
+
+
+# ---- op types and binding classes PopART names ----
+
+
+def test_pools_are_popart_max_pool_and_average_pool_ops() -> None:
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(x)
+        avg = ops.average_pool(t, kernel_size=(2, 2), stride=(2, 2))
+        mx = ops.max_pool(t, kernel_size=(2, 2), stride=(2, 2))
+    assert _types(g) == [("AveragePool", "AveragePoolOp"), ("MaxPool", "MaxPoolOp")]
+    assert isinstance(g._pb_graph.getOps()[0], _ir.op.AveragePoolOp)
+    assert isinstance(g._pb_graph.getOps()[1], _ir.op.MaxPoolOp)
+    got_avg, got_max = _run(ir, avg, mx)
+    windows = x.reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 2, 2, 2, 4)
+    np.testing.assert_allclose(got_avg, windows.mean(-1))
+    np.testing.assert_array_equal(got_max, windows.max(-1))
+
+
+def test_nll_loss_with_softmax_grad_is_popart_nlll_with_softmax_grad_direct() -> None:
+    probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]], np.float32)
+    labels = np.array([0, 2], np.int32)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        p = popxl.variable(probs)
+        lab = popxl.variable(labels, popxl.int32)
+        loss, dx = ops.nll_loss_with_softmax_grad(p, lab)
+    assert len(g.tensors) == 5  # probs, labels, the loss_grad constant, loss, dx
+    (op,) = g._pb_graph.getOps()
+    assert op.opType() == "NlllWithSoftmaxGradDirect"
+    assert isinstance(op, _ir.op.NlllWithSoftmaxGradDirectOp)
+    got_loss, got_dx = _run(ir, loss, dx)
+    np.testing.assert_allclose(got_loss, -(np.log(0.7) + np.log(0.6)) / 2, rtol=1e-6)
+    onehot = np.eye(3, dtype=np.float32)[labels]
+    np.testing.assert_allclose(got_dx, (probs - onehot) / 2, rtol=1e-6)
+
+
+def test_collectives_comm_group_is_the_bindings() -> None:
+    from popxl.ops.collectives import CommGroup, CommGroupType
+
+    assert CommGroup is _ir.CommGroup and CommGroupType is _ir.CommGroupType
+    group = CommGroup(CommGroupType.Consecutive, 2)
+    assert group.type == CommGroupType.Consecutive and group.replicaGroupSize == 2
+
+
+# ---- var updates: PopART's accumulation type through the bindings ----
+
+
+@pytest.mark.parametrize(
+    "update, kind",
+    [
+        (lambda t, x: ops.var_updates.accumulate_(t, x), "Add"),
+        (lambda t, x: ops.var_updates.accumulate_(t, x, 0.5), "DampenedAdd"),
+        (lambda t, x: ops.var_updates.accumulate_square_(t, x, 0.5), "DampenedAddSquare"),
+        (lambda t, x: ops.var_updates.accumulate_mean_(t, x, 3.0), "Mean"),
+        (lambda t, x: ops.var_updates.accumulate_moving_average_(t, x, 0.5), "MovingAverage"),
+        (
+            lambda t, x: ops.var_updates.accumulate_moving_average_square_(t, x, 0.5),
+            "MovingAverageSquare",
+        ),
+    ],
+)
+def test_accumulate_op_reports_its_accumulation_type(update, kind) -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(np.ones((2, 2), np.float32))
+        x = popxl.variable(np.full((2, 2), 3.0, np.float32))
+        update(t, x)
+    (op,) = [op for op in g._pb_graph.getOps() if op.opType() == "Accumulate"]
+    assert isinstance(op, _ir.op.AccumulateOp)
+    assert op.getAccumulationType() == getattr(_ir.AccumulationType, kind)
+    # PopART's enum (op/accumulate.hpp), in its order
+    assert [m.name for m in _ir.AccumulationType][:3] == ["Add", "DampenedAdd", "DampenedAddSquare"]
+    assert int(_ir.AccumulationType.Mean) == 8
+
+
+def test_accumulator_scale_has_no_accumulation_type_to_report() -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(np.ones((2, 2), np.float32))
+        ops.var_updates.accumulator_scale_(t, 0.5)
+    (op,) = g._pb_graph.getOps()
+    assert op.getFactor().val() == 0.5
+    with pytest.raises(popart.popart_exception, match="records no accumulation type"):
+        op.getAccumulationType()
+
+
+# ---- in_sequence: an unknown mode is refused at the first op, as PopXL's context does ----
+
+
+def test_unknown_in_sequence_mode_raises_at_the_first_op_not_on_entry() -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(1.0, name="a")
+        with popxl.in_sequence("sometimes"):  # entering is fine
+            with pytest.raises(ValueError, match="Unknown in_sequence mode: 'sometimes'"):
+                _ = a + 1
+            # the refused op and its constant are not in the graph
+            assert [t.id for t in g.tensors] == ["a"] and g._pb_graph.getOps() == []
+            with popxl.in_sequence(True):  # a valid block inside orders its ops
+                b = a + 2
+        c = b * 3
+    (got,) = _run(ir, c)
+    assert got == 9.0
+    with (
+        pytest.raises(TypeError, match="`None` cannot be passed to in_sequence"),
+        popxl.in_sequence(None),  # type: ignore[arg-type]
+    ):
+        pass
