@@ -184,3 +184,25 @@ def test_unknown_in_sequence_mode_raises_at_the_first_op_not_on_entry() -> None:
         popxl.in_sequence(None),  # type: ignore[arg-type]
     ):
         pass
+
+
+def test_class_hierarchy_follows_popart_for_tied_gather_detach_and_scaled_add() -> None:
+    """PopART derives TiedGatherOp from GatherOp (op/tiedgather.hpp), DetachInplaceOp from
+    DetachOp and ScaledAddLhsInplaceOp from ScaledAddOp; the op types stay their own."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g, popxl.in_sequence():
+        t = popxl.variable(x)
+        idx = popxl.variable(np.array([3, 0]), popxl.int32)
+        tied = ops.tied_gather(t, idx)
+        y = popxl.variable(np.ones(3, np.float32))
+        ops.scaled_add_(y, popxl.constant(np.arange(3, dtype=np.float32)), 2.0, 0.5)
+        d = ops.detach_(y)
+    tied_op, scaled_op, detach_op = g._pb_graph.getOps()
+    assert tied_op.opType() == "TiedGather" and isinstance(tied_op, _ir.op.GatherOp)
+    assert isinstance(scaled_op, _ir.op.ScaledAddOp) and scaled_op.opType() == "ScaledAddLhsInplace"
+    assert isinstance(detach_op, _ir.op.DetachOp) and detach_op.opType() == "DetachInplace"
+    got_tied, got_d = _run(ir, tied, d)
+    np.testing.assert_array_equal(got_tied, x[[3, 0]])
+    np.testing.assert_allclose(got_d, 2.0 + 0.5 * np.arange(3))

@@ -88,6 +88,9 @@ DERIVED = {
     "ReplicatedAllReduceInplace": "ReplicatedAllReduce",
     "DynamicUpdateInplace": "DynamicUpdate",
     "ConcatInplace": "Concat",
+    "DetachInplace": "Detach",  # op/detach.hpp
+    "ScaledAddInplace": "ScaledAdd",  # op/scaledadd.hpp: ScaledAddLhsInplaceOp
+    "TiedGather": "Gather",  # op/tiedgather.hpp: class TiedGatherOp final : public GatherOp
     # popxl-addons' all-reduces: ``class ReplicatedAllReduceStridedOp : public
     # ReplicatedAllReduceOp`` (and the TP one)
     "ReplicatedAllReduceStrided": "ReplicatedAllReduce",
