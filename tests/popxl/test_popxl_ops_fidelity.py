@@ -206,3 +206,32 @@ def test_class_hierarchy_follows_popart_for_tied_gather_detach_and_scaled_add() 
     got_tied, got_d = _run(ir, tied, d)
     np.testing.assert_array_equal(got_tied, x[[3, 0]])
     np.testing.assert_allclose(got_d, 2.0 + 0.5 * np.arange(3))
+
+
+def test_maximum_of_n_tensors_is_one_variadic_max_op_with_its_gradient() -> None:
+    """PopXL's ``maximum(*ts)`` makes one ONNX ``Max`` op of all its tensors: 3 variables
+    give 4 graph tensors. The gradient goes to the first operand equal to the result."""
+    a0 = np.array([[1.0, 5.0, 3.0]], np.float32)
+    b0 = np.array([[2.0], [4.0]], np.float32)
+    c0 = np.array([3.0, 3.0, 3.0], np.float32)
+    seed = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a, b, c = popxl.variable(a0), popxl.variable(b0), popxl.variable(c0)
+        m = ops.maximum(a, b, c)
+    assert len(g.tensors) == 4 and _types(g) == [("Max", "MaxOp")]
+    with g:
+        alone = ops.maximum(a)  # a Max of one input: a copy
+        graph = ir.create_graph(lambda x, y, z: ops.maximum(x, y, z), a, b, c)
+        grads = popxl.transforms.autodiff(graph)
+        info = ops.call_with_info(graph, a, b, c)
+        dm = popxl.constant(seed)
+        ga, gb, gc = ops.call(grads.graph, dm, inputs_dict=grads.inputs_dict(info))
+    got = _run(ir, m, alone, ga, gb, gc)
+    np.testing.assert_array_equal(got[0], np.maximum(np.maximum(a0, b0), c0))
+    np.testing.assert_array_equal(got[1], a0)
+    # by hand: row 0 takes c, a, a (a ties c at 3: the first wins); row 1 takes b, a, b
+    np.testing.assert_array_equal(got[2], [[0.0, 2.0 + 5.0, 3.0]])
+    np.testing.assert_array_equal(got[3], [[0.0], [4.0 + 6.0]])
+    np.testing.assert_array_equal(got[4], [1.0, 0.0, 0.0])

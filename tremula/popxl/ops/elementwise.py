@@ -11,6 +11,7 @@ lowering in ``tremula/lowering/elementwise.py`` and a gradient rule in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,8 +72,10 @@ class Elementwise:
     its NumPy reference, ``popops`` (the name of the popops op it runs as: its record in
     ``tremula.libs.popops.ops`` says which dtypes it takes), whether the result is bool,
     whether it has an in-place ``_`` form, whether ``name`` is a public function of
-    ``popxl.ops``, and ``operands_as``: the dtype (name) operands of another dtype are cast
-    to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``)."""
+    ``popxl.ops``, ``operands_as``: the dtype (name) operands of another dtype are cast
+    to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``), and
+    ``variadic``: the op takes one or more inputs (ONNX's ``Max``, which
+    ``ops.maximum(*ts)`` makes with all its tensors), folding ``reference`` over them."""
 
     name: str
     op: str
@@ -83,6 +86,7 @@ class Elementwise:
     inplace: bool = True
     public: bool = True
     operands_as: str | None = None
+    variadic: bool = False
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -141,7 +145,7 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("pow", "Pow", 2, np.power, "pow"),
     Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
     Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum, "max"),  # ops.maximum(*ts) builds Max ops too
+    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic=True),  # and ops.maximum(*ts)
     Elementwise("minimum2", "Min", 2, np.minimum, "min"),
     Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
@@ -206,6 +210,8 @@ BY_OP.update({e.op + "Inplace": e for e in TABLE if e.inplace})
 
 def _register(e: Elementwise) -> None:
     def reference(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        if e.variadic:
+            return [nx.in_compute_type(lambda *xs: functools.reduce(e.reference, xs), *arrays)]
         return [nx.in_compute_type(e.reference, *arrays)]
 
     defop(e.op, e.infer, reference)
