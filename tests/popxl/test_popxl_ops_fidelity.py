@@ -235,3 +235,40 @@ def test_maximum_of_n_tensors_is_one_variadic_max_op_with_its_gradient() -> None
     np.testing.assert_array_equal(got[2], [[0.0, 2.0 + 5.0, 3.0]])
     np.testing.assert_array_equal(got[3], [[0.0], [4.0 + 6.0]])
     np.testing.assert_array_equal(got[4], [1.0, 0.0, 0.0])
+
+
+# ---- dtypes: PopART's element-wise ops take any dtype when made; Poplar refuses at build ----
+
+
+@pytest.mark.parametrize(
+    "build, op_type",
+    [
+        (ops.exp, "Exp"),
+        (ops.gelu_, "GeluInplace"),
+        (ops.isnan, "IsNaN"),
+        (lambda a: ops.pow(a, a), "Pow"),
+        (lambda a: ops.scaled_add(a, a, 0.5, 0.8), "ScaledAdd"),
+    ],
+)
+def test_ops_on_dtypes_poplar_refuses_are_built_and_refused_by_the_session(build, op_type) -> None:
+    """``popxl.variable(1)`` is int32: the op is made (as PopART makes it, its setup copying
+    the input's info) and counted; the session refuses it, naming the op."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(1, name="a")
+        out = build(a)
+    assert len(g.tensors) == 2 and out.dtype == (popxl.bool if op_type == "IsNaN" else a.dtype)
+    assert [t for t, _ in _types(g)] == [op_type]
+    with pytest.raises((TypeError, ValueError), match=rf"lowering op {op_type} .*int32"):
+        _run(ir, out)
+
+
+def test_scaled_add_of_integers_with_whole_scales_runs() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.array([1, -2, 3]), popxl.int32)
+        y = popxl.variable(np.array([4, 5, -6]), popxl.int32)
+        out = ops.scaled_add(x, y, 2, 3)
+    (got,) = _run(ir, out)
+    np.testing.assert_array_equal(got, [14, 11, -12])

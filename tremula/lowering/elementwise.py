@@ -24,6 +24,7 @@ def _lower(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     inplace = bool(op.definition.inplace_of)
     base = op.definition.outplace
     target = POPOPS[base]
+    BY_OP[base].check_dtypes([t.spec for t in op.inputs])  # PopART's ops refuse them here
     args = [env[t] for t in op.inputs]
     name = op.outputs[0].id
     if len(args) != 2 and BY_OP[base].variadic:  # ONNX Max of one or of 3+ inputs: a fold

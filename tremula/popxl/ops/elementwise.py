@@ -99,12 +99,23 @@ class Elementwise:
         """The names of the PopXL dtypes the op accepts."""
         return tuple(d for f in self.families for d in FAMILY_DTYPES[f])
 
-    def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    def check_dtypes(self, specs: Sequence[TensorSpec]) -> None:
+        """Refuse operands of a dtype the op's popops function does not take. The lowering
+        calls it: PopART's element-wise ops take any dtype when they are made (their
+        ``setup`` copies the input's info) and the Poplar program refuses an unsupported
+        one when the session is built, so a program may build ``ops.exp`` of an int32
+        tensor that it never runs.
+
+        Raises:
+            OpSetupTypeError: (a ``TypeError``) naming the op, the dtype and those taken.
+        """
         if specs and dtype_family(specs[0].dtype) not in self.families:
             raise OpSetupTypeError(
                 f"Op {self.op} ({self.name}) does not take {specs[0].dtype.name} inputs: it "
                 f"takes {', '.join(self.dtypes)}"
             )
+
+    def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
         if len({s.dtype for s in specs}) > 1:
             kinds = " and ".join(s.dtype._popart for s in specs)
             shapes = " and ".join(str(list(s.shape)) for s in specs)

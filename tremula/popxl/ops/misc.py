@@ -160,10 +160,9 @@ def _scale(value: Any, x: Tensor, what: str, arg: str) -> tuple[list[Tensor], fl
             raise ValueError(f"{what}: {arg} {value.id!r} must have one element, got {value.shape}")
         require_numeric(value, what)
         return [value], None
-    v = float(value)
-    if x.dtype.is_int and v != int(v):
-        raise ValueError(f"{what}: {arg}={value!r} must be an integer for {x.dtype} data")
-    return [], v
+    # a fraction for integer data is refused when the session lowers the op (PopART's
+    # ScaledAddOp keeps any float attribute; Poplar's integer scaled add takes whole scales)
+    return [], float(value)
 
 
 def _scaled_add(X: Tensor, Y: Tensor, a: Any, b: Any, inplace: bool) -> Tensor:
@@ -186,7 +185,8 @@ def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor 
 
     Raises:
         TypeError: X and Y of different dtypes (other than float16 with float32).
-        ValueError: shapes that do not broadcast, a scale tensor of several elements.
+        ValueError: shapes that do not broadcast, a scale tensor of several elements; when
+            the session lowers it, a fractional scale number for integer data.
     """
     return _scaled_add(X, Y, a, b, False)
 
