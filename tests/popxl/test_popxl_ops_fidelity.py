@@ -272,3 +272,25 @@ def test_scaled_add_of_integers_with_whole_scales_runs() -> None:
         out = ops.scaled_add(x, y, 2, 3)
     (got,) = _run(ir, out)
     np.testing.assert_array_equal(got, [14, 11, -12])
+
+
+@pytest.mark.parametrize(
+    "build, op_type",
+    [
+        (lambda t: ops.softmax(t, 1), "Softmax"),
+        (lambda t: ops.max_pool(t, (2, 2)), "MaxPool"),
+        (lambda t: ops.logsumexp(t), "ReduceLogSumExp"),
+        (lambda t: ops.dropout(t, popxl.variable(np.array([1, 2]), popxl.uint32), 0.5), "Dropout"),
+    ],
+)
+def test_float_only_ops_of_integers_are_made_and_refused_when_lowered(build, op_type) -> None:
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(np.ones((1, 2, 4, 4), np.int32), name="ints")
+        out = build(t)
+    assert op_type in [ty for ty, _ in _types(g)] and out.dtype == popxl.int32
+    with pytest.raises(
+        TypeError, match=rf"lowering op {op_type} .*input 0 'ints' must be float16 or float32"
+    ):
+        _run(ir, out)

@@ -20,7 +20,7 @@ import numpy as np
 from tremula._compat import StrEnum
 from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -160,13 +160,12 @@ def _conv_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpe
     return [TensorSpec((t.shape[0], w.shape[0], *a["out"]), t.dtype)]
 
 
-defop("Conv", _conv_spec, _conv_ref)
+defop("Conv", _conv_spec, _conv_ref, float_inputs=(0, 1))
 
 
 def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     check_tensor(t, what)
     check_tensor(weight, what, "weight")
-    require_float(t, what)
     if weight.dtype != t.dtype:
         raise TypeError(f"{what}: weight {weight.id!r} is {weight.dtype}, t {t.id!r} is {t.dtype}")
     check_conv_shapes(what, t, weight, groups)
@@ -204,7 +203,8 @@ def conv(
 
     Raises:
         ValueError: shapes that do not fit, groups not dividing the channels, bad padding.
-        TypeError: non-float or mixed dtypes.
+        TypeError: mixed dtypes; non-float ones
+            when the session lowers it (PopART makes the op with any dtype).
     """
     _check_conv("conv", t, weight, groups)
     attrs = conv_attrs("conv", t, weight, stride, padding, dilation, groups, pad_type)
@@ -248,6 +248,7 @@ defop(
         TensorSpec((specs[0].shape[0], a["out_channels"], *a["out"]), specs[0].dtype)
     ],
     _conv_transpose_ref,
+    float_inputs=(0, 1),
 )
 
 
@@ -379,6 +380,7 @@ for _pool_type in POOL_TYPES.values():
         _pool_type,
         lambda specs, a: [TensorSpec((*specs[0].shape[:2], *a["out"]), specs[0].dtype)],
         _pool_ref,
+        float_inputs=(0,),
     )
 
 
@@ -386,7 +388,6 @@ def _pool(mode: str, t: Tensor, kernel_size: Sequence[int], stride, padding, out
           in_dilations, auto_pad, ceil_mode) -> Tensor:  # fmt: skip
     what = f"{mode}_pool" if mode == "max" else "average_pool"
     check_tensor(t, what)
-    require_float(t, what)
     if t.rank < 3:
         raise ValueError(f"{what}: {t.id!r} {t.shape} must be [N, C, *spatial]")
     n = t.rank - 2

@@ -23,7 +23,6 @@ from tremula.popxl.ops.shape import (
     check_tensor,
     norm_axes,
     norm_axis,
-    require_float,
     require_numeric,
 )
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -103,7 +102,7 @@ def _register(r: Reduction) -> None:
         shape = _reduced_shape(x[0].shape, a["axes"], a["keepdims"])
         return [out.reshape(shape).astype(x[0].dtype)]
 
-    defop(r.op, _infer, reference)
+    defop(r.op, _infer, reference, float_inputs=(0,) if r.float_only else ())
 
 
 for _r in TABLE:
@@ -115,8 +114,6 @@ def _reduce(op_type: str, t: Tensor, axis: int | Sequence[int] | None, keepdims:
     r = BY_OP[op_type]
     check_tensor(t, r.name)
     require_numeric(t, r.name)
-    if r.float_only:
-        require_float(t, r.name)
     axes = norm_axes(axis, t.rank, r.name, repr(t.id))
     if r.op == "ReduceMedian" and any(t.shape[a] == 0 for a in axes):
         raise ValueError(f"median: {t.id!r} of shape {t.shape} has an empty reduced axis")
