@@ -201,6 +201,7 @@ def test_class_hierarchy_follows_popart_for_tied_gather_detach_and_scaled_add() 
         d = ops.detach_(y)
     tied_op, scaled_op, detach_op = g._pb_graph.getOps()
     assert tied_op.opType() == "TiedGather" and isinstance(tied_op, _ir.op.GatherOp)
+    assert issubclass(_ir.op.GroupedGatherOp, _ir.op.GatherOp)
     assert isinstance(scaled_op, _ir.op.ScaledAddOp) and scaled_op.opType() == "ScaledAddLhsInplace"
     assert isinstance(detach_op, _ir.op.DetachOp) and detach_op.opType() == "DetachInplace"
     got_tied, got_d = _run(ir, tied, d)

@@ -91,6 +91,7 @@ DERIVED = {
     "DetachInplace": "Detach",  # op/detach.hpp
     "ScaledAddInplace": "ScaledAdd",  # op/scaledadd.hpp: ScaledAddLhsInplaceOp
     "TiedGather": "Gather",  # op/tiedgather.hpp: class TiedGatherOp final : public GatherOp
+    "GroupedGather": "Gather",  # PopART's grouped gather is a GatherOp with a group size
     # popxl-addons' all-reduces: ``class ReplicatedAllReduceStridedOp : public
     # ReplicatedAllReduceOp`` (and the TP one)
     "ReplicatedAllReduceStrided": "ReplicatedAllReduce",
