@@ -295,3 +295,36 @@ def test_float_only_ops_of_integers_are_made_and_refused_when_lowered(build, op_
         TypeError, match=rf"lowering op {op_type} .*input 0 'ints' must be float16 or float32"
     ):
         _run(ir, out)
+
+
+# ---- input checks in PopXL's words (check_in_graph) ----
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda buf: ops.reshape([1.0, 2.0], (2,)),
+        lambda buf: ops.flatten_([1.0, 2.0]),
+        lambda buf: ops.transpose([1.0, 2.0]),
+        lambda buf: ops.remote_store(buf, 0, [1.0, 2.0]),
+        lambda buf: ops.host_store(popxl.d2h_stream((2,), popxl.float32), [1.0, 2.0]),
+    ],
+)
+def test_an_input_that_is_not_a_tensor_is_a_type_error_in_popxls_words(call) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, 1)
+        with pytest.raises(
+            TypeError, match=r"The input `t` is not a Tensor\. Type: <class 'list'>\. Value"
+        ):
+            call(buf)
+
+
+def test_a_tensor_of_another_graph_is_refused_in_popxls_words() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(1.0, name="a")
+    sub = ir.create_empty_graph("sub")
+    with sub, pytest.raises(ValueError, match=r"The input tensor `a` is not in the current Graph"):
+        ops.exp(a)
+    assert sub._pb_graph.getOps() == []

@@ -302,15 +302,17 @@ def user_site() -> str:
 
 
 def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
-    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph."""
+    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph. The
+    message starts with PopXL's (``check_in_graph``), which programs match on."""
+    popxl_words = f"The input tensor `{t.id}` is not in the current Graph {graph.name}. "
     if t.graph.ir is not graph.ir:
-        return (
+        return popxl_words + (
             f"{op_type}: input {i} {t.id!r} belongs to another Ir (its graph "
             f"{t.graph.name!r} is not in the Ir of the current graph {graph.name!r}): a "
             f"tensor cannot cross Irs; make it in this Ir (popxl.variable / popxl.constant "
             f"with its data)"
         )
-    return (
+    return popxl_words + (
         f"{op_type}: input {i} {t.id!r} belongs to graph {t.graph.name!r}, not to the "
         f"current graph {graph.name!r}: pass it in as an input of the graph "
         f"(popxl.graph_input, or an argument of ir.create_graph)"

@@ -22,9 +22,13 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 def check_tensor(t: Any, what: str, arg: str = "t") -> Tensor:
-    """``t`` if it is a Tensor, else ``TypeError`` naming the argument."""
+    """``t`` if it is a Tensor, else ``TypeError`` naming the argument, in PopXL's words
+    (``check_in_graph``'s) and then the op's."""
     if not isinstance(t, Tensor):
-        raise TypeError(f"{what}: {arg} must be a popxl.Tensor, got {type(t).__name__}")
+        raise TypeError(
+            f"The input `{arg}` is not a Tensor. Type: {type(t)}. Value: {t!r}. ({what}: {arg} "
+            f"must be a popxl.Tensor, got {type(t).__name__})"
+        )
     return t
 
 

@@ -11,6 +11,7 @@ from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
@@ -120,6 +121,7 @@ def matmul(
 
 
 def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
+    check_tensor(t, "reshape")
     shape = tuple(int(s) for s in (shape if isinstance(shape, Sequence) else (shape,)))
     if any(s < -1 for s in shape):
         raise ValueError(
@@ -159,15 +161,16 @@ def reshape_(t: Tensor, shape: Sequence[int]) -> Tensor:
 
 def flatten(t: Tensor) -> Tensor:
     """A copy of ``t`` as one dimension of ``t.nelms`` elements."""
-    return reshape(t, (t.nelms,))
+    return reshape(t, (check_tensor(t, "flatten").nelms,))
 
 
 def flatten_(t: Tensor) -> Tensor:
     """A view of ``t`` as one dimension: writes to it reach ``t``."""
-    return reshape_(t, (t.nelms,))
+    return reshape_(t, (check_tensor(t, "flatten_").nelms,))
 
 
 def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
+    check_tensor(t, "transpose")
     perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(permutation)
     if perm and max(perm) >= t.rank:
         raise ValueError(
