@@ -328,3 +328,26 @@ def test_a_tensor_of_another_graph_is_refused_in_popxls_words() -> None:
     with sub, pytest.raises(ValueError, match=r"The input tensor `a` is not in the current Graph"):
         ops.exp(a)
     assert sub._pb_graph.getOps() == []
+
+
+@pytest.mark.parametrize(
+    "update, match",
+    [
+        (lambda t, row: ops.var_updates.accumulate_(t, row, 2.0), r"accumulate: 'row'"),
+        (lambda t, row: ops.var_updates.copy_var_update_(t, row), r"copy_var_update_: 'row'"),
+    ],
+)
+def test_var_update_operand_of_another_shape_is_made_and_refused_when_lowered(
+    update, match
+) -> None:
+    """PopART's VarUpdateOp::setup copies input 0's info: no shape check when made (spec
+    1.0); Poplar's scaled add and copy refuse the mismatch when the session is built."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(np.zeros((2, 3), np.float32), name="t")
+        row = popxl.variable(np.ones(3, np.float32), name="row")
+        out = update(t, row)
+    assert out.shape == (2, 3) and len(g.tensors) == 3
+    with pytest.raises(ValueError, match=match + r" .*\(3,\)\) does not match 't'"):
+        popxl.Session(ir, "ipu_model")
