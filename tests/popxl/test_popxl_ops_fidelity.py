@@ -351,3 +351,46 @@ def test_var_update_operand_of_another_shape_is_made_and_refused_when_lowered(
     assert out.shape == (2, 3) and len(g.tensors) == 3
     with pytest.raises(ValueError, match=match + r" .*\(3,\)\) does not match 't'"):
         popxl.Session(ir, "ipu_model")
+
+
+def test_call_outputs_are_named_like_the_callee_outputs() -> None:
+    """PopXL's call names each output after the called graph's output (made unique in the
+    calling graph)."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(2.0, name="a")
+        b = popxl.variable(3.0, name="b")
+
+        def sum_and_product(x, y):
+            return x + y, x * y
+
+        graph = ir.create_graph(sum_and_product, a, b)
+        first = ops.call(graph, a, b)
+        second = ops.call(graph, b, b)
+    assert [t.name for t in graph.outputs] == ["add", "mul"]
+    assert [t.id for t in first] == ["add", "mul"]
+    assert [t.id for t in second] == ["add_1", "mul_1"]
+    got = _run(ir, *first, *second)
+    assert [float(v) for v in got] == [5.0, 6.0, 6.0, 9.0]
+
+
+def test_collective_ops_give_their_grouping_and_operator_through_the_bindings() -> None:
+    from tremula.popxl.ops.collectives.collectives import CollectiveOperator
+
+    ir = popxl.Ir(replication=4)
+    g = ir.main_graph
+    with g:
+        v = popxl.variable(np.ones(4, np.float32))
+        ops.collectives.replicated_all_reduce(v, op="max", group=ir.replica_grouping(1, 2))
+        ops.collectives.replicated_reduce_scatter(v)
+    reduce_op, scatter_op = [
+        op for op in g._pb_graph.getOps() if isinstance(op, _ir.op.collectives.CollectivesBaseOp)
+    ]
+    grouping = reduce_op.getReplicaGrouping()
+    assert (grouping.getNumReplicas(), grouping.getStride(), grouping.getGroupSize()) == (4, 1, 2)
+    group = reduce_op.getGCLCommGroup()
+    assert group.type == _ir.CommGroupType.Consecutive and group.replicaGroupSize == 2
+    assert reduce_op.getCollectiveOp() is CollectiveOperator.Max
+    assert scatter_op.getCollectiveOp() is CollectiveOperator.Add
+    assert scatter_op.getGCLCommGroup().type == _ir.CommGroupType.All
