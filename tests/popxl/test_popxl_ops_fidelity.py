@@ -394,3 +394,27 @@ def test_collective_ops_give_their_grouping_and_operator_through_the_bindings() 
     assert reduce_op.getCollectiveOp() is CollectiveOperator.Max
     assert scatter_op.getCollectiveOp() is CollectiveOperator.Add
     assert scatter_op.getGCLCommGroup().type == _ir.CommGroupType.All
+
+
+def test_cumsum_takes_its_axis_as_a_constant_tensor() -> None:
+    """PopART's CumSumOp reads the axis from input 1 (ONNX CumSum), so PopXL's cumsum adds a
+    constant: 3 graph tensors. The gradient is the reversed running sum."""
+    x = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(x, name="t")
+        c = ops.cumsum(t, -1)
+    assert len(g.tensors) == 3 and len(g.constants) == 1
+    (op,) = g._pb_graph.getOps()
+    assert op.opType() == "CumSum" and isinstance(op, _ir.op.CumSumOp)
+    assert op.inTensor(1).id == g.constants[0].id
+    with g:
+        graph = ir.create_graph(lambda v: ops.cumsum(v, 1), t)
+        grads = popxl.transforms.autodiff(graph, grads_required=[graph.inputs[0]])
+        info = ops.call_with_info(graph, t)
+        seed = popxl.constant(np.array([[1, 2, 3], [4, 5, 6]], np.float32))
+        (dt,) = ops.call(grads.graph, seed, inputs_dict=grads.inputs_dict(info))
+    got, got_dt = _run(ir, c, dt)
+    np.testing.assert_array_equal(got, [[1, 3, 6], [4, 9, 15]])
+    np.testing.assert_array_equal(got_dt, [[6, 5, 3], [15, 11, 6]])

@@ -25,7 +25,7 @@ from tremula.popxl.ops.shape import (
     norm_axis,
     require_numeric,
 )
-from tremula.popxl.tensor import Tensor, TensorSpec
+from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 
 def _lower_median(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -367,16 +367,21 @@ def _same(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
     return [specs[0]]
 
 
+# input 1 is the axis, a constant (ONNX CumSum and PopART's CumSumOp take the axis as an
+# input tensor, which PopXL's cumsum makes); ``attrs["dim"]`` holds its value, non-negative
 defop("CumSum", _same, lambda x, a: [np.cumsum(x[0], axis=a["dim"], dtype=x[0].dtype)])
 
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
-    """Inclusive running sum of ``t`` along ``dim``."""
+    """Inclusive running sum of ``t`` along ``dim`` (given to the op as a constant tensor,
+    as PopXL does: the graph gains it)."""
     check_tensor(t, "cumsum")
     require_numeric(t, "cumsum")
     if t.rank == 0:
         raise ValueError(f"cumsum: {t.id!r} is a scalar; it needs an axis to sum along")
-    (out,) = create_op("CumSum", [t], {"dim": norm_axis(dim, t.rank, "cumsum", repr(t.id))})
+    axis = norm_axis(dim, t.rank, "cumsum", repr(t.id))
+    dim_tensor = constant(np.array(int(dim), np.int32), dtypes.int32, "dim")
+    (out,) = create_op("CumSum", [t, dim_tensor], {"dim": axis})
     return out
 
 
