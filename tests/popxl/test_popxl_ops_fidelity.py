@@ -418,3 +418,32 @@ def test_cumsum_takes_its_axis_as_a_constant_tensor() -> None:
     got, got_dt = _run(ir, c, dt)
     np.testing.assert_array_equal(got, [[1, 3, 6], [4, 9, 15]])
     np.testing.assert_array_equal(got_dt, [[6, 5, 3], [15, 11, 6]])
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda t, i, s: ops.reshape(t, (4,)), r"cannot become \(4,\)"),
+        (lambda t, i, s: ops.transpose(t, (0, 0)), "is not a permutation"),
+        (lambda t, i, s: ops.gather(t, i, axis=3), "axis 3 is out of range"),
+        (lambda t, i, s: ops.softmax(t, 2), "axis 2 is out of range"),
+        (lambda t, i, s: ops.sum(t, 2), "axis 2 is out of range"),
+        (lambda t, i, s: ops.concat([t, t], 2), "axis 2 is out of range"),
+        (lambda t, i, s: ops.topk(t, 5, 1), "k=5 must lie in"),
+        (lambda t, i, s: ops.matmul(s, t), "at least one dimension"),
+    ],
+)
+def test_shape_errors_of_op_setup_are_popart_exceptions_and_value_errors(build, match) -> None:
+    """PopART's C++ op setups refuse these with popart_exception; Tremula's error is that and
+    a ValueError (PopXL programs catch either), and the graph keeps nothing of the call."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        t = popxl.variable(np.ones((2, 3), np.float32))
+        i = popxl.variable(np.array([0]), popxl.int32)
+        s = popxl.variable(1.0)
+        before = len(g.tensors)
+        with pytest.raises(popart.popart_exception, match=match) as refused:
+            build(t, i, s)
+    assert isinstance(refused.value, ValueError)
+    assert len(g.tensors) == before and g._pb_graph.getOps() == []

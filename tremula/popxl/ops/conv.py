@@ -108,8 +108,8 @@ def _geometry(
         o = (math.ceil(span / st) if ceil_mode else span // st) + 1
         if ceil_mode and (o - 1) * st >= s + b:  # a window must start inside the input
             o -= 1
-        if span < 0 or o < 1:
-            raise ValueError(
+        if span < 0 or o < 1:  # PopART's HasReceptiveFieldOp::setup refuses it
+            raise OpSetupError(
                 f"{what}: the window {w} (kernel {kernel}, dilation {dilation}) does not fit "
                 f"{t.id!r} of spatial shape {spatial} padded by {begin} / {tuple(end)}"
             )
@@ -216,7 +216,7 @@ def conv_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, 
                pad_type) -> dict[str, Any]:  # fmt: skip
     """The attributes of a ``Conv`` (shapes checked, types not)."""
     if weight.shape[1] * groups != t.shape[1] or weight.shape[0] % groups:
-        raise ValueError(
+        raise OpSetupError(  # PopART's ConvOp::setup
             f"{what}: weight {weight.id!r} {weight.shape} does not fit {t.shape[1]} input "
             f"channels in {groups} group(s)"
         )

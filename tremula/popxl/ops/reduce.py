@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import (
@@ -354,7 +355,9 @@ def topk(
         raise ValueError(f"topk: {t.id!r} is a scalar; it needs an axis to search")
     ax = norm_axis(axis, t.rank, "topk", repr(t.id))
     if int(k) != k or not 1 <= k <= t.shape[ax]:
-        raise ValueError(f"topk: k={k!r} must lie in [1, {t.shape[ax]}] (axis {ax} of {t.id!r})")
+        raise OpSetupError(  # PopART's TopKOp::setup
+            f"topk: k={k!r} must lie in [1, {t.shape[ax]}] (axis {ax} of {t.id!r})"
+        )
     attrs = {"k": int(k), "axis": ax, "largest": builtins.bool(largest), "sorted": sorted}
     values, indices = create_op("TopK", [t], attrs)
     return values, indices

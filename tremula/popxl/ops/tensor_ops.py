@@ -18,7 +18,7 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if not a or not b:
-        raise ValueError("matmul: operands must have at least one dimension")
+        raise OpSetupError("matmul: operands must have at least one dimension")
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
@@ -134,10 +134,10 @@ def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
     if -1 in shape:
         known = int(np.prod([s for s in shape if s != -1]))
         if known == 0 or t.nelms % known:
-            raise ValueError(f"reshape: cannot reshape {t.shape} to {shape}")
+            raise OpSetupError(f"reshape: cannot reshape {t.shape} to {shape}")
         shape = tuple(t.nelms // known if s == -1 else s for s in shape)
     if int(np.prod(shape)) != t.nelms:
-        raise ValueError(
+        raise OpSetupError(  # PopART's ReshapeOp::setup
             f"reshape: {t.id!r} of shape {t.shape} ({t.nelms} elements) cannot become {shape}"
         )
     return shape
@@ -178,7 +178,9 @@ def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
             f"{max(perm)} (transpose of {t.id!r} by {perm})"
         )
     if sorted(perm) != list(range(t.rank)):
-        raise ValueError(f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}")
+        raise OpSetupError(  # PopART's TransposeOp::setup
+            f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}"
+        )
     return perm
 
 
