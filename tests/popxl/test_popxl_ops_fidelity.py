@@ -447,3 +447,27 @@ def test_shape_errors_of_op_setup_are_popart_exceptions_and_value_errors(build, 
             build(t, i, s)
     assert isinstance(refused.value, ValueError)
     assert len(g.tensors) == before and g._pb_graph.getOps() == []
+
+
+def test_var_update_inputs_have_popart_indices() -> None:
+    """PopART indexes the var updates' operands by role (spec 1.1-1.3): adam_updater's
+    weight is input 0, m 1, v 2, the time step 3 (which it increments in place), weight
+    decay 4; accumulator_scale_'s factor tensor is input 2; absent operands leave gaps."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        m = popxl.variable(np.ones(3, np.float32), name="m")
+        v = popxl.variable(np.ones(3, np.float32), name="v")
+        w = popxl.variable(np.ones(3, np.float32), name="w")
+        step = popxl.variable(1.0, name="step")
+        wd = popxl.variable(0.1, name="wd")
+        ops.var_updates.adam_updater(m, v, w, step, wd, 0.9, 0.99)
+        ops.var_updates.accumulator_scale_(w, popxl.variable(0.5, name="f"))
+        ops.var_updates.adamax_updater(m, v, time_step=step)
+    adam, scale, adamax = g._pb_graph.getOps()
+    ids = {i: t.id for i, t in adam.getInputIndexMap().items()}
+    assert ids == {0: "w", 1: "m", 2: "v", 3: "step", 4: "wd"}
+    assert adam.modifiesIndex(3) and not adam.modifiesIndex(0)
+    assert adam.inTensor(1).id == "m" and not adam.hasInput(5)
+    assert {i: t.id for i, t in scale.getInputIndexMap().items()} == {0: "w", 2: "f"}
+    assert {i: t.id for i, t in adamax.getInputIndexMap().items()} == {1: "m", 2: "v", 3: "step"}

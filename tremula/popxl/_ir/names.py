@@ -102,6 +102,35 @@ DERIVED = {
 OPTIMIZER_OPS = VAR_UPDATES | {"AdamUpdater", "LambSquare"}
 
 
+#: PopART's input index of each operand, by op type (Tremula's role names: ``attrs["slots"]``
+#: maps a role to its position in ``op.inputs``); PopART leaves the indices of absent
+#: operands unconnected (op/accumulate.hpp, op/adamupdater.hpp, op/adamvarupdate.hpp)
+INPUT_SLOTS: dict[str, dict[str, int]] = {
+    "Accumulate": {"t": 0, "X": 1, "f": 2},
+    "AccumulatorScale": {"t": 0, "f": 2},
+    "SparseAccumulate": {"t": 0, "X": 1, "f": 2, "indices": 3, "W": 4},
+    "CopyVarUpdate": {"t": 0, "X": 1},
+    "AdamUpdater": {
+        "w": 0,
+        "m": 1,
+        "v": 2,
+        "step": 3,
+        "weight_decay": 4,
+        "beta1": 5,
+        "beta2": 6,
+        "epsilon": 7,
+    },
+    "AdamVarUpdate": {
+        "t": 0,
+        "x": 1,
+        "r1": 2,
+        "r2": 3,
+        "learning_rate": 4,
+        "max_weight_norm": 5,
+    },
+}
+
+
 def op_name(op_type: str) -> OpName:
     """PopART's names of the Tremula op type ``op_type``."""
     named = _NAMES.get(op_type)

@@ -44,7 +44,8 @@ class OptimizerValue:
 
 
 class VarUpdateOp(Op):
-    """An op that updates its first input in place (``ops.var_updates``)."""
+    """An op that updates its first input in place (``ops.var_updates``). Its inputs have
+    PopART's indices (``names.INPUT_SLOTS``: ``accumulator_scale_``'s factor is input 2)."""
 
     def _hyper(self, role: builtins.str) -> OptimizerValue:
         """The hyperparameter ``role`` as PopART's op holds it."""
