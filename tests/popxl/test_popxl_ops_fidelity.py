@@ -471,3 +471,17 @@ def test_var_update_inputs_have_popart_indices() -> None:
     assert adam.inTensor(1).id == "m" and not adam.hasInput(5)
     assert {i: t.id for i, t in scale.getInputIndexMap().items()} == {0: "w", 2: "f"}
     assert {i: t.id for i, t in adamax.getInputIndexMap().items()} == {1: "m", 2: "v", 3: "step"}
+
+
+def test_histogram_sorts_its_levels_as_popart_does() -> None:
+    x = np.array([0.1, 0.5, 0.9, -0.6, 0.3], np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        t = popxl.variable(x)
+        h = ops.histogram(t, [0.7, 0.3], absolute_of_input=False)
+        ha = ops.histogram(t, [0.7, 0.3], absolute_of_input=True)
+    assert h.producer.attrs["levels"] == (0.3, 0.7)
+    got, got_abs = _run(ir, h, ha)
+    # bins (-inf, 0.3), [0.3, 0.7), [0.7, inf): by hand
+    np.testing.assert_array_equal(got, [2, 2, 1])
+    np.testing.assert_array_equal(got_abs, [1, 3, 1])

@@ -10,7 +10,6 @@ lowering accumulates half and float in float32.
 from __future__ import annotations
 
 import builtins
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -405,18 +404,19 @@ defop(
 
 
 def histogram(t: Tensor, levels: Sequence[float], absolute_of_input: bool = False) -> Tensor:
-    """uint32 counts of ``t``'s elements in the ``len(levels) + 1`` bins cut at the ascending
-    ``levels``: ``x < levels[0]``, ``levels[i-1] <= x < levels[i]``, ``x >= levels[-1]``
-    (of ``|x|`` with ``absolute_of_input``).
+    """uint32 counts of ``t``'s elements in the ``len(levels) + 1`` bins cut at the
+    ``levels``, sorted first (PopART's HistogramOp sorts them): ``x < levels[0]``,
+    ``levels[i-1] <= x < levels[i]``, ``x >= levels[-1]`` (of ``|x|`` with
+    ``absolute_of_input``).
 
     Raises:
-        ValueError: no levels, or levels that do not ascend.
+        ValueError: no levels.
     """
     check_tensor(t, "histogram")
     require_numeric(t, "histogram")
-    lv = [float(v) for v in levels]
-    if not lv or any(b < a for a, b in itertools.pairwise(lv)):
-        raise ValueError(f"histogram: levels {lv} must be a non-empty ascending list")
+    lv = sorted(float(v) for v in levels)
+    if not lv:
+        raise ValueError(f"histogram: levels {lv} must be a non-empty list")
     attrs = {"levels": tuple(lv), "absolute_of_input": builtins.bool(absolute_of_input)}
     (out,) = create_op("Histogram", [t], attrs)
     return out
