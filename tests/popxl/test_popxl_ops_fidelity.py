@@ -485,3 +485,25 @@ def test_histogram_sorts_its_levels_as_popart_does() -> None:
     # bins (-inf, 0.3), [0.3, 0.7), [0.7, inf): by hand
     np.testing.assert_array_equal(got, [2, 2, 1])
     np.testing.assert_array_equal(got_abs, [1, 3, 1])
+
+
+def test_matmul_partials_type_defaults_to_the_session_option() -> None:
+    """PopXL's matmul takes ``partialsTypeMatMuls`` from the Ir's session options when no
+    partials type is given; 'float' / 'half' are accepted as the option spells them."""
+    x = np.arange(6, dtype=np.float16).reshape(2, 3)
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        a = popxl.variable(x, popxl.float16)
+        plain = ops.matmul(a, a.T)
+        ir._pb_ir.getSessionOptions().partialsTypeMatMuls = "half"
+        from_option = ops.matmul(a, a.T)
+        given = ops.matmul(a, a.T, partials_type="float")
+        with pytest.raises(ValueError, match="partials_type must be 'float' or 'half'"):
+            ops.matmul(a, a.T, partials_type="int")
+    kinds = [op.getPartialsType() for op in g._pb_graph.getOps() if op.opType() == "MatMul"]
+    half, flt = _ir.op.MatMulPartialsType.HALF, _ir.op.MatMulPartialsType.FLOAT
+    assert kinds == [flt, half, flt]
+    want = x.astype(np.float64) @ x.T.astype(np.float64)
+    for got in _run(ir, plain, from_option, given):
+        np.testing.assert_allclose(got, want)

@@ -99,16 +99,14 @@ def matmul(
     output_type: dtypes.dtype | None = None,
     partials_type: dtypes.dtype | None = None,
 ) -> Tensor:
-    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands).
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands). ``partials_type``
+    None takes the Ir's session option ``partialsTypeMatMuls`` ("float" / "half"; unset:
+    PopART's default, float), as PopXL's matmul does.
 
     Raises:
         ValueError: ``partials_type`` other than float32 / float16 (PopXL's check).
     """
-    if partials_type is not None and partials_type not in (dtypes.float32, dtypes.float16):
-        raise ValueError(
-            f"matmul: partials_type must be 'float' or 'half', got {partials_type!r} "
-            f"(matmul of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
-        )
+    partials_type = partials_of(partials_type, "matmul", lhs, rhs)
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor):
         check_tensor_ipu_and_tile_set(lhs=lhs, rhs=rhs)
     attrs = {
@@ -118,6 +116,39 @@ def matmul(
     }
     (out,) = create_op("MatMul", [lhs, rhs], attrs)
     return out
+
+
+#: the partials types PopXL's matmul takes, by dtype and by PopART's option strings
+_PARTIALS = {
+    "float": dtypes.float32,
+    "half": dtypes.float16,
+    dtypes.float32: dtypes.float32,
+    dtypes.float16: dtypes.float16,
+}
+
+
+def partials_of(partials_type: Any, what: str, lhs: Any, rhs: Any) -> dtypes.dtype | None:
+    """A matmul's partials type as a dtype; None gives the current Ir's session option
+    ``partialsTypeMatMuls`` where it is set, else None (PopART's default, float).
+
+    Raises:
+        ValueError: a type other than float / half (PopXL's words).
+    """
+    if partials_type is None:
+        from tremula.popxl._ir.ir import session_options
+        from tremula.popxl.context import get_current_graph
+
+        partials_type = session_options(get_current_graph().ir).partialsTypeMatMuls or None
+        if partials_type is None:
+            return None
+    key = partials_type.lower() if isinstance(partials_type, str) else partials_type
+    found = _PARTIALS.get(key) if isinstance(key, (str, dtypes.dtype)) else None
+    if found is None:
+        raise ValueError(
+            f"{what}: partials_type must be 'float' or 'half', got {partials_type!r} "
+            f"({what} of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
+        )
+    return found
 
 
 def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
