@@ -49,10 +49,10 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
 
 def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
     """Write ``t`` as the next slice of ``d2h_stream``'s host output."""
+    check_tensor(t, "host_store")
     stream = d2h_stream
     if not isinstance(stream, DeviceToHostStream):
         raise TypeError(f"host_store: expected a DeviceToHostStream, got {type(stream).__name__}")
-    check_tensor(t, "host_store")
     if t.shape != stream.shape or t.dtype != stream.dtype:
         raise ValueError(
             f"host_store: tensor {t.id!r} ({t.dtype} {t.shape}) does not match "
