@@ -507,3 +507,20 @@ def test_matmul_partials_type_defaults_to_the_session_option() -> None:
     want = x.astype(np.float64) @ x.T.astype(np.float64)
     for got in _run(ir, plain, from_option, given):
         np.testing.assert_allclose(got, want)
+
+
+def test_variadic_max_in_fused_element_wise_chains() -> None:
+    """The lowering fuses chains of element-wise ops into one popops map: a Max of three
+    inputs folds pairwise there, a Max of one is not fused (a copy), unary ops keep theirs."""
+    rng = np.random.default_rng(1)
+    a0, b0, c0 = (rng.uniform(-0.5, 0.5, 4).astype(np.float32) for _ in range(3))
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a, b, c = (popxl.variable(x) for x in (a0, b0, c0))
+        three = ops.relu(ops.maximum(a, b, c)) * 2 + 1
+        one = ops.maximum(a) * 3
+        unary = ops.relu(a + b) * 2 + 1
+    got = _run(ir, three, one, unary)
+    np.testing.assert_allclose(got[0], np.maximum(np.maximum(np.maximum(a0, b0), c0), 0) * 2 + 1)
+    np.testing.assert_allclose(got[1], a0 * 3)
+    np.testing.assert_allclose(got[2], np.maximum(a0 + b0, 0) * 2 + 1)
