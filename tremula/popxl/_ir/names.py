@@ -8,7 +8,9 @@ another word: ``Sub`` is ``SubtractOp``). In-place forms (``OpDefinition.inplace
 PopART's ``<T>Inplace``; those of binary ops are PopART's ``Lhs``
 in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
 writes its first input. Where PopART derives an in-place op's class from the out-of-place
-op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so.
+op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so. ``INPUT_SLOTS``
+gives PopART's input indices of the ops whose operands it indexes by role (the var
+updates).
 """
 
 from __future__ import annotations
