@@ -524,3 +524,14 @@ def test_variadic_max_in_fused_element_wise_chains() -> None:
     np.testing.assert_allclose(got[0], np.maximum(np.maximum(np.maximum(a0, b0), c0), 0) * 2 + 1)
     np.testing.assert_allclose(got[1], a0 * 3)
     np.testing.assert_allclose(got[2], np.maximum(a0 + b0, 0) * 2 + 1)
+
+
+def test_a_drop_probability_out_of_range_is_a_popart_exception() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        t = popxl.variable(np.ones(4, np.float32))
+        seed = popxl.variable(np.array([1, 2]), popxl.uint32)
+        for p in (1.0, -0.1):
+            with pytest.raises(popart.popart_exception, match=r"must lie in \[0, 1\)") as e:
+                ops.dropout(t, seed, p)
+            assert isinstance(e.value, ValueError)

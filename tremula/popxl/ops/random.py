@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
@@ -115,8 +116,8 @@ defop("ShapedDropout", lambda specs, a: [specs[0]], float_inputs=(0,))
 
 def _ratio(p: Any, what: str) -> float:
     p = float(p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{what}: the drop probability must lie in [0, 1), got {p!r}")
+    if not 0.0 <= p < 1.0:  # PopART's dropout ops refuse it when made (validateRatio)
+        raise OpSetupError(f"{what}: the drop probability must lie in [0, 1), got {p!r}")
     return p
 
 
