@@ -421,7 +421,7 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         _main(lambda p: ops.remote_code_load(p.add1, "io_buffer")),
     ),
     # (accumulate_ with an X of another shape is made, as PopART's VarUpdateOp::setup takes
-    # it, and refused when lowered: tests/popxl/test_popxl_ops_fidelity.py)
+    # it, and refused when lowered: tests/popxl/test_popxl_ops_fidelity_checks.py)
 ]
 
 

@@ -333,7 +333,7 @@ BAD = [
      lambda p: V.sparse_accumulate_(p["t"], p["x"], p["idx"], 2)),
 ]  # fmt: skip
 # an X of another shape than t: made (PopART's VarUpdateOp::setup copies t's info), refused
-# when lowered: tests/popxl/test_popxl_ops_fidelity.py
+# when lowered: tests/popxl/test_popxl_ops_fidelity_checks.py
 
 
 @pytest.mark.parametrize("case, error, match, action", BAD, ids=[b[0] for b in BAD])
