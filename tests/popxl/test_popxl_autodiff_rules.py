@@ -263,10 +263,10 @@ CASES: dict[str, Case] = {
         [u(1, 4, 3), u(4, 1, 2)],
         build=lambda x, w: create_op("ConvTranspose", [x, w], _DILATED_TRANSPOSE)[0],
     ),
-    "Pool/max": Case(
+    "MaxPool": Case(
         [distinct(1, 2, 5, 5)], build=lambda x: ops.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1))
     ),
-    "Pool/average": Case(
+    "AveragePool": Case(
         [u(2, 1, 4, 5)],
         build=lambda x: ops.average_pool(x, (2, 2), (1, 2), (0, 1, 1, 0), ceil_mode=True),
     ),

@@ -45,6 +45,10 @@ def test_properties_and_numpy(name) -> None:
     assert dt.as_numpy() == np.dtype(np_type)
     assert _NP_TO_POPXL[np.dtype(np_type)] is dt
     assert dtypes.dtype.as_dtype(dt.as_numpy()) is dt
+    # PopXL's dtype has no public ``itemsize`` (the spec's member list); the byte size is
+    # the NumPy dtype's
+    assert not hasattr(dt, "itemsize")
+    assert dt._itemsize == np.dtype(np_type).itemsize
 
 
 def test_aliases_singletons_and_no_construction() -> None:

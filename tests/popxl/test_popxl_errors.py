@@ -420,13 +420,8 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         r"'add1_subgraph\(0\)' to destination 'io_buffer' is not implemented",
         _main(lambda p: ops.remote_code_load(p.add1, "io_buffer")),
     ),
-    # an op argument check (not in the spec): accumulate_ needs X of t's shape
-    (
-        "accumulate_",
-        ValueError,
-        r"'sc' has shape \(\); .* shape \(2, 3\) of 'w'",
-        _main(lambda p: ops.var_updates.accumulate_(p.w, p.sc, 2.0)),
-    ),
+    # (accumulate_ with an X of another shape is made, as PopART's VarUpdateOp::setup takes
+    # it, and refused when lowered: tests/popxl/test_popxl_ops_fidelity_checks.py)
 ]
 
 
@@ -580,7 +575,7 @@ def test_io_tile_exchange_refusal_undoes_the_block() -> None:
             made = ops.host_load(xin, "made") + 1.0
         assert state(p.ir) == before
         with pytest.raises(
-            ValueError, match=r"Mul: input 0 'add' is no longer in graph 'main_graph'"
+            ValueError, match=r"Mul: input 0 'add(_\d+)?' is no longer in graph 'main_graph'"
         ):
             made * 2.0
         assert state(p.ir) == before
@@ -758,7 +753,11 @@ def test_a_tensor_of_another_ir_or_graph_is_named_as_such() -> None:
         a = popxl.variable(np.ones(2, np.float32), name="a")
     with second.main_graph, pytest.raises(ValueError) as other_ir:
         _ = a + 1
-    assert str(other_ir.value).startswith("Add: input 0 'a' belongs to another Ir")
+    # PopXL's words first (check_in_graph), then which Ir or graph
+    assert str(other_ir.value).startswith(
+        "The input tensor `a` is not in the current Graph main_graph. Add: input 0 'a' belongs "
+        "to another Ir"
+    )
     assert "make it in this Ir" in str(other_ir.value)
     sub = first.create_empty_graph("sub")  # named 'sub_subgraph(0)', as PopXL names it
     message = r"belongs to graph 'main_graph', not to the current graph 'sub_subgraph\(0\)': pass"

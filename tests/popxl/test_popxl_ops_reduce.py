@@ -71,10 +71,11 @@ def test_reduction_errors():
             ops.sum(t, 2)
         with pytest.raises(ValueError, match="Axes contains duplicates"):
             ops.sum(t, [1, -1])
-        with pytest.raises(TypeError, match="float16 or float32"):
-            ops.l2(popxl.variable(np.ones(3, np.int32), name="i"))
         with pytest.raises(TypeError, match=r"popxl\.Tensor"):
             ops.mean(np.ones(3))
+    # PopART makes a ReduceL2 of int32 data; the session refuses it (Poplar takes floats)
+    with pytest.raises(TypeError, match=r"lowering op ReduceL2 .* must be float16 or float32"):
+        run(lambda t: ops.l2(t), np.ones(3, np.int32))
 
 
 @pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False)])
@@ -118,8 +119,11 @@ def test_histogram():
     xi = RNG.integers(-3, 3, (20,)).astype(np.int32)
     want = np.bincount(np.searchsorted([-1.5, 0.5], xi, side="right"), minlength=3)
     check(lambda t: ops.histogram(t, [-1.5, 0.5]), want, xi)
-    with pytest.raises(ValueError, match="ascending"):
-        run(lambda t: ops.histogram(t, [1.0, 0.0]), x)
+    # levels out of order are sorted, as PopART's HistogramOp sorts them
+    want = np.bincount(np.searchsorted([0.0, 1.0], x, side="right"), minlength=3)
+    check(lambda t: ops.histogram(t, [1.0, 0.0]), want, x)
+    with pytest.raises(ValueError, match="non-empty"):
+        run(lambda t: ops.histogram(t, []), x)
 
 
 def test_lamb_square():

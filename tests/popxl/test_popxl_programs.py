@@ -55,7 +55,7 @@ def test_mnist_style_call_with_info_imports_call_site_info_from_the_module() -> 
 
 
 @pytest.mark.parametrize(
-    "dtype", [d for d in popxl.testing.get_all_int_dtypes() if d.itemsize <= 4]
+    "dtype", [d for d in popxl.testing.get_all_int_dtypes() if d.as_numpy().itemsize <= 4]
 )
 def test_integer_add_over_popxl_testing_dtypes(dtype) -> None:
     a = np.array([1, 2, 3]).astype(dtype.as_numpy())

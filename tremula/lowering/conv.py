@@ -110,7 +110,7 @@ def conv_transpose(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> 
     env[op.outputs[0]] = _conv(lw, zc, wc, geometry, g, prog, name)
 
 
-@rule("Pool")
+@rule("MaxPool", "AveragePool")
 def pool(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, a, name = env[op.inputs[0]], op.attrs, op.outputs[0].id
     if a["mode"] == "max":

@@ -234,6 +234,7 @@ class Lowerer:
                         f"lowering: no rule for op type {op.type!r}: op {op.describe()}"
                     )
                 with self.on_ipu(op.ipu), naming([op]):
+                    op.definition.check_lowerable_dtypes(op)
                     fn(self, op, env, prog)
             if self.on_lowered is not None:
                 self.on_lowered(len(ops))

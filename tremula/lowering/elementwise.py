@@ -11,7 +11,7 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.popxl.ops.base import INPLACE, OpNode
-from tremula.popxl.ops.elementwise import TABLE
+from tremula.popxl.ops.elementwise import BY_OP, TABLE
 
 #: ops that run as a fused popops expression instead of their record's popops function
 #: (``Elementwise.popops`` names the function, and the op whose dtypes they take)
@@ -24,8 +24,18 @@ def _lower(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     inplace = bool(op.definition.inplace_of)
     base = op.definition.outplace
     target = POPOPS[base]
+    BY_OP[base].check_dtypes([t.spec for t in op.inputs])  # PopART's ops refuse them here
     args = [env[t] for t in op.inputs]
     name = op.outputs[0].id
+    if len(args) != 2 and BY_OP[base].variadic:  # ONNX Max of one or of 3+ inputs: a fold
+        out = args[0]
+        if len(args) == 1:
+            out = lw.new_tensor(op.outputs[0])
+            prog.add(poplar.Copy(args[0], out))
+        for k, arg in enumerate(args[1:]):
+            out = getattr(popops, target)(lw.graph, out, arg, prog, name=f"{name}/{k}")
+        env[op.outputs[0]] = out
+        return
     if isinstance(target, str):
         fn = getattr(popops, target + ("_in_place" if inplace else ""))
         out = fn(lw.graph, *args, prog, name=name)

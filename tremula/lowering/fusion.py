@@ -27,6 +27,7 @@ from tremula.libs.popops.expr_eval import infer
 from tremula.lowering.elementwise import POPOPS
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OpNode
+from tremula.popxl.ops.elementwise import BY_OP
 from tremula.popxl.tensor import Tensor
 
 
@@ -68,6 +69,8 @@ def _fusible(op: OpNode) -> bool:
         return False
     if op.type == "Cast":
         return True
+    if len(op.inputs) == 1 and op.type in BY_OP and BY_OP[op.type].arity == 2:
+        return False  # a variadic op of one input is a copy (its rule)
     return isinstance(POPOPS.get(op.type), str)  # named popops ops, out of place
 
 
@@ -100,7 +103,10 @@ def expression(chain: Chain) -> tuple[pe.Expr, list[Tensor]]:
         if op.type == "Cast":
             node: pe.Expr = pe.Cast(args[0], op.attrs["dtype"].as_poplar())
         else:
-            node = pe.make(popops_ops.get(POPOPS[op.type]).op, *args)
+            kind = popops_ops.get(POPOPS[op.type]).op
+            node = pe.make(kind, *args[:2]) if len(args) > 2 else pe.make(kind, *args)
+            for arg in args[2:]:  # a variadic op (ONNX Max of 3+ inputs) folds pairwise
+                node = pe.make(kind, node, arg)
         values[op.outputs[0]] = node
     return values[chain.ops[-1].outputs[0]], leaves
 

@@ -58,6 +58,11 @@ def scaled_add(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None
     scales = []
     for key in ("a", "b"):
         value = op.attrs[key]
+        if value is not None and x.dtype.is_integral and value != int(value):
+            what = "scaled_add_" if op.definition.inplace_of else "scaled_add"
+            raise ValueError(
+                f"{what}: {key}={value!r} must be an integer for {op.inputs[0].dtype} data"
+            )
         scales.append(value if value is not None else _scale_tensor(lw, rest.pop(0), x.dtype, prog))
     a, b = scales
     name = op.outputs[0].id

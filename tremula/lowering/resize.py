@@ -24,6 +24,11 @@ def _take(t: poplar.Tensor, idx: np.ndarray, ax: int) -> poplar.Tensor:
 @rule("Resize")
 def resize(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     a, out, name = op.attrs, op.outputs[0], op.outputs[0].id
+    if a["mode"] != "nearest" and op.inputs[0].dtype.name not in ("float16", "float32"):
+        raise TypeError(  # nearest only gathers: any dtype; the others interpolate
+            f"interpolate: {op.inputs[0].id!r} must be float16 or float32 for mode "
+            f"{a['mode']!r}, got {op.inputs[0].dtype}"
+        )
     v = env[op.inputs[0]]
     computed = False
     for ax, (n_out, scale) in enumerate(zip(a["shape"], a["scales"])):

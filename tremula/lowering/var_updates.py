@@ -24,6 +24,7 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.popxl.ops.base import OpNode
+from tremula.popxl.ops.var_updates.accumulate import check_update_operand
 from tremula.popxl.ops.var_updates.adam_updater import MODES
 
 F32 = poplar.FLOAT
@@ -80,6 +81,7 @@ _EXPRESSIONS = {
 
 @rule("Accumulate")
 def accumulate(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
+    check_update_operand(op)
     kind, terms = op.attrs["type"], Terms(op, env)
     t = terms.tensor("t")
     name = op.outputs[0].id
@@ -138,6 +140,7 @@ def sparse_accumulate(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) 
 
 @rule("CopyVarUpdate")
 def copy_var_update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
+    check_update_operand(op)
     t = env[op.inputs[0]]
     prog.add(poplar.Copy(env[op.inputs[1]], t))
     env[op.outputs[0]] = t

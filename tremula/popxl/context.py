@@ -127,15 +127,22 @@ class Context:
         context is refused, as PopART refuses a constraint between graphs.
 
         Raises:
-            ValueError: ``op`` is not in the current graph.
+            ValueError: ``op`` is not in the current graph; the innermost block's mode is
+                not True, False or "pass".
         """
         if self.graphs and op.graph is not self.graphs[-1]:
             raise ValueError(
                 f"in_sequence: {op!r} is in graph {op.graph.name!r}, not in the current graph "
                 f"{self.graphs[-1].name!r}"
             )
-        if self._frames and self._frames[-1].mode is not None:
-            self._frames[-1].add(op)
+        frame = self._frames[-1] if self._frames else None
+        if frame is not None and frame.invalid:
+            raise ValueError(
+                f"Unknown in_sequence mode: {frame.invalid[0]!r} (op {op.type!r} in graph "
+                f"{op.graph.name!r}): the mode must be True, False or 'pass'"
+            )
+        if frame is not None and frame.mode is not None:
+            frame.add(op)
 
 
 class _SequenceFrame:
@@ -158,6 +165,7 @@ class _SequenceFrame:
         self.base: dict[int, list[OpNode]] = {}  # False: what the block's ops follow
         self.members: dict[int, list[OpNode]] = {}  # False: the block's ops
         self.graphs: dict[int, Graph] = {}
+        self.invalid: tuple[Any, ...] = ()  # (mode,) for a mode PopXL refuses at an op
 
     def start(self, graph: Graph) -> list[OpNode]:
         """What the block's first op in ``graph`` (True) or each of its ops (False)
@@ -287,16 +295,20 @@ def in_sequence(mode: bool | str = True) -> Iterator[None]:
     (but acts as one unit inside a ``True`` block); ``"pass"`` does nothing. Tremula runs
     ops in creation order wherever data dependencies allow, which satisfies all three.
 
+    Another mode is refused where PopXL refuses it: entering the block succeeds, and the
+    first op created in it (not inside a valid block nested in it) raises ``ValueError``
+    and is not added (PopXL's context checks the mode when it adds an op's constraints).
+
     Raises:
         TypeError: ``mode`` is None.
-        ValueError: another mode.
     """
     if mode is None:
         raise TypeError("`None` cannot be passed to in_sequence: use True, False or 'pass'")
-    if mode not in (True, False, "pass"):
-        raise ValueError(f"in_sequence: mode must be True, False or 'pass', got {mode!r}")
     parent = _CONTEXT._frames[-1] if _CONTEXT._frames else None
-    frame = _SequenceFrame(None if mode == "pass" else bool(mode), parent)
+    valid = mode in (True, False, "pass")
+    frame = _SequenceFrame(None if mode == "pass" or not valid else bool(mode), parent)
+    if not valid:
+        frame.invalid = (mode,)
     _CONTEXT.sequences.append(mode)
     _CONTEXT._frames.append(frame)
     try:

@@ -23,12 +23,12 @@ class dtype:
     """A PopXL element type. Instances are singletons (compare with ``is`` or ``==``, which
     is identity); they cannot be created by calling ``dtype()``."""
 
-    __slots__ = ("_name", "_numpy", "_popart", "_poplar", "_size", "_torch")
+    __slots__ = ("_itemsize", "_name", "_numpy", "_popart", "_poplar", "_torch")
     _name: str
     _numpy: np.dtype
     _poplar: poplar.Type | None
     _popart: str
-    _size: int
+    _itemsize: int  # bytes per element (private: PopXL's dtype has no itemsize)
     _torch: str
     _by_name: ClassVar[builtins.dict[str, dtype]] = {}
 
@@ -42,7 +42,7 @@ class dtype:
         self = object.__new__(cls)
         self._name, self._numpy, self._poplar = name, np.dtype(numpy), poplar_type
         self._popart, self._torch = popart, torch
-        self._size = self._numpy.itemsize
+        self._itemsize = self._numpy.itemsize
         cls._by_name[name] = self
         return self
 
@@ -66,11 +66,6 @@ class dtype:
     @property
     def is_signed(self) -> builtins.bool:
         return self._numpy.kind in "ifc" or self._name.startswith("float8")
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element (a Tremula extension)."""
-        return self._size
 
     # ---- conversions ----
     def as_numpy(self) -> np.dtype:

@@ -31,7 +31,7 @@ def _device_tensors(ir: Ir) -> Iterator[tuple[Tensor, int]]:
         for t in graph.tensors:
             if isinstance(t, Variable) and t.remote is not None:
                 continue
-            yield t, t.nelms * t.dtype.itemsize
+            yield t, t.nelms * t.dtype._itemsize
 
 
 def _describe(t: Tensor, nbytes: int) -> str:

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tremula.popxl._ir import op, patterns, view
     from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
-    from tremula.popxl._ir.core.enums import CommGroupType, DataType, VariableRetrievalMode
+    from tremula.popxl._ir.core.enums import (
+        AccumulationType,
+        CommGroupType,
+        DataType,
+        VariableRetrievalMode,
+    )
     from tremula.popxl._ir.core.grouping import CommGroup, ReplicaGrouping
     from tremula.popxl._ir.core.variable_settings import VariableSettings
     from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
@@ -42,6 +47,7 @@ else:
     __getattr__, __dir__ = attach(__name__, __file__)
 
 __all__ = [
+    "AccumulationType",
     "BwdGraphInfo",
     "CollectiveOperator",
     "CommGroup",

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from tremula.popxl._ir.core.log import LOG
-from tremula.popxl._ir.names import op_name, pool_op_type
+from tremula.popxl._ir.names import op_name
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
 from tremula.popxl.ops.base import OpNode
@@ -49,12 +49,6 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def _op_type(op: OpNode) -> str:
-    if op.type == "Pool":
-        return pool_op_type(op.attrs.get("mode", "max"))
-    return op_name(op.type).op_type
-
-
 def op_entry(op: OpNode) -> dict[str, Any]:
     """One op of the log."""
     attrs = {k: _value(v) for k, v in sorted(op.attrs.items())}
@@ -63,7 +57,7 @@ def op_entry(op: OpNode) -> dict[str, Any]:
     if op.tile_set != "compute":
         attrs["__tile_set"] = op.tile_set
     return {
-        "type": _op_type(op),
+        "type": op_name(op.type).op_type,
         "name": op.debug_name,
         "inputs": [_tensor(t) for t in op.inputs],
         "outputs": [_tensor(t) for t in op.outputs],

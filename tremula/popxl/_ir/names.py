@@ -8,7 +8,9 @@ another word: ``Sub`` is ``SubtractOp``). In-place forms (``OpDefinition.inplace
 PopART's ``<T>Inplace``; those of binary ops are PopART's ``Lhs``
 in-place ops (``AddInplace`` is ``AddLhsInplace``, class ``AddLhsInplaceOp``), as the op
 writes its first input. Where PopART derives an in-place op's class from the out-of-place
-op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so.
+op's (``RemoteLoadInplaceOp`` is a ``RemoteLoadOp``), ``DERIVED`` says so. ``INPUT_SLOTS``
+gives PopART's input indices of the ops whose operands it indexes by role (the var
+updates).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ _NAMES: dict[str, OpName] = {
     "ConvTransposePow2Scaled": OpName("ConvTranspose", "ConvTransposeOp", ""),
     "Pow2ScaleCastToFp8": OpName("Pow2ScaleThenCast", "Pow2ScaleThenCastOp", ""),
     "Pow2ScaleCastFromFp8": OpName("CastThenPow2Scale", "CastThenPow2ScaleOp", ""),
+    # PopXL's nll_loss_with_softmax_grad makes PopART's fused loss-and-gradient op, whose
+    # C++ class (op/nll.hpp) and op type are spelt with three l's
+    "NllWithSoftmaxGrad": OpName("NlllWithSoftmaxGradDirect", "NlllWithSoftmaxGradDirectOp", ""),
     "IsNaN": OpName("IsNaN", "IsNaN", ""),
     "IsInf": OpName("IsInf", "IsInf", ""),
 }
@@ -85,6 +90,10 @@ DERIVED = {
     "ReplicatedAllReduceInplace": "ReplicatedAllReduce",
     "DynamicUpdateInplace": "DynamicUpdate",
     "ConcatInplace": "Concat",
+    "DetachInplace": "Detach",  # op/detach.hpp
+    "ScaledAddInplace": "ScaledAdd",  # op/scaledadd.hpp: ScaledAddLhsInplaceOp
+    "TiedGather": "Gather",  # op/tiedgather.hpp: class TiedGatherOp final : public GatherOp
+    "GroupedGather": "Gather",  # PopART's grouped gather is a GatherOp with a group size
     # popxl-addons' all-reduces: ``class ReplicatedAllReduceStridedOp : public
     # ReplicatedAllReduceOp`` (and the TP one)
     "ReplicatedAllReduceStrided": "ReplicatedAllReduce",
@@ -93,6 +102,35 @@ DERIVED = {
 #: ops PopART marks as optimizer ops (``Op.isOptimizerOp``): the variable updates and the
 #: optimizer steps they are made from
 OPTIMIZER_OPS = VAR_UPDATES | {"AdamUpdater", "LambSquare"}
+
+
+#: PopART's input index of each operand, by op type (Tremula's role names: ``attrs["slots"]``
+#: maps a role to its position in ``op.inputs``); PopART leaves the indices of absent
+#: operands unconnected (op/accumulate.hpp, op/adamupdater.hpp, op/adamvarupdate.hpp)
+INPUT_SLOTS: dict[str, dict[str, int]] = {
+    "Accumulate": {"t": 0, "X": 1, "f": 2},
+    "AccumulatorScale": {"t": 0, "f": 2},
+    "SparseAccumulate": {"t": 0, "X": 1, "f": 2, "indices": 3, "W": 4},
+    "CopyVarUpdate": {"t": 0, "X": 1},
+    "AdamUpdater": {
+        "w": 0,
+        "m": 1,
+        "v": 2,
+        "step": 3,
+        "weight_decay": 4,
+        "beta1": 5,
+        "beta2": 6,
+        "epsilon": 7,
+    },
+    "AdamVarUpdate": {
+        "t": 0,
+        "x": 1,
+        "r1": 2,
+        "r2": 3,
+        "learning_rate": 4,
+        "max_weight_norm": 5,
+    },
+}
 
 
 def op_name(op_type: str) -> OpName:
@@ -110,8 +148,3 @@ def op_name(op_type: str) -> OpName:
         return OpName(f"{base}LhsInplace", f"{stem}LhsInplaceOp", namespace)
     suffix = "Inplace" if base != op_type else ""
     return OpName(op_type, f"{stem}{suffix}Op", namespace)
-
-
-def pool_op_type(mode: str) -> str:
-    """PopART's op type of a ``Pool`` op of ``mode`` ("max" or "average")."""
-    return "MaxPool" if mode == "max" else "AveragePool"

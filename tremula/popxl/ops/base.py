@@ -110,6 +110,10 @@ class OpDefinition:
     #: output 0 is a view of the inputs: nothing is written, but writes to the output reach
     #: them (``reshape_``, ``concat_``, ``detach_``)
     view: bool = False
+    #: inputs that must be float16 / float32 when the op is lowered (Poplar's operations take
+    #: no other type); PopART's ops take any dtype when made, so the check is the lowering's
+    #: (:meth:`check_lowerable_dtypes`), and a program may build such an op it never runs
+    float_inputs: tuple[int, ...] = ()
     #: registration's slots (:func:`attach_grad`); read through :attr:`differentiable` and
     #: :attr:`grad`, which load the gradient rules first
     _passes_grad: bool = field(default=True, compare=False, repr=False)
@@ -132,6 +136,19 @@ class OpDefinition:
     @property
     def _gradient_owner(self) -> OpDefinition:
         return OPS[self.inplace_of] if self.inplace_of else self
+
+    def check_lowerable_dtypes(self, op: OpNode) -> None:
+        """Refuse an op whose :attr:`float_inputs` are not float16 / float32.
+
+        Raises:
+            TypeError: naming the op, the input and its dtype.
+        """
+        for i in self.float_inputs:
+            t = op.inputs[i] if i < len(op.inputs) else None
+            if t is not None and t.dtype.name not in ("float16", "float32"):
+                raise TypeError(
+                    f"{self.type}: input {i} {t.id!r} must be float16 or float32, got {t.dtype}"
+                )
 
     @property
     def runs_graphs(self) -> bool:
@@ -214,6 +231,7 @@ def defop(
     graphs: GraphUse = "",
     inplace_of: str = "",
     view: bool = False,
+    float_inputs: tuple[int, ...] = (),
 ) -> OpDefinition:
     """Register an op type (once). An in-place form (``inplace_of``) is defined after its
     out-of-place op, modifies an input or is a view, and shares the out-of-place op's
@@ -235,7 +253,7 @@ def defop(
             )
     d = OpDefinition(
         op_type, infer, reference, modifies, grad_side_effect, graphs, inplace_of, view,
-        _passes_grad=differentiable,
+        float_inputs, _passes_grad=differentiable,
     )  # fmt: skip
     OPS[op_type] = d
     if inplace_of:
@@ -262,6 +280,7 @@ def definplace(
         graphs=d.graphs,
         inplace_of=of,
         view=view,
+        float_inputs=d.float_inputs,
     )
 
 
@@ -283,15 +302,17 @@ def user_site() -> str:
 
 
 def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
-    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph."""
+    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph. The
+    message starts with PopXL's (``check_in_graph``), which programs match on."""
+    popxl_words = f"The input tensor `{t.id}` is not in the current Graph {graph.name}. "
     if t.graph.ir is not graph.ir:
-        return (
+        return popxl_words + (
             f"{op_type}: input {i} {t.id!r} belongs to another Ir (its graph "
             f"{t.graph.name!r} is not in the Ir of the current graph {graph.name!r}): a "
             f"tensor cannot cross Irs; make it in this Ir (popxl.variable / popxl.constant "
             f"with its data)"
         )
-    return (
+    return popxl_words + (
         f"{op_type}: input {i} {t.id!r} belongs to graph {t.graph.name!r}, not to the "
         f"current graph {graph.name!r}: pass it in as an input of the graph "
         f"(popxl.graph_input, or an argument of ir.create_graph)"

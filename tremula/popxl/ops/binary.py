@@ -184,7 +184,8 @@ def less(lhs: Tensor, rhs: TensorLike) -> Tensor:
 
 
 def logical_and(lhs: Tensor, rhs: TensorLike) -> Tensor:
-    """Computes the logical AND of two bool tensors element-wise.
+    """Computes the logical AND of two tensors element-wise (operands that are not bool are
+    cast to bool first, as PopXL's ``cast_if_needed``).
 
     Args:
         lhs: A tensor.
@@ -197,7 +198,8 @@ def logical_and(lhs: Tensor, rhs: TensorLike) -> Tensor:
 
 
 def logical_or(lhs: Tensor, rhs: TensorLike) -> Tensor:
-    """Computes the logical OR of two bool tensors element-wise.
+    """Computes the logical OR of two tensors element-wise (operands that are not bool are
+    cast to bool first, as PopXL's ``cast_if_needed``).
 
     Args:
         lhs: A tensor.

@@ -209,7 +209,8 @@ def call_with_info(
 ) -> CallSiteInfo:
     """Call ``graph`` and return the call site."""
     parents = _connect(graph, inputs, inputs_dict, "call", check_inputs)
-    create_op("Call", parents, {"graphs": (graph,)})
+    # the outputs are named like the callee's outputs (PopXL's call), made unique here
+    create_op("Call", parents, {"graphs": (graph,)}, [t.name for t in graph.outputs])
     op = get_current_graph().ops[-1]
     by_ref = [i for i, t in enumerate(graph.inputs) if t in graph._by_ref_inputs]
     op.modified = tuple(by_ref)

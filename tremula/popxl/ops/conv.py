@@ -20,7 +20,7 @@ import numpy as np
 from tremula._compat import StrEnum
 from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -108,8 +108,8 @@ def _geometry(
         o = (math.ceil(span / st) if ceil_mode else span // st) + 1
         if ceil_mode and (o - 1) * st >= s + b:  # a window must start inside the input
             o -= 1
-        if span < 0 or o < 1:
-            raise ValueError(
+        if span < 0 or o < 1:  # PopART's HasReceptiveFieldOp::setup refuses it
+            raise OpSetupError(
                 f"{what}: the window {w} (kernel {kernel}, dilation {dilation}) does not fit "
                 f"{t.id!r} of spatial shape {spatial} padded by {begin} / {tuple(end)}"
             )
@@ -160,13 +160,12 @@ def _conv_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpe
     return [TensorSpec((t.shape[0], w.shape[0], *a["out"]), t.dtype)]
 
 
-defop("Conv", _conv_spec, _conv_ref)
+defop("Conv", _conv_spec, _conv_ref, float_inputs=(0, 1))
 
 
 def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     check_tensor(t, what)
     check_tensor(weight, what, "weight")
-    require_float(t, what)
     if weight.dtype != t.dtype:
         raise TypeError(f"{what}: weight {weight.id!r} is {weight.dtype}, t {t.id!r} is {t.dtype}")
     check_conv_shapes(what, t, weight, groups)
@@ -204,7 +203,8 @@ def conv(
 
     Raises:
         ValueError: shapes that do not fit, groups not dividing the channels, bad padding.
-        TypeError: non-float or mixed dtypes.
+        TypeError: mixed dtypes; non-float ones
+            when the session lowers it (PopART makes the op with any dtype).
     """
     _check_conv("conv", t, weight, groups)
     attrs = conv_attrs("conv", t, weight, stride, padding, dilation, groups, pad_type)
@@ -216,7 +216,7 @@ def conv_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, 
                pad_type) -> dict[str, Any]:  # fmt: skip
     """The attributes of a ``Conv`` (shapes checked, types not)."""
     if weight.shape[1] * groups != t.shape[1] or weight.shape[0] % groups:
-        raise ValueError(
+        raise OpSetupError(  # PopART's ConvOp::setup
             f"{what}: weight {weight.id!r} {weight.shape} does not fit {t.shape[1]} input "
             f"channels in {groups} group(s)"
         )
@@ -248,6 +248,7 @@ defop(
         TensorSpec((specs[0].shape[0], a["out_channels"], *a["out"]), specs[0].dtype)
     ],
     _conv_transpose_ref,
+    float_inputs=(0, 1),
 )
 
 
@@ -372,18 +373,21 @@ def _pool_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [(total / count).astype(x[0].dtype)]
 
 
-defop(
-    "Pool",
-    lambda specs, a: [TensorSpec((*specs[0].shape[:2], *a["out"]), specs[0].dtype)],
-    _pool_ref,
-)
+#: PopART's two pooling ops (``MaxPoolOp``, ``AveragePoolOp``), by ``mode`` attribute
+POOL_TYPES = {"max": "MaxPool", "average": "AveragePool"}
+for _pool_type in POOL_TYPES.values():
+    defop(
+        _pool_type,
+        lambda specs, a: [TensorSpec((*specs[0].shape[:2], *a["out"]), specs[0].dtype)],
+        _pool_ref,
+        float_inputs=(0,),
+    )
 
 
 def _pool(mode: str, t: Tensor, kernel_size: Sequence[int], stride, padding, out_pads, dilation,
           in_dilations, auto_pad, ceil_mode) -> Tensor:  # fmt: skip
     what = f"{mode}_pool" if mode == "max" else "average_pool"
     check_tensor(t, what)
-    require_float(t, what)
     if t.rank < 3:
         raise ValueError(f"{what}: {t.id!r} {t.shape} must be [N, C, *spatial]")
     n = t.rank - 2
@@ -393,7 +397,7 @@ def _pool(mode: str, t: Tensor, kernel_size: Sequence[int], stride, padding, out
     ):
         raise ValueError(f"{what}: in_dilations and out_pads are not supported")
     attrs = _geometry(what, t, kernel, stride, padding, dilation, auto_pad, bool(ceil_mode))
-    (out,) = create_op("Pool", [t], {**attrs, "mode": mode})
+    (out,) = create_op(POOL_TYPES[mode], [t], {**attrs, "mode": mode})
     return out
 
 

@@ -11,6 +11,7 @@ lowering in ``tremula/lowering/elementwise.py`` and a gradient rule in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
+from tremula.popxl.ops.utils import cast_if_needed, check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -70,8 +71,11 @@ class Elementwise:
     """One element-wise op: ``name`` (the PopXL function), ``op`` (the IR type), arity,
     its NumPy reference, ``popops`` (the name of the popops op it runs as: its record in
     ``tremula.libs.popops.ops`` says which dtypes it takes), whether the result is bool,
-    whether it has an in-place ``_`` form and whether ``name`` is a public function of
-    ``popxl.ops``."""
+    whether it has an in-place ``_`` form, whether ``name`` is a public function of
+    ``popxl.ops``, ``operands_as``: the dtype (name) operands of another dtype are cast
+    to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``), and
+    ``variadic``: the op takes one or more inputs (ONNX's ``Max``, which
+    ``ops.maximum(*ts)`` makes with all its tensors), folding ``reference`` over them."""
 
     name: str
     op: str
@@ -81,6 +85,8 @@ class Elementwise:
     boolean: bool = False
     inplace: bool = True
     public: bool = True
+    operands_as: str | None = None
+    variadic: bool = False
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -93,12 +99,23 @@ class Elementwise:
         """The names of the PopXL dtypes the op accepts."""
         return tuple(d for f in self.families for d in FAMILY_DTYPES[f])
 
-    def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    def check_dtypes(self, specs: Sequence[TensorSpec]) -> None:
+        """Refuse operands of a dtype the op's popops function does not take. The lowering
+        calls it: PopART's element-wise ops take any dtype when they are made (their
+        ``setup`` copies the input's info) and the Poplar program refuses an unsupported
+        one when the session is built, so a program may build ``ops.exp`` of an int32
+        tensor that it never runs.
+
+        Raises:
+            OpSetupTypeError: (a ``TypeError``) naming the op, the dtype and those taken.
+        """
         if specs and dtype_family(specs[0].dtype) not in self.families:
             raise OpSetupTypeError(
                 f"Op {self.op} ({self.name}) does not take {specs[0].dtype.name} inputs: it "
                 f"takes {', '.join(self.dtypes)}"
             )
+
+    def infer(self, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
         if len({s.dtype for s in specs}) > 1:
             kinds = " and ".join(s.dtype._popart for s in specs)
             shapes = " and ".join(str(list(s.shape)) for s in specs)
@@ -139,17 +156,40 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("pow", "Pow", 2, np.power, "pow"),
     Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
     Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum, "max"),  # ops.maximum(*ts) builds Max ops too
+    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic=True),  # and ops.maximum(*ts)
     Elementwise("minimum2", "Min", 2, np.minimum, "min"),
     Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, "lt", boolean=True, inplace=False),
     Elementwise(
-        "logical_and", "And", 2, np.logical_and, "logical_and", boolean=True, inplace=False
+        "logical_and",
+        "And",
+        2,
+        np.logical_and,
+        "logical_and",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
     ),
-    Elementwise("logical_or", "Or", 2, np.logical_or, "logical_or", boolean=True, inplace=False),
     Elementwise(
-        "logical_not", "Not", 1, np.logical_not, "logical_not", boolean=True, inplace=False
+        "logical_or",
+        "Or",
+        2,
+        np.logical_or,
+        "logical_or",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
+    ),
+    Elementwise(
+        "logical_not",
+        "Not",
+        1,
+        np.logical_not,
+        "logical_not",
+        boolean=True,
+        inplace=False,
+        operands_as="bool",
     ),
     Elementwise("negate", "Neg", 1, np.negative, "neg"),
     Elementwise("abs", "Abs", 1, np.abs, "abs"),
@@ -181,6 +221,8 @@ BY_OP.update({e.op + "Inplace": e for e in TABLE if e.inplace})
 
 def _register(e: Elementwise) -> None:
     def reference(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        if e.variadic:
+            return [nx.in_compute_type(lambda *xs: functools.reduce(e.reference, xs), *arrays)]
         return [nx.in_compute_type(e.reference, *arrays)]
 
     defop(e.op, e.infer, reference)
@@ -227,6 +269,9 @@ def apply(op_type: str, *args: Any) -> Tensor:
         placed = {n: t for n, t, a in zip(names, inputs, args) if isinstance(a, Tensor)}
         if len(placed) > 1:  # (a constant made from a host value is placed nowhere yet)
             check_tensor_ipu_and_tile_set(**placed)
+    if e.operands_as is not None:
+        as_dtype = dtypes.dtype.from_name(e.operands_as)
+        inputs = [cast_if_needed(t, as_dtype) for t in inputs]
     (out,) = create_op(op_type, inputs)
     return out
 
@@ -240,4 +285,7 @@ def document(namespace: dict[str, Any]) -> None:
             fn = namespace.get(name)
             if fn is None or not fn.__doc__ or "\n    Dtypes:" in fn.__doc__:
                 continue
-            fn.__doc__ = fn.__doc__.rstrip() + f"\n\n    Dtypes: {', '.join(e.dtypes)}.\n"
+            took = ", ".join(e.dtypes)
+            if e.operands_as is not None:
+                took = f"any (operands of another dtype are cast to {e.operands_as} first)"
+            fn.__doc__ = fn.__doc__.rstrip() + f"\n\n    Dtypes: {took}.\n"

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis
@@ -307,7 +308,7 @@ def _dyn_args(
         raise ValueError(f"{what}: axes {axes} and sizes {sizes} must pair up, axes once each")
     for ax, s in zip(axes, sizes):
         if not 1 <= s <= t.shape[ax]:
-            raise ValueError(
+            raise OpSetupError(
                 f"{what}: size {s} for axis {ax} of {t.id!r} must lie in 1..{t.shape[ax]}"
             )
     if index.dtype not in INDEX_TYPES:

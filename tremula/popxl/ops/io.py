@@ -9,6 +9,7 @@ from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import create_op, definplace, defop
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
@@ -48,6 +49,7 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
 
 def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
     """Write ``t`` as the next slice of ``d2h_stream``'s host output."""
+    check_tensor(t, "host_store")
     stream = d2h_stream
     if not isinstance(stream, DeviceToHostStream):
         raise TypeError(f"host_store: expected a DeviceToHostStream, got {type(stream).__name__}")
@@ -88,6 +90,7 @@ def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = Non
 
 def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     """Load entry ``offset`` of a remote buffer into ``t`` in place."""
+    check_tensor(t, "remote_load_")
     remote_buffer.validate_tensor_matches_buffer(t)
     off, value = _offset(offset, remote_buffer, "remote_load_")
     attrs = {"buffer": remote_buffer, "offset": value}
@@ -97,6 +100,7 @@ def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
 
 def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     """Store ``t`` into entry ``offset`` of a remote buffer."""
+    check_tensor(t, "remote_store")
     remote_buffer.validate_tensor_matches_buffer(t)
     off, value = _offset(offset, remote_buffer, "remote_store")
     create_op("RemoteStore", [t, off], {"buffer": remote_buffer, "offset": value})

@@ -14,6 +14,7 @@ from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
 from tremula.popxl.ops.shape import check_tensor, require_numeric
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 # ---- where ----
@@ -99,8 +100,9 @@ clamp = clip
 
 
 def maximum(*ts: Tensor) -> Tensor:
-    """The element-wise maximum of one or more tensors of one dtype, with broadcasting
-    (``Max`` ops; one tensor gives a copy).
+    """The element-wise maximum of one or more tensors of one dtype, with broadcasting: one
+    ``Max`` op taking them all (ONNX's variadic ``Max``, as PopXL makes it; one tensor
+    gives a copy).
 
     Raises:
         ValueError: no tensors, or shapes that do not broadcast.
@@ -110,12 +112,9 @@ def maximum(*ts: Tensor) -> Tensor:
         raise ValueError("maximum: needs at least one tensor")
     for i, t in enumerate(ts):
         check_tensor(t, "maximum", f"ts[{i}]")
-    if len(ts) == 1:
-        (out,) = create_op("Identity", [ts[0]])
-        return out
-    out = ts[0]
-    for t in ts[1:]:
-        (out,) = create_op("Max", [out, t])
+    if len(ts) > 1:
+        check_tensor_ipu_and_tile_set(**{f"t{i}": t for i, t in enumerate(ts)})
+    (out,) = create_op("Max", list(ts))
     return out
 
 
@@ -161,10 +160,9 @@ def _scale(value: Any, x: Tensor, what: str, arg: str) -> tuple[list[Tensor], fl
             raise ValueError(f"{what}: {arg} {value.id!r} must have one element, got {value.shape}")
         require_numeric(value, what)
         return [value], None
-    v = float(value)
-    if x.dtype.is_int and v != int(v):
-        raise ValueError(f"{what}: {arg}={value!r} must be an integer for {x.dtype} data")
-    return [], v
+    # a fraction for integer data is refused when the session lowers the op (PopART's
+    # ScaledAddOp keeps any float attribute; Poplar's integer scaled add takes whole scales)
+    return [], float(value)
 
 
 def _scaled_add(X: Tensor, Y: Tensor, a: Any, b: Any, inplace: bool) -> Tensor:
@@ -187,7 +185,8 @@ def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor 
 
     Raises:
         TypeError: X and Y of different dtypes (other than float16 with float32).
-        ValueError: shapes that do not broadcast, a scale tensor of several elements.
+        ValueError: shapes that do not broadcast, a scale tensor of several elements; when
+            the session lowers it, a fractional scale number for integer data.
     """
     return _scaled_add(X, Y, a, b, False)
 

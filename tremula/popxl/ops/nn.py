@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.shape import check_tensor, norm_axis, require_float
+from tremula.popxl.ops.shape import check_tensor, norm_axis
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 #: The loss reductions (PopXL's ``negative_log_likelihood.REDUCTION_TYPE``).
@@ -35,18 +35,18 @@ def _softmax_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]
     return [(e / np.sum(e, axis=a["axis"], keepdims=True)).astype(x[0].dtype)]
 
 
-defop("Softmax", _same, _softmax_ref)
+defop("Softmax", _same, _softmax_ref, float_inputs=(0,))
 
 
 def softmax(t: Tensor, axis: int) -> Tensor:
     """Normalised exponentials of ``t`` along ``axis`` (computed stably).
 
     Raises:
-        TypeError: ``t`` is not float16 / float32.
+        TypeError: ``t`` is not float16 / float32,
+            when the session lowers it (PopART makes the op with any dtype).
         ValueError: ``axis`` is out of range.
     """
     check_tensor(t, "softmax")
-    require_float(t, "softmax")
     (out,) = create_op("Softmax", [t], {"axis": norm_axis(axis, t.rank, "softmax", repr(t.id))})
     return out
 
@@ -59,7 +59,6 @@ def _check_loss_args(
 ) -> None:
     check_tensor(probs, what, "probs")
     check_tensor(labels, what, "labels")
-    require_float(probs, what)
     if not labels.dtype.is_int:  # PopART's NllOp: any fixed-point type
         raise TypeError(
             f"{what}: labels {labels.id!r} must be of an integer type (PopART: fixed "
@@ -110,7 +109,7 @@ def _nll_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [_reduce_ref(per, kept, a, x[1].shape).astype(x[0].dtype)]
 
 
-defop("Nll", lambda specs, a: [_loss_shape(specs[0], specs[1], a)], _nll_ref)
+defop("Nll", lambda specs, a: [_loss_shape(specs[0], specs[1], a)], _nll_ref, float_inputs=(0,))
 
 
 def nll_loss(
@@ -124,7 +123,8 @@ def nll_loss(
     ``log_prob``): ``-log(probs[..., label])`` per sample, reduced by ``reduction``.
 
     Raises:
-        TypeError: float probabilities and integer labels are required.
+        TypeError: labels that are not integers; probabilities that are not float16 /
+            float32 when the session lowers it (PopART makes the op with any dtype).
         ValueError: mismatched shapes, an unknown reduction.
     """
     _check_loss_args(probs, labels, ignore_index, reduction, "nll_loss")
@@ -151,6 +151,7 @@ defop(
     lambda specs, a: [_loss_shape(specs[0], specs[1], a), specs[0]],
     _nll_grad_ref,
     differentiable=False,
+    float_inputs=(0, 2),
 )
 
 
@@ -178,7 +179,6 @@ def nll_loss_with_softmax_grad(
         loss_grad = constant(float(loss_grad), probs.dtype, name="loss_grad")
     if loss_grad.nelms != 1:
         raise ValueError(f"{what}: loss_grad {loss_grad.id!r} must have one element")
-    require_float(loss_grad, what)
     attrs = {"ignore_index": ignore_index, "reduction": reduction}
     loss, dx = create_op("NllWithSoftmaxGrad", [probs, labels, loss_grad], attrs)
     return loss, dx
@@ -208,7 +208,7 @@ def _group_norm_specs(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[Te
 
 #: outputs: the result, and per sample and group (index ``b * num_groups + g``) the mean
 #: and the inverse standard deviation, as PopART's GroupNormOp (its gradient reads them)
-defop("GroupNorm", _group_norm_specs, _group_norm_ref)
+defop("GroupNorm", _group_norm_specs, _group_norm_ref, float_inputs=(0, 1, 2))
 
 
 def group_norm(
@@ -221,11 +221,11 @@ def group_norm(
     Raises:
         ValueError: a rank below 2, ``num_groups`` not dividing the channels, parameters of
             another shape.
-        TypeError: non-float tensors or mixed dtypes.
+        TypeError: mixed dtypes; non-float tensors
+            when the session lowers it (PopART makes the op with any dtype).
     """
     for arg, v in (("t", t), ("weight", weight), ("bias", bias)):
         check_tensor(v, "group_norm", arg)
-        require_float(v, "group_norm")
     if t.rank < 2:
         raise ValueError(f"group_norm: {t.id!r} of shape {t.shape} must be [batch, channels, ...]")
     c = t.shape[1]
@@ -257,7 +257,7 @@ def _bn_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x[0].dtype)]
 
 
-defop("BatchNormInference", _same, _bn_ref, differentiable=False)
+defop("BatchNormInference", _same, _bn_ref, differentiable=False, float_inputs=(0, 1, 2, 3, 4))
 
 
 def batch_norm_inference(
@@ -274,12 +274,12 @@ def batch_norm_inference(
 
     Raises:
         ValueError: a rank below 2 or parameters not ``[channels]``.
-        TypeError: non-float tensors.
+        TypeError: non-float tensors,
+            when the session lowers it (PopART makes the op with any dtype).
     """
     args = (("t", t), ("scale", scale), ("bias", bias), ("mean", mean), ("var", var))
     for arg, v in args:
         check_tensor(v, "batch_norm_inference", arg)
-        require_float(v, "batch_norm_inference")
     if t.rank < 2:
         raise ValueError(f"batch_norm_inference: {t.id!r} of shape {t.shape} must be [N, C, ...]")
     for arg, v in args[1:]:

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 SEED_SPEC = TensorSpec((2,), dtypes.uint32)
@@ -109,14 +110,14 @@ def random_normal(
     return _random("RandomNormal", "random_normal", seed_tensor, shape, dtype, mean=mean, std=std)
 
 
-defop("Dropout", lambda specs, a: [specs[0]])
-defop("ShapedDropout", lambda specs, a: [specs[0]])
+defop("Dropout", lambda specs, a: [specs[0]], float_inputs=(0,))
+defop("ShapedDropout", lambda specs, a: [specs[0]], float_inputs=(0,))
 
 
 def _ratio(p: Any, what: str) -> float:
     p = float(p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{what}: the drop probability must lie in [0, 1), got {p!r}")
+    if not 0.0 <= p < 1.0:  # PopART's dropout ops refuse it when made (validateRatio)
+        raise OpSetupError(f"{what}: the drop probability must lie in [0, 1), got {p!r}")
     return p
 
 
@@ -126,10 +127,10 @@ def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
 
     Raises:
         ValueError: ``p`` outside ``[0, 1)``; a bad seed.
-        TypeError: non-float ``t``.
+        TypeError: non-float ``t``,
+            when the session lowers it (PopART makes the op with any dtype).
     """
     check_tensor(t, "dropout")
-    require_float(t, "dropout")
     _check_seed(seed_tensor, "dropout")
     (out,) = _with_modifier(create_op("Dropout", [t, seed_tensor], {"p": _ratio(p, "dropout")}))
     return out
@@ -143,7 +144,6 @@ def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Sequence[int], ratio: 
         ValueError: a mask shape that does not broadcast to ``t``; a bad ratio or seed.
     """
     check_tensor(t, "shaped_dropout")
-    require_float(t, "shaped_dropout")
     _check_seed(seed_tensor, "shaped_dropout")
     shape = tuple(int(s) for s in shape)
     try:

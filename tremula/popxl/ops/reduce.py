@@ -10,23 +10,22 @@ lowering accumulates half and float in float32.
 from __future__ import annotations
 
 import builtins
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import (
     check_tensor,
     norm_axes,
     norm_axis,
-    require_float,
     require_numeric,
 )
-from tremula.popxl.tensor import Tensor, TensorSpec
+from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 
 def _lower_median(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -103,7 +102,7 @@ def _register(r: Reduction) -> None:
         shape = _reduced_shape(x[0].shape, a["axes"], a["keepdims"])
         return [out.reshape(shape).astype(x[0].dtype)]
 
-    defop(r.op, _infer, reference)
+    defop(r.op, _infer, reference, float_inputs=(0,) if r.float_only else ())
 
 
 for _r in TABLE:
@@ -115,8 +114,6 @@ def _reduce(op_type: str, t: Tensor, axis: int | Sequence[int] | None, keepdims:
     r = BY_OP[op_type]
     check_tensor(t, r.name)
     require_numeric(t, r.name)
-    if r.float_only:
-        require_float(t, r.name)
     axes = norm_axes(axis, t.rank, r.name, repr(t.id))
     if r.op == "ReduceMedian" and any(t.shape[a] == 0 for a in axes):
         raise ValueError(f"median: {t.id!r} of shape {t.shape} has an empty reduced axis")
@@ -357,7 +354,9 @@ def topk(
         raise ValueError(f"topk: {t.id!r} is a scalar; it needs an axis to search")
     ax = norm_axis(axis, t.rank, "topk", repr(t.id))
     if int(k) != k or not 1 <= k <= t.shape[ax]:
-        raise ValueError(f"topk: k={k!r} must lie in [1, {t.shape[ax]}] (axis {ax} of {t.id!r})")
+        raise OpSetupError(  # PopART's TopKOp::setup
+            f"topk: k={k!r} must lie in [1, {t.shape[ax]}] (axis {ax} of {t.id!r})"
+        )
     attrs = {"k": int(k), "axis": ax, "largest": builtins.bool(largest), "sorted": sorted}
     values, indices = create_op("TopK", [t], attrs)
     return values, indices
@@ -370,16 +369,21 @@ def _same(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
     return [specs[0]]
 
 
+# input 1 is the axis, a constant (ONNX CumSum and PopART's CumSumOp take the axis as an
+# input tensor, which PopXL's cumsum makes); ``attrs["dim"]`` holds its value, non-negative
 defop("CumSum", _same, lambda x, a: [np.cumsum(x[0], axis=a["dim"], dtype=x[0].dtype)])
 
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
-    """Inclusive running sum of ``t`` along ``dim``."""
+    """Inclusive running sum of ``t`` along ``dim`` (given to the op as a constant tensor,
+    as PopXL does: the graph gains it)."""
     check_tensor(t, "cumsum")
     require_numeric(t, "cumsum")
     if t.rank == 0:
         raise ValueError(f"cumsum: {t.id!r} is a scalar; it needs an axis to sum along")
-    (out,) = create_op("CumSum", [t], {"dim": norm_axis(dim, t.rank, "cumsum", repr(t.id))})
+    axis = norm_axis(dim, t.rank, "cumsum", repr(t.id))
+    dim_tensor = constant(np.array(int(dim), np.int32), dtypes.int32, "dim")
+    (out,) = create_op("CumSum", [t, dim_tensor], {"dim": axis})
     return out
 
 
@@ -400,18 +404,19 @@ defop(
 
 
 def histogram(t: Tensor, levels: Sequence[float], absolute_of_input: bool = False) -> Tensor:
-    """uint32 counts of ``t``'s elements in the ``len(levels) + 1`` bins cut at the ascending
-    ``levels``: ``x < levels[0]``, ``levels[i-1] <= x < levels[i]``, ``x >= levels[-1]``
-    (of ``|x|`` with ``absolute_of_input``).
+    """uint32 counts of ``t``'s elements in the ``len(levels) + 1`` bins cut at the
+    ``levels``, sorted first (PopART's HistogramOp sorts them): ``x < levels[0]``,
+    ``levels[i-1] <= x < levels[i]``, ``x >= levels[-1]`` (of ``|x|`` with
+    ``absolute_of_input``).
 
     Raises:
-        ValueError: no levels, or levels that do not ascend.
+        ValueError: no levels.
     """
     check_tensor(t, "histogram")
     require_numeric(t, "histogram")
-    lv = [float(v) for v in levels]
-    if not lv or any(b < a for a, b in itertools.pairwise(lv)):
-        raise ValueError(f"histogram: levels {lv} must be a non-empty ascending list")
+    lv = sorted(float(v) for v in levels)
+    if not lv:
+        raise ValueError(f"histogram: levels {lv} must be a non-empty list")
     attrs = {"levels": tuple(lv), "absolute_of_input": builtins.bool(absolute_of_input)}
     (out,) = create_op("Histogram", [t], attrs)
     return out

@@ -21,7 +21,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
-from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 MODES = ("nearest", "linear", "cubic")
@@ -122,11 +122,10 @@ def interpolate(
             coordinate transformation mode.
         popart.popart_exception: (also a ``ValueError``) factors or sizes not one per
             axis, or not positive.
-        TypeError: non-float ``t`` for linear or cubic modes.
+        TypeError: non-float ``t`` for linear or cubic modes,
+            when the session lowers it (PopART makes the op with any dtype).
     """
     check_tensor(t, "interpolate")
-    if mode != "nearest":  # nearest only gathers: any dtype
-        require_float(t, "interpolate")
     for arg, value, allowed in (
         ("mode", mode, MODES),
         ("nearest_mode", nearest_mode, NEAREST),

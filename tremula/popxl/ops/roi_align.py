@@ -28,7 +28,7 @@ import numpy as np
 
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.gather import INDEX_TYPES
-from tremula.popxl.ops.shape import check_tensor, require_float
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -119,7 +119,7 @@ def _roi_grad_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray
     return [table.reshape(n, h, w, c).transpose(0, 3, 1, 2).astype(g.dtype)]
 
 
-defop("RoiAlign", _roi_spec, _roi_ref)
+defop("RoiAlign", _roi_spec, _roi_ref, float_inputs=(0, 1))
 #: the transpose of RoiAlign in its first input (the gradient rule's op): the output
 #: gradient ``[K, C, out_h, out_w]`` added back into an input of ``attrs["input_shape"]``
 defop("RoiAlignGrad", _roi_grad_spec, _roi_grad_ref)
@@ -143,8 +143,6 @@ def _check_args(
     check_tensor(t, what)
     check_tensor(rois, what, "rois")
     check_tensor(batch_index, what, "batch_index")
-    require_float(t, what)
-    require_float(rois, what)
     if t.rank != 4:
         raise ValueError(f"{what}: t {t.id!r} must be [N, C, H, W], got shape {t.shape}")
     if rois.rank != 2 or rois.shape[1] != 4:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.gather import as_indices
 from tremula.popxl.ops.shape import check_tensor, norm_axis
@@ -55,14 +56,14 @@ def scatter(
     if values.dtype != t.dtype:
         raise TypeError(f"scatter: values {values.id!r} is {values.dtype}, t {t.id!r} is {t.dtype}")
     ax = norm_axis(axis, t.rank, "scatter", repr(t.id))
-    if idx.shape != values.shape or idx.rank != t.rank:
-        raise ValueError(
+    if idx.shape != values.shape or idx.rank != t.rank:  # PopART's ScatterOp::setup
+        raise OpSetupError(
             f"scatter: indices {idx.shape} and values {values.shape} must have one shape, of "
             f"the rank of {t.id!r} {t.shape}"
         )
     bad = [d for d in range(t.rank) if d != ax and idx.shape[d] > t.shape[d]]
     if bad:
-        raise ValueError(
+        raise OpSetupError(
             f"scatter: indices {idx.shape} exceed {t.id!r} {t.shape} on axes {bad} (only axis "
             f"{ax} is indexed)"
         )

@@ -22,18 +22,27 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 def check_tensor(t: Any, what: str, arg: str = "t") -> Tensor:
-    """``t`` if it is a Tensor, else ``TypeError`` naming the argument."""
+    """``t`` if it is a Tensor, else ``TypeError`` naming the argument, in PopXL's words
+    (``check_in_graph``'s) and then the op's."""
     if not isinstance(t, Tensor):
-        raise TypeError(f"{what}: {arg} must be a popxl.Tensor, got {type(t).__name__}")
+        raise TypeError(
+            f"The input `{arg}` is not a Tensor. Type: {type(t)}. Value: {t!r}. ({what}: {arg} "
+            f"must be a popxl.Tensor, got {type(t).__name__})"
+        )
     return t
 
 
 def norm_axis(axis: Any, rank: int, what: str, name: str, extra: int = 0) -> int:
-    """``axis`` in ``[-rank - extra, rank + extra)`` as a non-negative axis (``ValueError``
-    naming the tensor otherwise). ``extra=1`` allows a new trailing axis (``onehot``)."""
+    """``axis`` in ``[-rank - extra, rank + extra)`` as a non-negative axis. ``extra=1``
+    allows a new trailing axis (``onehot``).
+
+    Raises:
+        OpSetupError: (``popart.popart_exception`` and ``ValueError``: PopART's op setups
+            refuse an axis out of range) naming the tensor.
+    """
     n = rank + extra
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -n <= axis < n:
-        raise ValueError(f"{what}: axis {axis!r} is out of range for {name} of rank {rank}")
+        raise OpSetupError(f"{what}: axis {axis!r} is out of range for {name} of rank {rank}")
     return int(axis) % n if n else 0
 
 

@@ -11,13 +11,14 @@ from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
+from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if not a or not b:
-        raise ValueError("matmul: operands must have at least one dimension")
+        raise OpSetupError("matmul: operands must have at least one dimension")
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
@@ -98,16 +99,14 @@ def matmul(
     output_type: dtypes.dtype | None = None,
     partials_type: dtypes.dtype | None = None,
 ) -> Tensor:
-    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands).
+    """NumPy ``matmul`` semantics (batch broadcasting, 1-D operands). ``partials_type``
+    None takes the Ir's session option ``partialsTypeMatMuls`` ("float" / "half"; unset:
+    PopART's default, float), as PopXL's matmul does.
 
     Raises:
         ValueError: ``partials_type`` other than float32 / float16 (PopXL's check).
     """
-    if partials_type is not None and partials_type not in (dtypes.float32, dtypes.float16):
-        raise ValueError(
-            f"matmul: partials_type must be 'float' or 'half', got {partials_type!r} "
-            f"(matmul of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
-        )
+    partials_type = partials_of(partials_type, "matmul", lhs, rhs)
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor):
         check_tensor_ipu_and_tile_set(lhs=lhs, rhs=rhs)
     attrs = {
@@ -119,7 +118,41 @@ def matmul(
     return out
 
 
+#: the partials types PopXL's matmul takes, by dtype and by PopART's option strings
+_PARTIALS = {
+    "float": dtypes.float32,
+    "half": dtypes.float16,
+    dtypes.float32: dtypes.float32,
+    dtypes.float16: dtypes.float16,
+}
+
+
+def partials_of(partials_type: Any, what: str, lhs: Any, rhs: Any) -> dtypes.dtype | None:
+    """A matmul's partials type as a dtype; None gives the current Ir's session option
+    ``partialsTypeMatMuls`` where it is set, else None (PopART's default, float).
+
+    Raises:
+        ValueError: a type other than float / half (PopXL's words).
+    """
+    if partials_type is None:
+        from tremula.popxl._ir.ir import session_options
+        from tremula.popxl.context import get_current_graph
+
+        partials_type = session_options(get_current_graph().ir).partialsTypeMatMuls or None
+        if partials_type is None:
+            return None
+    key = partials_type.lower() if isinstance(partials_type, str) else partials_type
+    found = _PARTIALS.get(key) if isinstance(key, (str, dtypes.dtype)) else None
+    if found is None:
+        raise ValueError(
+            f"{what}: partials_type must be 'float' or 'half', got {partials_type!r} "
+            f"({what} of {getattr(lhs, 'id', lhs)!r} and {getattr(rhs, 'id', rhs)!r})"
+        )
+    return found
+
+
 def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
+    check_tensor(t, "reshape")
     shape = tuple(int(s) for s in (shape if isinstance(shape, Sequence) else (shape,)))
     if any(s < -1 for s in shape):
         raise ValueError(
@@ -132,10 +165,10 @@ def _target_shape(t: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
     if -1 in shape:
         known = int(np.prod([s for s in shape if s != -1]))
         if known == 0 or t.nelms % known:
-            raise ValueError(f"reshape: cannot reshape {t.shape} to {shape}")
+            raise OpSetupError(f"reshape: cannot reshape {t.shape} to {shape}")
         shape = tuple(t.nelms // known if s == -1 else s for s in shape)
     if int(np.prod(shape)) != t.nelms:
-        raise ValueError(
+        raise OpSetupError(  # PopART's ReshapeOp::setup
             f"reshape: {t.id!r} of shape {t.shape} ({t.nelms} elements) cannot become {shape}"
         )
     return shape
@@ -159,15 +192,16 @@ def reshape_(t: Tensor, shape: Sequence[int]) -> Tensor:
 
 def flatten(t: Tensor) -> Tensor:
     """A copy of ``t`` as one dimension of ``t.nelms`` elements."""
-    return reshape(t, (t.nelms,))
+    return reshape(t, (check_tensor(t, "flatten").nelms,))
 
 
 def flatten_(t: Tensor) -> Tensor:
     """A view of ``t`` as one dimension: writes to it reach ``t``."""
-    return reshape_(t, (t.nelms,))
+    return reshape_(t, (check_tensor(t, "flatten_").nelms,))
 
 
 def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
+    check_tensor(t, "transpose")
     perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(permutation)
     if perm and max(perm) >= t.rank:
         raise ValueError(
@@ -175,7 +209,9 @@ def _perm(t: Tensor, permutation: Sequence[int] | None) -> tuple[int, ...]:
             f"{max(perm)} (transpose of {t.id!r} by {perm})"
         )
     if sorted(perm) != list(range(t.rank)):
-        raise ValueError(f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}")
+        raise OpSetupError(  # PopART's TransposeOp::setup
+            f"transpose: {perm} is not a permutation of the {t.rank} axes of {t.id!r}"
+        )
     return perm
 
 

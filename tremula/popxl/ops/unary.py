@@ -14,7 +14,8 @@ from tremula.popxl.tensor import Tensor
 
 
 def logical_not(t: Tensor) -> Tensor:
-    """Computes the logical NOT of a bool tensor element-wise.
+    """Computes the logical NOT of a tensor element-wise (a tensor that is not bool is cast
+    to bool first, as PopXL's ``cast_if_needed``).
 
     Args:
         t: The input tensor.

@@ -37,6 +37,11 @@ _TABLE: dict[str, str | list[str] | list[tuple[str, int]]] = {
     "PatternsLevel": ["NoPatterns", "Minimal", "Default", "All"],
     "SGDAccumulatorAndMomentum": ["Combined", "Separate"],
     "AdamMode": ["Adam", "AdamNoBias", "AdaMax", "Lamb", "LambNoBias"],
+    # op/accumulate.hpp; PopXL's var_updates pass these to its AccumulateOp
+    "AccumulationType": (
+        "Add DampenedAdd DampenedAddSquare DecayAdd DecayAddSquare MovingAverage "
+        "MovingAverageSquare Infinity Mean"
+    ),
     "WeightDecayMode": ["Decay", "L2Regularization"],
     "SyntheticDataMode": ["Off", "Zeros", "RandomNormal", "RandomUniform"],
     "InitType": ["NoInit", "Zero"],

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
-from tremula.popxl._ir.names import OPTIMIZER_OPS, op_name, pool_op_type
+from tremula.popxl._ir.names import INPUT_SLOTS, OPTIMIZER_OPS, op_name
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
 
@@ -48,8 +48,6 @@ class Op(_Record, Editing):
     # ---- names ----
     def opType(self) -> builtins.str:
         """PopART's op type (``"Add"``, ``"MatMul"``, ``"Loop"``, ...)."""
-        if self.type == "Pool":
-            return pool_op_type(self.attrs.get("mode", "max"))
         return op_name(self.type).op_type
 
     def str(self) -> builtins.str:
@@ -94,10 +92,28 @@ class Op(_Record, Editing):
         return [graph_handle(g) for g in self.called_graphs]
 
     # ---- inputs and outputs (PopART indices) ----
+    def _slot_map(self) -> dict[int, int] | None:
+        """PopART input index -> position in ``inputs``, for ops whose operands PopART
+        indexes by role (``names.INPUT_SLOTS``; None: position + ``_IN_OFFSET``)."""
+        table = INPUT_SLOTS.get(self.definition.outplace)
+        slots = self.attrs.get("slots")
+        if table is None or slots is None:
+            return None
+        return {table[role]: pos for role, pos in slots.items() if role in table}
+
     def _in_index(self, index: int) -> int:
+        slots = self._slot_map()
+        if slots is not None:
+            return slots.get(int(index), -1)
         return int(index) - self._IN_OFFSET
 
     def _inputs(self) -> dict[int, XlTensor]:
+        slots = self._slot_map()
+        if slots is not None:
+            ins = self.inputs
+            return {
+                i: ins[p] for i, p in sorted(slots.items()) if p < len(ins) and ins[p] is not None
+            }
         off = self._IN_OFFSET
         return {i + off: t for i, t in enumerate(self.inputs) if t is not None}
 

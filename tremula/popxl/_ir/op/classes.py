@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tremula.popxl._ir.names import DERIVED, NAMESPACE_BASES, VAR_UPDATES, op_name
 from tremula.popxl._ir.op.base import Op
+from tremula.popxl._ir.op.collective_base import CollectivesBaseOp
 from tremula.popxl._ir.op.multi_exchange import ExchangeBaseOp, MultiExchangeOp
 from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
 from tremula.popxl._ir.op.var_update import AccumulateBaseOp, VarUpdateOp
@@ -16,10 +17,6 @@ from tremula.popxl.ops.base import OPS
 
 _MODULES = {"": "popart._internal.ir.op", "exchange": "popart._internal.ir.op.exchange"}
 _MODULES["collectives"] = "popart._internal.ir.op.collectives"
-
-
-def _family(name: str, doc: str, namespace: str) -> type[Op]:
-    return type(name, (Op,), {"__doc__": doc, "__module__": _MODULES[namespace]})
 
 
 #: classes written out (they carry methods of their own) and family base classes
@@ -41,9 +38,7 @@ BASES: dict[str, dict[str, type[Op]]] = {
         "AccumulateBaseOp": AccumulateBaseOp,
     },
     "exchange": {"ExchangeBaseOp": ExchangeBaseOp},
-    "collectives": {
-        "CollectivesBaseOp": _family("CollectivesBaseOp", "A collective op.", "collectives")
-    },
+    "collectives": {"CollectivesBaseOp": CollectivesBaseOp},
 }
 _CLASSES: dict[str, type[Op]] = {}
 

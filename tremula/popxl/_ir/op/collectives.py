@@ -1,5 +1,6 @@
 """``popart._internal.ir.op.collectives``: the binding classes of Tremula's collectives ops
-(generated from the op registry, see ``classes.py``)."""
+(generated from the op registry, see ``classes.py``; the family base, ``CollectivesBaseOp``,
+with PopART's getters, is in ``collective_base.py``)."""
 
 from __future__ import annotations
 

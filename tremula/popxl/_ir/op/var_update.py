@@ -11,7 +11,9 @@ keep numbers in ``attrs["values"]`` and tensors in ``attrs["slots"]``, and
 from __future__ import annotations
 
 import builtins
+from typing import Any
 
+from tremula.errors import PopartException
 from tremula.popxl._ir.op.base import Op
 
 
@@ -42,7 +44,8 @@ class OptimizerValue:
 
 
 class VarUpdateOp(Op):
-    """An op that updates its first input in place (``ops.var_updates``)."""
+    """An op that updates its first input in place (``ops.var_updates``). Its inputs have
+    PopART's indices (``names.INPUT_SLOTS``: ``accumulator_scale_``'s factor is input 2)."""
 
     def _hyper(self, role: builtins.str) -> OptimizerValue:
         """The hyperparameter ``role`` as PopART's op holds it."""
@@ -59,3 +62,18 @@ class AccumulateBaseOp(VarUpdateOp):
         """The factor: ``OptimizerValue(f, True)`` for a number, ``OptimizerValue(0,
         False)`` for a Tensor (then input 2) or when none was given."""
         return self._hyper("f")
+
+    def getAccumulationType(self) -> Any:
+        """PopART's ``AccumulationType`` of the update (``_ir.AccumulationType.Add``,
+        ``DampenedAdd``, ... as PopXL's ``var_updates`` choose it).
+
+        Raises:
+            PopartException: an op that records none (``AccumulatorScale``: Tremula
+                keeps only its factor).
+        """
+        from tremula.popxl._ir.core.enums import AccumulationType
+
+        kind = self.attrs.get("type")
+        if kind is None:
+            raise PopartException(f"{self.debugName()} records no accumulation type")
+        return AccumulationType[kind]

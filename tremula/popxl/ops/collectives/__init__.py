@@ -1,7 +1,9 @@
 """Collectives across replicas (``popxl.ops.collectives``); see ``collectives.py``.
-``CommGroup`` and ``CommGroupType`` are re-exported as in PopXL."""
+``CommGroup`` and ``CommGroupType`` are the bindings' (``popart._internal.ir``), re-exported as
+in PopXL."""
 
-from tremula.libs.gcl.grouping import CommGroup, CommGroupType
+from tremula.popxl._ir.core.enums import CommGroupType
+from tremula.popxl._ir.core.grouping import CommGroup
 from tremula.popxl.context import make_atomic
 from tremula.popxl.ops.collectives.all_reduce import (
     all_reduce,

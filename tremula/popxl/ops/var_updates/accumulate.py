@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import defop
+from tremula.popxl.ops.base import OpNode, defop
 from tremula.popxl.ops.shape import norm_axis
 from tremula.popxl.ops.var_updates.utils import (
     Hyper,
@@ -92,11 +92,21 @@ defop("SparseAccumulate", _same, _ref_sparse, modifies=(0,), differentiable=Fals
 defop("CopyVarUpdate", _same, lambda x, a: [np.array(x[1])], modifies=(0,))
 
 
-def _same_shape(t: Tensor, X: Tensor, what: str) -> None:
-    if t.shape != X.shape:
+def check_update_operand(op: OpNode) -> None:
+    """Refuse an ``Accumulate`` or ``CopyVarUpdate`` whose ``X`` (input 1) does not have
+    ``t``'s shape (and, for the copy, dtype). The lowering calls it: PopART's var-update ops
+    take any operand when made (``VarUpdateOp::setup`` copies input 0's info) and Poplar's
+    scaled add / copy refuse a mismatch when the session is built.
+
+    Raises:
+        ValueError: naming both tensors.
+    """
+    t, X = op.inputs[0], op.inputs[1]
+    what = "copy_var_update_" if op.type == "CopyVarUpdate" else "accumulate"
+    if t.shape != X.shape or (op.type == "CopyVarUpdate" and t.dtype != X.dtype):
         raise ValueError(
-            f"{what}: {X.id!r} has shape {X.shape}; it must have the shape {t.shape} of "
-            f"{t.id!r}, which it updates"
+            f"{what}: {X.id!r} ({X.dtype} {X.shape}) does not match {t.id!r} ({t.dtype} "
+            f"{t.shape}), which it updates"
         )
 
 
@@ -117,7 +127,6 @@ def _accumulate(
     what: str, prefix: str, kind: str, t: Tensor, X: Tensor, f: Hyper, default: float = 1.0
 ) -> Tensor:
     checked_inputs(t=t, X=X, **({"f": f} if isinstance(f, Tensor) else {}))
-    _same_shape(t, X, what)
     _scalar(f, what, "f")
     o = Operands(what)
     o.tensor("t", t)
@@ -140,8 +149,9 @@ def accumulate_(t: Tensor, X: Tensor, f: Hyper = None) -> Tensor:
 
     Raises:
         TypeError: ``t`` or ``X`` is not a Tensor, or ``f`` neither a Tensor nor a number.
-        ValueError: a tensor of another graph, ``X`` not of ``t``'s shape, ``f`` of more than
-            one element, or tensors on different IPUs / tile sets.
+        ValueError: a tensor of another graph, ``f`` of more than one element, or tensors
+            on different IPUs / tile sets; when the session lowers it, ``X`` not of ``t``'s
+            shape (PopART's op takes any operand when made).
     """
     kind = "Add" if f is None else "DampenedAdd"
     return _accumulate("accumulate_", "accumulate__", kind, t, X, f)
@@ -256,14 +266,11 @@ def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
 
     Raises:
         TypeError: a non-Tensor input.
-        ValueError: ``X``'s shape or dtype is not ``t``'s, or a tensor of another graph.
+        ValueError: a tensor of another graph; when the session lowers it, ``X``'s shape or
+            dtype not ``t``'s (PopART's op takes any when made).
     """
     what = "copy_var_update_"
     checked_inputs(t=t, X=X)
-    if t.shape != X.shape or t.dtype != X.dtype:
-        raise ValueError(
-            f"{what}: {X.id!r} ({X.dtype} {X.shape}) does not match {t.id!r} ({t.dtype} {t.shape})"
-        )
     o = Operands(what)
     o.tensor("t", t)
     o.tensor("X", X)

@@ -119,7 +119,7 @@ def _conv_transpose(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[b
     return pick(need, grad_x, grad_w)
 
 
-@grad("Pool")
+@grad("MaxPool", "AveragePool")
 def _pool(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """Average: each window's gradient shared by its elements inside the input; max: the
     window's gradient to the elements equal to its maximum."""

@@ -87,14 +87,30 @@ def _atan2(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> 
 
 
 def _select(a_wins: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
-    """Max / Min of two: the gradient goes to the operand selected (ties: the first)."""
+    """Max / Min of two: the gradient goes to the operand selected (ties: the first); of
+    one or 3+ (``ops.maximum(*ts)``'s ONNX ``Max``): to the first operand equal to the
+    result."""
 
     def rule(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+        if len(op.inputs) != 2:
+            return _first_equal(c, op, g, need)
         a, b = op.inputs
         ga = g[0] * as_float(a_wins(c.fwd(a), c.fwd(b)), g[0])
         return pick(need, lambda: sum_to(ga, a.shape), lambda: sum_to(g[0] - ga, b.shape))
 
     return rule
+
+
+def _first_equal(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    out = c.fwd(op.outputs[0])
+    grads: list[Tensor | None] = []
+    taken: Tensor | None = None  # where an earlier operand was selected
+    for x, wanted in zip(op.inputs, need):
+        hit = ops.equal(c.fwd(x), out)
+        mine = hit if taken is None else ops.logical_and(hit, ops.logical_not(taken))
+        taken = hit if taken is None else ops.logical_or(taken, hit)
+        grads.append(sum_to(g[0] * as_float(mine, g[0]), x.shape) if wanted else None)
+    return grads
 
 
 grad("Max")(_select(lambda a, b: ops.logical_not(ops.less(a, b))))

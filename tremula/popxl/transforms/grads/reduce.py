@@ -69,7 +69,7 @@ for _type, _fn in REDUCTIONS.items():
 def _cumsum(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """The reversed running sum: ``total - cumsum(g) + g``."""
     dim = op.attrs["dim"]
-    return [ops.sum(g[0], dim, keepdims=True) - ops.cumsum(g[0], dim) + g[0]]
+    return [ops.sum(g[0], dim, keepdims=True) - ops.cumsum(g[0], dim) + g[0], None]
 
 
 @grad("TopK")
