@@ -110,8 +110,22 @@ def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None
         into.tally(node.ccs)
     if rt.host_clock is not None:
         into.append(rt.host_clock.timed(node, partial(_steps, steps)))
-    else:
-        into.extend(steps)
+        return
+    fused = _fused(into[-1], steps[0]) if into and steps else None
+    if fused is not None:  # the previous step's effect and this one's as one call
+        into[-1] = fused
+        steps = steps[1:]
+    into.extend(steps)
+
+
+def _fused(before: FlatStep, after: FlatStep) -> FlatStep | None:
+    """One call doing ``before()`` then ``after()``, when ``before`` is a prepared run that
+    offers one for ``after`` (``fuse_next``, see ``Codelet.prepare``): two vertex groups'
+    prepared runs that are consecutive in a replayed plan (nothing with a data effect runs
+    between them), e.g. a reduction's stages reading what the previous one wrote while it
+    is still in cache."""
+    fuse = getattr(before, "fuse_next", None)
+    return None if fuse is None else fuse(after)
 
 
 def _note_compute(tl: Timeline, node: N.OnTileNode) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs import jit
+from tremula.libs.popops.reduce_chain import GridRun, RowsRun
 
 #: Bytes of output rows per chunk of the NumPy path (about half an L2 cache).
 CHUNK_BYTES = 1 << 18
@@ -253,14 +254,17 @@ def _grid_direct(
     flat = sums.reshape(R, -1, L)
     factor = None if scale is None else scale.reshape(dst.shape[1:])
 
-    def run() -> None:
-        ufunc.reduce(partials, axis=pieces, out=sums)
+    def finish() -> None:
         if not in_order:
             np.take(flat, order, axis=1, out=dst, mode="clip")
         if factor is not None:
             np.multiply(dst, factor, out=dst)
 
-    return run
+    def run() -> None:
+        ufunc.reduce(partials, axis=pieces, out=sums)
+        finish()
+
+    return GridRun(run, finish, ufunc, partials, pieces, sums)
 
 
 def _rows_direct(
@@ -286,7 +290,7 @@ def _rows_direct(
         if factor is not None:
             np.multiply(dst, factor, out=dst)
 
-    return run
+    return RowsRun(run, ufunc, rows, dst, runs.first, runs.count, factor is not None)
 
 
 def strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
