@@ -183,7 +183,9 @@ def _sum_rows_into_groups(
 
     Units of two or three rows (a tile holds a few rows) are one pass: the partials go out
     in streaming stores (``jit.stream4``), and a two-row unit adds a row of ``-0.0`` as its
-    third (``x + -0.0`` is ``x``, bit for bit, for every sum of two floats)."""
+    third (``x + -0.0`` is ``x``, bit for bit, for every sum of two floats). A unit of one
+    row is copied; one of more rows sums its first three, adds the others in place (in
+    cache) and the last in the pass that adds the unit to its group."""
     n = dst.shape[2]
     nothing = np.full(n, -0.0, dtype=np.float32)
     for r in range(rows.shape[0]):
@@ -234,11 +236,22 @@ def _sum_rows_into_groups(
                         acc[c] += v
                         c += 1
                     continue
-                for c in range(n):  # one row, or more than three
-                    out[c] = rows[r, f, c]
-                for i in range(1, k):
+                a = rows[r, f]  # one row, or more than three: plain stores
+                if k == 1:
                     for c in range(n):
-                        out[c] += rows[r, f + i, c]
+                        out[c] = a[c]
+                        acc[c] += a[c]
+                    continue
+                b, e = rows[r, f + 1], rows[r, f + 2]
                 for c in range(n):
-                    acc[c] += out[c]
+                    out[c] = a[c] + b[c] + e[c]
+                for i in range(3, k - 1):
+                    src = rows[r, f + i]
+                    for c in range(n):
+                        out[c] += src[c]
+                last = rows[r, f + k - 1]
+                for c in range(n):
+                    v = out[c] + last[c]
+                    out[c] = v
+                    acc[c] += v
     jit.stream_fence()
