@@ -107,8 +107,8 @@ def _group_units(first: RowsRun, then: GridRun) -> tuple[np.ndarray, np.ndarray]
         return None
     R, U, N = dst.shape
     item = dtype.itemsize
-    if N < 2 or dst.strides[1:] != (N * item, item):
-        return None
+    if N < 2 or dst.strides[1:] != (N * item, item) or dst.ctypes.data % item:
+        return None  # (streaming stores need float-aligned rows to find 16-byte lines)
     if R > 1 and not partials.strides[0] == dst.strides[0] == rows.strides[0]:
         return None  # not rows of one storage array
     offset = partials.ctypes.data - dst.ctypes.data
