@@ -110,3 +110,14 @@ def fused_step(rt: Any, before: N.OnTileNode, after: N.OnTileNode) -> Callable[[
         if not carried.only_between(first[i].gathers[name], before, after):
             return None
     return run
+
+
+def runs_joined(before: Callable[[], None], after: Callable[[], None]) -> Callable[[], None] | None:
+    """One call doing ``before()`` then ``after()``, when ``before`` is a prepared run that
+    offers one for ``after`` (``fuse_next``, see ``Codelet.prepare``): two vertex groups'
+    prepared runs that are consecutive in a replayed plan (nothing with a data effect runs
+    between them), e.g. a reduction's stages reading what the previous one wrote while it
+    is still in cache. Unlike :func:`fused_step`, the joined call stores everything the two
+    runs store, so no liveness condition applies."""
+    fuse = getattr(before, "fuse_next", None)
+    return None if fuse is None else fuse(after)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.fusion import fused_step
+from tremula.engine.fusion import fused_step, runs_joined
 from tremula.engine.hostclock import HostClock
 from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection, replayed_give, replayed_take
@@ -111,13 +111,18 @@ def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None
         into.tally(node.ccs)
         if _fused(rt, node, into):
             return
-    start = len(into)
     if rt.host_clock is not None:
+        start: int | None = len(into)
         into.append(rt.host_clock.timed(node, partial(_steps, steps)))
     else:
+        start = len(into)
+        joined = runs_joined(into[-1], steps[0]) if into and steps else None
+        if joined is not None:  # the step before and this compute set's first, one call
+            into[-1], steps, start = joined, steps[1:], None
         into.extend(steps)
-    if isinstance(into, FlatPlan):
-        into.last_compute = (node, start, len(into))
+    if isinstance(into, FlatPlan):  # a compute set partly joined to the step before is
+        # not offered whole for compute-set fusion with the next one
+        into.last_compute = None if start is None else (node, start, len(into))
 
 
 def _fused(rt: Runtime, node: N.OnTileNode, into: FlatPlan) -> bool:

@@ -9,7 +9,8 @@ its NumPy path, which stays the reference and computes the same numbers (to floa
 rounding where a compiled loop sums in another order than BLAS).
 
 Kernels are compiled lazily on their first call, so importing Tremula never waits for
-numba.
+numba. A kernel writing output it does not read again may store it with :func:`stream4`
+(a streaming store when compiled) and end with :func:`stream_fence`.
 """
 
 from __future__ import annotations
@@ -78,8 +79,80 @@ def kernel(fn: Callable[..., Any] | None = None, *, error_model: str = "python")
     return Kernel(fn, error_model=error_model)
 
 
+def stream4(arr: Any, i: int, v0: Any, v1: Any, v2: Any, v3: Any) -> None:
+    """``arr[i : i + 4] = v0, v1, v2, v3`` for a kernel's output that is written once and
+    not read again soon (a float32 array; ``arr[i]`` 16-byte aligned). Compiled, one
+    streaming (non-temporal) store: the line is not read into the cache before it is
+    written, which saves a read of memory per line written; end the kernel with
+    :func:`stream_fence`. In Python (the kernel's ``py``), four plain stores."""
+    arr[i] = v0
+    arr[i + 1] = v1
+    arr[i + 2] = v2
+    arr[i + 3] = v3
+
+
+def stream_fence() -> None:
+    """Order a kernel's :func:`stream4` stores before the memory accesses after it (a
+    store fence when compiled; nothing in Python)."""
+
+
 def _numba() -> ModuleType:
-    """numba, imported on a kernel's first call."""
+    """numba, imported on a kernel's first call (with :func:`stream4` and
+    :func:`stream_fence` registered for compiled kernels)."""
     if not _installed:  # pragma: no cover - guarded by available()
         raise RuntimeError("compiled kernels need numba (pip install 'tremula[fast]')")
-    return importlib.import_module("numba")
+    numba = importlib.import_module("numba")
+    global _registered
+    if not _registered:
+        _register_streaming()
+        _registered = True
+    return numba
+
+
+_registered = False
+
+
+def _register_streaming() -> None:
+    """The compiled forms of :func:`stream4` (one ``<4 x float>`` store marked
+    ``!nontemporal``) and :func:`stream_fence` (an LLVM fence)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic, overload
+
+    @intrinsic
+    def _store4(typingctx: Any, arr: Any, i: Any, v0: Any, v1: Any, v2: Any, v3: Any) -> Any:
+        if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+            return None
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            at = builder.gep(array.data, [args[1]])
+            vector_type = ir.VectorType(ir.FloatType(), 4)
+            vector = ir.Constant(vector_type, ir.Undefined)
+            for lane, value in enumerate(args[2:]):
+                value = context.cast(builder, value, signature.args[2 + lane], types.float32)
+                vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), lane))
+            store = builder.store(vector, builder.bitcast(at, vector_type.as_pointer()), 16)
+            flag = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+            store.set_metadata("nontemporal", flag)
+            return context.get_dummy_value()
+
+        return types.void(arr, i, v0, v1, v2, v3), codegen
+
+    @intrinsic
+    def _fence(typingctx: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            builder.fence("seq_cst")
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    # numba matches an overload's parameters to the function's by name and annotation:
+    # these stay unannotated, as the Python functions' types do not apply to them
+    @overload(stream4)
+    def _stream4(arr, i, v0, v1, v2, v3):  # type: ignore[no-untyped-def]
+        return lambda arr, i, v0, v1, v2, v3: _store4(arr, i, v0, v1, v2, v3)
+
+    @overload(stream_fence)
+    def _stream_fence():  # type: ignore[no-untyped-def]
+        return lambda: _fence()

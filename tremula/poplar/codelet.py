@@ -165,7 +165,12 @@ class Codelet:
     # on all replicas; a returned closure replaces ``compute`` on later runs. It may only
     # use ``v.stable_view`` / ``v.stable_scalar`` (views of device memory, which outlive
     # the run) and values derived from the vertices' structure; return None to keep
-    # ``compute``.
+    # ``compute``. The returned run may carry ``fuse_next(after) -> Callable | None``: when
+    # a replayed program runs another group's prepared run ``after`` right after it
+    # (nothing with a data effect between them), the engine asks it for one call doing
+    # both, and runs that instead (e.g. a reduction stage whose next stage reads what it
+    # wrote while that is still in cache). The call must leave device memory exactly as
+    # the two runs in turn do; None keeps them apart. Cycles and profiles do not see it.
     #
     # Optional: ``fuse(before, after) -> (run, unstored) | None`` (a classmethod), for a
     # compute set that consumes what the compute set just before it produced: ``after``

@@ -26,6 +26,8 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs import jit
+from tremula.libs.popops.reduce_chain import GridRun, RowsRun
+from tremula.libs.popops.reduce_ops import OpSpec, identity
 
 #: Bytes of output rows per chunk of the NumPy path (about half an L2 cache).
 CHUNK_BYTES = 1 << 18
@@ -253,14 +255,17 @@ def _grid_direct(
     flat = sums.reshape(R, -1, L)
     factor = None if scale is None else scale.reshape(dst.shape[1:])
 
-    def run() -> None:
-        ufunc.reduce(partials, axis=pieces, out=sums)
+    def finish() -> None:
         if not in_order:
             np.take(flat, order, axis=1, out=dst, mode="clip")
         if factor is not None:
             np.multiply(dst, factor, out=dst)
 
-    return run
+    def run() -> None:
+        ufunc.reduce(partials, axis=pieces, out=sums)
+        finish()
+
+    return GridRun(run, finish, ufunc, partials, pieces, sums)
 
 
 def _rows_direct(
@@ -286,7 +291,7 @@ def _rows_direct(
         if factor is not None:
             np.multiply(dst, factor, out=dst)
 
-    return run
+    return RowsRun(run, ufunc, rows, dst, runs.first, runs.count, factor is not None)
 
 
 def strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -316,3 +321,76 @@ def strided_partials(v: poplar.Batch, lay: dict[str, Any]) -> tuple[Any, dict[st
         return None, lay
     view, order, rank = found
     return view, {"path": "grid", "order": order, "length": L, "rank": rank}
+
+
+def ranked(
+    v: poplar.Batch, spec: OpSpec, out: np.ndarray, lay: dict[str, Any], scale: np.ndarray | None
+) -> Any:
+    """ReducePartials whose pieces lie scattered over device memory (a few elements each,
+    on many tiles), as a prepared run that reads each piece rank of every output region
+    straight from device memory in region order (consecutive regions' pieces mostly sit
+    at consecutive addresses: read in memory order, not piece by piece as a gather of the
+    field in its own order is) and combines the ranks into ``out`` one by one.
+
+    The numbers of the compute's paths: ``passes`` runs its own passes, reading the pieces
+    from memory instead of a gathered field; ``uniform`` regions of two elements or more
+    are NumPy's ``reduce`` over the pieces, which starts from the identity and adds one
+    piece after another (regions of one element it sums pairwise: those keep the gather).
+    Then scaled by ``scale`` (the vertices' scales over ``out``, or None). For a float
+    operation with a ufunc in the outputs' type, without update; None otherwise.
+    """
+    ufunc, dtype = spec.ufunc, out.dtype
+    found = v.stable_runs("partials")
+    update = v.fields["out"].direction == "inout"
+    if found is None or ufunc is None or update or dtype.kind != "f":
+        return None
+    storage, starts, lengths = found
+    if storage.dtype != dtype:
+        return None
+    addresses = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    addresses += np.arange(addresses.size, dtype=addresses.dtype)
+    passes: list[tuple[np.ndarray, np.ndarray | None]]
+    if lay["path"] == "uniform":
+        C, L = lay["shape"]
+        if L < 2 or addresses.size != C * out.shape[1]:
+            return None
+        by_rank = addresses.reshape(-1, C, L).transpose(1, 0, 2).reshape(C, -1)
+        passes = [(np.ascontiguousarray(a), None) for a in by_rank]
+        copy_first = False  # NumPy's reduce: the identity, then every piece
+    elif lay["path"] == "passes":
+        passes = [(addresses[src], dst) for src, dst in lay["passes"]]
+        copy_first = True  # as _partials_reduce: a first pass over every region copies
+    else:
+        return None
+    factor = None if scale is None else scale.astype(dtype)
+    return _ranked_run(ufunc, storage, passes, copy_first, identity(spec.op, dtype), out, factor)
+
+
+def _ranked_run(
+    ufunc: np.ufunc,
+    storage: np.ndarray,
+    passes: list[tuple[np.ndarray, np.ndarray | None]],
+    copy_first: bool,
+    start: Any,
+    out: np.ndarray,
+    factor: np.ndarray | None,
+) -> Any:
+    """The run of :func:`ranked`: ``out`` filled with ``start``, then each pass's pieces
+    taken from ``storage`` and combined into the regions they belong to, then scaled."""
+    buf = np.empty((storage.shape[0], max(a.size for a, _ in passes)), dtype=out.dtype)
+
+    def run() -> None:
+        out.fill(start)
+        for p, (addresses, regions) in enumerate(passes):
+            piece = buf[:, : addresses.size]
+            np.take(storage, addresses, axis=1, out=piece, mode="clip")
+            if regions is not None:
+                out[:, regions] = ufunc(out[:, regions], piece)
+            elif p == 0 and copy_first:
+                np.copyto(out, piece)
+            else:
+                ufunc(out, piece, out=out)
+        if factor is not None:
+            np.multiply(out, factor, out=out)
+
+    return run

@@ -90,6 +90,12 @@ def _prepare(
         if partials is None and runs is not None:
             partials, lay = inplace.covered_runs(v, runs)
         refresh = None
+        if partials is None and not first_stage:  # scattered pieces, read rank by rank
+            spec = SPECS[Operation[v.params["OP"]]]
+            pieces = v.cached(layout_key, lambda: layout(v))
+            found = inplace.ranked(v, spec, out, pieces, _scale(v))
+            if found is not None:
+                return found
         if partials is None:  # the gathered field in a kept buffer, the compute's layout
             found = v.stable_gather("partials")
             if found is None:
