@@ -236,7 +236,14 @@ class Tensor:
 
         return ops
 
-    def _ensure(self, value: Any) -> Tensor:
+    def _ensure_tensor(self, value: Any, dtype: dtypes.dtype | None = None) -> Tensor:
+        """``value`` as an operand of this tensor's operators (PopXL's helper, which custom
+        ops call too): a Tensor as it is, anything else a constant of ``dtype`` (default:
+        this tensor's dtype) in the current graph.
+
+        Raises:
+            ValueError: ``value`` has no elements.
+        """
         if isinstance(value, Tensor):
             return value
         data = np.asarray(value)
@@ -244,7 +251,7 @@ class Tensor:
             raise ValueError(
                 f"The value has 0 elements: cannot combine tensor {self._id!r} with {value!r}"
             )
-        return constant(data, dtype=self.dtype)
+        return constant(data, dtype=self.dtype if dtype is None else dtype)
 
     def _binary(self, op_name: str, other: Any, reflected: bool = False) -> Tensor:
         """``ops.<op_name>(self, other)`` (``(other, self)`` when reflected); a host value
@@ -252,7 +259,7 @@ class Tensor:
         refused."""
         fn = getattr(self._ops(), op_name)
         with undo_on_error():
-            o = self._ensure(other)
+            o = self._ensure_tensor(other)
             return fn(o, self) if reflected else fn(self, o)
 
     # Binary operators: ``a + b`` is ``ops.add(a, b)``, ``2 + a`` is ``ops.add(constant(2), a)``.
@@ -318,7 +325,7 @@ class Tensor:
 
     def __iadd__(self, o: TensorLike) -> Tensor:
         with undo_on_error():  # a refused add_ leaves no constant behind
-            self._ops().add_(self, self._ensure(o))
+            self._ops().add_(self, self._ensure_tensor(o))
         return self
 
     def __getitem__(self, key: Any) -> Tensor:

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.op.var_update import OptimizerValue
     from tremula.popxl._ir.session import Session, session_handle
-    from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, TensorType, tensor_handle
+    from tremula.popxl._ir.tensor import (
+        Consumers,
+        RemoteBufferInfo,
+        Tensor,
+        TensorInfo,
+        TensorType,
+        tensor_handle,
+    )
     from tremula.popxl._ir.verify import verify_ir
     from tremula.popxl.ops.collectives.collectives import CollectiveOperator
     from tremula.popxl.tensorlocation import ExecutionContext, TileSet
@@ -56,6 +63,7 @@ __all__ = [
     "Ir",
     "Op",
     "OptimizerValue",
+    "RemoteBufferInfo",
     "ReplicaGrouping",
     "Session",
     "Tensor",

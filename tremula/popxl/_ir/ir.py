@@ -10,6 +10,7 @@ from tremula.errors import PopartException
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
+from tremula.popxl._ir.tensor import RemoteBufferInfo, TensorInfo
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.ir import Ir as XlIr
 
@@ -86,6 +87,41 @@ class Ir:
         from tremula.popxl._ir.ir_log import log_ir
 
         log_ir(self._ir)
+
+    # ---- remote buffers ----
+    def _remote_buffer(self, remoteBufferId: int, what: str) -> Any:
+        for buf in self._ir._remote_buffers:
+            if buf.remote_buffer_id == remoteBufferId:
+                return buf
+        raise PopartException(
+            f"{what}: the Ir has no remote buffer with id {remoteBufferId} (its buffers: "
+            f"{[b.remote_buffer_id for b in self._ir._remote_buffers]}; make one with "
+            f"popxl.RemoteBuffer)"
+        )
+
+    def getRemoteBufferInfo(self, remoteBufferId: int) -> RemoteBufferInfo:
+        """The slot type and number of slots (``repeats``) of a remote buffer."""
+        buf = self._remote_buffer(remoteBufferId, "getRemoteBufferInfo")
+        return RemoteBufferInfo(TensorInfo(buf.tensor_dtype, buf.tensor_shape), buf.entries)
+
+    def setRemoteBufferInfo(self, remoteBufferId: int, info: RemoteBufferInfo) -> None:
+        """Give a remote buffer (made by ``popxl.RemoteBuffer``) a new slot type and number
+        of slots, as ``RemoteBuffer.set_remote_buffer_info`` does."""
+        if not isinstance(info, RemoteBufferInfo):
+            raise TypeError(
+                f"setRemoteBufferInfo: expected a RemoteBufferInfo, got {type(info).__name__}"
+            )
+        buf = self._remote_buffer(remoteBufferId, "setRemoteBufferInfo")
+        buf.set_remote_buffer_info(
+            info.TensorInfo._dtype, tuple(info.TensorInfo.shape()), info.repeats
+        )
+
+    def getAllRemoteBufferInfos(self) -> dict[int, RemoteBufferInfo]:
+        """Every remote buffer's info, by id."""
+        return {
+            b.remote_buffer_id: self.getRemoteBufferInfo(b.remote_buffer_id)
+            for b in self._ir._remote_buffers
+        }
 
     # ---- options and patterns ----
     def getSessionOptions(self) -> SessionOptions:

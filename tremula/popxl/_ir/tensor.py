@@ -9,7 +9,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
-from tremula.popxl._ir.core.enums import PopartEnum
+from tremula.popxl._ir.core.enums import DataType, PopartEnum
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.graph import Graph
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.view import Region
-    from tremula.popxl.dtypes import dtype
 
 
 class TensorType(PopartEnum):
@@ -33,12 +32,18 @@ class TensorType(PopartEnum):
 
 
 class TensorInfo:
-    """A tensor's shape and data type (PopART's ``TensorInfo``)."""
+    """A tensor's data type and shape (PopART's ``TensorInfo``): ``TensorInfo(dataType,
+    shape, metaShape=())``, the type a ``DataType``, its name (``"FLOAT"``) or a popxl
+    dtype."""
 
-    def __init__(self, dtype: dtype, shape: tuple[int, ...], meta_shape: tuple[int, ...] = ()):
-        self._dtype = dtype
+    def __init__(self, dataType: Any, shape: Any, metaShape: Any = ()) -> None:
+        from tremula.popxl.dtypes import dtype as xl_dtype
+
+        if isinstance(dataType, builtins.str) and dataType in DataType.__members__:
+            dataType = DataType[dataType]
+        self._dtype = xl_dtype.as_dtype(dataType)
         self._shape = tuple(int(d) for d in shape)
-        self._meta_shape = tuple(int(d) for d in meta_shape)
+        self._meta_shape = tuple(int(d) for d in metaShape)
 
     def shape(self) -> list[int]:
         return list(self._shape)
@@ -58,9 +63,13 @@ class TensorInfo:
     def dim(self, index: int) -> int:
         return self._shape[index]
 
-    def dataType(self) -> dtype:
-        """The popxl dtype (PopXL converts PopART's ``DataType`` to it the same way)."""
-        return self._dtype
+    def dataType(self) -> DataType:
+        """PopART's ``DataType`` (``popxl.dtype.as_dtype`` gives the popxl dtype back)."""
+        return cast(DataType, self._dtype._pb_dtype)
+
+    def data_type_lcase(self) -> builtins.str:
+        """The type's name in lower case (``"float"``, ``"float16"``), as PopART's."""
+        return builtins.str(self.dataType().name).lower()
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -73,8 +82,22 @@ class TensorInfo:
     def __hash__(self) -> int:
         return hash((self._dtype.name, self._shape, self._meta_shape))
 
-    def __repr__(self) -> str:
-        return f"TensorInfo({self._dtype.name}, {list(self._shape)})"
+    def __repr__(self) -> builtins.str:
+        return f"TensorInfo({self.dataType().name}, {list(self._shape)})"
+
+
+class RemoteBufferInfo:
+    """A remote buffer's slot type and number of slots (PopART's ``RemoteBufferInfo``:
+    ``TensorInfo``, ``repeats``), what ``Ir.getRemoteBufferInfo`` gives."""
+
+    def __init__(self, info: TensorInfo, repeats: int) -> None:
+        if not isinstance(info, TensorInfo):
+            raise TypeError(f"RemoteBufferInfo: expected a TensorInfo, got {type(info).__name__}")
+        self.TensorInfo = info
+        self.repeats = int(repeats)
+
+    def __repr__(self) -> builtins.str:
+        return f"RemoteBufferInfo({self.TensorInfo!r}, repeats={self.repeats})"
 
 
 class Consumers:

@@ -54,7 +54,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "getMaxVirtualGraphId getNumVirtualGraphIds getRequiresRandomSeed "
                     "setRequiresRandomSeed getOpSetVersionFromModel getDefaultOpsetVersion "
                     "addAdditionalModelProtoTensors getAdditionalModelProtoTensors "
-                    "setRemoteBufferInfo getRemoteBufferInfo timePartitionLogger "
+                    "timePartitionLogger "
                     "finalizeOpDebugInfo getGraphSchedule setMainGraphPathFromLoss "
                     "removeIsolatedTensors getVirtualGraphIdFromTensorProducers"
                 ),

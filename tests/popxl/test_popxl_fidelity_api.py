@@ -1,0 +1,90 @@
+"""PopXL's non-op API as its own tests reach it: private helpers and IR-binding views
+(``Tensor._ensure_tensor``, ``dtype._pb_dtype``, ``RemoteBuffer._current_ir`` with
+``getRemoteBufferInfo``), checked against hand values."""
+
+import numpy as np
+import pytest
+
+import popart
+import popart._internal.ir as _ir
+import popxl
+from popxl import ops
+
+
+def test_ensure_tensor_makes_constants_of_the_tensors_dtype():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(2, np.float16), name="a")
+        b = popxl.variable(np.ones(2, np.float16), name="b")
+        assert a._ensure_tensor(b) is b
+        c = a._ensure_tensor(3)
+        assert isinstance(c, popxl.tensor.Constant)
+        assert c.dtype == popxl.float16 and c.shape == ()
+        d = a._ensure_tensor([1, 2], dtype=popxl.int32)
+        assert d.dtype == popxl.int32 and d.shape == (2,)
+        with pytest.raises(ValueError, match="0 elements"):
+            a._ensure_tensor([])
+
+
+def test_pb_dtype_is_popart_data_type():
+    assert popxl.float32._pb_dtype == popart.DataType.FLOAT
+    assert popxl.float16._pb_dtype == popart.DataType.FLOAT16
+    assert popxl.uint8._pb_dtype == popart.DataType.UINT8
+    assert popxl.float8_143._pb_dtype == popart.DataType.FLOAT8_143
+    for name in ("bool", "int8", "int64", "uint32", "float64", "complex64"):
+        d = popxl.dtype.from_name(name)
+        assert popxl.dtype.as_dtype(d._pb_dtype) is d
+
+
+def test_tensor_info_is_popart_typed():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.zeros((2, 3), np.float16), name="v")
+    info = v._pb_tensor.info
+    assert info.dataType() == popart.DataType.FLOAT16
+    assert info.shape() == [2, 3] and info.nelms() == 6 and info.nbytes() == 12
+    assert info.data_type_lcase() == "float16"
+    assert _ir.TensorInfo("FLOAT16", [2, 3]) == info
+    assert _ir.TensorInfo(_ir.DataType.FLOAT16, (2, 3)) == info
+    assert _ir.TensorInfo(popxl.float16, [2, 3]) == info
+
+
+def test_remote_buffer_info_through_current_ir():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        rb = popxl.RemoteBuffer((1, 2), popxl.float16, 3)
+        assert rb._current_ir == ir._pb_ir
+        info = rb._current_ir.getRemoteBufferInfo(rb.remote_buffer_id)
+        assert info.repeats == 3
+        assert info.TensorInfo.shape() == [1, 2]
+        assert info.TensorInfo.dataType() == popxl.float16._pb_dtype
+        # setting it through the bindings is what set_remote_buffer_info does
+        new = _ir.RemoteBufferInfo(_ir.TensorInfo(_ir.DataType.FLOAT, [4]), 2)
+        rb._current_ir.setRemoteBufferInfo(rb.remote_buffer_id, new)
+        assert (rb.tensor_shape, rb.tensor_dtype, rb.entries) == ((4,), popxl.float32, 2)
+        rb.set_remote_buffer_info(popxl.int32, (5,), 1)
+        info = ir._pb_ir.getRemoteBufferInfo(1)
+        assert (info.TensorInfo.shape(), info.repeats) == ([5], 1)
+        assert info.TensorInfo.dataType() == popart.DataType.INT32
+        assert set(ir._pb_ir.getAllRemoteBufferInfos()) == {1}
+        with pytest.raises(popart.popart_exception, match="no remote buffer with id 7"):
+            ir._pb_ir.getRemoteBufferInfo(7)
+        with pytest.raises(ValueError, match="Entries must be"):
+            ir._pb_ir.setRemoteBufferInfo(1, _ir.RemoteBufferInfo(info.TensorInfo, 0))
+        assert rb.entries == 1  # a refused change leaves the buffer as it was
+
+
+def test_remote_buffer_resized_through_bindings_runs():
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        rb = popxl.RemoteBuffer((3,), popxl.float32, 1)
+        ir._pb_ir.setRemoteBufferInfo(
+            rb.remote_buffer_id, _ir.RemoteBufferInfo(_ir.TensorInfo("FLOAT", [2]), 2)
+        )
+        v = popxl.remote_variable(np.array([1.0, 2.0], np.float32), rb, 1, name="v")
+        x = ops.remote_load(rb, 1)
+        d = popxl.d2h_stream(x.shape, x.dtype)
+        ops.host_store(d, x)
+    with popxl.Session(ir, "ipu_model") as s:
+        np.testing.assert_array_equal(s.run()[d], [1.0, 2.0])
+    np.testing.assert_array_equal(s.get_tensor_data(v), [1.0, 2.0])
