@@ -88,3 +88,36 @@ def test_remote_buffer_resized_through_bindings_runs():
     with popxl.Session(ir, "ipu_model") as s:
         np.testing.assert_array_equal(s.run()[d], [1.0, 2.0])
     np.testing.assert_array_equal(s.get_tensor_data(v), [1.0, 2.0])
+
+
+def test_stream_tensor_is_the_main_graph_tensor():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((2, 3), popxl.float32, name="x")
+        d2h = popxl.d2h_stream((2,), popxl.int32, name="y")
+    for stream in (h2d, d2h):
+        t = stream._stream_tensor
+        assert t.id == stream.tensor_id and t.spec == stream.spec
+        assert t in ir.main_graph.tensors
+        assert type(stream)._from_tensor(t) is stream
+    assert h2d._stream_tensor._pb_tensor.tensorType() == _ir.TensorType.Stream
+    with pytest.raises(ValueError, match="is the tensor of"):
+        popxl.DeviceToHostStream._from_tensor(h2d._stream_tensor)
+    with ir.main_graph:
+        v = popxl.variable(1, name="v")
+    with pytest.raises(ValueError, match="not the tensor of a stream"):
+        popxl.HostToDeviceStream._from_tensor(v)
+
+
+def test_streams_of_another_ir_are_refused_by_host_load_and_store():
+    ir, other = popxl.Ir(), popxl.Ir()
+    with other.main_graph:
+        h2d = popxl.h2d_stream((2,), popxl.float32, name="x")
+        d2h = popxl.d2h_stream((2,), popxl.float32, name="y")
+    with ir.main_graph:
+        before = len(ir.main_graph.tensors)
+        with pytest.raises(ValueError, match="stream 'x' is not in the main graph"):
+            ops.host_load(h2d)
+        with pytest.raises(ValueError, match="stream 'y' is not in the main graph"):
+            ops.host_store(d2h, popxl.variable(np.zeros(2, np.float32)))
+        assert len(ir.main_graph.tensors) == before + 1  # the variable only

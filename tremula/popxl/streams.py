@@ -13,6 +13,36 @@ class Stream:
     def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str) -> None:
         self._spec = TensorSpec(tuple(shape), dtype)
         self._name = name
+        self._tensor: Tensor | None = None  # set by h2d_stream / d2h_stream
+
+    @property
+    def _stream_tensor(self) -> Tensor:
+        """The stream's tensor in the main graph (PopXL's attribute: the tensor the stream
+        wraps, whose id is ``tensor_id``)."""
+        if self._tensor is None:
+            raise ValueError(f"{self!r} was not made by h2d_stream / d2h_stream")
+        return self._tensor
+
+    @classmethod
+    def _from_tensor(cls, stream_tensor: Tensor) -> Stream:
+        """The stream of a stream tensor (PopXL's constructor from the tensor): the very
+        stream object ``h2d_stream`` / ``d2h_stream`` made for it.
+
+        Raises:
+            ValueError: the tensor is no stream's tensor, or a stream of the other direction.
+        """
+        for stream in stream_tensor.ir._streams:
+            if stream._tensor is stream_tensor:
+                if not isinstance(stream, cls):
+                    raise ValueError(
+                        f"{cls.__name__}._from_tensor: {stream_tensor.id!r} is the tensor of "
+                        f"{stream!r}"
+                    )
+                return stream
+        raise ValueError(
+            f"{cls.__name__}._from_tensor: {stream_tensor.id!r} is not the tensor of a stream "
+            f"(make streams with popxl.h2d_stream / d2h_stream)"
+        )
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -55,7 +85,8 @@ def _make(
     stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
     ir._streams.append(stream)
     main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
-    main._add_tensor(Tensor(main, stream.tensor_id, stream.tensor_id, stream.spec))
+    stream._tensor = Tensor(main, stream.tensor_id, stream.tensor_id, stream.spec)
+    main._add_tensor(stream._tensor)
     return stream
 
 
