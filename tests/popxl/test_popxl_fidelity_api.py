@@ -121,3 +121,28 @@ def test_streams_of_another_ir_are_refused_by_host_load_and_store():
         with pytest.raises(ValueError, match="stream 'y' is not in the main graph"):
             ops.host_store(d2h, popxl.variable(np.zeros(2, np.float32)))
         assert len(ir.main_graph.tensors) == before + 1  # the variable only
+
+
+@pytest.mark.parametrize(
+    "desc, replicas, ipus_used, kind, num_ipus",
+    [
+        ("cpu", 1, 1, popart.DeviceType.Cpu, 1),
+        ("ipu_model", 1, 1, popart.DeviceType.IpuModel, 1),
+        ("ipu_model", 2, 2, popart.DeviceType.IpuModel, 4),  # 2 ** ceil(log2(2 x 2))
+        ("ipu_model", 4, 1, popart.DeviceType.IpuModel, 4),
+        ("ipu_hw", 1, 2, popart.DeviceType.Ipu, 2),  # an IPU Model in Tremula
+    ],
+)
+def test_session_device_is_a_popart_device_info(desc, replicas, ipus_used, kind, num_ipus):
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        with popxl.ipu(ipus_used - 1):
+            v + 1
+    session = popxl.Session(ir, desc)
+    device = session.device
+    assert isinstance(device, popart.DeviceInfo)
+    assert device.type == kind and device.numIpus == num_ipus
+    assert device.tilesPerIPU == (1 if desc == "cpu" else 1472)
+    with session:
+        assert session.is_attached

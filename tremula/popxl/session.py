@@ -149,6 +149,13 @@ class Session(SessionWeights):
         return self._attached
 
     @property
+    def device(self) -> poplar.Device:
+        """The device the session runs on (PopXL's property): the ``popart.DeviceInfo``
+        made for a ``device_desc`` string (``numIpus``, ``tilesPerIPU``, ``type``: ``Cpu``,
+        ``IpuModel``, or ``Ipu`` for ``"ipu_hw"``), else the device given."""
+        return self._device
+
+    @property
     def engine(self) -> poplar.Engine:
         return self._engine
 
