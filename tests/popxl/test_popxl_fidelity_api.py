@@ -146,3 +146,17 @@ def test_session_device_is_a_popart_device_info(desc, replicas, ipus_used, kind,
     assert device.tilesPerIPU == (1 if desc == "cpu" else 1472)
     with session:
         assert session.is_attached
+
+
+def test_ir_session_options_are_popxls():
+    """What PopXL's Ir constructor sets in its SessionOptions (spec popxl.md 1.3)."""
+    opts = popxl.Ir()._pb_ir.getSessionOptions()
+    assert opts.virtualGraphMode == popart.VirtualGraphMode.Manual
+    assert opts.useHostCopyOps and opts.enableExplicitMainLoops
+    assert opts.explicitRecomputation and opts.aliasZeroCopy
+    assert opts.enableInplaceAmbiguityChecking
+    assert not opts.enableVariablesCaching
+    assert opts.decomposeGradSum
+    assert not opts.enableReplicatedGraphs
+    opts = popxl.Ir(replication=4)._pb_ir.getSessionOptions()
+    assert opts.enableReplicatedGraphs and opts.replicatedGraphCount == 4

@@ -7,6 +7,7 @@ import weakref
 from typing import Any
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.enums import VirtualGraphMode
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
@@ -35,11 +36,14 @@ def session_options(ir: XlIr) -> SessionOptions:
 
 #: what popxl.Ir sets in its SessionOptions (PopXL's ir.py)
 _POPXL_DEFAULTS: dict[str, Any] = {
-    "aliasZeroCopy": True,
+    "virtualGraphMode": VirtualGraphMode.Manual,
+    "useHostCopyOps": True,
     "enableExplicitMainLoops": True,
     "explicitRecomputation": True,
-    "useHostCopyOps": True,
+    "aliasZeroCopy": True,
     "enableInplaceAmbiguityChecking": True,
+    "enableVariablesCaching": False,
+    "decomposeGradSum": True,
 }
 
 _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
