@@ -160,3 +160,29 @@ def test_ir_session_options_are_popxls():
     assert not opts.enableReplicatedGraphs
     opts = popxl.Ir(replication=4)._pb_ir.getSessionOptions()
     assert opts.enableReplicatedGraphs and opts.replicatedGraphCount == 4
+
+
+def test_weights_to_host_logs_reused_tensor_data(capfd):
+    """PopART's devicex logs, at DEBUG, that a variable returning one value is read back
+    into its own data (once per variable and session); grouped variables are not."""
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph, popxl.in_sequence():
+        w = popxl.variable(np.ones(2, np.float32), name="w")
+        g = popxl.variable(
+            np.ones((2, 2), np.float32), name="g", replica_grouping=ir.replica_grouping(1, 1)
+        )
+        w += 1
+        g += 1
+    logger = popart.getLogger()
+    logger.setLevel("DEBUG")
+    try:
+        with popxl.Session(ir, "ipu_model") as s:
+            s.run()
+            s.weights_to_host()
+    finally:
+        logger.setLevel("OFF")
+    err = capfd.readouterr().err
+    assert err.count("Reusing TensorData for d2hWeightBuffer of tensor w") == 1
+    assert "d2hWeightBuffer of tensor g" not in err
+    assert "Writing weights to host complete." in err
+    np.testing.assert_array_equal(s.get_tensor_data(w), [2, 2])
