@@ -193,8 +193,8 @@ class SessionWeights:
         if v in self._d2h_noted:
             return
         self._d2h_noted.add(v)
-        returned = v.replica_grouping._to_variable_settings(v.retrieval_mode)
-        if returned.numReplicasReturningVariable(self._R) == 1:
+        rg = v.replica_grouping  # one value: one group, not returned per replica
+        if rg.num_groups == 1 and (v.retrieval_mode != "all_replicas" or self._R == 1):
             _DEVICEX.debug("Reusing TensorData for d2hWeightBuffer of tensor %s", v.id)
 
     def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
