@@ -186,3 +186,24 @@ def test_weights_to_host_logs_reused_tensor_data(capfd):
     assert "d2hWeightBuffer of tensor g" not in err
     assert "Writing weights to host complete." in err
     np.testing.assert_array_equal(s.get_tensor_data(w), [2, 2])
+
+
+def test_popdist_instance_session_options(monkeypatch):
+    """An instance of a PopRun job (Ir("popdist")) has the options
+    popdist.popart.configureSessionOptions sets: distributed replicated graphs, the global
+    factor and this instance's first replica; its replicatedGraphCount is local."""
+    monkeypatch.setenv("POPDIST_NUM_TOTAL_REPLICAS", "8")
+    monkeypatch.setenv("POPDIST_NUM_LOCAL_REPLICAS", "2")
+    monkeypatch.setenv("POPDIST_REPLICA_INDEX_OFFSET", "4")
+    monkeypatch.setenv("POPDIST_NUM_INSTANCES", "4")
+    monkeypatch.setenv("POPDIST_INSTANCE_INDEX", "2")
+    ir = popxl.Ir(replication="popdist")
+    opts = ir._pb_ir.getSessionOptions()
+    assert opts.enableDistributedReplicatedGraphs
+    assert (opts.globalReplicationFactor, opts.globalReplicaOffset) == (8, 4)
+    assert opts.enableReplicatedGraphs and opts.replicatedGraphCount == 2
+    assert opts.getGlobalReplicationFactor() == 8
+    one = popxl.Ir(replication=4)._pb_ir.getSessionOptions()
+    assert not one.enableDistributedReplicatedGraphs
+    assert (one.globalReplicationFactor, one.globalReplicaOffset) == (1, 0)
+    assert one.getGlobalReplicationFactor() == 4

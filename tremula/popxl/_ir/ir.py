@@ -31,6 +31,11 @@ def session_options(ir: XlIr) -> SessionOptions:
             setattr(opts, name, value)
     opts.enableReplicatedGraphs = ir.replication_factor > 1
     opts.replicatedGraphCount = ir.instance_replication_factor
+    # an instance of a PopRun job (Ir("popdist")): popdist.popart.configureSessionOptions
+    distributed = ir.instance_replication_factor < ir.replication_factor
+    opts.enableDistributedReplicatedGraphs = distributed
+    opts.globalReplicationFactor = ir.replication_factor if distributed else 1
+    opts.globalReplicaOffset = ir._replica_offset if distributed else 0
     return opts
 
 
