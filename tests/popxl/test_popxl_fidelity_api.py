@@ -207,3 +207,44 @@ def test_popdist_instance_session_options(monkeypatch):
     assert not one.enableDistributedReplicatedGraphs
     assert (one.globalReplicationFactor, one.globalReplicaOffset) == (1, 0)
     assert one.getGlobalReplicationFactor() == 4
+
+
+class _Scale(popxl.Module):
+    class Inner(popxl.Module):
+        def build(self, x):
+            return x * 2
+
+    def build(self, x):
+        return x * 3
+
+
+def test_create_graph_names_modules_by_class_qualname():
+    """PopXL names a Module's graph after ``type(module).__qualname__`` (``.<locals>``
+    removed), as it names a function's after its ``__qualname__``."""
+
+    class Local(popxl.Module):
+        def build(self, x):
+            return x + 1
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        names = [ir.create_graph(m, x).name for m in (_Scale(), _Scale.Inner(), Local(), Local())]
+    assert names == [
+        "_Scale_subgraph(0)",
+        "_Scale.Inner_subgraph(1)",
+        "test_create_graph_names_modules_by_class_qualname.Local_subgraph(2)",
+        "test_create_graph_names_modules_by_class_qualname.Local_subgraph(3)",
+    ]
+
+
+def test_create_graph_refuses_callables_without_qualname():
+    import functools
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        for fn in (functools.partial(lambda a, b: a + b, 1), 3):
+            with pytest.raises(TypeError, match=r"function or a class that extends popxl\.Module"):
+                ir.create_graph(fn, x)
+    assert len(ir.graphs) == 1  # nothing made
