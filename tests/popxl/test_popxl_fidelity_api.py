@@ -248,3 +248,21 @@ def test_create_graph_refuses_callables_without_qualname():
             with pytest.raises(TypeError, match=r"function or a class that extends popxl\.Module"):
                 ir.create_graph(fn, x)
     assert len(ir.graphs) == 1  # nothing made
+
+
+def test_ir_binding_reads_tensors_and_ops_of_every_graph():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        sg = ir.create_graph(lambda x: x * 2, v)
+        (out,) = ops.call(sg, v)
+    pb = ir._pb_ir
+    assert [op.opType() for op in pb.getAllOps()] == ["Call", "Mul"]
+    ids = pb.getTensorIds()
+    assert ids == sorted(t.id for g in (ir.main_graph, sg) for t in g.tensors)
+    assert pb.containsTensor(sg.inputs[0].id) and pb.containsTensor("v")
+    assert not pb.containsTensor("nothing")
+    assert pb.getTensor(sg.inputs[0].id).getGraph() == sg._pb_graph
+    assert pb.getTensor(out.id) == out._pb_tensor
+    with pytest.raises(popart.popart_exception, match="No Ir::Tensor with TensorId 'nothing'"):
+        pb.getTensor("nothing")

@@ -82,6 +82,29 @@ class Ir:
         gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
         return any(graph_id(g) == gid for g in self._ir.graphs)
 
+    # ---- tensors and ops of every graph ----
+    def getAllOps(self) -> list[Any]:
+        """The ops of every graph (the main graph's first), each graph's in its order."""
+        return [op for g in self._ir.graphs for op in g._ops]
+
+    def getTensorIds(self) -> list[str]:
+        """The ids of the tensors of every graph (subgraph ids carry the graph's scope)."""
+        return sorted(tid for g in self._ir.graphs for tid in g._tensors)
+
+    def containsTensor(self, tensorId: str) -> bool:
+        return any(str(tensorId) in g._tensors for g in self._ir.graphs)
+
+    def getTensor(self, tensorId: str) -> Any:
+        """The tensor of that id in whichever graph holds it (PopART's ``Ir::getTensor``).
+
+        Raises:
+            popart_exception: no graph of the Ir holds it.
+        """
+        for g in self._ir.graphs:
+            if str(tensorId) in g._tensors:
+                return graph_handle(g).getTensor(str(tensorId))
+        raise PopartException(f"No Ir::Tensor with TensorId '{tensorId}' in Ir::getTensor(..)")
+
     def createUniqueSubgraphId(self, base: GraphId | str) -> GraphId:
         """``<base>_subgraph(<n>)``, the next name ``create_graph`` would make."""
         return GraphId(f"{base}_subgraph({self._ir._next_subgraph})")

@@ -42,9 +42,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         **_each(
             {
                 "create graphs with popxl.Ir.create_graph": "createGraph removeGraph",
-                "read tensors through the graphs (Graph.getTensor)": (
-                    "getTensor containsTensor getTensorIds getAllOps"
-                ),
                 "data flow and anchors are popxl streams": (
                     "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
