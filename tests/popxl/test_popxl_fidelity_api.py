@@ -266,3 +266,27 @@ def test_ir_binding_reads_tensors_and_ops_of_every_graph():
     assert pb.getTensor(out.id) == out._pb_tensor
     with pytest.raises(popart.popart_exception, match="No Ir::Tensor with TensorId 'nothing'"):
         pb.getTensor("nothing")
+
+
+def test_location_info_says_where_variables_live():
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        rb = popxl.RemoteBuffer((2,), popxl.float32, 3)
+        remote = popxl.remote_variable(np.ones(2, np.float32), rb, 2, name="remote")
+        var, shard = popxl.replica_sharded_variable(np.ones(4, np.float32), name="rts")
+        rts_buffer = popxl.replica_sharded_buffer((4,), popxl.float32)
+        rrs = popxl.remote_replica_sharded_variable(np.ones(4, np.float32), rts_buffer, 0)
+        plain = popxl.variable(1.0, name="plain")
+        act = plain + 1
+    info = remote.location_info
+    assert info.isRemote() and not info.isSharded()
+    assert info.getRemoteBufferInfo() == (rb.remote_buffer_id, 2)
+    for sharded in (var, rrs):
+        assert sharded.location_info.isRemote() and sharded.location_info.isSharded()
+    assert rrs.location_info.getRemoteBufferInfo() == (rts_buffer.remote_buffer_id, 0)
+    for t in (shard, plain, act):
+        info = t.location_info
+        assert not info.isRemote() and not info.isSharded()
+        assert info.getRemoteBufferInfo() == (-1, -1)
+    assert remote._pb_tensor.tensorLocationInfo == remote.location_info
+    assert isinstance(remote.location_info, _ir.TensorLocationInfo)

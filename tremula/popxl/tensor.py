@@ -179,8 +179,13 @@ class Tensor:
         return self._get_ipu_and_tile_set(True, False)[1]
 
     @property
-    def location_info(self) -> None:
-        return None
+    def location_info(self) -> Any:
+        """Where the tensor lives, as PopART's ``TensorLocationInfo`` (PopXL's property):
+        ``isRemote()`` with ``getRemoteBufferInfo()`` ``(buffer id, entry)`` for a remote
+        variable, ``isSharded()`` for a replica-sharded one."""
+        from tremula.popxl._ir.tensor import TensorLocationInfo
+
+        return TensorLocationInfo._of(self)
 
     @property
     def in_sync_with_ipu(self) -> bool:

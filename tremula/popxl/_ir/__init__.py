@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         RemoteBufferInfo,
         Tensor,
         TensorInfo,
+        TensorLocationInfo,
         TensorType,
         tensor_handle,
     )
@@ -68,6 +69,7 @@ __all__ = [
     "Session",
     "Tensor",
     "TensorInfo",
+    "TensorLocationInfo",
     "TensorType",
     "TileSet",
     "TopoCons",

@@ -86,6 +86,54 @@ class TensorInfo:
         return f"TensorInfo({self.dataType().name}, {list(self._shape)})"
 
 
+class TensorLocationInfo:
+    """Where a tensor lives (PopART's ``TensorLocationInfo``, what
+    ``popxl.Tensor.location_info`` gives): in a remote buffer (``isRemote``, with
+    ``getRemoteBufferInfo()`` its ``(remote buffer id, entry)``, ``(-1, -1)`` otherwise), and
+    sharded between replicas (``isSharded``). A view of the tensor when it was asked for:
+    variables are placed by the popxl factories (``remote_variable``,
+    ``remote_replica_sharded_variable``, ``replica_sharded_variable``), not through it."""
+
+    def __init__(self, remote: bool = False, sharded: bool = False, buffer: Any = (-1, -1)):
+        self._remote = bool(remote)
+        self._sharded = bool(sharded)
+        self._buffer = (int(buffer[0]), int(buffer[1]))
+
+    @classmethod
+    def _of(cls, t: XlTensor) -> TensorLocationInfo:
+        where = getattr(t, "remote", None)  # variables: (RemoteBuffer, entry) or None
+        sharded = getattr(t, "shard_over", None) is not None
+        if where is None:
+            return cls(False, sharded)
+        buffer, entry = where
+        return cls(True, sharded, (buffer.remote_buffer_id, entry))
+
+    def isRemote(self) -> bool:
+        return self._remote
+
+    def isSharded(self) -> bool:
+        return self._sharded
+
+    def getRemoteBufferInfo(self) -> tuple[int, int]:
+        return self._buffer
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorLocationInfo) and (
+            other._remote,
+            other._sharded,
+            other._buffer,
+        ) == (self._remote, self._sharded, self._buffer)
+
+    def __hash__(self) -> int:
+        return hash((self._remote, self._sharded, self._buffer))
+
+    def __repr__(self) -> builtins.str:
+        return (
+            f"TensorLocationInfo(remote={self._remote}, sharded={self._sharded}, "
+            f"remoteBufferInfo={self._buffer})"
+        )
+
+
 class RemoteBufferInfo:
     """A remote buffer's slot type and number of slots (PopART's ``RemoteBufferInfo``:
     ``TensorInfo``, ``repeats``), what ``Ir.getRemoteBufferInfo`` gives."""
@@ -133,6 +181,10 @@ class Tensor:
     @property
     def info(self) -> TensorInfo:
         return TensorInfo(self._t.dtype, self._t.shape, self._t.meta_shape)
+
+    @property
+    def tensorLocationInfo(self) -> TensorLocationInfo:
+        return TensorLocationInfo._of(self._t)
 
     @property
     def consumers(self) -> Consumers:

@@ -100,7 +100,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "setCopyFromTensor"
                 ),
                 "Tremula has no PopART tensor location settings": (
-                    "tensorLocationInfo inputSettings returnedShape verifyMutableVoidInfo"
+                    "inputSettings returnedShape verifyMutableVoidInfo"
                 ),
                 _KINDS: (
                     "isOptimizerTensor isRemoteArgTensor isRandomSeedTensor "
