@@ -290,3 +290,31 @@ def test_location_info_says_where_variables_live():
         assert info.getRemoteBufferInfo() == (-1, -1)
     assert remote._pb_tensor.tensorLocationInfo == remote.location_info
     assert isinstance(remote.location_info, _ir.TensorLocationInfo)
+
+
+def test_to_device_info_makes_popart_devices():
+    from popxl.utils import _acquire_hw_device_with_timeout, _to_device_info
+
+    model = _to_device_info("ipu_model", 2)
+    assert isinstance(model, popart.DeviceInfo)
+    assert (model.type, model.numIpus, model.tilesPerIPU) == (popart.DeviceType.IpuModel, 2, 1472)
+    cpu = _to_device_info("cpu")
+    assert (cpu.type, cpu.numIpus) == (popart.DeviceType.Cpu, 1)
+    hw = _acquire_hw_device_with_timeout(4)
+    assert (hw.type, hw.numIpus) == (popart.DeviceType.Ipu, 4)
+    with pytest.raises(ValueError, match="Incorrect device type provided: gpu"):
+        _to_device_info("gpu")
+    with pytest.raises(ValueError, match="num_ipus"):
+        _to_device_info("ipu_model", 0)
+    # a session runs on such a device, and takes another of the same kind later
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.float32(1), name="v")
+        v += 1
+    session = popxl.Session(ir, _to_device_info("ipu_model"))
+    with session:
+        session.run()
+    session._set_device(_to_device_info("ipu_model"))
+    with session:
+        session.run()
+    assert session.get_tensor_data(v) == 3
