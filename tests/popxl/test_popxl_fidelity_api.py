@@ -318,3 +318,10 @@ def test_to_device_info_makes_popart_devices():
     with session:
         session.run()
     assert session.get_tensor_data(v) == 3
+
+
+def test_binding_replica_grouping_str():
+    ir = popxl.Ir(replication=8)
+    pb = ir.replica_grouping(2, 4)._pb_replica_grouping
+    assert pb.str() == "ReplicaGrouping(numReplicas=8, stride=2, groupSize=4)" == str(pb)
+    assert pb.getReplicasAt(1) == [1, 3, 5, 7] and pb.getGroupAt(6) == 0
