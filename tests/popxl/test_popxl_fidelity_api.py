@@ -325,3 +325,26 @@ def test_binding_replica_grouping_str():
     pb = ir.replica_grouping(2, 4)._pb_replica_grouping
     assert pb.str() == "ReplicaGrouping(numReplicas=8, stride=2, groupSize=4)" == str(pb)
     assert pb.getReplicasAt(1) == [1, 3, 5, 7] and pb.getGroupAt(6) == 0
+
+
+def test_op_binding_reads_infos_and_settings():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones((2, 3), np.float16), name="a")
+        with popxl.ipu(1), popxl.name_scope("foo"), popxl.io_tiles():
+            b = a + 1
+        c = a * 2
+        with popxl.ipu(None):
+            d = a - 1
+    op = b._pb_tensor.getProducer()
+    assert op.inInfo(0) == a._pb_tensor.info and op.outInfo(0).dataType() == popart.DataType.FLOAT16
+    assert (op.inShape(0), op.outShape(0), op.inRank(1), op.outRank(0)) == ([2, 3], [2, 3], 0, 2)
+    s = op.settings
+    assert (s.vgraphId, s.tileSet, s.scope) == (1, _ir.TileSet.IO, "foo")
+    assert s.executionContext == _ir.ExecutionContext.Normal
+    assert s.graph == ir.main_graph._pb_graph
+    s = c._pb_tensor.getProducer().settings
+    assert (s.vgraphId, s.tileSet, s.scope) == (0, _ir.TileSet.Compute, "")
+    assert d._pb_tensor.getProducer().settings.vgraphId is None
+    with pytest.raises(popart.popart_exception):
+        op.inInfo(2)

@@ -158,12 +158,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isExcludedFromPattern hasSideEffect canRecompute requiresRandomSeed "
                     "getSeedInIndex isParentOf isChildOf"
                 ),
-                "read the tensors' info (Op.inTensor(i).info)": (
-                    "inInfo outInfo inShape outShape inRank outRank"
-                ),
                 _INTERNAL: (
                     "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut "
-                    "clone opid settings"
+                    "clone opid"
                 ),
             }
         ),
