@@ -348,3 +348,16 @@ def test_op_binding_reads_infos_and_settings():
     assert d._pb_tensor.getProducer().settings.vgraphId is None
     with pytest.raises(popart.popart_exception):
         op.inInfo(2)
+
+
+def test_tensor_truth_value_is_its_length_as_in_popxl():
+    """PopXL's Tensor defines ``__len__`` and no ``__bool__``: ``if t:`` asks the length."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        vec = popxl.variable(np.ones(3, np.float32), name="vec")
+        empty = popxl.constant(np.ones((0, 2), np.float32), name="empty")
+        scalar = popxl.variable(np.float32(1), name="scalar")
+    assert bool(vec) and len(vec) == 3
+    assert not empty and len(empty) == 0
+    with pytest.raises(ValueError, match="doesn't have a length"):
+        bool(scalar)

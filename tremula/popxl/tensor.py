@@ -222,6 +222,11 @@ class Tensor:
         return self is other
 
     def __len__(self) -> int:
+        """``shape[0]``; also the truth value (``if t:``), as PopXL defines no other.
+
+        Raises:
+            ValueError: a scalar tensor (no length, so no truth value either).
+        """
         if not self.shape:
             raise ValueError(f"Tensor {self._id!r} doesn't have a length: it is a scalar")
         return self.shape[0]
@@ -231,9 +236,6 @@ class Tensor:
 
     def __contains__(self, item: object) -> bool:
         raise TypeError(f"`in` is not supported on tensor {self._id!r} (use ops.equal)")
-
-    def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of tensor {self._id!r} is undefined on the host")
 
     # ---- operators (ops imported on use: the op layer builds on this module) ----
     def _ops(self) -> Any:
