@@ -361,3 +361,68 @@ def test_tensor_truth_value_is_its_length_as_in_popxl():
     assert not empty and len(empty) == 0
     with pytest.raises(ValueError, match="doesn't have a length"):
         bool(scalar)
+
+
+_X = np.arange(2 * 5 * 4, dtype=np.float32).reshape(2, 5, 4)
+_KEYS = [
+    0,
+    -1,
+    (1, 2, 3),
+    slice(1, None),
+    slice(None, None, -1),
+    slice(None, None, 2),
+    (slice(None), slice(4, 0, -2)),
+    (0, slice(None, None, -3)),
+    (slice(None), slice(3, 3)),
+    (Ellipsis, 1),
+    (None, 0),
+    (slice(None), -1, slice(None, None, 2)),
+    (slice(-100, 100, 3),),
+]
+
+
+def test_getitem_builds_slice_subsample_squeeze_and_matches_numpy():
+    """PopXL's Tensor.__getitem__ (spec popxl.md 1.5): ints and slices are ops.slice (steps
+    of +-1), then ops.subsample for larger steps, then ops.squeeze of the int axes."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    streams = {}
+    with g:
+        x = popxl.variable(_X, name="x")
+        made = {}
+        for i, key in enumerate(_KEYS):
+            n = len(g.ops)
+            y = x[key]
+            made[i] = [op.type for op in g.ops[n:]]
+            assert y.shape == _X[key].shape
+            if y.nelms:
+                streams[i] = popxl.d2h_stream(y.shape, y.dtype, f"out{i}")
+                ops.host_store(streams[i], y)
+        assert x[:] is x and x[...] is x  # nothing to slice: the tensor itself
+    assert made[0] == ["Slice", "Reshape"]  # ops.squeeze is a Reshape in Tremula
+    assert made[5] == ["Subsample"]  # the whole axis, every other element
+    assert made[4] == ["Slice"]  # a reversed axis: one slice of step -1
+    assert made[6] == ["Slice", "Subsample"]
+    assert made[11] == ["Slice", "Subsample", "Reshape"]
+    with popxl.Session(ir, "ipu_model") as s:
+        out = s.run()
+    for i, stream in streams.items():
+        np.testing.assert_array_equal(out[stream], _X[_KEYS[i]])
+
+
+def test_getitem_gradient_reaches_the_indexed_elements():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(_X, name="x")
+        g = ir.create_graph(lambda t: t[1, ::-2] * 3.0, x)
+        grad = popxl.transforms.autodiff(g)
+        info = ops.call_with_info(g, x)
+        seed = popxl.constant(np.ones((3, 4), np.float32), name="seed")
+        (dx,) = ops.call(grad.graph, seed, inputs_dict=grad.inputs_dict(info))
+        d = popxl.d2h_stream(dx.shape, dx.dtype, "dx")
+        ops.host_store(d, dx)
+    with popxl.Session(ir, "ipu_model") as s:
+        got = s.run()[d]
+    want = np.zeros_like(_X)
+    want[1, ::-2] = 3.0
+    np.testing.assert_array_equal(got, want)
