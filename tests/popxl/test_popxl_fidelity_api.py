@@ -426,3 +426,14 @@ def test_getitem_gradient_reaches_the_indexed_elements():
     want = np.zeros_like(_X)
     want[1, ::-2] = 3.0
     np.testing.assert_array_equal(got, want)
+
+
+def test_binding_tensor_type_names():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(1.0, name="v")
+        c = popxl.constant(1.0, name="c")
+        h2d = popxl.h2d_stream((), popxl.float32, name="s")
+        a = v + c
+    names = [t._pb_tensor.tensor_type() for t in (v, c, h2d._stream_tensor, a)]
+    assert names == ["Variable", "Const", "Stream", "ActGrad"]

@@ -206,6 +206,11 @@ class Tensor:
             return TensorType.Stream
         return TensorType.ActGrad
 
+    def tensor_type(self) -> builtins.str:
+        """The name of :meth:`tensorType` (PopART's ``Tensor::tensor_type()``: ``"Variable"``,
+        ``"Const"``, ``"Stream"``, ``"ActGrad"``), by which PopXL picks a tensor's class."""
+        return self.tensorType().name
+
     def getGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle
 
