@@ -437,3 +437,14 @@ def test_binding_tensor_type_names():
         a = v + c
     names = [t._pb_tensor.tensor_type() for t in (v, c, h2d._stream_tensor, a)]
     assert names == ["Variable", "Const", "Stream", "ActGrad"]
+
+
+@pytest.mark.parametrize("replicas, last_ipu, count", [(1, 0, 1), (1, 2, 4), (2, 1, 4), (4, 0, 4)])
+def test_session_ipu_count(replicas, last_ipu, count):
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        with popxl.ipu(last_ipu):
+            v + 1
+    session = popxl.Session(ir, "ipu_model")
+    assert session._get_ipu_count() == count == session.device.numIpus

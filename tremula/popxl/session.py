@@ -149,6 +149,13 @@ class Session(SessionWeights):
     def is_attached(self) -> bool:
         return self._attached
 
+    def _get_ipu_count(self) -> int:
+        """The number of IPUs the Ir needs on the device a device string makes (PopXL's
+        helper): 2 ** ceil(log2(IPUs per replica x replicas))."""
+        from tremula.popxl.session_device import ipu_count
+
+        return ipu_count(self._ir)
+
     @property
     def device(self) -> poplar.Device:
         """The device the session runs on (PopXL's property): the ``popart.DeviceInfo``
