@@ -448,3 +448,26 @@ def test_session_ipu_count(replicas, last_ipu, count):
             v + 1
     session = popxl.Session(ir, "ipu_model")
     assert session._get_ipu_count() == count == session.device.numIpus
+
+
+def test_tensors_and_streams_cannot_be_constructed_directly():
+    """As in PopXL: tensors come from the factories and ops, streams from h2d_stream /
+    d2h_stream; copies of existing ones still work."""
+    import copy
+
+    for cls in (
+        popxl.Tensor,
+        popxl.tensor.Variable,
+        popxl.tensor.Constant,
+        popxl.HostToDeviceStream,
+        popxl.DeviceToHostStream,
+    ):
+        with pytest.raises(RuntimeError, match="cannot be constructed directly"):
+            cls()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        s = popxl.h2d_stream((2,), popxl.float32, name="s")
+    twin = copy.copy(v)
+    assert twin.id == v.id and np.array_equal(twin.host_data, v.host_data)
+    assert copy.copy(s).tensor_id == "s"

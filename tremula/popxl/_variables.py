@@ -35,7 +35,7 @@ def constant(
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     graph = get_current_graph()
     tid, short = _new_id(graph, name, "c")
-    t = Constant(
+    t = Constant._create_constant(
         graph,
         tid,
         short,
@@ -146,7 +146,7 @@ def _add_variable(
         arr = np.array(arr)
     tid, short = _new_id(graph, name, "t")
     spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
-    t = Variable(graph, tid, short, spec, arr, rg, mode)
+    t = Variable._create_variable(graph, tid, short, spec, arr, rg, mode)
     graph._add_tensor(t)
     return t
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -10,10 +12,15 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 class Stream:
     """A host stream (PopXL's ``popxl.streams.Stream``, the base of both directions)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str) -> None:
-        self._spec = TensorSpec(tuple(shape), dtype)
-        self._name = name
-        self._tensor: Tensor | None = None  # set by h2d_stream / d2h_stream
+    _spec: TensorSpec
+    _name: str
+    _tensor: Tensor | None  # the stream's tensor in the main graph
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"popxl.{type(self).__name__} cannot be constructed directly: use "
+            f"popxl.h2d_stream / popxl.d2h_stream"
+        )
 
     @property
     def _stream_tensor(self) -> Tensor:
@@ -79,13 +86,15 @@ class DeviceToHostStream(Stream):
 
 
 def _make(
-    cls: type, shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
+    cls: type[Stream], shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
 ) -> Stream:
     ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
-    stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
+    stream = cls.__new__(cls)
+    stream._spec = TensorSpec(tuple(shape), dtypes.dtype.as_dtype(dtype))
+    stream._name = ir._unique_stream(name or prefix)
     ir._streams.append(stream)
     main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
-    stream._tensor = Tensor(main, stream.tensor_id, stream.tensor_id, stream.spec)
+    stream._tensor = Tensor._create(main, stream.tensor_id, stream.tensor_id, stream.spec)
     main._add_tensor(stream._tensor)
     return stream
 

@@ -69,7 +69,28 @@ class Tensor:
 
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    def __init__(
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"popxl.{type(self).__name__} cannot be constructed directly: tensors are made by "
+            f"popxl.variable, popxl.constant, popxl.graph_input and the ops"
+        )
+
+    @classmethod
+    def _create(
+        cls,
+        graph: Graph,
+        tensor_id: str,
+        name: str,
+        spec: TensorSpec,
+        producer: OpNode | None = None,
+    ) -> Tensor:
+        """A new tensor object (not yet added to ``graph``): what the factories and ops use,
+        as ``Tensor()`` itself is refused, as in PopXL."""
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec, producer)
+        return self
+
+    def _setup(
         self,
         graph: Graph,
         tensor_id: str,
@@ -387,8 +408,15 @@ class Variable(Tensor):
     """A tensor whose value persists across runs: initialised from host data, read back with
     ``Session.get_tensor_data``."""
 
-    def __init__(
-        self,
+    _data: np.ndarray  # host data: shape_on_host (the initial value, then the host copy)
+    _replica_grouping: ReplicaGrouping
+    _retrieval_mode: str
+    _remote: tuple[Any, int] | None  # (RemoteBuffer, entry)
+    _shard: tuple[Any, int] | None  # (shard tensor, shard_over)
+
+    @classmethod
+    def _create_variable(
+        cls,
         graph: Graph,
         tensor_id: str,
         name: str,
@@ -396,13 +424,15 @@ class Variable(Tensor):
         data: np.ndarray,
         replica_grouping: ReplicaGrouping,
         retrieval_mode: str,
-    ) -> None:
-        super().__init__(graph, tensor_id, name, spec)
+    ) -> Variable:
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec)
         self._data = data  # host data: shape_on_host (the initial value, then the host copy)
         self._replica_grouping = replica_grouping
         self._retrieval_mode = retrieval_mode
-        self._remote: tuple[Any, int] | None = None  # (RemoteBuffer, entry)
-        self._shard: tuple[Any, int] | None = None  # (shard tensor, shard_over)
+        self._remote = None
+        self._shard = None
+        return self
 
     @property
     def replica_grouping(self) -> ReplicaGrouping:
@@ -457,11 +487,16 @@ class Variable(Tensor):
 class Constant(Tensor):
     """A tensor with a value fixed when the graph is built."""
 
-    def __init__(
-        self, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
-    ) -> None:
-        super().__init__(graph, tensor_id, name, spec)
+    _data: np.ndarray
+
+    @classmethod
+    def _create_constant(
+        cls, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
+    ) -> Constant:
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec)
         self._data = data
+        return self
 
     @property
     def host_data(self) -> np.ndarray:
@@ -501,7 +536,7 @@ def graph_input(
 
     graph = get_current_graph()
     tid, short = _new_id(graph, name, "input")
-    t = Tensor(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
+    t = Tensor._create(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
     graph._add_tensor(t)
     graph._add_input(t, by_ref)
     return t
