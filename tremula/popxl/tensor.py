@@ -1,8 +1,9 @@
 """PopXL tensors: ``Tensor`` (an activation, produced by an op), ``Variable`` (state that
-persists across runs), ``Constant``; ``TensorSpec``; ``graph_input`` and ``graph_output``.
+persists across runs), ``Constant``; ``TensorSpec`` (defined in :mod:`tremula.popxl._spec`).
 
 ``popxl.tensor`` also gives the factories of variables and constants, as PopXL's module
-does: ``constant`` and ``variable`` live in :mod:`tremula.popxl._variables`,
+does: ``constant``, ``variable``, ``graph_input`` and ``graph_output`` live in
+:mod:`tremula.popxl._variables`,
 ``remote_variable``, ``remote_replica_sharded_variable``, ``replica_sharded_buffer`` and
 ``replica_sharded_variable`` in :mod:`tremula.popxl._remote_variables`; they are imported at
 the end of this module (they build the classes defined here).
@@ -11,13 +12,14 @@ the end of this module (they build the classes defined here).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from tremula.errors import UndefinedValue
 from tremula.popxl import dtypes
+from tremula.popxl._spec import TensorSpec
 from tremula.popxl.context import get_current_context, undo_on_error
 from tremula.popxl.typing_ import NewAliasAnnotation
 
@@ -26,41 +28,6 @@ if TYPE_CHECKING:
     from tremula.popxl.ir import Ir
     from tremula.popxl.ops.base import OpNode
     from tremula.popxl.replica_grouping import ReplicaGrouping
-
-
-class TensorSpec(Mapping):
-    """Shape, dtype and meta shape of a tensor; a Mapping so that ``**spec`` works."""
-
-    def __init__(
-        self,
-        shape: tuple[int, ...],
-        dtype: dtypes.dtype,
-        meta_shape: tuple[int, ...] | None = (),
-    ) -> None:
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = dtypes.dtype.as_dtype(dtype)
-        self.meta_shape = tuple(int(s) for s in meta_shape or ())  # None: no meta shape
-
-    def _dict(self) -> dict[str, Any]:
-        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
-
-    def __getitem__(self, key: str) -> Any:
-        return self._dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return 3
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TensorSpec) and self._dict() == other._dict()
-
-    def __hash__(self) -> int:
-        return hash((self.shape, self.dtype.name, self.meta_shape))
-
-    def __repr__(self) -> str:
-        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
 
 
 class Tensor:
@@ -524,43 +491,13 @@ def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:
     return graph._unique_id(full), full
 
 
-def graph_input(
-    shape: tuple[int, ...],
-    dtype: dtypes.dtype,
-    name: str | None = None,
-    by_ref: bool = False,
-    meta_shape: tuple[int, ...] | None = None,
-) -> Tensor:
-    """A new input of the current graph."""
-    from tremula.popxl.context import get_current_graph
-
-    graph = get_current_graph()
-    tid, short = _new_id(graph, name, "input")
-    t = Tensor._create(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
-    graph._add_tensor(t)
-    graph._add_input(t, by_ref)
-    return t
-
-
-def graph_output(t: Tensor) -> None:
-    """Mark ``t`` as an output of the current graph (``ValueError`` if it is not in it)."""
-    from tremula.popxl.context import get_current_graph
-
-    graph = get_current_graph()
-    if not isinstance(t, Tensor) or t.graph is not graph:
-        where = t.graph.name if isinstance(t, Tensor) else type(t).__name__
-        raise ValueError(
-            f"graph_output: {t!r} is not a tensor of the current graph "
-            f"{graph.name!r} (it belongs to {where!r})"
-        )
-    graph._add_output(t)
-
-
 # The factories, under PopXL's names in this module (after the classes they build).
 from tremula.popxl import _remote_variables, _variables  # noqa: E402
 
 constant = _variables.constant
 variable = _variables.variable
+graph_input = _variables.graph_input
+graph_output = _variables.graph_output
 remote_variable = _remote_variables.remote_variable
 remote_replica_sharded_variable = _remote_variables.remote_replica_sharded_variable
 replica_sharded_buffer = _remote_variables.replica_sharded_buffer
