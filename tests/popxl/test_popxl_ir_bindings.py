@@ -313,7 +313,7 @@ POPART_ONLY = [
     ("Op", "getSettings"),
     ("Op", "getPipelineStage"),
     ("Op", "isIpuCopyOp"),
-    ("Op", "inInfo"),
+    ("Op", "getDebugInfo"),
     ("Op", "getGradOps"),
     ("LoopOp", "getSettings"),  # inherited from Op
     ("LoopOp", "removeLoopInput"),

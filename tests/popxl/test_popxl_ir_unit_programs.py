@@ -559,9 +559,12 @@ def test_schedule_follows_in_sequence() -> None:
         d = ops.cos(a)
     sched = [op.opType() for op in g._pb_graph.getOpSchedule(False)]
     assert sched == ["Exp", "Sin", "Cos"]
-    first, last = b._pb_tensor.getProducer(), d._pb_tensor.getProducer()
-    assert g._pb_graph.topoCons().contains(first, last)
-    assert c._pb_tensor.getProducer() in g._pb_graph.getOps()
+    first, middle, last = (t._pb_tensor.getProducer() for t in (b, c, d))
+    topo = g._pb_graph.topoCons()
+    assert topo.contains(first, middle) and topo.contains(middle, last)
+    # PopART's TopoCons::contains: direct constraints only, not the chain through `middle`
+    assert not topo.contains(first, last) and not topo.contains(last, first)
+    assert middle in g._pb_graph.getOps()
 
 
 def test_name_scope_names_tensors() -> None:

@@ -29,7 +29,7 @@ def _check_remote(buffer: Any, graph: Graph, what: str) -> None:
         raise TypeError(
             f"{what}: remote_buffer must be a RemoteBuffer, got {type(buffer).__name__}"
         )
-    if buffer._current_ir is not graph.ir:
+    if buffer._ir is not graph.ir:
         raise ValueError(f"{what}: {buffer!r} belongs to another Ir")
 
 

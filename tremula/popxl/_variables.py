@@ -1,5 +1,6 @@
-"""The factories of constants and variables (``popxl.constant``, ``popxl.variable``) and
-what the remote and replica-sharded factories share with them: the main-graph check, the
+"""The factories of constants and variables (``popxl.constant``, ``popxl.variable``), of graph
+inputs and outputs (``popxl.graph_input``, ``popxl.graph_output``) and what the remote and
+replica-sharded factories share with them: the main-graph check, the
 replica grouping, the host data of a grouping and the making of a variable. Their public
 home is :mod:`tremula.popxl.tensor`, as in PopXL."""
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from tremula.errors import VariableDataError
 from tremula.popxl import dtypes
-from tremula.popxl.tensor import Constant, TensorSpec, Variable, _new_id
+from tremula.popxl.tensor import Constant, Tensor, TensorSpec, Variable, _new_id
 from tremula.popxl.utils import to_numpy
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def constant(
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     graph = get_current_graph()
     tid, short = _new_id(graph, name, "c")
-    t = Constant(
+    t = Constant._create_constant(
         graph,
         tid,
         short,
@@ -146,7 +147,7 @@ def _add_variable(
         arr = np.array(arr)
     tid, short = _new_id(graph, name, "t")
     spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
-    t = Variable(graph, tid, short, spec, arr, rg, mode)
+    t = Variable._create_variable(graph, tid, short, spec, arr, rg, mode)
     graph._add_tensor(t)
     return t
 
@@ -190,3 +191,35 @@ def variable(
         data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )
     return _add_variable(graph, arr, shape, rg, mode, name, what=what)
+
+
+def graph_input(
+    shape: tuple[int, ...],
+    dtype: dtypes.dtype,
+    name: str | None = None,
+    by_ref: bool = False,
+    meta_shape: tuple[int, ...] | None = None,
+) -> Tensor:
+    """A new input of the current graph."""
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    tid, short = _new_id(graph, name, "input")
+    t = Tensor._create(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
+    graph._add_tensor(t)
+    graph._add_input(t, by_ref)
+    return t
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark ``t`` as an output of the current graph (``ValueError`` if it is not in it)."""
+    from tremula.popxl.context import get_current_graph
+
+    graph = get_current_graph()
+    if not isinstance(t, Tensor) or t.graph is not graph:
+        where = t.graph.name if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(
+            f"graph_output: {t!r} is not a tensor of the current graph "
+            f"{graph.name!r} (it belongs to {where!r})"
+        )
+    graph._add_output(t)

@@ -67,6 +67,14 @@ class dtype:
     def is_signed(self) -> builtins.bool:
         return self._numpy.kind in "ifc" or self._name.startswith("float8")
 
+    @property
+    def _pb_dtype(self) -> Any:
+        """PopART's ``DataType`` member of this dtype (the private attribute PopXL's dtypes
+        carry and its tests compare ``TensorInfo.dataType()`` with)."""
+        from tremula.popxl._ir.core.enums import DataType
+
+        return DataType[self._popart]
+
     # ---- conversions ----
     def as_numpy(self) -> np.dtype:
         """The NumPy dtype (float8 types: PopXL's structured uint8 dtypes)."""

@@ -91,17 +91,22 @@ class Ir:
             ValueError: arguments that do not fit ``fn``'s signature, or a return value
                 other than None, a Tensor or an iterable of Tensors.
             TypeError: a list, tuple, ``*args`` or ``**kwargs`` mixing tensors and other
-                values.
+                values; ``fn`` neither a function (anything with a ``__qualname__``, which
+                names the graph) nor a Module.
 
         A refused call (or an error raised by ``fn``) leaves the Ir as it was: no graph, and
         the next graph gets the name this one would have had.
         """
-        func = fn.build if isinstance(fn, Module) else fn
-        qual = (
-            type(fn).__name__
-            if isinstance(fn, Module)
-            else getattr(fn, "__qualname__", type(fn).__name__)
-        )
+        if isinstance(fn, Module):  # PopXL names the graph after the class's qualified name
+            func, qual = fn.build, type(fn).__qualname__
+        elif callable(fn) and hasattr(fn, "__qualname__"):
+            func, qual = fn, fn.__qualname__
+        else:
+            raise TypeError(
+                f"create_graph: callable `fn` must be either a function or a class that "
+                f"extends popxl.Module, got {type(fn).__name__} {fn!r} (PopXL names the graph "
+                f"after its __qualname__)"
+            )
         sig = inspect.signature(func)
         try:
             bound = sig.bind(*args, **kwargs)

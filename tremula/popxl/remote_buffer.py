@@ -20,13 +20,20 @@ class RemoteBuffer:
         dtype = dtypes.dtype.as_dtype(tensor_dtype)
         _check_entries(entries, f"RemoteBuffer({dtype} {shape})")
         ir = get_current_graph().ir
-        self._current_ir = ir
+        self._ir = ir
         self._remote_buffer_id = ir._next_remote_buffer_id()
         self._shape = shape
         self._dtype = dtype
         self._entries = int(entries)
         self.meta_shape: tuple[int, ...] = ()
-        self._current_ir._remote_buffers.append(self)
+        ir._remote_buffers.append(self)
+
+    @property
+    def _current_ir(self) -> Any:
+        """The buffer's Ir in PopXL's IR bindings (``ir._pb_ir``, whose
+        ``getRemoteBufferInfo(remote_buffer_id)`` describes this buffer), as PopXL's
+        attribute of that name."""
+        return self._ir._pb_ir
 
     @property
     def remote_buffer_id(self) -> int:
@@ -54,8 +61,9 @@ class RemoteBuffer:
         self, tensor_dtype: dtypes.dtype, tensor_shape: tuple[int, ...], entries: int
     ) -> None:
         _check_entries(entries, repr(self))  # before changing anything
-        self._dtype = dtypes.dtype.as_dtype(tensor_dtype)
-        self._shape = tuple(tensor_shape)
+        dtype = dtypes.dtype.as_dtype(tensor_dtype)
+        self._shape = tuple(int(s) for s in tensor_shape)
+        self._dtype = dtype
         self._entries = int(entries)
 
     def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:

@@ -129,6 +129,7 @@ class Session(SessionWeights):
         #: stack; a device instead of False is given back to the session on leaving)
         self._was_attached_stack: list[bool | poplar.Device] = []
         self._host_stale = False  # device weights newer than the host copies
+        self._d2h_noted: set[Variable] = set()  # variables read back once (a log line each)
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
         self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
             shard: v for v in ir.main_graph.variables if (shard := v.shard) is not None
@@ -147,6 +148,20 @@ class Session(SessionWeights):
     @property
     def is_attached(self) -> bool:
         return self._attached
+
+    def _get_ipu_count(self) -> int:
+        """The number of IPUs the Ir needs on the device a device string makes (PopXL's
+        helper): 2 ** ceil(log2(IPUs per replica x replicas))."""
+        from tremula.popxl.session_device import ipu_count
+
+        return ipu_count(self._ir)
+
+    @property
+    def device(self) -> poplar.Device:
+        """The device the session runs on (PopXL's property): the ``popart.DeviceInfo``
+        made for a ``device_desc`` string (``numIpus``, ``tilesPerIPU``, ``type``: ``Cpu``,
+        ``IpuModel``, or ``Ipu`` for ``"ipu_hw"``), else the device given."""
+        return self._device
 
     @property
     def engine(self) -> poplar.Engine:

@@ -38,8 +38,22 @@ def _given(device: poplar.Device, ir: Ir) -> poplar.Device:
     return device
 
 
+def ipu_count(ir: Ir) -> int:
+    """The IPUs of the device a Session makes for ``ir``: PopXL's 2 ** ceil(log2(IPUs per
+    replica x replicas)); a count the replicas do not divide (3 replicas in 4 IPUs) becomes
+    exactly IPUs per replica x replicas."""
+    per, R = ipus_per_replica(ir), ir.replication_factor
+    ipus = 2 ** math.ceil(math.log2(per * R))
+    return ipus if ipus % R == 0 else per * R
+
+
 def device_for(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
-    """The device a Session of ``ir`` compiles for, from ``device_desc``."""
+    """The device a Session of ``ir`` compiles for, from ``device_desc``: a
+    ``popart.DeviceInfo`` for a string (type ``Cpu``, ``IpuModel``, or ``Ipu`` for
+    ``"ipu_hw"``, an IPU Model too), as PopXL makes one through PopART's device manager."""
+    from tremula.popxl._ir.core.devices import DeviceInfo
+    from tremula.popxl._ir.core.enums import DeviceType
+
     if isinstance(desc, poplar.Device):
         return _given(desc, ir)
     if not isinstance(desc, str) or desc not in _DEVICES:
@@ -55,15 +69,12 @@ def device_for(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
                 f"({ipus} per replica (popxl.ipu / ipu_copy) x replication_factor {R}); "
                 f"use 'ipu_model'"
             )
-        return poplar.Device.create_cpu_device()
+        return DeviceInfo(poplar.Device.create_cpu_device().target, DeviceType.Cpu, 0)
     if desc == "ipu_hw" and not _HW_WARNED[0]:
         print("Tremula: 'ipu_hw' runs on the IPU Model (there is no hardware)", file=sys.stderr)
         _HW_WARNED[0] = True
-    # PopXL's 2 ** ceil(log2(ipus_per_replica x replicas)) IPUs; a count the replicas do not
-    # divide (3 replicas in 4 IPUs) becomes exactly ipus_per_replica x replicas
-    per, R = ipus_per_replica(ir), ir.replication_factor
-    ipus = 2 ** math.ceil(math.log2(per * R))
-    return poplar.IPUModel(num_ipus=ipus if ipus % R == 0 else per * R).create_device()
+    target = poplar.IPUModel(num_ipus=ipu_count(ir)).create_target()
+    return DeviceInfo(target, DeviceType.Ipu if desc == "ipu_hw" else DeviceType.IpuModel, 0)
 
 
 #: where ops may be made: the main graph's three programs (lowering's FRAGMENTS), subgraphs

@@ -43,6 +43,7 @@ class SessionWeights:
     _shards: dict[Variable, Variable]
     _attached: bool
     _host_stale: bool
+    _d2h_noted: set[Variable]
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:
@@ -163,6 +164,7 @@ class SessionWeights:
             rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
             owner = self._shard_owner(v)
             if owner is None:
+                self._note_d2h_buffer(v)
                 v.store_host(group_rows(v.replica_grouping, rows, v.shape))
                 continue
             owner.store_host(self._from_rows(owner, rows))
@@ -182,6 +184,18 @@ class SessionWeights:
             v.store_host(self._from_rows(v, self._gather(rows)))
         self._host_stale = False
         _DEVICEX.debug("Writing weights to host complete.")
+
+    def _note_d2h_buffer(self, v: Variable) -> None:
+        """Log, the first time a variable is read back, that its host copy is written in
+        place (PopART's devicex: "Reusing TensorData for d2hWeightBuffer of tensor <id>"
+        for a variable that returns one value, which PopART reads straight into the
+        variable's own data; a ``np.memmap`` is thus written to directly)."""
+        if v in self._d2h_noted:
+            return
+        self._d2h_noted.add(v)
+        rg = v.replica_grouping  # one value: one group, not returned per replica
+        if rg.num_groups == 1 and (v.retrieval_mode != "all_replicas" or self._R == 1):
+            _DEVICEX.debug("Reusing TensorData for d2hWeightBuffer of tensor %s", v.id)
 
     def _write_entry(self, where: tuple[str, int], rows: np.ndarray, same: bool) -> None:
         """Write ``[R, ...]`` rows to a remote-buffer entry of every replica of this process

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -10,9 +12,44 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 class Stream:
     """A host stream (PopXL's ``popxl.streams.Stream``, the base of both directions)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: dtypes.dtype, name: str) -> None:
-        self._spec = TensorSpec(tuple(shape), dtype)
-        self._name = name
+    _spec: TensorSpec
+    _name: str
+    _tensor: Tensor | None  # the stream's tensor in the main graph
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"popxl.{type(self).__name__} cannot be constructed directly: use "
+            f"popxl.h2d_stream / popxl.d2h_stream"
+        )
+
+    @property
+    def _stream_tensor(self) -> Tensor:
+        """The stream's tensor in the main graph (PopXL's attribute: the tensor the stream
+        wraps, whose id is ``tensor_id``)."""
+        if self._tensor is None:
+            raise ValueError(f"{self!r} was not made by h2d_stream / d2h_stream")
+        return self._tensor
+
+    @classmethod
+    def _from_tensor(cls, stream_tensor: Tensor) -> Stream:
+        """The stream of a stream tensor (PopXL's constructor from the tensor): the very
+        stream object ``h2d_stream`` / ``d2h_stream`` made for it.
+
+        Raises:
+            ValueError: the tensor is no stream's tensor, or a stream of the other direction.
+        """
+        for stream in stream_tensor.ir._streams:
+            if stream._tensor is stream_tensor:
+                if not isinstance(stream, cls):
+                    raise ValueError(
+                        f"{cls.__name__}._from_tensor: {stream_tensor.id!r} is the tensor of "
+                        f"{stream!r}"
+                    )
+                return stream
+        raise ValueError(
+            f"{cls.__name__}._from_tensor: {stream_tensor.id!r} is not the tensor of a stream "
+            f"(make streams with popxl.h2d_stream / d2h_stream)"
+        )
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -49,13 +86,16 @@ class DeviceToHostStream(Stream):
 
 
 def _make(
-    cls: type, shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
+    cls: type[Stream], shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
 ) -> Stream:
     ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
-    stream = cls(tuple(shape), dtypes.dtype.as_dtype(dtype), ir._unique_stream(name or prefix))
+    stream = cls.__new__(cls)
+    stream._spec = TensorSpec(tuple(shape), dtypes.dtype.as_dtype(dtype))
+    stream._name = ir._unique_stream(name or prefix)
     ir._streams.append(stream)
     main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
-    main._add_tensor(Tensor(main, stream.tensor_id, stream.tensor_id, stream.spec))
+    stream._tensor = Tensor._create(main, stream.tensor_id, stream.tensor_id, stream.spec)
+    main._add_tensor(stream._tensor)
     return stream
 
 

@@ -1,8 +1,9 @@
 """PopXL tensors: ``Tensor`` (an activation, produced by an op), ``Variable`` (state that
-persists across runs), ``Constant``; ``TensorSpec``; ``graph_input`` and ``graph_output``.
+persists across runs), ``Constant``; ``TensorSpec`` (defined in :mod:`tremula.popxl._spec`).
 
 ``popxl.tensor`` also gives the factories of variables and constants, as PopXL's module
-does: ``constant`` and ``variable`` live in :mod:`tremula.popxl._variables`,
+does: ``constant``, ``variable``, ``graph_input`` and ``graph_output`` live in
+:mod:`tremula.popxl._variables`,
 ``remote_variable``, ``remote_replica_sharded_variable``, ``replica_sharded_buffer`` and
 ``replica_sharded_variable`` in :mod:`tremula.popxl._remote_variables`; they are imported at
 the end of this module (they build the classes defined here).
@@ -11,13 +12,14 @@ the end of this module (they build the classes defined here).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from tremula.errors import UndefinedValue
 from tremula.popxl import dtypes
+from tremula.popxl._spec import TensorSpec
 from tremula.popxl.context import get_current_context, undo_on_error
 from tremula.popxl.typing_ import NewAliasAnnotation
 
@@ -28,48 +30,34 @@ if TYPE_CHECKING:
     from tremula.popxl.replica_grouping import ReplicaGrouping
 
 
-class TensorSpec(Mapping):
-    """Shape, dtype and meta shape of a tensor; a Mapping so that ``**spec`` works."""
-
-    def __init__(
-        self,
-        shape: tuple[int, ...],
-        dtype: dtypes.dtype,
-        meta_shape: tuple[int, ...] | None = (),
-    ) -> None:
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = dtypes.dtype.as_dtype(dtype)
-        self.meta_shape = tuple(int(s) for s in meta_shape or ())  # None: no meta shape
-
-    def _dict(self) -> dict[str, Any]:
-        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
-
-    def __getitem__(self, key: str) -> Any:
-        return self._dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return 3
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TensorSpec) and self._dict() == other._dict()
-
-    def __hash__(self) -> int:
-        return hash((self.shape, self.dtype.name, self.meta_shape))
-
-    def __repr__(self) -> str:
-        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
-
-
 class Tensor:
     """A tensor of a graph. Identity semantics: ``==`` and ``hash`` compare identity (use
     ``ops.equal`` for element-wise comparison)."""
 
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    def __init__(
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"popxl.{type(self).__name__} cannot be constructed directly: tensors are made by "
+            f"popxl.variable, popxl.constant, popxl.graph_input and the ops"
+        )
+
+    @classmethod
+    def _create(
+        cls,
+        graph: Graph,
+        tensor_id: str,
+        name: str,
+        spec: TensorSpec,
+        producer: OpNode | None = None,
+    ) -> Tensor:
+        """A new tensor object (not yet added to ``graph``): what the factories and ops use,
+        as ``Tensor()`` itself is refused, as in PopXL."""
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec, producer)
+        return self
+
+    def _setup(
         self,
         graph: Graph,
         tensor_id: str,
@@ -179,8 +167,13 @@ class Tensor:
         return self._get_ipu_and_tile_set(True, False)[1]
 
     @property
-    def location_info(self) -> None:
-        return None
+    def location_info(self) -> Any:
+        """Where the tensor lives, as PopART's ``TensorLocationInfo`` (PopXL's property):
+        ``isRemote()`` with ``getRemoteBufferInfo()`` ``(buffer id, entry)`` for a remote
+        variable, ``isSharded()`` for a replica-sharded one."""
+        from tremula.popxl._ir.tensor import TensorLocationInfo
+
+        return TensorLocationInfo._of(self)
 
     @property
     def in_sync_with_ipu(self) -> bool:
@@ -217,6 +210,11 @@ class Tensor:
         return self is other
 
     def __len__(self) -> int:
+        """``shape[0]``; also the truth value (``if t:``), as PopXL defines no other.
+
+        Raises:
+            ValueError: a scalar tensor (no length, so no truth value either).
+        """
         if not self.shape:
             raise ValueError(f"Tensor {self._id!r} doesn't have a length: it is a scalar")
         return self.shape[0]
@@ -227,16 +225,20 @@ class Tensor:
     def __contains__(self, item: object) -> bool:
         raise TypeError(f"`in` is not supported on tensor {self._id!r} (use ops.equal)")
 
-    def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of tensor {self._id!r} is undefined on the host")
-
     # ---- operators (ops imported on use: the op layer builds on this module) ----
     def _ops(self) -> Any:
         from tremula.popxl import ops
 
         return ops
 
-    def _ensure(self, value: Any) -> Tensor:
+    def _ensure_tensor(self, value: Any, dtype: dtypes.dtype | None = None) -> Tensor:
+        """``value`` as an operand of this tensor's operators (PopXL's helper, which custom
+        ops call too): a Tensor as it is, anything else a constant of ``dtype`` (default:
+        this tensor's dtype) in the current graph.
+
+        Raises:
+            ValueError: ``value`` has no elements.
+        """
         if isinstance(value, Tensor):
             return value
         data = np.asarray(value)
@@ -244,7 +246,7 @@ class Tensor:
             raise ValueError(
                 f"The value has 0 elements: cannot combine tensor {self._id!r} with {value!r}"
             )
-        return constant(data, dtype=self.dtype)
+        return constant(data, dtype=self.dtype if dtype is None else dtype)
 
     def _binary(self, op_name: str, other: Any, reflected: bool = False) -> Tensor:
         """``ops.<op_name>(self, other)`` (``(other, self)`` when reflected); a host value
@@ -252,7 +254,7 @@ class Tensor:
         refused."""
         fn = getattr(self._ops(), op_name)
         with undo_on_error():
-            o = self._ensure(other)
+            o = self._ensure_tensor(other)
             return fn(o, self) if reflected else fn(self, o)
 
     # Binary operators: ``a + b`` is ``ops.add(a, b)``, ``2 + a`` is ``ops.add(constant(2), a)``.
@@ -318,7 +320,7 @@ class Tensor:
 
     def __iadd__(self, o: TensorLike) -> Tensor:
         with undo_on_error():  # a refused add_ leaves no constant behind
-            self._ops().add_(self, self._ensure(o))
+            self._ops().add_(self, self._ensure_tensor(o))
         return self
 
     def __getitem__(self, key: Any) -> Tensor:
@@ -373,8 +375,15 @@ class Variable(Tensor):
     """A tensor whose value persists across runs: initialised from host data, read back with
     ``Session.get_tensor_data``."""
 
-    def __init__(
-        self,
+    _data: np.ndarray  # host data: shape_on_host (the initial value, then the host copy)
+    _replica_grouping: ReplicaGrouping
+    _retrieval_mode: str
+    _remote: tuple[Any, int] | None  # (RemoteBuffer, entry)
+    _shard: tuple[Any, int] | None  # (shard tensor, shard_over)
+
+    @classmethod
+    def _create_variable(
+        cls,
         graph: Graph,
         tensor_id: str,
         name: str,
@@ -382,13 +391,15 @@ class Variable(Tensor):
         data: np.ndarray,
         replica_grouping: ReplicaGrouping,
         retrieval_mode: str,
-    ) -> None:
-        super().__init__(graph, tensor_id, name, spec)
+    ) -> Variable:
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec)
         self._data = data  # host data: shape_on_host (the initial value, then the host copy)
         self._replica_grouping = replica_grouping
         self._retrieval_mode = retrieval_mode
-        self._remote: tuple[Any, int] | None = None  # (RemoteBuffer, entry)
-        self._shard: tuple[Any, int] | None = None  # (shard tensor, shard_over)
+        self._remote = None
+        self._shard = None
+        return self
 
     @property
     def replica_grouping(self) -> ReplicaGrouping:
@@ -443,11 +454,16 @@ class Variable(Tensor):
 class Constant(Tensor):
     """A tensor with a value fixed when the graph is built."""
 
-    def __init__(
-        self, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
-    ) -> None:
-        super().__init__(graph, tensor_id, name, spec)
+    _data: np.ndarray
+
+    @classmethod
+    def _create_constant(
+        cls, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
+    ) -> Constant:
+        self = cls.__new__(cls)
+        self._setup(graph, tensor_id, name, spec)
         self._data = data
+        return self
 
     @property
     def host_data(self) -> np.ndarray:
@@ -475,43 +491,13 @@ def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:
     return graph._unique_id(full), full
 
 
-def graph_input(
-    shape: tuple[int, ...],
-    dtype: dtypes.dtype,
-    name: str | None = None,
-    by_ref: bool = False,
-    meta_shape: tuple[int, ...] | None = None,
-) -> Tensor:
-    """A new input of the current graph."""
-    from tremula.popxl.context import get_current_graph
-
-    graph = get_current_graph()
-    tid, short = _new_id(graph, name, "input")
-    t = Tensor(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
-    graph._add_tensor(t)
-    graph._add_input(t, by_ref)
-    return t
-
-
-def graph_output(t: Tensor) -> None:
-    """Mark ``t`` as an output of the current graph (``ValueError`` if it is not in it)."""
-    from tremula.popxl.context import get_current_graph
-
-    graph = get_current_graph()
-    if not isinstance(t, Tensor) or t.graph is not graph:
-        where = t.graph.name if isinstance(t, Tensor) else type(t).__name__
-        raise ValueError(
-            f"graph_output: {t!r} is not a tensor of the current graph "
-            f"{graph.name!r} (it belongs to {where!r})"
-        )
-    graph._add_output(t)
-
-
 # The factories, under PopXL's names in this module (after the classes they build).
 from tremula.popxl import _remote_variables, _variables  # noqa: E402
 
 constant = _variables.constant
 variable = _variables.variable
+graph_input = _variables.graph_input
+graph_output = _variables.graph_output
 remote_variable = _remote_variables.remote_variable
 remote_replica_sharded_variable = _remote_variables.remote_replica_sharded_variable
 replica_sharded_buffer = _remote_variables.replica_sharded_buffer

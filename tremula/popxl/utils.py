@@ -120,15 +120,38 @@ def _popxl_to_numpy(t: Any) -> np.ndarray:
     return np.array(data)
 
 
-def _to_device_info(device_type: str, num_ipus: int = 1, use_popdist: builtins.bool = False) -> str:
-    """The device a Session would open for ``device_type`` (Tremula's devices are named by
-    their type: "cpu", "ipu_model" or "ipu_hw")."""
+def _to_device_info(device_type: str, num_ipus: int = 1, use_popdist: builtins.bool = False) -> Any:
+    """A ``popart.DeviceInfo`` of ``num_ipus`` IPUs for ``device_type``, as PopXL's helper
+    makes one: ``"ipu_model"`` an IPU Model, ``"cpu"`` Poplar's CPU device, ``"ipu_hw"``
+    an IPU device (an IPU Model in Tremula; ``use_popdist``: the instance's share of a PopRun
+    job's IPUs is still ``num_ipus``).
+
+    Raises:
+        ValueError: another device type, or fewer than one IPU.
+    """
     if device_type not in ("cpu", "ipu_model", "ipu_hw"):
         raise ValueError(
-            f"Incorrect device type provided: {device_type!r}; expected 'cpu', 'ipu_model' "
-            f"or 'ipu_hw'"
+            f"Incorrect device type provided: {device_type}, must be one of: `ipu_hw`, "
+            f"`ipu_model`, `cpu`"
         )
-    return device_type
+    if isinstance(num_ipus, builtins.bool) or int(num_ipus) != num_ipus or num_ipus < 1:
+        raise ValueError(f"_to_device_info: num_ipus must be a positive integer, got {num_ipus!r}")
+    from tremula import poplar
+    from tremula.popxl._ir.core.devices import DeviceInfo
+    from tremula.popxl._ir.core.enums import DeviceType
+
+    if device_type == "cpu":
+        return DeviceInfo(poplar.Device.create_cpu_device().target, DeviceType.Cpu, 0)
+    target = poplar.IPUModel(num_ipus=int(num_ipus)).create_target()
+    kind = DeviceType.Ipu if device_type == "ipu_hw" else DeviceType.IpuModel
+    return DeviceInfo(target, kind, 0)
+
+
+def _acquire_hw_device_with_timeout(num_ipus: int = 1) -> Any:
+    """An IPU device of ``num_ipus`` IPUs (PopXL waits up to
+    ``HW_DEVICE_CONNECTION_TIMEOUT`` seconds for hardware; Tremula's is an IPU Model, there
+    at once)."""
+    return _to_device_info("ipu_hw", num_ipus)
 
 
 def table_to_string(

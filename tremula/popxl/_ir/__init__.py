@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.op.var_update import OptimizerValue
     from tremula.popxl._ir.session import Session, session_handle
-    from tremula.popxl._ir.tensor import Consumers, Tensor, TensorInfo, TensorType, tensor_handle
+    from tremula.popxl._ir.tensor import (
+        Consumers,
+        RemoteBufferInfo,
+        Tensor,
+        TensorInfo,
+        TensorLocationInfo,
+        TensorType,
+        tensor_handle,
+    )
     from tremula.popxl._ir.verify import verify_ir
     from tremula.popxl.ops.collectives.collectives import CollectiveOperator
     from tremula.popxl.tensorlocation import ExecutionContext, TileSet
@@ -62,10 +70,12 @@ __all__ = [
     "Ir",
     "Op",
     "OptimizerValue",
+    "RemoteBufferInfo",
     "ReplicaGrouping",
     "Session",
     "Tensor",
     "TensorInfo",
+    "TensorLocationInfo",
     "TensorType",
     "TileSet",
     "TopoCons",

@@ -131,20 +131,10 @@ class TopoCons:
         return self._g.topocons()
 
     def contains(self, before: Any, after: Any) -> bool:
-        """Whether ``before`` is constrained to run before ``after`` (directly, or through
-        other constraints)."""
-        befores: dict[int, list[Any]] = {}
-        for b, a in self._pairs():
-            befores.setdefault(id(a), []).append(b)
-        seen, todo = set(), list(befores.get(id(after), ()))
-        while todo:
-            op = todo.pop()
-            if op is before:
-                return True
-            if id(op) not in seen:
-                seen.add(id(op))
-                todo.extend(befores.get(id(op), ()))
-        return False
+        """Whether a constraint of the graph puts ``before`` directly before ``after``, as
+        PopART's ``TopoCons::contains`` answers (a chain of constraints through other ops
+        does not count: ``in_sequence`` constrains each op after the one made before it)."""
+        return any(b is before and a is after for b, a in self._pairs())
 
     def insert(self, before: Any, after: Any, tied: bool = False) -> None:
         """Constrain ``before`` to run before ``after`` (moving ``after`` and what depends

@@ -7,9 +7,11 @@ import weakref
 from typing import Any
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.core.enums import VirtualGraphMode
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
+from tremula.popxl._ir.tensor import RemoteBufferInfo, TensorInfo
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.ir import Ir as XlIr
 
@@ -29,16 +31,24 @@ def session_options(ir: XlIr) -> SessionOptions:
             setattr(opts, name, value)
     opts.enableReplicatedGraphs = ir.replication_factor > 1
     opts.replicatedGraphCount = ir.instance_replication_factor
+    # an instance of a PopRun job (Ir("popdist")): popdist.popart.configureSessionOptions
+    distributed = ir.instance_replication_factor < ir.replication_factor
+    opts.enableDistributedReplicatedGraphs = distributed
+    opts.globalReplicationFactor = ir.replication_factor if distributed else 1
+    opts.globalReplicaOffset = ir._replica_offset if distributed else 0
     return opts
 
 
 #: what popxl.Ir sets in its SessionOptions (PopXL's ir.py)
 _POPXL_DEFAULTS: dict[str, Any] = {
-    "aliasZeroCopy": True,
+    "virtualGraphMode": VirtualGraphMode.Manual,
+    "useHostCopyOps": True,
     "enableExplicitMainLoops": True,
     "explicitRecomputation": True,
-    "useHostCopyOps": True,
+    "aliasZeroCopy": True,
     "enableInplaceAmbiguityChecking": True,
+    "enableVariablesCaching": False,
+    "decomposeGradSum": True,
 }
 
 _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
@@ -72,6 +82,29 @@ class Ir:
         gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
         return any(graph_id(g) == gid for g in self._ir.graphs)
 
+    # ---- tensors and ops of every graph ----
+    def getAllOps(self) -> list[Any]:
+        """The ops of every graph (the main graph's first), each graph's in its order."""
+        return [op for g in self._ir.graphs for op in g._ops]
+
+    def getTensorIds(self) -> list[str]:
+        """The ids of the tensors of every graph (subgraph ids carry the graph's scope)."""
+        return sorted(tid for g in self._ir.graphs for tid in g._tensors)
+
+    def containsTensor(self, tensorId: str) -> bool:
+        return any(str(tensorId) in g._tensors for g in self._ir.graphs)
+
+    def getTensor(self, tensorId: str) -> Any:
+        """The tensor of that id in whichever graph holds it (PopART's ``Ir::getTensor``).
+
+        Raises:
+            popart_exception: no graph of the Ir holds it.
+        """
+        for g in self._ir.graphs:
+            if str(tensorId) in g._tensors:
+                return graph_handle(g).getTensor(str(tensorId))
+        raise PopartException(f"No Ir::Tensor with TensorId '{tensorId}' in Ir::getTensor(..)")
+
     def createUniqueSubgraphId(self, base: GraphId | str) -> GraphId:
         """``<base>_subgraph(<n>)``, the next name ``create_graph`` would make."""
         return GraphId(f"{base}_subgraph({self._ir._next_subgraph})")
@@ -86,6 +119,41 @@ class Ir:
         from tremula.popxl._ir.ir_log import log_ir
 
         log_ir(self._ir)
+
+    # ---- remote buffers ----
+    def _remote_buffer(self, remoteBufferId: int, what: str) -> Any:
+        for buf in self._ir._remote_buffers:
+            if buf.remote_buffer_id == remoteBufferId:
+                return buf
+        raise PopartException(
+            f"{what}: the Ir has no remote buffer with id {remoteBufferId} (its buffers: "
+            f"{[b.remote_buffer_id for b in self._ir._remote_buffers]}; make one with "
+            f"popxl.RemoteBuffer)"
+        )
+
+    def getRemoteBufferInfo(self, remoteBufferId: int) -> RemoteBufferInfo:
+        """The slot type and number of slots (``repeats``) of a remote buffer."""
+        buf = self._remote_buffer(remoteBufferId, "getRemoteBufferInfo")
+        return RemoteBufferInfo(TensorInfo(buf.tensor_dtype, buf.tensor_shape), buf.entries)
+
+    def setRemoteBufferInfo(self, remoteBufferId: int, info: RemoteBufferInfo) -> None:
+        """Give a remote buffer (made by ``popxl.RemoteBuffer``) a new slot type and number
+        of slots, as ``RemoteBuffer.set_remote_buffer_info`` does."""
+        if not isinstance(info, RemoteBufferInfo):
+            raise TypeError(
+                f"setRemoteBufferInfo: expected a RemoteBufferInfo, got {type(info).__name__}"
+            )
+        buf = self._remote_buffer(remoteBufferId, "setRemoteBufferInfo")
+        buf.set_remote_buffer_info(
+            info.TensorInfo._dtype, tuple(info.TensorInfo.shape()), info.repeats
+        )
+
+    def getAllRemoteBufferInfos(self) -> dict[int, RemoteBufferInfo]:
+        """Every remote buffer's info, by id."""
+        return {
+            b.remote_buffer_id: self.getRemoteBufferInfo(b.remote_buffer_id)
+            for b in self._ir._remote_buffers
+        }
 
     # ---- options and patterns ----
     def getSessionOptions(self) -> SessionOptions:

@@ -9,7 +9,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
-from tremula.popxl._ir.core.enums import PopartEnum
+from tremula.popxl._ir.core.enums import DataType, PopartEnum
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.graph import Graph
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.view import Region
-    from tremula.popxl.dtypes import dtype
 
 
 class TensorType(PopartEnum):
@@ -33,12 +32,18 @@ class TensorType(PopartEnum):
 
 
 class TensorInfo:
-    """A tensor's shape and data type (PopART's ``TensorInfo``)."""
+    """A tensor's data type and shape (PopART's ``TensorInfo``): ``TensorInfo(dataType,
+    shape, metaShape=())``, the type a ``DataType``, its name (``"FLOAT"``) or a popxl
+    dtype."""
 
-    def __init__(self, dtype: dtype, shape: tuple[int, ...], meta_shape: tuple[int, ...] = ()):
-        self._dtype = dtype
+    def __init__(self, dataType: Any, shape: Any, metaShape: Any = ()) -> None:
+        from tremula.popxl.dtypes import dtype as xl_dtype
+
+        if isinstance(dataType, builtins.str) and dataType in DataType.__members__:
+            dataType = DataType[dataType]
+        self._dtype = xl_dtype.as_dtype(dataType)
         self._shape = tuple(int(d) for d in shape)
-        self._meta_shape = tuple(int(d) for d in meta_shape)
+        self._meta_shape = tuple(int(d) for d in metaShape)
 
     def shape(self) -> list[int]:
         return list(self._shape)
@@ -58,9 +63,13 @@ class TensorInfo:
     def dim(self, index: int) -> int:
         return self._shape[index]
 
-    def dataType(self) -> dtype:
-        """The popxl dtype (PopXL converts PopART's ``DataType`` to it the same way)."""
-        return self._dtype
+    def dataType(self) -> DataType:
+        """PopART's ``DataType`` (``popxl.dtype.as_dtype`` gives the popxl dtype back)."""
+        return cast(DataType, self._dtype._pb_dtype)
+
+    def data_type_lcase(self) -> builtins.str:
+        """The type's name in lower case (``"float"``, ``"float16"``), as PopART's."""
+        return builtins.str(self.dataType().name).lower()
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -73,8 +82,70 @@ class TensorInfo:
     def __hash__(self) -> int:
         return hash((self._dtype.name, self._shape, self._meta_shape))
 
-    def __repr__(self) -> str:
-        return f"TensorInfo({self._dtype.name}, {list(self._shape)})"
+    def __repr__(self) -> builtins.str:
+        return f"TensorInfo({self.dataType().name}, {list(self._shape)})"
+
+
+class TensorLocationInfo:
+    """Where a tensor lives (PopART's ``TensorLocationInfo``, what
+    ``popxl.Tensor.location_info`` gives): in a remote buffer (``isRemote``, with
+    ``getRemoteBufferInfo()`` its ``(remote buffer id, entry)``, ``(-1, -1)`` otherwise), and
+    sharded between replicas (``isSharded``). A view of the tensor when it was asked for:
+    variables are placed by the popxl factories (``remote_variable``,
+    ``remote_replica_sharded_variable``, ``replica_sharded_variable``), not through it."""
+
+    def __init__(self, remote: bool = False, sharded: bool = False, buffer: Any = (-1, -1)):
+        self._remote = bool(remote)
+        self._sharded = bool(sharded)
+        self._buffer = (int(buffer[0]), int(buffer[1]))
+
+    @classmethod
+    def _of(cls, t: XlTensor) -> TensorLocationInfo:
+        where = getattr(t, "remote", None)  # variables: (RemoteBuffer, entry) or None
+        sharded = getattr(t, "shard_over", None) is not None
+        if where is None:
+            return cls(False, sharded)
+        buffer, entry = where
+        return cls(True, sharded, (buffer.remote_buffer_id, entry))
+
+    def isRemote(self) -> bool:
+        return self._remote
+
+    def isSharded(self) -> bool:
+        return self._sharded
+
+    def getRemoteBufferInfo(self) -> tuple[int, int]:
+        return self._buffer
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorLocationInfo) and (
+            other._remote,
+            other._sharded,
+            other._buffer,
+        ) == (self._remote, self._sharded, self._buffer)
+
+    def __hash__(self) -> int:
+        return hash((self._remote, self._sharded, self._buffer))
+
+    def __repr__(self) -> builtins.str:
+        return (
+            f"TensorLocationInfo(remote={self._remote}, sharded={self._sharded}, "
+            f"remoteBufferInfo={self._buffer})"
+        )
+
+
+class RemoteBufferInfo:
+    """A remote buffer's slot type and number of slots (PopART's ``RemoteBufferInfo``:
+    ``TensorInfo``, ``repeats``), what ``Ir.getRemoteBufferInfo`` gives."""
+
+    def __init__(self, info: TensorInfo, repeats: int) -> None:
+        if not isinstance(info, TensorInfo):
+            raise TypeError(f"RemoteBufferInfo: expected a TensorInfo, got {type(info).__name__}")
+        self.TensorInfo = info
+        self.repeats = int(repeats)
+
+    def __repr__(self) -> builtins.str:
+        return f"RemoteBufferInfo({self.TensorInfo!r}, repeats={self.repeats})"
 
 
 class Consumers:
@@ -112,6 +183,10 @@ class Tensor:
         return TensorInfo(self._t.dtype, self._t.shape, self._t.meta_shape)
 
     @property
+    def tensorLocationInfo(self) -> TensorLocationInfo:
+        return TensorLocationInfo._of(self._t)
+
+    @property
     def consumers(self) -> Consumers:
         return Consumers(self._t)
 
@@ -130,6 +205,11 @@ class Tensor:
         ):
             return TensorType.Stream
         return TensorType.ActGrad
+
+    def tensor_type(self) -> builtins.str:
+        """The name of :meth:`tensorType` (PopART's ``Tensor::tensor_type()``: ``"Variable"``,
+        ``"Const"``, ``"Stream"``, ``"ActGrad"``), by which PopXL picks a tensor's class."""
+        return self.tensorType().name
 
     def getGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle

@@ -42,9 +42,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         **_each(
             {
                 "create graphs with popxl.Ir.create_graph": "createGraph removeGraph",
-                "read tensors through the graphs (Graph.getTensor)": (
-                    "getTensor containsTensor getTensorIds getAllOps"
-                ),
                 "data flow and anchors are popxl streams": (
                     "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
@@ -54,7 +51,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "getMaxVirtualGraphId getNumVirtualGraphIds getRequiresRandomSeed "
                     "setRequiresRandomSeed getOpSetVersionFromModel getDefaultOpsetVersion "
                     "addAdditionalModelProtoTensors getAdditionalModelProtoTensors "
-                    "setRemoteBufferInfo getRemoteBufferInfo timePartitionLogger "
+                    "timePartitionLogger "
                     "finalizeOpDebugInfo getGraphSchedule setMainGraphPathFromLoss "
                     "removeIsolatedTensors getVirtualGraphIdFromTensorProducers"
                 ),
@@ -103,7 +100,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "setCopyFromTensor"
                 ),
                 "Tremula has no PopART tensor location settings": (
-                    "tensorLocationInfo inputSettings returnedShape verifyMutableVoidInfo"
+                    "inputSettings returnedShape verifyMutableVoidInfo"
                 ),
                 _KINDS: (
                     "isOptimizerTensor isRemoteArgTensor isRandomSeedTensor "
@@ -161,12 +158,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isExcludedFromPattern hasSideEffect canRecompute requiresRandomSeed "
                     "getSeedInIndex isParentOf isChildOf"
                 ),
-                "read the tensors' info (Op.inTensor(i).info)": (
-                    "inInfo outInfo inShape outShape inRank outRank"
-                ),
                 _INTERNAL: (
                     "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut "
-                    "clone opid settings"
+                    "clone opid"
                 ),
             }
         ),

@@ -375,7 +375,7 @@ def create_op(
     for k, spec in enumerate(specs):
         name = names[k] if k < len(names) else None
         tid, short = _new_id(graph, name, op_type.lower())
-        t = Tensor(graph, tid, short, spec, op)
+        t = Tensor._create(graph, tid, short, spec, op)
         graph._add_tensor(t)
         outputs.append(t)
     op.outputs = tuple(outputs)

@@ -41,6 +41,7 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
     stream = h2d_stream
     if not isinstance(stream, HostToDeviceStream):
         raise TypeError(f"host_load: expected a HostToDeviceStream, got {type(stream).__name__}")
+    _check_stream_ir(stream, "host_load")
     name = name or stream.tensor_id
     dest = init(stream.shape, stream.dtype, f"{name}_init", "undef")
     (t,) = create_op("HostLoad", [dest], {"stream": stream}, [name])
@@ -53,12 +54,24 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
     stream = d2h_stream
     if not isinstance(stream, DeviceToHostStream):
         raise TypeError(f"host_store: expected a DeviceToHostStream, got {type(stream).__name__}")
+    _check_stream_ir(stream, "host_store")
     if t.shape != stream.shape or t.dtype != stream.dtype:
         raise ValueError(
             f"host_store: tensor {t.id!r} ({t.dtype} {t.shape}) does not match "
             f"stream {stream.tensor_id!r} ({stream.dtype} {stream.shape})"
         )
     create_op("HostStore", [t], {"stream": stream})
+
+
+def _check_stream_ir(stream: Any, what: str) -> None:
+    """``ValueError`` unless ``stream`` is a stream of the Ir of the graph in context (its
+    tensor is in that Ir's main graph)."""
+    ir = get_current_graph().ir
+    if stream._tensor is None or stream._tensor.graph is not ir.main_graph:
+        raise ValueError(
+            f"{what}: stream {stream.tensor_id!r} is not in the main graph of the current "
+            f"Ir ({ir!r}): make the stream in the Ir that uses it"
+        )
 
 
 def _offset(offset: int | Tensor, buffer: Any, what: str) -> tuple[Tensor, int | None]:

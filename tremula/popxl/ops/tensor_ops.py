@@ -228,10 +228,19 @@ def transpose_(t: Tensor, permutation: Sequence[int] | None = None) -> Tensor:
 
 
 def getitem(t: Tensor, key: Any) -> Tensor:
-    """Basic indexing (ints, slices, ``...``, ``None``) as a ``Slice`` op; an integer tensor
-    or host array gathers along axis 0 (``ops.gather``); a boolean tensor or host array masks,
-    ``ops.where(key, t, 0)`` (as PopXL's ``Tensor.__getitem__``: masking, not NumPy's
-    compaction)."""
+    """``t[key]`` as PopXL's ``Tensor.__getitem__`` builds it.
+
+    Basic indexing (ints and slices, a tuple of them) is ``ops.slice`` (steps of 1 or -1),
+    then ``ops.subsample`` for steps larger than 1, then ``ops.squeeze`` of the axes an
+    int indexes; ``...`` and ``None`` (NumPy's, a Tremula extension) expand to whole axes
+    and add axes of size 1 (a reshape). An integer tensor or host array gathers along axis
+    0 (``ops.gather``); a boolean tensor or host array masks, ``ops.where(key, t, 0)``
+    (masking, not NumPy's compaction).
+
+    Raises:
+        TypeError: another kind of index.
+        IndexError: an int out of range for its axis.
+    """
     if isinstance(key, (Tensor, list, np.ndarray)):
         from tremula.popxl.ops.gather import gather
         from tremula.popxl.ops.misc import where
@@ -242,7 +251,13 @@ def getitem(t: Tensor, key: Any) -> Tensor:
         if isinstance(key, Tensor) and key.dtype == dtypes.bool:
             return where(key, t, 0)
         return gather(t, key)
-    key = key if isinstance(key, tuple) else (key,)
+    return _basic_index(t, key if isinstance(key, tuple) else (key,))
+
+
+def _basic_index(t: Tensor, key: tuple) -> Tensor:
+    from tremula.popxl.ops.shape import slice as slice_op
+    from tremula.popxl.ops.shape import squeeze, subsample
+
     for k in key:
         if isinstance(k, (Tensor, list, np.ndarray)):
             raise TypeError(
@@ -255,12 +270,59 @@ def getitem(t: Tensor, key: Any) -> Tensor:
                 f"indices: cannot index tensor {t.id!r} with {k!r}"
             )
     try:
-        np.empty(t.shape, dtype=np.bool_)[key]
+        np.empty(t.shape, dtype=np.bool_)[key]  # NumPy's checks: range, too many indices
     except IndexError as err:
         raise IndexError(
             f"index {key!r} out of range for {t.id!r} of shape {t.shape}: {err}"
         ) from None
-    (out,) = create_op("Slice", [t], {"key": key})
+    # one entry per axis of t: ellipsis -> whole axes; None entries kept for the end
+    n_axes = sum(1 for k in key if k is not None and k is not Ellipsis)
+    full: list[Any] = []
+    for k in key:
+        if k is Ellipsis:
+            full.extend([slice(None)] * (t.rank - n_axes))
+        else:
+            full.append(k)
+    if Ellipsis not in key:
+        full.extend([slice(None)] * (t.rank - n_axes))
+    starts: list[int] = []
+    stops: list[Any] = []  # None: down to the first element (a reversed axis)
+    steps: list[int] = []
+    axes: list[int] = []
+    strides, squeezed = [1] * t.rank, []
+    out_shape: list[int] = []  # the result's shape with the None axes
+    axis = 0
+    for k in full:
+        if k is None:
+            out_shape.append(1)
+            continue
+        size = t.shape[axis]
+        if isinstance(k, slice):
+            first, last, step = k.indices(size)
+            n = len(range(first, last, step))
+            strides[axis] = abs(step) if n else 1
+            if not (n and step > 0 and (first, last) == (0, size)):  # not the whole axis
+                # t[a:b:s] is t[a:b:±1] subsampled by |s|; empty: t[0:0]
+                starts.append(first if n else 0)
+                stops.append((None if last < 0 else last) if n else 0)
+                steps.append(-1 if step < 0 and n else 1)
+                axes.append(axis)
+            out_shape.append(n)
+        else:
+            i = int(k) % size
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
+            axes.append(axis)
+            squeezed.append(axis)
+        axis += 1
+    out = slice_op(t, starts, stops, steps, axes) if axes else t
+    if any(s > 1 for s in strides):
+        out = subsample(out, list(strides))
+    if squeezed:
+        out = squeeze(out, squeezed)
+    if len(out_shape) != out.rank:  # None added axes of size 1
+        out = reshape(out, tuple(out_shape))
     return out
 
 

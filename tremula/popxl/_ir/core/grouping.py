@@ -10,6 +10,7 @@ type) and its error messages.
 
 from __future__ import annotations
 
+import builtins
 import operator
 from typing import Any
 
@@ -118,13 +119,18 @@ class ReplicaGrouping:
     def __hash__(self) -> int:
         return hash(self._g)
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:
         return (
             f"ReplicaGrouping(numReplicas={self.getNumReplicas()}, stride={self.getStride()}, "
             f"groupSize={self.getGroupSize()})"
         )
 
     __repr__ = __str__
+
+    def str(self) -> builtins.str:
+        """``ReplicaGrouping(numReplicas=.., stride=.., groupSize=..)`` (PopART's binding of
+        ``ReplicaGrouping::str``)."""
+        return self.__str__()
 
 
 class CommGroup(gcl.CommGroup):

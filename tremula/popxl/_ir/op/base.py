@@ -21,11 +21,12 @@ from tremula.popxl._ir import unsupported
 from tremula.popxl._ir.names import INPUT_SLOTS, OPTIMIZER_OPS, op_name
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
+from tremula.popxl.tensorlocation import ExecutionContext, TileSet
 
 if TYPE_CHECKING:
     from tremula.popxl._ir.graph import Graph
     from tremula.popxl._ir.ir import Ir
-    from tremula.popxl._ir.tensor import Tensor
+    from tremula.popxl._ir.tensor import Tensor, TensorInfo
     from tremula.popxl.tensor import Tensor as XlTensor
 
 
@@ -38,6 +39,47 @@ def _view(t: XlTensor) -> Tensor:
 def _xl(t: Any) -> XlTensor:
     """The popxl tensor of a binding tensor (or of a popxl tensor)."""
     return getattr(t, "_t", t)
+
+
+class OpSettingsView:
+    """An op's settings as PopART's ``Op::Settings`` names them, read from the op record
+    (ops are placed by popxl contexts: ``popxl.ipu``, ``io_tiles``, ``name_scope``)."""
+
+    def __init__(self, op: Op) -> None:
+        self._op = op
+
+    @property
+    def name(self) -> builtins.str:
+        return self._op.name()
+
+    @property
+    def scope(self) -> builtins.str:
+        debug = self._op.debug_name
+        return debug.rpartition("/")[0]
+
+    @property
+    def tileSet(self) -> TileSet:
+        return TileSet.IO if self._op.tile_set == "io" else TileSet.Compute
+
+    @property
+    def executionContext(self) -> ExecutionContext:
+        return self._op.execution_context
+
+    @property
+    def vgraphId(self) -> int | None:
+        """The virtual IPU (0 outside ``popxl.ipu``; None under ``popxl.ipu(None)``)."""
+        ipu = self._op.ipu
+        return 0 if ipu is None else (int(ipu) if ipu >= 0 else None)
+
+    @property
+    def graph(self) -> Graph:
+        return self._op.getGraph()
+
+    def __repr__(self) -> builtins.str:
+        return (
+            f"Settings(name={self.name!r}, vgraphId={self.vgraphId}, tileSet={self.tileSet}, "
+            f"executionContext={self.executionContext})"
+        )
 
 
 class Op(_Record, Editing):
@@ -178,6 +220,31 @@ class Op(_Record, Editing):
 
     def outIndex(self, tensor: Any) -> int:
         return self._index_of(self._outputs(), tensor, "output")
+
+    # ---- the connected tensors' infos ----
+    def inInfo(self, index: int) -> TensorInfo:
+        return self.inTensor(index).info
+
+    def outInfo(self, index: int) -> TensorInfo:
+        return self.outTensor(index).info
+
+    def inShape(self, index: int) -> list[int]:
+        return self.inInfo(index).shape()
+
+    def outShape(self, index: int) -> list[int]:
+        return self.outInfo(index).shape()
+
+    def inRank(self, index: int) -> int:
+        return self.inInfo(index).rank()
+
+    def outRank(self, index: int) -> int:
+        return self.outInfo(index).rank()
+
+    @property
+    def settings(self) -> OpSettingsView:
+        """The settings the op was made with (PopART's ``Op.settings``, read-only here:
+        ``name``, ``tileSet``, ``executionContext``, ``vgraphId``, ``scope``)."""
+        return OpSettingsView(self)
 
     def inTensorCount(self) -> int:
         return len(self._inputs())

@@ -55,7 +55,7 @@ def new_tensor(
         )
     prefix = f"{graph.name}/"
     name = tensor_id[len(prefix) :] if tensor_id.startswith(prefix) else tensor_id
-    t = XlTensor(graph, tensor_id, name, spec, producer)
+    t = XlTensor._create(graph, tensor_id, name, spec, producer)
     if producer is not None:
         t._ipu, t._tile_set = producer.ipu, producer.tile_set
     graph._add_tensor(t)
