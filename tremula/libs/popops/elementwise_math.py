@@ -122,8 +122,8 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
     The numerator is ``max([x >= 0], e)``: 1 where ``x >= 0`` (``e <= 1``), ``e`` below
     and for NaN (``maximum`` returns the NaN operand), the same bits as selecting it, in
-    two passes without a boolean mask. With ``out`` (which may be ``x``) the quotient is
-    written there."""
+    two passes without a boolean mask; ``-|x|`` is one ``copysign``. With ``out`` (which
+    may be ``x``) the quotient is written there."""
     a = np.asarray(x)
     if a.ndim == 0:  # a constant: through a one-element array
         r = sigmoid(a.reshape(1)).reshape(())
@@ -131,8 +131,7 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
             return r
         out[...] = r
         return out
-    e = np.abs(a)
-    np.negative(e, out=e)
+    e = np.copysign(a, -1)  # -|x|, NaNs too: the sign bit set, the payload kept
     np.exp(e, out=e)
     w = np.greater_equal(a, 0, out=np.empty_like(e), casting="unsafe")  # 1.0 or 0.0
     np.maximum(w, e, out=w)
