@@ -423,3 +423,26 @@ def test_prepared_dynamic_slices_copy_strided_blocks_at_every_offset(monkeypatch
     # offsets 0 and 3 copy blocks both ways; a wrapped update (rows 5 and 0, two pieces
     # each) would need more blocks than pay and copies through its addresses
     assert made == [True, True, True, True, True, False, True, False]
+
+
+def test_prepared_dynamic_slices_follow_a_reload_to_new_device_memory() -> None:
+    """Loading an engine again gives it new device memory: the dynamic slice's copies kept
+    per offset are made again over it (not those of the memory before), run after run."""
+    device = poplar.IPUModel(tiles_per_ipu=4).create_device()
+    g = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    x = g.add_variable(poplar.FLOAT, (5, 8, 24), "x", mapping="linear")
+    off = g.add_variable(poplar.UNSIGNED_INT, (1,), "off", mapping="linear")
+    y = dynamic_slice(g, x[:, :, 4:20], off, [0], [1], prog)
+    for name, t in (("x", x), ("off", off)):
+        g.create_host_write(name, t)
+    g.create_host_read("y", y)
+    engine = poplar.Engine(g, prog)
+    for _ in range(2):  # load, run at offsets seen before, load again, the same
+        engine.load(device)
+        for o in (2, 4, 2, 4):
+            xs = RNG.standard_normal((5, 8, 24)).astype(np.float32)
+            engine.write_tensor("x", xs)
+            engine.write_tensor("off", np.array([o], np.uint32))
+            engine.run(0)
+            np.testing.assert_array_equal(engine.read_tensor("y"), xs[o : o + 1, :, 4:20])

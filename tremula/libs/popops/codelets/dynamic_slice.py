@@ -161,7 +161,9 @@ def _prepare_dynamic(update: bool) -> Any:
         size = int(v.lengths("sub").sum())
         sub_addresses = v.addresses("sub", np.arange(size))
         sub_at = None if sub is not None else _as_slice(sub_addresses)
-        moves: dict[int, Any] = v.cached("dyn-moves", dict)  # offset -> its copy
+        # offset -> its copy, bound to this storage: kept by this prepared run only (a
+        # reload prepares again over new storage; the batch's cache outlives it)
+        moves: dict[int, Any] = {}
 
         def read(rows: Any, index: slice | np.ndarray) -> np.ndarray:
             if isinstance(index, slice):
