@@ -183,3 +183,25 @@ def test_check_integer_division_passes_non_zero_divisors(monkeypatch: pytest.Mon
     assert got.tolist() == [3, -3]
     floats = _device(ops.div, np.array([1.0], np.float32), np.array([0.0], np.float32))
     assert floats[0] == np.inf  # floats are not checked: IEEE division by zero is defined
+
+
+def test_quiet_guards_outside_a_run_and_unguarded_is_the_bare_computation() -> None:
+    """A ``quiet`` computation ignores floating-point errors when called on its own; the
+    engine's replayed plan (always inside ``quietly``) binds ``unguarded``, the same
+    computation without the per-call test; other calls pass through ``unguarded``."""
+    seen: list[str] = []
+
+    def divide() -> None:
+        seen.append(np.geterr()["divide"])
+        np.float32(1) / np.zeros(1, np.float32)
+
+    guarded = nx.quiet(divide)
+    with np.errstate(divide="raise"):
+        guarded()  # no FloatingPointError: set to "ignore" by the call
+        with nx.quietly():
+            nx.unguarded(guarded)()  # ignore: set once by the scope
+        with pytest.raises(FloatingPointError):
+            nx.unguarded(guarded)()  # the bare computation, outside a scope
+    assert nx.unguarded(guarded) is divide
+    assert nx.unguarded(divide) is divide and nx.unguarded(None) is None
+    assert seen == ["ignore", "ignore", "raise"]

@@ -17,6 +17,7 @@ from tremula.engine.fieldlayout import cover_layout, grid_layout, numeric_affine
 from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL
 from tremula.errors import CodeletError
+from tremula.poplar import blocks
 from tremula.poplar.batch import Batch, VertexInfo
 from tremula.poplar.codelet import VertexType
 from tremula.poplar.graph import GraphState
@@ -189,10 +190,7 @@ class CompiledGroup:
         index, reduced = plan
         arr = storage[self.gathers[name].dtype]
         buf = np.empty((arr.shape[0], index.size), dtype=arr.dtype)
-
-        def refresh() -> None:  # the addresses are in range: "clip" skips the check
-            np.take(arr, index, axis=1, out=buf, mode="clip")
-
+        refresh = blocks.gatherer(arr, index, buf)  # block copies where they pay, or a take
         rows = arr.shape[0]
         return np.broadcast_to(buf.reshape(rows, *reduced), (rows, *shape)), refresh
 

@@ -25,7 +25,7 @@ from tremula.engine.plan import Gather
 from tremula.engine.streams import ALL, StreamConnection, replayed_give, replayed_take
 from tremula.engine.timeline import Timeline
 from tremula.errors import EngineError, StreamError
-from tremula.numerics import as_caller
+from tremula.numerics import as_caller, unguarded
 from tremula.poplar.handles import DataStream
 from tremula.poplar.intervals import distinct
 from tremula.poplar.types import Type
@@ -103,10 +103,14 @@ def _compute(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
 
 def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None:
     """A compute set's replayed data effect: each vertex group's prepared run bound as it
-    is (``CompiledGroup.prepared``), or its run through ``compute`` where the codelet
+    is (``CompiledGroup.prepared``; without its :func:`numerics.quiet` guard, as a replayed
+    run is always inside ``quietly``), or its run through ``compute`` where the codelet
     prepares none; the compute set's cycles are tallied once per plan (:class:`FlatPlan`)."""
     storage, ids = rt.storage, rt.replica_ids
-    steps = [g.prepared(storage, ids) or partial(g.run, storage, ALL, ids) for g in node.ccs.groups]
+    steps = [
+        unguarded(g.prepared(storage, ids)) or partial(g.run, storage, ALL, ids)
+        for g in node.ccs.groups
+    ]
     if isinstance(into, FlatPlan):
         into.tally(node.ccs)
         if _fused(rt, node, into):

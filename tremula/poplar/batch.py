@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tremula.errors import CodeletError
+from tremula.poplar import blocks
 
 if TYPE_CHECKING:
     from tremula.poplar.codelet import Field, VertexType
@@ -252,10 +253,8 @@ class Batch(_Segmented):
 
             def refresh() -> None:
                 np.copyto(buf, arr[:, index])
-        else:
-
-            def refresh() -> None:  # the addresses are in range: "clip" skips the check
-                np.take(arr, index, axis=1, out=buf, mode="clip")
+        else:  # strided block copies where the addresses form a few, else one take
+            refresh = blocks.gatherer(arr, index, buf)
 
         view = buf if shape is None else buf.reshape(arr.shape[0], *shape)
         return view, refresh

@@ -157,3 +157,39 @@ def test_constants_take_the_type_they_meet():
     np.testing.assert_array_equal(gb, [3, -3])
     np.testing.assert_array_equal(gc, [2, 4])
     np.testing.assert_array_equal(gd, [2.5, 3.5])
+
+
+def _select_sigmoid(x: np.ndarray) -> np.ndarray:
+    """The textbook stable form: ``where(x >= 0, 1, e) / (1 + e)``, ``e = exp(-|x|)``."""
+    e = np.exp(-np.abs(x))
+    one = x.dtype.type(1)
+    return np.where(x >= 0, one, e) / (one + e)
+
+
+@pytest.mark.parametrize(
+    "dtype, uint", [(np.float16, np.uint16), (np.float32, np.uint32), (np.float64, np.uint64)]
+)
+def test_sigmoid_is_the_select_form_bit_for_bit(dtype, uint):
+    """SIGMOID's numerator ``max([x >= 0], e)`` (no boolean select) gives the select
+    form's bits everywhere: both tails, signed zeros, infinities, NaNs with their payloads
+    and signs; written into ``out``, also when ``out`` is the input."""
+    from tremula.libs.popops.elementwise_math import sigmoid
+
+    rng = np.random.default_rng(3)
+    scale = rng.choice(np.array([1, 10, 100, 1e4], dtype=np.float64), 1 << 16)
+    x = (rng.standard_normal(1 << 16) * scale).astype(dtype)
+    special = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-30, -1e-30, 88, -88, 710, -710]
+    x[: len(special)] = np.array(special).astype(dtype)
+    bits = x.view(uint)
+    nan = np.array([np.nan], dtype).view(uint)[0]
+    bits[20:24] = [nan | 1, nan | 3 | np.array(1, uint) << (8 * x.itemsize - 1), nan, nan ^ 2]
+    with np.errstate(all="ignore"):
+        want = _select_sigmoid(x).view(uint)
+        np.testing.assert_array_equal(sigmoid(x).view(uint), want)
+        out = np.empty_like(x)
+        assert sigmoid(x, out=out) is out
+        np.testing.assert_array_equal(out.view(uint), want)
+        same = x.copy()
+        sigmoid(same, out=same)
+        np.testing.assert_array_equal(same.view(uint), want)
+        np.testing.assert_array_equal(sigmoid(x[5]).view(uint), want[5])  # a constant

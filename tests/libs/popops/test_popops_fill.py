@@ -103,3 +103,32 @@ def test_fill_estimate_for_long_byte_vectors():
     _, engine = rig.run([])
     _, by_type = H.cs_estimates(engine, "f/Fill")
     assert list(by_type.values()) == [6 * (39 + 128 // 8)]
+
+
+def test_later_runs_fill_through_the_prepared_assignment():
+    """Replayed runs fill through the codelet's prepared assignment: a whole tensor (a view
+    of device memory), a strided view (its addresses) and one compute set whose vertices
+    hold different values; the host overwrites the tensors between runs."""
+    rig = H.Rig()
+    x = rig.input(np.zeros((4, 6), np.float32))
+    y = rig.input(np.zeros(9, np.int32))
+    z = rig.input(np.zeros(8, np.float32))
+    fill(rig.graph, x[:, 1::2], 3.5, rig.prog)
+    fill(rig.graph, y, 7, rig.prog)
+    cs = rig.graph.add_compute_set("two values")
+    rig.graph.add_vertex(cs, "popops::Fill<float>", {"out": z[:3], "value": 1.5}, 0)
+    rig.graph.add_vertex(cs, "popops::Fill<float>", {"out": z[5:], "value": -4.0}, 1)
+    rig.prog.add(poplar.Execute(cs))
+    (gx, gy, gz), engine = rig.run([x, y, z])
+    want_x = np.zeros((4, 6), np.float32)
+    want_x[:, 1::2] = 3.5
+    want_z = np.array([1.5, 1.5, 1.5, 0, 0, -4, -4, -4], np.float32)
+    for _ in range(3):  # interpreted above, replayed here
+        np.testing.assert_array_equal(gx, want_x)
+        np.testing.assert_array_equal(gy, np.full(9, 7, np.int32))
+        np.testing.assert_array_equal(gz, want_z)
+        engine.write_tensor("in0", np.zeros((4, 6), np.float32))
+        engine.write_tensor("in1", np.zeros(9, np.int32))
+        engine.write_tensor("in2", np.zeros(8, np.float32))
+        engine.run()
+        gx, gy, gz = (engine.read_tensor(f"out{i}") for i in range(3))

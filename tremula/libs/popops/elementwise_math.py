@@ -116,12 +116,27 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
     return out.astype(np.result_type(x, np.float32), copy=False)
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``1 / (1 + exp(-x))`` without overflow and with relative accuracy in both tails:
-    with ``e = exp(-|x|)``, ``1 / (1 + e)`` for ``x >= 0`` and ``e / (1 + e)`` below."""
-    e = np.exp(-np.abs(x))
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one, e) / (one + e)
+    with ``e = exp(-|x|)``, ``1 / (1 + e)`` for ``x >= 0`` and ``e / (1 + e)`` below.
+
+    The numerator is ``max([x >= 0], e)``: 1 where ``x >= 0`` (``e <= 1``), ``e`` below
+    and for NaN (``maximum`` returns the NaN operand), the same bits as selecting it, in
+    two passes without a boolean mask; ``-|x|`` is one ``copysign``. With ``out`` (which
+    may be ``x``) the quotient is written there."""
+    a = np.asarray(x)
+    if a.ndim == 0:  # a constant: through a one-element array
+        r = sigmoid(a.reshape(1)).reshape(())
+        if out is None:
+            return r
+        out[...] = r
+        return out
+    e = np.copysign(a, -1)  # -|x|, NaNs too: the sign bit set, the payload kept
+    np.exp(e, out=e)
+    w = np.greater_equal(a, 0, out=np.empty_like(e), casting="unsafe")  # 1.0 or 0.0
+    np.maximum(w, e, out=w)
+    np.add(e, e.dtype.type(1), out=e)
+    return np.divide(w, e, out=w if out is None else out)
 
 
 # ---- conversions (popops.cast) ----

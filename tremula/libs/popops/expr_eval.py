@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -213,6 +213,12 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
     refill): the walk over the tree, the type decisions and the temporaries are done once,
     so a run is one NumPy call per node into preallocated buffers. The numbers are those
     of :func:`evaluate` (each op in its operand type, half through float32)."""
+    return numerics.quiet(compile_steps(t, inputs, out))
+
+
+def compile_steps(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Callable[[], None]:
+    """:func:`compile_run` without its floating-point error guard (for a caller that adds
+    it around more work, or runs inside ``numerics.quietly``)."""
     steps: list[Callable[[], None]] = []
 
     def build(node: Typed, target: np.ndarray | None) -> np.ndarray:
@@ -231,21 +237,46 @@ def compile_run(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Call
             if np.dtype(src.dtype).kind == "f" and want.kind in "iu":  # saturating: convert
                 steps.append(lambda: np.copyto(buf, convert(src, node.dtype), casting="unsafe"))
             else:  # NumPy's own cast follows popops.cast's rules here: no temporary
-                steps.append(lambda: np.copyto(buf, src, casting="unsafe"))
+                steps.append(partial(np.copyto, buf, src, casting="unsafe"))
         else:
             steps.append(_op_step(node.op, node.in_type, args, buf))  # type: ignore[arg-type]
         return buf
 
     result = build(t, out)
     if result is not out:  # an input or constant alone, or a broadcast result
-        final = result
-        steps.append(lambda: np.copyto(out, final, casting="unsafe"))
+        steps.append(partial(np.copyto, out, result, casting="unsafe"))
+    return sequence(steps)
+
+
+def sequence(steps: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    """One call that makes ``steps`` in order (the step itself when there is one, no loop
+    for two or three: a fused expression's run costs its NumPy calls)."""
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) == 2:
+        first, second = steps
+
+        def two() -> None:
+            first()
+            second()
+
+        return two
+    if len(steps) == 3:
+        s1, s2, s3 = steps
+
+        def three() -> None:
+            s1()
+            s2()
+            s3()
+
+        return three
+    kept = tuple(steps)
 
     def run() -> None:
-        for step in steps:
+        for step in kept:
             step()
 
-    return numerics.quiet(run)
+    return run
 
 
 def _op_step(
@@ -263,7 +294,7 @@ def _op_step(
 
         return run_half
     if op.takes_out and buf.dtype == op.result_type(t).numpy:
-        return lambda: ref(*args, out=buf)  # type: ignore[return-value]  # result unused
+        return partial(ref, *args, out=buf)  # type: ignore[return-value]  # result unused
     return lambda: np.copyto(buf, ref(*args), casting="unsafe")
 
 

@@ -210,7 +210,7 @@ ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     ElementwiseOp(U.TAN, "tan", np.tan, _fh(E(5100), E(5700))),
     ElementwiseOp(U.ASIN, "asin", np.arcsin, _fh(E(150), E(150))),  # [proposal]
     ElementwiseOp(U.TANH, "tanh", np.tanh, _fh(N(12), N(4))),
-    ElementwiseOp(U.SIGMOID, "sigmoid", m.sigmoid, _fh(N(12), N(6))),
+    ElementwiseOp(U.SIGMOID, "sigmoid", m.sigmoid, _fh(N(12), N(6)), writes_out=True),
     ElementwiseOp(
         U.RELU, "relu", _relu, _fh(N(3), N(3), int=E(2)), writes_out=True
     ),  # int: [proposal]

@@ -11,12 +11,14 @@ the offset it reads in ``base`` and ``sub``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from tremula import poplar
 from tremula.libs.popops import estimators as E
+from tremula.poplar import blocks
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -74,6 +76,13 @@ def _shared_addresses(v: poplar.Batch) -> np.ndarray | None:
     return _addresses_at(v, first)
 
 
+def _base_addresses(v: poplar.Batch, offset: int) -> np.ndarray:
+    """The addresses in device memory of the ``base`` elements of ``sub`` when every vertex
+    has ``offset`` (computed, not kept)."""
+    _, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
+    return v.addresses("base", pos0 + np.mod(offset + s, nb) * length)
+
+
 def _addresses_at(v: poplar.Batch, offset: int) -> np.ndarray:
     """The addresses in device memory of the ``base`` elements of ``sub`` when every vertex
     has ``offset``. They depend on the offset alone, so those of an offset seen before are
@@ -82,8 +91,7 @@ def _addresses_at(v: poplar.Batch, offset: int) -> np.ndarray:
     hit = kept[0].get(offset)
     if hit is not None:
         return hit
-    _, pos0, s, length, nb = v.cached("dyn", lambda: _dynamic_layout(v))
-    addresses = v.addresses("base", pos0 + np.mod(offset + s, nb) * length)
+    addresses = _base_addresses(v, offset)
     if kept[1] + addresses.size <= _KEPT_ADDRESSES:
         kept[0][offset] = addresses
         kept[1] += addresses.size
@@ -134,10 +142,14 @@ def _dynamic_update_compute(v: poplar.Batch) -> None:
 def _prepare_dynamic(update: bool) -> Any:
     """``Codelet.prepare`` of the dynamic slice / update vertices whose ``offset`` fields
     all read one element (one offset tensor, the usual case): each run reads the offset of
-    each replica and copies between the kept addresses of that offset in ``base``
-    (:func:`_addresses_at`) and ``sub`` (a view of device memory, or its addresses) without
-    the per-run batch set-up; the same copies as the compute. None for offsets that differ
-    between vertices (the compute handles them)."""
+    each replica and copies between the addresses of that offset in ``base`` and ``sub``
+    without the per-run batch set-up. When all replicas share the offset, the copy is the
+    offset's strided block copies (``poplar.blocks``: rows of a matrix, the pieces of a
+    concatenation), made once per offset and kept; where blocks do not pay, and per replica
+    when the offsets differ, it copies between the kept addresses of the offset in ``base``
+    (:func:`_addresses_at`) and ``sub`` (a view of device memory, or its addresses). The
+    same copies as the compute. None for offsets that differ between vertices (the compute
+    handles them)."""
 
     def prepare(v: poplar.Batch) -> Any:
         if v.n == 0 or not v.reads_one_address("offset"):
@@ -147,8 +159,11 @@ def _prepare_dynamic(update: bool) -> Any:
             return None
         arr, sub = found[0], v.stable_view("sub")
         size = int(v.lengths("sub").sum())
-        sub_at = None if sub is not None else _as_slice(v.addresses("sub", np.arange(size)))
-        _index_at(v, int(offset[0, 0]))  # the layout, built now rather than in a run
+        sub_addresses = v.addresses("sub", np.arange(size))
+        sub_at = None if sub is not None else _as_slice(sub_addresses)
+        # offset -> its copy, bound to this storage: kept by this prepared run only (a
+        # reload prepares again over new storage; the batch's cache outlives it)
+        moves: dict[int, Any] = {}
 
         def read(rows: Any, index: slice | np.ndarray) -> np.ndarray:
             if isinstance(index, slice):
@@ -164,11 +179,35 @@ def _prepare_dynamic(update: bool) -> Any:
             else:
                 arr[rows, sub_at] = read(rows, addresses)
 
+        def move(at: int) -> Any:
+            """The copy of every replica at offset ``at`` (made on first use, kept)."""
+            hit = moves.get(at)
+            if hit is not None:
+                return hit
+            base = _base_addresses(v, at)
+            pair = (sub_addresses, base) if update else (base, sub_addresses)
+            hit = blocks.copier(arr, pair[0], arr, pair[1])
+            if hit is None:  # blocks do not pay: the addresses (kept within a bound)
+                hit = partial(copy, slice(None), _index_at(v, at))
+            if len(moves) < _KEPT_OFFSETS:
+                moves[at] = hit
+            return hit
+
+        move(int(offset[0, 0]))  # the layout, built now rather than in a run
+        if offset.shape[0] == 1:  # one replica: its offset as a Python int, its copy
+            at_offset = offset.item
+
+            def run_one() -> None:
+                at = at_offset()
+                (moves.get(at) or move(at))()
+
+            return run_one
+
         def run() -> None:
             offsets = offset[:, 0]
             first = int(offsets[0])
             if offsets.size == 1 or bool(np.all(offsets == first)):
-                copy(slice(None), _index_at(v, first))
+                (moves.get(first) or move(first))()
                 return
             for r, o in enumerate(offsets.tolist()):  # replicas at different offsets
                 copy(r, _index_at(v, int(o)))

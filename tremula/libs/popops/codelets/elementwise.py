@@ -42,14 +42,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tremula import poplar
+from tremula import numerics, poplar
 from tremula.errors import ApplicationRuntimeError
 from tremula.libs.popops import estimators as E
 from tremula.libs.popops import ops
 from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
 from tremula.libs.popops.expr_eval import (
     Typed,
-    compile_run,
+    compile_steps,
     evaluate,
     flops_per_element,
     infer,
@@ -201,7 +201,8 @@ class Elementwise(poplar.Codelet):
                 args.append(view)
             out = v.stable_view(cls.output, nd_shape)
             if out is not None and all(a is not None for a in args):
-                return _refreshed(refresh, compile_run(typed, args, out))  # type: ignore[arg-type]
+                run = compile_steps(typed, args, out)  # type: ignore[arg-type]
+                return numerics.quiet(_refreshed(refresh, run))
         return None
 
     @classmethod
