@@ -16,6 +16,11 @@ the harness is graphcore-research/sparsity-benchmarks, ``ipu/matmul_bench.cpp``)
   compute step is the harness's ``*matmul*`` step. Rates count useful FLOPs, ``2 m n k d``
   (dense: d = 1), at Bow's clock (the paper's chip, see :data:`PAPER_CHIP`).
 * **Best over n**, dense and sparse separately; speed-up = ``best_sparse / (d best_dense)``.
+* **Only programs that fit**: the benchmark builds with ``debug.allowOutOfMemory`` so that
+  every point runs, but the harness's compile on hardware fails when a tile overflows;
+  a point whose fullest tile exceeds the tile's memory is printed and not counted (for
+  the dense estimates, the plan's temporaries plus an even share of the operands and the
+  output, a lower bound of the built program).
 """
 
 from __future__ import annotations
@@ -99,13 +104,14 @@ def harness_pattern(m: int, k: int, block: int, d: float, seed: int) -> COOMatri
 @dataclass(frozen=True)
 class Timed:
     """Profile cycles of one run: compute (OnTileExecute), exchange (DoExchange), sync,
-    stream copies, and the total."""
+    stream copies, and the total; and the bytes of the program's fullest tile."""
 
     compute: int
     exchange: int
     sync: int
     stream: int
     total: int
+    peak_tile_bytes: int
 
     @property
     def measured(self) -> int:
@@ -139,7 +145,7 @@ def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Time
     sim = engine.get_execution_profile()["simulation"]
     by: dict[str, int] = {}
     kinds = {"OnTileExecute": "compute", "DoExchange": "exchange"}
-    graph = engine.get_graph_profile() if by_phase is not None else {}
+    graph = engine.get_graph_profile()
     for step in sim["steps"]:
         by[step["type"]] = by.get(step["type"], 0) + int(step["cycles"])
         if by_phase is not None and step["type"] in kinds:
@@ -152,7 +158,27 @@ def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Time
         by.get("Sync", 0),
         by.get("StreamCopy", 0),
         int(sim["cycles"]),
+        peak_tile_bytes(graph),
     )
+
+
+def peak_tile_bytes(graph_profile: dict) -> int:
+    """Bytes of the program's fullest tile (the graph profile's ``totalIncludingGaps``):
+    the benchmark builds with ``debug.allowOutOfMemory``, so a program that would not fit
+    still runs; the harness's compile on hardware would fail instead."""
+    by_tile = graph_profile["memory"]["byTile"]["totalIncludingGaps"]
+    return int(np.max(np.asarray(by_tile)))
+
+
+def tile_bytes() -> int:
+    """Memory of one Bow tile."""
+    return int(poplar.IPUModel("bow").create_target().memory_bytes_per_tile)
+
+
+def fit_note(peak: int) -> str:
+    """``peak`` bytes on the fullest tile as a share of the tile, and whether it fits."""
+    share = f"{peak:,} B on the fullest tile ({100 * peak / tile_bytes():.1f} %)"
+    return share if peak <= tile_bytes() else f"{share}: DOES NOT FIT, not counted"
 
 
 def sparse_engine(dtype: poplar.Type, block: int, d: float, n: int):
@@ -182,6 +208,7 @@ class SparsePoint:
     plan: str
     steps: int  # propagation computes the pattern needs
     phases: dict[str, int]  # compute and exchange cycles by phase (see :func:`timed`)
+    memory: str  # the planner's temporary bytes and the bound they met (see :func:`plan_memory`)
 
 
 def sparse_points(
@@ -220,8 +247,27 @@ def _run_points(
         computes = sum(s.compute for s in steps)
         phases: dict[str, int] = {}
         t = timed(engine, phases)
-        out.append(SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases))
+        out.append(
+            SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases, plan_memory(plan))
+        )
     return out
+
+
+def plan_memory(plan: dynamic.Plan) -> str:
+    """The plan's temporary bytes per tile and the memory bound the planner met: PopLibs'
+    planner bounds them by ``availableMemoryProportion`` of the tile and, when no partition
+    fits, doubles the bound (up to twice the tile)."""
+    proportion = plan.options.available_memory_proportion
+    first = int(proportion * tile_bytes())
+    bound = plan.memory_bound
+    how = (
+        "no bound met"
+        if bound is None
+        else f"within availableMemoryProportion {proportion} ({first:,} B)"
+        if bound <= first
+        else f"no partition within {proportion} of the tile: bound doubled to {bound:,} B"
+    )
+    return f"plan temporaries {plan.cost.temp_bytes:,} B per tile, {how}"
 
 
 def dense_time(type_name: str, n: int) -> Timed:
@@ -248,6 +294,15 @@ def dense_estimate(type_name: str, n: int) -> poplin.Plan:
     target = poplar.IPUModel("bow").create_target()
     opts = {"partialsType": "float"}
     return poplin.matmul_plan(target, TYPES[type_name], (SIZE, SIZE), (SIZE, n), options=opts)
+
+
+def dense_planned_bytes(plan: poplin.Plan, type_name: str, n: int) -> int:
+    """Bytes per tile of the dense program as planned (a lower bound of the built
+    program's fullest tile: no code, vertex state or exchange buffers): the plan's
+    temporaries plus an even share of ``W``, ``X`` and the output (data type)."""
+    size = TYPES[type_name].size
+    tiles = poplar.IPUModel("bow").create_target().num_tiles
+    return plan.temp_bytes + -(-(SIZE * SIZE + 2 * SIZE * n) * size // tiles)
 
 
 def tflops(flops: float, cycles: int) -> float:
@@ -283,16 +338,21 @@ def dense_table(ns: tuple[int, ...], estimate_ns: tuple[int, ...]) -> dict[str, 
                     f"{plan.reduce_cycles}; loop {plan.loop or '-'} x {plan.serial}, swap "
                     f"{plan.swap}): {tflops(f, plan.cycles):6.1f} TFLOP/s")  # fmt: skip
             found = Best(tflops(f, plan.cycles), n, "estimate")
+            peak = dense_planned_bytes(plan, type_name, n)
+            line += f"\n  {'':>5} {'':<8} planned: {fit_note(peak)}"
             if n in ns:
                 t = dense_time(type_name, n)
                 rate, rate_c = tflops(f, t.measured), tflops(f, t.compute)
                 line += (f"\n  {'':>5} {'':<8} simulated compute {t.compute:>9} + exchange "
                          f"{t.exchange:>8} (sync {t.sync}, streams {t.stream}) cycles: "
                          f"{rate:6.1f} TFLOP/s (compute only {rate_c:6.1f}; estimate "
-                         f"{100 * (plan.cycles / t.measured - 1):+.2f} %)")  # fmt: skip
+                         f"{100 * (plan.cycles / t.measured - 1):+.2f} %); built: "
+                         f"{fit_note(t.peak_tile_bytes)}")  # fmt: skip
                 found = Best(rate, n, "simulated")
+                peak = t.peak_tile_bytes
             print(line, flush=True)
-            if found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
+            fits = peak <= tile_bytes()
+            if fits and found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
                 best[type_name] = found
         paper = PAPER_DENSE_TFLOPS[type_name]
         b = best[type_name]
@@ -312,9 +372,12 @@ def sparse_case(
         if isinstance(points, str):
             print(f"  b={block:<2} {type_name:>5} n={n:<5} {points}")
             continue
+        fits = points[0].time.peak_tile_bytes <= tile_bytes()
+        print(f"  b={block:<2} {type_name:>5} n={n:<5} {points[0].memory}; "
+              f"{fit_note(points[0].time.peak_tile_bytes)}")  # fmt: skip
         for p in points:
             rate, rate_c = tflops(flops_n * n, p.time.measured), tflops(flops_n * n, p.time.compute)
-            if rate > best.get(p.seed, Best(0.0, 0, "")).rate:
+            if fits and rate > best.get(p.seed, Best(0.0, 0, "")).rate:
                 best[p.seed] = Best(rate, n, "simulated")
             print(f"  b={block:<2} {type_name:>5} n={n:<5} seed {p.seed:<4} plan {p.plan:<13} "
                   f"compute {p.time.compute:>8} + exchange {p.time.exchange:>7} (sync "
