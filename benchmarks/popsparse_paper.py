@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,9 +182,12 @@ def fit_note(peak: int) -> str:
     return share if peak <= tile_bytes() else f"{share}: DOES NOT FIT, not counted"
 
 
-def sparse_engine(dtype: poplar.Type, block: int, d: float, n: int):
-    """A loaded engine of the sparse matmul, and its partitioner (the same options)."""
-    device = poplar.IPUModel("bow").create_device()
+def sparse_engine(
+    dtype: poplar.Type, block: int, d: float, n: int, what_if: Mapping[str, int] | None = None
+):
+    """A loaded engine of the sparse matmul, and its partitioner (the same options), on
+    Bow, or on Bow with the target parameters ``what_if`` changed."""
+    device = poplar.IPUModel("bow", **(what_if or {})).create_device()
     graph = poplar.Graph(device.target)
     sparsity = dynamic.SparsityParams(block_dimensions=(block, block))
     params = dynamic.MatMulParams.create_with_nz_ratio(sparsity, d, 1, SIZE, SIZE, n)
@@ -212,12 +216,17 @@ class SparsePoint:
 
 
 def sparse_points(
-    type_name: str, block: int, d: float, n: int, seeds: tuple[int, ...]
+    type_name: str,
+    block: int,
+    d: float,
+    n: int,
+    seeds: tuple[int, ...],
+    what_if: Mapping[str, int] | None = None,
 ) -> list[SparsePoint] | str:
     """The sparse case at ``n`` on each seed's pattern (one compile), or why not built."""
     gc.collect()  # engines hold cycles; large ones must go before the next
     try:
-        engine, part = sparse_engine(TYPES[type_name], block, d, n)
+        engine, part = sparse_engine(TYPES[type_name], block, d, n, what_if)
     except TremulaError as err:
         return f"not built: {str(err)[:200]}"
     except MemoryError:  # the host's limit (e.g. ``ulimit -v``), not the IPU's
@@ -362,13 +371,18 @@ def dense_table(ns: tuple[int, ...], estimate_ns: tuple[int, ...]) -> dict[str, 
 
 
 def sparse_case(
-    type_name: str, block: int, d: float, ns: tuple[int, ...], seeds: tuple[int, ...]
+    type_name: str,
+    block: int,
+    d: float,
+    ns: tuple[int, ...],
+    seeds: tuple[int, ...],
+    what_if: Mapping[str, int] | None = None,
 ) -> dict[int, Best]:
     """Print the case's points; the best non-zero TFLOP/s over n (and its n), by seed."""
     best: dict[int, Best] = {}
     flops_n = 2.0 * SIZE * SIZE * d
     for n in ns:
-        points = sparse_points(type_name, block, d, n, seeds)
+        points = sparse_points(type_name, block, d, n, seeds, what_if)
         if isinstance(points, str):
             print(f"  b={block:<2} {type_name:>5} n={n:<5} {points}")
             continue
@@ -393,15 +407,24 @@ def paper_tables(
     dense_ns: tuple[int, ...],
     dense_estimate_ns: tuple[int, ...],
     seeds: tuple[int, ...],
+    only: set[tuple[int, str]] | None = None,
+    what_if: Mapping[str, int] | None = None,
 ) -> None:
-    """Every paper point next to Tremula's (see the module docstring)."""
+    """Every paper point next to Tremula's (see the module docstring); the sparse cases
+    ``only`` (``(block, type)``) when given, and the sparse side on Bow with the target
+    parameters ``what_if`` changed when given (a what-if: the dense side stays Bow)."""
     print(PAPER_CHIP)
+    if what_if:
+        print(f"WHAT-IF: the sparse side runs on Bow with {dict(what_if)}; the dense side on Bow")
     dense = dense_table(dense_ns, dense_estimate_ns)
     d = 1 / 16
     cases: dict[tuple[int, str], dict[int, Best]] = {}
     for block, type_name in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]:
         if (block, type_name) not in cases:
-            cases[block, type_name] = sparse_case(type_name, block, d, sparse_ns, seeds)
+            run = only is None or (block, type_name) in only
+            cases[block, type_name] = (
+                sparse_case(type_name, block, d, sparse_ns, seeds, what_if) if run else {}
+            )
     harness = HARNESS_SEED if HARNESS_SEED in seeds else seeds[0]
 
     def spread(values: list[float]) -> str:
@@ -416,7 +439,7 @@ def paper_tables(
         best = cases[block, type_name]
         name = f"speed-up b={block} {type_name}"
         if not best:
-            print(f"{name:>24} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built or not run)")
             continue
         dn = dense[type_name]
         ups = {s: b.rate / (d * dn.rate) for s, b in best.items()}
@@ -429,7 +452,7 @@ def paper_tables(
         best = cases[block, "half"]
         name = f"sweep b={block} half TFLOP/s"
         if not best:
-            print(f"{name:>24} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built or not run)")
             continue
         b = best.get(harness, next(iter(best.values())))
         print(f"{name:>24} {paper:>6.1f} {b.rate:>7.2f} {off(b.rate, paper):>6} "
@@ -438,3 +461,32 @@ def paper_tables(
         dn = dense[type_name]
         print(f"{f'dense {type_name} max TFLOP/s':>24} {paper:>6.1f} {dn.rate:>7.1f} "
               f"{off(dn.rate, paper):>6} {'-':>11}  n = {dn.n} ({dn.how})")  # fmt: skip
+
+
+def parse_cases(text: str) -> set[tuple[int, str]] | None:
+    """``"16half,1float"`` -> ``{(16, "half"), (1, "float")}``; None for "" (every case)."""
+    if not text:
+        return None
+    known = {
+        f"{b}{t}": (b, t) for b, t in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]
+    }
+    out = set()
+    for name in text.split(","):
+        if name not in known:
+            raise ValueError(f"--paper-cases: unknown case {name!r}; known: {sorted(known)}")
+        out.add(known[name])
+    return out
+
+
+def parse_what_if(text: str) -> dict[str, int] | None:
+    """``"a=8,b=2"`` -> ``{"a": 8, "b": 2}`` (integer target parameters); None for ""."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"--paper-what-if: expected name=integer, got {item!r}")
+        out[key.strip()] = int(value)
+    poplar.IPUModel("bow", **out).create_target()  # an unknown name fails here, clearly
+    return out

@@ -62,3 +62,23 @@ def test_the_16x16_half_plan_at_n_4096_needs_a_doubled_memory_bound():
     assert plan.cost.temp_bytes > int(0.6 * target.memory_bytes_per_tile)
     assert plan.memory_bound == int(2 * 0.6 * target.memory_bytes_per_tile)
     assert f"bound doubled to {plan.memory_bound:,} B" in paper.plan_memory(plan)
+
+
+def test_the_what_if_options_are_checked():
+    """``--paper-cases`` names the paper's six cases; ``--paper-what-if`` takes integer
+    parameters the Bow model knows, and refuses others naming them."""
+    import pytest
+
+    from tremula.errors import TremulaError
+
+    assert paper.parse_cases("") is None
+    assert paper.parse_cases("16half,1float") == {(16, "half"), (1, "float")}
+    with pytest.raises(ValueError, match="unknown case '3half'"):
+        paper.parse_cases("3half")
+    assert paper.parse_what_if("fp16_in_fp32_out_conv_units_per_tile=8") == {
+        "fp16_in_fp32_out_conv_units_per_tile": 8
+    }
+    with pytest.raises(ValueError, match="name=integer"):
+        paper.parse_what_if("fp16_in_fp32_out_conv_units_per_tile")
+    with pytest.raises(TremulaError, match="unknown parameter 'nonsense'"):
+        paper.parse_what_if("nonsense=3")
