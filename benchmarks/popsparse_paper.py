@@ -364,7 +364,8 @@ def dense_table(ns: tuple[int, ...], estimate_ns: tuple[int, ...]) -> dict[str, 
             if fits and found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
                 best[type_name] = found
         paper = PAPER_DENSE_TFLOPS[type_name]
-        b = best[type_name]
+        # no fitting point: the speed-ups print as nan
+        b = best.setdefault(type_name, Best(math.nan, 0, "no point fits"))
         print(f"  {type_name} best {b.rate:.1f} TFLOP/s at n = {b.n} ({b.how}), paper "
               f"~{paper:.0f} ({off(b.rate, paper)})")  # fmt: skip
     return best
