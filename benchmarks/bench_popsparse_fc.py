@@ -33,7 +33,9 @@
    profile (sync and stream copies excluded; the compute-only rate printed too), best
    over n for each separately, speed-up ``best_sparse / (d best_dense)``; the four
    speed-ups at d = 1/16 and the half block sweep, every point printed with the n of its
-   best. One compile per (case, n); the full sweep takes long on a shared host
+   best. A point whose program does not fit the tiles (the harness's compile would fail;
+   the benchmark builds with ``debug.allowOutOfMemory``) is printed and not counted. One
+   compile per (case, n); the full sweep takes about 35 minutes on a shared host
    (``--paper-ns``, ``--paper-dense-ns`` to restrict n). The dense product is simulated
    at ``--paper-dense-ns`` and planned only (poplin's estimate, which the simulation
    reproduces where both run) at ``--paper-dense-estimate-ns``: building the dense 4096 x
@@ -42,8 +44,9 @@
 
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
 [--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]
-[--paper [--paper-ns 64,256,1024,4096] [--paper-dense-ns 4,64,256,512]
-[--paper-dense-estimate-ns 1024,4096,8192,16384] [--paper-seeds 123,1,2,3]]``.
+[--paper [--paper-ns 64,256,1024,2048,4096] [--paper-dense-ns 4,64,256,512]
+[--paper-dense-estimate-ns 1024,4096,8192,16384] [--paper-seeds 123,1,2,3]
+[--paper-cases 16half] [--paper-what-if fp16_in_fp32_out_conv_units_per_tile=8]]``.
 """
 
 from __future__ import annotations
@@ -379,7 +382,7 @@ def main() -> None:
     parser.add_argument("--cases", default="ew,b16half,b16float", help="CPU-time cases")
     parser.add_argument("--machines", default="ipu2,bow")
     parser.add_argument("--paper", action="store_true", help="only the paper's tables")
-    parser.add_argument("--paper-ns", default="4,64,256,1024,4096", help="sparse n of --paper")
+    parser.add_argument("--paper-ns", default="4,64,256,1024,2048,4096", help="sparse n of --paper")
     parser.add_argument(
         "--paper-dense-ns", default="4,64,256,512", help="dense n of --paper, simulated"
     )
@@ -389,6 +392,17 @@ def main() -> None:
         help="dense n of --paper, poplin's plan estimate only",
     )
     parser.add_argument("--paper-seeds", default="123,1,2,3", help="patterns of --paper")
+    parser.add_argument(
+        "--paper-cases",
+        default="",
+        help="sparse cases of --paper only, e.g. 16half,16float (default: all six)",
+    )
+    parser.add_argument(
+        "--paper-what-if",
+        default="",
+        help="target parameters of the sparse side's Bow model, a what-if "
+        "(e.g. fp16_in_fp32_out_conv_units_per_tile=8); the dense side stays Bow",
+    )
     args = parser.parse_args()
     if args.paper:
 
@@ -400,6 +414,8 @@ def main() -> None:
             ints(args.paper_dense_ns),
             ints(args.paper_dense_estimate_ns),
             ints(args.paper_seeds),
+            popsparse_paper.parse_cases(args.paper_cases),
+            popsparse_paper.parse_what_if(args.paper_what_if),
         )
         return
     cases = {"ew": (1, poplar.FLOAT), "b16half": (16, poplar.HALF), "b16float": (16, poplar.FLOAT)}

@@ -16,12 +16,18 @@ the harness is graphcore-research/sparsity-benchmarks, ``ipu/matmul_bench.cpp``)
   compute step is the harness's ``*matmul*`` step. Rates count useful FLOPs, ``2 m n k d``
   (dense: d = 1), at Bow's clock (the paper's chip, see :data:`PAPER_CHIP`).
 * **Best over n**, dense and sparse separately; speed-up = ``best_sparse / (d best_dense)``.
+* **Only programs that fit**: the benchmark builds with ``debug.allowOutOfMemory`` so that
+  every point runs, but the harness's compile on hardware fails when a tile overflows;
+  a point whose fullest tile exceeds the tile's memory is printed and not counted (for
+  the dense estimates, the plan's temporaries plus an even share of the operands and the
+  output, a lower bound of the built program).
 """
 
 from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,13 +105,14 @@ def harness_pattern(m: int, k: int, block: int, d: float, seed: int) -> COOMatri
 @dataclass(frozen=True)
 class Timed:
     """Profile cycles of one run: compute (OnTileExecute), exchange (DoExchange), sync,
-    stream copies, and the total."""
+    stream copies, and the total; and the bytes of the program's fullest tile."""
 
     compute: int
     exchange: int
     sync: int
     stream: int
     total: int
+    peak_tile_bytes: int
 
     @property
     def measured(self) -> int:
@@ -139,7 +146,7 @@ def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Time
     sim = engine.get_execution_profile()["simulation"]
     by: dict[str, int] = {}
     kinds = {"OnTileExecute": "compute", "DoExchange": "exchange"}
-    graph = engine.get_graph_profile() if by_phase is not None else {}
+    graph = engine.get_graph_profile()
     for step in sim["steps"]:
         by[step["type"]] = by.get(step["type"], 0) + int(step["cycles"])
         if by_phase is not None and step["type"] in kinds:
@@ -152,12 +159,35 @@ def timed(engine: poplar.Engine, by_phase: dict[str, int] | None = None) -> Time
         by.get("Sync", 0),
         by.get("StreamCopy", 0),
         int(sim["cycles"]),
+        peak_tile_bytes(graph),
     )
 
 
-def sparse_engine(dtype: poplar.Type, block: int, d: float, n: int):
-    """A loaded engine of the sparse matmul, and its partitioner (the same options)."""
-    device = poplar.IPUModel("bow").create_device()
+def peak_tile_bytes(graph_profile: dict) -> int:
+    """Bytes of the program's fullest tile (the graph profile's ``totalIncludingGaps``):
+    the benchmark builds with ``debug.allowOutOfMemory``, so a program that would not fit
+    still runs; the harness's compile on hardware would fail instead."""
+    by_tile = graph_profile["memory"]["byTile"]["totalIncludingGaps"]
+    return int(np.max(np.asarray(by_tile)))
+
+
+def tile_bytes() -> int:
+    """Memory of one Bow tile."""
+    return int(poplar.IPUModel("bow").create_target().memory_bytes_per_tile)
+
+
+def fit_note(peak: int) -> str:
+    """``peak`` bytes on the fullest tile as a share of the tile, and whether it fits."""
+    share = f"{peak:,} B on the fullest tile ({100 * peak / tile_bytes():.1f} %)"
+    return share if peak <= tile_bytes() else f"{share}: DOES NOT FIT, not counted"
+
+
+def sparse_engine(
+    dtype: poplar.Type, block: int, d: float, n: int, what_if: Mapping[str, int] | None = None
+):
+    """A loaded engine of the sparse matmul, and its partitioner (the same options), on
+    Bow, or on Bow with the target parameters ``what_if`` changed."""
+    device = poplar.IPUModel("bow", **(what_if or {})).create_device()
     graph = poplar.Graph(device.target)
     sparsity = dynamic.SparsityParams(block_dimensions=(block, block))
     params = dynamic.MatMulParams.create_with_nz_ratio(sparsity, d, 1, SIZE, SIZE, n)
@@ -182,15 +212,21 @@ class SparsePoint:
     plan: str
     steps: int  # propagation computes the pattern needs
     phases: dict[str, int]  # compute and exchange cycles by phase (see :func:`timed`)
+    memory: str  # the planner's temporary bytes and the bound they met (see :func:`plan_memory`)
 
 
 def sparse_points(
-    type_name: str, block: int, d: float, n: int, seeds: tuple[int, ...]
+    type_name: str,
+    block: int,
+    d: float,
+    n: int,
+    seeds: tuple[int, ...],
+    what_if: Mapping[str, int] | None = None,
 ) -> list[SparsePoint] | str:
     """The sparse case at ``n`` on each seed's pattern (one compile), or why not built."""
     gc.collect()  # engines hold cycles; large ones must go before the next
     try:
-        engine, part = sparse_engine(TYPES[type_name], block, d, n)
+        engine, part = sparse_engine(TYPES[type_name], block, d, n, what_if)
     except TremulaError as err:
         return f"not built: {str(err)[:200]}"
     except MemoryError:  # the host's limit (e.g. ``ulimit -v``), not the IPU's
@@ -220,8 +256,27 @@ def _run_points(
         computes = sum(s.compute for s in steps)
         phases: dict[str, int] = {}
         t = timed(engine, phases)
-        out.append(SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases))
+        out.append(
+            SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases, plan_memory(plan))
+        )
     return out
+
+
+def plan_memory(plan: dynamic.Plan) -> str:
+    """The plan's temporary bytes per tile and the memory bound the planner met: PopLibs'
+    planner bounds them by ``availableMemoryProportion`` of the tile and, when no partition
+    fits, doubles the bound (up to twice the tile)."""
+    proportion = plan.options.available_memory_proportion
+    first = int(proportion * tile_bytes())
+    bound = plan.memory_bound
+    how = (
+        "no bound met"
+        if bound is None
+        else f"within availableMemoryProportion {proportion} ({first:,} B)"
+        if bound <= first
+        else f"no partition within {proportion} of the tile: bound doubled to {bound:,} B"
+    )
+    return f"plan temporaries {plan.cost.temp_bytes:,} B per tile, {how}"
 
 
 def dense_time(type_name: str, n: int) -> Timed:
@@ -248,6 +303,15 @@ def dense_estimate(type_name: str, n: int) -> poplin.Plan:
     target = poplar.IPUModel("bow").create_target()
     opts = {"partialsType": "float"}
     return poplin.matmul_plan(target, TYPES[type_name], (SIZE, SIZE), (SIZE, n), options=opts)
+
+
+def dense_planned_bytes(plan: poplin.Plan, type_name: str, n: int) -> int:
+    """Bytes per tile of the dense program as planned (a lower bound of the built
+    program's fullest tile: no code, vertex state or exchange buffers): the plan's
+    temporaries plus an even share of ``W``, ``X`` and the output (data type)."""
+    size = TYPES[type_name].size
+    tiles = poplar.IPUModel("bow").create_target().num_tiles
+    return plan.temp_bytes + -(-(SIZE * SIZE + 2 * SIZE * n) * size // tiles)
 
 
 def tflops(flops: float, cycles: int) -> float:
@@ -283,38 +347,52 @@ def dense_table(ns: tuple[int, ...], estimate_ns: tuple[int, ...]) -> dict[str, 
                     f"{plan.reduce_cycles}; loop {plan.loop or '-'} x {plan.serial}, swap "
                     f"{plan.swap}): {tflops(f, plan.cycles):6.1f} TFLOP/s")  # fmt: skip
             found = Best(tflops(f, plan.cycles), n, "estimate")
+            peak = dense_planned_bytes(plan, type_name, n)
+            line += f"\n  {'':>5} {'':<8} planned: {fit_note(peak)}"
             if n in ns:
                 t = dense_time(type_name, n)
                 rate, rate_c = tflops(f, t.measured), tflops(f, t.compute)
                 line += (f"\n  {'':>5} {'':<8} simulated compute {t.compute:>9} + exchange "
                          f"{t.exchange:>8} (sync {t.sync}, streams {t.stream}) cycles: "
                          f"{rate:6.1f} TFLOP/s (compute only {rate_c:6.1f}; estimate "
-                         f"{100 * (plan.cycles / t.measured - 1):+.2f} %)")  # fmt: skip
+                         f"{100 * (plan.cycles / t.measured - 1):+.2f} %); built: "
+                         f"{fit_note(t.peak_tile_bytes)}")  # fmt: skip
                 found = Best(rate, n, "simulated")
+                peak = t.peak_tile_bytes
             print(line, flush=True)
-            if found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
+            fits = peak <= tile_bytes()
+            if fits and found.rate > best.get(type_name, Best(0.0, 0, "")).rate:
                 best[type_name] = found
         paper = PAPER_DENSE_TFLOPS[type_name]
-        b = best[type_name]
+        # no fitting point: the speed-ups print as nan
+        b = best.setdefault(type_name, Best(math.nan, 0, "no point fits"))
         print(f"  {type_name} best {b.rate:.1f} TFLOP/s at n = {b.n} ({b.how}), paper "
               f"~{paper:.0f} ({off(b.rate, paper)})")  # fmt: skip
     return best
 
 
 def sparse_case(
-    type_name: str, block: int, d: float, ns: tuple[int, ...], seeds: tuple[int, ...]
+    type_name: str,
+    block: int,
+    d: float,
+    ns: tuple[int, ...],
+    seeds: tuple[int, ...],
+    what_if: Mapping[str, int] | None = None,
 ) -> dict[int, Best]:
     """Print the case's points; the best non-zero TFLOP/s over n (and its n), by seed."""
     best: dict[int, Best] = {}
     flops_n = 2.0 * SIZE * SIZE * d
     for n in ns:
-        points = sparse_points(type_name, block, d, n, seeds)
+        points = sparse_points(type_name, block, d, n, seeds, what_if)
         if isinstance(points, str):
             print(f"  b={block:<2} {type_name:>5} n={n:<5} {points}")
             continue
+        fits = points[0].time.peak_tile_bytes <= tile_bytes()
+        print(f"  b={block:<2} {type_name:>5} n={n:<5} {points[0].memory}; "
+              f"{fit_note(points[0].time.peak_tile_bytes)}")  # fmt: skip
         for p in points:
             rate, rate_c = tflops(flops_n * n, p.time.measured), tflops(flops_n * n, p.time.compute)
-            if rate > best.get(p.seed, Best(0.0, 0, "")).rate:
+            if fits and rate > best.get(p.seed, Best(0.0, 0, "")).rate:
                 best[p.seed] = Best(rate, n, "simulated")
             print(f"  b={block:<2} {type_name:>5} n={n:<5} seed {p.seed:<4} plan {p.plan:<13} "
                   f"compute {p.time.compute:>8} + exchange {p.time.exchange:>7} (sync "
@@ -330,15 +408,24 @@ def paper_tables(
     dense_ns: tuple[int, ...],
     dense_estimate_ns: tuple[int, ...],
     seeds: tuple[int, ...],
+    only: set[tuple[int, str]] | None = None,
+    what_if: Mapping[str, int] | None = None,
 ) -> None:
-    """Every paper point next to Tremula's (see the module docstring)."""
+    """Every paper point next to Tremula's (see the module docstring); the sparse cases
+    ``only`` (``(block, type)``) when given, and the sparse side on Bow with the target
+    parameters ``what_if`` changed when given (a what-if: the dense side stays Bow)."""
     print(PAPER_CHIP)
+    if what_if:
+        print(f"WHAT-IF: the sparse side runs on Bow with {dict(what_if)}; the dense side on Bow")
     dense = dense_table(dense_ns, dense_estimate_ns)
     d = 1 / 16
     cases: dict[tuple[int, str], dict[int, Best]] = {}
     for block, type_name in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]:
         if (block, type_name) not in cases:
-            cases[block, type_name] = sparse_case(type_name, block, d, sparse_ns, seeds)
+            run = only is None or (block, type_name) in only
+            cases[block, type_name] = (
+                sparse_case(type_name, block, d, sparse_ns, seeds, what_if) if run else {}
+            )
     harness = HARNESS_SEED if HARNESS_SEED in seeds else seeds[0]
 
     def spread(values: list[float]) -> str:
@@ -353,7 +440,7 @@ def paper_tables(
         best = cases[block, type_name]
         name = f"speed-up b={block} {type_name}"
         if not best:
-            print(f"{name:>24} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built or not run)")
             continue
         dn = dense[type_name]
         ups = {s: b.rate / (d * dn.rate) for s, b in best.items()}
@@ -366,7 +453,7 @@ def paper_tables(
         best = cases[block, "half"]
         name = f"sweep b={block} half TFLOP/s"
         if not best:
-            print(f"{name:>24} {paper:>6.1f}  (no point built)")
+            print(f"{name:>24} {paper:>6.1f}  (no point built or not run)")
             continue
         b = best.get(harness, next(iter(best.values())))
         print(f"{name:>24} {paper:>6.1f} {b.rate:>7.2f} {off(b.rate, paper):>6} "
@@ -375,3 +462,32 @@ def paper_tables(
         dn = dense[type_name]
         print(f"{f'dense {type_name} max TFLOP/s':>24} {paper:>6.1f} {dn.rate:>7.1f} "
               f"{off(dn.rate, paper):>6} {'-':>11}  n = {dn.n} ({dn.how})")  # fmt: skip
+
+
+def parse_cases(text: str) -> set[tuple[int, str]] | None:
+    """``"16half,1float"`` -> ``{(16, "half"), (1, "float")}``; None for "" (every case)."""
+    if not text:
+        return None
+    known = {
+        f"{b}{t}": (b, t) for b, t in [*PAPER_SPEEDUP, *((b, "half") for b in PAPER_BLOCK_TFLOPS)]
+    }
+    out = set()
+    for name in text.split(","):
+        if name not in known:
+            raise ValueError(f"--paper-cases: unknown case {name!r}; known: {sorted(known)}")
+        out.add(known[name])
+    return out
+
+
+def parse_what_if(text: str) -> dict[str, int] | None:
+    """``"a=8,b=2"`` -> ``{"a": 8, "b": 2}`` (integer target parameters); None for ""."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"--paper-what-if: expected name=integer, got {item!r}")
+        out[key.strip()] = int(value)
+    poplar.IPUModel("bow", **out).create_target()  # an unknown name fails here, clearly
+    return out
