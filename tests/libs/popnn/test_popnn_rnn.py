@@ -243,9 +243,9 @@ def _recurrent_engine(layer: str) -> poplar.Engine:
     return engine
 
 
-#: popops' reduction of partials whose prepared run sums them in another order than its
-#: compute (the LSTM's bias gradient, ``ReduceStage2``: the last bit of some sums differs,
-#: also before the block copies; left to the reductions' own work)
+#: popops' reduction of partials, which the ``all_generic=False`` cases leave prepared on
+#: both sides (its prepared run once summed the LSTM's bias gradient, ``ReduceStage2``, in
+#: memory order instead of piece order: the last bit of some sums differed)
 _REDUCE = "popops::ReducePartials"
 
 
@@ -254,19 +254,15 @@ _REDUCE = "popops::ReducePartials"
     [
         ("lstm", False),
         ("gru", False),
-        pytest.param(
-            "lstm",
-            True,
-            marks=pytest.mark.xfail(strict=True, reason="ReducePartials' prepared sum order"),
-        ),
+        ("lstm", True),
     ],
 )
 def test_replayed_prepared_runs_give_the_generic_computes_bits(layer, all_generic) -> None:
     """A recurrent layer's replayed runs (every vertex group's prepared run: block-copied
     dynamic slices and operand gathers, fused expressions, products, fills) leave device
     memory bit for bit as the codelets' generic ``compute`` does, run after run, from the
-    same random contents of every float. popops' reductions of partials keep their
-    prepared runs on both sides, except in the case marked as failing (see _REDUCE)."""
+    same random contents of every float; with ``all_generic`` False popops' reductions of
+    partials keep their prepared runs on both sides (see _REDUCE)."""
     fast, generic = _recurrent_engine(layer), _recurrent_engine(layer)
     for cs in generic.step_plan.compute_sets:  # no group prepares a run: compute each time
         for grp in cs.groups:

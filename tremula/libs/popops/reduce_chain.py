@@ -13,13 +13,12 @@ rows, writes the sum to the unit's partial row (device memory ends as the two st
 it) and adds it to its group's sum while it is in registers: the partials are written
 once and never read.
 
-The numbers are the two stages' own, bit for bit: each partial is ``((r0 + r1) + r2) ...``
-over the unit's rows in order (:func:`reduce_inplace.reduce_rows`), and each group's sum
-starts from ``0`` and adds its pieces in piece order, as ``numpy.add.reduce`` over the
-grid's piece axis does (the identity first, then one element-wise add per piece: the piece
-axis is never NumPy's inner loop, as the columns have smaller strides). Anything else
-(another operation or type, a scale on stage 1, pieces that are not whole unit rows,
-memory the two stages share, no compiled kernels) keeps the two runs apart.
+The numbers are the two stages' own, bit for bit: each partial is
+``((0 + r0) + r1) + r2 ...`` over the unit's rows in order, from the accumulator's ``+0.0``
+(:func:`reduce_inplace.reduce_rows`), and each group's sum starts from ``0`` and adds its
+pieces in piece order, as the grid's prepared run does (``reduce_inplace._piece_reducer``).
+Anything else (another operation or type, a scale on stage 1, pieces that are not whole
+unit rows, memory the two stages share, no compiled kernels) keeps the two runs apart.
 """
 
 from __future__ import annotations
@@ -178,7 +177,7 @@ def _sum_rows_into_groups(
     sums: np.ndarray,
 ) -> None:
     """For each group ``g`` and piece ``p`` in order, unit ``u = units[g, p]``:
-    ``dst[r, u] = ((rows[r, f] + rows[r, f + 1]) + ...)`` over its ``count[u]`` rows from
+    ``dst[r, u] = ((0 + rows[r, f]) + rows[r, f + 1]) + ...`` over its ``count[u]`` rows from
     ``f = first[u]``, and ``sums[r, g] = ((0 + dst[r, u0]) + dst[r, u1]) + ...`` (float32).
 
     Units of two or three rows (a tile holds a few rows) are one pass: the partials go out
@@ -188,6 +187,7 @@ def _sum_rows_into_groups(
     cache) and the last in the pass that adds the unit to its group."""
     n = dst.shape[2]
     nothing = np.full(n, -0.0, dtype=np.float32)
+    zero = np.float32(0.0)  # each unit's sum starts at +0.0, as the vertex's accumulator
     for r in range(rows.shape[0]):
         for g in range(units.shape[0]):
             acc = sums[r, g]
@@ -202,16 +202,16 @@ def _sum_rows_into_groups(
                     lead = min(n, (16 - out.ctypes.data % 16) % 16 // 4)
                     c = 0
                     while c < lead:
-                        v = a[c] + b[c] + e[c]
+                        v = zero + a[c] + b[c] + e[c]
                         out[c] = v
                         acc[c] += v
                         c += 1
                     if k == 3:
                         while c + 4 <= n:
-                            v0 = a[c] + b[c] + e[c]
-                            v1 = a[c + 1] + b[c + 1] + e[c + 1]
-                            v2 = a[c + 2] + b[c + 2] + e[c + 2]
-                            v3 = a[c + 3] + b[c + 3] + e[c + 3]
+                            v0 = zero + a[c] + b[c] + e[c]
+                            v1 = zero + a[c + 1] + b[c + 1] + e[c + 1]
+                            v2 = zero + a[c + 2] + b[c + 2] + e[c + 2]
+                            v3 = zero + a[c + 3] + b[c + 3] + e[c + 3]
                             jit.stream4(out, c, v0, v1, v2, v3)
                             acc[c] += v0
                             acc[c + 1] += v1
@@ -220,10 +220,10 @@ def _sum_rows_into_groups(
                             c += 4
                     else:
                         while c + 4 <= n:
-                            v0 = a[c] + b[c]
-                            v1 = a[c + 1] + b[c + 1]
-                            v2 = a[c + 2] + b[c + 2]
-                            v3 = a[c + 3] + b[c + 3]
+                            v0 = zero + a[c] + b[c]
+                            v1 = zero + a[c + 1] + b[c + 1]
+                            v2 = zero + a[c + 2] + b[c + 2]
+                            v3 = zero + a[c + 3] + b[c + 3]
                             jit.stream4(out, c, v0, v1, v2, v3)
                             acc[c] += v0
                             acc[c + 1] += v1
@@ -231,7 +231,7 @@ def _sum_rows_into_groups(
                             acc[c + 3] += v3
                             c += 4
                     while c < n:
-                        v = a[c] + b[c] + e[c]
+                        v = zero + a[c] + b[c] + e[c]
                         out[c] = v
                         acc[c] += v
                         c += 1
@@ -239,12 +239,13 @@ def _sum_rows_into_groups(
                 a = rows[r, f]  # one row, or more than three: plain stores
                 if k == 1:
                     for c in range(n):
-                        out[c] = a[c]
-                        acc[c] += a[c]
+                        v = zero + a[c]
+                        out[c] = v
+                        acc[c] += v
                     continue
                 b, e = rows[r, f + 1], rows[r, f + 2]
                 for c in range(n):
-                    out[c] = a[c] + b[c] + e[c]
+                    out[c] = zero + a[c] + b[c] + e[c]
                 for i in range(3, k - 1):
                     src = rows[r, f + i]
                     for c in range(n):

@@ -9,8 +9,9 @@ a reduction costs about one pass over its input:
   unit, a single pass over the input) or in NumPy (units in chunks whose outputs fit the
   cache; per chunk the first row of every unit is taken into the output, then the next
   row of every unit that has one into a small buffer and combined, and so on). Both
-  combine a unit's rows in order, ``((r0 op r1) op r2) ...``: the same numbers as each
-  other and as a reduction over a gathered ``[units, count, row]`` block;
+  combine a unit's rows in order from the operation's identity, as a reduce vertex's
+  accumulator does, ``((identity op r0) op r1) ...``: the same numbers as each other and
+  as a reduction over a gathered ``[units, count, row]`` block (the compute);
 * equal pieces listed tile by tile that lie on a grid of memory (a later stage):
   :func:`strided_partials`, reduced over the grid and taken into the outputs' order;
 * runs with gaps (input elements another stage uses directly): :func:`covered_runs`, one
@@ -73,16 +74,19 @@ def plan_runs(first: np.ndarray, count: np.ndarray, row_bytes: int) -> RowRuns:
 
 def reduce_rows(ufunc: np.ufunc, rows: np.ndarray, out: np.ndarray, runs: RowRuns) -> None:
     """``out[:, u] = ufunc.reduce(rows[:, first[u]:first[u] + count[u]], axis=1)`` for every
-    unit, combining in row order. ``rows`` is ``[replica, rows, row]`` and ``out``
+    unit, combining in row order from the identity. ``rows`` is ``[replica, rows, row]`` and ``out``
     ``[replica, units, row]``, both of one float type."""
     if ufunc is np.add and jit.available() and rows.dtype == out.dtype:
-        _add_runs(rows, runs.first, runs.count, out)
+        _add_runs(rows, runs.first, runs.count, out, out.dtype.type(0))
         return
     R, L = rows.shape[0], rows.shape[2]
     buf = np.empty((R, runs.widest, L), dtype=out.dtype)
+    start = ufunc.identity
     for ch in runs.chunks:  # one pass per rank over a cache-resident chunk of outputs
         o = out[:, ch.lo : ch.hi]
         np.take(rows, ch.first, axis=1, out=o, mode="clip")  # clip: no defensive copy
+        if start is not None:  # the identity first (maximum, minimum have none)
+            ufunc(start, o, out=o)
         for sel, idx in ch.ranks:
             b = buf[:, : idx.size]
             np.take(rows, idx, axis=1, out=b, mode="clip")
@@ -93,13 +97,15 @@ def reduce_rows(ufunc: np.ufunc, rows: np.ndarray, out: np.ndarray, runs: RowRun
 
 
 @jit.kernel
-def _add_runs(rows: np.ndarray, first: np.ndarray, count: np.ndarray, out: np.ndarray) -> None:
+def _add_runs(
+    rows: np.ndarray, first: np.ndarray, count: np.ndarray, out: np.ndarray, zero: Any
+) -> None:
     for r in range(rows.shape[0]):
         for u in range(first.size):
             dst = out[r, u]
             src = rows[r, first[u]]
             for c in range(dst.size):
-                dst[c] = src[c]
+                dst[c] = zero + src[c]  # from +0.0: a sum of -0.0 rows is +0.0
             for i in range(1, count[u]):
                 src = rows[r, first[u] + i]
                 for c in range(dst.size):
@@ -186,13 +192,39 @@ def _reducer(ufunc: np.ufunc, src: np.ndarray, dst: np.ndarray, axes: tuple[int,
     over strided views, ``((x0 op x1) op x2) ...``: the same numbers (NumPy combines an axis
     under 8 elements in that order) without ``reduce``'s cost per output."""
     inner = src.shape[-1]
+    if axes == (2,):  # ReducePartials: [R, outputs, pieces, length]
+        return _piece_reducer(ufunc, src, dst, axes)
     if axes != (2, 4) or src.shape[2] != 1 or not 1 < inner < SHORT_INNER:
         return lambda: ufunc.reduce(src, axis=axes, out=dst)
-    first = src[:, :, 0, :, 0]
-    rest = [src[:, :, 0, :, i] for i in range(1, inner)]
+    return _folder(ufunc, [src[:, :, 0, :, i] for i in range(inner)], dst)
+
+
+def _piece_reducer(
+    ufunc: np.ufunc, src: np.ndarray, dst: np.ndarray, pieces: tuple[int, ...]
+) -> Any:
+    """``src`` reduced over its piece axes ``pieces`` (the last but one axes, the piece
+    index in C order over them) into ``dst`` as a ReducePartials vertex adds: from the
+    identity, piece after piece (:func:`reduce_ops.fold_pieces`; NumPy's ``reduce``
+    over a strided view of the pieces would walk them in memory order). Regions of one
+    element keep NumPy's ``reduce``, as the compute does."""
+    if src.shape[-1] < 2:
+        return lambda: ufunc.reduce(src, axis=pieces, out=dst)
+    lead = (slice(None),) * pieces[0]
+    shape = tuple(src.shape[a] for a in pieces)
+    return _folder(ufunc, [src[lead + p] for p in np.ndindex(*shape)], dst)
+
+
+def _folder(ufunc: np.ufunc, parts: list[np.ndarray], dst: np.ndarray) -> Any:
+    """A closure setting ``dst`` to ``((identity op parts[0]) op parts[1]) ...``: the
+    accumulator of a reduce vertex starts at the operation's identity (for an add, the
+    sign of a sum of ``-0.0`` is ``+0.0``)."""
+    start, first, rest = ufunc.identity, parts[0], parts[1:]
 
     def run() -> None:
-        np.copyto(dst, first)
+        if start is None:
+            np.copyto(dst, first)  # maximum, minimum: the identity is the first part
+        else:
+            ufunc(start, first, out=dst)
         for part in rest:
             ufunc(dst, part, out=dst)
 
@@ -261,8 +293,10 @@ def _grid_direct(
         if factor is not None:
             np.multiply(dst, factor, out=dst)
 
+    reduce_into = _piece_reducer(ufunc, partials, sums, pieces)
+
     def run() -> None:
-        ufunc.reduce(partials, axis=pieces, out=sums)
+        reduce_into()
         finish()
 
     return GridRun(run, finish, ufunc, partials, pieces, sums)
@@ -334,8 +368,9 @@ def ranked(
 
     The numbers of the compute's paths: ``passes`` runs its own passes, reading the pieces
     from memory instead of a gathered field; ``uniform`` regions of two elements or more
-    are NumPy's ``reduce`` over the pieces, which starts from the identity and adds one
-    piece after another (regions of one element it sums pairwise: those keep the gather).
+    start from the identity and add one piece after another, as every path does
+    (:func:`reduce_ops.fold_pieces`; regions of one element, which NumPy sums pairwise,
+    keep the gather).
     Then scaled by ``scale`` (the vertices' scales over ``out``, or None). For a float
     operation with a ufunc in the outputs' type, without update; None otherwise.
     """
@@ -356,21 +391,18 @@ def ranked(
             return None
         by_rank = addresses.reshape(-1, C, L).transpose(1, 0, 2).reshape(C, -1)
         passes = [(np.ascontiguousarray(a), None) for a in by_rank]
-        copy_first = False  # NumPy's reduce: the identity, then every piece
     elif lay["path"] == "passes":
         passes = [(addresses[src], dst) for src, dst in lay["passes"]]
-        copy_first = True  # as _partials_reduce: a first pass over every region copies
     else:
         return None
     factor = None if scale is None else scale.astype(dtype)
-    return _ranked_run(ufunc, storage, passes, copy_first, identity(spec.op, dtype), out, factor)
+    return _ranked_run(ufunc, storage, passes, identity(spec.op, dtype), out, factor)
 
 
 def _ranked_run(
     ufunc: np.ufunc,
     storage: np.ndarray,
     passes: list[tuple[np.ndarray, np.ndarray | None]],
-    copy_first: bool,
     start: Any,
     out: np.ndarray,
     factor: np.ndarray | None,
@@ -381,13 +413,11 @@ def _ranked_run(
 
     def run() -> None:
         out.fill(start)
-        for p, (addresses, regions) in enumerate(passes):
+        for addresses, regions in passes:
             piece = buf[:, : addresses.size]
             np.take(storage, addresses, axis=1, out=piece, mode="clip")
             if regions is not None:
                 out[:, regions] = ufunc(out[:, regions], piece)
-            elif p == 0 and copy_first:
-                np.copyto(out, piece)
             else:
                 ufunc(out, piece, out=out)
         if factor is not None:

@@ -129,6 +129,22 @@ def reduce_axes(op: Operation, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarr
         return np.squeeze(np.log(s) + ms, axis=axes)
 
 
+def fold_pieces(op: Operation, x: np.ndarray, axis: int) -> np.ndarray:
+    """Reduce ``x`` over its piece axis ``axis`` as a ReducePartials vertex does: each
+    output element starts at ``op``'s identity and combines the pieces one after another
+    in piece order (``((identity op p0) op p1) ...``), whatever NumPy's ``reduce`` would
+    choose (it sums an axis it runs innermost pairwise). LOG_ADD (no ufunc) is
+    :func:`reduce_axes`."""
+    ufunc = SPECS[op].ufunc
+    if ufunc is None:
+        return reduce_axes(op, x, (axis,))
+    shape = x.shape[:axis] + x.shape[axis + 1 :]
+    r = np.full(shape, identity(op, x.dtype), dtype=x.dtype)
+    for p in range(x.shape[axis]):
+        ufunc(r, np.take(x, p, axis=axis), out=r)
+    return r
+
+
 def reduce_runs(
     op: Operation, x: np.ndarray, lengths: np.ndarray, starts: np.ndarray | None = None
 ) -> np.ndarray:

@@ -34,6 +34,7 @@ from tremula.libs.popops import reduce_inplace as inplace
 from tremula.libs.popops.reduce_ops import (
     SPECS,
     Operation,
+    fold_pieces,
     identity,
     reduce_axes,
     reduce_runs,
@@ -199,7 +200,7 @@ def _block_reduce(op: Operation, x: np.ndarray, lay: dict[str, Any]) -> np.ndarr
         rows = x.reshape(R, -1, N * I)
         r = np.empty((R, lay["units"], N * I), dtype=x.dtype)
         for o, units, idx in lay["classes"]:
-            r[:, units] = reduce_axes(op, rows[:, idx].reshape(R, -1, o, N * I), (2,))
+            r[:, units] = fold_pieces(op, rows[:, idx].reshape(R, -1, o, N * I), 2)
         if I > 1:
             r = reduce_axes(later, r.reshape(R, -1, N, I), (3,))
         return r.reshape(R, -1)
@@ -241,20 +242,27 @@ def _partials_compute(v: poplar.Batch) -> None:
 
 def _partials_reduce(op: Operation, x: np.ndarray, lay: dict[str, Any]) -> np.ndarray:
     if lay["path"] == "pieces":  # [R, outputs, pieces, length] (see _strided_partials)
-        return reduce_axes(op, x, (2,)).reshape(x.shape[0], -1)
+        return _fold(op, x).reshape(x.shape[0], -1)
     if lay["path"] == "runs":
         return reduce_runs(op, x, lay["lengths"], lay["starts"])
     if lay["path"] == "uniform":
         C, L = lay["shape"]
-        return reduce_axes(op, x.reshape(x.shape[0], -1, C, L), (2,)).reshape(x.shape[0], -1)
+        return _fold(op, x.reshape(x.shape[0], -1, C, L)).reshape(x.shape[0], -1)
     r = np.full((x.shape[0], lay["size"]), identity(op, x.dtype), dtype=x.dtype)
-    for p, (src, dst) in enumerate(lay["passes"]):
+    for src, dst in lay["passes"]:  # from the identity, as the uniform path
         piece = np.take(x, src, axis=1)
         if dst is None:
-            r = piece if p == 0 else _combine(op, r, piece)
+            r = _combine(op, r, piece)
         else:
             r[:, dst] = _combine(op, r[:, dst], piece)
     return r
+
+
+def _fold(op: Operation, x: np.ndarray) -> np.ndarray:
+    """``[R, outputs, pieces, length]`` reduced over the pieces in piece order from the
+    identity (:func:`fold_pieces`); regions of one element keep NumPy's ``reduce``, as
+    the ``runs`` path (``reduceat``) and the prepared paths reduce those."""
+    return fold_pieces(op, x, 2) if x.shape[-1] > 1 else reduce_axes(op, x, (2,))
 
 
 def _combine(op: Operation, a: np.ndarray, b: np.ndarray) -> np.ndarray:
