@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.run import KINDS, FlatPlan, flatten
+from tremula.engine.flatplan import FlatPlan
+from tremula.engine.run import KINDS, flatten
 from tremula.engine.timeline import NullTimeline, Timeline
 
 

@@ -6,6 +6,10 @@ remote buffers (``[replica, row, element]``), stream connections and host-functi
 callbacks. Handlers take a replica selection ``rsel``: ``slice(None)`` for all replicas
 (the fast path), or a sorted index array when replicas took different branches. The
 timeline follows replica 0.
+
+The same table gives the replayed runs of a static program their flat list of calls
+(:func:`flatten`): the leaves' replayed data effects are ``flatplan.py``'s, the host
+actions' handlers ``hostactions.py``'s.
 """
 
 from __future__ import annotations
@@ -19,14 +23,20 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.fusion import fused_step, runs_joined
+from tremula.engine.flatplan import (
+    FlatPlan,
+    FlatStep,
+    _append,
+    _flat_compute,
+    _flat_exchange,
+    _flat_host,
+    _steps,
+)
+from tremula.engine.hostactions import _host
 from tremula.engine.hostclock import HostClock
 from tremula.engine.plan import Gather
-from tremula.engine.streams import ALL, StreamConnection, replayed_give, replayed_take
+from tremula.engine.streams import ALL, StreamConnection
 from tremula.engine.timeline import Timeline
-from tremula.errors import EngineError, StreamError
-from tremula.numerics import as_caller, unguarded
-from tremula.poplar.handles import DataStream
 from tremula.poplar.intervals import distinct
 from tremula.poplar.types import Type
 
@@ -101,48 +111,6 @@ def _compute(rt: Runtime, node: N.OnTileNode, rsel: Any) -> None:
         rt.cs_cycles[node.ccs.id] += cycles
 
 
-def _flat_compute(rt: Runtime, node: N.OnTileNode, into: list[FlatStep]) -> None:
-    """A compute set's replayed data effect: each vertex group's prepared run bound as it
-    is (``CompiledGroup.prepared``; without its :func:`numerics.quiet` guard, as a replayed
-    run is always inside ``quietly``), or its run through ``compute`` where the codelet
-    prepares none; the compute set's cycles are tallied once per plan (:class:`FlatPlan`)."""
-    storage, ids = rt.storage, rt.replica_ids
-    steps = [
-        unguarded(g.prepared(storage, ids)) or partial(g.run, storage, ALL, ids)
-        for g in node.ccs.groups
-    ]
-    if isinstance(into, FlatPlan):
-        into.tally(node.ccs)
-        if _fused(rt, node, into):
-            return
-    if rt.host_clock is not None:
-        start: int | None = len(into)
-        into.append(rt.host_clock.timed(node, partial(_steps, steps)))
-    else:
-        start = len(into)
-        joined = runs_joined(into[-1], steps[0]) if into and steps else None
-        if joined is not None:  # the step before and this compute set's first, one call
-            into[-1], steps, start = joined, steps[1:], None
-        into.extend(steps)
-    if isinstance(into, FlatPlan):  # a compute set partly joined to the step before is
-        # not offered whole for compute-set fusion with the next one
-        into.last_compute = None if start is None else (node, start, len(into))
-
-
-def _fused(rt: Runtime, node: N.OnTileNode, into: FlatPlan) -> bool:
-    """Replace the steps of the compute set just before ``node`` (nothing appended since)
-    by their fused run with ``node``'s (``fusion.fused_step``) when the codelets offer one."""
-    last, into.last_compute = into.last_compute, None
-    if last is None or last[2] != len(into):
-        return False
-    run = fused_step(rt, last[0], node)
-    if run is None:
-        return False
-    del into[last[1] :]
-    into.append(run)
-    return True
-
-
 def _note_compute(tl: Timeline, node: N.OnTileNode) -> None:
     tl.program(node.pid)
     tl.run(node.step if node.live is None else node.live)
@@ -177,40 +145,6 @@ def _row_views(storage: dict, src: Gather, dst: Gather) -> Any:
         return None
     s, d = storage[src.dtype], storage[dst.dtype]
     return (lambda row: s[row, a]), (lambda row: d[row, b])
-
-
-def _host(rt: Runtime, node: N.HostNode, rsel: Any) -> None:
-    action, handler = node.action, HOST_ACTIONS[type(node.action)]
-    if _calls_user_code(rt, action):  # the user's error state, not the run's quiet one
-        as_caller(handler, rt, action, rsel, node.name)
-    else:
-        handler(rt, action, rsel, node.name)
-
-
-def _flat_host(rt: Runtime, node: N.HostNode, into: list[FlatStep]) -> None:
-    """A host action's replayed data effect: a stream transfer of a one-replica device
-    through :func:`replayed_take` / :func:`replayed_give` (the interpreter's handler for
-    what they do not cover), any other action through its handler."""
-    action, slow = node.action, partial(_host, rt, node, ALL)
-    step: FlatStep = slow
-    if rt.replicas == 1 and isinstance(action, N.StreamIn):
-        put = partial(action.dst.write, rt.storage, ALL)
-        step = replayed_take(rt.streams, action.stream.name, action.stream.dtype.numpy, put, slow)
-    elif rt.replicas == 1 and isinstance(action, N.StreamOut):
-        get = partial(action.src.read, rt.storage, ALL)
-        step = replayed_give(rt.streams, action.stream.name, get, slow)
-    _append(rt, node, step, into)
-
-
-def _calls_user_code(rt: Runtime, action: Any) -> bool:
-    """Whether a host action calls the user's code: a host function, or a stream transfer
-    whose connection is a callback."""
-    if isinstance(action, N.HostCall):
-        return True
-    if isinstance(action, N.StreamIn | N.StreamOut):
-        conn = rt.streams.get(action.stream.name)
-        return conn is not None and conn.callback is not None
-    return False
 
 
 def _note_step(tl: Timeline, node: Any) -> None:
@@ -251,115 +185,6 @@ def _leaf(
             _append(rt, node, partial(effect, rt, node, ALL), into)
 
     return Kind(run, flat or flat_effect)
-
-
-def _flat_exchange(rt: Runtime, node: N.ExchangeNode, into: list[FlatStep]) -> None:
-    if node.plan is not None:  # an exchange without a copy only moves clocks
-        _append(rt, node, partial(node.plan.run, rt.storage, ALL), into)
-
-
-def _append(rt: Runtime, node: N.Node, step: FlatStep, into: list[FlatStep]) -> None:
-    """Append a leaf's replayed data effect, timed when the runtime keeps host time."""
-    into.append(step if rt.host_clock is None else rt.host_clock.timed(node, step))
-
-
-# ---- host actions (the data effect of a HostNode) ----
-def _remote_rows(
-    rt: Runtime, action: N.RemoteLoad | N.RemoteStore, rsel: Any, where: str
-) -> np.ndarray:
-    buf, offset = action.buffer, action.offset
-    if isinstance(offset, Gather):
-        rows = offset.read(rt.storage, rsel).astype(np.int64)
-    else:
-        count = np.arange(rt.replicas)[rsel].size
-        rows = np.full((count, 1), offset, dtype=np.int64)
-    if rows.size and (rows.min() < 0 or rows.max() >= buf.repeats):
-        bad = int(rows.min() if rows.min() < 0 else rows.max())
-        raise EngineError(
-            f"remote buffer {buf.name!r}: row offset {bad} out of range "
-            f"[0, {buf.repeats}) in program {where!r}"
-        )
-    return rows
-
-
-def _stream(rt: Runtime, stream: DataStream, where: str) -> StreamConnection:
-    conn = rt.streams.get(stream.name)
-    if conn is None:
-        raise StreamError(
-            f"stream {stream.name!r} is used by program {where!r} but not connected; call "
-            f"engine.connect_stream({stream.name!r}, buffer_or_callback)"
-        )
-    return conn
-
-
-def _stream_in(rt: Runtime, a: N.StreamIn, rsel: Any, where: str) -> None:
-    data = _stream(rt, a.stream, where).take(rsel, a.stream.dtype)
-    a.dst.write(rt.storage, rsel, data)
-
-
-def _stream_out(rt: Runtime, a: N.StreamOut, rsel: Any, where: str) -> None:
-    _stream(rt, a.stream, where).give(rsel, a.src.read(rt.storage, rsel))
-
-
-def _remote_load(rt: Runtime, a: N.RemoteLoad, rsel: Any, where: str) -> None:
-    rows = _remote_rows(rt, a, rsel, where)
-    reps = np.arange(rt.replicas)[rsel]
-    data = rt.remote[a.buffer.name][reps[:, None], rows]  # [replica, k, n]
-    a.dst.write(rt.storage, rsel, data.reshape(reps.size, -1))
-
-
-def _remote_store(rt: Runtime, a: N.RemoteStore, rsel: Any, where: str) -> None:
-    rows = _remote_rows(rt, a, rsel, where)
-    reps = np.arange(rt.replicas)[rsel]
-    data = a.src.read(rt.storage, rsel).reshape(reps.size, rows.shape[1], -1)
-    rt.remote[a.buffer.name][reps[:, None], rows] = data
-
-
-def _host_call(rt: Runtime, a: N.HostCall, rsel: Any, where: str) -> None:
-    hf = a.function
-    connected = rt.host_functions.get(hf.name)
-    if connected is None:
-        raise EngineError(
-            f"host function {hf.name!r} is called by program {where!r} but not connected; "
-            f"call engine.connect_host_function({hf.name!r}, fn)"
-        )
-    fn, all_replicas = connected
-    ins = [g.read(rt.storage, rsel) for g in a.inputs]
-    reps = np.arange(rt.replicas)[rsel]
-    outs = [np.zeros((reps.size, spec.num_elements), dtype=spec.dtype.numpy) for spec in hf.outputs]
-    if all_replicas:  # one callback for the replicas together
-        _host_results(hf, fn([x.copy() for x in ins], outs), outs)
-    else:  # host work: one callback per replica, as Poplar does
-        for i in range(reps.size):
-            row_outs = [o[i] for o in outs]
-            _host_results(hf, fn([x[i].copy() for x in ins], row_outs), row_outs)
-    for g, o in zip(a.outputs, outs):
-        g.write(rt.storage, rsel, o)
-
-
-def _host_results(hf: Any, res: Any, outs: list[np.ndarray]) -> None:
-    """Copy what a host callback returned (if anything) into its output arrays."""
-    if res is None:
-        return
-    res = [res] if isinstance(res, np.ndarray) else list(res)
-    if len(res) != len(outs):
-        raise EngineError(
-            f"host function {hf.name!r} returned {len(res)} arrays, declared {len(outs)} outputs"
-        )
-    for o, r in zip(outs, res):
-        o[...] = np.asarray(r).reshape(o.shape)
-
-
-def _print(rt: Runtime, a: N.Print, rsel: Any, where: str) -> None:
-    data = a.src.read(rt.storage, rsel)
-    for i, r in enumerate(rt.replica_ids[rsel]):
-        prefix = a.title + (f" (replica {r})" if rt.group.total > 1 else "")
-        value = np.array2string(data[i].reshape(a.shape), separator=", ")
-        print(f"{prefix}: {value}", file=rt.out)
-
-
-def _code_load(rt: Runtime, a: N.CodeLoad, rsel: Any, where: str) -> None:
-    return None  # code is immutable; only the time and the liveness change
 
 
 # ---- nodes with children ----
@@ -408,11 +233,6 @@ def _loop(rt: Runtime, node: N.RepeatNode, body: list[FlatStep]) -> None:
     for _ in range(node.count):
         for step in body:
             step()
-
-
-def _steps(body: list[FlatStep]) -> None:
-    for step in body:
-        step()
 
 
 def _shown(rt: Runtime, node: N.RepeatNode) -> bool:
@@ -476,9 +296,6 @@ def _switch(rt: Runtime, node: N.SwitchNode, rsel: Any) -> None:
 
 
 # ---- the dispatch table ----
-FlatStep = Callable[[], None]
-
-
 @dataclass(frozen=True)
 class Kind:
     """How the engine runs one node type.
@@ -510,45 +327,6 @@ KINDS: dict[type, Kind] = {
     N.IfNode: Kind(_if, None),
     N.SwitchNode: Kind(_switch, None),
 }
-
-HOST_ACTIONS: dict[type, Callable[[Runtime, Any, Any, str], None]] = {
-    N.StreamIn: _stream_in,
-    N.StreamOut: _stream_out,
-    N.RemoteLoad: _remote_load,
-    N.RemoteStore: _remote_store,
-    N.HostCall: _host_call,
-    N.Print: _print,
-    N.CodeLoad: _code_load,
-}
-
-
-class FlatPlan(list):
-    """A flat list of calls (:func:`flatten`) and the compute sets it runs, with how many
-    times (``counts``: compute-set id -> runs), so that a replayed run adds their cycles
-    to ``Runtime.cs_cycles`` at once (:meth:`add_cycles`) instead of per call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: dict[int, int] = {}
-        self.cycles: dict[int, np.ndarray] = {}
-        #: the last compute set appended: (node, first step, end), for fusion (``_fused``)
-        self.last_compute: tuple[N.OnTileNode, int, int] | None = None
-
-    def tally(self, ccs: Any, times: int = 1) -> None:
-        self.counts[ccs.id] = self.counts.get(ccs.id, 0) + times
-        self.cycles[ccs.id] = ccs.cycles_by_tile
-
-    def tally_repeated(self, body: FlatPlan, count: int) -> None:
-        for i, n in body.counts.items():
-            self.counts[i] = self.counts.get(i, 0) + n * count
-            self.cycles[i] = body.cycles[i]
-
-    def add_cycles(self, rt: Runtime) -> None:
-        """What the interpreter adds to ``rt.cs_cycles`` for the compute sets of one run
-        (a sum of integers: the order does not matter)."""
-        for i, n in self.counts.items():
-            if n:
-                rt.cs_cycles[i] += n * self.cycles[i]
 
 
 def flatten(rt: Runtime, root: N.Node) -> FlatPlan:

@@ -2,8 +2,8 @@
 
 A :class:`StreamConnection` is what ``Engine.connect_stream`` binds: a host array (read or
 written round-robin, one row per replica and a depth of buffered transfers) or a callback.
-The interpreter (:mod:`tremula.engine.run`) takes rows from it for stream copies to the
-device and gives rows to it for copies to the host.
+The interpreter's host actions (:mod:`tremula.engine.hostactions`) take rows from it for
+stream copies to the device and give rows to it for copies to the host.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tremula import poplar
-from tremula.engine import fusion
-from tremula.engine import run as engine_run
+from tremula.engine import flatplan, fusion
 from tremula.libs import poplin
 from tremula.libs.poplin import fused as poplin_fused
 from tremula.libs.poplin import sgemm
@@ -66,7 +65,7 @@ def _results(monkeypatch, enabled, shape, dtype=poplar.FLOAT, kind="created", **
         taken.append(run is not None)
         return run
 
-    monkeypatch.setattr(engine_run, "fused_step", counted)
+    monkeypatch.setattr(flatplan, "fused_step", counted)
     engine = _engine(shape, dtype, kind, **kw)
     g, m, k, n = shape
     reps = kw.get("replicas", 1)

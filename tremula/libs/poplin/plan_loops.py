@@ -15,6 +15,7 @@ import numpy as np
 
 from tremula.libs.poplin import estimators as est
 from tremula.libs.poplin import plan as P
+from tremula.libs.poplin import plan_cost as C
 from tremula.poplar.intervals import distinct
 from tremula.target import Target
 
@@ -32,7 +33,7 @@ def n_loop_candidates(
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     keep = (pn % cols[2] == 0) & (cols[2] % grain == 0) & (cols[2] > grain)
     cols = [c[keep] for c in cols]
-    one = P._temp_bytes(params, tuple(cols[:4]), (cols[5], cols[6], cols[7]))
+    one = C._temp_bytes(params, tuple(cols[:4]), (cols[5], cols[6], cols[7]))
     cols = [c[one > budget] for c in cols]
     units = cols[2] // grain
     steps = np.zeros(units.size, dtype=np.int64)
@@ -65,10 +66,10 @@ def _temp(params: P.MatMulParams, cols: list[np.ndarray], steps: np.ndarray | in
     """Temporary bytes per tile: the copy of the A block (when other N blocks read it),
     one step's partials and received B columns, or its partials and stage-2 buffer."""
     bg, bm, bn, bkt, _, nm, nn, nk = cols
-    s = P._size(params.in_type)
+    s = C._size(params.in_type)
     b_blk = bg * bkt * (bn // steps)
-    b_recv = np.where(nm > 1, b_blk - P._pieces(b_blk, nm)[1], 0) * s
-    part, red = P._partials_bytes(params, (bg, bm, bn // steps), nk)
+    b_recv = np.where(nm > 1, b_blk - C._pieces(b_blk, nm)[1], 0) * s
+    part, red = C._partials_bytes(params, (bg, bm, bn // steps), nk)
     return np.where(nn > 1, bg * bm * bkt * s, 0) + np.maximum(part + b_recv, part + red)
 
 
@@ -97,11 +98,11 @@ def _cost(
 ) -> dict[str, np.ndarray]:
     """Cycles and temporary bytes of ``steps`` serial steps over each block's columns."""
     bg, bm, bn, bkt, ng, nm, nn, nk = cols
-    s = P._size(params.in_type)
+    s = C._size(params.in_type)
     sn = bn // steps
     a_blk, b_blk = bg * bm * bkt, bg * bkt * sn
-    a_big, a_small = P._pieces(a_blk, nn)
-    b_big, b_small = P._pieces(b_blk, nm)
+    a_big, a_small = C._pieces(a_blk, nn)
+    b_big, b_small = C._pieces(b_blk, nm)
     # before the loop: the A block to each of the nn tiles reading it (a Copy: each piece
     # sent once and received by the other tiles, a super-tile pair reading the same block
     # sharing the receive), the own piece copied on the tile
@@ -120,15 +121,15 @@ def _cost(
     ])  # fmt: skip
     share = np.argmin(options, axis=0)
     exchange = options.min(axis=0)
-    compute = P._step_compute(params, target, method, (bg, bm, sn, bkt))
-    reduce, split = P._reduce(params, target, (bg, bm, sn), nk)
+    compute = C._step_compute(params, target, method, (bg, bm, sn, bkt))
+    reduce, split = C._reduce(params, target, (bg, bm, sn), nk)
     temp = _temp(params, cols, steps)
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     n = bg.size
     return {
         "bg": bg, "bm": bm, "bn": bn, "bkt": bkt, "step": bkt, "ng": ng, "nm": nm,
         "nn": nn, "nk": nk, "serial": steps, "share": share, "split": split,
-        "stage2": P._stage2(params, nk).astype(np.int64), "tiles": ng * nm * nn * nk,
+        "stage2": C._stage2(params, nk).astype(np.int64), "tiles": ng * nm * nn * nk,
         "cycles": exchange + steps * (compute + reduce), "exchange": exchange,
         "compute": steps * compute, "reduce": steps * reduce, "temp": temp,
         "fits": (temp <= budget).astype(np.int64), "loop": np.full(n, P.LOOPS.index("n")),
