@@ -262,7 +262,9 @@ def test_a_failing_instance_ends_the_job(how) -> None:
     assert "passed the barrier" not in job.stdout
     assert job.seconds < 30  # a hang would run into the subprocess time-out instead
     if how == "raise":
-        assert any("instance 1 failed on purpose" in line for line in job.lines(1, "stderr"))
+        assert any("instance 1 failed on purpose" in line for line in job.lines(1, "stderr")), (
+            f"instance 1's error is missing from the job's stderr:\n{job.stderr[-4000:]!r}"
+        )
 
 
 def test_popdist_popart_configures_session_options(monkeypatch) -> None:
