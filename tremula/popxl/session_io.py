@@ -188,6 +188,8 @@ class HostStreams:
         """A host array ``[nht, R, ...]`` (ones omitted) as the engine's stream buffer:
         ``[nht * n]`` for one replica, ``[R, nht * n]`` for several."""
         nht, R = self._counts()
+        if R == 1 and arr.flags.c_contiguous:
+            return arr.reshape(-1)  # (what the general case gives: a flat view)
         full = arr.reshape(nht, R, -1)
         if R == 1:
             return np.ascontiguousarray(full[:, 0].reshape(-1))
