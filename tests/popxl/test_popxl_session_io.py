@@ -124,3 +124,67 @@ def test_zero_element_streams_move_nothing_beside_others(replication):
         out = session.run({empty_in: np.zeros((*lead, 2, 0), np.float32), full_in: values})
     assert out[empty_out].shape == (*lead, 2, 0)
     np.testing.assert_array_equal(out[full_out], values + 1)
+
+
+class _Sub(np.ndarray):
+    """An ndarray subclass (taken through the conversion, not as it is)."""
+
+
+def test_inputs_taken_as_they_are_give_the_bits_of_converted_ones():
+    """An input that is already a C-contiguous array of the stream's type and shape is read
+    in place (issue 27); other forms of the same values (a list, float64, a strided view, a
+    subclass) go through the conversion: every run gives the same bits, and changing an
+    array after its run changes nothing the run returned."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((4, 5), popxl.float32, "x")
+        k_s = popxl.h2d_stream((4,), popxl.int32, "k")
+        y_s = popxl.d2h_stream((4, 3), popxl.float32, "y")
+        j_s = popxl.d2h_stream((4,), popxl.int32, "j")
+        y = ops.matmul(ops.host_load(x_s), popxl.constant(w))
+        ops.host_store(y_s, ops.relu(y))
+        ops.host_store(j_s, ops.host_load(k_s) * 3)
+    k = np.array([1, -2, 7, 0], np.int32)
+    wide = np.zeros((4, 10), np.float32)
+    wide[:, ::2] = x
+    forms = [
+        (x, k),
+        (x.tolist(), k.tolist()),
+        (x.astype(np.float64), k.astype(np.int64)),
+        (wide[:, ::2], np.repeat(k, 2)[::2]),
+        (x.view(_Sub), k.copy()),
+    ]
+    want_y = np.maximum(x @ w, 0)
+    with popxl.Session(ir, "cpu") as session:
+        results = [session.run({x_s: a, k_s: b}) for a, b in forms]
+        same = x.copy()
+        out = session.run({x_s: same, k_s: k})
+        same[...] = 0  # after the run: its outputs are already filled
+        again = session.run({x_s: x, k_s: k})
+        strided = np.repeat(k, 2)[::2]
+        taken = session._io.check_inputs({x_s: x, k_s: strided}, True)
+    assert taken[x_s] is x  # read in place
+    assert taken[k_s].flags.c_contiguous and not np.shares_memory(taken[k_s], strided)
+    first = results[0]
+    np.testing.assert_allclose(first[y_s], want_y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(first[j_s], k * 3)
+    for r in [*results[1:], out, again]:
+        assert r[y_s].tobytes() == first[y_s].tobytes()
+        assert r[j_s].tobytes() == first[j_s].tobytes()
+
+
+def test_inputs_keyed_wrongly_are_still_explained_after_fast_runs():
+    ir, x_s, y_s = _int_program()
+    with popxl.Session(ir, "ipu_model") as session:
+        ok = session.run({x_s: np.arange(3, dtype=np.int32)})[y_s]
+        with pytest.raises(ValueError, match=r"'x' is a name: key by the stream 'x' itself"):
+            session.run({"x": np.arange(3, dtype=np.int32)})
+        with pytest.raises(ValueError, match=r"missing \['x'\]"):
+            session.run({})
+        with pytest.raises(ValueError, match=r"stream 'x' has shape \(4,\)"):
+            session.run({x_s: np.arange(4, dtype=np.int32)})
+        np.testing.assert_array_equal(ok, [1, 2, 3])
+        np.testing.assert_array_equal(session.run({x_s: np.arange(3, dtype=np.int32)})[y_s], ok)

@@ -298,8 +298,9 @@ class Session(SessionWeights):
         """Run the program once: ``inputs`` maps each h2d stream to its host array; returns
         an array per d2h stream (see :meth:`run_with_outputs`)."""
         self._require_attached("run")
-        outputs = self.create_host_outputs()
-        self.run_with_outputs(inputs, outputs, downcast_inputs)
+        arrays = self._io.check_inputs(inputs or {}, downcast_inputs)
+        outputs = self.create_host_outputs()  # (the checks of run_with_outputs hold)
+        self._run(arrays, outputs)
         return outputs
 
     @locked
@@ -321,9 +322,16 @@ class Session(SessionWeights):
             TypeError: an output that is not a NumPy array.
         """
         self._require_attached("run_with_outputs")
+        arrays = self._io.check_inputs(inputs or {}, downcast_inputs)
+        self._io.check_outputs(outputs)
+        self._run(arrays, outputs)
+
+    def _run(
+        self, arrays: dict[Any, np.ndarray], outputs: Mapping[DeviceToHostStream, np.ndarray]
+    ) -> None:
+        """Run once with checked inputs ``arrays`` (``HostStreams.check_inputs``), filling
+        the checked ``outputs``."""
         io = self._io
-        arrays = io.check_inputs(inputs or {}, downcast_inputs)
-        io.check_outputs(outputs)
         self._collective("Session.run")
         with ExitStack() as hooks:  # host state the program needs (lowering's run hooks)
             for hook in self._lowerer.run_hooks:

@@ -190,3 +190,55 @@ def test_compiled_runs_match_evaluate(e, types):
         evaluate(typed, inputs, want)
         compile_run(typed, inputs, x)()
         np.testing.assert_array_equal(x, want)
+
+
+_COMPARE_CASTS = [
+    (E.Cast(E.Gt(E._1, E._2), poplar.FLOAT), (poplar.FLOAT, poplar.FLOAT)),
+    (E._2 * E.Cast(E.Gt(E._1, 0.0), poplar.FLOAT), (poplar.FLOAT, poplar.FLOAT)),
+    (E.Cast(E.Lt(E._1, 0.5), poplar.HALF) - E._2, (poplar.HALF, poplar.HALF)),
+    (E.Cast(E.Equal(E._1, E._2), poplar.FLOAT), (poplar.INT, poplar.INT)),
+    (E.Cast(E.Gte(E._1, E._2), poplar.FLOAT), (poplar.HALF, poplar.HALF)),
+    (E.Cast(E.Lte(E._1, E._2), poplar.INT), (poplar.FLOAT, poplar.FLOAT)),
+]
+
+
+@pytest.mark.parametrize("e, types", _COMPARE_CASTS)
+def test_a_comparison_cast_to_floats_keeps_the_bits_of_the_bool_temporary(e, types):
+    """A comparison cast to floats is compiled as the comparison writing floats (issue 27:
+    one NumPy call less, e.g. a ReLU's gradient mask): the bytes are ``evaluate``'s (which
+    casts a bool temporary), NaNs and signed zeros included, in place or not."""
+    typed = infer(e, types)
+    rng = np.random.default_rng(7)
+    inputs = [np.empty((6, 7), dtype=t.numpy) for t in types]
+    out = np.empty((6, 7), dtype=typed.dtype.numpy)
+    run = compile_run(typed, inputs, out)
+    specials = np.array([np.nan, -0.0, 0.0, 0.5, -np.inf, np.inf, 1.0])
+    for trial in range(3):
+        for a in inputs:
+            vals = rng.uniform(-2, 2, a.shape)
+            if a.dtype.kind == "f":
+                vals[trial] = specials
+            a[...] = vals.astype(a.dtype) if a.dtype.kind == "f" else np.round(vals)
+        inputs[-1][0, :3] = inputs[0][0, :3]  # some equal pairs
+        run()
+        want = np.empty_like(out)
+        evaluate(typed, inputs, want)
+        assert out.tobytes() == want.tobytes()
+    x = inputs[0]
+    if x.dtype == out.dtype:  # in place: the output is the first operand
+        want = np.empty_like(out)
+        evaluate(typed, inputs, want)
+        compile_run(typed, inputs, x)()
+        assert x.tobytes() == want.tobytes()
+
+
+def test_a_comparison_cast_to_floats_is_one_call():
+    from tremula.libs.popops.expr_eval import compile_steps
+
+    typed = infer(E.Cast(E.Gt(E._1, E._2), poplar.FLOAT), (poplar.FLOAT, poplar.FLOAT))
+    a, b = np.array([1.0, np.nan, -1.0], np.float32), np.array([0.0, 0.0, -0.0], np.float32)
+    out = np.full(3, 7.0, np.float32)
+    step = compile_steps(typed, [a, b], out)
+    assert getattr(step, "func", None) is np.greater  # no bool temporary and cast
+    step()
+    assert out.tobytes() == np.array([1.0, 0.0, 0.0], np.float32).tobytes()

@@ -226,6 +226,16 @@ def compile_steps(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Ca
             return inputs[node.index]
         if node.op is None and not node.args:
             return node.value  # a NumPy scalar of the constant's type
+        compare = _compare_cast(node)
+        if compare is not None:  # a comparison's bools cast to floats: written as floats
+            args = [build(a, None) for a in compare.args]
+            shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+            buf = target if target is not None and target.shape == shape else None
+            if buf is None or buf.dtype != node.dtype.numpy:
+                buf = np.empty(shape, dtype=node.dtype.numpy)
+            ufunc: Any = compare.op.ref if compare.op is not None else None
+            steps.append(partial(ufunc, *args, out=buf))
+            return buf
         args = [build(a, None) for a in node.args]
         shape = np.broadcast_shapes(*(np.shape(a) for a in args))
         want = node.dtype.numpy
@@ -246,6 +256,23 @@ def compile_steps(t: Typed, inputs: Sequence[np.ndarray], out: np.ndarray) -> Ca
     if result is not out:  # an input or constant alone, or a broadcast result
         steps.append(partial(np.copyto, out, result, casting="unsafe"))
     return sequence(steps)
+
+
+def _compare_cast(node: Typed) -> Typed | None:
+    """The comparison that cast ``node`` converts from bool to a float type, when the
+    comparison's ufunc can write the floats itself (``np.greater(x, y, out=floats)``: its
+    True / False become 1.0 / 0.0, what the cast of a bool temporary gives); else None."""
+    if node.op is not None or len(node.args) != 1 or node.dtype.numpy.kind != "f":
+        return None
+    child = node.args[0]
+    op = child.op
+    if child.index >= 0 or op is None or child.in_type is None:
+        return None
+    if op.result != "bool" or not isinstance(op.ref, np.ufunc):
+        return None
+    if child.in_type.numpy == np.float16 or child.dtype.numpy != np.bool_:
+        return None  # (half operands are compared through float32: ``_op_step``)
+    return child
 
 
 def sequence(steps: Sequence[Callable[[], None]]) -> Callable[[], None]:

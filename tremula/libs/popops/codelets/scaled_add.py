@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from tremula import numerics, poplar
 from tremula.libs.popops import estimators as E
@@ -37,6 +38,78 @@ def _scale_of(v: poplar.Batch, values: np.ndarray, negate: np.ndarray | None) ->
     if bool(np.all((values == first) | (values != values))):
         return first
     return v.expand(values, "data")
+
+
+class Axpy:
+    """The prepared run of float32 updates ``data += b * deltas``: each part's ``b * deltas``
+    into its piece of the temporary, then one add of the temporary into ``data``.
+
+    Consecutive updates of adjacent data (an optimiser step over variables laid out one
+    after the other) join into one (``fuse_next``, see ``Codelet.prepare``): their products,
+    then a single add over the joined data. Each element gets the same two float32
+    operations as apart, so the bits are the same, provided no part's deltas or scale read
+    the joined data (apart, a later part would read what an earlier one wrote): then the
+    runs stay apart."""
+
+    def __init__(
+        self,
+        parts: list[tuple[Any, np.ndarray, np.ndarray]],
+        data: np.ndarray,
+        tmp: np.ndarray,
+        root: np.ndarray | None = None,
+    ) -> None:
+        self.parts, self.data, self.tmp = parts, data, tmp
+        self.root = root if root is not None else _root(data)  # the memory data views
+
+    def __call__(self) -> None:
+        for b, deltas, tmp in self.parts:
+            np.multiply(b, deltas, out=tmp)
+        np.add(self.data, self.tmp, out=self.data)
+
+    def fuse_next(self, after: Any) -> Axpy | None:
+        """One run doing this update, then ``after`` (another :class:`Axpy` whose data
+        follows this one's in memory, row by row), or None."""
+        if not isinstance(after, Axpy) or after.root is not self.root:
+            return None
+        data = _joined(self.data, after.data)
+        if data is None:
+            return None
+        parts = [*self.parts, *after.parts]
+        for b, deltas, tmp in parts:
+            if tmp.shape != deltas.shape or deltas.shape[0] != data.shape[0] or tmp.ndim != 2:
+                return None
+            if np.may_share_memory(deltas, data) or np.may_share_memory(b, data):
+                return None
+        joined = np.empty(data.shape, np.float32)
+        pieces, start = [], 0
+        for b, deltas, tmp in parts:
+            pieces.append((b, deltas, joined[:, start : start + tmp.shape[1]]))
+            start += tmp.shape[1]
+        return Axpy(pieces, data, joined, self.root) if start == data.shape[1] else None
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _joined(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """One ``[rows, n + m]`` view of ``[rows, n]`` and ``[rows, m]`` float32 views of one
+    array's memory whose rows are contiguous and ``y``'s follow ``x``'s; None otherwise."""
+    item = np.dtype(np.float32).itemsize
+    if not (x.ndim == y.ndim == 2 and x.dtype == y.dtype == np.float32):
+        return None
+    if x.shape[0] != y.shape[0] or x.strides[0] != y.strides[0]:
+        return None
+    if x.strides[1] != item or y.strides[1] != item or x.shape[1] == 0 or y.shape[1] == 0:
+        return None
+    ax, ay = x.__array_interface__["data"][0], y.__array_interface__["data"][0]
+    if ay != ax + x.shape[1] * item or (
+        x.shape[0] > 1 and x.strides[0] < item * (x.shape[1] + y.shape[1])
+    ):
+        return None  # (rows that would overlap)
+    return as_strided(x, shape=(x.shape[0], x.shape[1] + y.shape[1]), strides=x.strides)
 
 
 class ScaledAdd(poplar.Codelet):
@@ -100,12 +173,7 @@ class ScaledAdd(poplar.Codelet):
         if dt == np.float32 and a_is_one and cls.kinds[1] == "state":  # b carries any sign
             # the common update ``data += b * deltas``: in place, into one kept temporary
             tmp = np.empty(np.broadcast_shapes(np.shape(b), deltas.shape), np.float32)
-
-            def run_axpy() -> None:
-                np.multiply(b, deltas, out=tmp)
-                np.add(data, tmp, out=data)
-
-            return numerics.quiet(run_axpy)
+            return numerics.quiet(Axpy([(b, deltas, tmp)], data, tmp))
 
         def run() -> None:
             sa = a if a is None or cls.kinds[0] == "state" else a.astype(work)
