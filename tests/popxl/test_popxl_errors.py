@@ -294,14 +294,14 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     (
         "operator refused",
         ValueError,
-        r"contracting dimensions unequal: .*MatMul in graph 'main_graph', inputs 'w', 'c'",
+        r"contracting dimensions unequal: .*MatMul in graph 'main_graph', inputs 'w', 't'",
         _main(lambda p: p.w @ np.ones(5, np.float32)),
     ),
     (
         "+= refused",
         ValueError,
         r"broadcasting failed on 'Op Add', frames \[2, 3\] and \[5\] are not aligned.*"
-        r"AddInplace .*inputs 'w', 'c'",
+        r"AddInplace .*inputs 'w', 't'",
         _iadd,
     ),
     (
@@ -391,7 +391,7 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
         "call coerce shape",
         popart.popart_exception,
         r"CallOp input \(@0\) does not match callee input tensor \(@0\) of "
-        r"'add1_subgraph\(0\)' \(call\): 'c' is FLOAT \[4\]",
+        r"'add1_subgraph\(0\)' \(call\): 't' is FLOAT \[4\]",
         _main(lambda p: ops.call(p.add1, np.ones(4, np.float32))),
     ),
     ("conditional 2nd", ValueError, r"'other_subgraph\(2\)/oc'", _conditional_second_branch),

@@ -35,7 +35,7 @@ def constant(
 
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     graph = get_current_graph()
-    tid, short = _new_id(graph, name, "c")
+    tid, short = _new_id(graph, name, "t")
     t = Constant._create_constant(
         graph,
         tid,

@@ -488,7 +488,9 @@ def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:
     scope = get_current_context().name_scope
     base = name or default
     full = f"{scope}/{base}" if scope else base
-    return graph._unique_id(full), full
+    tid = graph._unique_id(full)
+    # the name is the id without the graph's scope, clash suffix included (``a_1``)
+    return tid, tid if graph is graph.ir.main_graph else tid[len(graph._name) + 1 :]
 
 
 # The factories, under PopXL's names in this module (after the classes they build).
