@@ -8,6 +8,7 @@ the suite runs with ``--import-mode=importlib``, so test files import it by that
 * :func:`evaluate`: a graph on the host, op by op in creation order;
 * :func:`run` / :func:`check`: a graph built over h2d-fed inputs, run by a Session and by
   :func:`evaluate`, compared with an expected NumPy value;
+* :func:`fetch`: the values of tensors of an Ir's main graph, stored and run by a Session;
 * :func:`finite_differences`, :func:`seeded_finite_differences`: central differences of a
   scalar function of several arrays, or of ``sum(seed * f(...))``.
 """
@@ -104,6 +105,21 @@ def run(
         got = session.run(feeds)
     env = evaluate(ir.main_graph, feeds=feeds)
     return [got[s] for s in outs], [env[s] for s in outs]
+
+
+def fetch(ir: popxl.Ir, *ts: popxl.Tensor, device: str = "ipu_model") -> list[np.ndarray]:
+    """The values of the main-graph tensors ``ts`` after one run of ``ir``: each is stored
+    through a d2h stream, after whatever the graph wrote (``in_sequence``, chained to the
+    test's own), and the Session runs without feeds."""
+    streams = []
+    with ir.main_graph, popxl.in_sequence():
+        for t in ts:
+            s = popxl.d2h_stream(t.shape, t.dtype)
+            ops.host_store(s, t)
+            streams.append(s)
+    with popxl.Session(ir, device) as session:
+        out = session.run()
+    return [out[s] for s in streams]
 
 
 def check(

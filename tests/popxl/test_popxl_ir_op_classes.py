@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tremula_tests_evaluator import fetch
 
 import popart._internal.ir as _ir
 import popxl
@@ -18,18 +19,6 @@ from tremula.popxl.ops.base import OPS
 
 def _ops(g: popxl.Graph, cls: type) -> list:
     return [op for op in g._pb_graph.getOps() if isinstance(op, cls)]
-
-
-def _run(ir: popxl.Ir, *ts: popxl.Tensor) -> list[np.ndarray]:
-    streams = []
-    with ir.main_graph, popxl.in_sequence():  # after the writes of the test's in_sequence
-        for t in ts:
-            s = popxl.d2h_stream(t.shape, t.dtype)
-            ops.host_store(s, t)
-            streams.append(s)
-    with popxl.Session(ir, "ipu_model") as session:
-        out = session.run()
-    return [out[s] for s in streams]
 
 
 def test_every_registry_op_has_a_class_in_its_namespace() -> None:
@@ -61,7 +50,7 @@ def test_remote_load_is_a_remote_load_op_and_remote_load_inplace_derives_from_it
     assert not load.modifiesIndex(0) and load.outId(0) == x.id
     # RemoteLoad gives a new tensor; the init it loads "into" is not an alias of it
     assert not load.inTensor(0).isAliased() and y._pb_tensor.isAliased()
-    got_x, got_z, got_y = _run(ir, x, z, y)
+    got_x, got_z, got_y = fetch(ir, x, z, y)
     want = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(got_x, want)
     np.testing.assert_array_equal(got_z, want)
@@ -82,7 +71,7 @@ def test_remote_load_into_a_tensor_that_is_read_again_does_not_write_it() -> Non
         load.disconnectInTensor(0)
         load.connectInTensor(0, a.id)
         b = a + 0  # reads a after the load
-    got_x, got_b = _run(ir, x, b)
+    got_x, got_b = fetch(ir, x, b)
     np.testing.assert_array_equal(got_x, [7, 8, 9])
     np.testing.assert_array_equal(got_b, [1, 2, 3])
 
@@ -117,7 +106,7 @@ def test_detach_inplace_aliases_its_input_and_stops_gradients() -> None:
         ops.add_(d, popxl.constant(np.array([10, 10, 10], np.float32)))  # writes a through d
     (op,) = _ops(main, _ir.op.DetachInplaceOp)
     assert op.opType() == "DetachInplace" and a._pb_tensor.isAliased()
-    (got_a,) = _run(ir, a)
+    (got_a,) = fetch(ir, a)
     np.testing.assert_array_equal(got_a, [11, 12, 13])
 
     ir = popxl.Ir()
@@ -128,7 +117,7 @@ def test_detach_inplace_aliases_its_input_and_stops_gradients() -> None:
         seed = popxl.constant(np.ones(3, np.float32))
         info = ops.call_with_info(g, x)
         (dx,) = ops.call(grad.graph, seed, inputs_dict=grad.inputs_dict(info))
-    (got,) = _run(ir, dx)
+    (got,) = fetch(ir, dx)
     np.testing.assert_array_equal(got, [1, 2, 3])  # d(x * stop(x))/dx = stop(x)
 
 

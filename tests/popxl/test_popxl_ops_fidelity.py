@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tremula_tests_evaluator import fetch
 
 import popart
 import popart._internal.ir as _ir
@@ -16,18 +17,6 @@ import popxl.ops as ops
 
 def _types(g: popxl.Graph) -> list[tuple[str, str]]:
     return [(op.opType(), type(op).__name__) for op in g._pb_graph.getOps()]
-
-
-def _run(ir: popxl.Ir, *ts: popxl.Tensor) -> list[np.ndarray]:
-    streams = []
-    with ir.main_graph:
-        for t in ts:
-            s = popxl.d2h_stream(t.shape, t.dtype)
-            ops.host_store(s, t)
-            streams.append(s)
-    with popxl.Session(ir, "ipu_model") as session:
-        out = session.run()
-    return [out[s] for s in streams]
 
 
 # ---- logical ops cast their operands to bool (PopXL's cast_if_needed) ----
@@ -50,7 +39,7 @@ def test_logical_ops_cast_operands_that_are_not_bool() -> None:
         either = ops.logical_or(a, b)
         neither = ops.logical_not(a)
         masked = a & 1.0  # the constant is made float32 (a's dtype), then cast
-    got = _run(ir, both, either, neither, masked)
+    got = fetch(ir, both, either, neither, masked)
     np.testing.assert_array_equal(got[0], np.logical_and(x, y))
     np.testing.assert_array_equal(got[1], np.logical_or(x, y))
     np.testing.assert_array_equal(got[2], np.logical_not(x))
@@ -84,7 +73,7 @@ def test_pools_are_popart_max_pool_and_average_pool_ops() -> None:
     assert _types(g) == [("AveragePool", "AveragePoolOp"), ("MaxPool", "MaxPoolOp")]
     assert isinstance(g._pb_graph.getOps()[0], _ir.op.AveragePoolOp)
     assert isinstance(g._pb_graph.getOps()[1], _ir.op.MaxPoolOp)
-    got_avg, got_max = _run(ir, avg, mx)
+    got_avg, got_max = fetch(ir, avg, mx)
     windows = x.reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 2, 2, 2, 4)
     np.testing.assert_allclose(got_avg, windows.mean(-1))
     np.testing.assert_array_equal(got_max, windows.max(-1))
@@ -103,7 +92,7 @@ def test_nll_loss_with_softmax_grad_is_popart_nlll_with_softmax_grad_direct() ->
     (op,) = g._pb_graph.getOps()
     assert op.opType() == "NlllWithSoftmaxGradDirect"
     assert isinstance(op, _ir.op.NlllWithSoftmaxGradDirectOp)
-    got_loss, got_dx = _run(ir, loss, dx)
+    got_loss, got_dx = fetch(ir, loss, dx)
     np.testing.assert_allclose(got_loss, -(np.log(0.7) + np.log(0.6)) / 2, rtol=1e-6)
     onehot = np.eye(3, dtype=np.float32)[labels]
     np.testing.assert_allclose(got_dx, (probs - onehot) / 2, rtol=1e-6)
@@ -177,7 +166,7 @@ def test_unknown_in_sequence_mode_raises_at_the_first_op_not_on_entry() -> None:
             with popxl.in_sequence(True):  # a valid block inside orders its ops
                 b = a + 2
         c = b * 3
-    (got,) = _run(ir, c)
+    (got,) = fetch(ir, c)
     assert got == 9.0
     with (
         pytest.raises(TypeError, match="`None` cannot be passed to in_sequence"),
@@ -204,7 +193,7 @@ def test_class_hierarchy_follows_popart_for_tied_gather_detach_and_scaled_add() 
     assert issubclass(_ir.op.GroupedGatherOp, _ir.op.GatherOp)
     assert isinstance(scaled_op, _ir.op.ScaledAddOp) and scaled_op.opType() == "ScaledAddLhsInplace"
     assert isinstance(detach_op, _ir.op.DetachOp) and detach_op.opType() == "DetachInplace"
-    got_tied, got_d = _run(ir, tied, d)
+    got_tied, got_d = fetch(ir, tied, d)
     np.testing.assert_array_equal(got_tied, x[[3, 0]])
     np.testing.assert_allclose(got_d, 2.0 + 0.5 * np.arange(3))
 
@@ -229,7 +218,7 @@ def test_maximum_of_n_tensors_is_one_variadic_max_op_with_its_gradient() -> None
         info = ops.call_with_info(graph, a, b, c)
         dm = popxl.constant(seed)
         ga, gb, gc = ops.call(grads.graph, dm, inputs_dict=grads.inputs_dict(info))
-    got = _run(ir, m, alone, ga, gb, gc)
+    got = fetch(ir, m, alone, ga, gb, gc)
     np.testing.assert_array_equal(got[0], np.maximum(np.maximum(a0, b0), c0))
     np.testing.assert_array_equal(got[1], a0)
     # by hand: row 0 takes c, a, a (a ties c at 3: the first wins); row 1 takes b, a, b
@@ -256,7 +245,7 @@ def test_call_outputs_are_named_like_the_callee_outputs() -> None:
     assert [t.name for t in graph.outputs] == ["add", "mul"]
     assert [t.id for t in first] == ["add", "mul"]
     assert [t.id for t in second] == ["add_1", "mul_1"]
-    got = _run(ir, *first, *second)
+    got = fetch(ir, *first, *second)
     assert [float(v) for v in got] == [5.0, 6.0, 6.0, 9.0]
 
 
@@ -300,7 +289,7 @@ def test_cumsum_takes_its_axis_as_a_constant_tensor() -> None:
         info = ops.call_with_info(graph, t)
         seed = popxl.constant(np.array([[1, 2, 3], [4, 5, 6]], np.float32))
         (dt,) = ops.call(grads.graph, seed, inputs_dict=grads.inputs_dict(info))
-    got, got_dt = _run(ir, c, dt)
+    got, got_dt = fetch(ir, c, dt)
     np.testing.assert_array_equal(got, [[1, 3, 6], [4, 9, 15]])
     np.testing.assert_array_equal(got_dt, [[6, 5, 3], [15, 11, 6]])
 
@@ -337,7 +326,7 @@ def test_histogram_sorts_its_levels_as_popart_does() -> None:
         h = ops.histogram(t, [0.7, 0.3], absolute_of_input=False)
         ha = ops.histogram(t, [0.7, 0.3], absolute_of_input=True)
     assert h.producer.attrs["levels"] == (0.3, 0.7)
-    got, got_abs = _run(ir, h, ha)
+    got, got_abs = fetch(ir, h, ha)
     # bins (-inf, 0.3), [0.3, 0.7), [0.7, inf): by hand
     np.testing.assert_array_equal(got, [2, 2, 1])
     np.testing.assert_array_equal(got_abs, [1, 3, 1])
@@ -361,7 +350,7 @@ def test_matmul_partials_type_defaults_to_the_session_option() -> None:
     half, flt = _ir.op.MatMulPartialsType.HALF, _ir.op.MatMulPartialsType.FLOAT
     assert kinds == [flt, half, flt]
     want = x.astype(np.float64) @ x.T.astype(np.float64)
-    for got in _run(ir, plain, from_option, given):
+    for got in fetch(ir, plain, from_option, given):
         np.testing.assert_allclose(got, want)
 
 
@@ -376,7 +365,7 @@ def test_variadic_max_in_fused_element_wise_chains() -> None:
         three = ops.relu(ops.maximum(a, b, c)) * 2 + 1
         one = ops.maximum(a) * 3
         unary = ops.relu(a + b) * 2 + 1
-    got = _run(ir, three, one, unary)
+    got = fetch(ir, three, one, unary)
     np.testing.assert_allclose(got[0], np.maximum(np.maximum(np.maximum(a0, b0), c0), 0) * 2 + 1)
     np.testing.assert_allclose(got[1], a0 * 3)
     np.testing.assert_allclose(got[2], np.maximum(a0 + b0, 0) * 2 + 1)

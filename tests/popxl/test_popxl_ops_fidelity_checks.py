@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tremula_tests_evaluator import fetch
 
 import popart
 import popxl
@@ -15,18 +16,6 @@ import popxl.ops as ops
 
 def _types(g: popxl.Graph) -> list[tuple[str, str]]:
     return [(op.opType(), type(op).__name__) for op in g._pb_graph.getOps()]
-
-
-def _run(ir: popxl.Ir, *ts: popxl.Tensor) -> list[np.ndarray]:
-    streams = []
-    with ir.main_graph:
-        for t in ts:
-            s = popxl.d2h_stream(t.shape, t.dtype)
-            ops.host_store(s, t)
-            streams.append(s)
-    with popxl.Session(ir, "ipu_model") as session:
-        out = session.run()
-    return [out[s] for s in streams]
 
 
 # ---- dtypes: PopART's element-wise ops take any dtype when made; Poplar refuses at build ----
@@ -53,7 +42,7 @@ def test_ops_on_dtypes_poplar_refuses_are_built_and_refused_by_the_session(build
     assert len(g.tensors) == 2 and out.dtype == (popxl.bool if op_type == "IsNaN" else a.dtype)
     assert [t for t, _ in _types(g)] == [op_type]
     with pytest.raises((TypeError, ValueError), match=rf"lowering op {op_type} .*int32"):
-        _run(ir, out)
+        fetch(ir, out)
 
 
 def test_scaled_add_of_integers_with_whole_scales_runs() -> None:
@@ -62,7 +51,7 @@ def test_scaled_add_of_integers_with_whole_scales_runs() -> None:
         x = popxl.variable(np.array([1, -2, 3]), popxl.int32)
         y = popxl.variable(np.array([4, 5, -6]), popxl.int32)
         out = ops.scaled_add(x, y, 2, 3)
-    (got,) = _run(ir, out)
+    (got,) = fetch(ir, out)
     np.testing.assert_array_equal(got, [14, 11, -12])
 
 
@@ -85,7 +74,7 @@ def test_float_only_ops_of_integers_are_made_and_refused_when_lowered(build, op_
     with pytest.raises(
         TypeError, match=rf"lowering op {op_type} .*input 0 'ints' must be float16 or float32"
     ):
-        _run(ir, out)
+        fetch(ir, out)
 
 
 # ---- input checks in PopXL's words (check_in_graph) ----

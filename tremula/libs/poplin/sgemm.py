@@ -110,6 +110,16 @@ def _blasable(rows: int, cols: int, m: int, n: int) -> bool:
     return cols == F32.itemsize and rows % F32.itemsize == 0 and rows // F32.itemsize >= n
 
 
+def _operand(s0: int, s1: int, rows: int, cols: int) -> tuple[int, int] | None:
+    """How NumPy passes a ``rows x cols`` operand of byte strides ``(s0, s1)`` to ``sgemm``:
+    ``(transposition, leading dimension)``, or None where it is not BLAS-able either way."""
+    if _blasable(s0, s1, rows, cols):
+        return NO_TRANS, s0 // F32.itemsize
+    if _blasable(s1, s0, cols, rows):
+        return TRANS, s1 // F32.itemsize
+    return None
+
+
 def _args(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
     """The arguments of ``cblas_sgemm`` for ``c += a @ b`` as NumPy calls it for
     ``np.matmul(a, b, out=c)`` (2-D float32), or None where NumPy would not call it."""
@@ -119,18 +129,10 @@ def _args(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
     (a0, a1), (b0, b1), (c0, c1) = a.strides, b.strides, c.strides
     if not _blasable(c0, c1, m, n):
         return None
-    if _blasable(a0, a1, m, k):
-        ta, lda = NO_TRANS, a0 // F32.itemsize
-    elif _blasable(a1, a0, k, m):
-        ta, lda = TRANS, a1 // F32.itemsize
-    else:
+    la, lb = _operand(a0, a1, m, k), _operand(b0, b1, k, n)
+    if la is None or lb is None:
         return None
-    if _blasable(b0, b1, k, n):
-        tb, ldb = NO_TRANS, b0 // F32.itemsize
-    elif _blasable(b1, b0, n, k):
-        tb, ldb = TRANS, b1 // F32.itemsize
-    else:
-        return None
+    (ta, lda), (tb, ldb) = la, lb
     pa, pb = a.ctypes.data, b.ctypes.data
     if pa == pb and m == n and a0 == b1 and a1 == b0 and ta != tb:
         return None  # NumPy's syrk case
