@@ -41,12 +41,17 @@
    reproduces where both run) at ``--paper-dense-estimate-ns``: building the dense 4096 x
    4096 x 1024 program already takes about 11 GB of host memory here (and its run nine
    minutes), so larger n are not simulated by default.
+   ``--paper-dense-breakdown 16384`` (only this) takes the dense plan at those n apart per
+   serial step (operand exchange, the AMP vertex's terms, stage 2) next to the cycles the
+   paper's rate implies, and shows the cheaper plans a larger memory budget would take
+   (``popsparse_paper_dense.py``; planned only, seconds).
 
 Run: ``python benchmarks/bench_popsparse_fc.py [--quick] [--repeat 3] [--rounds 3]
 [--skip-cpu] [--cases ew,b16half,b16float] [--skip-simulated] [--machines ipu2,bow]
 [--paper [--paper-ns 64,256,1024,2048,4096] [--paper-dense-ns 4,64,256,512]
 [--paper-dense-estimate-ns 1024,4096,8192,16384] [--paper-seeds 123,1,2,3]
-[--paper-cases 16half] [--paper-what-if fp16_in_fp32_out_conv_units_per_tile=8]]``.
+[--paper-cases 16half] [--paper-what-if fp16_in_fp32_out_conv_units_per_tile=8]]
+[--paper-dense-breakdown 16384]``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from typing import Any
 
 import numpy as np
 import popsparse_paper  # benchmarks/, on the path when run as a script
+import popsparse_paper_dense
 import scipy.sparse as sp
 
 from tremula import poplar
@@ -403,7 +409,18 @@ def main() -> None:
         help="target parameters of the sparse side's Bow model, a what-if "
         "(e.g. fp16_in_fp32_out_conv_units_per_tile=8); the dense side stays Bow",
     )
+    parser.add_argument(
+        "--paper-dense-breakdown",
+        default="",
+        help="only the dense reference's plan per serial step at these n (e.g. 16384), "
+        "against the paper's rate; planned, not simulated",
+    )
     args = parser.parse_args()
+    if args.paper_dense_breakdown:
+        popsparse_paper_dense.breakdown_tables(
+            tuple(int(x) for x in args.paper_dense_breakdown.split(","))
+        )
+        return
     if args.paper:
 
         def ints(text: str) -> tuple[int, ...]:
