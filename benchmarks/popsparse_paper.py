@@ -31,11 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import popsparse_breakdown  # benchmarks/, on the path when run as a script
 
 from tremula import poplar
 from tremula.errors import TremulaError
 from tremula.libs import jit, poplin
 from tremula.libs.popsparse import COOMatrix, dynamic
+from tremula.target import Target
 
 SIZE = 4096
 NO_OOM = {"debug.allowOutOfMemory": "true"}
@@ -185,8 +187,8 @@ def fit_note(peak: int) -> str:
 def sparse_engine(
     dtype: poplar.Type, block: int, d: float, n: int, what_if: Mapping[str, int] | None = None
 ):
-    """A loaded engine of the sparse matmul, and its partitioner (the same options), on
-    Bow, or on Bow with the target parameters ``what_if`` changed."""
+    """A loaded engine of the sparse matmul, its partitioner (the same options) and its
+    target: Bow, or Bow with the target parameters ``what_if`` changed."""
     device = poplar.IPUModel("bow", **(what_if or {})).create_device()
     graph = poplar.Graph(device.target)
     sparsity = dynamic.SparsityParams(block_dimensions=(block, block))
@@ -199,7 +201,7 @@ def sparse_engine(
     graph.create_host_write("nz_values", lhs.nz_values)
     engine = poplar.Engine(graph, prog, NO_OOM)
     engine.load(device)
-    return engine, dynamic.Partitioner(params, dtype, device.target, {})
+    return engine, dynamic.Partitioner(params, dtype, device.target, {}), device.target
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ class SparsePoint:
     steps: int  # propagation computes the pattern needs
     phases: dict[str, int]  # compute and exchange cycles by phase (see :func:`timed`)
     memory: str  # the planner's temporary bytes and the bound they met (see :func:`plan_memory`)
+    breakdown: str  # block plans: the distribution's slowest tile, term by term
 
 
 def sparse_points(
@@ -226,13 +229,13 @@ def sparse_points(
     """The sparse case at ``n`` on each seed's pattern (one compile), or why not built."""
     gc.collect()  # engines hold cycles; large ones must go before the next
     try:
-        engine, part = sparse_engine(TYPES[type_name], block, d, n, what_if)
+        engine, part, target = sparse_engine(TYPES[type_name], block, d, n, what_if)
     except TremulaError as err:
         return f"not built: {str(err)[:200]}"
     except MemoryError:  # the host's limit (e.g. ``ulimit -v``), not the IPU's
         return "not built: out of host memory"
     try:
-        return _run_points(engine, part, block, d, n, seeds)
+        return _run_points(engine, part, target, block, d, n, seeds)
     except MemoryError:
         return "not run: out of host memory"
 
@@ -240,6 +243,7 @@ def sparse_points(
 def _run_points(
     engine: poplar.Engine,
     part: dynamic.Partitioner,
+    target: Target,
     block: int,
     d: float,
     n: int,
@@ -256,9 +260,9 @@ def _run_points(
         computes = sum(s.compute for s in steps)
         phases: dict[str, int] = {}
         t = timed(engine, phases)
-        out.append(
-            SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases, plan_memory(plan))
-        )
+        why = popsparse_breakdown.describe(target, plan, impl.meta_info)
+        out.append(SparsePoint(n, seed, t, str(plan.partition.xyz), computes, phases,
+                               plan_memory(plan), why))  # fmt: skip
     return out
 
 
@@ -400,6 +404,8 @@ def sparse_case(
                   f"(compute only {rate_c:6.2f})", flush=True)  # fmt: skip
             split = ", ".join(f"{k} {v}" for k, v in sorted(p.phases.items()))
             print(f"      phases: {split}", flush=True)
+            if p.breakdown:
+                print(f"      {p.breakdown}", flush=True)
     return best
 
 

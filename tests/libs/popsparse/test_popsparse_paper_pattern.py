@@ -11,11 +11,21 @@ from pathlib import Path
 
 import numpy as np
 
-_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "popsparse_paper.py"
-_spec = importlib.util.spec_from_file_location("popsparse_paper", _PATH)
-paper = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("popsparse_paper", paper)  # its dataclasses look it up
-_spec.loader.exec_module(paper)
+_BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+def _load(name: str):
+    """``benchmarks/<name>.py`` as the module ``name`` (the benchmark modules import each
+    other by name, and dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, _BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+breakdown = _load("popsparse_breakdown")
+paper = _load("popsparse_paper")
 
 
 def test_the_shuffle_is_libstdcxx_s():
@@ -82,3 +92,37 @@ def test_the_what_if_options_are_checked():
         paper.parse_what_if("fp16_in_fp32_out_conv_units_per_tile")
     with pytest.raises(TremulaError, match="unknown parameter 'nonsense'"):
         paper.parse_what_if("nonsense=3")
+
+
+def test_the_breakdown_adds_up_to_the_distribution_step(h, rng, sparse_layer):
+    """``--paper``'s breakdown of a block point: the slowest group's walk, per-block
+    supervisor (weight loads), workers and zeroing, plus the compute set's launch, add up
+    to the simulated distribution step (the device charges those terms, spec 3.6; the
+    slowest tile sets the step). 16x16 half, float partials, Z = 128 on 24 tiles (plan
+    6 x 1 x 4: each vertex walks 4 buckets, Z tile 32), buckets large enough that the
+    pattern stays in its Z groups."""
+    params = h.layer(16, 0.1, 128, 512, 512)
+    options = {"metaInfoBucketOversizeProportion": 1.0}
+    run = sparse_layer(params, "half", options, passes=("fwd",))
+    pattern = h.random_coo(rng, 512, 512, 16, 0.1)
+    impl = run.run(pattern, rng)["impl"]
+    assert run.propagation_computes() == 0
+    steps = run.engine.get_execution_profile()["simulation"]["steps"]
+    step = next(
+        s["cycles"]
+        for s in steps
+        if s["type"] == "OnTileExecute" and s["name"].endswith("/distribution")
+    )
+    plan, target = run.plan, run.device.target
+    terms = breakdown.distribution_terms(target, plan, impl.meta_info)
+    assert sum(terms[k] for k in breakdown.TERMS) == terms["total"] == step
+    assert terms["sub_groups"] == plan.partition.z == 4
+    # the per-block terms by hand: 79 supervisor cycles per 16x16 half block (64 for its
+    # weights, 3, 12 for one weight load) and 4 per block row of a sub-group; each worker
+    # 25 + ceil(Zt / 6) x 4 per block, less 3 per block after the first of its row
+    b, r, zt = terms["blocks"], terms["rows"], plan.z_tile
+    assert terms["supervisor"] == 79 * b + 4 * r
+    assert terms["workers"] == 6 * (b * (25 + -(-zt // 6) * 4) - 3 * (b - r))
+    xt = int(plan.sizes("x")[terms["group"] // plan.partition.y])
+    assert terms["zeroing"] == 6 * (20 + -(-(xt * zt * 4 // 8) // 6))
+    assert "blocks in" in breakdown.describe(target, plan, impl.meta_info)
