@@ -390,3 +390,27 @@ def test_api_names():
         "replicated_slice",
     }
     assert "collectives" in ops.__all__
+
+
+def test_replica_sharded_variable_shard_stays_on_the_device_between_reads():
+    """Reading the variable while attached runs the weights-to-host fragment (the shard is
+    stored to the buffer and read from there); the shard stays as it is on the device, so
+    later runs keep updating it; a write reloads it through the weights-from-host
+    fragment."""
+    R = 2
+    ir = popxl.Ir(replication=R)
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with ir.main_graph, popxl.in_sequence():
+        var, shard = popxl.replica_sharded_variable(data, name="w")
+        ops.var_updates.accumulate_(shard, popxl.constant(np.ones(3, np.float32)))
+        full = C.replicated_all_gather(shard)
+        s_full = store(full, "full")
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(var), data + 1)
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(var), data + 2)
+        session.write_variable_data(var, np.zeros((2, 3), np.float32))
+        out = session.run()
+        np.testing.assert_array_equal(out[s_full], np.ones((R, 2, 3)))
+    np.testing.assert_array_equal(session.get_tensor_data(var), np.ones((2, 3)))
