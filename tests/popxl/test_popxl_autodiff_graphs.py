@@ -366,8 +366,17 @@ def test_argument_errors() -> None:
         with pytest.raises(ValueError, match="more than once"):
             popxl.transforms.autodiff(fwd, grads_required=[fwd.inputs[0]] * 2)
         info = popxl.transforms.autodiff(fwd)
-        with pytest.raises(ValueError, match="expected a call of"):
-            info.inputs_dict(ops.call_with_info(other, x))
+        # PopXL's GradGraphInfo.inputs_dict documents a TypeError for a call site of
+        # another graph, with these words
+        words = "The called graph does not match the graph that was auto-differentiated"
+        other_site = ops.call_with_info(other, x)
+        with pytest.raises(TypeError, match=words):
+            info.inputs_dict(other_site)
+        fwd_site = ops.call_with_info(fwd, x)
+        with pytest.raises(TypeError, match=words):
+            info.fwd_parent_ins_to_grad_parent_outs(other_site, fwd_site)
+        with pytest.raises(TypeError, match="expected a call of"):
+            info.fwd_graph_ins_to_grad_parent_outs(fwd_site)
 
 
 def test_repeat_inside_is_not_supported_and_rolls_back() -> None:

@@ -197,7 +197,7 @@ def test_replica_sharded_variable(R, stride, size, shard_over):
     with popxl.Session(ir, "ipu_model") as session:
         out = session.run()
         got = session.get_tensor_data(var)
-        with pytest.raises(TypeError, match="on-device shard"):
+        with pytest.raises(TypeError, match="w_rts is not of type Constant or Variable"):
             session.get_tensor_data(shard)
         session.write_variable_data(var, np.full(var.shape_on_host, 7, np.float32))
         again = session.run()
@@ -213,6 +213,34 @@ def test_replica_sharded_variable(R, stride, size, shard_over):
         np.testing.assert_array_equal(shards[r], padded[k * chunk : (k + 1) * chunk])
         np.testing.assert_array_equal(fulls[r], base[group])
     np.testing.assert_array_equal(got, data + 1)
+
+
+def test_replica_sharded_variable_is_built_as_popxl_builds_it():
+    """PopXL's replica_sharded_variable is a remote replica-sharded variable in a new
+    replica-sharded buffer, whose shard is an ``ops.remote_load`` named ``<name>_rts`` made
+    in the weights-from-host fragment and stored back by an ``ops.remote_store`` made in the
+    weights-to-host fragment: the shard is an activation, and the main graph holds one
+    variable."""
+    ir = popxl.Ir(replication=2)
+    main = ir.main_graph
+    with main:
+        var, shard = popxl.replica_sharded_variable(np.arange(6, dtype=np.float32), name="w")
+    assert type(var) is popxl.Variable and type(shard) is popxl.Tensor
+    assert shard.name == "w_rts" and shard.shape == (3,) and shard.meta_shape == (6,)
+    assert [t.id for t in main.variables] == ["w"]
+    buffer, entry = var.remote
+    assert (buffer.tensor_shape, buffer.meta_shape, entry) == ((3,), (6,), 0)
+    assert var._pb_tensor.tensorLocationInfo.getRemoteBufferInfo() == (buffer.remote_buffer_id, 0)
+    E = popxl.ExecutionContext
+    made = [(o.type, o.execution_context) for o in main.ops]
+    assert made == [
+        ("Init", E.WeightsFromHostFragment),
+        ("RemoteLoad", E.WeightsFromHostFragment),
+        ("RemoteStore", E.WeightsToHostFragment),
+    ]
+    load, store_ = main.ops[1], main.ops[2]
+    assert load.outputs == (shard,) and store_.inputs[0] is shard
+    assert load.attrs["buffer"] is buffer and store_.attrs["buffer"] is buffer
 
 
 def test_remote_replica_sharded_variable_and_buffer():
@@ -362,3 +390,27 @@ def test_api_names():
         "replicated_slice",
     }
     assert "collectives" in ops.__all__
+
+
+def test_replica_sharded_variable_shard_stays_on_the_device_between_reads():
+    """Reading the variable while attached runs the weights-to-host fragment (the shard is
+    stored to the buffer and read from there); the shard stays as it is on the device, so
+    later runs keep updating it; a write reloads it through the weights-from-host
+    fragment."""
+    R = 2
+    ir = popxl.Ir(replication=R)
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with ir.main_graph, popxl.in_sequence():
+        var, shard = popxl.replica_sharded_variable(data, name="w")
+        ops.var_updates.accumulate_(shard, popxl.constant(np.ones(3, np.float32)))
+        full = C.replicated_all_gather(shard)
+        s_full = store(full, "full")
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(var), data + 1)
+        session.run()
+        np.testing.assert_array_equal(session.get_tensor_data(var), data + 2)
+        session.write_variable_data(var, np.zeros((2, 3), np.float32))
+        out = session.run()
+        np.testing.assert_array_equal(out[s_full], np.ones((R, 2, 3)))
+    np.testing.assert_array_equal(session.get_tensor_data(var), np.ones((2, 3)))

@@ -197,7 +197,7 @@ def _sharded(
     buffer.meta_shape = shape
     v = _add_variable(graph, arr, shape, rg, mode, name, what=what)
     v._remote = (buffer, entry)
-    v._shard = (None, n)
+    v._shard_over = n
     return v
 
 
@@ -253,13 +253,15 @@ def replica_sharded_variable(
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
 ) -> tuple[Variable, Tensor]:
-    """A replica-sharded variable and its shard on the device.
-
-    The variable lives in a new :func:`replica_sharded_buffer`; the shard (flat,
-    ``ceil(nelms / shard_over)`` elements, ``meta_shape`` the variable's shape) is loaded
-    from it when weights go to the device and stored back when they come to the host, so it
-    behaves like on-device state. Use ``var`` with ``Session.get/write_*`` and ``shard`` in
-    the graph (``ops.collectives.replicated_all_gather(shard)`` gives the full value).
+    """A replica-sharded variable and its shard on the device, built as PopXL builds it:
+    a :func:`remote_replica_sharded_variable` in a new :func:`replica_sharded_buffer`, whose
+    shard (flat, ``ceil(nelms / shard_over)`` elements, ``meta_shape`` the variable's shape)
+    is an ``ops.remote_load`` named ``<name>_rts`` made in the weights-from-host fragment
+    (so it is loaded each time weights go to the device) and stored back by an
+    ``ops.remote_store`` made in the weights-to-host fragment (before weights are read
+    back). Use ``var`` with ``Session.get/write_*`` and ``shard`` in the graph
+    (``ops.collectives.replicated_all_gather(shard)`` gives the full value); the shard is
+    an activation, not a Variable.
 
     Returns:
         ``(var, shard)``.
@@ -267,6 +269,10 @@ def replica_sharded_variable(
     Raises:
         ValueError: as :func:`variable`, or ``shard_over`` not dividing the group size.
     """
+    from tremula.popxl.context import _execution_context
+    from tremula.popxl.ops.io import remote_load, remote_store
+    from tremula.popxl.tensorlocation import ExecutionContext
+
     what = _named("replica_sharded_variable", name)
     var = _sharded(
         data,
@@ -282,19 +288,9 @@ def replica_sharded_variable(
         shard_over=shard_over,
         fp8=(log2_scale, nan_on_overflow),
     )
-    from tremula.popxl.replica_grouping import shard_rows
-
-    rg, n = var.replica_grouping, var._shard[1]  # type: ignore[index]
-    ungrouped = var.ir.replica_grouping(group_size=1)
-    rows = shard_rows(rg, n, var._data, var.shape)
-    shard = _add_variable(
-        var.graph,
-        rows if rg.num_replicas > 1 else rows[0],
-        rows.shape[1:],
-        ungrouped,
-        "one_per_group",
-        f"{var.name}_shard",
-        var.shape,
-    )
-    var._shard = (shard, n)
+    buffer, entry = var._remote  # type: ignore[misc]
+    with _execution_context(ExecutionContext.WeightsFromHostFragment):
+        shard = remote_load(buffer, entry, f"{var.name}_rts")
+    with _execution_context(ExecutionContext.WeightsToHostFragment):
+        remote_store(buffer, entry, shard)
     return var, shard

@@ -131,9 +131,6 @@ class Session(SessionWeights):
         self._host_stale = False  # device weights newer than the host copies
         self._d2h_noted: set[Variable] = set()  # variables read back once (a log line each)
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
-        self._shards: dict[Variable, Variable] = {  # on-device shard -> sharded variable
-            shard: v for v in ir.main_graph.variables if (shard := v.shard) is not None
-        }
 
     # ---- properties ----
     @property

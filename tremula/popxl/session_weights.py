@@ -3,8 +3,9 @@ device (``weights_from_host`` / ``weights_to_host``), and reading and writing th
 (``get_tensor_data``, ``write_variable_data``), as PopXL's ``Session`` does.
 
 Device variables have a Poplar tensor (with host write/read handles); remote variables
-live in a remote-buffer entry; a replica-sharded variable's shard is a device variable
-whose rows are the shards of the full variable (its host copy). Host copies hold
+live in a remote-buffer entry, replica-sharded ones as one shard per replica (what
+``replica_sharded_variable`` loads in the weights-from-host fragment, engine program 1, and
+stores back in the weights-to-host fragment, program 2, is the program's). Host copies hold
 ``shape_on_host``; ``replica_grouping.py`` maps them to one row per replica and back.
 Weight transfers log PopART's Devicex lines at DEBUG (``popart.getLogger("devicex")``).
 """
@@ -40,7 +41,6 @@ class SessionWeights:
     _L: int
     _local: slice
     _fragments: list[bool]
-    _shards: dict[Variable, Variable]
     _attached: bool
     _host_stale: bool
     _d2h_noted: set[Variable]
@@ -56,10 +56,6 @@ class SessionWeights:
 
     def _remote_variables(self) -> list[Variable]:
         return [v for v in self._ir.main_graph.variables if v.remote is not None]
-
-    def _shard_owner(self, v: object) -> Variable | None:
-        """The replica-sharded variable whose on-device shard ``v`` is (else None)."""
-        return self._shards.get(v) if isinstance(v, Variable) else None
 
     @staticmethod
     def _host_array(v: Variable) -> np.ndarray:
@@ -118,14 +114,14 @@ class SessionWeights:
     @locked
     def weights_from_host(self) -> None:
         """Write every variable's host copy to the device (remote variables to their
-        remote-buffer entries, replica-sharded ones to their shards)."""
+        remote-buffer entries, replica-sharded ones as shards), then run the
+        weights-from-host fragment."""
         self._require_attached("weights_from_host")
         self._collective("weights_from_host")
         _DEVICEX.debug("Writing weights from host, ")
         local = self._local
         for v, h in self._device_variables():
-            owner = self._shard_owner(v)
-            self._engine.write_tensor(h.write, self._rows(v if owner is None else owner)[local])
+            self._engine.write_tensor(h.write, self._rows(v)[local])
         for v in self._remote_variables():
             where = self._remote_entry(v)
             if where is not None:
@@ -151,30 +147,21 @@ class SessionWeights:
 
     @locked
     def weights_to_host(self) -> None:
-        """Read every variable from the device into its host copy (a replica-sharded
-        variable from its shards, which are also stored back to its remote buffer)."""
+        """Run the weights-to-host fragment, then read every variable from the device into
+        its host copy (a replica-sharded variable from its shards)."""
         self._require_attached("weights_to_host")
         self._collective("weights_to_host")
         _DEVICEX.debug("Writing weights to host")
-        R, L = self._R, self._L
+        L = self._L
         if self._fragments[1]:
             self._engine.run(2)  # the ops made in ExecutionContext.WeightsToHostFragment
-        synced = set()
         for v, h in self._device_variables():
             rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
-            owner = self._shard_owner(v)
-            if owner is None:
-                self._note_d2h_buffer(v)
-                v.store_host(group_rows(v.replica_grouping, rows, v.shape))
-                continue
-            owner.store_host(self._from_rows(owner, rows))
-            synced.add(owner)
-            where = self._remote_entry(owner)
-            if where is not None:  # the shard is stored back to its remote buffer
-                self._write_entry(where, rows, R == 1)
+            self._note_d2h_buffer(v)
+            v.store_host(group_rows(v.replica_grouping, rows, v.shape))
         for v in self._remote_variables():
             where = self._remote_entry(v)
-            if v in synced or where is None:
+            if where is None:
                 continue
             rows = np.stack(
                 [self._engine.copy_from_remote_buffer(where[0], where[1], r) for r in range(L)]
@@ -237,12 +224,6 @@ class SessionWeights:
         if not isinstance(t, kinds):  # PopXL's words: "Tensor <id> is not of type ..."
             tid = getattr(t, "id", None) or getattr(t, "tensor_id", None) or repr(t)
             raise TypeError(f"Tensor {tid} is not of type {names}. ({what}: got {t!r})")
-        owner = self._shard_owner(t)
-        if owner is not None:
-            raise TypeError(
-                f"{what}: {t!r} is the on-device shard of the replica-sharded variable "
-                f"{owner.id!r}; use that variable"
-            )
 
     def _host_value(self, t: Tensor) -> np.ndarray:
         """A copy of the host value; for a variable made from a ``np.memmap`` whose host

@@ -379,7 +379,7 @@ class Variable(Tensor):
     _replica_grouping: ReplicaGrouping
     _retrieval_mode: str
     _remote: tuple[Any, int] | None  # (RemoteBuffer, entry)
-    _shard: tuple[Any, int] | None  # (shard tensor, shard_over)
+    _shard_over: int | None  # replica-sharded: how many replicas share one copy
 
     @classmethod
     def _create_variable(
@@ -398,7 +398,7 @@ class Variable(Tensor):
         self._replica_grouping = replica_grouping
         self._retrieval_mode = retrieval_mode
         self._remote = None
-        self._shard = None
+        self._shard_over = None
         return self
 
     @property
@@ -440,15 +440,9 @@ class Variable(Tensor):
         return self._remote
 
     @property
-    def shard(self) -> Variable | None:
-        """The on-device shard of a replica-sharded variable (None: not sharded, or its
-        shards live in a remote buffer)."""
-        return None if self._shard is None else self._shard[0]
-
-    @property
     def shard_over(self) -> int | None:
         """The number of replicas the variable is sharded over (None: not sharded)."""
-        return None if self._shard is None else self._shard[1]
+        return self._shard_over
 
 
 class Constant(Tensor):

@@ -121,8 +121,10 @@ class GradGraphInfo:
         return tuple(c.fwd_tensor for c in self._expected_outputs)
 
     def _check_site(self, info: CallSiteInfo, graph: Graph, what: str) -> None:
+        """PopXL's check (``TypeError``, its words first)."""
         if info.called_graph is not graph:
-            raise ValueError(
+            raise TypeError(
+                f"The called graph does not match the graph that was auto-differentiated. "
                 f"GradGraphInfo.{what}: the call site calls {info.called_graph.name!r}, "
                 f"expected a call of {graph.name!r}"
             )
