@@ -1,0 +1,432 @@
+"""A tiny LLaMA for inference, written as Graphcore's PopXL LLM examples write theirs
+(``examples/nlp/{gpt_j,llama,dolly}/popxl``): popxl-addons ``Module`` layers whose weights
+are ``add_variable_input`` s, tensor-parallel over the replicas (attention heads, the SwiGLU
+MLP's columns and the LM head's vocabulary sharded; ``replicated_all_reduce_identical_*``
+around the sharded parts), RMS norm with popxl ops, rotary position embeddings through
+popxl-addons' ``rotary_pos_embed`` custom op and its sin / cos tables, and a KV cache per
+layer: by-reference variable inputs updated with ``ops.dynamic_update_`` at the position of
+the tokens of each step, so that one session runs greedy decoding step after step.
+
+This is client code for Tremula's tests (Tremula itself never imports it); the NumPy
+reference of LLaMA it is checked against is ``llama_reference.py``. Weights come as a dict
+in Meta's checkpoint layout (``tok_embeddings.weight``, ``layers.{n}.attention.wq.weight``
+..., torch ``Linear`` weights ``[out, in]``); each module's ``mapping`` turns them into the
+data of its variables, as the examples' ``hf_mapping`` s do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import popxl_addons as addons
+from popxl_addons import NamedTensors
+from popxl_addons.layers import Embedding, Linear
+from popxl_addons.ops.replicated_all_reduce_TP import (
+    replicated_all_reduce_identical_grad_inputs,
+    replicated_all_reduce_identical_inputs,
+)
+from popxl_addons.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants
+from popxl_addons.task_session import TaskSession
+
+import popxl
+from popxl import ReplicaGrouping, ops
+
+Weights = Mapping[str, np.ndarray]
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 100
+    hidden_size: int = 64
+    heads: int = 4
+    layers: int = 2
+    intermediate_size: int = 172
+    #: length of the KV cache: the most positions a session can decode
+    max_positions: int = 16
+    #: tokens fed to each step (the prompt at once, or one generated token)
+    sequence_length: int = 1
+    eps: float = 1e-6
+    rotary_base: int = 10000
+    tensor_parallel: int = 1
+    dtype: popxl.dtype = popxl.float32
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.heads
+
+
+def shard(x: np.ndarray, n_shards: int, axis: int) -> np.ndarray:
+    """Split ``x`` along ``axis`` into ``n_shards`` stacked on a new leading axis (a
+    variable of a single replica group has no such axis on the host: ``x`` itself)."""
+    if n_shards == 1:
+        return np.ascontiguousarray(x)
+    if axis < 0:
+        axis = len(x.shape) + axis
+    return np.ascontiguousarray(
+        np.concatenate(np.split(x[np.newaxis, ...], n_shards, axis=axis + 1))
+    )
+
+
+def tp_grouping(config: LlamaConfig) -> ReplicaGrouping:
+    """One replica per group: a variable of this grouping has one shard per replica."""
+    return popxl.gcg().ir.replica_grouping(stride=config.tensor_parallel, group_size=1)
+
+
+def linear_t(weights: Weights, name: str, dtype: popxl.dtype) -> np.ndarray:
+    """A torch ``Linear`` weight ``[out, in]`` as popxl-addons' ``Linear`` holds it."""
+    return np.ascontiguousarray(weights[name].T).astype(dtype.as_numpy())
+
+
+class LlamaRMSNorm(addons.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        self.weight = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype)
+        variance = ops.mean(x * x, axis=-1, keepdims=True)
+        x = x / ops.sqrt(variance + self.config.eps)
+        return x * self.weight
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, name: str):
+        return {variables.weight: weights[name].astype(config.dtype.as_numpy())}
+
+
+class LlamaAttentionHeads(addons.Module):
+    """This replica's heads: q / k / v projections, rotary embeddings, the KV cache, causal
+    attention over the cached positions."""
+
+    def __init__(self, config: LlamaConfig, replica_grouping: ReplicaGrouping | None = None):
+        super().__init__()
+        self.config = config
+        self.replica_grouping = replica_grouping
+        n_heads_groups = replica_grouping.num_groups if replica_grouping else 1
+        assert config.heads % n_heads_groups == 0, f"{config.heads} % {n_heads_groups} != 0"
+        self.n_heads = config.heads // n_heads_groups
+        self.qkv = Linear(
+            3 * config.hidden_size // n_heads_groups, bias=False, replica_grouping=replica_grouping
+        )
+
+    def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
+        """``x``: ``[seq, hidden]``, the tokens at positions ``position + [0, seq)``."""
+        cfg = self.config
+        seq, hs = cfg.sequence_length, cfg.head_size
+        cache_shape = (1, self.n_heads, cfg.max_positions, hs)
+        self.k_cache = self.add_variable_input(
+            "k_cache",
+            partial(np.zeros, cache_shape),
+            x.dtype,
+            by_ref=True,
+            replica_grouping=self.replica_grouping,
+        )
+        self.v_cache = self.add_variable_input(
+            "v_cache",
+            partial(np.zeros, cache_shape),
+            x.dtype,
+            by_ref=True,
+            replica_grouping=self.replica_grouping,
+        )
+
+        query, key, value = ops.split(self.qkv(x), 3, axis=-1)
+        # [batch, seq, heads, head_size]
+        query = query.reshape((1, seq, self.n_heads, hs))
+        key = key.reshape((1, seq, self.n_heads, hs))
+        value = value.reshape((1, seq, self.n_heads, hs))
+
+        sin, cos = trig_table_constants(cfg.max_positions, hs, cfg.rotary_base, cfg.dtype)
+        sin = ops.dynamic_slice(sin, position, axes=[0], sizes=[seq], no_overlap=True)
+        cos = ops.dynamic_slice(cos, position, axes=[0], sizes=[seq], no_overlap=True)
+        query = rotary_pos_embed(query, sin, cos, hs).transpose((0, 2, 1, 3))
+        key = rotary_pos_embed(key, sin, cos, hs).transpose((0, 2, 1, 3))
+        value = value.transpose((0, 2, 1, 3))
+
+        # ----- KV cache: write this step's keys and values at their positions -----
+        k_cache = ops.dynamic_update_(
+            self.k_cache, position, key, axes=[2], sizes=[seq], no_overlap=True
+        )
+        v_cache = ops.dynamic_update_(
+            self.v_cache, position, value, axes=[2], sizes=[seq], no_overlap=True
+        )
+
+        causal_mask = popxl.constant(
+            1e4 * (np.tril(np.ones((cfg.max_positions, cfg.max_positions))) - 1),
+            x.dtype,
+            name="causal_mask",
+        )
+        mask = ops.dynamic_slice(causal_mask, position, axes=[0], sizes=[seq], no_overlap=True)
+
+        attn_weights = query @ k_cache.transpose((0, 1, 3, 2))
+        attn_weights = attn_weights * (1 / math.sqrt(hs))
+        attn_weights = attn_weights + mask
+        attn_scores = ops.softmax(attn_weights, axis=-1)
+        attn_output = attn_scores @ v_cache
+        return attn_output.transpose((0, 2, 1, 3)).reshape((seq, self.n_heads * hs))
+
+    @staticmethod
+    def qkv_data(config: LlamaConfig, weights: Weights, prefix: str) -> np.ndarray:
+        n = config.tensor_parallel
+        q, k, v = (linear_t(weights, f"{prefix}.w{p}.weight", config.dtype) for p in "qkv")
+        q, k, v = (shard(w, n, -1) for w in (q, k, v))
+        if n == 1:
+            return np.ascontiguousarray(np.concatenate([q, k, v], -1))
+        return np.ascontiguousarray(
+            np.concatenate([np.concatenate([q[i], k[i], v[i]], -1)[None] for i in range(n)])
+        )
+
+
+class LlamaSelfAttentionTP(addons.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.replica_grouping = tp_grouping(config)
+        self.heads = LlamaAttentionHeads(config, replica_grouping=self.replica_grouping)
+        self.output = Linear(config.hidden_size, bias=False, replica_grouping=self.replica_grouping)
+
+    def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
+        """Identical inputs and identical outputs across shards."""
+        z = replicated_all_reduce_identical_inputs(x, group=self.replica_grouping.transpose())
+        z = self.heads(z, position)
+        z = self.output(z)
+        return replicated_all_reduce_identical_grad_inputs(
+            z, group=self.replica_grouping.transpose()
+        )
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, prefix: str):
+        wo = linear_t(weights, f"{prefix}.wo.weight", config.dtype)
+        return {
+            variables.heads.qkv.weight: LlamaAttentionHeads.qkv_data(config, weights, prefix),
+            variables.output.weight: shard(wo, config.tensor_parallel, axis=0),
+        }
+
+
+class LlamaFeedForwardTP(addons.Module):
+    """SwiGLU: ``w2(silu(w1 x) * w3 x)``; ``w1`` and ``w3`` sharded by columns, ``w2`` by rows."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        n = config.tensor_parallel
+        self.replica_grouping = tp_grouping(config)
+        assert config.intermediate_size % n == 0
+        self.gate_proj = Linear(
+            config.intermediate_size // n, bias=False, replica_grouping=self.replica_grouping
+        )
+        self.up_proj = Linear(
+            config.intermediate_size // n, bias=False, replica_grouping=self.replica_grouping
+        )
+        self.down_proj = Linear(
+            config.hidden_size, bias=False, replica_grouping=self.replica_grouping
+        )
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        z = replicated_all_reduce_identical_inputs(x, group=self.replica_grouping.transpose())
+        z = ops.swish(self.gate_proj(z)) * self.up_proj(z)
+        z = self.down_proj(z)
+        return replicated_all_reduce_identical_grad_inputs(
+            z, group=self.replica_grouping.transpose()
+        )
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, prefix: str):
+        n = config.tensor_parallel
+        w1, w2, w3 = (linear_t(weights, f"{prefix}.w{i}.weight", config.dtype) for i in (1, 2, 3))
+        return {
+            variables.gate_proj.weight: shard(w1, n, -1),
+            variables.up_proj.weight: shard(w3, n, -1),
+            variables.down_proj.weight: shard(w2, n, 0),
+        }
+
+
+class LlamaDecoderBlockTP(addons.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.attention_norm = LlamaRMSNorm(config)
+        self.attention = LlamaSelfAttentionTP(config)
+        self.ffn_norm = LlamaRMSNorm(config)
+        self.feed_forward = LlamaFeedForwardTP(config)
+
+    def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
+        x = x + self.attention(self.attention_norm(x), position)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, n: int):
+        prefix = f"layers.{n}"
+        return {
+            **LlamaRMSNorm.mapping(
+                config, variables.attention_norm, weights, f"{prefix}.attention_norm.weight"
+            ),
+            **LlamaSelfAttentionTP.mapping(
+                config, variables.attention, weights, f"{prefix}.attention"
+            ),
+            **LlamaRMSNorm.mapping(
+                config, variables.ffn_norm, weights, f"{prefix}.ffn_norm.weight"
+            ),
+            **LlamaFeedForwardTP.mapping(
+                config, variables.feed_forward, weights, f"{prefix}.feed_forward"
+            ),
+        }
+
+
+class LlamaEmbeddings(addons.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.word = Embedding(config.dtype, config.vocab_size, config.hidden_size)
+
+    def build(self, input_ids: popxl.Tensor) -> popxl.Tensor:
+        return self.word(input_ids)
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights):
+        # popxl-addons' Embedding pads its vocabulary (for multi-slices): zero rows past the end
+        table = weights["tok_embeddings.weight"].astype(config.dtype.as_numpy())
+        pad = Embedding.get_vocab_shard_size(config.vocab_size, 1) - config.vocab_size
+        return {variables.word.weight: np.pad(table, ((0, pad), (0, 0)))}
+
+
+class LlamaLMHeadTP(addons.Module):
+    """The final norm and the output projection, sharded along the vocabulary."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        assert config.vocab_size % config.tensor_parallel == 0
+        self.replica_grouping = tp_grouping(config)
+        self.norm = LlamaRMSNorm(config)
+        self.head = Linear(
+            config.vocab_size // config.tensor_parallel,
+            bias=False,
+            replica_grouping=self.replica_grouping,
+        )
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        x = self.norm(x)
+        x = replicated_all_reduce_identical_inputs(x, group=self.replica_grouping.transpose())
+        return self.head(x)
+
+    @staticmethod
+    def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights):
+        w = linear_t(weights, "output.weight", config.dtype)
+        return {
+            **LlamaRMSNorm.mapping(config, variables.norm, weights, "norm.weight"),
+            variables.head.weight: shard(w, config.tensor_parallel, -1),
+        }
+
+
+def gather_logits(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
+    """The full ``[seq, vocab]`` logits from this replica's vocabulary shard."""
+    tp = config.tensor_parallel
+    logits = ops.collectives.replicated_all_gather(
+        logits, group=popxl.gcg().ir.replica_grouping(group_size=tp), output_shape="new_axis"
+    )
+    return logits.transpose((1, 0, 2)).reshape_((config.sequence_length, config.vocab_size))
+
+
+def generate_greedy(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
+    """The next token: the argmax of the last position's logits, shape ``(1,)``."""
+    last = config.sequence_length - 1
+    return ops.argmax(logits[last : last + 1], dim=1)
+
+
+def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
+    """One step of the model: ``words`` ``[seq]`` at ``position`` ``[1]`` in, the full
+    ``logits`` of the step and the greedy ``next_token`` out; the KV caches stay on the
+    device from one ``run`` to the next."""
+    ir = popxl.Ir(replication=config.tensor_parallel)
+    with ir.main_graph:
+        input_streams = addons.InputStreams(
+            words=((config.sequence_length,), popxl.int32),
+            position=((1,), popxl.uint32),
+        )
+        output_streams = addons.OutputStreams(
+            logits=((config.sequence_length, config.vocab_size), config.dtype),
+            next_token=((1,), popxl.int32),
+        )
+
+        embeddings_facts, embeddings_graph = LlamaEmbeddings(config).create_graph(
+            input_streams.words.spec
+        )
+        layer_facts, layer_graph = LlamaDecoderBlockTP(config).create_graph(
+            *embeddings_graph.graph.outputs, input_streams.position.spec
+        )
+        lm_facts, lm_graph = LlamaLMHeadTP(config).create_graph(layer_graph.graph.outputs[0])
+
+        variables = NamedTensors()
+        variables.insert("embeddings", embeddings_facts.init("embeddings"))
+        variables.insert(
+            "decoder",
+            NamedTensors.from_dict(
+                {n: layer_facts.init(f"decoder.{n}") for n in range(config.layers)}
+            ),
+        )
+        variables.insert("lm_head", lm_facts.init("lm_head"))
+
+        with popxl.in_sequence():
+            words = ops.host_load(input_streams.words)
+            position = ops.host_load(input_streams.position)
+            (x,) = embeddings_graph.bind(variables.embeddings).call(words)
+            for n in range(config.layers):
+                (x,) = layer_graph.bind(variables.decoder[n]).call(x, position)
+            (logits,) = lm_graph.bind(variables.lm_head).call(x)
+            logits = gather_logits(config, logits)
+            next_token = generate_greedy(config, logits)
+            ops.host_store(output_streams.logits, logits)
+            ops.host_store(output_streams.next_token, next_token)
+
+    session = TaskSession(
+        inputs=input_streams,
+        outputs=output_streams,
+        state=NamedTensors(fwd=variables),
+        ir=ir,
+        device_desc="ipu_hw",
+    )
+    return session, variables
+
+
+def mapping(
+    config: LlamaConfig, variables: NamedTensors, weights: Weights
+) -> dict[popxl.Tensor, np.ndarray]:
+    """The data of every weight variable from a Meta-layout state dict."""
+    state = {
+        **LlamaEmbeddings.mapping(config, variables.embeddings, weights),
+        **LlamaLMHeadTP.mapping(config, variables.lm_head, weights),
+    }
+    for n in range(config.layers):
+        state.update(LlamaDecoderBlockTP.mapping(config, variables.decoder[n], weights, n))
+    return state
+
+
+class LlamaGenerator:
+    """Runs a prompt and greedy decoding through one session."""
+
+    def __init__(self, config: LlamaConfig, weights: Weights):
+        self.config = config
+        self.session, self.variables = inference(config)
+        self.session.write_variables_data(mapping(config, self.variables, weights))
+
+    def step(self, words: np.ndarray, position: int) -> tuple[np.ndarray, int]:
+        """Feed ``words`` at ``position``: the step's logits ``[seq, vocab]`` and the next
+        token (replica 0's; every replica holds the same)."""
+        tp = self.config.tensor_parallel
+        data = {
+            self.session.inputs.words: np.asarray(words, np.int32),
+            self.session.inputs.position: np.array([position], np.uint32),
+        }
+        if tp > 1:
+            data = {k: np.repeat(v[None], tp, axis=0) for k, v in data.items()}
+        out = self.session.run(data)
+        logits, token = out[self.session.outputs.logits], out[self.session.outputs.next_token]
+        if tp > 1:
+            for r in range(1, tp):
+                np.testing.assert_array_equal(logits[r], logits[0])
+                np.testing.assert_array_equal(token[r], token[0])
+            logits, token = logits[0], token[0]
+        return logits, int(token.reshape(-1)[0])

@@ -1,0 +1,110 @@
+"""A tiny LLaMA written as Graphcore's PopXL inference models are (``llama_popxl.py``: popxl-addons
+modules, rotary custom op, SwiGLU, a KV cache updated in place per step, greedy decoding,
+tensor parallel over 2 replicas) runs unmodified on Tremula and gives the logits and greedy
+tokens of LLaMA's forward pass written in NumPy from its formulas (``llama_reference.py``;
+checked once against Hugging Face's ``LlamaForCausalLM`` of transformers 4.31, Meta's q / k
+weights permuted to its rotate-half layout: logits within 1e-6).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+
+def _load(name: str) -> ModuleType:
+    """A module beside this one, by path (the suite imports test modules by path)."""
+    full = f"tremula_tests_models_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[full]
+
+
+llama = _load("llama_popxl")
+ref = _load("llama_reference")
+
+PROMPT_LEN = 6
+STEPS = 5
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[dict[str, np.ndarray], np.ndarray]:
+    cfg = llama.LlamaConfig()
+    rng = np.random.default_rng(0)
+    weights = ref.random_weights(
+        rng, cfg.vocab_size, cfg.hidden_size, cfg.layers, cfg.intermediate_size
+    )
+    prompt = rng.integers(0, cfg.vocab_size, PROMPT_LEN)
+    return weights, prompt
+
+
+def test_reference_is_causal_and_rotary_relative() -> None:
+    """The reference itself: a later token does not change earlier logits, and the
+    attention scores depend on relative positions only (rotating q and k by the same
+    extra angle changes nothing)."""
+    cfg = llama.LlamaConfig()
+    rng = np.random.default_rng(1)
+    w = ref.random_weights(rng, cfg.vocab_size, cfg.hidden_size, 1, cfg.intermediate_size)
+    tokens = rng.integers(0, cfg.vocab_size, 5)
+    full = ref.forward(tokens, w, cfg.heads)
+    np.testing.assert_allclose(
+        ref.forward(tokens[:3], w, cfg.heads), full[:3], rtol=1e-12, atol=1e-12
+    )
+    x = rng.standard_normal((6, 2, 8))
+    q, k = ref.rotary(x, 10000.0), ref.rotary(x[::-1].copy(), 10000.0)
+    # position m rotates by m * theta: <R(m) a, R(n) b> depends on m - n only
+    s1 = np.einsum("hd,hd->h", q[3], k[1])
+    q2, k2 = (
+        ref.rotary(np.concatenate([x[:1], x]), 10000.0),
+        ref.rotary(np.concatenate([x[:1], x[::-1]]), 10000.0),
+    )
+    np.testing.assert_allclose(np.einsum("hd,hd->h", q2[4], k2[2]), s1, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_prompt_logits_and_greedy_decode(
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int
+) -> None:
+    """One session: the prompt fed a token per step fills the KV caches (logits of every
+    position as the whole-sequence reference), then greedy decoding feeds back each
+    ``ops.argmax`` token: the reference's greedy tokens."""
+    weights, prompt = model
+    cfg = llama.LlamaConfig(tensor_parallel=tp)
+    expected_logits = ref.forward(prompt, weights, cfg.heads)
+    expected_tokens = ref.greedy(prompt, weights, cfg.heads, STEPS)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        logits = []
+        for position, token in enumerate(prompt):
+            step_logits, next_token = gen.step(np.array([token]), position)
+            logits.append(step_logits[0])
+        np.testing.assert_allclose(np.array(logits), expected_logits, rtol=1e-4, atol=1e-4)
+        assert next_token == int(np.argmax(expected_logits[-1]))
+        tokens = [next_token]
+        for position in range(PROMPT_LEN, PROMPT_LEN + STEPS - 1):
+            _, next_token = gen.step(np.array([tokens[-1]]), position)
+            tokens.append(next_token)
+    assert tokens == expected_tokens
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_prompt_at_once(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int) -> None:
+    """The whole prompt in one step (``sequence_length`` 6 at position 0): its logits, and
+    the greedy next token of its last position."""
+    weights, prompt = model
+    cfg = llama.LlamaConfig(tensor_parallel=tp, sequence_length=PROMPT_LEN)
+    expected = ref.forward(prompt, weights, cfg.heads)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        logits, next_token = gen.step(prompt, 0)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    assert next_token == int(np.argmax(expected[-1]))
