@@ -30,6 +30,7 @@ from popxl_addons.ops.replicated_all_reduce_TP import (
     replicated_all_reduce_identical_inputs,
 )
 from popxl_addons.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants
+from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.task_session import TaskSession
 
 import popxl
@@ -88,9 +89,11 @@ class LlamaRMSNorm(addons.Module):
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
         self.weight = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype)
-        variance = ops.mean(x * x, axis=-1, keepdims=True)
-        x = x / ops.sqrt(variance + self.config.eps)
-        return x * self.weight
+        # in float32 whatever the model's dtype
+        ih = ops.cast(x, popxl.float32)
+        variance = ops.mean(ih * ih, axis=-1, keepdims=True)
+        ih = ih / ops.sqrt(variance + self.config.eps)
+        return ops.cast(ih, x.dtype) * self.weight
 
     @staticmethod
     def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, name: str):
@@ -330,10 +333,23 @@ def gather_logits(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
     return logits.transpose((1, 0, 2)).reshape_((config.sequence_length, config.vocab_size))
 
 
-def generate_greedy(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
-    """The next token: the argmax of the last position's logits, shape ``(1,)``."""
-    last = config.sequence_length - 1
-    return ops.argmax(logits[last : last + 1], dim=1)
+def generate_greedy_tp(
+    config: LlamaConfig, logits: popxl.Tensor, last_token_index: popxl.Tensor
+) -> popxl.Tensor:
+    """The next token from this replica's logits shard ``[seq, vocab / tp]``: the argmax of
+    the logits at ``last_token_index`` (the last valid token of a padded sequence; the
+    last row with a KV cache fed one token per step), shape ``(1,)``."""
+    tp = config.tensor_parallel
+    # index of the next token's logits in the (single) batch
+    offsetted_batch_indices = last_token_index + popxl.constant(np.arange(0, 1), dtype=popxl.int32)
+    next_token_logits = logits[offsetted_batch_indices]  # (1, vocab_shard_size)
+    next_token_logits = ops.collectives.replicated_all_gather(
+        next_token_logits,
+        group=popxl.gcg().ir.replica_grouping(group_size=tp),
+        output_shape="new_axis",
+    )
+    next_token_logits = next_token_logits.transpose((1, 0, 2)).reshape_((1, config.vocab_size))
+    return ops.argmax(next_token_logits, dim=1)
 
 
 def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
@@ -341,10 +357,14 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
     ``logits`` of the step and the greedy ``next_token`` out; the KV caches stay on the
     device from one ``run`` to the next."""
     ir = popxl.Ir(replication=config.tensor_parallel)
+    opts = ir._pb_ir.getSessionOptions()
+    opts.partialsTypeMatMuls = "half" if config.dtype == popxl.float16 else "float"
+    opts.engineOptions["target.syncReplicasIndependently"] = "true"
     with ir.main_graph:
         input_streams = addons.InputStreams(
             words=((config.sequence_length,), popxl.int32),
             position=((1,), popxl.uint32),
+            last_token_indices=((1,), popxl.int32),
         )
         output_streams = addons.OutputStreams(
             logits=((config.sequence_length, config.vocab_size), config.dtype),
@@ -372,14 +392,18 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
         with popxl.in_sequence():
             words = ops.host_load(input_streams.words)
             position = ops.host_load(input_streams.position)
+            last_token_indices = ops.host_load(input_streams.last_token_indices)
             (x,) = embeddings_graph.bind(variables.embeddings).call(words)
             for n in range(config.layers):
                 (x,) = layer_graph.bind(variables.decoder[n]).call(x, position)
             (logits,) = lm_graph.bind(variables.lm_head).call(x)
-            logits = gather_logits(config, logits)
-            next_token = generate_greedy(config, logits)
-            ops.host_store(output_streams.logits, logits)
+            next_token = generate_greedy_tp(config, logits, last_token_indices)
+            ops.host_store(output_streams.logits, gather_logits(config, logits))
             ops.host_store(output_streams.next_token, next_token)
+
+        addons.set_available_memory_proportion_by_ipu(ir, [0.4])
+    # Run `OpToIdentityPattern` among others part of `PreAliasPatterns`
+    apply_pre_alias_patterns(ir, level="default")
 
     session = TaskSession(
         inputs=input_streams,
@@ -412,13 +436,18 @@ class LlamaGenerator:
         self.session, self.variables = inference(config)
         self.session.write_variables_data(mapping(config, self.variables, weights))
 
-    def step(self, words: np.ndarray, position: int) -> tuple[np.ndarray, int]:
-        """Feed ``words`` at ``position``: the step's logits ``[seq, vocab]`` and the next
-        token (replica 0's; every replica holds the same)."""
+    def step(
+        self, words: np.ndarray, position: int, last: int | None = None
+    ) -> tuple[np.ndarray, int]:
+        """Feed ``words`` at ``position``: the step's logits ``[seq, vocab]`` and the token
+        following ``words[last]`` (the last by default) (replica 0's; every replica holds
+        the same)."""
         tp = self.config.tensor_parallel
+        last = self.config.sequence_length - 1 if last is None else last
         data = {
             self.session.inputs.words: np.asarray(words, np.int32),
             self.session.inputs.position: np.array([position], np.uint32),
+            self.session.inputs.last_token_indices: np.array([last], np.int32),
         }
         if tp > 1:
             data = {k: np.repeat(v[None], tp, axis=0) for k, v in data.items()}

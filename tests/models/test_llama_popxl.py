@@ -16,6 +16,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+import popxl
+
 
 def _load(name: str) -> ModuleType:
     """A module beside this one, by path (the suite imports test modules by path)."""
@@ -70,15 +72,17 @@ def test_reference_is_causal_and_rotary_relative() -> None:
     np.testing.assert_allclose(np.einsum("hd,hd->h", q2[4], k2[2]), s1, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp, dtype", [(1, "float32"), (2, "float32"), (2, "float16")])
 def test_prompt_logits_and_greedy_decode(
-    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int, dtype: str
 ) -> None:
     """One session: the prompt fed a token per step fills the KV caches (logits of every
     position as the whole-sequence reference), then greedy decoding feeds back each
-    ``ops.argmax`` token: the reference's greedy tokens."""
+    ``ops.argmax`` token: the reference's greedy tokens. In float16 (half partials, the
+    RMS norms in float32) the logits are within float16's rounding of ~20 matmul levels."""
     weights, prompt = model
-    cfg = llama.LlamaConfig(tensor_parallel=tp)
+    cfg = llama.LlamaConfig(tensor_parallel=tp, dtype=popxl.dtypes.dtype.as_dtype(dtype))
+    tol = 1e-4 if dtype == "float32" else 2e-2
     expected_logits = ref.forward(prompt, weights, cfg.heads)
     expected_tokens = ref.greedy(prompt, weights, cfg.heads, STEPS)
     gen = llama.LlamaGenerator(cfg, weights)
@@ -87,7 +91,7 @@ def test_prompt_logits_and_greedy_decode(
         for position, token in enumerate(prompt):
             step_logits, next_token = gen.step(np.array([token]), position)
             logits.append(step_logits[0])
-        np.testing.assert_allclose(np.array(logits), expected_logits, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.array(logits), expected_logits, rtol=tol, atol=tol)
         assert next_token == int(np.argmax(expected_logits[-1]))
         tokens = [next_token]
         for position in range(PROMPT_LEN, PROMPT_LEN + STEPS - 1):
@@ -108,3 +112,25 @@ def test_prompt_at_once(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int
         logits, next_token = gen.step(prompt, 0)
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
     assert next_token == int(np.argmax(expected[-1]))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_padded_sequence_greedy(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int) -> None:
+    """Decoding as the examples' padded inference does: the whole sequence, padded to
+    ``sequence_length``, re-run at each step, the next token taken at
+    ``last_token_indices``; the causal mask keeps the padding out of the valid logits."""
+    weights, prompt = model
+    seq = PROMPT_LEN + STEPS - 1
+    cfg = llama.LlamaConfig(tensor_parallel=tp, sequence_length=seq)
+    expected_tokens = ref.greedy(prompt, weights, cfg.heads, STEPS)
+    gen = llama.LlamaGenerator(cfg, weights)
+    tokens = list(prompt)
+    with gen.session:
+        for _ in range(STEPS):
+            words = np.zeros(seq, np.int64)
+            words[: len(tokens)] = tokens
+            logits, next_token = gen.step(words, 0, last=len(tokens) - 1)
+            expected = ref.forward(np.array(tokens), weights, cfg.heads)
+            np.testing.assert_allclose(logits[: len(tokens)], expected, rtol=1e-4, atol=1e-4)
+            tokens.append(next_token)
+    assert tokens[PROMPT_LEN:] == expected_tokens
