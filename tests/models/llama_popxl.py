@@ -31,6 +31,7 @@ from popxl_addons.ops.replicated_all_reduce_TP import (
 )
 from popxl_addons.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants
 from popxl_addons.patterns import apply_pre_alias_patterns
+from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph
 from popxl_addons.task_session import TaskSession
 
 import popxl
@@ -53,6 +54,8 @@ class LlamaConfig:
     eps: float = 1e-6
     rotary_base: int = 10000
     tensor_parallel: int = 1
+    #: the decoder layers' weights and caches in remote buffers, run by ``ops.repeat``
+    remote_layers: bool = False
     dtype: popxl.dtype = popxl.float32
 
     @property
@@ -380,13 +383,20 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
         lm_facts, lm_graph = LlamaLMHeadTP(config).create_graph(layer_graph.graph.outputs[0])
 
         variables = NamedTensors()
+        if config.remote_layers:
+            # The decoder's weights and KV caches in remote buffers, an entry per layer:
+            # each repeat iteration loads its layer, runs it and stores its caches back.
+            layer_buffers = named_variable_buffers(
+                layer_facts, entries=config.layers, shard_over_dict=False
+            )
+            decoder = {
+                n: layer_facts.init_remote(layer_buffers, n, f"decoder.{n}")
+                for n in range(config.layers)
+            }
+        else:
+            decoder = {n: layer_facts.init(f"decoder.{n}") for n in range(config.layers)}
         variables.insert("embeddings", embeddings_facts.init("embeddings"))
-        variables.insert(
-            "decoder",
-            NamedTensors.from_dict(
-                {n: layer_facts.init(f"decoder.{n}") for n in range(config.layers)}
-            ),
-        )
+        variables.insert("decoder", NamedTensors.from_dict(decoder))
         variables.insert("lm_head", lm_facts.init("lm_head"))
 
         with popxl.in_sequence():
@@ -394,8 +404,23 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
             position = ops.host_load(input_streams.position)
             last_token_indices = ops.host_load(input_streams.last_token_indices)
             (x,) = embeddings_graph.bind(variables.embeddings).call(words)
-            for n in range(config.layers):
-                (x,) = layer_graph.bind(variables.decoder[n]).call(x, position)
+            if config.remote_layers:
+                cache_buffers = layer_buffers.attention.heads.filter_keys(["k_cache", "v_cache"])
+
+                def layer(x: popxl.Tensor, n: popxl.Tensor, position: popxl.Tensor):
+                    load_graph, names = load_remote_graph(layer_buffers)
+                    layer_vars = NamedTensors.pack(names, load_graph.call(n))
+                    (x,) = layer_graph.bind(layer_vars).call(x, position)
+                    caches = layer_vars.attention.heads.filter_keys(["k_cache", "v_cache"])
+                    store_remote_graph(cache_buffers).bind(caches).call(n)
+                    return x, n + 1
+
+                i = popxl.constant(0, name="layer_index")
+                layers_graph = ir.create_graph(layer, x, i, position)
+                x, _ = ops.repeat(layers_graph, config.layers, x, i, position)
+            else:
+                for n in range(config.layers):
+                    (x,) = layer_graph.bind(variables.decoder[n]).call(x, position)
             (logits,) = lm_graph.bind(variables.lm_head).call(x)
             next_token = generate_greedy_tp(config, logits, last_token_indices)
             ops.host_store(output_streams.logits, gather_logits(config, logits))

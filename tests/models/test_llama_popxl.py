@@ -72,16 +72,23 @@ def test_reference_is_causal_and_rotary_relative() -> None:
     np.testing.assert_allclose(np.einsum("hd,hd->h", q2[4], k2[2]), s1, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("tp, dtype", [(1, "float32"), (2, "float32"), (2, "float16")])
+@pytest.mark.parametrize(
+    "tp, dtype, remote",
+    [(1, "float32", False), (2, "float32", False), (2, "float16", False), (2, "float32", True)],
+)
 def test_prompt_logits_and_greedy_decode(
-    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int, dtype: str
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int, dtype: str, remote: bool
 ) -> None:
     """One session: the prompt fed a token per step fills the KV caches (logits of every
     position as the whole-sequence reference), then greedy decoding feeds back each
     ``ops.argmax`` token: the reference's greedy tokens. In float16 (half partials, the
-    RMS norms in float32) the logits are within float16's rounding of ~20 matmul levels."""
+    RMS norms in float32) the logits are within float16's rounding of ~20 matmul levels.
+    ``remote``: the layers' weights and caches in remote buffers, loaded, run and stored
+    back by an ``ops.repeat`` over the layers (GPT-J's inference)."""
     weights, prompt = model
-    cfg = llama.LlamaConfig(tensor_parallel=tp, dtype=popxl.dtypes.dtype.as_dtype(dtype))
+    cfg = llama.LlamaConfig(
+        tensor_parallel=tp, dtype=popxl.dtypes.dtype.as_dtype(dtype), remote_layers=remote
+    )
     tol = 1e-4 if dtype == "float32" else 2e-2
     expected_logits = ref.forward(prompt, weights, cfg.heads)
     expected_tokens = ref.greedy(prompt, weights, cfg.heads, STEPS)
