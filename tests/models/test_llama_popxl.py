@@ -141,3 +141,26 @@ def test_padded_sequence_greedy(model: tuple[dict[str, np.ndarray], np.ndarray],
             np.testing.assert_allclose(logits[: len(tokens)], expected, rtol=1e-4, atol=1e-4)
             tokens.append(next_token)
     assert tokens[PROMPT_LEN:] == expected_tokens
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_kv_cache_state(model: tuple[dict[str, np.ndarray], np.ndarray], remote: bool) -> None:
+    """After the prompt, the first layer's value cache read back from the session holds each
+    replica's heads of ``rms_norm(x) @ wv.T`` at positions 0..5 and its initial zeros
+    beyond (on chip, or in the remote buffer's entry)."""
+    weights, prompt = model
+    cfg = llama.LlamaConfig(tensor_parallel=2, remote_layers=remote)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        for position, token in enumerate(prompt):
+            gen.step(np.array([token]), position)
+        data = gen.session.get_named_tensors_data()
+    cache = data.fwd.decoder[0].attention.heads.v_cache
+    hs, n = cfg.head_size, PROMPT_LEN
+    assert cache.shape == (2, 1, cfg.heads // 2, cfg.max_positions, hs)
+    h = weights["tok_embeddings.weight"][prompt].astype(np.float64)
+    x = ref.rms_norm(h, weights["layers.0.attention_norm.weight"], cfg.eps)
+    values = (x @ weights["layers.0.attention.wv.weight"].T).reshape(n, cfg.heads, hs)
+    got = cache[:, 0, :, :n].reshape(cfg.heads, n, hs)
+    np.testing.assert_allclose(got, values.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(cache[:, :, :, n:], 0)
