@@ -51,6 +51,8 @@ class LlamaConfig:
     max_positions: int = 16
     #: tokens fed to each step (the prompt at once, or one generated token)
     sequence_length: int = 1
+    #: sequences decoded side by side (at the same positions)
+    micro_batch_size: int = 1
     eps: float = 1e-6
     rotary_base: int = 10000
     tensor_parallel: int = 1
@@ -119,10 +121,10 @@ class LlamaAttentionHeads(addons.Module):
         )
 
     def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
-        """``x``: ``[seq, hidden]``, the tokens at positions ``position + [0, seq)``."""
+        """``x``: ``[batch * seq, hidden]``, the tokens at positions ``position + [0, seq)``."""
         cfg = self.config
-        seq, hs = cfg.sequence_length, cfg.head_size
-        cache_shape = (1, self.n_heads, cfg.max_positions, hs)
+        mb, seq, hs = cfg.micro_batch_size, cfg.sequence_length, cfg.head_size
+        cache_shape = (mb, self.n_heads, cfg.max_positions, hs)
         self.k_cache = self.add_variable_input(
             "k_cache",
             partial(np.zeros, cache_shape),
@@ -140,9 +142,9 @@ class LlamaAttentionHeads(addons.Module):
 
         query, key, value = ops.split(self.qkv(x), 3, axis=-1)
         # [batch, seq, heads, head_size]
-        query = query.reshape((1, seq, self.n_heads, hs))
-        key = key.reshape((1, seq, self.n_heads, hs))
-        value = value.reshape((1, seq, self.n_heads, hs))
+        query = query.reshape((mb, seq, self.n_heads, hs))
+        key = key.reshape((mb, seq, self.n_heads, hs))
+        value = value.reshape((mb, seq, self.n_heads, hs))
 
         sin, cos = trig_table_constants(cfg.max_positions, hs, cfg.rotary_base, cfg.dtype)
         sin = ops.dynamic_slice(sin, position, axes=[0], sizes=[seq], no_overlap=True)
@@ -171,7 +173,7 @@ class LlamaAttentionHeads(addons.Module):
         attn_weights = attn_weights + mask
         attn_scores = ops.softmax(attn_weights, axis=-1)
         attn_output = attn_scores @ v_cache
-        return attn_output.transpose((0, 2, 1, 3)).reshape((seq, self.n_heads * hs))
+        return attn_output.transpose((0, 2, 1, 3)).reshape((mb * seq, self.n_heads * hs))
 
     @staticmethod
     def qkv_data(config: LlamaConfig, weights: Weights, prefix: str) -> np.ndarray:
@@ -328,30 +330,35 @@ class LlamaLMHeadTP(addons.Module):
 
 
 def gather_logits(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
-    """The full ``[seq, vocab]`` logits from this replica's vocabulary shard."""
+    """The full ``[batch * seq, vocab]`` logits from this replica's vocabulary shard."""
     tp = config.tensor_parallel
     logits = ops.collectives.replicated_all_gather(
         logits, group=popxl.gcg().ir.replica_grouping(group_size=tp), output_shape="new_axis"
     )
-    return logits.transpose((1, 0, 2)).reshape_((config.sequence_length, config.vocab_size))
+    rows = config.micro_batch_size * config.sequence_length
+    return logits.transpose((1, 0, 2)).reshape_((rows, config.vocab_size))
 
 
 def generate_greedy_tp(
     config: LlamaConfig, logits: popxl.Tensor, last_token_index: popxl.Tensor
 ) -> popxl.Tensor:
-    """The next token from this replica's logits shard ``[seq, vocab / tp]``: the argmax of
-    the logits at ``last_token_index`` (the last valid token of a padded sequence; the
-    last row with a KV cache fed one token per step), shape ``(1,)``."""
+    """The next tokens from this replica's logits shard ``[batch * seq, vocab / tp]``: the
+    argmax of each sequence's logits at its ``last_token_index`` (the last valid token of a
+    padded sequence; the last row with a KV cache fed one token per step), ``(batch,)``."""
     tp = config.tensor_parallel
-    # index of the next token's logits in the (single) batch
-    offsetted_batch_indices = last_token_index + popxl.constant(np.arange(0, 1), dtype=popxl.int32)
-    next_token_logits = logits[offsetted_batch_indices]  # (1, vocab_shard_size)
+    # indices for next token logits in each batch
+    mb = config.micro_batch_size
+    offsetted_batch_indices = popxl.constant(
+        np.arange(0, mb) * config.sequence_length, dtype=popxl.int32
+    )
+    offsetted_batch_indices = last_token_index + offsetted_batch_indices
+    next_token_logits = logits[offsetted_batch_indices]  # (mb, vocab_shard_size)
     next_token_logits = ops.collectives.replicated_all_gather(
         next_token_logits,
         group=popxl.gcg().ir.replica_grouping(group_size=tp),
         output_shape="new_axis",
     )
-    next_token_logits = next_token_logits.transpose((1, 0, 2)).reshape_((1, config.vocab_size))
+    next_token_logits = next_token_logits.transpose((1, 0, 2)).reshape_((mb, config.vocab_size))
     return ops.argmax(next_token_logits, dim=1)
 
 
@@ -365,13 +372,16 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
     opts.engineOptions["target.syncReplicasIndependently"] = "true"
     with ir.main_graph:
         input_streams = addons.InputStreams(
-            words=((config.sequence_length,), popxl.int32),
+            words=((config.micro_batch_size * config.sequence_length,), popxl.int32),
             position=((1,), popxl.uint32),
-            last_token_indices=((1,), popxl.int32),
+            last_token_indices=((config.micro_batch_size,), popxl.int32),
         )
         output_streams = addons.OutputStreams(
-            logits=((config.sequence_length, config.vocab_size), config.dtype),
-            next_token=((1,), popxl.int32),
+            logits=(
+                (config.micro_batch_size * config.sequence_length, config.vocab_size),
+                config.dtype,
+            ),
+            next_token=((config.micro_batch_size,), popxl.int32),
         )
 
         embeddings_facts, embeddings_graph = LlamaEmbeddings(config).create_graph(
@@ -464,23 +474,33 @@ class LlamaGenerator:
     def step(
         self, words: np.ndarray, position: int, last: int | None = None
     ) -> tuple[np.ndarray, int]:
-        """Feed ``words`` at ``position``: the step's logits ``[seq, vocab]`` and the token
-        following ``words[last]`` (the last by default) (replica 0's; every replica holds
-        the same)."""
-        tp = self.config.tensor_parallel
+        """Feed ``words`` ``[seq]`` at ``position`` (a micro batch of one): the step's logits
+        ``[seq, vocab]`` and the token following ``words[last]`` (the last by default)."""
         last = self.config.sequence_length - 1 if last is None else last
+        logits, tokens = self.step_batch(np.asarray(words)[None], position, np.array([last]))
+        return logits[0], int(tokens[0])
+
+    def step_batch(
+        self, words: np.ndarray, position: int, last: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Feed ``words`` ``[batch, seq]`` at ``position``: the logits ``[batch, seq, vocab]``
+        and the tokens following ``words[b, last[b]]`` (replica 0's; every replica holds
+        the same)."""
+        cfg = self.config
+        tp = cfg.tensor_parallel
         data = {
-            self.session.inputs.words: np.asarray(words, np.int32),
+            self.session.inputs.words: np.asarray(words, np.int32).reshape(-1),
             self.session.inputs.position: np.array([position], np.uint32),
-            self.session.inputs.last_token_indices: np.array([last], np.int32),
+            self.session.inputs.last_token_indices: np.asarray(last, np.int32),
         }
         if tp > 1:
             data = {k: np.repeat(v[None], tp, axis=0) for k, v in data.items()}
         out = self.session.run(data)
-        logits, token = out[self.session.outputs.logits], out[self.session.outputs.next_token]
+        logits, tokens = out[self.session.outputs.logits], out[self.session.outputs.next_token]
         if tp > 1:
             for r in range(1, tp):
                 np.testing.assert_array_equal(logits[r], logits[0])
-                np.testing.assert_array_equal(token[r], token[0])
-            logits, token = logits[0], token[0]
-        return logits, int(token.reshape(-1)[0])
+                np.testing.assert_array_equal(tokens[r], tokens[0])
+            logits, tokens = logits[0], tokens[0]
+        shape = (cfg.micro_batch_size, cfg.sequence_length, cfg.vocab_size)
+        return logits.reshape(shape), tokens.reshape(-1)

@@ -164,3 +164,32 @@ def test_kv_cache_state(model: tuple[dict[str, np.ndarray], np.ndarray], remote:
     got = cache[:, 0, :, :n].reshape(cfg.heads, n, hs)
     np.testing.assert_allclose(got, values.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(cache[:, :, :, n:], 0)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_micro_batch_of_two(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int) -> None:
+    """Two sequences side by side (KV caches ``[2, heads, positions, head_size]``, the rotary
+    tables broadcast over the batch): prompts of 4 tokens at once, then 3 greedy steps of
+    one token each, every sequence as the reference decodes it alone."""
+    weights, _ = model
+    prompts = np.random.default_rng(3).integers(0, 100, (2, 4))
+    expected = [ref.greedy(p, weights, 4, 3) for p in prompts]
+    cfg = llama.LlamaConfig(tensor_parallel=tp, micro_batch_size=2, sequence_length=4)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        logits, tokens = gen.step_batch(prompts, 0, np.array([3, 3]))
+        for b in range(2):
+            np.testing.assert_allclose(
+                logits[b], ref.forward(prompts[b], weights, 4), rtol=1e-4, atol=1e-4
+            )
+    assert tokens.tolist() == [e[0] for e in expected]
+    cfg1 = llama.LlamaConfig(tensor_parallel=tp, micro_batch_size=2)
+    gen1 = llama.LlamaGenerator(cfg1, weights)
+    with gen1.session:
+        for position in range(4):  # fill this session's caches with the prompts
+            _, tokens = gen1.step_batch(prompts[:, position : position + 1], position, np.zeros(2))
+        generated = [tokens]
+        for position in range(4, 6):
+            _, tokens = gen1.step_batch(tokens[:, None], position, np.zeros(2))
+            generated.append(tokens)
+    assert np.stack(generated, 1).tolist() == expected
