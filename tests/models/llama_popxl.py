@@ -283,21 +283,45 @@ class LlamaDecoderBlockTP(addons.Module):
         }
 
 
-class LlamaEmbeddings(addons.Module):
+class LlamaEmbeddingsTP(addons.Module):
+    """The token embedding sharded along the vocabulary: each replica looks its offset ids
+    up in its shard (ids outside it give zeros) and the shards' rows are summed."""
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
-        self.word = Embedding(config.dtype, config.vocab_size, config.hidden_size)
+        self.replica_grouping = tp_grouping(config)
+        self.word = Embedding(
+            config.dtype,
+            config.vocab_size,
+            config.hidden_size,
+            replica_grouping=self.replica_grouping,
+        )
 
     def build(self, input_ids: popxl.Tensor) -> popxl.Tensor:
-        return self.word(input_ids)
+        """`input_ids` are offsetted. Identical outputs across shards"""
+        x = self.word(input_ids.flatten())
+        return replicated_all_reduce_identical_grad_inputs(
+            x, group=self.replica_grouping.transpose()
+        )
+
+    @staticmethod
+    def get_vocab_shard_size(config: LlamaConfig) -> int:
+        return Embedding.get_vocab_shard_size(config.vocab_size, config.tensor_parallel)
+
+    @staticmethod
+    def offset_input(data: np.ndarray, i: int, config: LlamaConfig) -> np.ndarray:
+        """Replica ``i``'s ids: offset by the start of its shard."""
+        return data - i * LlamaEmbeddingsTP.get_vocab_shard_size(config)
 
     @staticmethod
     def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights):
-        # popxl-addons' Embedding pads its vocabulary (for multi-slices): zero rows past the end
+        # the vocabulary zero-padded to the shards popxl-addons' Embedding makes (multiples
+        # of its multi-slice size), then sharded
+        n = config.tensor_parallel
         table = weights["tok_embeddings.weight"].astype(config.dtype.as_numpy())
-        pad = Embedding.get_vocab_shard_size(config.vocab_size, 1) - config.vocab_size
-        return {variables.word.weight: np.pad(table, ((0, pad), (0, 0)))}
+        pad = LlamaEmbeddingsTP.get_vocab_shard_size(config) * n - config.vocab_size
+        return {variables.word.weight: shard(np.pad(table, ((0, pad), (0, 0))), n, axis=0)}
 
 
 class LlamaLMHeadTP(addons.Module):
@@ -384,7 +408,7 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
             next_token=((config.micro_batch_size,), popxl.int32),
         )
 
-        embeddings_facts, embeddings_graph = LlamaEmbeddings(config).create_graph(
+        embeddings_facts, embeddings_graph = LlamaEmbeddingsTP(config).create_graph(
             input_streams.words.spec
         )
         layer_facts, layer_graph = LlamaDecoderBlockTP(config).create_graph(
@@ -455,7 +479,7 @@ def mapping(
 ) -> dict[popxl.Tensor, np.ndarray]:
     """The data of every weight variable from a Meta-layout state dict."""
     state = {
-        **LlamaEmbeddings.mapping(config, variables.embeddings, weights),
+        **LlamaEmbeddingsTP.mapping(config, variables.embeddings, weights),
         **LlamaLMHeadTP.mapping(config, variables.lm_head, weights),
     }
     for n in range(config.layers):
@@ -495,6 +519,10 @@ class LlamaGenerator:
         }
         if tp > 1:
             data = {k: np.repeat(v[None], tp, axis=0) for k, v in data.items()}
+            words_in = self.session.inputs.words
+            data[words_in] = np.stack(
+                [LlamaEmbeddingsTP.offset_input(data[words_in][i], i, cfg) for i in range(tp)]
+            )
         out = self.session.run(data)
         logits, tokens = out[self.session.outputs.logits], out[self.session.outputs.next_token]
         if tp > 1:
