@@ -25,6 +25,7 @@ import numpy as np
 import popxl_addons as addons
 from popxl_addons import NamedTensors
 from popxl_addons.layers import Embedding, Linear
+from popxl_addons.layers.linear_gq import LinearGQ, group_quantize_compress_numpy
 from popxl_addons.ops.replicated_all_reduce_TP import (
     replicated_all_reduce_identical_grad_inputs,
     replicated_all_reduce_identical_inputs,
@@ -58,6 +59,10 @@ class LlamaConfig:
     tensor_parallel: int = 1
     #: the decoder layers' weights and caches in remote buffers, run by ``ops.repeat``
     remote_layers: bool = False
+    #: int4 group-quantised linear weights (popxl-addons' ``LinearGQ``): the group size,
+    #: 0 for none, and the axis grouped
+    group_quantise_weights: int = 0
+    group_quantise_dim: int = -1
     dtype: popxl.dtype = popxl.float32
 
     @property
@@ -85,6 +90,38 @@ def tp_grouping(config: LlamaConfig) -> ReplicaGrouping:
 def linear_t(weights: Weights, name: str, dtype: popxl.dtype) -> np.ndarray:
     """A torch ``Linear`` weight ``[out, in]`` as popxl-addons' ``Linear`` holds it."""
     return np.ascontiguousarray(weights[name].T).astype(dtype.as_numpy())
+
+
+def linear(
+    config: LlamaConfig,
+    out_features: int,
+    replica_grouping: ReplicaGrouping,
+    dim: int | None = None,
+) -> addons.Module:
+    """A bias-free linear layer: ``Linear``, or ``LinearGQ`` when weights are quantised."""
+    if config.group_quantise_weights > 0:
+        return LinearGQ(
+            out_features,
+            bias=False,
+            replica_grouping=replica_grouping,
+            group_size=config.group_quantise_weights,
+            dim=config.group_quantise_dim if dim is None else dim,
+        )
+    return Linear(out_features, bias=False, replica_grouping=replica_grouping)
+
+
+def linear_state(
+    config: LlamaConfig, variables: NamedTensors, w: np.ndarray, dim: int | None = None
+) -> dict[popxl.Tensor, np.ndarray]:
+    """The data of a layer made by :func:`linear` from its (sharded) weight ``w``."""
+    if config.group_quantise_weights == 0:
+        return {variables.weight: w}
+    gqdim = config.group_quantise_dim if dim is None else dim
+    if config.tensor_parallel > 1 and gqdim != -1:
+        gqdim += 1  # the shards' axis comes first
+    compressed = group_quantize_compress_numpy(w, config.group_quantise_weights, gqdim)
+    names = ("weight_compressed", "weight_decompression_scale", "weight_decompression_bias")
+    return {variables[n]: t for n, t in zip(names, compressed)}
 
 
 class LlamaRMSNorm(addons.Module):
@@ -116,9 +153,7 @@ class LlamaAttentionHeads(addons.Module):
         n_heads_groups = replica_grouping.num_groups if replica_grouping else 1
         assert config.heads % n_heads_groups == 0, f"{config.heads} % {n_heads_groups} != 0"
         self.n_heads = config.heads // n_heads_groups
-        self.qkv = Linear(
-            3 * config.hidden_size // n_heads_groups, bias=False, replica_grouping=replica_grouping
-        )
+        self.qkv = linear(config, 3 * config.hidden_size // n_heads_groups, replica_grouping)
 
     def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
         """``x``: ``[batch * seq, hidden]``, the tokens at positions ``position + [0, seq)``."""
@@ -193,7 +228,7 @@ class LlamaSelfAttentionTP(addons.Module):
         self.config = config
         self.replica_grouping = tp_grouping(config)
         self.heads = LlamaAttentionHeads(config, replica_grouping=self.replica_grouping)
-        self.output = Linear(config.hidden_size, bias=False, replica_grouping=self.replica_grouping)
+        self.output = linear(config, config.hidden_size, self.replica_grouping)
 
     def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
         """Identical inputs and identical outputs across shards."""
@@ -208,8 +243,10 @@ class LlamaSelfAttentionTP(addons.Module):
     def mapping(config: LlamaConfig, variables: NamedTensors, weights: Weights, prefix: str):
         wo = linear_t(weights, f"{prefix}.wo.weight", config.dtype)
         return {
-            variables.heads.qkv.weight: LlamaAttentionHeads.qkv_data(config, weights, prefix),
-            variables.output.weight: shard(wo, config.tensor_parallel, axis=0),
+            **linear_state(
+                config, variables.heads.qkv, LlamaAttentionHeads.qkv_data(config, weights, prefix)
+            ),
+            **linear_state(config, variables.output, shard(wo, config.tensor_parallel, axis=0)),
         }
 
 
@@ -222,15 +259,9 @@ class LlamaFeedForwardTP(addons.Module):
         n = config.tensor_parallel
         self.replica_grouping = tp_grouping(config)
         assert config.intermediate_size % n == 0
-        self.gate_proj = Linear(
-            config.intermediate_size // n, bias=False, replica_grouping=self.replica_grouping
-        )
-        self.up_proj = Linear(
-            config.intermediate_size // n, bias=False, replica_grouping=self.replica_grouping
-        )
-        self.down_proj = Linear(
-            config.hidden_size, bias=False, replica_grouping=self.replica_grouping
-        )
+        self.gate_proj = linear(config, config.intermediate_size // n, self.replica_grouping)
+        self.up_proj = linear(config, config.intermediate_size // n, self.replica_grouping)
+        self.down_proj = linear(config, config.hidden_size, self.replica_grouping)
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
         z = replicated_all_reduce_identical_inputs(x, group=self.replica_grouping.transpose())
@@ -245,9 +276,9 @@ class LlamaFeedForwardTP(addons.Module):
         n = config.tensor_parallel
         w1, w2, w3 = (linear_t(weights, f"{prefix}.w{i}.weight", config.dtype) for i in (1, 2, 3))
         return {
-            variables.gate_proj.weight: shard(w1, n, -1),
-            variables.up_proj.weight: shard(w3, n, -1),
-            variables.down_proj.weight: shard(w2, n, 0),
+            **linear_state(config, variables.gate_proj, shard(w1, n, -1)),
+            **linear_state(config, variables.up_proj, shard(w3, n, -1)),
+            **linear_state(config, variables.down_proj, shard(w2, n, 0)),
         }
 
 
@@ -333,10 +364,8 @@ class LlamaLMHeadTP(addons.Module):
         assert config.vocab_size % config.tensor_parallel == 0
         self.replica_grouping = tp_grouping(config)
         self.norm = LlamaRMSNorm(config)
-        self.head = Linear(
-            config.vocab_size // config.tensor_parallel,
-            bias=False,
-            replica_grouping=self.replica_grouping,
+        self.head = linear(
+            config, config.vocab_size // config.tensor_parallel, self.replica_grouping, dim=0
         )
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
@@ -349,7 +378,7 @@ class LlamaLMHeadTP(addons.Module):
         w = linear_t(weights, "output.weight", config.dtype)
         return {
             **LlamaRMSNorm.mapping(config, variables.norm, weights, "norm.weight"),
-            variables.head.weight: shard(w, config.tensor_parallel, -1),
+            **linear_state(config, variables.head, shard(w, config.tensor_parallel, -1), dim=0),
         }
 
 

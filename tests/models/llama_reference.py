@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["forward", "greedy", "random_weights"]
+__all__ = ["dequantize_int4", "forward", "greedy", "random_weights"]
 
 
 def random_weights(
@@ -115,3 +115,18 @@ def greedy(
     for _ in range(steps):
         tokens.append(int(np.argmax(forward(np.array(tokens), weights, heads, **kw)[-1])))
     return tokens[len(prompt) :]
+
+
+def dequantize_int4(
+    packed: np.ndarray, scale: np.ndarray, bias: np.ndarray, dim: int
+) -> np.ndarray:
+    """4-bit group-quantised weights back to numbers (float64): ``packed`` ``[..., groups,
+    group_size / 4]`` holds four 4-bit codes per uint16, the first in the top bits; each
+    code ``q`` of a group stands for ``q * scale + bias``; the groups run along the last
+    axis, which goes back to ``dim`` (FlexGen's scheme, as popxl-addons packs it)."""
+    shifts = np.array([12, 8, 4, 0], np.uint16)
+    codes = (packed[..., None] >> shifts) & 0xF  # [..., groups, group_size / 4, 4]
+    codes = codes.reshape(*packed.shape[:-1], -1).astype(np.float64)
+    values = codes * scale.astype(np.float64) + bias.astype(np.float64)
+    values = values.reshape(*packed.shape[:-2], -1)
+    return np.moveaxis(values, -1, dim) if dim != -1 else values

@@ -193,3 +193,48 @@ def test_micro_batch_of_two(model: tuple[dict[str, np.ndarray], np.ndarray], tp:
             _, tokens = gen1.step_batch(tokens[:, None], position, np.zeros(2))
             generated.append(tokens)
     assert np.stack(generated, 1).tolist() == expected
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_int4_group_quantised_weights(
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int
+) -> None:
+    """float16 with every linear weight int4 group-quantised (``LinearGQ``, groups of 16;
+    the LM head grouped along its input): the logits and greedy tokens of the reference
+    run with the weights the codes stand for."""
+    from popxl_addons.ops.group_quantize_decompress import group_quantize_compress_numpy
+
+    weights, prompt = model
+    cfg = llama.LlamaConfig(
+        tensor_parallel=tp,
+        dtype=popxl.float16,
+        intermediate_size=160,
+        group_quantise_weights=16,
+    )
+    rng = np.random.default_rng(4)
+    weights = ref.random_weights(rng, cfg.vocab_size, cfg.hidden_size, cfg.layers, 160)
+    dequantised = dict(weights)
+    for name, w in weights.items():
+        if ".attention.w" in name or ".feed_forward.w" in name:
+            dim = -1
+        elif name == "output.weight":
+            dim = 0
+        else:
+            continue
+        packed = group_quantize_compress_numpy(w.T.astype(np.float16), 16, dim)
+        dequantised[name] = ref.dequantize_int4(*packed, dim).T
+    expected_logits = ref.forward(prompt, dequantised, cfg.heads)
+    expected_tokens = ref.greedy(prompt, dequantised, cfg.heads, STEPS)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        logits = []
+        for position, token in enumerate(prompt):
+            step_logits, next_token = gen.step(np.array([token]), position)
+            logits.append(step_logits[0])
+        tokens = [next_token]
+        for position in range(PROMPT_LEN, PROMPT_LEN + STEPS - 1):
+            _, next_token = gen.step(np.array([tokens[-1]]), position)
+            tokens.append(next_token)
+    # (quantising moves the logits by ~0.45; float16 keeps them within ~5e-3 of these)
+    np.testing.assert_allclose(np.array(logits), expected_logits, rtol=1e-2, atol=1e-2)
+    assert tokens == expected_tokens
