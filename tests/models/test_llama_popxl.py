@@ -8,31 +8,22 @@ weights permuted to its rotate-half layout: logits within 1e-6).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
 import popxl
 
+# the model's modules import each other as a model folder's do (Graphcore's tests put the
+# model folder on the path); their names (llama_*) are this folder's own
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
-def _load(name: str) -> ModuleType:
-    """A module beside this one, by path (the suite imports test modules by path)."""
-    full = f"tremula_tests_models_{name}"
-    if full not in sys.modules:
-        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[full]
-
-
-llama = _load("llama_popxl")
-ref = _load("llama_reference")
+import llama_popxl
+import llama_popxl_inference as llama
+import llama_reference as ref
 
 PROMPT_LEN = 6
 STEPS = 5
@@ -40,7 +31,7 @@ STEPS = 5
 
 @pytest.fixture(scope="module")
 def model() -> tuple[dict[str, np.ndarray], np.ndarray]:
-    cfg = llama.LlamaConfig()
+    cfg = llama_popxl.LlamaConfig()
     rng = np.random.default_rng(0)
     weights = ref.random_weights(
         rng, cfg.vocab_size, cfg.hidden_size, cfg.layers, cfg.intermediate_size
@@ -53,7 +44,7 @@ def test_reference_is_causal_and_rotary_relative() -> None:
     """The reference itself: a later token does not change earlier logits, and the
     attention scores depend on relative positions only (rotating q and k by the same
     extra angle changes nothing)."""
-    cfg = llama.LlamaConfig()
+    cfg = llama_popxl.LlamaConfig()
     rng = np.random.default_rng(1)
     w = ref.random_weights(rng, cfg.vocab_size, cfg.hidden_size, 1, cfg.intermediate_size)
     tokens = rng.integers(0, cfg.vocab_size, 5)
@@ -86,7 +77,7 @@ def test_prompt_logits_and_greedy_decode(
     ``remote``: the layers' weights and caches in remote buffers, loaded, run and stored
     back by an ``ops.repeat`` over the layers (GPT-J's inference)."""
     weights, prompt = model
-    cfg = llama.LlamaConfig(
+    cfg = llama_popxl.LlamaConfig(
         tensor_parallel=tp, dtype=popxl.dtypes.dtype.as_dtype(dtype), remote_layers=remote
     )
     tol = 1e-4 if dtype == "float32" else 2e-2
@@ -112,7 +103,7 @@ def test_prompt_at_once(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int
     """The whole prompt in one step (``sequence_length`` 6 at position 0): its logits, and
     the greedy next token of its last position."""
     weights, prompt = model
-    cfg = llama.LlamaConfig(tensor_parallel=tp, sequence_length=PROMPT_LEN)
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=tp, sequence_length=PROMPT_LEN)
     expected = ref.forward(prompt, weights, cfg.heads)
     gen = llama.LlamaGenerator(cfg, weights)
     with gen.session:
@@ -128,7 +119,7 @@ def test_padded_sequence_greedy(model: tuple[dict[str, np.ndarray], np.ndarray],
     ``last_token_indices``; the causal mask keeps the padding out of the valid logits."""
     weights, prompt = model
     seq = PROMPT_LEN + STEPS - 1
-    cfg = llama.LlamaConfig(tensor_parallel=tp, sequence_length=seq)
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=tp, sequence_length=seq)
     expected_tokens = ref.greedy(prompt, weights, cfg.heads, STEPS)
     gen = llama.LlamaGenerator(cfg, weights)
     tokens = list(prompt)
@@ -149,7 +140,7 @@ def test_kv_cache_state(model: tuple[dict[str, np.ndarray], np.ndarray], remote:
     replica's heads of ``rms_norm(x) @ wv.T`` at positions 0..5 and its initial zeros
     beyond (on chip, or in the remote buffer's entry)."""
     weights, prompt = model
-    cfg = llama.LlamaConfig(tensor_parallel=2, remote_layers=remote)
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=2, remote_layers=remote)
     gen = llama.LlamaGenerator(cfg, weights)
     with gen.session:
         for position, token in enumerate(prompt):
@@ -174,7 +165,7 @@ def test_micro_batch_of_two(model: tuple[dict[str, np.ndarray], np.ndarray], tp:
     weights, _ = model
     prompts = np.random.default_rng(3).integers(0, 100, (2, 4))
     expected = [ref.greedy(p, weights, 4, 3) for p in prompts]
-    cfg = llama.LlamaConfig(tensor_parallel=tp, micro_batch_size=2, sequence_length=4)
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=tp, micro_batch_size=2, sequence_length=4)
     gen = llama.LlamaGenerator(cfg, weights)
     with gen.session:
         logits, tokens = gen.step_batch(prompts, 0, np.array([3, 3]))
@@ -183,7 +174,7 @@ def test_micro_batch_of_two(model: tuple[dict[str, np.ndarray], np.ndarray], tp:
                 logits[b], ref.forward(prompts[b], weights, 4), rtol=1e-4, atol=1e-4
             )
     assert tokens.tolist() == [e[0] for e in expected]
-    cfg1 = llama.LlamaConfig(tensor_parallel=tp, micro_batch_size=2)
+    cfg1 = llama_popxl.LlamaConfig(tensor_parallel=tp, micro_batch_size=2)
     gen1 = llama.LlamaGenerator(cfg1, weights)
     with gen1.session:
         for position in range(4):  # fill this session's caches with the prompts
@@ -205,7 +196,7 @@ def test_int4_group_quantised_weights(
     from popxl_addons.ops.group_quantize_decompress import group_quantize_compress_numpy
 
     weights, prompt = model
-    cfg = llama.LlamaConfig(
+    cfg = llama_popxl.LlamaConfig(
         tensor_parallel=tp,
         dtype=popxl.float16,
         intermediate_size=160,
