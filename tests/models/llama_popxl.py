@@ -377,3 +377,35 @@ class LlamaLMHeadTP(addons.Module):
             **LlamaRMSNorm.mapping(config, variables.norm, weights, "norm.weight"),
             **linear_state(config, variables.head, shard(w, config.tensor_parallel, -1), dim=0),
         }
+
+
+class LlamaDecoderTP(addons.Module):
+    """The decoder: one outlined block graph, called per layer with that layer's variables."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+
+    def build(self, x: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
+        facts, graph = LlamaDecoderBlockTP(self.config).create_graph(x, position)  # Outline layer
+        for i in range(self.config.layers):
+            args_nt = self.add_variable_inputs(i, facts)
+            (x,) = graph.bind(args_nt).call(x, position)
+        return x
+
+
+class LlamaModelTP(addons.Module):
+    """Offset ids at ``position`` to this replica's logits shard ``[batch * seq, vocab / tp]``;
+    its variables are named as the program's (``embeddings``, ``decoder.{n}``, ``lm_head``)."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = LlamaEmbeddingsTP(config)
+        self.decoder = LlamaDecoderTP(config)
+        self.lm_head = LlamaLMHeadTP(config)
+
+    def build(self, input_ids: popxl.Tensor, position: popxl.Tensor) -> popxl.Tensor:
+        x = self.embeddings(input_ids)
+        x = self.decoder(x, position)
+        return self.lm_head(x)

@@ -7,6 +7,9 @@ the examples' ``inference.py`` / ``api.py`` do.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 import numpy as np
 import popxl_addons as addons
 from llama_popxl import (
@@ -14,7 +17,9 @@ from llama_popxl import (
     LlamaDecoderBlockTP,
     LlamaEmbeddingsTP,
     LlamaLMHeadTP,
+    LlamaModelTP,
     Weights,
+    tp_grouping,
 )
 from popxl_addons import NamedTensors
 from popxl_addons.patterns import apply_pre_alias_patterns
@@ -204,3 +209,121 @@ class LlamaGenerator:
             logits, tokens = logits[0], tokens[0]
         shape = (cfg.micro_batch_size, cfg.sequence_length, cfg.vocab_size)
         return logits.reshape(shape), tokens.reshape(-1)
+
+
+def vocab_offsets(config: LlamaConfig) -> np.ndarray:
+    """Each replica's vocabulary offset, the data of a variable grouped one per replica."""
+    shard_size = LlamaEmbeddingsTP.get_vocab_shard_size(config)
+    offsets = np.arange(config.tensor_parallel, dtype=np.int32) * shard_size
+    return offsets.reshape(-1, 1) if config.tensor_parallel > 1 else offsets
+
+
+class LlamaGreedyStepTP(addons.Module):
+    """One step of greedy decoding on the device, the body of the decoding loop: the
+    previous tokens ``[batch]`` (whole-vocabulary ids) at ``position`` in, the next tokens
+    written to row ``step`` of ``tokens`` ``[steps, batch]``."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModelTP(config)
+
+    def build(
+        self, token: popxl.Tensor, position: popxl.Tensor, tokens: popxl.Tensor, step: popxl.Tensor
+    ) -> tuple[popxl.Tensor, ...]:
+        offset = self.add_variable_input(
+            "vocab_offset",
+            partial(np.zeros, (1,)),
+            popxl.int32,
+            replica_grouping=tp_grouping(self.config),
+        )
+        logits = self.model(token - offset, position)
+        last = popxl.constant(np.zeros(self.config.micro_batch_size), popxl.int32)
+        next_token = generate_greedy_tp(self.config, logits, last)
+        row = next_token.reshape((1, self.config.micro_batch_size))
+        tokens = ops.dynamic_update_(tokens, step, row, axes=[0], sizes=[1], no_overlap=True)
+        return next_token, position + 1, tokens, step + 1
+
+
+def generate(config: LlamaConfig, steps: int) -> tuple[TaskSession, NamedTensors]:
+    """The prompt and ``steps`` greedy tokens in one ``session.run``: the prompt's
+    ``sequence_length`` offset ids at position 0 fill the KV caches (its full ``logits`` out)
+    and give the first token; an ``ops.repeat`` of :class:`LlamaGreedyStepTP`, one token at
+    a time through the same variables, gives the others (``tokens`` ``[steps, batch]``)."""
+    tp, mb, seq = config.tensor_parallel, config.micro_batch_size, config.sequence_length
+    ir = popxl.Ir(replication=tp)
+    with ir.main_graph:
+        input_streams = addons.InputStreams(words=((mb * seq,), popxl.int32))
+        output_streams = addons.OutputStreams(
+            logits=((mb * seq, config.vocab_size), config.dtype),
+            tokens=((steps, mb), popxl.int32),
+        )
+        position_spec = popxl.TensorSpec((1,), popxl.uint32)
+        facts, prompt_graph = LlamaModelTP(config).create_graph(
+            input_streams.words.spec, position_spec
+        )
+        step_facts, step_graph = LlamaGreedyStepTP(replace(config, sequence_length=1)).create_graph(
+            popxl.TensorSpec((mb,), popxl.int32),
+            position_spec,
+            popxl.TensorSpec((steps, mb), popxl.int32),
+            popxl.TensorSpec((1,), popxl.uint32),
+        )
+        variables = facts.init()
+        offset = step_facts.vocab_offset.create_tensor("vocab_offset")
+        variables.insert("vocab_offset", offset)
+
+        with popxl.in_sequence():
+            words = ops.host_load(input_streams.words)
+            position = popxl.constant(np.zeros(1), popxl.uint32, name="prompt_position")
+            (logits,) = prompt_graph.bind(variables).call(words, position)
+            ops.host_store(output_streams.logits, gather_logits(config, logits))
+            last = popxl.constant(np.full(mb, seq - 1), popxl.int32, name="last_token_indices")
+            token = generate_greedy_tp(config, logits, last)
+
+            tokens = ops.init((steps, mb), popxl.int32, "tokens")
+            step = popxl.constant(np.zeros(1), popxl.uint32, name="step")
+            tokens = ops.dynamic_update_(
+                tokens, step, token.reshape((1, mb)), axes=[0], sizes=[1], no_overlap=True
+            )
+            model = variables.filter_keys(["embeddings", "decoder", "lm_head"])
+            bound = step_graph.bind(NamedTensors(model=model, vocab_offset=offset))
+            position = popxl.constant(np.full(1, seq), popxl.uint32, name="decode_position")
+            _, _, tokens, _ = ops.repeat(
+                bound.graph, steps - 1, token, position, tokens, step + 1, inputs_dict=bound.args
+            )
+            ops.host_store(output_streams.tokens, tokens)
+
+    session = TaskSession(
+        inputs=input_streams,
+        outputs=output_streams,
+        state=NamedTensors(fwd=variables),
+        ir=ir,
+        device_desc="ipu_hw",
+    )
+    return session, variables
+
+
+def greedy_on_device(
+    config: LlamaConfig, weights: Weights, prompts: np.ndarray, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run :func:`generate` once: ``prompts`` ``[batch, sequence_length]`` in, their logits
+    ``[batch, sequence_length, vocab]`` and greedy tokens ``[batch, steps]`` out (replica
+    0's; every replica holds the same)."""
+    tp = config.tensor_parallel
+    session, variables = generate(config, steps)
+    state = mapping(config, variables, weights)
+    state[variables.vocab_offset] = vocab_offsets(config)
+    words = np.asarray(prompts, np.int32).reshape(-1)
+    if tp > 1:
+        words = np.stack([LlamaEmbeddingsTP.offset_input(words, i, config) for i in range(tp)])
+    with session:
+        session.write_variables_data(state)
+        out = session.run({session.inputs.words: words})
+    logits, tokens = out[session.outputs.logits], out[session.outputs.tokens]
+    if tp > 1:
+        for r in range(1, tp):
+            np.testing.assert_array_equal(logits[r], logits[0])
+            np.testing.assert_array_equal(tokens[r], tokens[0])
+        logits, tokens = logits[0], tokens[0]
+    shape = (config.micro_batch_size, config.sequence_length, config.vocab_size)
+    return logits.reshape(shape), tokens.T

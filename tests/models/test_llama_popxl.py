@@ -229,3 +229,20 @@ def test_int4_group_quantised_weights(
     # (quantising moves the logits by ~0.45; float16 keeps them within ~5e-3 of these)
     np.testing.assert_allclose(np.array(logits), expected_logits, rtol=1e-2, atol=1e-2)
     assert tokens == expected_tokens
+
+
+@pytest.mark.parametrize("tp, mb", [(1, 1), (2, 1), (2, 2)])
+def test_greedy_loop_on_device(
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int, mb: int
+) -> None:
+    """Prompt and decoding in one ``session.run``: the prompt's logits, then an
+    ``ops.repeat`` whose body (the whole model, its layers an outlined block called per
+    layer, KV caches by reference through the loop) feeds each ``ops.argmax`` back."""
+    weights, prompt = model
+    prompts = np.stack([prompt, prompt[::-1]])[:mb]
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=tp, micro_batch_size=mb, sequence_length=6)
+    logits, tokens = llama.greedy_on_device(cfg, weights, prompts, STEPS)
+    for b in range(mb):
+        expected = ref.forward(prompts[b], weights, cfg.heads)
+        np.testing.assert_allclose(logits[b], expected, rtol=1e-4, atol=1e-4)
+        assert tokens[b].tolist() == ref.greedy(prompts[b], weights, cfg.heads, STEPS)
