@@ -1,17 +1,20 @@
 """A tiny LLaMA for inference, written as Graphcore's PopXL LLM examples write theirs
 (``examples/nlp/{gpt_j,llama,dolly}/popxl``): popxl-addons ``Module`` layers whose weights
-are ``add_variable_input`` s, tensor-parallel over the replicas (attention heads, the SwiGLU
-MLP's columns and the LM head's vocabulary sharded; ``replicated_all_reduce_identical_*``
-around the sharded parts), RMS norm with popxl ops, rotary position embeddings through
-popxl-addons' ``rotary_pos_embed`` custom op and its sin / cos tables, and a KV cache per
-layer: by-reference variable inputs updated with ``ops.dynamic_update_`` at the position of
-the tokens of each step, so that one session runs greedy decoding step after step.
+are ``add_variable_input`` s, tensor-parallel over the replicas (the embedding's and the LM
+head's vocabulary, the attention heads and the SwiGLU MLP's columns sharded;
+``replicated_all_reduce_identical_*`` around the sharded parts), RMS norm with popxl ops
+(in float32), rotary position embeddings through popxl-addons' ``rotary_pos_embed`` custom
+op and its sin / cos tables, optional int4 group-quantised weights (``LinearGQ``), and a KV
+cache per layer: by-reference variable inputs updated with ``ops.dynamic_update_`` at the
+positions of each step's tokens.
 
-This is client code for Tremula's tests (Tremula itself never imports it); the NumPy
-reference of LLaMA it is checked against is ``llama_reference.py``. Weights come as a dict
-in Meta's checkpoint layout (``tok_embeddings.weight``, ``layers.{n}.attention.wq.weight``
-..., torch ``Linear`` weights ``[out, in]``); each module's ``mapping`` turns them into the
-data of its variables, as the examples' ``hf_mapping`` s do.
+This is client code for Tremula's tests (Tremula itself never imports it). The program
+(one step per ``session.run``, or prompt and decoding loop in one) is
+``llama_popxl_inference.py``; the NumPy reference of LLaMA it is checked against is
+``llama_reference.py``. Weights come as a dict in Meta's checkpoint layout
+(``tok_embeddings.weight``, ``layers.{n}.attention.wq.weight`` ..., torch ``Linear``
+weights ``[out, in]``); each module's ``mapping`` turns them into the data of its
+variables, as the examples' ``hf_mapping`` s do.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The tiny LLaMA of ``llama_popxl.py`` as a program: one step (the tokens of a step at
-``position`` in, the full logits and the greedy next tokens out, the KV caches kept on the
-device between ``session.run`` s), the weights' mapping from Meta's state dict, and
-:class:`LlamaGenerator`, which runs a prompt and greedy decoding through one session, as
-the examples' ``inference.py`` / ``api.py`` do.
+"""The tiny LLaMA of ``llama_popxl.py`` as programs, as the examples' ``inference.py`` /
+``api.py`` build them. :func:`inference`: one step (the tokens of a step at ``position``
+in, the full logits and the greedy next tokens out, the KV caches kept on the device
+between ``session.run`` s; the decoder's layers on chip, or in remote buffers run by an
+``ops.repeat``), driven by :class:`LlamaGenerator`. :func:`generate`: the prompt and a
+greedy decoding loop (``ops.repeat`` of the whole model) in one ``session.run``, driven by
+:func:`greedy_on_device`. :func:`mapping`: the weights' data from Meta's state dict.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""A tiny LLaMA written as Graphcore's PopXL inference models are (``llama_popxl.py``: popxl-addons
-modules, rotary custom op, SwiGLU, a KV cache updated in place per step, greedy decoding,
-tensor parallel over 2 replicas) runs unmodified on Tremula and gives the logits and greedy
-tokens of LLaMA's forward pass written in NumPy from its formulas (``llama_reference.py``;
-checked once against Hugging Face's ``LlamaForCausalLM`` of transformers 4.31, Meta's q / k
-weights permuted to its rotate-half layout: logits within 1e-6).
+"""A tiny LLaMA written as Graphcore's PopXL inference models are (``llama_popxl.py``,
+``llama_popxl_inference.py``: popxl-addons modules, the rotary custom op, SwiGLU, KV caches
+updated in place per step, greedy decoding, tensor parallel over 2 replicas, float16, int4
+weights, remote layers, an on-device decoding loop, checkpoints) runs unmodified on Tremula
+and gives the logits and greedy tokens of LLaMA's forward pass written in NumPy from its
+formulas (``llama_reference.py``; checked once against Hugging Face's
+``LlamaForCausalLM`` of transformers 4.31, Meta's q / k weights permuted to its
+rotate-half layout: logits within 1e-6).
 """
 
 from __future__ import annotations
@@ -246,3 +248,32 @@ def test_greedy_loop_on_device(
         expected = ref.forward(prompts[b], weights, cfg.heads)
         np.testing.assert_allclose(logits[b], expected, rtol=1e-4, atol=1e-4)
         assert tokens[b].tolist() == ref.greedy(prompts[b], weights, cfg.heads, STEPS)
+
+
+# popxl-addons' TaskSession reads session_info.json with an open() it never closes
+@pytest.mark.filterwarnings("ignore:Exception ignored in.*session_info.json")
+@pytest.mark.parametrize("remote", [False, True])
+def test_decoding_resumes_from_a_checkpoint(
+    model: tuple[dict[str, np.ndarray], np.ndarray],
+    remote: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """popxl-addons' ``TaskSession`` checkpoint taken after the prompt (weights and KV
+    caches, on chip or remote) restores a new session of zeroed weights, which decodes on
+    as the first would have."""
+    weights, prompt = model
+    monkeypatch.chdir(tmp_path)
+    cfg = llama_popxl.LlamaConfig(tensor_parallel=2, remote_layers=remote)
+    gen = llama.LlamaGenerator(cfg, weights)
+    with gen.session:
+        for position, token in enumerate(prompt):
+            _, next_token = gen.step(np.array([token]), position)
+        gen.session.save_checkpoint("checkpoint")
+    fresh = llama.LlamaGenerator(cfg, {k: np.zeros_like(v) for k, v in weights.items()})
+    tokens = [next_token]
+    with fresh.session:
+        fresh.session.load_checkpoint("checkpoint")
+        for position in range(PROMPT_LEN, PROMPT_LEN + STEPS - 1):
+            tokens.append(fresh.step(np.array([tokens[-1]]), position)[1])
+    assert tokens == ref.greedy(prompt, weights, cfg.heads, STEPS)
