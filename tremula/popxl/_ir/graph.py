@@ -10,8 +10,10 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.build import GraphBuilding, op_factory
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.graph import Graph as XlGraph
+from tremula.popxl.graph import new_graph
 
 if TYPE_CHECKING:
     from tremula.popxl._ir.ir import Ir
@@ -187,10 +189,24 @@ def _reachable(graphs: Any) -> set[int]:
     return seen
 
 
-class Graph:
-    """A Tremula graph as PopART's ``Graph`` bindings show it (``graph._pb_graph``)."""
+class Graph(GraphBuilding):
+    """A Tremula graph as PopART's ``Graph`` bindings show it (``graph._pb_graph``).
 
-    def __init__(self, graph: XlGraph) -> None:
+    ``Graph(ir, graphId)`` makes a graph of ``ir`` that the Ir does not list (as PopART's
+    constructor: ``ir.createGraph`` makes one the Ir holds); ``Graph(popxl_graph)`` is the
+    view of a popxl graph (one per graph, ``graph_handle``)."""
+
+    def __init__(self, *args: Any) -> None:
+        if len(args) == 2:
+            ir, gid = args
+            xl_ir = getattr(ir, "_ir", None)
+            if xl_ir is None:
+                raise TypeError(f"Graph(ir, graphId): expected an Ir, got {type(ir).__name__}")
+            graph = new_graph(xl_ir, builtins.str(gid), xl_ir._next_graph_id)
+            xl_ir._next_graph_id += 1
+            _HANDLES[graph] = self
+        else:
+            (graph,) = args
         self._g = graph
 
     # ---- identity ----
@@ -385,6 +401,9 @@ class Graph:
         return self._g._recursive_autodiff
 
     def __getattr__(self, name: str) -> Any:
+        factory = op_factory(self, name)  # createOp_<X> / createConnectedOp_<X>
+        if factory is not None:
+            return factory
         return unsupported_attr(self, name)
 
 

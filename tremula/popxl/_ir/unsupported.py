@@ -41,7 +41,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",
         **_each(
             {
-                "create graphs with popxl.Ir.create_graph": "createGraph removeGraph",
                 "data flow and anchors are popxl streams": (
                     "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
@@ -60,20 +59,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "Graph": {
         "removeIsolatedTensors": "Tremula keeps the tensors of a graph (PopXL lists them)",
-        "addConstInit": "add constants with popxl.constant",
-        "addVarInit": "add variables with popxl.variable",
-        "addStream": "add streams with popxl.h2d_stream / d2h_stream",
         "replaceTensor": "reconnect the consumers with Op.connectInTensor",
         **_each(
             {
-                "add inputs with popxl.graph_input": "addInput markAsInput removeInput",
                 "add outputs with popxl.graph_output / Graph.markAsOutput": "addOutput",
-                "tensors are made by popxl ops": "addActGrad",
-                "Tremula graphs have no PopART scope; name with popxl.name_scope": (
-                    "getScope addScope removeScope"
-                ),
                 "copy graphs with popxl's graph transforms": "copyFrom",
-                _INTERNAL: "getTensors getTensorsOfType getLiveSets isSchedulable getDebugInfo",
+                _INTERNAL: "getLiveSets isSchedulable getDebugInfo",
             }
         ),
     },
@@ -89,10 +80,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "getVirtualGraphIdAndTileSetUnsafe getPipelineStages"
                 ),
                 "use getProducer / hasProducer": "getProducerUnsafe",
-                "tensors are made by popxl ops, not cloned": "clone setTensorType",
-                "read variables through Session.get_tensor_data": (
-                    "hasTensorData getDataViaGraphTraversal"
-                ),
+                "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
                     "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
@@ -111,7 +99,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isLoopTripCounter consumersAllPreLoss"
                 ),
                 _SHARDING: "getBatchAxis",
-                _INTERNAL: "getIr getDebugInfo",
+                _INTERNAL: "getDebugInfo",
             }
         ),
     },
@@ -159,9 +147,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "getSeedInIndex isParentOf isChildOf"
                 ),
                 _INTERNAL: (
-                    "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut "
-                    "clone opid"
+                    "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut clone"
                 ),
+                "ops made by popxl.ops record no OperatorIdentifier (those made by "
+                "Graph.createOp_<X> do); read Op.opType()": ("opid"),
             }
         ),
     },
