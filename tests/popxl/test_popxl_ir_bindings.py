@@ -324,7 +324,6 @@ POPART_ONLY = [
     ("Graph", "getLiveSets"),
     ("Ir", "setDataFlow"),
     ("Ir", "dotCheckpoint"),
-    ("TopoCons", "hasConstraint"),
     ("Session", "getCycleCount"),
 ]
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     )
     from tremula.popxl._ir.core.grouping import CommGroup, ReplicaGrouping
     from tremula.popxl._ir.core.variable_settings import VariableSettings
-    from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
+    from tremula.popxl._ir.graph import Graph, GraphId, graph_handle
     from tremula.popxl._ir.ir import Ir, ir_handle
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.op.var_update import OptimizerValue
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         TensorType,
         tensor_handle,
     )
+    from tremula.popxl._ir.topocons import TopoCons
     from tremula.popxl._ir.verify import verify_ir
     from tremula.popxl.ops.collectives.collectives import CollectiveOperator
     from tremula.popxl.tensorlocation import ExecutionContext, TileSet

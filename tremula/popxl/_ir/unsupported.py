@@ -159,13 +159,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "subgraphInToOpInIndex": "an If op's two branches are mapped by ConditionalSiteInfo",
     },
     "LoopOp": _each({"loop inputs and outputs are the body graph's": "removeLoopInput"}),
-    "TopoCons": _each(
-        {
-            "Tremula keeps topological constraints to insert, check and move only": (
-                "remove hasConstraint transfer transferToMultiple getTiedAfters getTiedBefores"
-            )
-        }
-    ),
+    "TopoCons": {},  # PopART's TopoCons bindings are all bound (topocons.py)
     "Session": {
         "getReport": "profiles come from session.engine (get_execution_profile)",
         "getSummaryReport": "profiles come from session.engine (get_execution_profile)",
