@@ -6,9 +6,10 @@ outs, opid, settings)``, one pair per op class of the registry (``op/classes.py`
 
 What is built is the popxl IR itself (variables are popxl variables, a main-graph stream
 is a popxl host-to-device stream), so a Session runs it. An op factory takes what PopART's
-constructor of an op without attributes takes; the attributes PopART's constructors take
-for other ops (an axis, a callee graph, ...) are not mapped onto Tremula's op attributes, so
-passing any is refused, naming the op and the popxl function that makes it.
+constructor takes: the opid, the settings and the op's attributes, mapped onto Tremula's op
+attributes where ``constructors.py`` has the class (an axis, a shape, a callee graph, ...);
+attributes of other classes are refused, naming the op and the popxl function that makes
+it.
 """
 
 from __future__ import annotations
@@ -320,30 +321,38 @@ def op_factory(graph: Any, name: str) -> Callable[..., Any] | None:
     return create
 
 
-def _split_args(op_type: str, what: str, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-    """(opid, settings) of a factory call (the opid may be absent: PopART's in-place ops
-    are made from settings alone); anything else (PopART's constructor arguments of ops
-    with attributes) is refused."""
+def _split_args(
+    op_type: str, what: str, args: tuple, kwargs: dict
+) -> tuple[Any, Any, dict[str, Any] | None]:
+    """(opid, settings, constructor arguments) of a factory call. The opid may be absent
+    (PopART makes its in-place ops from settings alone); the other arguments are those of
+    PopART's constructor (``constructors.py``), refused for a class with no entry there."""
+    from tremula.popxl._ir.constructors import bind_arguments
+    from tremula.popxl._ir.names import op_name
     from tremula.popxl.context import OpSettings
 
-    rest = [*args, *kwargs.values()]
-    opid = kwargs.get("opid", next((a for a in args if isinstance(a, OperatorIdentifier)), None))
-    settings = kwargs.get(
-        "settings", next((a for a in args if isinstance(a, (Settings, OpSettings))), None)
-    )
+    rest_kw = dict(kwargs)
+    opid = rest_kw.pop("opid", None)
+    settings = rest_kw.pop("settings", None)
+    rest = list(args)
+    if opid is None:
+        opid = next((a for a in rest if isinstance(a, OperatorIdentifier)), None)
+        rest = [a for a in rest if a is not opid]
+    if settings is None:
+        settings = next((a for a in rest if isinstance(a, (Settings, OpSettings))), None)
+        rest = [a for a in rest if a is not settings]
     if settings is None or not isinstance(opid, (OperatorIdentifier, type(None))):
         raise TypeError(f"{what}: expected a Settings (and an OperatorIdentifier)")
-    extra = [a for a in rest if a is not opid and a is not settings]
-    if extra:
-        from tremula.popxl._ir.names import op_name
-
+    cls = op_name(op_type).cls
+    bound = bind_arguments(cls, rest, rest_kw)
+    if bound is None and (rest or rest_kw):
         raise UnsupportedBindingError(
             f"popart._internal.ir.Graph.{what} is not supported by Tremula with constructor "
-            f"arguments ({len(extra)} given): the attributes of PopART's "
-            f"{op_name(op_type).cls} are not mapped onto Tremula's {op_type} op; make it with "
-            f"the popxl.ops function"
+            f"arguments ({len(rest) + len(rest_kw)} given): the attributes of PopART's "
+            f"{cls} are not mapped onto Tremula's {op_type} op; make it with the popxl.ops "
+            f"function"
         )
-    return opid, settings
+    return opid, settings, bound
 
 
 def _placement(settings: Any) -> tuple[str, int | None, str, Any]:
@@ -368,10 +377,11 @@ def _target(graph: Any, settings: Any, what: str) -> XlGraph:
 
 def _create(graph: Any, op_type: str, what: str, args: tuple, kwargs: dict) -> Any:
     """A new op of ``op_type`` in the graph, with no tensors connected."""
+    from tremula.popxl._ir.constructors import made
     from tremula.popxl._ir.op.classes import op_class
     from tremula.popxl.ops import base as _base
 
-    opid, settings = _split_args(op_type, what, args, kwargs)
+    opid, settings, bound = _split_args(op_type, what, args, kwargs)
     g = _target(graph, settings, what)
     name, ipu, tiles, context = _placement(settings)
     attrs = {"name": name} if name else {}
@@ -391,6 +401,8 @@ def _create(graph: Any, op_type: str, what: str, args: tuple, kwargs: dict) -> A
         _base.user_site(),
     )
     _base._next_op_id[0] += 1
+    if bound is not None:
+        made(op, bound)
     if opid is not None:
         op.__dict__["opid"] = opid  # an instance attribute: popxl.ops' ops have none
     g._ops.append(op)
