@@ -306,6 +306,40 @@ class Tensor:
             raise PopartException(f"No producer for tensor {self._t.id}")
         return cast("Op", self._t._producer)
 
+    def getProducerUnsafe(self) -> Op | None:
+        """The producer, None if the tensor has none."""
+        return cast("Op | None", self._t._producer)
+
+    # ---- placement: the producer's, else the first consumer's (popxl Tensor.ipu) ----
+    def getVirtualGraphIdAndTileSetUnsafe(self) -> tuple[int, Any]:
+        """``(virtual IPU, TileSet)`` of the producer, else of the first consumer; ``(-1,
+        TileSet.Undefined)`` for a tensor no op touches (what PopXL's ``Tensor.ipu`` and
+        ``tile_set`` read)."""
+        from tremula.popxl.tensorlocation import TileSet
+
+        ipu, tiles = self._t._get_ipu_and_tile_set(False, False)
+        tile_set = {"compute": TileSet.Compute, "io": TileSet.IO}.get(tiles, TileSet.Undefined)
+        return int(ipu), tile_set
+
+    def getVirtualGraphIdAndTileSet(self) -> tuple[int, Any]:
+        """As the unsafe form, raising for a tensor with no virtual graph."""
+        found = self.getVirtualGraphIdAndTileSetUnsafe()
+        if found[0] == -1:
+            raise PopartException(
+                f"Invalid call to getVirtualGraphIdAndTileSet, Tensor {self._t.id} does not "
+                f"have one"
+            )
+        return found
+
+    def getVirtualGraphIdUnsafe(self) -> int:
+        return self.getVirtualGraphIdAndTileSetUnsafe()[0]
+
+    def getVirtualGraphId(self) -> int:
+        return self.getVirtualGraphIdAndTileSet()[0]
+
+    def hasVirtualGraphId(self) -> bool:
+        return self.getVirtualGraphIdUnsafe() != -1
+
     def isGraphInput(self) -> bool:
         return any(u is self._t for u in self._t.graph._inputs)
 

@@ -72,14 +72,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setTensorData": "write variables through Session.write_variables_data",
         "tensorData": "read variables through Session.get_tensor_data",
         "anyAlias": "Tremula has no PopART alias model",
-        "getVirtualGraphIdAndTileSet": "read Tensor.ipu and Tensor.tile_set",
         **_each(
             {
-                "read popxl Tensor.ipu and Tensor.tile_set": (
-                    "hasVirtualGraphId getVirtualGraphId getVirtualGraphIdUnsafe "
-                    "getVirtualGraphIdAndTileSetUnsafe getPipelineStages"
-                ),
-                "use getProducer / hasProducer": "getProducerUnsafe",
+                "read popxl Tensor.ipu and Tensor.tile_set": "getPipelineStages",
                 "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
