@@ -279,3 +279,22 @@ def test_bwd_graph_info_and_expected_connections() -> None:
     info = _ir.BwdGraphInfo(_ir.GraphId("bwd"), [fwd], [grad])
     assert info.bwdGraphId == _ir.GraphId("bwd")
     assert (info.expectedInputs, info.expectedOutputs) == ([fwd], [grad])
+
+
+def test_ops_take_the_settings_of_the_popxl_context() -> None:
+    """PopXL's op functions make ops with ``Context._get_op_settings(name)``: the op gets
+    its name, virtual IPU and tile set; ``_ir.Settings`` fields do the same."""
+    from popxl.context import get_current_context
+
+    ir = popxl.Ir()
+    pb = ir.main_graph._pb_graph
+    with ir.main_graph, popxl.ipu(1), popxl.io_tiles():
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        settings = get_current_context()._get_op_settings("relu")
+        op = pb.createConnectedOp_ReluOp({0: x.id}, {0: "r"}, _opid("Relu"), settings)
+    assert (op.name(), op.getVirtualGraphId(), op.settings.tileSet) == ("relu", 1, _ir.TileSet.IO)
+    own = _ir.Settings(pb, "own")
+    own.vgraphId, own.tileSet = 2, _ir.TileSet.IO
+    op = pb.createConnectedOp_ReluOp({0: x.id}, {0: "r2"}, _opid("Relu"), own)
+    assert (op.getVirtualGraphId(), op.settings.tileSet) == (2, _ir.TileSet.IO)
+    assert popxl.Tensor._from_pb_tensor(op.outTensor(0)).ipu == 2

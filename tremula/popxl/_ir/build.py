@@ -356,15 +356,15 @@ def _split_args(
 
 
 def _placement(settings: Any) -> tuple[str, int | None, str, Any]:
-    """(name, ipu, tile set, execution context) of a ``Settings`` or a popxl ``OpSettings``."""
+    """(name, ipu, tile set, execution context) of a ``Settings`` or of the ``OpSettings``
+    ``Context._get_op_settings`` gives."""
     from tremula.popxl.tensorlocation import TileSet
 
     if isinstance(settings, Settings):
-        ipu = settings.vgraphId
-    else:  # Context._get_op_settings
-        ipu = settings.ipu
-    tiles = "io" if settings.tileSet == TileSet.IO else "compute"
-    return settings.name, ipu, tiles, settings.executionContext
+        ipu, tile_set, context = settings.vgraphId, settings.tileSet, settings.executionContext
+    else:
+        ipu, tile_set, context = settings.ipu, settings.tile_set, settings.execution_context
+    return settings.name, ipu, "io" if tile_set == TileSet.IO else "compute", context
 
 
 def _target(graph: Any, settings: Any, what: str) -> XlGraph:
