@@ -63,6 +63,13 @@ def test_unique_subgraph_ids_count_up() -> None:
     assert popxl.Ir._from_pb(ir).create_empty_graph("g").name == "g_subgraph(2)"
 
 
+def test_intermediate_tensor_ids_count_up() -> None:
+    ir = _ir.Ir()
+    assert [ir.createIntermediateTensorId("x") for _ in range(2)] == ["x__t0", "x__t1"]
+    assert ir.createIntermediateTensorId("y") == "y__t2"
+    assert _ir.Ir().createIntermediateTensorId("x") == "x__t0"  # per Ir
+
+
 def test_graph_inputs_and_outputs() -> None:
     ir = _ir.Ir()
     g = ir.createGraph(_ir.GraphId("g1"))

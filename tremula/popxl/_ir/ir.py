@@ -53,6 +53,7 @@ _POPXL_DEFAULTS: dict[str, Any] = {
 
 _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
 _PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
+_INTERMEDIATES: weakref.WeakKeyDictionary[XlIr, int] = weakref.WeakKeyDictionary()
 
 
 class Ir:
@@ -115,6 +116,13 @@ class Ir:
         """``<base>_subgraph(<n>)``, ``n`` counting the ids made so far (those of
         ``create_graph`` and ``create_empty_graph`` too), so each call gives a new id."""
         return GraphId(f"{base}_subgraph({self._ir._subgraph_id()})")
+
+    def createIntermediateTensorId(self, base: str) -> str:
+        """``<base>__t<n>``, ``n`` counting the ids made so far in this Ir (PopART's
+        ``Ir::createIntermediateTensorId``)."""
+        n = _INTERMEDIATES.get(self._ir, 0)
+        _INTERMEDIATES[self._ir] = n + 1
+        return f"{base}__t{n}"
 
     def createGraph(self, graphId: GraphId | str) -> Graph:
         """A new empty subgraph of id ``graphId``.
