@@ -110,3 +110,30 @@ def test_arguments_the_op_refuses() -> None:
     with pytest.raises(TypeError, match="unexpected"):
         g.createConnectedOp_SoftmaxOp({0: "a"}, {0: "t"}, _opid("Softmax"), s, dim=0)
     assert g.getOps() == [] and g.getTensorIds() == ["a"]
+
+
+def test_ipu_copy_takes_its_source_with_its_input() -> None:
+    """``IpuCopyOp(opid, destIpu, settings)``, then ``connectInTensor(0, id, sourceIpu)``
+    (as PopXL's ipu_copy makes it); the copy runs on its destination."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.ipu(0):
+        x = popxl.variable(np.array([1.0, 2.0], np.float32), name="x")
+        y = x + 1
+    pb = ir.main_graph._pb_graph
+    op = pb.createOp_IpuCopyOp(_opid("IpuCopy"), 1, _ir.Settings(pb, "copy"))
+    assert isinstance(op, _ir.op.IpuCopyOp) and op.getDestIpu() == 1
+    op.connectInTensor(0, y.id)
+    op.createAndConnectOutTensor(0, "y_on_1")
+    with pytest.raises(PopartException, match="no source IPU"):
+        op.setup()
+    op.connectInTensor(0, y.id, 0)
+    op.setup()
+    assert op.getSourceIpu() == 0
+    copied = popxl.Tensor._from_pb_tensor(op.outTensor(0))
+    assert copied.ipu == 1 and copied.shape == (2,)
+    with ir.main_graph, popxl.ipu(1):
+        z = copied * 3
+        d2h = popxl.d2h_stream(z.shape, z.dtype)
+        ops.host_store(d2h, z)
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_allclose(session.run()[d2h], [6.0, 9.0])

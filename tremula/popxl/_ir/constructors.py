@@ -102,6 +102,13 @@ def _call(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     return {"graphs": (callee,)}
 
 
+def _ipu_copy(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    dest = args["destIpu"]
+    if isinstance(dest, bool) or int(dest) != dest or dest < 0:
+        raise TypeError(f"IpuCopyOp: destIpu must be a non-negative integer, got {dest!r}")
+    return {"destination": int(dest)}
+
+
 def made(op: Any, args: dict[str, Any]) -> None:
     """Give an op made with constructor arguments the attributes it can have now (the rest
     at ``setup()``: :func:`at_setup`); a call op modifies its callee's by-reference inputs
@@ -110,6 +117,8 @@ def made(op: Any, args: dict[str, Any]) -> None:
     op.__dict__["_ctor_args"] = args
     if not ctor.reads_inputs:
         op.attrs.update(ctor.rule(args, ()))
+    if "destIpu" in args:  # the copy runs on its destination, as popxl's ipu_copy places it
+        op.ipu = op.attrs["destination"]
     if "callee" in args:
         callee = op.attrs["graphs"][0]
         by_ref = {i for i, t in enumerate(callee.inputs) if t in callee._by_ref_inputs}
@@ -128,7 +137,7 @@ def at_setup(op: Any, specs: Sequence[TensorSpec]) -> None:
 
 
 #: PopART class -> its constructor's attribute parameters (op/softmax.hpp, op/concat.hpp,
-#: op/transpose.hpp, op/reshape.hpp, op/cast.hpp, op/init.hpp, op/call.hpp)
+#: op/transpose.hpp, op/reshape.hpp, op/cast.hpp, op/init.hpp, op/call.hpp, op/ipucopy.hpp)
 CONSTRUCTORS: dict[str, Constructor] = {
     "SoftmaxOp": Constructor(("axis",), 1, _softmax),
     "ConcatOp": Constructor(("axis",), 1, _concat),
@@ -142,6 +151,8 @@ CONSTRUCTORS: dict[str, Constructor] = {
         ("tensor_info", "tensor_type", "init_type", "batch_axis"), 3, _init, False
     ),
     "CallOp": Constructor(("callee", "modifiedInputsViaAttrs"), 1, _call, False),
+    # the source IPU comes with the input: connectInTensor(0, id, sourceIpu)
+    "IpuCopyOp": Constructor(("destIpu",), 1, _ipu_copy, False),
 }
 
 
