@@ -137,3 +137,32 @@ def test_ipu_copy_takes_its_source_with_its_input() -> None:
         ops.host_store(d2h, z)
     with popxl.Session(ir, "ipu_model") as session:
         np.testing.assert_allclose(session.run()[d2h], [6.0, 9.0])
+
+
+def test_host_load_and_store_by_stream_tensor_id() -> None:
+    """``HostLoadOp(opid, settings, streamTensorId)`` / ``HostStoreOp`` (what PopXL's
+    host_load and host_store make): a program streamed in and out, built through the
+    bindings, runs."""
+    ir = _ir.Ir()
+    g = ir.getMainGraph()
+    info = _ir.TensorInfo(_ir.DataType.FLOAT, [3])
+    g.addStream("x_stream", info, "x_stream")
+    xl = popxl.Ir._from_pb(ir)
+    with xl.main_graph:
+        d2h = popxl.d2h_stream((3,), popxl.float32, name="y_stream")
+    s = _ir.Settings(g, "s")
+    g.createConnectedOp_InitOp(
+        {}, {0: "x_init"}, _opid("Init", 0), info, _ir.TensorType.ActGrad, _ir.InitType.Zero, s
+    )
+    g.createConnectedOp_HostLoadOp({0: "x_init"}, {0: "x"}, _opid("HostLoad"), s, "x_stream")
+    g.createConnectedOp_ReluOp({0: "x"}, {0: "y"}, _opid("Relu"), s)
+    store = g.createConnectedOp_HostStoreOp({0: "y"}, {}, _opid("HostStore"), s, d2h.tensor_id)
+    assert isinstance(store, _ir.op.exchange.HostStoreOp)
+    with pytest.raises(PopartException, match="no HostToDeviceStream of tensor 'nope'"):
+        g.createConnectedOp_HostLoadOp({0: "x_init"}, {0: "x2"}, _opid("HostLoad"), s, "nope")
+    h2d = popxl.HostToDeviceStream._from_tensor(
+        popxl.Tensor._from_pb_tensor(g.getTensor("x_stream"))
+    )
+    data = np.array([-1.0, 0.5, 2.0], np.float32)
+    with popxl.Session(xl, "ipu_model") as session:
+        np.testing.assert_allclose(session.run({h2d: data})[d2h], np.maximum(data, 0))

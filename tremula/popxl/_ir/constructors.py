@@ -17,12 +17,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from tremula.errors import OpSetupError
+from tremula.errors import OpSetupError, PopartException
 from tremula.popxl import dtypes
 from tremula.popxl.tensor import TensorSpec
 
-#: (constructor arguments by name, input specs) -> the op's Tremula attributes
-AttrRule = Callable[[dict[str, Any], Sequence[TensorSpec]], dict[str, Any]]
+#: (the op, its constructor arguments by name, its input specs) -> its Tremula attributes
+AttrRule = Callable[[Any, dict[str, Any], Sequence[TensorSpec]], dict[str, Any]]
 
 
 class Constructor(NamedTuple):
@@ -42,15 +42,15 @@ def _axis(axis: Any, rank: int, what: str) -> int:
     return int(axis) % rank if rank else 0
 
 
-def _softmax(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _softmax(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     return {"axis": _axis(args["axis"], len(specs[0].shape), "SoftmaxOp")}
 
 
-def _concat(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _concat(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     return {"axis": _axis(args["axis"], len(specs[0].shape), "ConcatOp")}
 
 
-def _transpose(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _transpose(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     rank = len(specs[0].shape)
     perm = tuple(int(p) for p in args["perm"]) or tuple(range(rank))[::-1]  # empty: reverse
     if sorted(perm) != list(range(rank)):
@@ -58,7 +58,7 @@ def _transpose(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, A
     return {"permutation": perm}
 
 
-def _reshape(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _reshape(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     """ONNX's rules, as PopART's ``ReshapeOp``: a 0 keeps the input's dimension (when
     ``handleZero``), one -1 takes what is left."""
     in_shape = specs[0].shape
@@ -77,11 +77,11 @@ def _reshape(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any
     return {"shape": tuple(shape)}
 
 
-def _cast(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _cast(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     return {"dtype": dtypes.dtype.as_dtype(args["to"])}
 
 
-def _init(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _init(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     from tremula.popxl._ir.build import _spec
     from tremula.popxl._ir.core.enums import InitType
 
@@ -95,18 +95,41 @@ def _init(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     }
 
 
-def _call(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _call(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     callee = getattr(args["callee"], "_g", None)
     if callee is None:
         raise TypeError(f"CallOp: the callee must be a Graph, got {args['callee']!r}")
     return {"graphs": (callee,)}
 
 
-def _ipu_copy(args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+def _ipu_copy(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
     dest = args["destIpu"]
     if isinstance(dest, bool) or int(dest) != dest or dest < 0:
         raise TypeError(f"IpuCopyOp: destIpu must be a non-negative integer, got {dest!r}")
     return {"destination": int(dest)}
+
+
+def _stream(op: Any, args: dict[str, Any], kind: str) -> Any:
+    """The popxl stream (of ``kind``) whose tensor is ``streamTensorId``."""
+    from tremula.popxl import streams
+
+    cls = getattr(streams, kind)
+    tid = str(args["streamTensorId"])
+    for stream in op.graph.ir._streams:
+        if stream.tensor_id == tid and isinstance(stream, cls):
+            return stream
+    raise PopartException(
+        f"{type(op).__name__}: no {kind} of tensor {tid!r} in the Ir (make one with "
+        f"Graph.addStream or popxl.h2d_stream / d2h_stream)"
+    )
+
+
+def _host_load(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    return {"stream": _stream(op, args, "HostToDeviceStream")}
+
+
+def _host_store(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    return {"stream": _stream(op, args, "DeviceToHostStream")}
 
 
 def made(op: Any, args: dict[str, Any]) -> None:
@@ -116,7 +139,7 @@ def made(op: Any, args: dict[str, Any]) -> None:
     ctor = CONSTRUCTORS[type(op).__name__]
     op.__dict__["_ctor_args"] = args
     if not ctor.reads_inputs:
-        op.attrs.update(ctor.rule(args, ()))
+        op.attrs.update(ctor.rule(op, args, ()))
     if "destIpu" in args:  # the copy runs on its destination, as popxl's ipu_copy places it
         op.ipu = op.attrs["destination"]
     if "callee" in args:
@@ -133,7 +156,7 @@ def at_setup(op: Any, specs: Sequence[TensorSpec]) -> None:
     if args is not None:
         ctor = CONSTRUCTORS[type(op).__name__]
         if ctor.reads_inputs:
-            op.attrs.update(ctor.rule(args, specs))
+            op.attrs.update(ctor.rule(op, args, specs))
 
 
 #: PopART class -> its constructor's attribute parameters (op/softmax.hpp, op/concat.hpp,
@@ -153,6 +176,9 @@ CONSTRUCTORS: dict[str, Constructor] = {
     "CallOp": Constructor(("callee", "modifiedInputsViaAttrs"), 1, _call, False),
     # the source IPU comes with the input: connectInTensor(0, id, sourceIpu)
     "IpuCopyOp": Constructor(("destIpu",), 1, _ipu_copy, False),
+    # HostLoadOp(opid, settings, streamTensorId), HostStoreOp likewise (op/exchange/)
+    "HostLoadOp": Constructor(("streamTensorId",), 1, _host_load, False),
+    "HostStoreOp": Constructor(("streamTensorId",), 1, _host_store, False),
 }
 
 
