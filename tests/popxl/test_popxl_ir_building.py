@@ -142,6 +142,8 @@ def test_tensors_of_each_type() -> None:
     assert (stream.tensor_id, stream.shape) == ("s", (2, 3))
     tensors = g.getTensors()
     assert tensors.getIds(_ir.TensorType.Const) == ["c"] and tensors.n() == 4
+    both = tensors.getOfType([_ir.TensorType.Const, _ir.TensorType.Variable])
+    assert [t.id for t in both] == ["v", "c"]
     tensors.remove("a")
     assert not tensors.contains("a")
     with pytest.raises(PopartException, match="3 elements"):

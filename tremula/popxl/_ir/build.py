@@ -106,11 +106,13 @@ class Tensors:
     def getIds(self, tensorType: TensorType) -> list[str]:
         return [t.id for t in self.getOfType(tensorType)]
 
-    def getOfType(self, tensorType: TensorType) -> list[Tensor]:
+    def getOfType(self, tensorType: TensorType | list[TensorType]) -> list[Tensor]:
+        """The tensors of a type (or of any of a list of types), in the graph's order."""
         from tremula.popxl._ir.tensor import tensor_handle
 
+        wanted = set(tensorType) if isinstance(tensorType, (list, tuple, set)) else {tensorType}
         views = [tensor_handle(t) for t in self._g._tensors.values()]
-        return [v for v in views if v.tensorType() == tensorType]
+        return [v for v in views if v.tensorType() in wanted]
 
     def getNoProducerIds(self) -> list[str]:
         return [t.id for t in self._g._tensors.values() if t._producer is None]
