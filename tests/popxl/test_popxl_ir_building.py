@@ -132,6 +132,7 @@ def test_tensors_of_each_type() -> None:
         "a": _ir.TensorType.ActGrad,
     }
     assert g.getTensor("a").info.dataType() == _ir.DataType.UNDEFINED  # not set yet
+    assert "v" in g and "nope" not in g
     assert g.getTensor("v").hasTensorData() and not g.getTensor("a").hasTensorData()
     xl = popxl.Ir._from_pb(ir)
     (var,) = xl.main_graph.variables

@@ -190,6 +190,11 @@ class Graph(GraphBuilding):
     def hasTensor(self, tensorId: str) -> bool:
         return str(tensorId) in self._g._tensors
 
+    def __contains__(self, tensorId: object) -> bool:
+        """``tensor_id in graph``: whether the graph holds a tensor of that id (what PopXL's
+        ``Graph._create_tensor_id`` asks)."""
+        return str(tensorId) in self._g._tensors
+
     def getTensorIds(self) -> list[str]:
         return sorted(self._g._tensors)
 
