@@ -393,3 +393,24 @@ def test_tensor_virtual_graph_and_tile_set() -> None:
         pb_lone.getVirtualGraphId()
     assert pb_lone.getProducerUnsafe() is None
     assert y._pb_tensor.getProducerUnsafe() == y._pb_tensor.getProducer()
+
+
+def test_views_do_not_keep_their_objects_alive() -> None:
+    """An Ir whose Ir, graph and tensor views were asked for is freed with its last
+    reference (the views live on their objects, not in a global table), and each object
+    has one view."""
+    import gc
+    import weakref
+
+    def build() -> weakref.ref:
+        ir = popxl.Ir()
+        with ir.main_graph:
+            y = popxl.variable(np.zeros((64, 64), np.float32)) + 1
+        assert ir._pb_ir is ir._pb_ir and y._pb_tensor is y._pb_tensor
+        assert ir.main_graph._pb_graph is ir.main_graph._pb_graph
+        assert popxl.Ir._from_pb(_ir.Ir()) is not None  # made through the bindings too
+        return weakref.ref(ir)
+
+    ref = build()
+    gc.collect()
+    assert ref() is None

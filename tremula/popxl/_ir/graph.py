@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import builtins
 import heapq
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl._ir.build import GraphBuilding, op_factory
+from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.topocons import TopoCons
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.graph import Graph as XlGraph
@@ -116,7 +116,7 @@ class Graph(GraphBuilding):
                 raise TypeError(f"Graph(ir, graphId): expected an Ir, got {type(ir).__name__}")
             graph = new_graph(xl_ir, builtins.str(gid), xl_ir._next_graph_id)
             xl_ir._next_graph_id += 1
-            _HANDLES[graph] = self
+            register(graph, self)
         else:
             (graph,) = args
         self._g = graph
@@ -324,12 +324,6 @@ class Graph(GraphBuilding):
         return unsupported_attr(self, name)
 
 
-_HANDLES: weakref.WeakKeyDictionary[XlGraph, Graph] = weakref.WeakKeyDictionary()
-
-
 def graph_handle(graph: XlGraph) -> Graph:
     """The binding handle of a popxl graph (one per graph)."""
-    h = _HANDLES.get(graph)
-    if h is None:
-        h = _HANDLES[graph] = Graph(graph)
-    return h
+    return view_of(graph, Graph)

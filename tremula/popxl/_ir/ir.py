@@ -10,6 +10,7 @@ from tremula.errors import PopartException
 from tremula.popxl._ir.core.enums import VirtualGraphMode
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
+from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
 from tremula.popxl._ir.tensor import RemoteBufferInfo, TensorInfo
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -65,7 +66,7 @@ class Ir:
         ``ir._pb_ir`` gives: one view per Ir)."""
         if ir is None:
             ir = XlIr()
-            _HANDLES.setdefault(ir, self)
+            register(ir, self)
         self._ir = ir
 
     def getId(self) -> int:
@@ -239,12 +240,6 @@ class Ir:
         return unsupported_attr(self, name)
 
 
-_HANDLES: weakref.WeakKeyDictionary[XlIr, Ir] = weakref.WeakKeyDictionary()
-
-
 def ir_handle(ir: XlIr) -> Ir:
     """The binding handle of a popxl Ir (one per Ir)."""
-    h = _HANDLES.get(ir)
-    if h is None:
-        h = _HANDLES[ir] = Ir(ir)
-    return h
+    return view_of(ir, Ir)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import builtins
 import math
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl._ir.core.enums import DataType, PopartEnum
+from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
@@ -203,7 +203,7 @@ class Tensor:
             short = tid[len(prefix) :] if tid.startswith(prefix) else tid
             t = XlTensor._create(g, tid, short, _UNSET)
             set_tensor_type(t, tensor_type)
-            _HANDLES[t] = self
+            register(t, self)
         elif len(args) == 1 and isinstance(args[0], XlTensor):
             t = args[0]
         else:
@@ -416,14 +416,8 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
     return False
 
 
-_HANDLES: weakref.WeakKeyDictionary[XlTensor, Tensor] = weakref.WeakKeyDictionary()
-
-
 def tensor_handle(t: XlTensor) -> Tensor:
     """The binding handle of a popxl tensor (one per tensor)."""
     if not isinstance(t, XlTensor):
         raise TypeError(f"expected a popxl Tensor, got {type(t).__name__}")
-    h = _HANDLES.get(t)
-    if h is None:
-        h = _HANDLES[t] = Tensor(t)
-    return h
+    return view_of(t, Tensor)
