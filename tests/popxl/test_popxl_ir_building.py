@@ -182,6 +182,13 @@ def test_operator_identifiers_and_settings() -> None:
     assert opid != _ir.OperatorIdentifier("ai.onnx", "Add", 6)
     assert (_ir.NumInputs().min, _ir.NumInputs(3).max) == (0, 3)
     ir = _ir.Ir()
+    info = _ir.DebugInfo(_ir.DebugContext("dc"), "popxl")
+    assert (info.name, info.layer, info.setValue("k", 1), info.values) == (
+        "dc",
+        "popxl",
+        True,
+        {"k": 1},
+    )
     s = _ir.Settings(ir.getMainGraph(), "s")
     assert s.name == "s" and s.graph == ir.getMainGraph() and s.vgraphId is None
 

@@ -84,11 +84,15 @@ class DebugInfo:
     def __init__(self, debugContext: Any = None, layer: builtins.str = "popart") -> None:
         self.name = debug_name(debugContext)
         self.layer = builtins.str(layer)
+        self.values: dict[builtins.str, Any] = {}
 
     def getId(self) -> int:
+        """An id unique among the debug infos alive."""
         return id(self)
 
     def setValue(self, name: builtins.str, value: Any) -> bool:
+        """Record a named value with the debug info (kept in ``values``)."""
+        self.values[builtins.str(name)] = value
         return True
 
 
