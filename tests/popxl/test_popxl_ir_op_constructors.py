@@ -166,3 +166,27 @@ def test_host_load_and_store_by_stream_tensor_id() -> None:
     data = np.array([-1.0, 0.5, 2.0], np.float32)
     with popxl.Session(xl, "ipu_model") as session:
         np.testing.assert_allclose(session.run({h2d: data})[d2h], np.maximum(data, 0))
+
+
+def test_gather_with_popxls_keywords() -> None:
+    """PopXL's gather: ``createConnectedOp_GatherOp(ins, outs, opid=..., axis_=...,
+    settings=..., available_memory_proportion_=..., zeroOutOfRangeIndices_=...)``; an index
+    out of range gives zeros."""
+    ir = _ir.Ir()
+    g = ir.getMainGraph()
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[3, 0], [1, 9]], np.int32)
+    _var(g, "t", table)
+    g.addConstInit("i", _ir.TensorInfo(_ir.DataType.INT32, [2, 2]), idx, "i")
+    op = g.createConnectedOp_GatherOp(
+        {0: "t", 1: "i"},
+        {0: "y"},
+        opid=_opid("Gather", 2),
+        axis_=-1,
+        settings=_ir.Settings(g, "gather"),
+        available_memory_proportion_=0.4,
+        zeroOutOfRangeIndices_=True,
+    )
+    assert op.attrs["axis"] == 1 and g.getTensor("y").info.shape() == [3, 2, 2]
+    expected = np.where(idx < 4, np.take(table, np.clip(idx, 0, 3), axis=1), 0)
+    np.testing.assert_array_equal(_run(ir, "y"), expected)

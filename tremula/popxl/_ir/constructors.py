@@ -109,6 +109,19 @@ def _ipu_copy(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dic
     return {"destination": int(dest)}
 
 
+def _gather(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """``GatherOp(opid, axis, settings, availableMemoryProportion, zeroOutOfRangeIndices)``
+    (what PopXL's gather passes as ``axis_=``, ``available_memory_proportion_=``,
+    ``zeroOutOfRangeIndices_=``)."""
+    if specs[1].dtype not in (dtypes.int32, dtypes.uint32):
+        raise OpSetupError(f"GatherOp: indices must be int32 or uint32, got {specs[1].dtype}")
+    return {
+        "axis": _axis(args["axis"], len(specs[0].shape), "GatherOp"),
+        "available_memory_proportion": args.get("available_memory_proportion"),
+        "zero_OOR": bool(args.get("zeroOutOfRangeIndices", False)),
+    }
+
+
 def _stream(op: Any, args: dict[str, Any], kind: str) -> Any:
     """The popxl stream (of ``kind``) whose tensor is ``streamTensorId``."""
     from tremula.popxl import streams
@@ -160,7 +173,8 @@ def at_setup(op: Any, specs: Sequence[TensorSpec]) -> None:
 
 
 #: PopART class -> its constructor's attribute parameters (op/softmax.hpp, op/concat.hpp,
-#: op/transpose.hpp, op/reshape.hpp, op/cast.hpp, op/init.hpp, op/call.hpp, op/ipucopy.hpp)
+#: op/transpose.hpp, op/reshape.hpp, op/cast.hpp, op/init.hpp, op/call.hpp, op/ipucopy.hpp,
+#: op/gather.hpp, op/exchange/hostcopy.hpp)
 CONSTRUCTORS: dict[str, Constructor] = {
     "SoftmaxOp": Constructor(("axis",), 1, _softmax),
     "ConcatOp": Constructor(("axis",), 1, _concat),
@@ -174,6 +188,9 @@ CONSTRUCTORS: dict[str, Constructor] = {
         ("tensor_info", "tensor_type", "init_type", "batch_axis"), 3, _init, False
     ),
     "CallOp": Constructor(("callee", "modifiedInputsViaAttrs"), 1, _call, False),
+    "GatherOp": Constructor(
+        ("axis", "available_memory_proportion", "zeroOutOfRangeIndices"), 1, _gather
+    ),
     # the source IPU comes with the input: connectInTensor(0, id, sourceIpu)
     "IpuCopyOp": Constructor(("destIpu",), 1, _ipu_copy, False),
     # HostLoadOp(opid, settings, streamTensorId), HostStoreOp likewise (op/exchange/)
