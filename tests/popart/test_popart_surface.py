@@ -102,6 +102,22 @@ def test_session_options() -> None:
         opts.replicatedGraphCnt = 2
     loc = popart.TensorLocationSettings(popart.TensorLocation(popart.TensorStorage.OffChip), 0)
     assert loc.location.storage == popart.TensorStorage.OffChip
+    # PopART's (storage, replicatedTensorSharding) and (storage, loadTileSet,
+    # storageTileSet, replicatedTensorSharding) constructors
+    rts = popart.TensorLocation(popart.TensorStorage.OffChip, popart.ReplicatedTensorSharding.On)
+    assert (rts.storage, rts.replicatedTensorSharding, rts.loadTileSet) == (
+        popart.TensorStorage.OffChip,
+        popart.ReplicatedTensorSharding.On,
+        popart.TileSet.Compute,
+    )
+    io = popart.TensorLocation(
+        popart.TensorStorage.OnChip,
+        popart.TileSet.IO,
+        popart.TileSet.Compute,
+        popart.ReplicatedTensorSharding.On,
+    )
+    assert (io.loadTileSet, io.storageTileSet) == (popart.TileSet.IO, popart.TileSet.Compute)
+    assert io.replicatedTensorSharding == popart.ReplicatedTensorSharding.On
 
 
 def test_tensor_info() -> None:

@@ -24,15 +24,29 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tremula.popxl._ir import op, patterns, view
     from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
+    from tremula.popxl._ir.basics import (
+        DebugContext,
+        DebugInfo,
+        NumInputs,
+        OperatorIdentifier,
+        Scope,
+        Settings,
+        addScope,
+        removeScope,
+    )
+    from tremula.popxl._ir.build import Tensors
     from tremula.popxl._ir.core.enums import (
         AccumulationType,
         CommGroupType,
         DataType,
+        InitType,
+        ReplicatedTensorSharding,
+        TensorStorage,
         VariableRetrievalMode,
     )
     from tremula.popxl._ir.core.grouping import CommGroup, ReplicaGrouping
     from tremula.popxl._ir.core.variable_settings import VariableSettings
-    from tremula.popxl._ir.graph import Graph, GraphId, TopoCons, graph_handle
+    from tremula.popxl._ir.graph import Graph, GraphId, graph_handle
     from tremula.popxl._ir.ir import Ir, ir_handle
     from tremula.popxl._ir.op import Op
     from tremula.popxl._ir.op.var_update import OptimizerValue
@@ -46,6 +60,7 @@ if TYPE_CHECKING:
         TensorType,
         tensor_handle,
     )
+    from tremula.popxl._ir.topocons import TopoCons
     from tremula.popxl._ir.verify import verify_ir
     from tremula.popxl.ops.collectives.collectives import CollectiveOperator
     from tremula.popxl.tensorlocation import ExecutionContext, TileSet
@@ -62,29 +77,41 @@ __all__ = [
     "CommGroupType",
     "Consumers",
     "DataType",
+    "DebugContext",
+    "DebugInfo",
     "ExecutionContext",
     "ExpectedConnection",
     "ExpectedConnectionType",
     "Graph",
     "GraphId",
+    "InitType",
     "Ir",
+    "NumInputs",
     "Op",
+    "OperatorIdentifier",
     "OptimizerValue",
     "RemoteBufferInfo",
     "ReplicaGrouping",
+    "ReplicatedTensorSharding",
+    "Scope",
     "Session",
+    "Settings",
     "Tensor",
     "TensorInfo",
     "TensorLocationInfo",
+    "TensorStorage",
     "TensorType",
+    "Tensors",
     "TileSet",
     "TopoCons",
     "VariableRetrievalMode",
     "VariableSettings",
+    "addScope",
     "graph_handle",
     "ir_handle",
     "op",
     "patterns",
+    "removeScope",
     "session_handle",
     "tensor_handle",
     "verify_ir",

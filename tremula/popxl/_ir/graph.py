@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import builtins
 import heapq
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.build import GraphBuilding, op_factory
+from tremula.popxl._ir.handles import register, view_of
+from tremula.popxl._ir.topocons import TopoCons
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.graph import Graph as XlGraph
+from tremula.popxl.graph import new_graph
 
 if TYPE_CHECKING:
     from tremula.popxl._ir.ir import Ir
@@ -98,99 +101,24 @@ def restore_order(graph: XlGraph) -> None:
         graph._ops[:] = order
 
 
-class TopoCons:
-    """A graph's topological constraints (``Graph.topocons``: those of ``in_sequence`` and
-    those inserted here). The graph's op order (what runs) keeps to them."""
+class Graph(GraphBuilding):
+    """A Tremula graph as PopART's ``Graph`` bindings show it (``graph._pb_graph``).
 
-    def __init__(self, graph: XlGraph) -> None:
-        self._g = graph
+    ``Graph(ir, graphId)`` makes a graph of ``ir`` that the Ir does not list (as PopART's
+    constructor: ``ir.createGraph`` makes one the Ir holds); ``Graph(popxl_graph)`` is the
+    view of a popxl graph (one per graph, ``graph_handle``)."""
 
-    def transferToSubgraph(self, replacement: Any, ops_map: Any, transferTied: bool = True) -> None:
-        """Move the constraints of ops moved into ``replacement``'s called graphs (``ops_map``:
-        original op -> its copies there) onto ``replacement``: an op constrained before or
-        after a moved op is constrained before or after ``replacement``. (The copies keep
-        the originals' order inside the called graph.)"""
-        if getattr(replacement, "graph", None) is not self._g:
-            raise PopartException(
-                f"transferToSubgraph: {replacement!r} is not an op of graph {self._g.name!r}"
-            )
-        called = _reachable(replacement.called_graphs)  # a loop's body is inside its wrapper
-        moved = []
-        for original, copies in dict(ops_map).items():
-            if original.graph is not self._g:
-                raise PopartException(f"transferToSubgraph: {original!r} is not in this graph")
-            for c in copies:
-                if id(c.graph) not in called:
-                    raise PopartException(
-                        f"transferToSubgraph: {c!r} is not in a graph {replacement!r} calls"
-                    )
-            moved.append(original)
-        self._g._replace_ops(moved, replacement)
-
-    def _pairs(self) -> list[tuple[Any, Any]]:
-        return self._g.topocons()
-
-    def contains(self, before: Any, after: Any) -> bool:
-        """Whether a constraint of the graph puts ``before`` directly before ``after``, as
-        PopART's ``TopoCons::contains`` answers (a chain of constraints through other ops
-        does not count: ``in_sequence`` constrains each op after the one made before it)."""
-        return any(b is before and a is after for b, a in self._pairs())
-
-    def insert(self, before: Any, after: Any, tied: bool = False) -> None:
-        """Constrain ``before`` to run before ``after`` (moving ``after`` and what depends
-        on it later in the graph's order where needed).
-
-        Raises:
-            PopartException: an op is not in this graph, or the constraint would make a
-                cycle (``after`` already runs before ``before`` by data or constraints).
-        """
-        for op in (before, after):
-            if getattr(op, "graph", None) is not self._g or not self._g._alive(op):
-                raise PopartException(
-                    f"TopoCons.insert: {op!r} is not an op of graph {self._g.name!r}"
-                )
-        entry = self._g._topo_before.get(id(after))
-        known = entry is not None and any(b is before for b in entry[1])
-        self._g._add_topocon(before, after)
-        try:
-            restore_order(self._g)
-        except PopartException:
-            if not known:
-                befores = self._g._topo_before[id(after)][1]
-                befores[:] = [b for b in befores if b is not before]
-            raise PopartException(
-                f"TopoCons.insert: {before.debugName()} cannot run before "
-                f"{after.debugName()} in graph {self._g.name!r}: that makes a cycle"
-            ) from None
-
-    def getBefores(self, op: Any) -> list[Any]:
-        """The ops ``op`` is directly constrained to follow."""
-        return [b for b, a in self._pairs() if a is op]
-
-    def getAfters(self, op: Any) -> list[Any]:
-        """The ops directly constrained to follow ``op``."""
-        return [a for b, a in self._pairs() if b is op]
-
-    def __getattr__(self, name: str) -> Any:
-        return unsupported_attr(self, name)
-
-
-def _reachable(graphs: Any) -> set[int]:
-    """The ids of ``graphs`` and of every graph their ops call, at any depth."""
-    seen: set[int] = set()
-    todo = list(graphs)
-    while todo:
-        g = todo.pop()
-        if id(g) not in seen:
-            seen.add(id(g))
-            todo.extend(c for op in g._ops for c in op.called_graphs)
-    return seen
-
-
-class Graph:
-    """A Tremula graph as PopART's ``Graph`` bindings show it (``graph._pb_graph``)."""
-
-    def __init__(self, graph: XlGraph) -> None:
+    def __init__(self, *args: Any) -> None:
+        if len(args) == 2:
+            ir, gid = args
+            xl_ir = getattr(ir, "_ir", None)
+            if xl_ir is None:
+                raise TypeError(f"Graph(ir, graphId): expected an Ir, got {type(ir).__name__}")
+            graph = new_graph(xl_ir, builtins.str(gid), xl_ir._next_graph_id)
+            xl_ir._next_graph_id += 1
+            register(graph, self)
+        else:
+            (graph,) = args
         self._g = graph
 
     # ---- identity ----
@@ -260,6 +188,11 @@ class Graph:
         return tensor_handle(graph_tensor(self._g, tensorId))
 
     def hasTensor(self, tensorId: str) -> bool:
+        return str(tensorId) in self._g._tensors
+
+    def __contains__(self, tensorId: object) -> bool:
+        """``tensor_id in graph``: whether the graph holds a tensor of that id (what PopXL's
+        ``Graph._create_tensor_id`` asks)."""
         return str(tensorId) in self._g._tensors
 
     def getTensorIds(self) -> list[str]:
@@ -385,15 +318,12 @@ class Graph:
         return self._g._recursive_autodiff
 
     def __getattr__(self, name: str) -> Any:
+        factory = op_factory(self, name)  # createOp_<X> / createConnectedOp_<X>
+        if factory is not None:
+            return factory
         return unsupported_attr(self, name)
-
-
-_HANDLES: weakref.WeakKeyDictionary[XlGraph, Graph] = weakref.WeakKeyDictionary()
 
 
 def graph_handle(graph: XlGraph) -> Graph:
     """The binding handle of a popxl graph (one per graph)."""
-    h = _HANDLES.get(graph)
-    if h is None:
-        h = _HANDLES[graph] = Graph(graph)
-    return h
+    return view_of(graph, Graph)

@@ -10,6 +10,7 @@ from tremula.errors import PopartException
 from tremula.popxl._ir.core.enums import VirtualGraphMode
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
+from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.patterns import Patterns, PatternsLevel
 from tremula.popxl._ir.tensor import RemoteBufferInfo, TensorInfo
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -53,12 +54,19 @@ _POPXL_DEFAULTS: dict[str, Any] = {
 
 _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
 _PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
+_INTERMEDIATES: weakref.WeakKeyDictionary[XlIr, int] = weakref.WeakKeyDictionary()
 
 
 class Ir:
     """A Tremula Ir as PopART's ``Ir`` bindings show it (``ir._pb_ir``)."""
 
-    def __init__(self, ir: XlIr) -> None:
+    def __init__(self, ir: XlIr | None = None) -> None:
+        """``Ir()`` makes a new, empty IR (a ``popxl.Ir`` of one replica, which
+        ``popxl.Ir._from_pb`` gives back); ``Ir(popxl_ir)`` is the view of one (what
+        ``ir._pb_ir`` gives: one view per Ir)."""
+        if ir is None:
+            ir = XlIr()
+            register(ir, self)
         self._ir = ir
 
     def getId(self) -> int:
@@ -106,8 +114,42 @@ class Ir:
         raise PopartException(f"No Ir::Tensor with TensorId '{tensorId}' in Ir::getTensor(..)")
 
     def createUniqueSubgraphId(self, base: GraphId | str) -> GraphId:
-        """``<base>_subgraph(<n>)``, the next name ``create_graph`` would make."""
-        return GraphId(f"{base}_subgraph({self._ir._next_subgraph})")
+        """``<base>_subgraph(<n>)``, ``n`` counting the ids made so far (those of
+        ``create_graph`` and ``create_empty_graph`` too), so each call gives a new id."""
+        return GraphId(f"{base}_subgraph({self._ir._subgraph_id()})")
+
+    def createIntermediateTensorId(self, base: str) -> str:
+        """``<base>__t<n>``, ``n`` counting the ids made so far in this Ir (PopART's
+        ``Ir::createIntermediateTensorId``)."""
+        n = _INTERMEDIATES.get(self._ir, 0)
+        _INTERMEDIATES[self._ir] = n + 1
+        return f"{base}__t{n}"
+
+    def createGraph(self, graphId: GraphId | str) -> Graph:
+        """A new empty subgraph of id ``graphId``.
+
+        Raises:
+            popart_exception: the Ir has a graph of that id (or the id is the main
+                graph's, ``""``).
+        """
+        gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
+        if not gid.str() or self.hasGraph(gid):
+            raise PopartException(f"Graph({gid.str()}) is already in Ir")
+        return graph_handle(self._ir._new_graph(gid.str()))
+
+    def removeGraph(self, graphId: GraphId | str) -> None:
+        """Remove a subgraph that no op calls.
+
+        Raises:
+            popart_exception: no such graph, the main graph, or a graph an op calls.
+        """
+        g = self.getGraph(graphId)._g
+        if g is self._ir.main_graph:
+            raise PopartException("removeGraph: the main graph cannot be removed")
+        callers = [op for h in self._ir.graphs for op in h._ops if g in op.called_graphs]
+        if callers:
+            raise PopartException(f"removeGraph: {g.name!r} is called by {callers}")
+        self._ir._graphs.remove(g)
 
     def isPrepared(self) -> bool:
         return self._ir._prepared
@@ -198,12 +240,6 @@ class Ir:
         return unsupported_attr(self, name)
 
 
-_HANDLES: weakref.WeakKeyDictionary[XlIr, Ir] = weakref.WeakKeyDictionary()
-
-
 def ir_handle(ir: XlIr) -> Ir:
     """The binding handle of a popxl Ir (one per Ir)."""
-    h = _HANDLES.get(ir)
-    if h is None:
-        h = _HANDLES[ir] = Ir(ir)
-    return h
+    return view_of(ir, Ir)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tremula.errors import PopartException
+from tremula.popxl._ir.handles import view_of
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.tensor import Variable
 
@@ -91,11 +91,5 @@ class Session:
         return unsupported_attr(self, name)
 
 
-_HANDLES: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
-
-
 def session_handle(session: XlSession) -> Session:
-    h = _HANDLES.get(session)
-    if h is None:
-        h = _HANDLES[session] = Session(session)
-    return h
+    return view_of(session, Session)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import builtins
 import math
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from tremula.errors import PopartException
 from tremula.popxl._ir.core.enums import DataType, PopartEnum
+from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.unsupported import unsupported_attr
 from tremula.popxl.streams import HostToDeviceStream
 from tremula.popxl.tensor import Constant, Variable
@@ -36,13 +36,20 @@ class TensorInfo:
     shape, metaShape=())``, the type a ``DataType``, its name (``"FLOAT"``) or a popxl
     dtype."""
 
-    def __init__(self, dataType: Any, shape: Any, metaShape: Any = ()) -> None:
+    def __init__(self, dataType: Any = None, shape: Any = (), metaShape: Any = ()) -> None:
+        self.set(dataType, shape, metaShape)
+
+    def set(self, dataType: Any, shape: Any = None, metaShape: Any = ()) -> None:
+        """Set the type and shape (``TensorInfo()`` and type ``UNDEFINED``: no type, as a
+        PopART tensor's info before its producer's setup)."""
         from tremula.popxl.dtypes import dtype as xl_dtype
 
         if isinstance(dataType, builtins.str) and dataType in DataType.__members__:
             dataType = DataType[dataType]
-        self._dtype = xl_dtype.as_dtype(dataType)
-        self._shape = tuple(int(d) for d in shape)
+        undefined = dataType is None or dataType is DataType.UNDEFINED
+        self._dtype = None if undefined else xl_dtype.as_dtype(dataType)
+        if shape is not None or not hasattr(self, "_shape"):
+            self._shape = tuple(int(d) for d in (shape or ()))
         self._meta_shape = tuple(int(d) for d in metaShape)
 
     def shape(self) -> list[int]:
@@ -58,14 +65,20 @@ class TensorInfo:
         return math.prod(self._shape)
 
     def nbytes(self) -> int:
-        return self.nelms() * self._dtype.as_numpy().itemsize
+        return 0 if self._dtype is None else self.nelms() * self._dtype.as_numpy().itemsize
 
     def dim(self, index: int) -> int:
         return self._shape[index]
 
     def dataType(self) -> DataType:
         """PopART's ``DataType`` (``popxl.dtype.as_dtype`` gives the popxl dtype back)."""
+        if self._dtype is None:
+            return DataType.UNDEFINED
         return cast(DataType, self._dtype._pb_dtype)
+
+    def data_type(self) -> builtins.str:
+        """The type's name (``"FLOAT"``, ``"FLOAT16"``), as PopART's."""
+        return builtins.str(self.dataType().name)
 
     def data_type_lcase(self) -> builtins.str:
         """The type's name in lower case (``"float"``, ``"float16"``), as PopART's."""
@@ -80,10 +93,14 @@ class TensorInfo:
         )
 
     def __hash__(self) -> int:
-        return hash((self._dtype.name, self._shape, self._meta_shape))
+        return hash((self.dataType(), self._shape, self._meta_shape))
 
     def __repr__(self) -> builtins.str:
         return f"TensorInfo({self.dataType().name}, {list(self._shape)})"
+
+    def __str__(self) -> builtins.str:
+        """PopART's ``TensorInfo`` text: ``FLOAT   [2 3]``."""
+        return f"{self.data_type():<8}[{' '.join(map(builtins.str, self._shape))}]"
 
 
 class TensorLocationInfo:
@@ -168,7 +185,29 @@ class Consumers:
 class Tensor:
     """A Tremula tensor as PopART's ``Tensor`` bindings show it (``tensor._pb_tensor``)."""
 
-    def __init__(self, t: XlTensor) -> None:
+    def __init__(self, *args: Any) -> None:
+        """``Tensor(id, tensorType, graph[, debugContext])`` makes a tensor of ``graph`` that
+        the graph does not hold (as PopART's constructor: ``Graph.addActGrad`` and the
+        other adds make tensors it holds); ``Tensor(popxl_tensor)`` is the view of one
+        (``tensor_handle``: one view per tensor)."""
+        if len(args) in (3, 4):
+            from tremula.popxl._ir.build import set_tensor_type
+            from tremula.popxl._ir.op.edit import _UNSET
+
+            tensor_id, tensor_type, graph = args[:3]
+            g = getattr(graph, "_g", None)
+            if g is None or not isinstance(tensor_type, TensorType):
+                raise TypeError("Tensor(id, TensorType, Graph[, DebugContext])")
+            tid = builtins.str(tensor_id)
+            prefix = f"{g.name}/"
+            short = tid[len(prefix) :] if tid.startswith(prefix) else tid
+            t = XlTensor._create(g, tid, short, _UNSET)
+            set_tensor_type(t, tensor_type)
+            register(t, self)
+        elif len(args) == 1 and isinstance(args[0], XlTensor):
+            t = args[0]
+        else:
+            raise TypeError("Tensor(id, TensorType, Graph[, DebugContext]) or Tensor(popxl Tensor)")
         self._t = t
 
     @property
@@ -180,7 +219,21 @@ class Tensor:
 
     @property
     def info(self) -> TensorInfo:
+        """The type and shape (``TensorInfo()``, type ``UNDEFINED``, for a tensor added
+        through the bindings whose info is not set yet)."""
+        from tremula.popxl._ir.op.edit import _UNSET
+
+        if self._t._spec is _UNSET:
+            return TensorInfo()
         return TensorInfo(self._t.dtype, self._t.shape, self._t.meta_shape)
+
+    @info.setter
+    def info(self, value: TensorInfo) -> None:
+        """Set the tensor's type and shape (what PopART's binding tests do to an ActGrad
+        tensor they add; an op's ``setup()`` sets its outputs')."""
+        from tremula.popxl._ir.build import _spec
+
+        self._t._spec = _spec(value, f"{self._t.id}.info")
 
     @property
     def tensorLocationInfo(self) -> TensorLocationInfo:
@@ -196,6 +249,9 @@ class Tensor:
         ``h2d_stream`` adds it) or ``ActGrad`` (every other tensor: op outputs, graph inputs,
         a device-to-host stream's tensor, which PopXL adds as an ActGrad)."""
         t = self._t
+        chosen = getattr(t, "_pb_tensor_type", None)  # made or set through the bindings
+        if chosen is not None:
+            return cast(TensorType, chosen)
         if isinstance(t, Variable):
             return TensorType.Variable
         if isinstance(t, Constant):
@@ -211,10 +267,36 @@ class Tensor:
         ``"Const"``, ``"Stream"``, ``"ActGrad"``), by which PopXL picks a tensor's class."""
         return self.tensorType().name
 
+    def setTensorType(self, tensorType: TensorType) -> None:
+        """Set the type the bindings report (the popxl tensor's class stays what it is)."""
+        from tremula.popxl._ir.build import set_tensor_type
+
+        if not isinstance(tensorType, TensorType):
+            raise TypeError(f"setTensorType: expected a TensorType, got {tensorType!r}")
+        set_tensor_type(self._t, tensorType)
+
+    def clone(self, graph: Graph) -> Tensor:
+        """A new tensor ``clone_<id>`` of ``graph`` (not held by it) with this tensor's
+        type and info, as PopART's ``Tensor::clone``."""
+        return Tensor(f"clone_{self._t.id}", self.tensorType(), graph)._with_info(self.info)
+
+    def _with_info(self, info: TensorInfo) -> Tensor:
+        self.info = info
+        return self
+
+    def hasTensorData(self) -> bool:
+        """Whether the tensor holds host data: variables and constants do."""
+        return isinstance(self._t, (Variable, Constant))
+
     def getGraph(self) -> Graph:
         from tremula.popxl._ir.graph import graph_handle
 
         return graph_handle(self._t.graph)
+
+    def getIr(self) -> Any:
+        from tremula.popxl._ir.ir import ir_handle
+
+        return ir_handle(self._t.ir)
 
     def hasProducer(self) -> bool:
         return self._t._producer is not None
@@ -223,6 +305,40 @@ class Tensor:
         if self._t._producer is None:
             raise PopartException(f"No producer for tensor {self._t.id}")
         return cast("Op", self._t._producer)
+
+    def getProducerUnsafe(self) -> Op | None:
+        """The producer, None if the tensor has none."""
+        return cast("Op | None", self._t._producer)
+
+    # ---- placement: the producer's, else the first consumer's (popxl Tensor.ipu) ----
+    def getVirtualGraphIdAndTileSetUnsafe(self) -> tuple[int, Any]:
+        """``(virtual IPU, TileSet)`` of the producer, else of the first consumer; ``(-1,
+        TileSet.Undefined)`` for a tensor no op touches (what PopXL's ``Tensor.ipu`` and
+        ``tile_set`` read)."""
+        from tremula.popxl.tensorlocation import TileSet
+
+        ipu, tiles = self._t._get_ipu_and_tile_set(False, False)
+        tile_set = {"compute": TileSet.Compute, "io": TileSet.IO}.get(tiles, TileSet.Undefined)
+        return int(ipu), tile_set
+
+    def getVirtualGraphIdAndTileSet(self) -> tuple[int, Any]:
+        """As the unsafe form, raising for a tensor with no virtual graph."""
+        found = self.getVirtualGraphIdAndTileSetUnsafe()
+        if found[0] == -1:
+            raise PopartException(
+                f"Invalid call to getVirtualGraphIdAndTileSet, Tensor {self._t.id} does not "
+                f"have one"
+            )
+        return found
+
+    def getVirtualGraphIdUnsafe(self) -> int:
+        return self.getVirtualGraphIdAndTileSetUnsafe()[0]
+
+    def getVirtualGraphId(self) -> int:
+        return self.getVirtualGraphIdAndTileSet()[0]
+
+    def hasVirtualGraphId(self) -> bool:
+        return self.getVirtualGraphIdUnsafe() != -1
 
     def isGraphInput(self) -> bool:
         return any(u is self._t for u in self._t.graph._inputs)
@@ -300,14 +416,8 @@ def _modified_by(t: XlTensor, ops: list[Any]) -> bool:
     return False
 
 
-_HANDLES: weakref.WeakKeyDictionary[XlTensor, Tensor] = weakref.WeakKeyDictionary()
-
-
 def tensor_handle(t: XlTensor) -> Tensor:
     """The binding handle of a popxl tensor (one per tensor)."""
     if not isinstance(t, XlTensor):
         raise TypeError(f"expected a popxl Tensor, got {type(t).__name__}")
-    h = _HANDLES.get(t)
-    if h is None:
-        h = _HANDLES[t] = Tensor(t)
-    return h
+    return view_of(t, Tensor)

@@ -41,7 +41,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",
         **_each(
             {
-                "create graphs with popxl.Ir.create_graph": "createGraph removeGraph",
                 "data flow and anchors are popxl streams": (
                     "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
@@ -60,20 +59,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "Graph": {
         "removeIsolatedTensors": "Tremula keeps the tensors of a graph (PopXL lists them)",
-        "addConstInit": "add constants with popxl.constant",
-        "addVarInit": "add variables with popxl.variable",
-        "addStream": "add streams with popxl.h2d_stream / d2h_stream",
         "replaceTensor": "reconnect the consumers with Op.connectInTensor",
         **_each(
             {
-                "add inputs with popxl.graph_input": "addInput markAsInput removeInput",
                 "add outputs with popxl.graph_output / Graph.markAsOutput": "addOutput",
-                "tensors are made by popxl ops": "addActGrad",
-                "Tremula graphs have no PopART scope; name with popxl.name_scope": (
-                    "getScope addScope removeScope"
-                ),
                 "copy graphs with popxl's graph transforms": "copyFrom",
-                _INTERNAL: "getTensors getTensorsOfType getLiveSets isSchedulable getDebugInfo",
+                _INTERNAL: "getLiveSets isSchedulable getDebugInfo",
             }
         ),
     },
@@ -81,18 +72,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setTensorData": "write variables through Session.write_variables_data",
         "tensorData": "read variables through Session.get_tensor_data",
         "anyAlias": "Tremula has no PopART alias model",
-        "getVirtualGraphIdAndTileSet": "read Tensor.ipu and Tensor.tile_set",
         **_each(
             {
-                "read popxl Tensor.ipu and Tensor.tile_set": (
-                    "hasVirtualGraphId getVirtualGraphId getVirtualGraphIdUnsafe "
-                    "getVirtualGraphIdAndTileSetUnsafe getPipelineStages"
-                ),
-                "use getProducer / hasProducer": "getProducerUnsafe",
-                "tensors are made by popxl ops, not cloned": "clone setTensorType",
-                "read variables through Session.get_tensor_data": (
-                    "hasTensorData getDataViaGraphTraversal"
-                ),
+                "read popxl Tensor.ipu and Tensor.tile_set": "getPipelineStages",
+                "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
                     "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
@@ -111,7 +94,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isLoopTripCounter consumersAllPreLoss"
                 ),
                 _SHARDING: "getBatchAxis",
-                _INTERNAL: "getIr getDebugInfo",
+                _INTERNAL: "getDebugInfo",
             }
         ),
     },
@@ -159,9 +142,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "getSeedInIndex isParentOf isChildOf"
                 ),
                 _INTERNAL: (
-                    "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut "
-                    "clone opid"
+                    "finalizeDebugInfo setCalledSubgraphGradInfo getDebugInfo prettyNpOut clone"
                 ),
+                "ops made by popxl.ops record no OperatorIdentifier (those made by "
+                "Graph.createOp_<X> do); read Op.opType()": ("opid"),
             }
         ),
     },
@@ -170,13 +154,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "subgraphInToOpInIndex": "an If op's two branches are mapped by ConditionalSiteInfo",
     },
     "LoopOp": _each({"loop inputs and outputs are the body graph's": "removeLoopInput"}),
-    "TopoCons": _each(
-        {
-            "Tremula keeps topological constraints to insert, check and move only": (
-                "remove hasConstraint transfer transferToMultiple getTiedAfters getTiedBefores"
-            )
-        }
-    ),
+    "TopoCons": {},  # PopART's TopoCons bindings are all bound (topocons.py)
     "Session": {
         "getReport": "profiles come from session.engine (get_execution_profile)",
         "getSummaryReport": "profiles come from session.engine (get_execution_profile)",

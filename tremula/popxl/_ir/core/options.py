@@ -83,7 +83,12 @@ class _Settings:
 
 
 class TensorLocation(_Settings):
-    """Where a tensor lives (accepted; the IPU Model keeps every tensor on chip)."""
+    """Where a tensor lives (accepted; the IPU Model keeps every tensor on chip).
+
+    PopART's constructors: ``TensorLocation(storage)``, ``(storage,
+    replicatedTensorSharding[, shardingDomain])`` and ``(storage, loadTileSet,
+    storageTileSet, replicatedTensorSharding[, shardingDomain])``; or keywords.
+    """
 
     _defaults = {
         "storage": TensorStorage.OnChip,
@@ -92,6 +97,17 @@ class TensorLocation(_Settings):
         "replicatedTensorSharding": ReplicatedTensorSharding.Off,
         "shardingDomain": CommGroup,
     }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) >= 2 and isinstance(args[1], ReplicatedTensorSharding):
+            if len(args) > 3:
+                raise TypeError(
+                    "TensorLocation(storage, replicatedTensorSharding[, shardingDomain])"
+                )
+            names = ("storage", "replicatedTensorSharding", "shardingDomain")
+            kwargs = dict(zip(names, args)) | kwargs
+            args = ()
+        super().__init__(*args, **kwargs)
 
 
 class InputSettings(_Settings):

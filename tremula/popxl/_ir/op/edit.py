@@ -165,7 +165,10 @@ class Editing:
         missing = [i + self._IN_OFFSET for i, t in enumerate(self.inputs) if t is None]
         if missing:
             raise PopartException(f"{self.debugName()}: inputs {missing} are not connected")
+        from tremula.popxl._ir.constructors import at_setup
+
         try:
+            at_setup(self, [t.spec for t in self.inputs])
             specs = _base.OPS[self.type].infer([t.spec for t in self.inputs], self.attrs)
         except (TypeError, ValueError, KeyError, IndexError) as err:
             raise PopartException(f"{self.debugName()}: setup failed: {err}") from None

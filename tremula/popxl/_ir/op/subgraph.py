@@ -208,6 +208,16 @@ class IpuCopyOp(Op):
         if vgraph_id is not None:
             self.attrs["source"] = int(vgraph_id)
 
+    def setup(self) -> None:
+        """As any op's, once the source IPU is known (PopART's copy takes it with its
+        input: ``connectInTensor(0, id, sourceIpu)``)."""
+        if "source" not in self.attrs:
+            raise PopartException(
+                f"{self.debugName()}: no source IPU; connect the input with "
+                f"connectInTensor(0, tensorId, sourceIpu)"
+            )
+        super().setup()
+
 
 class MatMulPartialsType(PopartEnum):
     """PopART's ``MatMulPartialsType`` (``popart._internal.ir.op.MatMulPartialsType``)."""
