@@ -57,6 +57,9 @@ class LlamaConfig:
     eps: float = 1e-6
     rotary_base: int = 10000
     tensor_parallel: int = 1
+    #: model copies side by side, each over its own ``tensor_parallel`` replicas (replicas
+    #: ``[d tp, (d + 1) tp)`` run copy ``d``), each fed its own sequences
+    data_parallel: int = 1
     #: the decoder layers' weights and caches in remote buffers, run by ``ops.repeat``
     remote_layers: bool = False
     #: int4 group-quantised linear weights (popxl-addons' ``LinearGQ``): the group size,
@@ -83,8 +86,12 @@ def shard(x: np.ndarray, n_shards: int, axis: int) -> np.ndarray:
 
 
 def tp_grouping(config: LlamaConfig) -> ReplicaGrouping:
-    """One replica per group: a variable of this grouping has one shard per replica."""
-    return popxl.gcg().ir.replica_grouping(stride=config.tensor_parallel, group_size=1)
+    """The replicas holding the same shard, one of each data-parallel copy (GPT-J's
+    ``replica_grouping(stride=tp, group_size=dp)``): a variable of this grouping has one
+    shard per tensor-parallel index; its ``transpose()`` groups each copy's replicas."""
+    return popxl.gcg().ir.replica_grouping(
+        stride=config.tensor_parallel, group_size=config.data_parallel
+    )
 
 
 def linear_t(weights: Weights, name: str, dtype: popxl.dtype) -> np.ndarray:

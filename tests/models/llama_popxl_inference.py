@@ -28,8 +28,22 @@ from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph
 from popxl_addons.task_session import TaskSession
 
+import popdist
 import popxl
 from popxl import ops
+
+
+def replicated_ir(config: LlamaConfig) -> popxl.Ir:
+    """The program's IR over ``tensor_parallel x data_parallel`` replicas: in one process,
+    or, launched by ``poprun``, the job's layout (as the examples' ``inference.py`` do)."""
+    replicas = config.tensor_parallel * config.data_parallel
+    ir = popxl.Ir(replication="popdist" if popdist.isPopdistEnvSet() else replicas)
+    if ir.replication_factor != replicas:
+        raise ValueError(
+            f"the job runs {ir.replication_factor} replicas, the config needs {replicas} "
+            f"(tensor_parallel {config.tensor_parallel} x data_parallel {config.data_parallel})"
+        )
+    return ir
 
 
 def gather_logits(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
@@ -69,7 +83,7 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
     """One step of the model: ``words`` ``[seq]`` at ``position`` ``[1]`` in, the full
     ``logits`` of the step and the greedy ``next_token`` out; the KV caches stay on the
     device from one ``run`` to the next."""
-    ir = popxl.Ir(replication=config.tensor_parallel)
+    ir = replicated_ir(config)
     opts = ir._pb_ir.getSessionOptions()
     opts.partialsTypeMatMuls = "half" if config.dtype == popxl.float16 else "float"
     opts.engineOptions["target.syncReplicasIndependently"] = "true"
@@ -214,7 +228,8 @@ class LlamaGenerator:
 
 
 def vocab_offsets(config: LlamaConfig) -> np.ndarray:
-    """Each replica's vocabulary offset, the data of a variable grouped one per replica."""
+    """Each tensor-parallel shard's vocabulary offset, the data of a variable of
+    :func:`tp_grouping`."""
     shard_size = LlamaEmbeddingsTP.get_vocab_shard_size(config)
     offsets = np.arange(config.tensor_parallel, dtype=np.int32) * shard_size
     return offsets.reshape(-1, 1) if config.tensor_parallel > 1 else offsets
@@ -252,8 +267,8 @@ def generate(config: LlamaConfig, steps: int) -> tuple[TaskSession, NamedTensors
     ``sequence_length`` offset ids at position 0 fill the KV caches (its full ``logits`` out)
     and give the first token; an ``ops.repeat`` of :class:`LlamaGreedyStepTP`, one token at
     a time through the same variables, gives the others (``tokens`` ``[steps, batch]``)."""
-    tp, mb, seq = config.tensor_parallel, config.micro_batch_size, config.sequence_length
-    ir = popxl.Ir(replication=tp)
+    mb, seq = config.micro_batch_size, config.sequence_length
+    ir = replicated_ir(config)
     with ir.main_graph:
         input_streams = addons.InputStreams(words=((mb * seq,), popxl.int32))
         output_streams = addons.OutputStreams(
