@@ -4,8 +4,8 @@ instance feeding its own replicas (``popdist.getReplicaIndexOffset()`` onwards) 
 back its own. Replica ``r`` is shard ``r % tp`` of data-parallel copy ``r // tp``; copy
 ``d`` decodes prompt ``d`` of :func:`prompts`.
 
-``llama_popdist.py OUTDIR TP`` (``TP`` the tensor-parallel size; the job's replicas over it
-the data-parallel copies) runs two programs and saves instance ``i``'s results to
+``llama_popdist.py OUTDIR TP [DTYPE]`` (``TP`` the tensor-parallel size; the job's replicas
+over it the data-parallel copies; ``DTYPE`` the model's, float32 by default) runs two programs and saves instance ``i``'s results to
 ``OUTDIR/instance{i}.npz``, keyed by global replica:
 
 - ``steps_logits_{r}`` ``[PROMPT_LEN, vocab]``, ``steps_tokens_{r}`` ``[STEPS]``: the
@@ -14,7 +14,12 @@ the data-parallel copies) runs two programs and saves instance ``i``'s results t
 - ``v_cache``: the first layer's value cache after those steps, ``get_tensor_data`` of a
   variable of ``tp`` shards (every instance gets copy 0's, whichever replicas it runs);
 - ``loop_logits_{r}`` ``[PROMPT_LEN, vocab]``, ``loop_tokens_{r}`` ``[STEPS]``: the prompt
-  at once and the decoding loop on the device, one ``session.run``.
+  at once, its attention serialised in 3 chunks of queries as GPT-J's, and the decoding
+  loop on the device, one ``session.run``;
+- ``resumed_tokens_{r}`` ``[STEPS]``: the layers in remote buffers; the prompt, then a
+  popxl-addons ``TaskSession`` checkpoint (written by instance 0 alone, as its
+  ``save_checkpoint`` does under PopDist) restoring a session of zeroed weights on every
+  instance, which decodes on.
 
 Without poprun it runs every replica in this process (the same files, ``instance0.npz``).
 """
@@ -35,6 +40,7 @@ import llama_reference as ref
 from llama_popxl import LlamaConfig, LlamaEmbeddingsTP
 
 import popdist
+import popxl
 
 PROMPT_LEN = 6
 STEPS = 4
@@ -74,39 +80,85 @@ def per_replica(data: np.ndarray, replicas: range) -> dict[int, np.ndarray]:
     return {r: data[i] for i, r in enumerate(replicas)}
 
 
+def step(
+    session, cfg: LlamaConfig, replicas: range, words: dict[int, np.ndarray], position: int
+) -> tuple[dict[int, np.ndarray], dict[int, int]]:
+    """One ``session.run`` of :func:`llama.inference` (a token per replica at
+    ``position``): each replica's logits ``[vocab]`` and next token."""
+    results = session.run(
+        {
+            session.inputs.words: feed(cfg, replicas, words),
+            session.inputs.position: feed_same(np.array([position], np.uint32), replicas),
+            session.inputs.last_token_indices: feed_same(np.zeros(1, np.int32), replicas),
+        }
+    )
+    logits = per_replica(results[session.outputs.logits], replicas)
+    tokens = per_replica(results[session.outputs.next_token], replicas)
+    return {r: logits[r][0] for r in replicas}, {r: int(tokens[r][0]) for r in replicas}
+
+
+def prompt_steps(session, cfg: LlamaConfig, replicas: range, p: np.ndarray):
+    """Each replica's copy's prompt a token per run: the logits ``[PROMPT_LEN, vocab]``
+    and the first greedy token of each replica."""
+    logits: dict[int, list[np.ndarray]] = {r: [] for r in replicas}
+    for position in range(PROMPT_LEN):
+        words = {r: p[r // cfg.tensor_parallel, position : position + 1] for r in replicas}
+        step_logits, first = step(session, cfg, replicas, words, position)
+        for r in replicas:
+            logits[r].append(step_logits[r])
+    return {r: np.array(logits[r]) for r in replicas}, first
+
+
+def decode_steps(session, cfg: LlamaConfig, replicas: range, first: dict[int, int]):
+    """Greedy decoding after the prompt, each replica fed back its own tokens:
+    ``[STEPS]`` tokens per replica, ``first`` the first."""
+    tokens = {r: [first[r]] for r in replicas}
+    for position in range(PROMPT_LEN, PROMPT_LEN + STEPS - 1):
+        words = {r: np.array(tokens[r][-1:]) for r in replicas}
+        _, following = step(session, cfg, replicas, words, position)
+        for r in replicas:
+            tokens[r].append(following[r])
+    return {r: np.array(tokens[r]) for r in replicas}
+
+
 def run_steps(cfg: LlamaConfig, w: dict[str, np.ndarray], p: np.ndarray) -> dict[str, np.ndarray]:
     session, variables = llama.inference(cfg)
     replicas = local_replicas(session.ir)
-    out: dict[str, np.ndarray] = {}
     with session:
         session.write_variables_data(llama.mapping(cfg, variables, w))
-        logits: dict[int, list[np.ndarray]] = {r: [] for r in replicas}
-        tokens: dict[int, list[int]] = {r: [] for r in replicas}
-        for position in range(PROMPT_LEN + STEPS - 1):
-            if position < PROMPT_LEN:
-                words = {r: p[r // cfg.tensor_parallel, position : position + 1] for r in replicas}
-            else:
-                words = {r: np.array(tokens[r][-1:]) for r in replicas}
-            results = session.run(
-                {
-                    session.inputs.words: feed(cfg, replicas, words),
-                    session.inputs.position: feed_same(np.array([position], np.uint32), replicas),
-                    session.inputs.last_token_indices: feed_same(np.zeros(1, np.int32), replicas),
-                }
-            )
-            step_logits = per_replica(results[session.outputs.logits], replicas)
-            step_tokens = per_replica(results[session.outputs.next_token], replicas)
-            for r in replicas:
-                if position < PROMPT_LEN:
-                    logits[r].append(step_logits[r][0])
-                if position >= PROMPT_LEN - 1:
-                    tokens[r].append(int(step_tokens[r][0]))
+        logits, first = prompt_steps(session, cfg, replicas, p)
+        tokens = decode_steps(session, cfg, replicas, first)
         data = session.get_named_tensors_data()
+    out = {"v_cache": data.fwd.decoder[0].attention.heads.v_cache}
     for r in replicas:
-        out[f"steps_logits_{r}"] = np.array(logits[r])
-        out[f"steps_tokens_{r}"] = np.array(tokens[r])
-    out["v_cache"] = data.fwd.decoder[0].attention.heads.v_cache
+        out[f"steps_logits_{r}"] = logits[r]
+        out[f"steps_tokens_{r}"] = tokens[r]
     return out
+
+
+def run_resumed(
+    cfg: LlamaConfig, w: dict[str, np.ndarray], p: np.ndarray, checkpoint: Path
+) -> dict[str, np.ndarray]:
+    """The layers in remote buffers: the prompt, a ``TaskSession`` checkpoint (instance 0
+    writes it), then a session of zeroed weights restored from it decodes on."""
+    cfg = replace(cfg, remote_layers=True)
+    session, variables = llama.inference(cfg)
+    replicas = local_replicas(session.ir)
+    with session:
+        session.write_variables_data(llama.mapping(cfg, variables, w))
+        _, first = prompt_steps(session, cfg, replicas, p)
+        session.save_checkpoint(str(checkpoint))
+    if popdist.isPopdistEnvSet():
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Barrier()  # instance 0 has written it
+    fresh, variables = llama.inference(cfg)
+    zeros = {k: np.zeros_like(v) for k, v in w.items()}
+    with fresh:
+        fresh.write_variables_data(llama.mapping(cfg, variables, zeros))
+        fresh.load_checkpoint(str(checkpoint))
+        tokens = decode_steps(fresh, cfg, replicas, first)
+    return {f"resumed_tokens_{r}": tokens[r] for r in replicas}
 
 
 def feed_same(value: np.ndarray, replicas: range) -> np.ndarray:
@@ -114,7 +166,7 @@ def feed_same(value: np.ndarray, replicas: range) -> np.ndarray:
 
 
 def run_loop(cfg: LlamaConfig, w: dict[str, np.ndarray], p: np.ndarray) -> dict[str, np.ndarray]:
-    cfg = replace(cfg, sequence_length=PROMPT_LEN)
+    cfg = replace(cfg, sequence_length=PROMPT_LEN, attention_serialisation=3)
     session, variables = llama.generate(cfg, STEPS)
     replicas = local_replicas(session.ir)
     state = llama.mapping(cfg, variables, w)
@@ -132,15 +184,20 @@ def run_loop(cfg: LlamaConfig, w: dict[str, np.ndarray], p: np.ndarray) -> dict[
     return out
 
 
-def main(outdir: Path, tp: int) -> None:
+def main(outdir: Path, tp: int, dtype: str) -> None:
     replicas = popdist.getNumTotalReplicas() if popdist.isPopdistEnvSet() else 2 * tp
-    cfg = LlamaConfig(tensor_parallel=tp, data_parallel=replicas // tp)
+    cfg = LlamaConfig(
+        tensor_parallel=tp,
+        data_parallel=replicas // tp,
+        dtype=popxl.dtypes.dtype.as_dtype(dtype),
+    )
     w = weights(cfg)
     p = prompts(cfg.data_parallel, cfg.vocab_size)
     out = {**run_steps(cfg, w, p), **run_loop(cfg, w, p)}
+    out.update(run_resumed(cfg, w, p, outdir / "checkpoint"))
     index = popdist.getInstanceIndex() if popdist.isPopdistEnvSet() else 0
     np.savez(outdir / f"instance{index}.npz", **out)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "float32")

@@ -279,7 +279,9 @@ def generate(config: LlamaConfig, steps: int) -> tuple[TaskSession, NamedTensors
         facts, prompt_graph = LlamaModelTP(config).create_graph(
             input_streams.words.spec, position_spec
         )
-        step_facts, step_graph = LlamaGreedyStepTP(replace(config, sequence_length=1)).create_graph(
+        step_facts, step_graph = LlamaGreedyStepTP(
+            replace(config, sequence_length=1, attention_serialisation=1)
+        ).create_graph(
             popxl.TensorSpec((mb,), popxl.int32),
             position_spec,
             popxl.TensorSpec((steps, mb), popxl.int32),

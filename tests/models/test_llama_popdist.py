@@ -3,7 +3,7 @@
 each instance feeding its own replicas and reading back its own. Every instance's logits
 and greedy tokens are those of LLaMA's NumPy forward pass (``llama_reference.py``), for
 the prompt of its data-parallel copy; ``get_tensor_data`` of a KV cache gives every
-instance the first copy's cache, also an instance that does not run it.
+instance every replica's cache, also those of replicas other instances run.
 
 Launched through the real mpirun (``tests/popdist/launch.py``): one job per layout.
 """
@@ -57,15 +57,16 @@ def _run(tmp_path: Path, instances: int, replicas: int) -> list[dict[str, np.nda
     return [dict(np.load(tmp_path / f"instance{i}.npz")) for i in range(instances)]
 
 
-def _value_cache(weights: dict[str, np.ndarray], tokens: list[int], cfg: LlamaConfig):
-    """The first layer's value cache holding ``tokens`` at positions 0.., as the session
-    keeps it: ``[tp, batch, heads / tp, max_positions, head_size]``."""
+def _value_cache(weights: dict[str, np.ndarray], tokens: list[int], cfg: LlamaConfig, r: int):
+    """Replica ``r``'s first-layer value cache holding ``tokens`` at positions 0.., as the
+    session keeps it: ``[batch, heads / tp, max_positions, head_size]`` (its shard's heads)."""
     h = weights["tok_embeddings.weight"][tokens].astype(np.float64)
     x = ref.rms_norm(h, weights["layers.0.attention_norm.weight"], cfg.eps)
     values = (x @ weights["layers.0.attention.wv.weight"].T).reshape(-1, cfg.heads, cfg.head_size)
     cache = np.zeros((cfg.heads, cfg.max_positions, cfg.head_size))
     cache[:, : len(tokens)] = values.transpose(1, 0, 2)
-    return cache.reshape(TP, 1, cfg.heads // TP, cfg.max_positions, cfg.head_size)
+    per_shard = cfg.heads // TP
+    return cache[None, (r % TP) * per_shard : (r % TP + 1) * per_shard]
 
 
 @pytest.mark.parametrize("instances, replicas", [(2, 2), (2, 4)], ids=["2x1-tp2", "2x2-tp2-dp2"])
@@ -75,7 +76,8 @@ def test_every_instance_decodes_as_the_reference(
     """2 instances of 1 replica (one model over both), or of 2 (tensor parallel inside an
     instance, a data-parallel copy per instance, each with its own prompt): the prompt a
     token per run then greedy decoding with the KV caches on the device, and the prompt
-    at once with the decoding loop on the device, on every instance."""
+    at once (its attention serialised in chunks as GPT-J's) with the decoding loop on the
+    device, and remote layers resumed from a checkpoint, on every instance."""
     results = _run(tmp_path, instances, replicas)
     copies = replicas // TP
     cfg = LlamaConfig(tensor_parallel=TP, data_parallel=copies)
@@ -85,19 +87,28 @@ def test_every_instance_decodes_as_the_reference(
     logits = [ref.forward(p, weights, cfg.heads) for p in prompts]
     tokens = [ref.greedy(p, weights, cfg.heads, job_program.STEPS) for p in prompts]
     local = replicas // instances
+    runs = ("steps", "loop", "resumed")
     for i, got in enumerate(results):
         mine = range(i * local, (i + 1) * local)
-        runs = ("steps", "loop")
-        names = {f"{run}_{what}_{r}" for run in runs for what in ("logits", "tokens") for r in mine}
+        names = {f"{run}_tokens_{r}" for run in runs for r in mine}
+        names |= {f"{run}_logits_{r}" for run in runs[:2] for r in mine}
         assert set(got) == names | {"v_cache"}, f"instance {i}"
         for r in mine:
             for run in runs:
                 where = f"instance {i}, replica {r}, {run}"
-                np.testing.assert_allclose(
-                    got[f"{run}_logits_{r}"], logits[r // TP], rtol=1e-4, atol=1e-4, err_msg=where
-                )
                 assert got[f"{run}_tokens_{r}"].tolist() == tokens[r // TP], where
-        fed = [*prompts[0], *tokens[0][:-1]]
-        np.testing.assert_allclose(
-            got["v_cache"], _value_cache(weights, fed, cfg), rtol=1e-5, atol=1e-5
-        )
+                if run != "resumed":
+                    np.testing.assert_allclose(
+                        got[f"{run}_logits_{r}"],
+                        logits[r // TP],
+                        rtol=1e-4,
+                        atol=1e-4,
+                        err_msg=where,
+                    )
+        # every replica's cache, on every instance (a group per replica)
+        assert got["v_cache"].shape == (replicas, 1, cfg.heads // TP, cfg.max_positions, 16)
+        for r in range(replicas):
+            fed = [*prompts[r // TP], *tokens[r // TP][:-1]]
+            np.testing.assert_allclose(
+                got["v_cache"][r], _value_cache(weights, fed, cfg, r), rtol=1e-5, atol=1e-5
+            )
