@@ -5,18 +5,20 @@ back its own. Replica ``r`` is shard ``r % tp`` of data-parallel copy ``r // tp`
 ``d`` decodes prompt ``d`` of :func:`prompts`.
 
 ``llama_popdist.py OUTDIR TP [DTYPE]`` (``TP`` the tensor-parallel size; the job's replicas
-over it the data-parallel copies; ``DTYPE`` the model's, float32 by default) runs two programs and saves instance ``i``'s results to
-``OUTDIR/instance{i}.npz``, keyed by global replica:
+over it the data-parallel copies; ``DTYPE`` the model's, float32 by default) runs three
+programs and saves instance ``i``'s results to ``OUTDIR/instance{i}.npz``, keyed by global
+replica:
 
 - ``steps_logits_{r}`` ``[PROMPT_LEN, vocab]``, ``steps_tokens_{r}`` ``[STEPS]``: the
   prompt a token per ``session.run`` (KV caches kept on the device), then greedy decoding
   a token per run, each instance feeding back its own replicas' tokens;
 - ``v_cache``: the first layer's value cache after those steps, ``get_tensor_data`` of a
-  variable of ``tp`` shards (every instance gets copy 0's, whichever replicas it runs);
+  variable of a group per replica (every instance gets every replica's);
 - ``loop_logits_{r}`` ``[PROMPT_LEN, vocab]``, ``loop_tokens_{r}`` ``[STEPS]``: the prompt
   at once, its attention serialised in 3 chunks of queries as GPT-J's, and the decoding
   loop on the device, one ``session.run``;
-- ``resumed_tokens_{r}`` ``[STEPS]``: the layers in remote buffers; the prompt, then a
+- ``resumed_tokens_{r}`` ``[STEPS]``: the layers in remote buffers, each weight
+  replica-sharded over its data-parallel group (GPT-J's RTS); the prompt, then a
   popxl-addons ``TaskSession`` checkpoint (written by instance 0 alone, as its
   ``save_checkpoint`` does under PopDist) restoring a session of zeroed weights on every
   instance, which decodes on.
@@ -141,7 +143,7 @@ def run_resumed(
 ) -> dict[str, np.ndarray]:
     """The layers in remote buffers: the prompt, a ``TaskSession`` checkpoint (instance 0
     writes it), then a session of zeroed weights restored from it decodes on."""
-    cfg = replace(cfg, remote_layers=True)
+    cfg = replace(cfg, remote_layers=True, rts_layers=True)
     session, variables = llama.inference(cfg)
     replicas = local_replicas(session.ir)
     with session:

@@ -62,6 +62,9 @@ class LlamaConfig:
     data_parallel: int = 1
     #: the decoder layers' weights and caches in remote buffers, run by ``ops.repeat``
     remote_layers: bool = False
+    #: with ``remote_layers``: each weight's remote buffer replica-sharded over the replicas
+    #: holding it (its data-parallel group), all-gathered as each layer is loaded
+    rts_layers: bool = False
     #: int4 group-quantised linear weights (popxl-addons' ``LinearGQ``): the group size,
     #: 0 for none, and the axis grouped
     group_quantise_weights: int = 0

@@ -24,8 +24,10 @@ from llama_popxl import (
     tp_grouping,
 )
 from popxl_addons import NamedTensors
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping, get_ild_replica_grouping
 from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph
+from popxl_addons.rts import all_gather_replica_sharded_graph
 from popxl_addons.task_session import TaskSession
 
 import popdist
@@ -79,6 +81,20 @@ def generate_greedy_tp(
     return ops.argmax(next_token_logits, dim=1)
 
 
+def rts_groups(facts: addons.NamedVariableFactories) -> NamedReplicaGrouping:
+    """The replicas each variable's remote buffer is sharded over, as GPT-J's finetuning
+    picks them: the variable's group (within an IPU-Link domain) when its size divides,
+    else none (a group of one)."""
+    ir = popxl.gcg().ir
+    groups = {}
+    for name, f in facts.to_dict().items():
+        group = get_ild_replica_grouping(f.replica_grouping)
+        if int(np.prod(f.shape)) % group.group_size:
+            group = ir.replica_grouping(group_size=1)
+        groups[name] = group
+    return NamedReplicaGrouping.from_dict(groups)
+
+
 def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
     """One step of the model: ``words`` ``[seq]`` at ``position`` ``[1]`` in, the full
     ``logits`` of the step and the greedy ``next_token`` out; the KV caches stay on the
@@ -113,8 +129,10 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
         if config.remote_layers:
             # The decoder's weights and KV caches in remote buffers, an entry per layer:
             # each repeat iteration loads its layer, runs it and stores its caches back.
+            rts = rts_groups(layer_facts) if config.rts_layers else None
+            shard_over = {k: g.group_size for k, g in rts.to_dict().items()} if rts else False
             layer_buffers = named_variable_buffers(
-                layer_facts, entries=config.layers, shard_over_dict=False
+                layer_facts, entries=config.layers, shard_over_dict=shard_over
             )
             decoder = {
                 n: layer_facts.init_remote(layer_buffers, n, f"decoder.{n}")
@@ -137,6 +155,11 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
                 def layer(x: popxl.Tensor, n: popxl.Tensor, position: popxl.Tensor):
                     load_graph, names = load_remote_graph(layer_buffers)
                     layer_vars = NamedTensors.pack(names, load_graph.call(n))
+                    if rts is not None:  # each weight whole again from its group's shards
+                        gather, names = all_gather_replica_sharded_graph(
+                            layer_vars, replica_groups=rts
+                        )
+                        layer_vars = NamedTensors.pack(names, gather.bind(layer_vars).call())
                     (x,) = layer_graph.bind(layer_vars).call(x, position)
                     caches = layer_vars.attention.heads.filter_keys(["k_cache", "v_cache"])
                     store_remote_graph(cache_buffers).bind(caches).call(n)

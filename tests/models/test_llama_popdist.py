@@ -54,6 +54,8 @@ def _run(tmp_path: Path, instances: int, replicas: int) -> list[dict[str, np.nda
         env={"PYTHONPATH": path},
     )
     assert job.rc == 0, job.stderr[-4000:]
+    # poprun tells the job its IPU-Link domain, which popxl-addons' RTS groups read
+    assert "Could not read IPU link domain size" not in job.stderr
     return [dict(np.load(tmp_path / f"instance{i}.npz")) for i in range(instances)]
 
 
