@@ -57,12 +57,22 @@ class LlamaConfig:
     eps: float = 1e-6
     rotary_base: int = 10000
     tensor_parallel: int = 1
+    #: model copies side by side, each over its own ``tensor_parallel`` replicas (replicas
+    #: ``[d tp, (d + 1) tp)`` run copy ``d``), each fed its own sequences
+    data_parallel: int = 1
     #: the decoder layers' weights and caches in remote buffers, run by ``ops.repeat``
     remote_layers: bool = False
+    #: with ``remote_layers``: each weight's remote buffer replica-sharded over the replicas
+    #: holding it (its data-parallel group), all-gathered as each layer is loaded
+    rts_layers: bool = False
     #: int4 group-quantised linear weights (popxl-addons' ``LinearGQ``): the group size,
     #: 0 for none, and the axis grouped
     group_quantise_weights: int = 0
     group_quantise_dim: int = -1
+    #: the attention computed in this many chunks of queries along the sequence (GPT-J's
+    #: ``attention_serialisation``: an outlined block called per chunk, the outputs
+    #: concatenated); must divide ``sequence_length``
+    attention_serialisation: int = 1
     dtype: popxl.dtype = popxl.float32
 
     @property
@@ -83,8 +93,12 @@ def shard(x: np.ndarray, n_shards: int, axis: int) -> np.ndarray:
 
 
 def tp_grouping(config: LlamaConfig) -> ReplicaGrouping:
-    """One replica per group: a variable of this grouping has one shard per replica."""
-    return popxl.gcg().ir.replica_grouping(stride=config.tensor_parallel, group_size=1)
+    """The replicas holding the same shard, one of each data-parallel copy (GPT-J's
+    ``replica_grouping(stride=tp, group_size=dp)``): a variable of this grouping has one
+    shard per tensor-parallel index; its ``transpose()`` groups each copy's replicas."""
+    return popxl.gcg().ir.replica_grouping(
+        stride=config.tensor_parallel, group_size=config.data_parallel
+    )
 
 
 def linear_t(weights: Weights, name: str, dtype: popxl.dtype) -> np.ndarray:
@@ -160,19 +174,26 @@ class LlamaAttentionHeads(addons.Module):
         cfg = self.config
         mb, seq, hs = cfg.micro_batch_size, cfg.sequence_length, cfg.head_size
         cache_shape = (mb, self.n_heads, cfg.max_positions, hs)
+        # the caches hold each replica's own sequences (a data-parallel copy's differ from
+        # another's): a group per replica, so the host reads and writes every replica's
+        caches = (
+            popxl.gcg().ir.replica_grouping(group_size=1)
+            if self.replica_grouping is not None
+            else None
+        )
         self.k_cache = self.add_variable_input(
             "k_cache",
             partial(np.zeros, cache_shape),
             x.dtype,
             by_ref=True,
-            replica_grouping=self.replica_grouping,
+            replica_grouping=caches,
         )
         self.v_cache = self.add_variable_input(
             "v_cache",
             partial(np.zeros, cache_shape),
             x.dtype,
             by_ref=True,
-            replica_grouping=self.replica_grouping,
+            replica_grouping=caches,
         )
 
         query, key, value = ops.split(self.qkv(x), 3, axis=-1)
@@ -203,12 +224,35 @@ class LlamaAttentionHeads(addons.Module):
         )
         mask = ops.dynamic_slice(causal_mask, position, axes=[0], sizes=[seq], no_overlap=True)
 
-        attn_weights = query @ k_cache.transpose((0, 1, 3, 2))
-        attn_weights = attn_weights * (1 / math.sqrt(hs))
+        key_t = k_cache.transpose((0, 1, 3, 2))
+        chunks = cfg.attention_serialisation
+        if chunks > 1:
+            if seq % chunks:
+                raise ValueError(
+                    f"attention_serialisation {chunks} does not divide sequence_length {seq}"
+                )
+            queries = ops.split(query, chunks, axis=2)
+            masks = ops.split(mask, chunks, axis=0)
+            block = popxl.gcg().ir.create_graph(
+                self.attention_block, queries[0], key_t, v_cache, masks[0]
+            )
+            outputs = [ops.call(block, q, key_t, v_cache, m)[0] for q, m in zip(queries, masks)]
+            attn_output = ops.concat(outputs, axis=2)
+        else:
+            attn_output = self.attention_block(query, key_t, v_cache, mask)
+        return attn_output.transpose((0, 2, 1, 3)).reshape((mb * seq, self.n_heads * hs))
+
+    @staticmethod
+    def attention_block(
+        query: popxl.Tensor, key_t: popxl.Tensor, value: popxl.Tensor, mask: popxl.Tensor
+    ) -> popxl.Tensor:
+        """Queries ``[batch, heads, chunk, head_size]`` over the cached keys (transposed)
+        and values: ``softmax(q k^T / sqrt(head_size) + mask) v``."""
+        attn_weights = query @ key_t
+        attn_weights = attn_weights * (1 / math.sqrt(value.shape[-1]))
         attn_weights = attn_weights + mask
         attn_scores = ops.softmax(attn_weights, axis=-1)
-        attn_output = attn_scores @ v_cache
-        return attn_output.transpose((0, 2, 1, 3)).reshape((mb * seq, self.n_heads * hs))
+        return attn_scores @ value
 
     @staticmethod
     def qkv_data(config: LlamaConfig, weights: Weights, prefix: str) -> np.ndarray:

@@ -24,12 +24,28 @@ from llama_popxl import (
     tp_grouping,
 )
 from popxl_addons import NamedTensors
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping, get_ild_replica_grouping
 from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph
+from popxl_addons.rts import all_gather_replica_sharded_graph
 from popxl_addons.task_session import TaskSession
 
+import popdist
 import popxl
 from popxl import ops
+
+
+def replicated_ir(config: LlamaConfig) -> popxl.Ir:
+    """The program's IR over ``tensor_parallel x data_parallel`` replicas: in one process,
+    or, launched by ``poprun``, the job's layout (as the examples' ``inference.py`` do)."""
+    replicas = config.tensor_parallel * config.data_parallel
+    ir = popxl.Ir(replication="popdist" if popdist.isPopdistEnvSet() else replicas)
+    if ir.replication_factor != replicas:
+        raise ValueError(
+            f"the job runs {ir.replication_factor} replicas, the config needs {replicas} "
+            f"(tensor_parallel {config.tensor_parallel} x data_parallel {config.data_parallel})"
+        )
+    return ir
 
 
 def gather_logits(config: LlamaConfig, logits: popxl.Tensor) -> popxl.Tensor:
@@ -65,11 +81,25 @@ def generate_greedy_tp(
     return ops.argmax(next_token_logits, dim=1)
 
 
+def rts_groups(facts: addons.NamedVariableFactories) -> NamedReplicaGrouping:
+    """The replicas each variable's remote buffer is sharded over, as GPT-J's finetuning
+    picks them: the variable's group (within an IPU-Link domain) when its size divides,
+    else none (a group of one)."""
+    ir = popxl.gcg().ir
+    groups = {}
+    for name, f in facts.to_dict().items():
+        group = get_ild_replica_grouping(f.replica_grouping)
+        if int(np.prod(f.shape)) % group.group_size:
+            group = ir.replica_grouping(group_size=1)
+        groups[name] = group
+    return NamedReplicaGrouping.from_dict(groups)
+
+
 def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
     """One step of the model: ``words`` ``[seq]`` at ``position`` ``[1]`` in, the full
     ``logits`` of the step and the greedy ``next_token`` out; the KV caches stay on the
     device from one ``run`` to the next."""
-    ir = popxl.Ir(replication=config.tensor_parallel)
+    ir = replicated_ir(config)
     opts = ir._pb_ir.getSessionOptions()
     opts.partialsTypeMatMuls = "half" if config.dtype == popxl.float16 else "float"
     opts.engineOptions["target.syncReplicasIndependently"] = "true"
@@ -99,8 +129,10 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
         if config.remote_layers:
             # The decoder's weights and KV caches in remote buffers, an entry per layer:
             # each repeat iteration loads its layer, runs it and stores its caches back.
+            rts = rts_groups(layer_facts) if config.rts_layers else None
+            shard_over = {k: g.group_size for k, g in rts.to_dict().items()} if rts else False
             layer_buffers = named_variable_buffers(
-                layer_facts, entries=config.layers, shard_over_dict=False
+                layer_facts, entries=config.layers, shard_over_dict=shard_over
             )
             decoder = {
                 n: layer_facts.init_remote(layer_buffers, n, f"decoder.{n}")
@@ -123,6 +155,11 @@ def inference(config: LlamaConfig) -> tuple[TaskSession, NamedTensors]:
                 def layer(x: popxl.Tensor, n: popxl.Tensor, position: popxl.Tensor):
                     load_graph, names = load_remote_graph(layer_buffers)
                     layer_vars = NamedTensors.pack(names, load_graph.call(n))
+                    if rts is not None:  # each weight whole again from its group's shards
+                        gather, names = all_gather_replica_sharded_graph(
+                            layer_vars, replica_groups=rts
+                        )
+                        layer_vars = NamedTensors.pack(names, gather.bind(layer_vars).call())
                     (x,) = layer_graph.bind(layer_vars).call(x, position)
                     caches = layer_vars.attention.heads.filter_keys(["k_cache", "v_cache"])
                     store_remote_graph(cache_buffers).bind(caches).call(n)
@@ -214,7 +251,8 @@ class LlamaGenerator:
 
 
 def vocab_offsets(config: LlamaConfig) -> np.ndarray:
-    """Each replica's vocabulary offset, the data of a variable grouped one per replica."""
+    """Each tensor-parallel shard's vocabulary offset, the data of a variable of
+    :func:`tp_grouping`."""
     shard_size = LlamaEmbeddingsTP.get_vocab_shard_size(config)
     offsets = np.arange(config.tensor_parallel, dtype=np.int32) * shard_size
     return offsets.reshape(-1, 1) if config.tensor_parallel > 1 else offsets
@@ -252,8 +290,8 @@ def generate(config: LlamaConfig, steps: int) -> tuple[TaskSession, NamedTensors
     ``sequence_length`` offset ids at position 0 fill the KV caches (its full ``logits`` out)
     and give the first token; an ``ops.repeat`` of :class:`LlamaGreedyStepTP`, one token at
     a time through the same variables, gives the others (``tokens`` ``[steps, batch]``)."""
-    tp, mb, seq = config.tensor_parallel, config.micro_batch_size, config.sequence_length
-    ir = popxl.Ir(replication=tp)
+    mb, seq = config.micro_batch_size, config.sequence_length
+    ir = replicated_ir(config)
     with ir.main_graph:
         input_streams = addons.InputStreams(words=((mb * seq,), popxl.int32))
         output_streams = addons.OutputStreams(
@@ -264,7 +302,9 @@ def generate(config: LlamaConfig, steps: int) -> tuple[TaskSession, NamedTensors
         facts, prompt_graph = LlamaModelTP(config).create_graph(
             input_streams.words.spec, position_spec
         )
-        step_facts, step_graph = LlamaGreedyStepTP(replace(config, sequence_length=1)).create_graph(
+        step_facts, step_graph = LlamaGreedyStepTP(
+            replace(config, sequence_length=1, attention_serialisation=1)
+        ).create_graph(
             popxl.TensorSpec((mb,), popxl.int32),
             position_spec,
             popxl.TensorSpec((steps, mb), popxl.int32),

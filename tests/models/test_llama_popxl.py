@@ -100,12 +100,17 @@ def test_prompt_logits_and_greedy_decode(
     assert tokens == expected_tokens
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_prompt_at_once(model: tuple[dict[str, np.ndarray], np.ndarray], tp: int) -> None:
+@pytest.mark.parametrize("tp, chunks", [(1, 1), (2, 1), (1, 2), (2, 3)])
+def test_prompt_at_once(
+    model: tuple[dict[str, np.ndarray], np.ndarray], tp: int, chunks: int
+) -> None:
     """The whole prompt in one step (``sequence_length`` 6 at position 0): its logits, and
-    the greedy next token of its last position."""
+    the greedy next token of its last position; with the attention serialised as GPT-J's
+    (``chunks`` blocks of queries, each with its rows of the causal mask, concatenated)."""
     weights, prompt = model
-    cfg = llama_popxl.LlamaConfig(tensor_parallel=tp, sequence_length=PROMPT_LEN)
+    cfg = llama_popxl.LlamaConfig(
+        tensor_parallel=tp, sequence_length=PROMPT_LEN, attention_serialisation=chunks
+    )
     expected = ref.forward(prompt, weights, cfg.heads)
     gen = llama.LlamaGenerator(cfg, weights)
     with gen.session:

@@ -3,6 +3,7 @@ layout every instance sees, output tags, failures that end the job)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -363,3 +364,33 @@ def test_poprun_runs_several_replicas_per_instance_showing_one_instance() -> Non
         "[1,0]<stdout>:layout True 8 2 0 4 0 0 1 False False 0 world 0 1 2 3 only None"
     ]
     assert "Could not find the environment variable" not in done.stderr
+
+
+def test_every_job_is_told_its_ipu_link_domain_size(monkeypatch, capsys) -> None:
+    """PopRun exports ``POPLAR_TARGET_OPTIONS`` with ``ipuLinkDomainSize`` to every job
+    (spec: the K8S ``poprun -vv`` log; popxl-addons reads it to keep replica-sharded
+    groups within a domain, and warns when it is absent): the job's IPUs over
+    ``--num-ilds``; without it, the user's own value, else the job's IPUs up to 64 (the
+    engine's default domain, so no copy changes link). Other options are kept."""
+
+    def options(*argv: str) -> dict:
+        cmd = pr.mpirun_command(_args("--num-instances", "2", *argv, "prog.py"), "/x/mpirun")
+        values = [c.split("=", 1)[1] for c in cmd if c.startswith("POPLAR_TARGET_OPTIONS=")]
+        assert len(values) == 2 and values[0] == values[1]  # one per instance's context
+        return json.loads(values[0])
+
+    monkeypatch.delenv("POPLAR_TARGET_OPTIONS", raising=False)
+    assert options("--num-replicas", "4") == {"ipuLinkDomainSize": 4}
+    assert options("--num-replicas", "64", "--ipus-per-replica", "2") == {"ipuLinkDomainSize": 64}
+    assert options("--num-replicas", "4", "--num-ilds", "2") == {"ipuLinkDomainSize": 2}
+    monkeypatch.setenv("POPLAR_TARGET_OPTIONS", '{"ipuLinkDomainSize": 2, "other": "x"}')
+    assert options("--num-replicas", "4") == {"ipuLinkDomainSize": 2, "other": "x"}
+    assert options("--num-replicas", "8", "--num-ilds", "2") == {
+        "ipuLinkDomainSize": 4,
+        "other": "x",
+    }
+    for bad in ("{ipuLinkDomainSize: 2}", "[2]"):
+        monkeypatch.setenv("POPLAR_TARGET_OPTIONS", bad)
+        assert pr.main(["--num-instances", "2", "prog.py"]) == 2
+        err = capsys.readouterr().err
+        assert "poprun: error: POPLAR_TARGET_OPTIONS" in err and repr(bad) in err

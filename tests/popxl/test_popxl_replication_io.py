@@ -4,6 +4,8 @@ loops consuming one slice per executed host_load, and the Session's shape checks
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,24 @@ def test_input_and_output_errors_name_the_stream_and_leave_the_session_usable():
         out = session.run({x_s: data})[y_s]
     np.testing.assert_array_equal(out[0], data[0] + 1)
     np.testing.assert_array_equal(out[1], data[0] + 2)
+
+
+@pytest.mark.parametrize("local, lead_shape", [(2, (2,)), (1, ())])
+def test_shape_error_in_a_poprun_job_says_the_replicas_are_the_instances(local, lead_shape):
+    """An instance of a job of 4 replicas feeds its own ``local``: an array of every
+    replica's data is refused, the message naming this instance's count and the job's."""
+    from tremula.popxl.session_io import HostStreams
+
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        x_s = popxl.h2d_stream((3,), popxl.float32, name="x")
+    io = HostStreams(ir, local, [x_s], [])
+    expected = re.escape(
+        f"'x' has shape (4, 3); expected {(*lead_shape, 3)} "
+        f"([num_host_transfers=1 if > 1] + [replicas={local}, this instance's of the job's 4 "
+        f"if > 1] + stream shape (3,))"
+    )
+    with pytest.raises(ValueError, match=expected):
+        io.check_inputs({x_s: np.zeros((4, 3), np.float32)}, downcast=False)
+    good = io.check_inputs({x_s: np.zeros((*lead_shape, 3), np.float32)}, downcast=False)
+    assert good[x_s].shape == (*lead_shape, 3)

@@ -52,6 +52,8 @@ IGNORED = (
     "--host-subnet",
     "--ipus-per-ild",
 )
+#: the most IPUs of one IPU-Link domain (the engine's default domain)
+MAX_DOMAIN_IPUS = 64
 _LOCALHOSTS = ("localhost", "127.0.0.1", "::1")
 _PYTHON = re.compile(r"python[0-9.]*$")
 _TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>: ?")
@@ -208,6 +210,29 @@ def program_command(program: Sequence[str]) -> list[str]:
     return [first, *rest]
 
 
+def _target_options(args: argparse.Namespace) -> str:
+    """``POPLAR_TARGET_OPTIONS`` for the instances, with ``ipuLinkDomainSize`` as PopRun
+    exports it to every job (popxl-addons reads it to keep replica-sharded groups within a
+    domain): the job's IPUs over ``--num-ilds``; without that option, the user's own
+    value, else the job's IPUs up to a domain's 64 (the engine's default: no copy's link
+    changes)."""
+    import json  # only here: the launcher starts without it
+
+    text = os.environ.get("POPLAR_TARGET_OPTIONS") or "{}"
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PopRunError(f"POPLAR_TARGET_OPTIONS is not valid JSON ({err}): {text!r}") from None
+    if not isinstance(options, dict):
+        raise PopRunError(f"POPLAR_TARGET_OPTIONS must hold a JSON object, got {text!r}")
+    ipus = args.num_replicas * args.ipus_per_replica
+    if args.num_ilds > 1:
+        options["ipuLinkDomainSize"] = ipus // args.num_ilds
+    else:
+        options.setdefault("ipuLinkDomainSize", min(ipus, MAX_DOMAIN_IPUS))
+    return json.dumps(options)
+
+
 def mpirun_command(args: argparse.Namespace, mpirun: str) -> list[str]:
     """The full mpirun command line: global options, then one context per instance."""
     program = program_command(args.program)
@@ -219,12 +244,7 @@ def mpirun_command(args: argparse.Namespace, mpirun: str) -> list[str]:
     extra = {}
     if args.collective_timeout is not None:
         extra[env.TIMEOUT] = f"{args.collective_timeout:g}"
-    if args.num_ilds > 1:
-        ipus = args.num_replicas * args.ipus_per_replica // args.num_ilds
-        import json  # only here: the launcher starts without it
-
-        options = json.loads(os.environ.get("POPLAR_TARGET_OPTIONS") or "{}")
-        extra["POPLAR_TARGET_OPTIONS"] = json.dumps({**options, "ipuLinkDomainSize": ipus})
+    extra["POPLAR_TARGET_OPTIONS"] = _target_options(args)
     for i, lay in enumerate(layouts(args.num_instances, args.num_replicas, args.ipus_per_replica)):
         if i:
             cmd.append(":")

@@ -66,10 +66,14 @@ class HostStreams:
 
     def _shape_error(self, what: str, s: Any, shape: tuple[int, ...]) -> ValueError:
         nht, R = self._counts()
+        job = self.ir.replication_factor
+        # in a PopRun job, arrays carry this instance's replicas, not the job's (feeding
+        # every replica's data is the usual slip of a program ported to poprun)
+        whose = "" if job == R else f", this instance's of the job's {job}"
         return ValueError(
             f"{what}: the array for stream {s.tensor_id!r} has shape {shape}; expected "
-            f"{self.host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R} if "
-            f"> 1] + stream shape {tuple(s.shape)})"
+            f"{self.host_shape(s)} ([num_host_transfers={nht} if > 1] + [replicas={R}{whose} "
+            f"if > 1] + stream shape {tuple(s.shape)})"
         )
 
     def _fits(self, s: Any, shape: tuple[int, ...]) -> bool:
