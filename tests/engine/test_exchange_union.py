@@ -67,6 +67,19 @@ def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(seed: int
     assert u.bytes_by_tile(5).tolist() == expected.tolist()
 
 
+@pytest.mark.parametrize("offset", [1 << 31, (1 << 31) // 5])
+def test_union_of_keys_and_addresses_past_32_bits(offset: int) -> None:
+    """Runs whose keys and addresses do not fit the 32-bit sort (far addresses, or keys
+    times the addresses' span past 2^31) merge as the others."""
+    rng = np.random.default_rng(5)
+    t = _runs(rng, 400, 5, 3)
+    far = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
+    u = X._union(far.dst, far, 3)
+    assert _as_rows(u, 3) == _reference(far.dst, far)
+    near = X._union(t.dst, t, 3)
+    assert np.array_equal(u.end - u.start, near.end - near.start)
+
+
 def _argsort_union(tile: np.ndarray, t: X.Transfers, spaces: int) -> X._Union:
     """The argsort path (taken when a space's runs differ in element size)."""
     sizes = t.itemsize.copy()

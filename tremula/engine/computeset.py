@@ -151,6 +151,12 @@ def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> tuple[np.ndarray, n
     return found
 
 
+#: Fields of at most this many elements find their remote pieces element by element
+#: (:func:`_pieces_by_element`): a few passes over arrays of the field's size, faster than
+#: splitting its runs when they are short (operands read in strides).
+PER_ELEMENT_MAX = 1 << 20
+
+
 def _remote_pieces(
     state: GraphState, g: CompiledGroup, name: str, gather: Gather, cache: dict
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -160,22 +166,59 @@ def _remote_pieces(
     starts, lengths = gather.runs()
     if starts.size == 0:
         return None
-    flat = np.r_[0, np.cumsum(lengths)[:-1]]
     offsets = g.batch.offsets(name)
-    inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
-    inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
     total = int(offsets[-1])
-    pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
-    paddr = starts[run] + (pflat - flat[run])
-    addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
-    qflat = pflat[piece] + (addr - paddr[piece])
-    elem = state.space(gather.dtype).tile_of[addr].astype(np.int64)
-    vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
-    vtile = g.tiles[vertex_of[qflat]]
+    tile_of = state.space(gather.dtype).tile_of
+    if starts.size == total:  # runs of one element (a strided view): nothing to split
+        addr, length = starts, lengths
+        vtile = np.repeat(g.tiles, np.diff(offsets))
+        elem = tile_of[addr].astype(np.int64)
+    elif total <= PER_ELEMENT_MAX:
+        addr, length, elem, vtile = _pieces_by_element(starts, lengths, offsets, tile_of, g.tiles)
+    else:
+        flat = np.r_[0, np.cumsum(lengths)[:-1]]
+        inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
+        inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
+        pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
+        paddr = starts[run] + (pflat - flat[run])
+        addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
+        qflat = pflat[piece] + (addr - paddr[piece])
+        vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
+        vtile = g.tiles[vertex_of[qflat]]
+        elem = tile_of[addr].astype(np.int64)
     remote = elem != vtile
     if not remote.any():
         return None
     return addr[remote], length[remote], elem[remote], vtile[remote]
+
+
+def _pieces_by_element(
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every piece of a field (runs ``starts``, ``lengths`` of addresses, vertex ``v``'s
+    elements ``offsets[v]:offsets[v + 1]``): ``(start, length, element tile, vertex
+    tile)``. A piece begins at each run's first element, each vertex's, and each element
+    whose tile is not the one before it (the pieces the runs split at vertices and tile
+    changes would give)."""
+    total = int(offsets[-1])
+    flat = np.cumsum(lengths) - lengths  # each run's first element
+    addr = np.repeat(starts - flat, lengths)
+    addr += np.arange(total, dtype=addr.dtype)
+    tiles = tile_of[addr]
+    head = np.empty(total, dtype=bool)
+    head[0] = True
+    np.not_equal(tiles[1:], tiles[:-1], out=head[1:])
+    head[flat] = True
+    inner = offsets[1:-1]
+    head[inner[inner < total]] = True  # (vertices without elements at the end)
+    first = np.flatnonzero(head)
+    vtile = np.repeat(vertex_tiles, np.diff(offsets))[first]
+    length = np.diff(first, append=total)
+    return addr[first], length, tiles[first].astype(np.int64), vtile
 
 
 def _transfers(

@@ -122,8 +122,15 @@ def _sorted_bounds(
     replace an ``argsort`` and its gathers (same intervals, several times faster)."""
     if not key.size or int(key.max()) >= (1 << 62) // span or int(length.min()) < 1:
         return None
-    lo = key * np.int64(span) + start
+    # sorted as 32-bit integers where they fit (twice as fast): keys a tight span apart,
+    # one past the last end, so that no run of one key touches the next key's
+    tight = int((start + length).max()) + 1
+    small = (int(key.max()) + 1) * tight < 1 << 31 and int(start.min()) >= 0
+    step = tight if small else span
+    lo = key * np.int64(step) + start
     hi = lo + length
+    if small:
+        lo, hi = lo.astype(np.int32), hi.astype(np.int32)
     lo = np.sort(lo, kind=sort_kind(lo))
     hi = np.sort(hi, kind=sort_kind(hi))
     head = np.empty(lo.size, dtype=bool)
@@ -133,7 +140,12 @@ def _sorted_bounds(
     last = np.empty_like(heads)
     last[:-1] = heads[1:] - 1
     last[-1] = lo.size - 1
-    return lo[heads], hi[last], heads
+    starts, ends = lo[heads].astype(np.int64), hi[last].astype(np.int64)
+    if small:  # back to keys ``span`` apart
+        shift = starts // tight * np.int64(span - tight)
+        starts += shift
+        ends += shift
+    return starts, ends, heads
 
 
 def _itemsize_by_space(
