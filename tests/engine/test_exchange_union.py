@@ -139,12 +139,14 @@ def test_distinct_is_np_unique(values: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("offset", [0, 1 << 28, 1 << 32])  # past 32 bits: the 64-bit sort
 def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, offset: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(20 + seed)
     tiles, spaces = 8, 3
     t = _runs(rng, 500, tiles, spaces)
+    t = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
     recv = X._union(t.dst, t, spaces)
     target = SimpleNamespace(num_tiles=tiles, tiles_per_super_tile=2)
     got = X._super_tile_shared(target, recv, spaces)  # type: ignore[arg-type]

@@ -224,21 +224,34 @@ def _pieces_by_element(
 def _transfers(
     state: GraphState, groups: list[CompiledGroup], space_ids: dict, cache: dict
 ) -> tuple[Transfers, Transfers]:
-    pre, post = [], []
+    pre: list[tuple] = []
+    post: list[tuple] = []
     for g in groups:
         for name, gather in g.gathers.items():
             f = g.vertex_type.codelet.fields[name]
             found = _remote_pieces(state, g, name, gather, cache)
             if found is None:
                 continue
-            start, length, elem, vtile = found
-            sid = np.full(start.size, space_ids[gather.dtype], dtype=np.int64)
-            size = np.full(start.size, gather.dtype.size, dtype=np.int64)
+            part = (found, space_ids[gather.dtype], gather.dtype.size)
             if f.reads:
-                pre.append(Transfers(elem, vtile, start, length, sid, size))
+                pre.append(part)
             if f.writes:
-                post.append(Transfers(vtile, elem, start, length, sid, size))
-    return Transfers.concat(pre), Transfers.concat(post)
+                post.append(part)
+    return _joined(pre, inward=True), _joined(post, inward=False)
+
+
+def _joined(parts: list[tuple], inward: bool) -> Transfers:
+    """The remote pieces of several fields (``(pieces, space id, element size)``) as one
+    set of moves: from the elements' tiles to their vertices' (``inward``) or back."""
+    if not parts:
+        return Transfers.empty()
+    columns = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*(p[0] for p in parts))]
+    start, length, elem, vtile = columns
+    counts = [p[0][0].size for p in parts]
+    space = np.repeat(np.array([p[1] for p in parts], dtype=np.int64), counts)
+    size = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), counts)
+    src, dst = (elem, vtile) if inward else (vtile, elem)
+    return Transfers(src, dst, start, length, space, size)
 
 
 def compile_compute_set(

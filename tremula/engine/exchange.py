@@ -153,6 +153,12 @@ def _itemsize_by_space(
 ) -> np.ndarray | None:
     """Each space's element size, or None where runs of one space differ in it."""
     table = np.zeros(num_spaces, dtype=np.int64)
+    if space.size and int(space.min()) == int(space.max()):  # one space (the usual case)
+        size = int(itemsize[0])
+        if int(itemsize.min()) != size or int(itemsize.max()) != size:
+            return None
+        table[int(space[0])] = size
+        return table
     table[space] = itemsize
     return table if np.array_equal(table[space], itemsize) else None
 
@@ -190,12 +196,24 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
     sizes = _itemsize_by_space(recv.space, recv.itemsize, num_spaces)
     if sizes is not None:
         # the sorted events alone say it all: the low bit of ``2 * position + starts``
-        # is the event's kind, the position its key, and the key's space its item size
-        event = np.sort(np.concatenate(((recv.start + offset) * 2 + 1, (recv.end + offset) * 2)))
+        # is the event's kind, the position its key, and the key's space its item size;
+        # positions are keys a tight span apart (one past the last end), 32-bit where
+        # they fit (a sort twice as fast)
+        base = (recv.tile * num_spaces + recv.space) * _SPAN
+        first, end = recv.start - base, recv.end - base  # addresses
+        span = int(end.max()) + 1
+        if (int(key.max()) + 1) * span * 2 >= 1 << 31:
+            span = int(_SPAN)
+        first += key * np.int64(span)
+        end += key * np.int64(span)
+        event = np.concatenate((first * 2 + 1, end * 2))
+        if span < _SPAN:
+            event = event.astype(np.int32)
+        event.sort(kind=sort_kind(event))
         starts = event & 1
         pos = event >> 1
         delta = starts * 2 - 1
-        keys = (pos - 1 + starts) // _SPAN  # an end lies past its interval's first element
+        keys = (pos - 1 + starts) // span  # an end lies past its interval's first element
         item = sizes[keys % num_spaces]
     else:
         pos = np.r_[recv.start + offset, recv.end + offset]
