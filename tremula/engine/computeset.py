@@ -35,6 +35,8 @@ class CompiledComputeSet:
     active_cycles_by_tile: np.ndarray  # [tile] int64
     active_cycles_by_type: dict[str, int]
     thread_balance: float
+    #: the moves before and after it; the step plan plans their exchanges as it compiles
+    #: the compute set and then empties these (``StepPlan.cs_plans`` keeps the plans)
     pre: Transfers = field(default_factory=Transfers.empty)
     post: Transfers = field(default_factory=Transfers.empty)
     generated: bool = False
