@@ -250,8 +250,12 @@ def _joined(parts: list[tuple], inward: bool) -> Transfers:
     columns = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*(p[0] for p in parts))]
     start, length, elem, vtile = columns
     counts = [p[0][0].size for p in parts]
-    space = np.repeat(np.array([p[1] for p in parts], dtype=np.int64), counts)
-    size = np.repeat(np.array([p[2] for p in parts], dtype=np.int64), counts)
+    ids, sizes = (np.array([p[k] for p in parts], dtype=np.int64) for k in (1, 2))
+    if np.all(ids == ids[0]) and np.all(sizes == sizes[0]):  # one space: read-only views
+        space = np.broadcast_to(ids[0], (start.size,))
+        size = np.broadcast_to(sizes[0], (start.size,))
+    else:
+        space, size = np.repeat(ids, counts), np.repeat(sizes, counts)
     src, dst = (elem, vtile) if inward else (vtile, elem)
     return Transfers(src, dst, start, length, space, size)
 
