@@ -113,6 +113,8 @@ def fuse_carried(
     Without compiled kernels at call time the call runs the two in turn (storing)."""
     if len(before) != 1 or len(after) != 1:
         return None
+    if getattr(before[0].vertex_type.codelet, "name", None) != "popops::ReduceBlock":
+        return None  # (other codelets' prepared runs are not asked for twice)
     first, then = _prepared(before[0]), _prepared(after[0])
     if not isinstance(first, RowsRun) or not isinstance(then, GridRun):
         return None
