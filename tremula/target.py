@@ -12,6 +12,7 @@ A :class:`Target` is a frozen value. Make a variant with :func:`dataclasses.repl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,8 +231,9 @@ class Target:
         distance = np.abs(np.arange(n) - half) / half
         return np.rint(distance * self.max_relative_sync_delay).astype(np.int64)
 
-    @property
+    @functools.cached_property
     def max_ipu_sync_delay(self) -> int:
+        """(Asked per candidate by the matmul planner: worked out once per target.)"""
         return int(self.min_sync_delay + self.relative_sync_delays().max())
 
     @property

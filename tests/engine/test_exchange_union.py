@@ -67,6 +67,19 @@ def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(seed: int
     assert u.bytes_by_tile(5).tolist() == expected.tolist()
 
 
+@pytest.mark.parametrize("offset", [1 << 31, (1 << 31) // 5])
+def test_union_of_keys_and_addresses_past_32_bits(offset: int) -> None:
+    """Runs whose keys and addresses do not fit the 32-bit sort (far addresses, or keys
+    times the addresses' span past 2^31) merge as the others."""
+    rng = np.random.default_rng(5)
+    t = _runs(rng, 400, 5, 3)
+    far = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
+    u = X._union(far.dst, far, 3)
+    assert _as_rows(u, 3) == _reference(far.dst, far)
+    near = X._union(t.dst, t, 3)
+    assert np.array_equal(u.end - u.start, near.end - near.start)
+
+
 def _argsort_union(tile: np.ndarray, t: X.Transfers, spaces: int) -> X._Union:
     """The argsort path (taken when a space's runs differ in element size)."""
     sizes = t.itemsize.copy()
@@ -126,12 +139,14 @@ def test_distinct_is_np_unique(values: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("offset", [0, 1 << 28, 1 << 32])  # past 32 bits: the 64-bit sort
 def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, offset: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(20 + seed)
     tiles, spaces = 8, 3
     t = _runs(rng, 500, tiles, spaces)
+    t = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
     recv = X._union(t.dst, t, spaces)
     target = SimpleNamespace(num_tiles=tiles, tiles_per_super_tile=2)
     got = X._super_tile_shared(target, recv, spaces)  # type: ignore[arg-type]

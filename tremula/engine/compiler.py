@@ -59,16 +59,19 @@ class StepPlan:
         tile_cuts: dict = {}  # tables for this loop only (freed after it)
         self.layout = TileLayout.build([sp.tiles() for sp in state.spaces.values()])
         self.nodes: list[N.Node] = []
-        self.compute_sets: list[CompiledComputeSet] = [
-            compile_compute_set(state, cs, self.space_ids, tile_cuts) for cs in state.compute_sets
-        ]
+        self._cs_exchanges: dict[int, tuple] = {}
+        self.compute_sets: list[CompiledComputeSet] = []
+        for cs in state.compute_sets:
+            ccs = compile_compute_set(state, cs, self.space_ids, tile_cuts)
+            self.cs_plans(ccs)  # planned while its moves are fresh, which are then let go
+            ccs.pre = ccs.post = Transfers.empty()
+            self.compute_sets.append(ccs)
         self.exchanges: list[ExchangePlan] = []
         self.external_exchanges: list[ExchangePlan] = []
         self.host_exchanges: list[HostExchange] = []
         self.function_roots: list[N.Node] = []  # index = functionPrograms position
         self.function_index: dict[int, int] = {}  # poplar function id -> position
         self.function_code: dict[int, np.ndarray] = {}  # function id -> code bytes per tile
-        self._cs_exchanges: dict[int, tuple] = {}
         self._compiling: set[int] = set()
         self.control_roots: list[N.Node] = []
         #: which variables only carry values between two compute sets (``fusion.Carried``),

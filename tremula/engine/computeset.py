@@ -35,6 +35,8 @@ class CompiledComputeSet:
     active_cycles_by_tile: np.ndarray  # [tile] int64
     active_cycles_by_type: dict[str, int]
     thread_balance: float
+    #: the moves before and after it; the step plan plans their exchanges as it compiles
+    #: the compute set and then empties these (``StepPlan.cs_plans`` keeps the plans)
     pre: Transfers = field(default_factory=Transfers.empty)
     post: Transfers = field(default_factory=Transfers.empty)
     generated: bool = False
@@ -151,6 +153,12 @@ def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> tuple[np.ndarray, n
     return found
 
 
+#: Fields of at most this many elements find their remote pieces element by element
+#: (:func:`_pieces_by_element`): a few passes over arrays of the field's size, faster than
+#: splitting its runs when they are short (operands read in strides).
+PER_ELEMENT_MAX = 1 << 20
+
+
 def _remote_pieces(
     state: GraphState, g: CompiledGroup, name: str, gather: Gather, cache: dict
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -160,42 +168,96 @@ def _remote_pieces(
     starts, lengths = gather.runs()
     if starts.size == 0:
         return None
-    flat = np.r_[0, np.cumsum(lengths)[:-1]]
     offsets = g.batch.offsets(name)
-    inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
-    inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
     total = int(offsets[-1])
-    pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
-    paddr = starts[run] + (pflat - flat[run])
-    addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
-    qflat = pflat[piece] + (addr - paddr[piece])
-    elem = state.space(gather.dtype).tile_of[addr].astype(np.int64)
-    vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
-    vtile = g.tiles[vertex_of[qflat]]
+    tile_of = state.space(gather.dtype).tile_of
+    if starts.size == total:  # runs of one element (a strided view): nothing to split
+        addr, length = starts, lengths
+        vtile = np.repeat(g.tiles, np.diff(offsets))
+        elem = tile_of[addr].astype(np.int64)
+    elif total <= PER_ELEMENT_MAX:
+        addr, length, elem, vtile = _pieces_by_element(starts, lengths, offsets, tile_of, g.tiles)
+    else:
+        flat = np.r_[0, np.cumsum(lengths)[:-1]]
+        inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
+        inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
+        pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
+        paddr = starts[run] + (pflat - flat[run])
+        addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
+        qflat = pflat[piece] + (addr - paddr[piece])
+        vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
+        vtile = g.tiles[vertex_of[qflat]]
+        elem = tile_of[addr].astype(np.int64)
     remote = elem != vtile
     if not remote.any():
         return None
     return addr[remote], length[remote], elem[remote], vtile[remote]
 
 
+def _pieces_by_element(
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every piece of a field (runs ``starts``, ``lengths`` of addresses, vertex ``v``'s
+    elements ``offsets[v]:offsets[v + 1]``): ``(start, length, element tile, vertex
+    tile)``. A piece begins at each run's first element, each vertex's, and each element
+    whose tile is not the one before it (the pieces the runs split at vertices and tile
+    changes would give)."""
+    total = int(offsets[-1])
+    flat = np.cumsum(lengths) - lengths  # each run's first element
+    addr = np.repeat(starts - flat, lengths)
+    addr += np.arange(total, dtype=addr.dtype)
+    tiles = tile_of[addr]
+    head = np.empty(total, dtype=bool)
+    head[0] = True
+    np.not_equal(tiles[1:], tiles[:-1], out=head[1:])
+    head[flat] = True
+    inner = offsets[1:-1]
+    head[inner[inner < total]] = True  # (vertices without elements at the end)
+    first = np.flatnonzero(head)
+    vtile = np.repeat(vertex_tiles, np.diff(offsets))[first]
+    length = np.diff(first, append=total)
+    return addr[first], length, tiles[first].astype(np.int64), vtile
+
+
 def _transfers(
     state: GraphState, groups: list[CompiledGroup], space_ids: dict, cache: dict
 ) -> tuple[Transfers, Transfers]:
-    pre, post = [], []
+    pre: list[tuple] = []
+    post: list[tuple] = []
     for g in groups:
         for name, gather in g.gathers.items():
             f = g.vertex_type.codelet.fields[name]
             found = _remote_pieces(state, g, name, gather, cache)
             if found is None:
                 continue
-            start, length, elem, vtile = found
-            sid = np.full(start.size, space_ids[gather.dtype], dtype=np.int64)
-            size = np.full(start.size, gather.dtype.size, dtype=np.int64)
+            part = (found, space_ids[gather.dtype], gather.dtype.size)
             if f.reads:
-                pre.append(Transfers(elem, vtile, start, length, sid, size))
+                pre.append(part)
             if f.writes:
-                post.append(Transfers(vtile, elem, start, length, sid, size))
-    return Transfers.concat(pre), Transfers.concat(post)
+                post.append(part)
+    return _joined(pre, inward=True), _joined(post, inward=False)
+
+
+def _joined(parts: list[tuple], inward: bool) -> Transfers:
+    """The remote pieces of several fields (``(pieces, space id, element size)``) as one
+    set of moves: from the elements' tiles to their vertices' (``inward``) or back."""
+    if not parts:
+        return Transfers.empty()
+    columns = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*(p[0] for p in parts))]
+    start, length, elem, vtile = columns
+    counts = [p[0][0].size for p in parts]
+    ids, sizes = (np.array([p[k] for p in parts], dtype=np.int64) for k in (1, 2))
+    if np.all(ids == ids[0]) and np.all(sizes == sizes[0]):  # one space: read-only views
+        space = np.broadcast_to(ids[0], (start.size,))
+        size = np.broadcast_to(sizes[0], (start.size,))
+    else:
+        space, size = np.repeat(ids, counts), np.repeat(sizes, counts)
+    src, dst = (elem, vtile) if inward else (vtile, elem)
+    return Transfers(src, dst, start, length, space, size)
 
 
 def compile_compute_set(

@@ -122,10 +122,20 @@ def _sorted_bounds(
     replace an ``argsort`` and its gathers (same intervals, several times faster)."""
     if not key.size or int(key.max()) >= (1 << 62) // span or int(length.min()) < 1:
         return None
-    lo = key * np.int64(span) + start
-    hi = lo + length
-    lo = np.sort(lo, kind=sort_kind(lo))
-    hi = np.sort(hi, kind=sort_kind(hi))
+    # sorted as 32-bit integers where they fit (twice as fast): keys a tight span apart,
+    # one past the last end, so that no run of one key touches the next key's
+    tight = int(start.max()) + int(length.max()) + 1  # past every end
+    small = (int(key.max()) + 1) * tight < 1 << 31 and int(start.min()) >= 0
+    step = tight if small else span
+    if small:  # computed in 32 bits (no value reaches 2^31)
+        lo = np.multiply(key, step, dtype=np.int32, casting="unsafe")
+        np.add(lo, start, out=lo, casting="unsafe")
+        hi = np.add(lo, length, dtype=np.int32, casting="unsafe")
+    else:
+        lo = key * np.int64(step) + start
+        hi = lo + length
+    lo.sort(kind=sort_kind(lo))  # (both made here: sorted in place)
+    hi.sort(kind=sort_kind(hi))
     head = np.empty(lo.size, dtype=bool)
     head[0] = True
     np.greater(lo[1:], hi[:-1], out=head[1:])  # touching runs merge
@@ -133,7 +143,12 @@ def _sorted_bounds(
     last = np.empty_like(heads)
     last[:-1] = heads[1:] - 1
     last[-1] = lo.size - 1
-    return lo[heads], hi[last], heads
+    starts, ends = lo[heads].astype(np.int64), hi[last].astype(np.int64)
+    if small:  # back to keys ``span`` apart
+        shift = starts // tight * np.int64(span - tight)
+        starts += shift
+        ends += shift
+    return starts, ends, heads
 
 
 def _itemsize_by_space(
@@ -141,6 +156,12 @@ def _itemsize_by_space(
 ) -> np.ndarray | None:
     """Each space's element size, or None where runs of one space differ in it."""
     table = np.zeros(num_spaces, dtype=np.int64)
+    if space.size and int(space.min()) == int(space.max()):  # one space (the usual case)
+        size = int(itemsize[0])
+        if int(itemsize.min()) != size or int(itemsize.max()) != size:
+            return None
+        table[int(space[0])] = size
+        return table
     table[space] = itemsize
     return table if np.array_equal(table[space], itemsize) else None
 
@@ -173,19 +194,29 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
         return np.zeros(n, dtype=np.int64)
     group = recv.tile // pair
     key = group * num_spaces + recv.space
-    offset = (key - (recv.tile * num_spaces + recv.space)) * _SPAN  # re-key by the pair
-    # positions carry their key (key * _SPAN + offset): sort by position, ends first
     sizes = _itemsize_by_space(recv.space, recv.itemsize, num_spaces)
     if sizes is not None:
         # the sorted events alone say it all: the low bit of ``2 * position + starts``
-        # is the event's kind, the position its key, and the key's space its item size
-        event = np.sort(np.concatenate(((recv.start + offset) * 2 + 1, (recv.end + offset) * 2)))
+        # is the event's kind, the position its key, and the key's space its item size;
+        # positions are keys a power of two apart past the last end, 32-bit where they
+        # fit (a sort twice as fast)
+        first = recv.start & (_SPAN - 1)  # the addresses (``key * _SPAN + address``)
+        end = first + (recv.end - recv.start)
+        bits = max(int(end.max()), 1).bit_length()  # 2^bits > every end
+        if (int(key.max()) + 1) << (bits + 1) >= 1 << 31:
+            bits = int(_SPAN).bit_length() - 1
+        at = key << bits
+        event = np.concatenate(((first + at) * 2 + 1, (end + at) * 2))
+        if bits < 41:
+            event = event.astype(np.int32)
+        event.sort(kind=sort_kind(event))
         starts = event & 1
         pos = event >> 1
         delta = starts * 2 - 1
-        keys = (pos - 1 + starts) // _SPAN  # an end lies past its interval's first element
-        item = sizes[keys % num_spaces]
+        keys = (pos - 1 + starts) >> bits  # an end lies past its interval's first element
+        item = sizes[0] if num_spaces == 1 else sizes[keys % num_spaces]
     else:
+        offset = (key - (recv.tile * num_spaces + recv.space)) * _SPAN  # re-key by the pair
         pos = np.r_[recv.start + offset, recv.end + offset]
         delta = np.r_[np.ones(recv.start.size, np.int64), -np.ones(recv.end.size, np.int64)]
         keys = np.r_[key, key]
@@ -194,7 +225,8 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
         pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
     cover = np.cumsum(delta)
     twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
-    shared = np.bincount(keys[:-1][twice], weights=(np.diff(pos) * item[:-1])[twice])
+    lengths = np.diff(pos) * (item if np.ndim(item) == 0 else item[:-1])
+    shared = np.bincount(keys[:-1][twice], weights=lengths[twice])
     per_group = np.bincount(
         np.arange(shared.size) // num_spaces, weights=shared, minlength=n // pair + 1
     )

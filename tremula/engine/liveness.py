@@ -51,6 +51,7 @@ class Linearizer:
         self.w = Walk()
         self._var_cache: dict[int, tuple[Gather, np.ndarray]] = {}
         self._var_tables: dict[Any, np.ndarray] = {}
+        self._var_lists: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self._prog = 0
         self._branches: list[int] = []
         self._branch_ids = 0
@@ -65,16 +66,34 @@ class Linearizer:
             self._var_position(g.dtype, run_starts),
             self._var_position(g.dtype, run_starts + lengths - 1),
         )
-        count = p1 - p0 + 1  # variables a run crosses (usually one)
-        pos = (
-            np.repeat(p0, count)
-            + np.arange(count.sum())
-            - np.repeat(np.cumsum(count) - count, count)
-        )
-        space = self.state.space(g.dtype)
-        ids = distinct(np.asarray(space.var_ids, dtype=np.int64)[pos])
+        var_ids = self._var_arrays(g.dtype)[1]
+        n = var_ids.size
+        if p0.size and int(p0.min()) >= 0:
+            # the positions some run covers (each run, positions p0..p1: usually one),
+            # from the count of runs begun minus those ended at or before each position
+            inside = np.bincount(p0, minlength=n + 1)[:n] - np.bincount(p1 + 1, minlength=n + 1)[:n]
+            ids = distinct(var_ids[np.cumsum(inside) > 0])
+        else:
+            count = p1 - p0 + 1  # variables a run crosses (usually one)
+            pos = (
+                np.repeat(p0, count)
+                + np.arange(count.sum())
+                - np.repeat(np.cumsum(count) - count, count)
+            )
+            ids = distinct(var_ids[pos])
         self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
         return ids
+
+    def _var_arrays(self, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The space's variable starts and ids as arrays (made once per walk)."""
+        found = self._var_lists.get(dtype)
+        if found is None:
+            space = self.state.space(dtype)
+            found = self._var_lists[dtype] = (
+                np.asarray(space.var_starts, dtype=np.int64),
+                np.asarray(space.var_ids, dtype=np.int64),
+            )
+        return found
 
     def drop_tables(self) -> None:
         """Free the per-address tables of the walk (:meth:`variables` searches, or builds
@@ -86,7 +105,7 @@ class Linearizer:
         looked up in a table of every address (spaces up to ``LOOKUP_TABLE_MAX`` elements,
         built on first use) or searched."""
         space = self.state.space(dtype)
-        var_starts = np.asarray(space.var_starts, dtype=np.int64)
+        var_starts = self._var_arrays(dtype)[0]
         if space.size > LOOKUP_TABLE_MAX or not var_starts.size or var_starts[0] != 0:
             return np.searchsorted(var_starts, addr, side="right") - 1
         table = self._var_tables.get(dtype)

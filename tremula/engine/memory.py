@@ -131,13 +131,14 @@ class MemoryModel:
     # ---- data ----
     def variables(self) -> None:
         st, T, a = self.state, self.T, self.target.alignment_bytes
+        constant = np.array([v.is_constant for v in st.variables], dtype=bool)  # by id
         for dtype, space in st.spaces.items():
             if space.size == 0:
                 continue
             var, tile, counts = self.tile_counts[dtype] = var_tile_counts(space, T)
             raw = counts * dtype.size
             aligned = _align(raw, a)
-            const = np.array([st.variables[v].is_constant for v in var], dtype=bool)
+            const = constant[var] if var.size else np.zeros(0, dtype=bool)
             always = self.iv.always_live[var]
             for cat, mask in (("constant", const), ("variable", always & ~const)):
                 self.al_raw[cat] += np.bincount(tile[mask], raw[mask], T).astype(np.int64)

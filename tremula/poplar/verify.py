@@ -62,7 +62,7 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
             if f.writes:
                 entry["w"].append((starts, starts + lengths))
             elif f.reads:
-                entry["r"].append((starts, starts + lengths))
+                entry["r"].append((starts, lengths))
     for dtype, rw in by_type.items():
         if not rw["w"]:
             continue
@@ -75,9 +75,9 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
                 f"from more than one vertex"
             )
             continue
-        if not rw["r"]:
+        reads = _near(rw["r"], int(ws[0]), int(we[-1]))
+        if reads is None:
             continue
-        reads = (np.concatenate([r[0] for r in rw["r"]]), np.concatenate([r[1] for r in rw["r"]]))
         hit = first_overlap(reads, (ws, we))
         if hit is not None:
             problems.append(
@@ -86,6 +86,27 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
                 f"output of another"
             )
     return problems
+
+
+def _near(
+    reads: list[tuple[np.ndarray, np.ndarray]], lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The read runs (``(starts, lengths)`` of each field) that reach into ``[lo, hi)``, the
+    span of the written runs, in their order, as ``(starts, ends)``; None if none does.
+    (Operands mostly lie in other variables than the outputs: most fields are passed over
+    on their bounds alone.)"""
+    kept = []
+    for starts, lengths in reads:
+        if not starts.size or int(starts.min()) >= hi:
+            continue
+        ends = starts + lengths
+        if int(ends.max()) <= lo:
+            continue
+        near = (ends > lo) & (starts < hi)
+        kept.append((starts, ends) if near.all() else (starts[near], ends[near]))
+    if not kept:
+        return None
+    return np.concatenate([s for s, _ in kept]), np.concatenate([e for _, e in kept])
 
 
 def _where(state: GraphState, space, addr: int) -> str:

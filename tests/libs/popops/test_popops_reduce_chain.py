@@ -3,7 +3,10 @@ the next stage's grid of them, fused through the engine's ``fuse_next`` hook): t
 and the whole of device memory are bit for bit those of the stages run apart (and of the
 NumPy path), over odd shapes, replicas, special values and kernels switched off between
 runs; profiles and cycles do not change; anything the fused loop cannot reproduce keeps
-the stages apart."""
+the stages apart. Where stage 1's partials are only carried to the next stage (the
+engine's compute-set fusion, ``Codelet.fuse``), the pass does not store them: the outputs
+and all other memory are still those of the stages apart, and partials read elsewhere are
+stored."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 import pytest
 
 from tremula import poplar
+from tremula.engine import flatplan, fusion
 from tremula.libs import jit
 from tremula.libs.popops import reduce_chain
 from tremula.libs.popops import reduce_inplace as inplace
@@ -49,7 +53,24 @@ def fusions(monkeypatch) -> Iterator[list[bool]]:
     yield seen
 
 
-def _engine(shape, dims, tiles, fan_in, replicas=1, scaled=False, options=None):
+@pytest.fixture
+def carried(monkeypatch) -> Iterator[list[bool]]:
+    """Each time the engine offered two compute sets for fusion without storing what the
+    first carries to the second (``fusion.fused_step``): whether it took it."""
+    seen: list[bool] = []
+
+    def counted(rt, before, after):
+        run = fusion.fused_step(rt, before, after)
+        seen.append(run is not None)
+        return run
+
+    monkeypatch.setattr(flatplan, "fused_step", counted)
+    yield seen
+
+
+def _engine(shape, dims, tiles, fan_in, replicas=1, scaled=False, options=None, read=None):
+    """A reduction of ``t`` to ``out``; with ``read``, stage 1's partials are read by the
+    host too (``"host"``) or copied after the reduction (``"copy"``)."""
     device = poplar.IPUModel(tiles_per_ipu=tiles).create_device()
     g = poplar.Graph(device.target, replication_factor=replicas)
     t = g.add_variable(poplar.FLOAT, shape, "t", mapping="linear")
@@ -63,9 +84,23 @@ def _engine(shape, dims, tiles, fan_in, replicas=1, scaled=False, options=None):
         out = reduce(g, t, dims, "ADD", prog, options=opts)
     g.create_host_write("t", t)
     g.create_host_read("out", out)
+    if read is not None:
+        info = _partials(g.state)
+        addresses = np.arange(info.start, info.start + info.size).reshape(info.shape)
+        parts = poplar.Tensor(g.state, info.dtype, addresses)
+        if read == "copy":
+            kept = g.add_variable(info.dtype, info.shape, "kept", mapping="linear")
+            prog.add(poplar.Copy(parts, kept))
+            parts = kept
+        g.create_host_read("partials", parts)
     engine = poplar.Engine(g, prog, options or {})
     engine.load(device)
     return engine
+
+
+def _partials(state):
+    """Stage 1's output variable (the first stage's partials)."""
+    return next(v for v in state.variables if v.name == "reduce/partials0")
 
 
 def _runs(engine, shape, replicas, kernels=(True,) * RUNS) -> list[tuple[bytes, bytes]]:
@@ -103,7 +138,9 @@ def test_fused_stages_leave_the_bits_of_the_stages_apart(
     monkeypatch, fusions, shape, dims, tiles, fan_in, replicas, scaled, fused
 ):
     """Outputs and device memory, run after run (replayed runs fused), equal those of the
-    stages run apart and of the NumPy path, with kernels switched off between runs too."""
+    stages run apart and of the NumPy path, with kernels switched off between runs too
+    (the joined run, which stores the partials: compute-set fusion off)."""
+    monkeypatch.setattr(fusion, "ENABLED", False)
     want = _runs(_engine(shape, dims, tiles, fan_in, replicas, scaled), shape, replicas)
     assert fusions == ([True] if fused else [])
     mixed = _runs(
@@ -119,13 +156,74 @@ def test_fused_stages_leave_the_bits_of_the_stages_apart(
     assert numpy_path == apart
 
 
+def _outside(engine, got: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``got`` with stage 1's partials cut out of each run's memory."""
+    info = _partials(engine.state)
+    rows = engine.runtime.storage[poplar.FLOAT].shape[0]
+    cut = []
+    for out, memory in got:
+        m = np.frombuffer(memory, np.float32).reshape(rows, -1)
+        kept = np.delete(m, np.s_[info.start : info.start + info.size], axis=1)
+        cut.append((out, kept.tobytes()))
+    return cut
+
+
 @pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
-def test_profiles_and_cycles_do_not_see_the_fusion(monkeypatch, fusions):
+@pytest.mark.parametrize(("shape", "dims", "tiles", "fan_in", "replicas", "scaled", "fused"), CASES)
+def test_carried_partials_are_not_stored_and_the_rest_keeps_its_bits(
+    monkeypatch, carried, shape, dims, tiles, fan_in, replicas, scaled, fused
+):
+    """With stage 1's partials carried to stage 2 alone, replayed runs fuse the two
+    compute sets without storing the partials: outputs, run after run, and all memory but
+    the partials equal those of the stages run apart (and of the NumPy path, with kernels
+    switched off between runs too)."""
+
+    def runs(kernels=(True,) * RUNS):
+        engine = _engine(shape, dims, tiles, fan_in, replicas, scaled)
+        return _outside(engine, _runs(engine, shape, replicas, kernels))
+
+    want = runs()
+    assert any(carried) == fused
+    mixed = runs((1, 1, 1, 0, 1))
+    numpy_path = runs((0,) * RUNS)
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    monkeypatch.setattr(reduce_chain, "fuse", lambda first, then: None)
+    apart = runs()
+    assert want == apart
+    assert mixed == apart
+    assert numpy_path == apart
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("read", ["host", "copy"])
+def test_partials_read_elsewhere_are_stored(carried, fusions, read):
+    """Partials the host reads (always live) or a copy reads after the reduction (not only
+    carried to stage 2): no compute-set fusion, the joined run stores them, and those read
+    after a replayed run are that run's (each unit's rows summed, in the stages' bits)."""
+    shape = (64, 48)
+    engine = _engine(shape, (0,), 24, 4, read=read)
+    for i in range(RUNS):
+        x = _data(shape, i)
+        engine.write_tensor("t", x)
+        engine.run(0)
+    assert not any(carried) and fusions and all(fusions)  # joined, not fused
+    group = engine.step_plan.compute_sets[0].groups[0]
+    stage1 = group.vertex_type.codelet.prepare(group.batch)
+    parts = engine.read_tensor("partials").reshape(-1, shape[1])
+    want = np.stack(
+        [np.float32(0) + x[f : f + k].sum(axis=0) for f, k in zip(stage1.first, stage1.count)]
+    )  # a unit holds two or three rows: NumPy adds them in order, then +0.0
+    assert parts.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+def test_profiles_and_cycles_do_not_see_the_fusion(monkeypatch, fusions, carried):
     """The execution profile (every step's cycles, replayed runs included) and each run's
     cycles are those of the stages run apart."""
 
     def profile(fuse: bool) -> tuple[str, list[int]]:
         if not fuse:
+            monkeypatch.setattr(fusion, "ENABLED", False)
             monkeypatch.setattr(reduce_chain, "fuse", lambda first, then: None)
         options = {"autoReport.executionProfileProgramRunCount": str(RUNS - 1)}
         engine = _engine((100, 36), (0,), 16, 4, options=options)
@@ -137,7 +235,7 @@ def test_profiles_and_cycles_do_not_see_the_fusion(monkeypatch, fusions):
         return json.dumps(engine.get_execution_profile(), sort_keys=True), cycles
 
     fused = profile(True)
-    assert fusions == [True]
+    assert fusions == [True] and carried == [True]
     assert fused == profile(False)
 
 
@@ -200,7 +298,8 @@ def _stages(rng, R, N, counts, groups, offset=0):
 def test_fused_loop_gives_the_stages_bits_on_odd_rows(N, offset):
     """Units of one to five rows (the streaming path takes two and three), rows whose
     length is no multiple of four, partial rows that start off a 16-byte boundary, two
-    replicas: the compiled loop, its Python form and the two stages give the same bits."""
+    replicas: the compiled loop, its Python form and the two stages give the same bits;
+    so does the loop that does not store the partials (which it leaves as they were)."""
     rng = np.random.default_rng(N + offset)
     counts = rng.integers(1, 6, 24).astype(np.int64)
     groups = np.arange(24).reshape(6, 4)
@@ -222,6 +321,15 @@ def test_fused_loop_gives_the_stages_bits_on_odd_rows(N, offset):
             fused()
         assert memory.tobytes() == want_memory.tobytes()
         assert sums.tobytes() == want_sums.tobytes()
+    units, grouped = reduce_chain._group_units(first, then)
+    spare = np.empty(N, np.float32)
+    unstored = reduce_chain._sum_units_into_groups
+    for kernel in (unstored, unstored.py):  # without storing the partials
+        memory[:, -counts.size * N :] = 7.0
+        sums[...] = 7.0
+        kernel(first.rows, first.first, first.count, units, grouped, spare)
+        assert sums.tobytes() == want_sums.tobytes()
+        assert np.all(memory[:, -counts.size * N :] == 7.0)
 
 
 def test_stages_that_the_loop_cannot_reproduce_stay_apart():

@@ -19,16 +19,27 @@ The numbers are the two stages' own, bit for bit: each partial is
 pieces in piece order, as the grid's prepared run does (``reduce_inplace._piece_reducer``).
 Anything else (another operation or type, a scale on stage 1, pieces that are not whole
 unit rows, memory the two stages share, no compiled kernels) keeps the two runs apart.
+
+Where the partials are only carried from stage 1 to the grid stage (written by the one,
+read by the other, used nowhere else: the engine's ``fusion.Carried``, asked through
+``Codelet.fuse``), the same loop need not store them at all (:func:`fuse_carried`): each
+unit's sum is added to its group's sum straight from registers, and the pass reads the
+input and nothing else. The sums are the same bits; the partials' memory keeps what it
+held, which no program can read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tremula.libs import jit
+
+if TYPE_CHECKING:
+    from tremula import poplar
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +101,45 @@ def fuse(first: RowsRun, then: GridRun) -> Callable[[], None] | None:
         finish()
 
     return run
+
+
+def fuse_carried(
+    before: list[poplar.Batch], after: list[poplar.Batch]
+) -> tuple[Callable[[], None], list[tuple[int, str]]] | None:
+    """``Codelet.fuse`` of the grid stage (``after``, one group) after a strided stage 1
+    (``before``, one group): the two as one compiled pass that does not store stage 1's
+    partials (field ``out`` of group 0 of ``before``), which the engine takes only where
+    nothing else reads them; None where :func:`fuse` would not fuse the two prepared runs.
+    Without compiled kernels at call time the call runs the two in turn (storing)."""
+    if len(before) != 1 or len(after) != 1:
+        return None
+    if getattr(before[0].vertex_type.codelet, "name", None) != "popops::ReduceBlock":
+        return None  # (other codelets' prepared runs are not asked for twice)
+    first, then = _prepared(before[0]), _prepared(after[0])
+    if not isinstance(first, RowsRun) or not isinstance(then, GridRun):
+        return None
+    plan = _group_units(first, then)
+    if plan is None:
+        return None
+    units, sums = plan
+    rows, starts, counts, finish = first.rows, first.first, first.count, then.finish
+    spare = np.empty(rows.shape[2], dtype=rows.dtype)  # a unit of more than three rows
+
+    def run() -> None:
+        if not jit.available():
+            first.run()
+            then.run()
+            return
+        _sum_units_into_groups(rows, starts, counts, units, sums, spare)
+        finish()
+
+    return run, [(0, "out")]
+
+
+def _prepared(v: poplar.Batch) -> Any:
+    """The prepared run of the codelet of batch ``v`` (set up by the engine), or None."""
+    prepare = getattr(v.vertex_type.codelet, "prepare", None)
+    return None if prepare is None else prepare(v)
 
 
 def _group_units(first: RowsRun, then: GridRun) -> tuple[np.ndarray, np.ndarray] | None:
@@ -256,3 +306,51 @@ def _sum_rows_into_groups(
                     out[c] = v
                     acc[c] += v
     jit.stream_fence()
+
+
+@jit.kernel
+def _sum_units_into_groups(
+    rows: np.ndarray,
+    first: np.ndarray,
+    count: np.ndarray,
+    units: np.ndarray,
+    sums: np.ndarray,
+    spare: np.ndarray,
+) -> None:
+    """:func:`_sum_rows_into_groups` without storing the units' sums: for each group ``g``
+    and piece ``p`` in order, unit ``u = units[g, p]``, ``sums[r, g]`` adds
+    ``((0 + rows[r, f]) + rows[r, f + 1]) + ...`` over the unit's ``count[u]`` rows from
+    ``f = first[u]`` (float32), from ``0``. A unit of more than three rows is summed in
+    ``spare`` (one row) first."""
+    n = sums.shape[2]
+    zero = np.float32(0.0)  # each unit's sum starts at +0.0, as the vertex's accumulator
+    for r in range(rows.shape[0]):
+        for g in range(units.shape[0]):
+            acc = sums[r, g]
+            for c in range(n):
+                acc[c] = 0
+            for p in range(units.shape[1]):
+                u = units[g, p]
+                f, k = first[u], count[u]
+                a = rows[r, f]
+                if k == 1:
+                    for c in range(n):
+                        acc[c] += zero + a[c]
+                elif k == 2:
+                    b = rows[r, f + 1]
+                    for c in range(n):
+                        acc[c] += zero + a[c] + b[c]
+                elif k == 3:
+                    b, e = rows[r, f + 1], rows[r, f + 2]
+                    for c in range(n):
+                        acc[c] += zero + a[c] + b[c] + e[c]
+                else:
+                    b, e = rows[r, f + 1], rows[r, f + 2]
+                    for c in range(n):
+                        spare[c] = zero + a[c] + b[c] + e[c]
+                    for i in range(3, k):
+                        src = rows[r, f + i]
+                        for c in range(n):
+                            spare[c] += src[c]
+                    for c in range(n):
+                        acc[c] += spare[c]

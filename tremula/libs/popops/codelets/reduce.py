@@ -31,6 +31,7 @@ import numpy as np
 from tremula import poplar
 from tremula.libs.popops import estimators as E
 from tremula.libs.popops import reduce_inplace as inplace
+from tremula.libs.popops.reduce_chain import fuse_carried
 from tremula.libs.popops.reduce_ops import (
     SPECS,
     Operation,
@@ -322,6 +323,9 @@ class ReducePartials(poplar.Codelet):
             _partials_reduce, "partials", _partials_layout, False, strided=inplace.strided_partials
         )
     )
+    #: replayed runs after a strided stage 1 whose partials nothing else reads: both
+    #: stages in one pass that does not store them (``reduce_chain.fuse_carried``)
+    fuse = staticmethod(fuse_carried)
     cycles = staticmethod(E.reduce_partials_cycles)
     flops = staticmethod(_flops)
 
