@@ -1,0 +1,437 @@
+"""A small T5 encoder-decoder (T5 v1.1 / Flan-T5) written as Graphcore writes its PopXL models.
+
+Graphcore's examples (``nlp/t5/popxl``, like ``nlp/gpt_j/popxl`` and ``nlp/bert/popxl``) build
+each layer as a popxl-addons ``addons.Module`` whose weights are ``add_variable_input``s, reuse
+one block graph per stack (``Module.create_graph``, then ``graph.bind(args).call``), take
+gradients with ``addons.autodiff`` / ``addons.transforms.autodiff_with_accumulation`` and map
+Hugging Face weights in a static ``hf_mapping``. This file is such a model, run unmodified on
+Tremula's ``popxl`` by ``tests/models/test_t5_popxl.py``:
+
+- ``T5LayerNorm``: RMS layer norm (scale only, no mean, no bias), computed in float32.
+- ``T5RelativePositionBias``: the bucketed relative position bias, its buckets computed in the
+  graph as Hugging Face's ``T5Attention._relative_position_bucket`` computes them
+  (bidirectional in the encoder, causal in the decoder), shared by every layer of a stack.
+- ``T5Attention``: self- or cross-attention without score scaling (T5 folds it into the
+  initialisation), ``q``, ``k``, ``v``, ``o`` without bias.
+- ``T5FeedForward``: gated GELU (``gelu_new``, PopXL's ``ops.gelu``): ``wo(gelu(wi_0 x) * wi_1 x)``.
+- ``T5ForConditionalGeneration``: shared embedding, both stacks, the LM head (tied to the
+  embedding, scaled by ``d_model ** -0.5`` as T5 scales it, or a separate ``lm_head``).
+- ``t5_training.py`` builds its training step (loss, gradients, Adam).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import popxl_addons as addons
+from popxl_addons import NamedTensors
+from popxl_addons.layers import Embedding, Linear
+from scipy.stats import truncnorm
+
+import popxl
+from popxl import ops
+from popxl.utils import to_numpy
+
+#: the label Hugging Face's T5 loss ignores
+IGNORE_INDEX = -100
+
+
+@dataclass
+class T5Config:
+    """The model's sizes (a subset of Hugging Face's ``T5Config``) and its batch shapes."""
+
+    vocab_size: int = 32
+    d_model: int = 16
+    d_kv: int = 4
+    d_ff: int = 24
+    num_layers: int = 2
+    num_decoder_layers: int = 2
+    num_heads: int = 4
+    relative_attention_num_buckets: int = 8
+    relative_attention_max_distance: int = 20
+    layer_norm_epsilon: float = 1e-6
+    tie_word_embeddings: bool = False
+    micro_batch_size: int = 2
+    encoder_length: int = 12
+    decoder_length: int = 9
+    dtype: popxl.dtype = popxl.float32
+
+    @classmethod
+    def from_hf(cls, hf: Any, **shapes: int) -> T5Config:
+        """The sizes of a ``transformers.T5Config`` (gated GELU feed-forward only)."""
+        if hf.feed_forward_proj != "gated-gelu":
+            raise ValueError(f"only T5 v1.1's gated-gelu feed-forward: got {hf.feed_forward_proj}")
+        names = [
+            "vocab_size",
+            "d_model",
+            "d_kv",
+            "d_ff",
+            "num_layers",
+            "num_decoder_layers",
+            "num_heads",
+            "relative_attention_num_buckets",
+            "relative_attention_max_distance",
+            "layer_norm_epsilon",
+            "tie_word_embeddings",
+        ]
+        return cls(**{n: getattr(hf, n) for n in names}, **shapes)
+
+    @property
+    def inner_dim(self) -> int:
+        return self.num_heads * self.d_kv
+
+
+def weights_init(*shape: int) -> partial:
+    return partial(truncnorm.rvs, -2, 2, loc=0, scale=0.02, size=shape)
+
+
+class T5LayerNorm(addons.Module):
+    """T5's layer norm: ``w * x / sqrt(mean(x^2) + eps)``, statistics in float32."""
+
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        w = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype)
+        x_fp32 = ops.cast(x, popxl.float32)
+        variance = ops.mean(x_fp32 * x_fp32, axis=-1, keepdims=True)
+        x_fp32 = x_fp32 / ops.sqrt(variance + self.eps)
+        return w * ops.cast(x_fp32, x.dtype)
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_layer: Any) -> dict:
+        return {variables.weight: to_numpy(hf_layer.weight.data, config.dtype)}
+
+
+class T5RelativePositionBias(addons.Module):
+    """The attention bias ``[1, heads, q, k]`` of the relative position of key to query."""
+
+    def __init__(self, config: T5Config, bidirectional: bool):
+        super().__init__()
+        self.config = config
+        self.bidirectional = bidirectional
+
+    def relative_position_bucket(self, relative_position: popxl.Tensor) -> popxl.Tensor:
+        """T5's bucket of each relative position (float32 in, int32 out)."""
+        num_buckets = self.config.relative_attention_num_buckets
+        max_distance = self.config.relative_attention_max_distance
+        zero = popxl.constant(0, popxl.float32)
+        if self.bidirectional:
+            num_buckets //= 2
+            buckets = ops.cast(ops.greater(relative_position, zero), popxl.float32) * num_buckets
+            relative_position = ops.abs(relative_position)
+        else:
+            buckets = None
+            relative_position = ops.relu(-relative_position)
+        # half of the buckets are for exact increments in positions
+        max_exact = num_buckets // 2
+        is_small = ops.less(relative_position, popxl.constant(max_exact, popxl.float32))
+        # the other half for logarithmically bigger bins in positions up to max_distance
+        scale = (num_buckets - max_exact) / math.log(max_distance / max_exact)
+        if_large = ops.floor(max_exact + ops.log(relative_position / max_exact) * scale)
+        if_large = ops.clip(if_large, max=num_buckets - 1)
+        chosen = ops.where(is_small, relative_position, if_large)
+        if buckets is not None:
+            chosen = chosen + buckets
+        return ops.cast(chosen, popxl.int32)
+
+    def build(self, query_length: int, key_length: int) -> popxl.Tensor:
+        weight = self.add_variable_input(
+            "weight",
+            weights_init(self.config.relative_attention_num_buckets, self.config.num_heads),
+            self.config.dtype,
+        )
+        context = np.arange(query_length)[:, None]
+        memory = np.arange(key_length)[None, :]
+        relative_position = popxl.constant(
+            (memory - context).astype(np.float32), popxl.float32, name="relative_position"
+        )
+        buckets = self.relative_position_bucket(relative_position)
+        values = ops.gather(weight, buckets)  # [q, k, heads]
+        return values.transpose((2, 0, 1)).reshape(
+            (1, self.config.num_heads, query_length, key_length)
+        )
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_attention: Any) -> dict:
+        return {
+            variables.weight: to_numpy(
+                hf_attention.relative_attention_bias.weight.data, config.dtype
+            )
+        }
+
+
+def split_heads(x: popxl.Tensor, batch: int, heads: int) -> popxl.Tensor:
+    """``[batch * seq, heads * d]`` to ``[batch, heads, seq, d]``."""
+    return x.reshape((batch, -1, heads, x.shape[-1] // heads)).transpose((0, 2, 1, 3))
+
+
+class T5Attention(addons.Module):
+    """Multi-head attention of ``x`` to ``kv`` (``x`` itself for self-attention), with an additive
+    bias (relative positions and masks) and T5's unscaled scores."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.q = Linear(config.inner_dim, bias=False)
+        self.k = Linear(config.inner_dim, bias=False)
+        self.v = Linear(config.inner_dim, bias=False)
+        self.o = Linear(config.d_model, bias=False)
+
+    def build(
+        self, x: popxl.Tensor, bias: popxl.Tensor, kv: popxl.Tensor | None = None
+    ) -> popxl.Tensor:
+        kv = x if kv is None else kv
+        batch, heads = self.config.micro_batch_size, self.config.num_heads
+        query = split_heads(self.q(x), batch, heads)
+        key = split_heads(self.k(kv), batch, heads)
+        value = split_heads(self.v(kv), batch, heads)
+
+        scores = query @ key.transpose((0, 1, 3, 2)) + bias
+        probs = ops.softmax(scores, axis=-1)
+        z = (probs @ value).transpose((0, 2, 1, 3)).reshape((x.shape[0], self.config.inner_dim))
+        return self.o(z)
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_attention: Any) -> dict:
+        return {
+            variables[name].weight: np.ascontiguousarray(
+                to_numpy(getattr(hf_attention, name).weight.data, config.dtype).T
+            )
+            for name in ("q", "k", "v", "o")
+        }
+
+
+class T5FeedForward(addons.Module):
+    """T5 v1.1's gated GELU feed-forward."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.wi_0 = Linear(config.d_ff, bias=False)
+        self.wi_1 = Linear(config.d_ff, bias=False)
+        self.wo = Linear(config.d_model, bias=False)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        return self.wo(ops.gelu(self.wi_0(x)) * self.wi_1(x))
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_ff: Any) -> dict:
+        return {
+            variables[name].weight: np.ascontiguousarray(
+                to_numpy(getattr(hf_ff, name).weight.data, config.dtype).T
+            )
+            for name in ("wi_0", "wi_1", "wo")
+        }
+
+
+class T5EncoderBlock(addons.Module):
+    """Pre-norm self-attention and feed-forward, each added to the residual."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.self_attention_norm = T5LayerNorm(config.layer_norm_epsilon)
+        self.self_attention = T5Attention(config)
+        self.ff_norm = T5LayerNorm(config.layer_norm_epsilon)
+        self.ff = T5FeedForward(config)
+
+    def build(self, x: popxl.Tensor, bias: popxl.Tensor) -> popxl.Tensor:
+        x = x + self.self_attention(self.self_attention_norm(x), bias)
+        return x + self.ff(self.ff_norm(x))
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_block: Any) -> dict:
+        attention, ff = hf_block.layer
+        return {
+            **T5LayerNorm.hf_mapping(config, variables.self_attention_norm, attention.layer_norm),
+            **T5Attention.hf_mapping(config, variables.self_attention, attention.SelfAttention),
+            **T5LayerNorm.hf_mapping(config, variables.ff_norm, ff.layer_norm),
+            **T5FeedForward.hf_mapping(config, variables.ff, ff.DenseReluDense),
+        }
+
+
+class T5DecoderBlock(addons.Module):
+    """Causal self-attention, cross-attention to the encoder's output, feed-forward."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.self_attention_norm = T5LayerNorm(config.layer_norm_epsilon)
+        self.self_attention = T5Attention(config)
+        self.cross_attention_norm = T5LayerNorm(config.layer_norm_epsilon)
+        self.cross_attention = T5Attention(config)
+        self.ff_norm = T5LayerNorm(config.layer_norm_epsilon)
+        self.ff = T5FeedForward(config)
+
+    def build(
+        self,
+        x: popxl.Tensor,
+        self_bias: popxl.Tensor,
+        encoder_output: popxl.Tensor,
+        cross_bias: popxl.Tensor,
+    ) -> popxl.Tensor:
+        x = x + self.self_attention(self.self_attention_norm(x), self_bias)
+        x = x + self.cross_attention(self.cross_attention_norm(x), cross_bias, encoder_output)
+        return x + self.ff(self.ff_norm(x))
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_block: Any) -> dict:
+        self_attention, cross_attention, ff = hf_block.layer
+        return {
+            **T5LayerNorm.hf_mapping(
+                config, variables.self_attention_norm, self_attention.layer_norm
+            ),
+            **T5Attention.hf_mapping(
+                config, variables.self_attention, self_attention.SelfAttention
+            ),
+            **T5LayerNorm.hf_mapping(
+                config, variables.cross_attention_norm, cross_attention.layer_norm
+            ),
+            **T5Attention.hf_mapping(
+                config, variables.cross_attention, cross_attention.EncDecAttention
+            ),
+            **T5LayerNorm.hf_mapping(config, variables.ff_norm, ff.layer_norm),
+            **T5FeedForward.hf_mapping(config, variables.ff, ff.DenseReluDense),
+        }
+
+
+def additive_mask(mask: popxl.Tensor, dtype: popxl.dtype) -> popxl.Tensor:
+    """``[batch, k]`` of ones (attend) and zeros (padding) to ``[batch, 1, 1, k]`` of 0 / -1e4."""
+    mask = ops.cast(mask, dtype).reshape((mask.shape[0], 1, 1, mask.shape[1]))
+    return (1 - mask) * -1e4
+
+
+class T5Encoder(addons.Module):
+    """The encoder stack: one block graph called once per layer with that layer's weights."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.relative_attention_bias = T5RelativePositionBias(config, bidirectional=True)
+        self.final_layer_norm = T5LayerNorm(config.layer_norm_epsilon)
+
+    def build(self, x: popxl.Tensor, mask: popxl.Tensor) -> popxl.Tensor:
+        length = self.config.encoder_length
+        bias = self.relative_attention_bias(length, length) + mask
+        facts, block = T5EncoderBlock(self.config).create_graph(x, bias)
+        for i in range(self.config.num_layers):
+            args = self.add_variable_inputs(i, facts)
+            (x,) = block.bind(args).call(x, bias)
+        return self.final_layer_norm(x)
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_stack: Any) -> dict:
+        first = hf_stack.block[0].layer[0].SelfAttention
+        weights = T5RelativePositionBias.hf_mapping(
+            config, variables.relative_attention_bias, first
+        )
+        weights.update(
+            T5LayerNorm.hf_mapping(config, variables.final_layer_norm, hf_stack.final_layer_norm)
+        )
+        for i in range(config.num_layers):
+            weights.update(T5EncoderBlock.hf_mapping(config, variables[str(i)], hf_stack.block[i]))
+        return weights
+
+
+class T5Decoder(addons.Module):
+    """The decoder stack: causal self-attention bias, cross-attention to the encoder."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.relative_attention_bias = T5RelativePositionBias(config, bidirectional=False)
+        self.final_layer_norm = T5LayerNorm(config.layer_norm_epsilon)
+
+    def build(
+        self, x: popxl.Tensor, encoder_output: popxl.Tensor, encoder_mask: popxl.Tensor
+    ) -> popxl.Tensor:
+        length = self.config.decoder_length
+        causal_mask = popxl.constant(
+            -1e4 * (1 - np.tril(np.ones((length, length)))), x.dtype, name="causal_mask"
+        )
+        self_bias = self.relative_attention_bias(length, length) + causal_mask
+        facts, block = T5DecoderBlock(self.config).create_graph(
+            x, self_bias, encoder_output, encoder_mask
+        )
+        for i in range(self.config.num_decoder_layers):
+            args = self.add_variable_inputs(i, facts)
+            (x,) = block.bind(args).call(x, self_bias, encoder_output, encoder_mask)
+        return self.final_layer_norm(x)
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_stack: Any) -> dict:
+        first = hf_stack.block[0].layer[0].SelfAttention
+        weights = T5RelativePositionBias.hf_mapping(
+            config, variables.relative_attention_bias, first
+        )
+        weights.update(
+            T5LayerNorm.hf_mapping(config, variables.final_layer_norm, hf_stack.final_layer_norm)
+        )
+        for i in range(config.num_decoder_layers):
+            weights.update(T5DecoderBlock.hf_mapping(config, variables[str(i)], hf_stack.block[i]))
+        return weights
+
+
+class T5ForConditionalGeneration(addons.Module):
+    """Token ids (encoder ``[batch, enc]``, decoder ``[batch, dec]``) and the encoder's padding
+    mask to logits ``[batch * dec, vocab]``."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.encoder = T5Encoder(config)
+        self.decoder = T5Decoder(config)
+
+    def build(
+        self,
+        input_ids: popxl.Tensor,
+        attention_mask: popxl.Tensor,
+        decoder_input_ids: popxl.Tensor,
+    ) -> popxl.Tensor:
+        config = self.config
+        # one embedding table, two graphs gathering from it (the two id shapes)
+        embedding = partial(Embedding, config.dtype, config.vocab_size, config.d_model)
+        facts, encoder_embedding = embedding().create_graph(input_ids.flatten())
+        shared = self.add_variable_inputs("shared", facts)
+        _, decoder_embedding = embedding().create_graph(decoder_input_ids.flatten())
+
+        mask = additive_mask(attention_mask, config.dtype)
+        (x,) = encoder_embedding.bind(shared).call(input_ids.flatten())
+        encoder_output = self.encoder(x, mask)
+        (y,) = decoder_embedding.bind(shared).call(decoder_input_ids.flatten())
+        y = self.decoder(y, encoder_output, mask)
+
+        if config.tie_word_embeddings:
+            y = y * (config.d_model**-0.5)
+            logits = y @ shared.weight.transpose()
+        else:
+            lm_head = self.add_variable_input(
+                "lm_head", weights_init(config.d_model, shared.weight.shape[0]), config.dtype
+            )
+            logits = y @ lm_head
+        if logits.shape[-1] != config.vocab_size:  # the embedding's padded vocabulary
+            logits = logits[:, : config.vocab_size]
+        return logits
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_model: Any) -> dict:
+        vocab_rows = variables.shared.weight.shape[0]
+
+        def pad(x: np.ndarray) -> np.ndarray:
+            return np.pad(x, ((0, vocab_rows - config.vocab_size), (0, 0)))
+
+        weights = {
+            variables.shared.weight: pad(to_numpy(hf_model.shared.weight.data, config.dtype))
+        }
+        if not config.tie_word_embeddings:
+            head = to_numpy(hf_model.lm_head.weight.data, config.dtype)
+            weights[variables.lm_head] = np.ascontiguousarray(pad(head).T)
+        weights.update(T5Encoder.hf_mapping(config, variables.encoder, hf_model.encoder))
+        weights.update(T5Decoder.hf_mapping(config, variables.decoder, hf_model.decoder))
+        return weights

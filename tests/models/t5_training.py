@@ -1,0 +1,129 @@
+"""The training step of ``t5_popxl.T5ForConditionalGeneration``, built as Graphcore's PopXL
+fine-tuning builds its steps (``nlp/gpt_j/popxl/finetuning.py``): the forward graph called with
+its variables, the cross-entropy loss graph and its gradient, the forward's gradient graph
+accumulating every weight's gradient into variables (``autodiff_with_accumulation``) and,
+optionally, popxl-addons' ``AdamOptimizerStep`` on every weight with the gradients clipped to a
+global norm (``grad_reduce_square_add``), after which the accumulators are zeroed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import popxl_addons as addons
+from popxl_addons import GraphWithNamedArgs, NamedTensors
+from popxl_addons.ops.cross_entropy import cross_entropy
+from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
+from popxl_addons.optimizers.adam import AdamOptimizerStep
+from t5_popxl import IGNORE_INDEX, T5Config, T5ForConditionalGeneration
+
+import popxl
+from popxl import ops
+
+
+@dataclass
+class Adam:
+    """AdamW's settings (decoupled weight decay, bias correction) and the global-norm clip."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    max_norm: float = 1.0
+
+
+@dataclass
+class TrainingStep:
+    """What ``build_training_step`` made: the Ir, its input streams (by name: the batch, and
+    ``lr`` with an optimizer), its output streams (``logits``, ``loss``, ``grad_norm`` with an
+    optimizer), the model's variables and the accumulated gradients (named as the variables)."""
+
+    ir: popxl.Ir
+    inputs: dict[str, popxl.HostToDeviceStream]
+    outputs: dict[str, popxl.DeviceToHostStream]
+    variables: NamedTensors
+    grads: NamedTensors
+
+
+def optimizer_step(
+    variables: NamedTensors,
+    grads: NamedTensors,
+    lr: popxl.Tensor,
+    global_norm: popxl.Tensor,
+    adam: Adam,
+) -> None:
+    """``AdamOptimizerStep`` on every variable, each with its own state variables."""
+    grads_by_name = grads.to_dict()
+    for name, var in variables.to_dict().items():
+        facts, graph = AdamOptimizerStep().create_graph(
+            var.spec,
+            var.spec,
+            lr=popxl.TensorSpec((), popxl.float32),
+            beta1=adam.beta1,
+            beta2=adam.beta2,
+            eps=adam.eps,
+            weight_decay=adam.weight_decay,
+            first_order_dtype=popxl.float32,
+            bias_correction=True,
+            global_norm=popxl.TensorSpec((), popxl.float32),
+            global_norm_max=adam.max_norm,
+        )
+        state = facts.init(f"optim.{name}")
+        graph.bind(state).call(var, grads_by_name[name], lr, global_norm)
+
+
+def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingStep:
+    """Forward, loss (mean cross-entropy over labels other than -100), the gradients of every
+    weight and, with ``adam``, one optimizer step."""
+    ir = popxl.Ir()
+    batch = config.micro_batch_size
+    shapes = {
+        "input_ids": ((batch, config.encoder_length), popxl.int32),
+        "attention_mask": ((batch, config.encoder_length), popxl.float32),
+        "decoder_input_ids": ((batch, config.decoder_length), popxl.int32),
+        "labels": ((batch * config.decoder_length,), popxl.int32),
+    }
+    if adam is not None:
+        shapes["lr"] = ((), popxl.float32)
+    with ir.main_graph, popxl.in_sequence():
+        streams = {
+            name: popxl.h2d_stream(s, dtype, name=name) for name, (s, dtype) in shapes.items()
+        }
+        tensors = {name: ops.host_load(stream, name=name) for name, stream in streams.items()}
+        labels = tensors.pop("labels")
+        lr = tensors.pop("lr", None)
+
+        facts, fwd_graph = T5ForConditionalGeneration(config).create_graph(**tensors)
+        variables = facts.init()
+        logits_spec = fwd_graph.graph.outputs[0]
+        loss_graph = GraphWithNamedArgs(
+            ir.create_graph(cross_entropy, logits_spec, labels, ignore_index=IGNORE_INDEX)
+        )
+        grad_facts, bwd_graph = addons.transforms.autodiff_with_accumulation(
+            fwd_graph, tensors_to_accumulate_grads=fwd_graph.args.tensors
+        )
+        loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
+
+        fwd_info = fwd_graph.bind(variables).call_with_info(*tensors.values())
+        logits = fwd_info.parent_output(0)
+        loss_info = loss_graph.call_with_info(logits, labels)
+        loss = loss_info.parent_output(0)
+
+        (dlogits,) = loss_bwd.call(
+            popxl.constant(1.0, config.dtype), args=loss_bwd.grad_graph_info.inputs_dict(loss_info)
+        )
+        accumulators = grad_facts.init()
+        bwd_args = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
+        bwd_graph.bind(accumulators).call(dlogits, args=bwd_args)
+
+        outputs = {"logits": addons.host_store(logits), "loss": addons.host_store(loss)}
+        if adam is not None:
+            assert lr is not None
+            grad_norm = ops.init((), popxl.float32, name="grad_norm", init_type="zero")
+            for grad in accumulators.accum.tensors:
+                ops.add_(grad_norm, grad_reduce_square_add(grad, 1.0))
+            global_norm = ops.sqrt(grad_norm)
+            outputs["grad_norm"] = addons.host_store(global_norm)
+            optimizer_step(variables, accumulators.accum, lr, global_norm, adam)
+            for accumulator in accumulators.tensors:
+                ops.var_updates.accumulator_scale_(accumulator, 0.0)
+    return TrainingStep(ir, streams, outputs, variables, accumulators.accum)

@@ -1,0 +1,166 @@
+"""The T5 of ``t5_popxl.py`` (written as Graphcore's PopXL models are, on popxl-addons) against
+Hugging Face Transformers' ``T5ForConditionalGeneration`` built from a tiny ``T5Config`` with
+random weights: logits, loss and the gradient of every weight (torch autograd), in float32.
+
+The relative position buckets reach the logarithmic bins (8 buckets, distances up to 20, 12
+encoder and 9 decoder positions), the encoder mask pads the second sample, and some labels are
+``-100`` (ignored by the loss)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import popxl
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import t5_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
+import t5_training  # noqa: E402
+
+BATCH, ENCODER_LENGTH, DECODER_LENGTH = 2, 12, 9
+
+
+def hf_model(tie_word_embeddings: bool) -> transformers.T5ForConditionalGeneration:
+    config = transformers.T5Config(
+        vocab_size=32,
+        d_model=16,
+        d_kv=4,
+        d_ff=24,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        dropout_rate=0.0,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=tie_word_embeddings,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(7)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # layer norms start at one: make their mapping matter
+        for name, parameter in model.named_parameters():
+            if name.endswith("layer_norm.weight"):
+                parameter.add_(0.1 * torch.randn(parameter.shape))
+    return model
+
+
+def batch(model: transformers.T5ForConditionalGeneration) -> dict:
+    generator = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    input_ids = torch.randint(1, vocab, (BATCH, ENCODER_LENGTH), generator=generator)
+    attention_mask = torch.ones((BATCH, ENCODER_LENGTH))
+    attention_mask[1, -4:] = 0
+    input_ids[1, -4:] = model.config.pad_token_id
+    labels = torch.randint(1, vocab, (BATCH, DECODER_LENGTH), generator=generator)
+    labels[0, -2:] = t5_popxl.IGNORE_INDEX
+    labels[1, -5:] = t5_popxl.IGNORE_INDEX
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "decoder_input_ids": model._shift_right(labels),
+        "labels": labels,
+    }
+
+
+def gradients_as_model(model: transformers.T5ForConditionalGeneration) -> object:
+    """A copy of ``model`` whose parameters hold its gradients (for ``hf_mapping``)."""
+    grads = copy.deepcopy(model)
+    for parameter, original in zip(grads.parameters(), model.parameters()):
+        parameter.data = original.grad.clone()
+    return grads
+
+
+def popxl_config(model: transformers.T5ForConditionalGeneration) -> t5_popxl.T5Config:
+    return t5_popxl.T5Config.from_hf(
+        model.config,
+        micro_batch_size=BATCH,
+        encoder_length=ENCODER_LENGTH,
+        decoder_length=DECODER_LENGTH,
+    )
+
+
+def stream_inputs(step: t5_training.TrainingStep, data: dict) -> dict:
+    return {
+        stream: np.asarray(data[name]).astype(stream.dtype.as_numpy()).reshape(stream.shape)
+        for name, stream in step.inputs.items()
+    }
+
+
+@pytest.mark.parametrize("tie_word_embeddings", [False, True], ids=["untied", "tied"])
+def test_t5_training_step_matches_hugging_face(tie_word_embeddings: bool) -> None:
+    model = hf_model(tie_word_embeddings)
+    data = batch(model)
+    out = model(**data)
+    out.loss.backward()
+
+    config = popxl_config(model)
+    step = t5_training.build_training_step(config)
+    weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, step.variables, model)
+    assert set(weights) == set(step.variables.tensors)
+    expected_grads = t5_popxl.T5ForConditionalGeneration.hf_mapping(
+        config, step.grads, gradients_as_model(model)
+    )
+    assert set(expected_grads) == set(step.grads.tensors)
+
+    with popxl.Session(step.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        outputs = session.run(stream_inputs(step, data))
+        grads = session.get_tensors_data(list(expected_grads))
+
+    logits = out.logits.detach().numpy().reshape(-1, config.vocab_size)
+    np.testing.assert_allclose(outputs[step.outputs["logits"]], logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outputs[step.outputs["loss"]], out.loss.item(), rtol=1e-5)
+    for tensor, expected in expected_grads.items():
+        np.testing.assert_allclose(
+            grads[tensor], expected, rtol=1e-4, atol=1e-6, err_msg=f"gradient {tensor.name}"
+        )
+
+
+def test_t5_adam_steps_match_torch_adamw() -> None:
+    """Two training steps with popxl-addons' Adam (gradients clipped to a global norm) against
+    torch's ``clip_grad_norm_`` and ``AdamW``: losses, norms and the weights after each."""
+    model = hf_model(tie_word_embeddings=False)
+    data = batch(model)
+    adam = t5_training.Adam(max_norm=0.5)
+    lrs = [1e-2, 5e-3]
+    config = popxl_config(model)
+    step = t5_training.build_training_step(config, adam)
+    mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
+    weights = mapping(config, step.variables, model)
+
+    torch_adam = torch.optim.AdamW(
+        model.parameters(),
+        lr=lrs[0],
+        betas=(adam.beta1, adam.beta2),
+        eps=adam.eps,
+        weight_decay=adam.weight_decay,
+    )
+    with popxl.Session(step.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        for lr in lrs:
+            outputs = session.run(stream_inputs(step, {**data, "lr": lr}))
+            trained = session.get_tensors_data(step.variables.tensors)
+
+            torch_adam.zero_grad()
+            for group in torch_adam.param_groups:
+                group["lr"] = lr
+            loss = model(**data).loss
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
+            torch_adam.step()
+
+            assert norm.item() > adam.max_norm  # the clip is in effect
+            np.testing.assert_allclose(outputs[step.outputs["loss"]], loss.item(), rtol=1e-5)
+            np.testing.assert_allclose(outputs[step.outputs["grad_norm"]], norm.item(), rtol=1e-5)
+            for tensor, expected in mapping(config, step.variables, model).items():
+                # Adam normalises each gradient element: a tiny one (1e-6, from cancelling
+                # terms, a few percent off in float32 either way) moves its update by a
+                # fraction of the learning rate, so the weights agree to 1e-3 of it
+                np.testing.assert_allclose(
+                    trained[tensor], expected, rtol=1e-5, atol=1e-3 * lr, err_msg=tensor.name
+                )
