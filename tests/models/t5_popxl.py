@@ -378,6 +378,28 @@ class T5Decoder(addons.Module):
         return weights
 
 
+class T5LMHead(addons.Module):
+    """The logits of the decoder's output ``[n, d_model]``: tied to the word embedding
+    ``[vocab, d_model]`` (T5 then scales ``x`` by ``d_model ** -0.5``) or a weight of its own."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+
+    def build(self, x: popxl.Tensor, word_embedding: popxl.Tensor) -> popxl.Tensor:
+        config = self.config
+        if config.tie_word_embeddings:
+            logits = (x * (config.d_model**-0.5)) @ word_embedding.transpose()
+        else:
+            weight = self.add_variable_input(
+                "weight", weights_init(config.d_model, word_embedding.shape[0]), config.dtype
+            )
+            logits = x @ weight
+        if logits.shape[-1] != config.vocab_size:  # the embedding's padded vocabulary
+            logits = logits[:, : config.vocab_size]
+        return logits
+
+
 class T5ForConditionalGeneration(addons.Module):
     """Token ids (encoder ``[batch, enc]``, decoder ``[batch, dec]``) and the encoder's padding
     mask to logits ``[batch * dec, vocab]``."""
@@ -387,6 +409,7 @@ class T5ForConditionalGeneration(addons.Module):
         self.config = config
         self.encoder = T5Encoder(config)
         self.decoder = T5Decoder(config)
+        self.lm_head = T5LMHead(config)
 
     def build(
         self,
@@ -407,17 +430,7 @@ class T5ForConditionalGeneration(addons.Module):
         (y,) = decoder_embedding.bind(shared).call(decoder_input_ids.flatten())
         y = self.decoder(y, encoder_output, mask)
 
-        if config.tie_word_embeddings:
-            y = y * (config.d_model**-0.5)
-            logits = y @ shared.weight.transpose()
-        else:
-            lm_head = self.add_variable_input(
-                "lm_head", weights_init(config.d_model, shared.weight.shape[0]), config.dtype
-            )
-            logits = y @ lm_head
-        if logits.shape[-1] != config.vocab_size:  # the embedding's padded vocabulary
-            logits = logits[:, : config.vocab_size]
-        return logits
+        return self.lm_head(y, shared.weight)
 
     @staticmethod
     def hf_mapping(config: T5Config, variables: NamedTensors, hf_model: Any) -> dict:
@@ -431,7 +444,7 @@ class T5ForConditionalGeneration(addons.Module):
         }
         if not config.tie_word_embeddings:
             head = to_numpy(hf_model.lm_head.weight.data, config.dtype)
-            weights[variables.lm_head] = np.ascontiguousarray(pad(head).T)
+            weights[variables.lm_head.weight] = np.ascontiguousarray(pad(head).T)
         weights.update(T5Encoder.hf_mapping(config, variables.encoder, hf_model.encoder))
         weights.update(T5Decoder.hf_mapping(config, variables.decoder, hf_model.decoder))
         return weights

@@ -18,6 +18,7 @@ import popxl
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import t5_inference  # noqa: E402
 import t5_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import t5_training  # noqa: E402
 
@@ -164,3 +165,44 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
                 np.testing.assert_allclose(
                     trained[tensor], expected, rtol=1e-5, atol=1e-3 * lr, err_msg=tensor.name
                 )
+
+
+@pytest.mark.parametrize("tie_word_embeddings", [False, True], ids=["untied", "tied"])
+def test_t5_greedy_decoding_matches_hugging_face(tie_word_embeddings: bool) -> None:
+    """Weights in remote buffers, layers in ``ops.repeat``: the greedy continuation of each
+    sample, one run per token, and the logits it chose from, against Hugging Face's."""
+    model = hf_model(tie_word_embeddings)
+    data = batch(model)
+    config = popxl_config(model)
+    inference = t5_inference.build_inference(config)
+    weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, inference.variables, model)
+    assert set(weights) == set(inference.variables.tensors)
+
+    ids = np.full((BATCH, DECODER_LENGTH), model.config.decoder_start_token_id, np.int32)
+    expected = torch.from_numpy(ids.astype(np.int64))
+    with popxl.Session(inference.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        for t in range(DECODER_LENGTH - 1):
+            feed = {
+                "input_ids": data["input_ids"],
+                "attention_mask": data["attention_mask"],
+                "decoder_input_ids": ids,
+                "last_token_index": np.full((BATCH,), t),
+            }
+            inputs = {
+                stream: np.asarray(feed[name]).astype(stream.dtype.as_numpy())
+                for name, stream in inference.inputs.items()
+            }
+            outputs = session.run(inputs)
+            ids[:, t + 1] = outputs[inference.next_token]
+            with torch.no_grad():
+                logits = model(
+                    input_ids=data["input_ids"],
+                    attention_mask=data["attention_mask"],
+                    decoder_input_ids=expected[:, : t + 1],
+                ).logits
+            expected[:, t + 1] = logits[:, t].argmax(-1)
+            np.testing.assert_allclose(
+                outputs[inference.next_token_logits], logits[:, t].numpy(), rtol=1e-5, atol=1e-5
+            )
+    np.testing.assert_array_equal(ids, expected.numpy())
