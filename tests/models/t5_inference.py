@@ -9,16 +9,16 @@ ids so far, and returns the logits of each sample's ``last_token_index`` and the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 from popxl_addons import GraphWithNamedArgs, NamedTensors
-from popxl_addons.layers import Embedding
+from popxl_addons.patterns import apply_pre_alias_patterns
 from popxl_addons.remote import load_remote_graph, named_variable_buffers
 from popxl_addons.variable_factory import NamedVariableFactories
 from t5_popxl import (
     T5Config,
     T5DecoderBlock,
+    T5Embedding,
     T5EncoderBlock,
     T5LayerNorm,
     T5LMHead,
@@ -93,11 +93,10 @@ def build_inference(config: T5Config) -> Inference:
         x_spec = spec((batch * enc, config.d_model), config.dtype)
         y_spec = spec((batch * dec, config.d_model), config.dtype)
         heads = config.num_heads
-        embedding = partial(Embedding, config.dtype, config.vocab_size, config.d_model)
-        shared_facts, encoder_embedding = embedding().create_graph(
-            spec((batch * enc,), popxl.int32)
+        shared_facts, encoder_embedding = T5Embedding(config).create_graph(
+            spec((batch, enc), popxl.int32)
         )
-        _, decoder_embedding = embedding().create_graph(spec((batch * dec,), popxl.int32))
+        _, decoder_embedding = T5Embedding(config).create_graph(spec((batch, dec), popxl.int32))
         shared = RemoteLayer(shared_facts, encoder_embedding)
 
         def remote(module: popxl.Module, *args: object, entries: int = 1) -> RemoteLayer:
@@ -122,7 +121,7 @@ def build_inference(config: T5Config) -> Inference:
         )
         encoder_norm = remote(T5LayerNorm(config.layer_norm_epsilon), x_spec)
         decoder_norm = remote(T5LayerNorm(config.layer_norm_epsilon), y_spec)
-        word_spec = shared_facts.weight
+        word_spec = shared_facts.word.weight
         head = remote(T5LMHead(config), y_spec, spec(word_spec.shape, word_spec.dtype))
 
         variables = NamedTensors()
@@ -143,23 +142,24 @@ def build_inference(config: T5Config) -> Inference:
             word = shared.load(0)
             mask = additive_mask(inputs["attention_mask"], config.dtype)
 
-            (x,) = encoder_embedding.bind(word).call(inputs["input_ids"].flatten())
+            (x,) = encoder_embedding.bind(word).call(inputs["input_ids"])
             bias = encoder_bias.call() + mask
             x = stack(encoder_block, config.num_layers, x, bias)
             encoder_output = encoder_norm.call(x)
 
-            (y,) = decoder_embedding.bind(word).call(inputs["decoder_input_ids"].flatten())
+            (y,) = decoder_embedding.bind(word).call(inputs["decoder_input_ids"])
             causal = popxl.constant(
                 -1e4 * (1 - np.tril(np.ones((dec, dec)))), config.dtype, name="causal_mask"
             )
             self_bias = decoder_bias.call() + causal
             y = stack(decoder_block, config.num_decoder_layers, y, self_bias, encoder_output, mask)
             y = decoder_norm.call(y)
-            logits = head.call(y, word.weight)
+            logits = head.call(y, word.word.weight)
 
             # the logits of each sample's last token
             rows = popxl.constant(np.arange(batch) * dec, popxl.int32, name="sample_rows")
             next_token_logits = logits[inputs["last_token_index"] + rows]
             ops.host_store(logits_stream, next_token_logits)
             ops.host_store(next_token_stream, ops.argmax(next_token_logits, dim=1))
+    apply_pre_alias_patterns(ir, level="default")
     return Inference(ir, streams, next_token_stream, logits_stream, variables)

@@ -30,6 +30,10 @@ import numpy as np
 import popxl_addons as addons
 from popxl_addons import NamedTensors
 from popxl_addons.layers import Embedding, Linear
+from popxl_addons.ops.replicated_all_reduce_TP import (
+    replicated_all_reduce_identical_grad_inputs,
+    replicated_all_reduce_identical_inputs,
+)
 from scipy.stats import truncnorm
 
 import popxl
@@ -59,6 +63,8 @@ class T5Config:
     encoder_length: int = 12
     decoder_length: int = 9
     dtype: popxl.dtype = popxl.float32
+    #: replicas each holding a shard of the heads, feed-forward and vocabulary (Megatron-style)
+    tensor_parallel: int = 1
 
     @classmethod
     def from_hf(cls, hf: Any, **shapes: int) -> T5Config:
@@ -87,6 +93,19 @@ class T5Config:
 
 def weights_init(*shape: int) -> partial:
     return partial(truncnorm.rvs, -2, 2, loc=0, scale=0.02, size=shape)
+
+
+def tp_grouping(config: T5Config) -> popxl.ReplicaGrouping:
+    """The grouping of sharded weights: each of the ``tensor_parallel`` replicas its own."""
+    return popxl.gcg().ir.replica_grouping(stride=config.tensor_parallel, group_size=1)
+
+
+def shard(x: np.ndarray, n_shards: int, axis: int) -> np.ndarray:
+    """``x`` split along ``axis`` into ``n_shards`` stacked on a new first axis (kept whole for
+    one shard: a variable of one group takes its data without the group axis)."""
+    if n_shards == 1:
+        return np.ascontiguousarray(x)
+    return np.ascontiguousarray(np.stack(np.split(x, n_shards, axis=axis)))
 
 
 class T5LayerNorm(addons.Module):
@@ -141,10 +160,12 @@ class T5RelativePositionBias(addons.Module):
         return ops.cast(chosen, popxl.int32)
 
     def build(self, query_length: int, key_length: int) -> popxl.Tensor:
+        heads = self.config.num_heads // self.config.tensor_parallel
         weight = self.add_variable_input(
             "weight",
-            weights_init(self.config.relative_attention_num_buckets, self.config.num_heads),
+            weights_init(self.config.relative_attention_num_buckets, heads),
             self.config.dtype,
+            replica_grouping=tp_grouping(self.config),
         )
         context = np.arange(query_length)[:, None]
         memory = np.arange(key_length)[None, :]
@@ -153,17 +174,12 @@ class T5RelativePositionBias(addons.Module):
         )
         buckets = self.relative_position_bucket(relative_position)
         values = ops.gather(weight, buckets)  # [q, k, heads]
-        return values.transpose((2, 0, 1)).reshape(
-            (1, self.config.num_heads, query_length, key_length)
-        )
+        return values.transpose((2, 0, 1)).reshape((1, heads, query_length, key_length))
 
     @staticmethod
     def hf_mapping(config: T5Config, variables: NamedTensors, hf_attention: Any) -> dict:
-        return {
-            variables.weight: to_numpy(
-                hf_attention.relative_attention_bias.weight.data, config.dtype
-            )
-        }
+        weight = to_numpy(hf_attention.relative_attention_bias.weight.data, config.dtype)
+        return {variables.weight: shard(weight, config.tensor_parallel, axis=1)}
 
 
 def split_heads(x: popxl.Tensor, batch: int, heads: int) -> popxl.Tensor:
@@ -173,61 +189,75 @@ def split_heads(x: popxl.Tensor, batch: int, heads: int) -> popxl.Tensor:
 
 class T5Attention(addons.Module):
     """Multi-head attention of ``x`` to ``kv`` (``x`` itself for self-attention), with an additive
-    bias (relative positions and masks) and T5's unscaled scores."""
+    bias (relative positions and masks, of this replica's heads) and T5's unscaled scores.
+    The heads are sharded over the tensor-parallel replicas: identical inputs and output."""
 
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
-        self.q = Linear(config.inner_dim, bias=False)
-        self.k = Linear(config.inner_dim, bias=False)
-        self.v = Linear(config.inner_dim, bias=False)
-        self.o = Linear(config.d_model, bias=False)
+        self.replica_grouping = tp_grouping(config)
+        inner = config.inner_dim // config.tensor_parallel
+        self.q = Linear(inner, bias=False, replica_grouping=self.replica_grouping)
+        self.k = Linear(inner, bias=False, replica_grouping=self.replica_grouping)
+        self.v = Linear(inner, bias=False, replica_grouping=self.replica_grouping)
+        self.o = Linear(config.d_model, bias=False, replica_grouping=self.replica_grouping)
 
     def build(
         self, x: popxl.Tensor, bias: popxl.Tensor, kv: popxl.Tensor | None = None
     ) -> popxl.Tensor:
-        kv = x if kv is None else kv
-        batch, heads = self.config.micro_batch_size, self.config.num_heads
+        group = self.replica_grouping.transpose()
+        x = replicated_all_reduce_identical_inputs(x, group=group)
+        kv = x if kv is None else replicated_all_reduce_identical_inputs(kv, group=group)
+        batch = self.config.micro_batch_size
+        heads = self.config.num_heads // self.config.tensor_parallel
         query = split_heads(self.q(x), batch, heads)
         key = split_heads(self.k(kv), batch, heads)
         value = split_heads(self.v(kv), batch, heads)
 
         scores = query @ key.transpose((0, 1, 3, 2)) + bias
         probs = ops.softmax(scores, axis=-1)
-        z = (probs @ value).transpose((0, 2, 1, 3)).reshape((x.shape[0], self.config.inner_dim))
-        return self.o(z)
+        z = (probs @ value).transpose((0, 2, 1, 3)).reshape((x.shape[0], heads * self.config.d_kv))
+        return replicated_all_reduce_identical_grad_inputs(self.o(z), group=group)
 
     @staticmethod
     def hf_mapping(config: T5Config, variables: NamedTensors, hf_attention: Any) -> dict:
-        return {
-            variables[name].weight: np.ascontiguousarray(
-                to_numpy(getattr(hf_attention, name).weight.data, config.dtype).T
-            )
-            for name in ("q", "k", "v", "o")
-        }
+        def weight(name: str) -> np.ndarray:
+            return to_numpy(getattr(hf_attention, name).weight.data, config.dtype).T
+
+        tp = config.tensor_parallel
+        weights = {variables[n].weight: shard(weight(n), tp, axis=1) for n in ("q", "k", "v")}
+        weights[variables.o.weight] = shard(weight("o"), tp, axis=0)
+        return weights
 
 
 class T5FeedForward(addons.Module):
-    """T5 v1.1's gated GELU feed-forward."""
+    """T5 v1.1's gated GELU feed-forward, ``wi_*`` sharded column-wise (the GELU is not linear)
+    and ``wo`` row-wise over the tensor-parallel replicas: identical input and output."""
 
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
-        self.wi_0 = Linear(config.d_ff, bias=False)
-        self.wi_1 = Linear(config.d_ff, bias=False)
-        self.wo = Linear(config.d_model, bias=False)
+        self.replica_grouping = tp_grouping(config)
+        ff_size = config.d_ff // config.tensor_parallel
+        self.wi_0 = Linear(ff_size, bias=False, replica_grouping=self.replica_grouping)
+        self.wi_1 = Linear(ff_size, bias=False, replica_grouping=self.replica_grouping)
+        self.wo = Linear(config.d_model, bias=False, replica_grouping=self.replica_grouping)
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
-        return self.wo(ops.gelu(self.wi_0(x)) * self.wi_1(x))
+        group = self.replica_grouping.transpose()
+        x = replicated_all_reduce_identical_inputs(x, group=group)
+        z = self.wo(ops.gelu(self.wi_0(x)) * self.wi_1(x))
+        return replicated_all_reduce_identical_grad_inputs(z, group=group)
 
     @staticmethod
     def hf_mapping(config: T5Config, variables: NamedTensors, hf_ff: Any) -> dict:
-        return {
-            variables[name].weight: np.ascontiguousarray(
-                to_numpy(getattr(hf_ff, name).weight.data, config.dtype).T
-            )
-            for name in ("wi_0", "wi_1", "wo")
-        }
+        def weight(name: str) -> np.ndarray:
+            return to_numpy(getattr(hf_ff, name).weight.data, config.dtype).T
+
+        tp = config.tensor_parallel
+        weights = {variables[n].weight: shard(weight(n), tp, axis=1) for n in ("wi_0", "wi_1")}
+        weights[variables.wo.weight] = shard(weight("wo"), tp, axis=0)
+        return weights
 
 
 class T5EncoderBlock(addons.Module):
@@ -378,26 +408,78 @@ class T5Decoder(addons.Module):
         return weights
 
 
-class T5LMHead(addons.Module):
-    """The logits of the decoder's output ``[n, d_model]``: tied to the word embedding
-    ``[vocab, d_model]`` (T5 then scales ``x`` by ``d_model ** -0.5``) or a weight of its own."""
+class T5Embedding(addons.Module):
+    """Token ids to vectors, the vocabulary sharded over the tensor-parallel replicas (ids offset
+    by each shard's first row on the host: ``offset_ids``): identical output."""
 
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
+        self.replica_grouping = tp_grouping(config)
+        self.word = Embedding(
+            config.dtype, config.vocab_size, config.d_model, replica_grouping=self.replica_grouping
+        )
+
+    def build(self, ids: popxl.Tensor) -> popxl.Tensor:
+        x = self.word(ids.flatten())
+        return replicated_all_reduce_identical_grad_inputs(
+            x, group=self.replica_grouping.transpose()
+        )
+
+    @staticmethod
+    def offset_ids(config: T5Config, ids: np.ndarray) -> np.ndarray:
+        """``ids`` for each replica ``[tp, *ids.shape]`` (the ids themselves for one): offset by
+        its shard's first row. Negative ids (ignored labels) stay as they are."""
+        tp = config.tensor_parallel
+        if tp == 1:
+            return ids
+        offsets = Embedding.get_offsets(config.vocab_size, tp).reshape((tp,) + (1,) * ids.ndim)
+        return np.where(ids < 0, ids, ids[np.newaxis] - offsets)
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_embedding: Any) -> dict:
+        rows = variables.word.weight.shape[0] * config.tensor_parallel
+        weight = to_numpy(hf_embedding.weight.data, config.dtype)
+        weight = np.pad(weight, ((0, rows - config.vocab_size), (0, 0)))
+        return {variables.word.weight: shard(weight, config.tensor_parallel, axis=0)}
+
+
+class T5LMHead(addons.Module):
+    """The logits of the decoder's output ``[n, d_model]``: tied to the word embedding
+    ``[vocab, d_model]`` (T5 then scales ``x`` by ``d_model ** -0.5``) or a weight of its own.
+    With tensor parallelism, each replica makes the logits of its shard of the vocabulary."""
+
+    def __init__(self, config: T5Config):
+        super().__init__()
+        self.config = config
+        self.replica_grouping = tp_grouping(config)
 
     def build(self, x: popxl.Tensor, word_embedding: popxl.Tensor) -> popxl.Tensor:
         config = self.config
+        x = replicated_all_reduce_identical_inputs(x, group=self.replica_grouping.transpose())
         if config.tie_word_embeddings:
             logits = (x * (config.d_model**-0.5)) @ word_embedding.transpose()
         else:
             weight = self.add_variable_input(
-                "weight", weights_init(config.d_model, word_embedding.shape[0]), config.dtype
+                "weight",
+                weights_init(config.d_model, word_embedding.shape[0]),
+                config.dtype,
+                replica_grouping=self.replica_grouping,
             )
             logits = x @ weight
-        if logits.shape[-1] != config.vocab_size:  # the embedding's padded vocabulary
+        if config.tensor_parallel > 1:
+            if logits.shape[-1] * config.tensor_parallel != config.vocab_size:
+                raise ValueError("with tensor parallelism, a vocabulary of shards of 16 rows only")
+        elif logits.shape[-1] != config.vocab_size:  # the embedding's padded vocabulary
             logits = logits[:, : config.vocab_size]
         return logits
+
+    @staticmethod
+    def hf_mapping(config: T5Config, variables: NamedTensors, hf_model: Any) -> dict:
+        rows = variables.weight.shape[1] * config.tensor_parallel
+        weight = to_numpy(hf_model.lm_head.weight.data, config.dtype)
+        weight = np.pad(weight, ((0, rows - config.vocab_size), (0, 0))).T
+        return {variables.weight: shard(weight, config.tensor_parallel, axis=1)}
 
 
 class T5ForConditionalGeneration(addons.Module):
@@ -419,32 +501,23 @@ class T5ForConditionalGeneration(addons.Module):
     ) -> popxl.Tensor:
         config = self.config
         # one embedding table, two graphs gathering from it (the two id shapes)
-        embedding = partial(Embedding, config.dtype, config.vocab_size, config.d_model)
-        facts, encoder_embedding = embedding().create_graph(input_ids.flatten())
+        facts, encoder_embedding = T5Embedding(config).create_graph(input_ids)
         shared = self.add_variable_inputs("shared", facts)
-        _, decoder_embedding = embedding().create_graph(decoder_input_ids.flatten())
+        _, decoder_embedding = T5Embedding(config).create_graph(decoder_input_ids)
 
         mask = additive_mask(attention_mask, config.dtype)
-        (x,) = encoder_embedding.bind(shared).call(input_ids.flatten())
+        (x,) = encoder_embedding.bind(shared).call(input_ids)
         encoder_output = self.encoder(x, mask)
-        (y,) = decoder_embedding.bind(shared).call(decoder_input_ids.flatten())
+        (y,) = decoder_embedding.bind(shared).call(decoder_input_ids)
         y = self.decoder(y, encoder_output, mask)
 
-        return self.lm_head(y, shared.weight)
+        return self.lm_head(y, shared.word.weight)
 
     @staticmethod
     def hf_mapping(config: T5Config, variables: NamedTensors, hf_model: Any) -> dict:
-        vocab_rows = variables.shared.weight.shape[0]
-
-        def pad(x: np.ndarray) -> np.ndarray:
-            return np.pad(x, ((0, vocab_rows - config.vocab_size), (0, 0)))
-
-        weights = {
-            variables.shared.weight: pad(to_numpy(hf_model.shared.weight.data, config.dtype))
-        }
+        weights = T5Embedding.hf_mapping(config, variables.shared, hf_model.shared)
         if not config.tie_word_embeddings:
-            head = to_numpy(hf_model.lm_head.weight.data, config.dtype)
-            weights[variables.lm_head.weight] = np.ascontiguousarray(pad(head).T)
+            weights.update(T5LMHead.hf_mapping(config, variables.lm_head, hf_model))
         weights.update(T5Encoder.hf_mapping(config, variables.encoder, hf_model.encoder))
         weights.update(T5Decoder.hf_mapping(config, variables.decoder, hf_model.decoder))
         return weights

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import popxl_addons as addons
 from popxl_addons import GraphWithNamedArgs, NamedTensors
-from popxl_addons.ops.cross_entropy import cross_entropy
+from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.optimizers.adam import AdamOptimizerStep
+from popxl_addons.patterns import apply_pre_alias_patterns
 from t5_popxl import IGNORE_INDEX, T5Config, T5ForConditionalGeneration
 
 import popxl
@@ -71,10 +72,21 @@ def optimizer_step(
         graph.bind(state).call(var, grads_by_name[name], lr, global_norm)
 
 
+def loss(logits: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
+    """Mean cross-entropy of the labels other than -100, the logits sharded over the vocabulary
+    (the labels offset by each shard's first row: ``T5Embedding.offset_ids``)."""
+    ignore_index = popxl.constant(IGNORE_INDEX, popxl.int32, name="ignore_index")
+    group = popxl.gcg().ir.replica_grouping(group_size=popxl.gcg().ir.replication_factor)
+    return cross_entropy_sharded_loss(logits, labels, ignore_index, replica_grouping=group)
+
+
 def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingStep:
     """Forward, loss (mean cross-entropy over labels other than -100), the gradients of every
     weight and, with ``adam``, one optimizer step."""
-    ir = popxl.Ir()
+    tp = config.tensor_parallel
+    if adam is not None and tp > 1:
+        raise NotImplementedError("the optimizer step of a tensor-parallel model")
+    ir = popxl.Ir(replication=tp)
     batch = config.micro_batch_size
     shapes = {
         "input_ids": ((batch, config.encoder_length), popxl.int32),
@@ -95,18 +107,18 @@ def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingS
         facts, fwd_graph = T5ForConditionalGeneration(config).create_graph(**tensors)
         variables = facts.init()
         logits_spec = fwd_graph.graph.outputs[0]
-        loss_graph = GraphWithNamedArgs(
-            ir.create_graph(cross_entropy, logits_spec, labels, ignore_index=IGNORE_INDEX)
-        )
+        loss_graph = GraphWithNamedArgs(ir.create_graph(loss, logits_spec, labels))
         grad_facts, bwd_graph = addons.transforms.autodiff_with_accumulation(
-            fwd_graph, tensors_to_accumulate_grads=fwd_graph.args.tensors
+            fwd_graph,
+            tensors_to_accumulate_grads=fwd_graph.args.tensors,
+            replica_groupings=facts.replica_groupings,
         )
         loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
 
         fwd_info = fwd_graph.bind(variables).call_with_info(*tensors.values())
         logits = fwd_info.parent_output(0)
         loss_info = loss_graph.call_with_info(logits, labels)
-        loss = loss_info.parent_output(0)
+        loss_value = loss_info.parent_output(0)
 
         (dlogits,) = loss_bwd.call(
             popxl.constant(1.0, config.dtype), args=loss_bwd.grad_graph_info.inputs_dict(loss_info)
@@ -115,7 +127,7 @@ def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingS
         bwd_args = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
         bwd_graph.bind(accumulators).call(dlogits, args=bwd_args)
 
-        outputs = {"logits": addons.host_store(logits), "loss": addons.host_store(loss)}
+        outputs = {"logits": addons.host_store(logits), "loss": addons.host_store(loss_value)}
         if adam is not None:
             assert lr is not None
             grad_norm = ops.init((), popxl.float32, name="grad_norm", init_type="zero")
@@ -126,4 +138,6 @@ def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingS
             optimizer_step(variables, accumulators.accum, lr, global_norm, adam)
             for accumulator in accumulators.tensors:
                 ops.var_updates.accumulator_scale_(accumulator, 0.0)
+    # the identical-inputs all-reduces become identities (PopART's OpToIdentityPattern)
+    apply_pre_alias_patterns(ir, level="default")
     return TrainingStep(ir, streams, outputs, variables, accumulators.accum)

@@ -76,30 +76,49 @@ def gradients_as_model(model: transformers.T5ForConditionalGeneration) -> object
     return grads
 
 
-def popxl_config(model: transformers.T5ForConditionalGeneration) -> t5_popxl.T5Config:
+def popxl_config(
+    model: transformers.T5ForConditionalGeneration, tensor_parallel: int = 1
+) -> t5_popxl.T5Config:
     return t5_popxl.T5Config.from_hf(
         model.config,
         micro_batch_size=BATCH,
         encoder_length=ENCODER_LENGTH,
         decoder_length=DECODER_LENGTH,
+        tensor_parallel=tensor_parallel,
     )
 
 
-def stream_inputs(step: t5_training.TrainingStep, data: dict) -> dict:
-    return {
-        stream: np.asarray(data[name]).astype(stream.dtype.as_numpy()).reshape(stream.shape)
-        for name, stream in step.inputs.items()
-    }
+def stream_inputs(config: t5_popxl.T5Config, step: t5_training.TrainingStep, data: dict) -> dict:
+    """Each stream's data: with tensor parallelism, one array per replica (ids offset to each
+    replica's shard of the vocabulary, the rest repeated)."""
+    tp = config.tensor_parallel
+    inputs = {}
+    for name, stream in step.inputs.items():
+        value = np.asarray(data[name]).reshape(stream.shape)
+        if name in ("input_ids", "decoder_input_ids", "labels"):
+            value = t5_popxl.T5Embedding.offset_ids(config, value)
+        elif tp > 1:
+            value = np.repeat(value[np.newaxis], tp, axis=0)
+        inputs[stream] = value.astype(stream.dtype.as_numpy())
+    return inputs
 
 
-@pytest.mark.parametrize("tie_word_embeddings", [False, True], ids=["untied", "tied"])
-def test_t5_training_step_matches_hugging_face(tie_word_embeddings: bool) -> None:
+@pytest.mark.parametrize(
+    "tie_word_embeddings, tensor_parallel",
+    [(False, 1), (True, 1), (False, 2), (True, 2)],
+    ids=["untied", "tied", "untied-tp2", "tied-tp2"],
+)
+def test_t5_training_step_matches_hugging_face(
+    tie_word_embeddings: bool, tensor_parallel: int
+) -> None:
+    """Loss and gradients, on one IPU or with the heads, feed-forward and vocabulary sharded
+    over two replicas (each replica's logits are its shard's, its gradients its shards')."""
     model = hf_model(tie_word_embeddings)
     data = batch(model)
     out = model(**data)
     out.loss.backward()
 
-    config = popxl_config(model)
+    config = popxl_config(model, tensor_parallel)
     step = t5_training.build_training_step(config)
     weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, step.variables, model)
     assert set(weights) == set(step.variables.tensors)
@@ -110,13 +129,19 @@ def test_t5_training_step_matches_hugging_face(tie_word_embeddings: bool) -> Non
 
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(weights)
-        outputs = session.run(stream_inputs(step, data))
+        outputs = session.run(stream_inputs(config, step, data))
         grads = session.get_tensors_data(list(expected_grads))
 
     logits = out.logits.detach().numpy().reshape(-1, config.vocab_size)
-    np.testing.assert_allclose(outputs[step.outputs["logits"]], logits, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(outputs[step.outputs["loss"]], out.loss.item(), rtol=1e-5)
+    loss = np.asarray(outputs[step.outputs["loss"]])
+    shards = outputs[step.outputs["logits"]]
+    if tensor_parallel > 1:  # one loss per replica, the same
+        np.testing.assert_array_equal(loss, np.full(tensor_parallel, loss[0]))
+        loss, shards = loss[0], np.concatenate(list(shards), axis=-1)
+    np.testing.assert_allclose(shards, logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
     for tensor, expected in expected_grads.items():
+        assert grads[tensor].shape == expected.shape, tensor.name
         np.testing.assert_allclose(
             grads[tensor], expected, rtol=1e-4, atol=1e-6, err_msg=f"gradient {tensor.name}"
         )
@@ -127,7 +152,9 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
     torch's ``clip_grad_norm_`` and ``AdamW``: losses, norms and the weights after each."""
     model = hf_model(tie_word_embeddings=False)
     data = batch(model)
-    adam = t5_training.Adam(max_norm=0.5)
+    # eps well above the float32 noise of the tiny gradient elements (cancelling terms give
+    # them errors of a few 1e-8): Adam divides each element by its own size plus eps
+    adam = t5_training.Adam(eps=1e-4, max_norm=0.5)
     lrs = [1e-2, 5e-3]
     config = popxl_config(model)
     step = t5_training.build_training_step(config, adam)
@@ -144,7 +171,7 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(weights)
         for lr in lrs:
-            outputs = session.run(stream_inputs(step, {**data, "lr": lr}))
+            outputs = session.run(stream_inputs(config, step, {**data, "lr": lr}))
             trained = session.get_tensors_data(step.variables.tensors)
 
             torch_adam.zero_grad()
@@ -159,9 +186,6 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
             np.testing.assert_allclose(outputs[step.outputs["loss"]], loss.item(), rtol=1e-5)
             np.testing.assert_allclose(outputs[step.outputs["grad_norm"]], norm.item(), rtol=1e-5)
             for tensor, expected in mapping(config, step.variables, model).items():
-                # Adam normalises each gradient element: a tiny one (1e-6, from cancelling
-                # terms, a few percent off in float32 either way) moves its update by a
-                # fraction of the learning rate, so the weights agree to 1e-3 of it
                 np.testing.assert_allclose(
                     trained[tensor], expected, rtol=1e-5, atol=1e-3 * lr, err_msg=tensor.name
                 )
