@@ -150,9 +150,10 @@ class T5RelativePositionBias(addons.Module):
         # half of the buckets are for exact increments in positions
         max_exact = num_buckets // 2
         is_small = ops.less(relative_position, popxl.constant(max_exact, popxl.float32))
-        # the other half for logarithmically bigger bins in positions up to max_distance
-        scale = (num_buckets - max_exact) / math.log(max_distance / max_exact)
-        if_large = ops.floor(max_exact + ops.log(relative_position / max_exact) * scale)
+        # the other half for logarithmically bigger bins in positions up to max_distance, in
+        # T5's order of operations (float32), truncated (floor: non-negative where it is used)
+        log_ratio = ops.log(relative_position / max_exact) / math.log(max_distance / max_exact)
+        if_large = max_exact + ops.floor(log_ratio * (num_buckets - max_exact))
         if_large = ops.clip(if_large, max=num_buckets - 1)
         chosen = ops.where(is_small, relative_position, if_large)
         if buckets is not None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import popxl
+from popxl import ops
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -230,3 +231,34 @@ def test_t5_greedy_decoding_matches_hugging_face(tie_word_embeddings: bool) -> N
                 outputs[inference.next_token_logits], logits[:, t].numpy(), rtol=1e-5, atol=1e-5
             )
     np.testing.assert_array_equal(ids, expected.numpy())
+
+
+@pytest.mark.parametrize("bidirectional", [True, False], ids=["encoder", "decoder"])
+def test_t5_relative_position_bias_matches_hugging_face(bidirectional: bool) -> None:
+    """T5's default buckets (32, up to 128 positions apart) over 160 positions: the buckets
+    computed in the graph, including the distances where the logarithmic bins meet exact
+    integers in real arithmetic (16, 32, 64 ...), against ``T5Attention.compute_bias``."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    length = 160
+    hf_config = transformers.T5Config(num_heads=4, d_model=16, d_kv=4, is_decoder=not bidirectional)
+    torch.manual_seed(5)
+    attention = T5Attention(hf_config, has_relative_attention_bias=True)
+    with torch.no_grad():
+        expected = attention.compute_bias(length, length).numpy()
+
+    config = t5_popxl.T5Config(num_heads=4, relative_attention_num_buckets=32)
+    config.relative_attention_max_distance = 128
+    ir = popxl.Ir()
+    with ir.main_graph:
+        module = t5_popxl.T5RelativePositionBias(config, bidirectional)
+        facts, graph = module.create_graph(length, length)
+        variables = facts.init()
+        (bias,) = graph.bind(variables).call()
+        stream = popxl.d2h_stream(bias.shape, bias.dtype, name="bias")
+        ops.host_store(stream, bias)
+    weights = t5_popxl.T5RelativePositionBias.hf_mapping(config, variables, attention)
+    with popxl.Session(ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        out = session.run()[stream]
+    np.testing.assert_array_equal(out, expected)
