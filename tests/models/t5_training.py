@@ -51,6 +51,7 @@ def optimizer_step(
     lr: popxl.Tensor,
     global_norm: popxl.Tensor,
     adam: Adam,
+    loss_scaling: float,
 ) -> None:
     """``AdamOptimizerStep`` on every variable, each with its own state variables."""
     grads_by_name = grads.to_dict()
@@ -67,6 +68,7 @@ def optimizer_step(
             bias_correction=True,
             global_norm=popxl.TensorSpec((), popxl.float32),
             global_norm_max=adam.max_norm,
+            loss_scaling=loss_scaling,
         )
         state = facts.init(f"optim.{name}")
         graph.bind(state).call(var, grads_by_name[name], lr, global_norm)
@@ -80,9 +82,12 @@ def loss(logits: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
     return cross_entropy_sharded_loss(logits, labels, ignore_index, replica_grouping=group)
 
 
-def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingStep:
+def build_training_step(
+    config: T5Config, adam: Adam | None = None, loss_scaling: float = 1.0
+) -> TrainingStep:
     """Forward, loss (mean cross-entropy over labels other than -100), the gradients of every
-    weight and, with ``adam``, one optimizer step."""
+    weight (scaled by ``loss_scaling``, as float16 training keeps small gradients) and, with
+    ``adam``, one optimizer step (on the unscaled gradients)."""
     tp = config.tensor_parallel
     if adam is not None and tp > 1:
         raise NotImplementedError("the optimizer step of a tensor-parallel model")
@@ -121,7 +126,8 @@ def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingS
         loss_value = loss_info.parent_output(0)
 
         (dlogits,) = loss_bwd.call(
-            popxl.constant(1.0, config.dtype), args=loss_bwd.grad_graph_info.inputs_dict(loss_info)
+            popxl.constant(loss_scaling, config.dtype, name="loss_scaling"),
+            args=loss_bwd.grad_graph_info.inputs_dict(loss_info),
         )
         accumulators = grad_facts.init()
         bwd_args = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
@@ -132,10 +138,10 @@ def build_training_step(config: T5Config, adam: Adam | None = None) -> TrainingS
             assert lr is not None
             grad_norm = ops.init((), popxl.float32, name="grad_norm", init_type="zero")
             for grad in accumulators.accum.tensors:
-                ops.add_(grad_norm, grad_reduce_square_add(grad, 1.0))
+                ops.add_(grad_norm, grad_reduce_square_add(grad, loss_scaling))
             global_norm = ops.sqrt(grad_norm)
             outputs["grad_norm"] = addons.host_store(global_norm)
-            optimizer_step(variables, accumulators.accum, lr, global_norm, adam)
+            optimizer_step(variables, accumulators.accum, lr, global_norm, adam, loss_scaling)
             for accumulator in accumulators.tensors:
                 ops.var_updates.accumulator_scale_(accumulator, 0.0)
     # the identical-inputs all-reduces become identities (PopART's OpToIdentityPattern)

@@ -149,6 +149,41 @@ def test_t5_training_step_matches_hugging_face(
         )
 
 
+@pytest.mark.parametrize("tensor_parallel", [1, 2], ids=["tp1", "tp2"])
+def test_t5_float16_training_step_matches_hugging_face(tensor_parallel: int) -> None:
+    """The model in float16 (layer-norm statistics in float32) with the loss scaled by 64,
+    against Hugging Face in float32: float16's precision (logits within 3e-2, each gradient
+    within 2e-2 of its largest element)."""
+    model = hf_model(tie_word_embeddings=False)
+    data = batch(model)
+    out = model(**data)
+    out.loss.backward()
+
+    config = popxl_config(model, tensor_parallel)
+    config.dtype = popxl.float16
+    loss_scaling = 64.0
+    step = t5_training.build_training_step(config, loss_scaling=loss_scaling)
+    mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
+    expected_grads = mapping(config, step.grads, gradients_as_model(model))
+    with popxl.Session(step.ir, "ipu_model") as session:
+        session.write_variables_data(mapping(config, step.variables, model))
+        outputs = session.run(stream_inputs(config, step, data))
+        grads = session.get_tensors_data(list(expected_grads))
+
+    shards = outputs[step.outputs["logits"]]
+    assert shards.dtype == np.float16
+    if tensor_parallel > 1:
+        shards = np.concatenate(list(shards), axis=-1)
+    logits = out.logits.detach().numpy().reshape(shards.shape)
+    np.testing.assert_allclose(shards, logits, atol=3e-2)
+    loss = np.asarray(outputs[step.outputs["loss"]], np.float32).reshape(-1)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=2e-3)
+    for tensor, expected in expected_grads.items():
+        grad = grads[tensor].astype(np.float32) / loss_scaling
+        scale = np.abs(expected.astype(np.float32)).max()
+        np.testing.assert_allclose(grad, expected, atol=2e-2 * scale, err_msg=tensor.name)
+
+
 def test_t5_adam_steps_match_torch_adamw() -> None:
     """Two training steps with popxl-addons' Adam (gradients clipped to a global norm) against
     torch's ``clip_grad_norm_`` and ``AdamW``: losses, norms and the weights after each."""
