@@ -83,11 +83,15 @@ def loss(logits: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
 
 
 def build_training_step(
-    config: T5Config, adam: Adam | None = None, loss_scaling: float = 1.0
+    config: T5Config,
+    adam: Adam | None = None,
+    loss_scaling: float = 1.0,
+    recompute: bool = False,
 ) -> TrainingStep:
     """Forward, loss (mean cross-entropy over labels other than -100), the gradients of every
     weight (scaled by ``loss_scaling``, as float16 training keeps small gradients) and, with
-    ``adam``, one optimizer step (on the unscaled gradients)."""
+    ``adam``, one optimizer step (on the unscaled gradients). With ``recompute`` the gradient
+    graph recomputes the forward's activations from its inputs instead of receiving them."""
     tp = config.tensor_parallel
     if adam is not None and tp > 1:
         raise NotImplementedError("the optimizer step of a tensor-parallel model")
@@ -118,6 +122,8 @@ def build_training_step(
             tensors_to_accumulate_grads=fwd_graph.args.tensors,
             replica_groupings=facts.replica_groupings,
         )
+        if recompute:
+            bwd_graph = addons.transforms.recompute_graph(bwd_graph)
         loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
 
         fwd_info = fwd_graph.bind(variables).call_with_info(*tensors.values())

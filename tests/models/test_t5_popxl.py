@@ -106,22 +106,23 @@ def stream_inputs(config: t5_popxl.T5Config, step: t5_training.TrainingStep, dat
 
 
 @pytest.mark.parametrize(
-    "tie_word_embeddings, tensor_parallel",
-    [(False, 1), (True, 1), (False, 2), (True, 2)],
-    ids=["untied", "tied", "untied-tp2", "tied-tp2"],
+    "tie_word_embeddings, tensor_parallel, recompute",
+    [(False, 1, False), (True, 1, True), (False, 2, True), (True, 2, False)],
+    ids=["untied", "tied-recompute", "untied-tp2-recompute", "tied-tp2"],
 )
 def test_t5_training_step_matches_hugging_face(
-    tie_word_embeddings: bool, tensor_parallel: int
+    tie_word_embeddings: bool, tensor_parallel: int, recompute: bool
 ) -> None:
     """Loss and gradients, on one IPU or with the heads, feed-forward and vocabulary sharded
-    over two replicas (each replica's logits are its shard's, its gradients its shards')."""
+    over two replicas (each replica's logits are its shard's, its gradients its shards'), the
+    backward given the forward's activations or recomputing them (``recompute_graph``)."""
     model = hf_model(tie_word_embeddings)
     data = batch(model)
     out = model(**data)
     out.loss.backward()
 
     config = popxl_config(model, tensor_parallel)
-    step = t5_training.build_training_step(config)
+    step = t5_training.build_training_step(config, recompute=recompute)
     weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, step.variables, model)
     assert set(weights) == set(step.variables.tensors)
     expected_grads = t5_popxl.T5ForConditionalGeneration.hf_mapping(
