@@ -69,7 +69,7 @@ def _load_clients_module() -> ModuleType:
 
 clients = _load_clients_module()
 #: test folders (under tests/) whose modules import client code, with the clients they need
-CLIENT_FOLDERS = {"addons": ("popxl-addons",)}
+CLIENT_FOLDERS = {"addons": ("popxl-addons",), "models": ("popxl-addons",)}
 
 _addons = clients.find("popxl-addons")
 if not _addons.missing and str(_addons["popxl-addons"]) not in sys.path:
