@@ -15,6 +15,7 @@ from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_lo
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.optimizers.adam import AdamOptimizerStep
 from popxl_addons.patterns import apply_pre_alias_patterns
+from popxl_addons.transforms.repeat_graph import repeat_graph
 from t5_popxl import IGNORE_INDEX, T5Config, T5ForConditionalGeneration
 
 import popxl
@@ -87,11 +88,14 @@ def build_training_step(
     adam: Adam | None = None,
     loss_scaling: float = 1.0,
     recompute: bool = False,
+    device_iterations: int = 1,
 ) -> TrainingStep:
     """Forward, loss (mean cross-entropy over labels other than -100), the gradients of every
     weight (scaled by ``loss_scaling``, as float16 training keeps small gradients) and, with
     ``adam``, one optimizer step (on the unscaled gradients). With ``recompute`` the gradient
-    graph recomputes the forward's activations from its inputs instead of receiving them."""
+    graph recomputes the forward's activations from its inputs instead of receiving them. With
+    ``device_iterations`` one run makes that many steps (popxl-addons' ``repeat_graph`` loops
+    the main graph; each stream carries one batch per step)."""
     tp = config.tensor_parallel
     if adam is not None and tp > 1:
         raise NotImplementedError("the optimizer step of a tensor-parallel model")
@@ -152,4 +156,6 @@ def build_training_step(
                 ops.var_updates.accumulator_scale_(accumulator, 0.0)
     # the identical-inputs all-reduces become identities (PopART's OpToIdentityPattern)
     apply_pre_alias_patterns(ir, level="default")
+    repeat_graph(ir.main_graph, device_iterations)
+    ir.num_host_transfers = device_iterations
     return TrainingStep(ir, streams, outputs, variables, accumulators.accum)

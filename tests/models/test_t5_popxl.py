@@ -198,9 +198,11 @@ def test_t5_float16_training_step_matches_hugging_face(tensor_parallel: int) -> 
         np.testing.assert_allclose(grad, expected, atol=2e-2 * scale, err_msg=tensor.name)
 
 
-def test_t5_adam_steps_match_torch_adamw() -> None:
+@pytest.mark.parametrize("device_iterations", [1, 2], ids=["step-per-run", "two-steps-per-run"])
+def test_t5_adam_steps_match_torch_adamw(device_iterations: int) -> None:
     """Two training steps with popxl-addons' Adam (gradients clipped to a global norm) against
-    torch's ``clip_grad_norm_`` and ``AdamW``: losses, norms and the weights after each."""
+    torch's ``clip_grad_norm_`` and ``AdamW``: losses, norms and the weights after each run;
+    one run per step, or both steps in one run (the main graph looped by ``repeat_graph``)."""
     model = hf_model(tie_word_embeddings=False)
     data = batch(model)
     # eps well above the float32 noise of the tiny gradient elements (cancelling terms give
@@ -208,7 +210,7 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
     adam = t5_training.Adam(eps=1e-4, max_norm=0.5)
     lrs = [1e-2, 5e-3]
     config = popxl_config(model)
-    step = t5_training.build_training_step(config, adam)
+    step = t5_training.build_training_step(config, adam, device_iterations=device_iterations)
     mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
     weights = mapping(config, step.variables, model)
 
@@ -219,26 +221,40 @@ def test_t5_adam_steps_match_torch_adamw() -> None:
         eps=adam.eps,
         weight_decay=adam.weight_decay,
     )
+    expected = []  # (loss, norm, weights) after each step
+    for lr in lrs:
+        torch_adam.zero_grad()
+        for group in torch_adam.param_groups:
+            group["lr"] = lr
+        loss = model(**data).loss
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
+        assert norm.item() > adam.max_norm  # the clip is in effect
+        torch_adam.step()
+        trained = {t: np.array(a) for t, a in mapping(config, step.variables, model).items()}
+        expected.append((loss.item(), norm.item(), trained))
+
+    runs = [lrs] if device_iterations > 1 else [[lr] for lr in lrs]
+    done = 0
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(weights)
-        for lr in lrs:
-            outputs = session.run(stream_inputs(config, step, {**data, "lr": lr}))
+        for run_lrs in runs:
+            feeds = [stream_inputs(config, step, {**data, "lr": lr}) for lr in run_lrs]
+            inputs = {s: np.stack([f[s] for f in feeds]) for s in feeds[0]}
+            if device_iterations == 1:
+                inputs = {s: v[0] for s, v in inputs.items()}
+            outputs = session.run(inputs)
             trained = session.get_tensors_data(step.variables.tensors)
+            done += len(run_lrs)
 
-            torch_adam.zero_grad()
-            for group in torch_adam.param_groups:
-                group["lr"] = lr
-            loss = model(**data).loss
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
-            torch_adam.step()
-
-            assert norm.item() > adam.max_norm  # the clip is in effect
-            np.testing.assert_allclose(outputs[step.outputs["loss"]], loss.item(), rtol=1e-5)
-            np.testing.assert_allclose(outputs[step.outputs["grad_norm"]], norm.item(), rtol=1e-5)
-            for tensor, expected in mapping(config, step.variables, model).items():
+            losses, norms, _ = zip(*expected[done - len(run_lrs) : done])
+            loss_out = np.asarray(outputs[step.outputs["loss"]]).reshape(-1)
+            norm_out = np.asarray(outputs[step.outputs["grad_norm"]]).reshape(-1)
+            np.testing.assert_allclose(loss_out, losses, rtol=1e-5)
+            np.testing.assert_allclose(norm_out, norms, rtol=1e-5)
+            for tensor, value in expected[done - 1][2].items():
                 np.testing.assert_allclose(
-                    trained[tensor], expected, rtol=1e-5, atol=1e-3 * lr, err_msg=tensor.name
+                    trained[tensor], value, rtol=1e-5, atol=1e-3 * lrs[0], err_msg=tensor.name
                 )
 
 
