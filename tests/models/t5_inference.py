@@ -4,7 +4,10 @@
 is loaded where it is used (``load_remote_graph``), and each stack runs its block graph in an
 ``ops.repeat`` over the layer index. One run reads the encoder's ids and mask and the decoder's
 ids so far, and returns the logits of each sample's ``last_token_index`` and the next token
-(their argmax); the host appends it and runs again."""
+(their argmax); the host appends it and runs again. With tensor parallelism each replica
+holds its shards of the weights (in its part of each buffer) and the logits of its shard of
+the vocabulary are gathered from all (``replicated_all_gather``) before the argmax, as
+GPT-J's ``generate_greedy_tp`` does."""
 
 from __future__ import annotations
 
@@ -73,7 +76,8 @@ def stack(layer: RemoteLayer, layers: int, x: popxl.Tensor, *args: popxl.Tensor)
 
 
 def build_inference(config: T5Config) -> Inference:
-    ir = popxl.Ir()
+    tp = config.tensor_parallel
+    ir = popxl.Ir(replication=tp)
     batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
     spec = popxl.TensorSpec
     shapes = {
@@ -92,7 +96,7 @@ def build_inference(config: T5Config) -> Inference:
         # ---- graphs ----
         x_spec = spec((batch * enc, config.d_model), config.dtype)
         y_spec = spec((batch * dec, config.d_model), config.dtype)
-        heads = config.num_heads
+        heads = config.num_heads // tp  # each replica's
         shared_facts, encoder_embedding = T5Embedding(config).create_graph(
             spec((batch, enc), popxl.int32)
         )
@@ -159,6 +163,15 @@ def build_inference(config: T5Config) -> Inference:
             # the logits of each sample's last token
             rows = popxl.constant(np.arange(batch) * dec, popxl.int32, name="sample_rows")
             next_token_logits = logits[inputs["last_token_index"] + rows]
+            if tp > 1:  # each replica has its shard of the vocabulary: gather them all
+                next_token_logits = ops.collectives.replicated_all_gather(
+                    next_token_logits,
+                    group=ir.replica_grouping(group_size=tp),
+                    output_shape="new_axis",
+                )
+                next_token_logits = next_token_logits.transpose((1, 0, 2)).reshape_(
+                    (batch, config.vocab_size)
+                )
             ops.host_store(logits_stream, next_token_logits)
             ops.host_store(next_token_stream, ops.argmax(next_token_logits, dim=1))
     apply_pre_alias_patterns(ir, level="default")

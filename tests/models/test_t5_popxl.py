@@ -103,12 +103,12 @@ def popxl_config(
     )
 
 
-def stream_inputs(config: t5_popxl.T5Config, step: t5_training.TrainingStep, data: dict) -> dict:
+def stream_inputs(config: t5_popxl.T5Config, streams: dict, data: dict) -> dict:
     """Each stream's data: with tensor parallelism, one array per replica (ids offset to each
     replica's shard of the vocabulary, the rest repeated)."""
     tp = config.tensor_parallel
     inputs = {}
-    for name, stream in step.inputs.items():
+    for name, stream in streams.items():
         value = np.asarray(data[name]).reshape(stream.shape)
         if name in ("input_ids", "decoder_input_ids", "labels"):
             value = t5_popxl.T5Embedding.offset_ids(config, value)
@@ -145,7 +145,7 @@ def test_t5_training_step_matches_hugging_face(
 
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(weights)
-        outputs = session.run(stream_inputs(config, step, data))
+        outputs = session.run(stream_inputs(config, step.inputs, data))
         grads = session.get_tensors_data(list(expected_grads))
 
     logits = out.logits.detach().numpy().reshape(-1, config.vocab_size)
@@ -181,7 +181,7 @@ def test_t5_float16_training_step_matches_hugging_face(tensor_parallel: int) -> 
     expected_grads = mapping(config, step.grads, gradients_as_model(model))
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(mapping(config, step.variables, model))
-        outputs = session.run(stream_inputs(config, step, data))
+        outputs = session.run(stream_inputs(config, step.inputs, data))
         grads = session.get_tensors_data(list(expected_grads))
 
     shards = outputs[step.outputs["logits"]]
@@ -239,7 +239,7 @@ def test_t5_adam_steps_match_torch_adamw(device_iterations: int) -> None:
     with popxl.Session(step.ir, "ipu_model") as session:
         session.write_variables_data(weights)
         for run_lrs in runs:
-            feeds = [stream_inputs(config, step, {**data, "lr": lr}) for lr in run_lrs]
+            feeds = [stream_inputs(config, step.inputs, {**data, "lr": lr}) for lr in run_lrs]
             inputs = {s: np.stack([f[s] for f in feeds]) for s in feeds[0]}
             if device_iterations == 1:
                 inputs = {s: v[0] for s, v in inputs.items()}
@@ -258,16 +258,27 @@ def test_t5_adam_steps_match_torch_adamw(device_iterations: int) -> None:
                 )
 
 
-@pytest.mark.parametrize("tie_word_embeddings", [False, True], ids=["untied", "tied"])
-def test_t5_greedy_decoding_matches_hugging_face(tie_word_embeddings: bool) -> None:
+@pytest.mark.parametrize(
+    "tie_word_embeddings, tensor_parallel", [(False, 1), (True, 2)], ids=["untied", "tied-tp2"]
+)
+def test_t5_greedy_decoding_matches_hugging_face(
+    tie_word_embeddings: bool, tensor_parallel: int
+) -> None:
     """Weights in remote buffers, layers in ``ops.repeat``: the greedy continuation of each
     sample, one run per token, and the logits it chose from, against Hugging Face's."""
     model = hf_model(tie_word_embeddings)
     data = batch(model)
-    config = popxl_config(model)
+    config = popxl_config(model, tensor_parallel)
     inference = t5_inference.build_inference(config)
     weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, inference.variables, model)
     assert set(weights) == set(inference.variables.tensors)
+
+    def replica(out: np.ndarray) -> np.ndarray:
+        """One replica's output (with tensor parallelism, after checking all are the same)."""
+        if tensor_parallel == 1:
+            return out
+        np.testing.assert_array_equal(out, np.repeat(out[:1], tensor_parallel, axis=0))
+        return out[0]
 
     ids = np.full((BATCH, DECODER_LENGTH), model.config.decoder_start_token_id, np.int32)
     expected = torch.from_numpy(ids.astype(np.int64))
@@ -280,12 +291,8 @@ def test_t5_greedy_decoding_matches_hugging_face(tie_word_embeddings: bool) -> N
                 "decoder_input_ids": ids,
                 "last_token_index": np.full((BATCH,), t),
             }
-            inputs = {
-                stream: np.asarray(feed[name]).astype(stream.dtype.as_numpy())
-                for name, stream in inference.inputs.items()
-            }
-            outputs = session.run(inputs)
-            ids[:, t + 1] = outputs[inference.next_token]
+            outputs = session.run(stream_inputs(config, inference.inputs, feed))
+            ids[:, t + 1] = replica(outputs[inference.next_token])
             with torch.no_grad():
                 logits = model(
                     input_ids=data["input_ids"],
@@ -294,7 +301,10 @@ def test_t5_greedy_decoding_matches_hugging_face(tie_word_embeddings: bool) -> N
                 ).logits
             expected[:, t + 1] = logits[:, t].argmax(-1)
             np.testing.assert_allclose(
-                outputs[inference.next_token_logits], logits[:, t].numpy(), rtol=1e-5, atol=1e-5
+                replica(outputs[inference.next_token_logits]),
+                logits[:, t].numpy(),
+                rtol=1e-5,
+                atol=1e-5,
             )
     np.testing.assert_array_equal(ids, expected.numpy())
 
@@ -352,7 +362,7 @@ def test_t5_checkpoint_from_training_to_inference(tmp_path) -> None:
     mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
     training.write_variables_data(mapping(config, step.variables, model))
     with training:
-        training.run(stream_inputs(config, step, {**data, "lr": lr}))
+        training.run(stream_inputs(config, step.inputs, {**data, "lr": lr}))
     training.save_checkpoint(str(tmp_path / "checkpoint"))
 
     torch_adam = torch.optim.AdamW(
@@ -379,9 +389,7 @@ def test_t5_checkpoint_from_training_to_inference(tmp_path) -> None:
     last = DECODER_LENGTH - 1
     feed = {**data, "last_token_index": np.full((BATCH,), last)}
     with session:
-        outputs = session.run(
-            {s: np.asarray(feed[n]).astype(s.dtype.as_numpy()) for n, s in inference.inputs.items()}
-        )
+        outputs = session.run(stream_inputs(config, inference.inputs, feed))
     with torch.no_grad():
         logits = model(**data).logits[:, last].numpy()
     np.testing.assert_allclose(outputs[inference.next_token_logits], logits, rtol=1e-4, atol=1e-4)
