@@ -33,6 +33,7 @@ torch = _reference("torch")
 transformers = _reference("transformers")
 
 import t5_inference  # noqa: E402
+import t5_phased  # noqa: E402
 import t5_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import t5_training  # noqa: E402
 from popxl_addons import NamedTensors, TaskSession  # noqa: E402
@@ -393,3 +394,33 @@ def test_t5_checkpoint_from_training_to_inference(tmp_path) -> None:
     with torch.no_grad():
         logits = model(**data).logits[:, last].numpy()
     np.testing.assert_allclose(outputs[inference.next_token_logits], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_t5_phased_gradients_match_hugging_face() -> None:
+    """Phased execution (weights and gradients in remote buffers, each stack a loop over its
+    layers, each block's backward recomputing its forward from its stored input): the loss and
+    the gradient of every weight against torch autograd."""
+    model = hf_model(tie_word_embeddings=False)
+    data = batch(model)
+    out = model(**data)
+    out.loss.backward()
+
+    config = popxl_config(model)
+    step = t5_phased.build_phased_step(config)
+    mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
+    weights = mapping(config, step.variables, model)
+    assert set(weights) == set(step.variables.tensors)
+    expected_grads = mapping(config, step.grads, gradients_as_model(model))
+    assert set(expected_grads) == set(step.grads.tensors)
+
+    with popxl.Session(step.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        outputs = session.run(stream_inputs(config, step.inputs, data))
+        grads = session.get_tensors_data(list(expected_grads))
+
+    np.testing.assert_allclose(outputs[step.loss], out.loss.item(), rtol=1e-5)
+    for tensor, expected in expected_grads.items():
+        assert grads[tensor].shape == expected.shape, tensor.name
+        np.testing.assert_allclose(
+            grads[tensor], expected, rtol=1e-4, atol=1e-6, err_msg=f"gradient {tensor.name}"
+        )
