@@ -75,11 +75,101 @@ def stack(layer: RemoteLayer, layers: int, x: popxl.Tensor, *args: popxl.Tensor)
     return x
 
 
+class RemoteT5:
+    """The model's graphs with their weights in remote buffers (made in the main graph's
+    context), and the program computing the logits."""
+
+    def __init__(self, config: T5Config):
+        self.config = config
+        batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
+        spec, dtype, eps = popxl.TensorSpec, config.dtype, config.layer_norm_epsilon
+        x_spec = spec((batch * enc, config.d_model), dtype)
+        y_spec = spec((batch * dec, config.d_model), dtype)
+        heads = config.num_heads // config.tensor_parallel  # each replica's
+        shared_facts, self.encoder_embedding = T5Embedding(config).create_graph(
+            spec((batch, enc), popxl.int32)
+        )
+        _, self.decoder_embedding = T5Embedding(config).create_graph(
+            spec((batch, dec), popxl.int32)
+        )
+        self.shared = RemoteLayer(shared_facts, self.encoder_embedding)
+
+        def remote(module: popxl.Module, *args: object, entries: int = 1) -> RemoteLayer:
+            return RemoteLayer(*module.create_graph(*args), entries=entries)
+
+        self.encoder_bias = remote(T5RelativePositionBias(config, bidirectional=True), enc, enc)
+        self.decoder_bias = remote(T5RelativePositionBias(config, bidirectional=False), dec, dec)
+        encoder_bias_spec = spec((batch, heads, enc, enc), dtype)
+        self.encoder_block = remote(
+            T5EncoderBlock(config), x_spec, encoder_bias_spec, entries=config.num_layers
+        )
+        decoder_specs = (y_spec, spec((1, heads, dec, dec), dtype), x_spec)
+        mask_spec = spec((batch, 1, 1, enc), dtype)
+        self.decoder_block = remote(
+            T5DecoderBlock(config), *decoder_specs, mask_spec, entries=config.num_decoder_layers
+        )
+        self.encoder_norm = remote(T5LayerNorm(eps), x_spec)
+        self.decoder_norm = remote(T5LayerNorm(eps), y_spec)
+        word = shared_facts.word.weight
+        self.head = remote(T5LMHead(config), y_spec, spec(word.shape, word.dtype))
+
+    def logits(self, inputs: dict[str, popxl.Tensor]) -> popxl.Tensor:
+        """``[batch * dec, vocab]`` (with tensor parallelism, of this replica's vocabulary)."""
+        config, dtype, dec = self.config, self.config.dtype, self.config.decoder_length
+        word = self.shared.load(0)
+        mask = additive_mask(inputs["attention_mask"], dtype)
+
+        (x,) = self.encoder_embedding.bind(word).call(inputs["input_ids"])
+        bias = self.encoder_bias.call() + mask
+        x = stack(self.encoder_block, config.num_layers, x, bias)
+        encoder_output = self.encoder_norm.call(x)
+
+        (y,) = self.decoder_embedding.bind(word).call(inputs["decoder_input_ids"])
+        causal = popxl.constant(
+            -1e4 * (1 - np.tril(np.ones((dec, dec)))), dtype, name="causal_mask"
+        )
+        self_bias = self.decoder_bias.call() + causal
+        decoder_args = (self_bias, encoder_output, mask)
+        y = stack(self.decoder_block, config.num_decoder_layers, y, *decoder_args)
+        y = self.decoder_norm.call(y)
+        return self.head.call(y, word.word.weight)
+
+    def variables(self) -> NamedTensors:
+        """The weights, named as ``T5ForConditionalGeneration``'s."""
+        variables = NamedTensors()
+        variables.insert("shared", self.shared.variables[0])
+        for name, bias, block, norm in (
+            ("encoder", self.encoder_bias, self.encoder_block, self.encoder_norm),
+            ("decoder", self.decoder_bias, self.decoder_block, self.decoder_norm),
+        ):
+            tree = NamedTensors.from_dict({str(n): v for n, v in enumerate(block.variables)})
+            tree.insert("relative_attention_bias", bias.variables[0])
+            tree.insert("final_layer_norm", norm.variables[0])
+            variables.insert(name, tree)
+        variables.insert("lm_head", self.head.variables[0])
+        return variables
+
+
+def next_token_logits(
+    config: T5Config, logits: popxl.Tensor, last_token_index: popxl.Tensor
+) -> popxl.Tensor:
+    """The logits ``[batch, vocab]`` of each sample's last token; with tensor parallelism each
+    replica's shard of the vocabulary is gathered from all, as GPT-J's ``generate_greedy_tp``
+    gathers them."""
+    batch, dec, tp = config.micro_batch_size, config.decoder_length, config.tensor_parallel
+    rows = popxl.constant(np.arange(batch) * dec, popxl.int32, name="sample_rows")
+    chosen = logits[last_token_index + rows]
+    if tp > 1:
+        chosen = ops.collectives.replicated_all_gather(
+            chosen, group=popxl.gcg().ir.replica_grouping(group_size=tp), output_shape="new_axis"
+        )
+        chosen = chosen.transpose((1, 0, 2)).reshape_((batch, config.vocab_size))
+    return chosen
+
+
 def build_inference(config: T5Config) -> Inference:
-    tp = config.tensor_parallel
-    ir = popxl.Ir(replication=tp)
+    ir = popxl.Ir(replication=config.tensor_parallel)
     batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
-    spec = popxl.TensorSpec
     shapes = {
         "input_ids": ((batch, enc), popxl.int32),
         "attention_mask": ((batch, enc), popxl.float32),
@@ -87,92 +177,14 @@ def build_inference(config: T5Config) -> Inference:
         "last_token_index": ((batch,), popxl.int32),
     }
     with ir.main_graph:
-        streams = {
-            name: popxl.h2d_stream(s, dtype, name=name) for name, (s, dtype) in shapes.items()
-        }
+        streams = {n: popxl.h2d_stream(s, t, name=n) for n, (s, t) in shapes.items()}
         next_token_stream = popxl.d2h_stream((batch,), popxl.int32, name="next_token")
         logits_stream = popxl.d2h_stream((batch, config.vocab_size), config.dtype, name="logits")
-
-        # ---- graphs ----
-        x_spec = spec((batch * enc, config.d_model), config.dtype)
-        y_spec = spec((batch * dec, config.d_model), config.dtype)
-        heads = config.num_heads // tp  # each replica's
-        shared_facts, encoder_embedding = T5Embedding(config).create_graph(
-            spec((batch, enc), popxl.int32)
-        )
-        _, decoder_embedding = T5Embedding(config).create_graph(spec((batch, dec), popxl.int32))
-        shared = RemoteLayer(shared_facts, encoder_embedding)
-
-        def remote(module: popxl.Module, *args: object, entries: int = 1) -> RemoteLayer:
-            return RemoteLayer(*module.create_graph(*args), entries=entries)
-
-        encoder_bias = remote(T5RelativePositionBias(config, bidirectional=True), enc, enc)
-        decoder_bias = remote(T5RelativePositionBias(config, bidirectional=False), dec, dec)
-        mask_spec = spec((batch, 1, 1, enc), config.dtype)
-        encoder_block = remote(
-            T5EncoderBlock(config),
-            x_spec,
-            spec((batch, heads, enc, enc), config.dtype),
-            entries=config.num_layers,
-        )
-        decoder_block = remote(
-            T5DecoderBlock(config),
-            y_spec,
-            spec((1, heads, dec, dec), config.dtype),
-            x_spec,
-            mask_spec,
-            entries=config.num_decoder_layers,
-        )
-        encoder_norm = remote(T5LayerNorm(config.layer_norm_epsilon), x_spec)
-        decoder_norm = remote(T5LayerNorm(config.layer_norm_epsilon), y_spec)
-        word_spec = shared_facts.word.weight
-        head = remote(T5LMHead(config), y_spec, spec(word_spec.shape, word_spec.dtype))
-
-        variables = NamedTensors()
-        variables.insert("shared", shared.variables[0])
-        for name, bias, block, norm in (
-            ("encoder", encoder_bias, encoder_block, encoder_norm),
-            ("decoder", decoder_bias, decoder_block, decoder_norm),
-        ):
-            tree = NamedTensors.from_dict({str(n): v for n, v in enumerate(block.variables)})
-            tree.insert("relative_attention_bias", bias.variables[0])
-            tree.insert("final_layer_norm", norm.variables[0])
-            variables.insert(name, tree)
-        variables.insert("lm_head", head.variables[0])
-
-        # ---- program ----
+        model = RemoteT5(config)
         with popxl.in_sequence():
             inputs = {name: ops.host_load(stream, name=name) for name, stream in streams.items()}
-            word = shared.load(0)
-            mask = additive_mask(inputs["attention_mask"], config.dtype)
-
-            (x,) = encoder_embedding.bind(word).call(inputs["input_ids"])
-            bias = encoder_bias.call() + mask
-            x = stack(encoder_block, config.num_layers, x, bias)
-            encoder_output = encoder_norm.call(x)
-
-            (y,) = decoder_embedding.bind(word).call(inputs["decoder_input_ids"])
-            causal = popxl.constant(
-                -1e4 * (1 - np.tril(np.ones((dec, dec)))), config.dtype, name="causal_mask"
-            )
-            self_bias = decoder_bias.call() + causal
-            y = stack(decoder_block, config.num_decoder_layers, y, self_bias, encoder_output, mask)
-            y = decoder_norm.call(y)
-            logits = head.call(y, word.word.weight)
-
-            # the logits of each sample's last token
-            rows = popxl.constant(np.arange(batch) * dec, popxl.int32, name="sample_rows")
-            next_token_logits = logits[inputs["last_token_index"] + rows]
-            if tp > 1:  # each replica has its shard of the vocabulary: gather them all
-                next_token_logits = ops.collectives.replicated_all_gather(
-                    next_token_logits,
-                    group=ir.replica_grouping(group_size=tp),
-                    output_shape="new_axis",
-                )
-                next_token_logits = next_token_logits.transpose((1, 0, 2)).reshape_(
-                    (batch, config.vocab_size)
-                )
-            ops.host_store(logits_stream, next_token_logits)
-            ops.host_store(next_token_stream, ops.argmax(next_token_logits, dim=1))
+            logits = next_token_logits(config, model.logits(inputs), inputs["last_token_index"])
+            ops.host_store(logits_stream, logits)
+            ops.host_store(next_token_stream, ops.argmax(logits, dim=1))
     apply_pre_alias_patterns(ir, level="default")
-    return Inference(ir, streams, next_token_stream, logits_stream, variables)
+    return Inference(ir, streams, next_token_stream, logits_stream, model.variables())
