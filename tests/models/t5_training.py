@@ -83,6 +83,39 @@ def loss(logits: popxl.Tensor, labels: popxl.Tensor) -> popxl.Tensor:
     return cross_entropy_sharded_loss(logits, labels, ignore_index, replica_grouping=group)
 
 
+def clipped_optimizer_step(
+    variables: NamedTensors,
+    accumulators: NamedTensors,
+    lr: popxl.Tensor,
+    adam: Adam,
+    loss_scaling: float,
+) -> popxl.Tensor:
+    """The gradients' global norm (returned), the optimizer step clipping to it, and the
+    accumulators (``accum.*`` and their counter) zeroed for the next step."""
+    grad_norm = ops.init((), popxl.float32, name="grad_norm", init_type="zero")
+    for grad in accumulators.accum.tensors:
+        ops.add_(grad_norm, grad_reduce_square_add(grad, loss_scaling))
+    global_norm = ops.sqrt(grad_norm)
+    optimizer_step(variables, accumulators.accum, lr, global_norm, adam, loss_scaling)
+    for accumulator in accumulators.tensors:
+        ops.var_updates.accumulator_scale_(accumulator, 0.0)
+    return global_norm
+
+
+def input_streams(config: T5Config, lr: bool) -> dict[str, popxl.HostToDeviceStream]:
+    """The batch's streams (and the learning rate's)."""
+    batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
+    shapes = {
+        "input_ids": ((batch, enc), popxl.int32),
+        "attention_mask": ((batch, enc), popxl.float32),
+        "decoder_input_ids": ((batch, dec), popxl.int32),
+        "labels": ((batch * dec,), popxl.int32),
+    }
+    if lr:
+        shapes["lr"] = ((), popxl.float32)
+    return {name: popxl.h2d_stream(s, dtype, name=name) for name, (s, dtype) in shapes.items()}
+
+
 def build_training_step(
     config: T5Config,
     adam: Adam | None = None,
@@ -100,19 +133,8 @@ def build_training_step(
     if adam is not None and tp > 1:
         raise NotImplementedError("the optimizer step of a tensor-parallel model")
     ir = popxl.Ir(replication=tp)
-    batch = config.micro_batch_size
-    shapes = {
-        "input_ids": ((batch, config.encoder_length), popxl.int32),
-        "attention_mask": ((batch, config.encoder_length), popxl.float32),
-        "decoder_input_ids": ((batch, config.decoder_length), popxl.int32),
-        "labels": ((batch * config.decoder_length,), popxl.int32),
-    }
-    if adam is not None:
-        shapes["lr"] = ((), popxl.float32)
     with ir.main_graph, popxl.in_sequence():
-        streams = {
-            name: popxl.h2d_stream(s, dtype, name=name) for name, (s, dtype) in shapes.items()
-        }
+        streams = input_streams(config, lr=adam is not None)
         tensors = {name: ops.host_load(stream, name=name) for name, stream in streams.items()}
         labels = tensors.pop("labels")
         lr = tensors.pop("lr", None)
@@ -146,14 +168,8 @@ def build_training_step(
         outputs = {"logits": addons.host_store(logits), "loss": addons.host_store(loss_value)}
         if adam is not None:
             assert lr is not None
-            grad_norm = ops.init((), popxl.float32, name="grad_norm", init_type="zero")
-            for grad in accumulators.accum.tensors:
-                ops.add_(grad_norm, grad_reduce_square_add(grad, loss_scaling))
-            global_norm = ops.sqrt(grad_norm)
+            global_norm = clipped_optimizer_step(variables, accumulators, lr, adam, loss_scaling)
             outputs["grad_norm"] = addons.host_store(global_norm)
-            optimizer_step(variables, accumulators.accum, lr, global_norm, adam, loss_scaling)
-            for accumulator in accumulators.tensors:
-                ops.var_updates.accumulator_scale_(accumulator, 0.0)
     # the identical-inputs all-reduces become identities (PopART's OpToIdentityPattern)
     apply_pre_alias_patterns(ir, level="default")
     repeat_graph(ir.main_graph, device_iterations)

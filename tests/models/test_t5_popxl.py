@@ -1,8 +1,9 @@
 """The T5 of ``t5_popxl.py`` (written as Graphcore's PopXL models are, on popxl-addons) against
 Hugging Face Transformers' ``T5ForConditionalGeneration`` built from a tiny ``T5Config`` with
 random weights: logits, loss and the gradient of every weight (torch autograd) in float32 and
-float16, on one IPU and tensor parallel over two replicas, with recomputation, two AdamW steps,
-greedy decoding from remote weights and a checkpoint handed from training to inference.
+float16, on one IPU and tensor parallel over two replicas, with recomputation, by phased
+execution, two AdamW steps (one or two per run), greedy decoding from remote weights and a
+checkpoint handed from training to inference.
 
 The relative position buckets reach the logarithmic bins (8 buckets, distances up to 20, 12
 encoder and 9 decoder positions), the encoder mask pads the second sample, and some labels are
