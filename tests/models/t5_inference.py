@@ -11,7 +11,9 @@ GPT-J's ``generate_greedy_tp`` does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from popxl_addons import GraphWithNamedArgs, NamedTensors
@@ -62,16 +64,13 @@ class RemoteLayer:
         return out
 
 
-def stack(layer: RemoteLayer, layers: int, x: popxl.Tensor, *args: popxl.Tensor) -> popxl.Tensor:
-    """``layers`` calls of a block, each loading its weights: ``ops.repeat`` over the index."""
-    ir = popxl.gcg().ir
-
-    def one_layer(x: popxl.Tensor, n: popxl.Tensor, *args: popxl.Tensor):
-        return layer.call(x, *args, entry=n), n + 1
-
+def layer_loop(body: Callable[..., Any], layers: int, *inputs: popxl.Tensor) -> popxl.Tensor:
+    """``layers`` calls of a block, each loading its weights: ``body(x, n, ...)`` returns the
+    block's output and ``n + 1``, in an ``ops.repeat`` over the layer index ``n``."""
     index = popxl.constant(0, popxl.int32, name="layer_index")
-    graph = ir.create_graph(one_layer, x, index, *args)
-    x, _ = ops.repeat(graph, layers, x, index, *args)
+    x, *rest = inputs
+    graph = popxl.gcg().ir.create_graph(body, x, index, *rest)
+    x, _ = ops.repeat(graph, layers, x, index, *rest)
     return x
 
 
@@ -121,7 +120,7 @@ class RemoteT5:
 
         (x,) = self.encoder_embedding.bind(word).call(inputs["input_ids"])
         bias = self.encoder_bias.call() + mask
-        x = stack(self.encoder_block, config.num_layers, x, bias)
+        x = layer_loop(self.encoder_layer, config.num_layers, x, bias)
         encoder_output = self.encoder_norm.call(x)
 
         (y,) = self.decoder_embedding.bind(word).call(inputs["decoder_input_ids"])
@@ -130,9 +129,22 @@ class RemoteT5:
         )
         self_bias = self.decoder_bias.call() + causal
         decoder_args = (self_bias, encoder_output, mask)
-        y = stack(self.decoder_block, config.num_decoder_layers, y, *decoder_args)
+        y = layer_loop(self.decoder_layer, config.num_decoder_layers, y, *decoder_args)
         y = self.decoder_norm.call(y)
         return self.head.call(y, word.word.weight)
+
+    def encoder_layer(self, x: popxl.Tensor, n: popxl.Tensor, bias: popxl.Tensor):
+        return self.encoder_block.call(x, bias, entry=n), n + 1
+
+    def decoder_layer(
+        self,
+        y: popxl.Tensor,
+        n: popxl.Tensor,
+        self_bias: popxl.Tensor,
+        encoder_output: popxl.Tensor,
+        mask: popxl.Tensor,
+    ):
+        return self.decoder_block.call(y, self_bias, encoder_output, mask, entry=n), n + 1
 
     def variables(self) -> NamedTensors:
         """The weights, named as ``T5ForConditionalGeneration``'s."""

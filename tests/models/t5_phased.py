@@ -225,9 +225,10 @@ class PhasedT5:
         (dy,) = self.head.backward(0, dlogits, acts["decoder_output"], acts["word"])
         (dy,) = self.decoder_norm.backward(0, dy, acts["decoder_last"])
 
-        def decoder_layer_grad(dy, n, dself_bias, dencoder_output, *fwd_inputs):
+        def decoder_layer_grad(dy, n, dself_bias, dencoder_output, self_bias, encoder_output, mask):
             y = ops.remote_load(self.decoder_inputs, n)
-            dy, dbias, doutput = self.decoder_block.backward(n, dy, y, *fwd_inputs)
+            fwd_inputs = (y, self_bias, encoder_output, mask)
+            dy, dbias, doutput = self.decoder_block.backward(n, dy, *fwd_inputs)
             return dy, n - 1, dself_bias + dbias, dencoder_output + doutput
 
         def encoder_layer_grad(dx, n, dbias_total, bias):
