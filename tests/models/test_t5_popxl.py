@@ -33,6 +33,7 @@ def _reference(name: str) -> ModuleType:
 torch = _reference("torch")
 transformers = _reference("transformers")
 
+import t5_cached  # noqa: E402
 import t5_inference  # noqa: E402
 import t5_phased  # noqa: E402
 import t5_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
@@ -425,3 +426,33 @@ def test_t5_phased_gradients_match_hugging_face() -> None:
         np.testing.assert_allclose(
             grads[tensor], expected, rtol=1e-4, atol=1e-6, err_msg=f"gradient {tensor.name}"
         )
+
+
+def test_t5_cached_greedy_decoding_matches_hugging_face() -> None:
+    """One token per run, the decoder's keys and values cached in variables updated in place:
+    each step's logits and the greedy continuation against Hugging Face's (which attends over
+    the whole prefix every step)."""
+    model = hf_model(tie_word_embeddings=False)
+    data = batch(model)
+    config = popxl_config(model)
+    decoding = t5_cached.build_cached_decoding(config)
+    weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, decoding.variables, model)
+    caches = {t for t in decoding.variables.tensors if t.name.endswith("_cache")}
+    assert len(caches) == 2 * config.num_decoder_layers
+    assert set(weights) | caches == set(decoding.variables.tensors)
+
+    ids = torch.full((BATCH, DECODER_LENGTH), model.config.decoder_start_token_id)
+    with popxl.Session(decoding.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        for t in range(DECODER_LENGTH - 1):
+            feed = {**data, "token": ids[:, t : t + 1], "position": np.array([t])}
+            logits = session.run(stream_inputs(config, decoding.inputs, feed))[decoding.logits]
+            with torch.no_grad():
+                expected = model(
+                    input_ids=data["input_ids"],
+                    attention_mask=data["attention_mask"],
+                    decoder_input_ids=ids[:, : t + 1],
+                ).logits[:, t]
+            np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
+            ids[:, t + 1] = expected.argmax(-1)
+            np.testing.assert_array_equal(logits.argmax(-1), ids[:, t + 1].numpy())
