@@ -148,6 +148,8 @@ def build_training_step(
             tensors_to_accumulate_grads=fwd_graph.args.tensors,
             replica_groupings=facts.replica_groupings,
         )
+        # the gradient sums as chains of additions, as GPT-J's fine-tuning decomposes them
+        popxl.transforms.decompose_sum(bwd_graph.graph)
         if recompute:
             bwd_graph = addons.transforms.recompute_graph(bwd_graph)
         loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
