@@ -48,16 +48,27 @@ class Inference:
 
 
 class RemoteLayer:
-    """A layer's graph, its remote buffers (``entries`` of them) and its variables."""
+    """A layer's graph, its remote buffers (``entries`` of them) and its variables. With
+    ``io_tiles`` the weights are loaded by the IO tiles and copied to the compute tiles."""
 
-    def __init__(self, facts: NamedVariableFactories, graph: GraphWithNamedArgs, entries: int = 1):
+    def __init__(
+        self,
+        facts: NamedVariableFactories,
+        graph: GraphWithNamedArgs,
+        entries: int = 1,
+        io_tiles: bool = False,
+    ):
         self.graph = graph
+        self.io_tiles = io_tiles
         self.buffers = named_variable_buffers(facts, entries=entries, shard_over_dict=False)
         self.variables = [facts.init_remote(self.buffers, n, empty=True) for n in range(entries)]
 
     def load(self, entry: int | popxl.Tensor) -> NamedTensors:
-        load_graph, names = load_remote_graph(self.buffers)
-        return NamedTensors.pack(names, load_graph.call(entry))
+        load_graph, names = load_remote_graph(self.buffers, use_io_tiles=self.io_tiles)
+        loaded = load_graph.call(entry)
+        if self.io_tiles:
+            loaded = tuple(ops.io_tile_copy(t) for t in loaded)
+        return NamedTensors.pack(names, loaded)
 
     def call(self, *args: popxl.Tensor, entry: int | popxl.Tensor = 0) -> popxl.Tensor:
         (out,) = self.graph.bind(self.load(entry)).call(*args)
@@ -78,7 +89,7 @@ class RemoteT5:
     """The model's graphs with their weights in remote buffers (made in the main graph's
     context), and the program computing the logits."""
 
-    def __init__(self, config: T5Config):
+    def __init__(self, config: T5Config, io_tiles: bool = False):
         self.config = config
         batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
         spec, dtype, eps = popxl.TensorSpec, config.dtype, config.layer_norm_epsilon
@@ -91,10 +102,10 @@ class RemoteT5:
         _, self.decoder_embedding = T5Embedding(config).create_graph(
             spec((batch, dec), popxl.int32)
         )
-        self.shared = RemoteLayer(shared_facts, self.encoder_embedding)
+        self.shared = RemoteLayer(shared_facts, self.encoder_embedding, io_tiles=io_tiles)
 
         def remote(module: popxl.Module, *args: object, entries: int = 1) -> RemoteLayer:
-            return RemoteLayer(*module.create_graph(*args), entries=entries)
+            return RemoteLayer(*module.create_graph(*args), entries=entries, io_tiles=io_tiles)
 
         self.encoder_bias = remote(T5RelativePositionBias(config, bidirectional=True), enc, enc)
         self.decoder_bias = remote(T5RelativePositionBias(config, bidirectional=False), dec, dec)
@@ -179,8 +190,11 @@ def next_token_logits(
     return chosen
 
 
-def build_inference(config: T5Config) -> Inference:
+def build_inference(config: T5Config, io_tiles: int = 0) -> Inference:
+    """The program of one decoding step; with ``io_tiles`` that many tiles of each IPU load
+    the weights (``numIOTiles``), as Graphcore's models overlap loading with computing."""
     ir = popxl.Ir(replication=config.tensor_parallel)
+    ir._pb_ir.getSessionOptions().numIOTiles = io_tiles
     batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
     shapes = {
         "input_ids": ((batch, enc), popxl.int32),
@@ -192,7 +206,7 @@ def build_inference(config: T5Config) -> Inference:
         streams = {n: popxl.h2d_stream(s, t, name=n) for n, (s, t) in shapes.items()}
         next_token_stream = popxl.d2h_stream((batch,), popxl.int32, name="next_token")
         logits_stream = popxl.d2h_stream((batch, config.vocab_size), config.dtype, name="logits")
-        model = RemoteT5(config)
+        model = RemoteT5(config, io_tiles=io_tiles > 0)
         with popxl.in_sequence():
             inputs = {name: ops.host_load(stream, name=name) for name, stream in streams.items()}
             logits = next_token_logits(config, model.logits(inputs), inputs["last_token_index"])

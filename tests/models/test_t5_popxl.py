@@ -270,17 +270,19 @@ def test_t5_adam_steps_match_torch_adamw(device_iterations: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "tie_word_embeddings, tensor_parallel", [(False, 1), (True, 2)], ids=["untied", "tied-tp2"]
+    "tie_word_embeddings, tensor_parallel, io_tiles",
+    [(False, 1, 32), (True, 2, 0)],
+    ids=["untied-io-tiles", "tied-tp2"],
 )
 def test_t5_greedy_decoding_matches_hugging_face(
-    tie_word_embeddings: bool, tensor_parallel: int
+    tie_word_embeddings: bool, tensor_parallel: int, io_tiles: int
 ) -> None:
     """Weights in remote buffers, layers in ``ops.repeat``: the greedy continuation of each
     sample, one run per token, and the logits it chose from, against Hugging Face's."""
     model = hf_model(tie_word_embeddings)
     data = batch(model)
     config = popxl_config(model, tensor_parallel)
-    inference = t5_inference.build_inference(config)
+    inference = t5_inference.build_inference(config, io_tiles=io_tiles)
     weights = t5_popxl.T5ForConditionalGeneration.hf_mapping(config, inference.variables, model)
     assert set(weights) == set(inference.variables.tensors)
 
