@@ -28,7 +28,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from tremula import poplar
 from tremula.libs.poplin import codelets as cl
-from tremula.libs.poplin import sgemm
+from tremula.libs.poplin import exact, sgemm
 
 F32 = np.dtype(np.float32)
 #: plans with fewer bytes of partials run apart: their slabs stay in the caches, and one
@@ -46,6 +46,9 @@ def fuse(before: list[poplar.Batch], after: list[poplar.Batch]) -> tuple[Any, li
     layout = _layout(after)
     if layout is None:
         return None
+    compiled = _exact(before, layout)
+    if compiled is not None:
+        return compiled, [(0, "c")]
     st, _, _, count, _, size = layout
     if count * size * F32.itemsize < MIN_PARTIALS_BYTES:
         return None
@@ -196,6 +199,60 @@ def _jobs(
         added = None if one and cl._transposed_2d(ai[0, 0], bi[0, 0]) else sgemm.plan(ai, bi, dest)
         jobs.append((j, added or _added(_product(ai, bi, temp, one), dest, temp)))
     return jobs
+
+
+def _exact(before: list[poplar.Batch], layout: tuple) -> Callable[[], None] | None:
+    """The fused run as ``exact.py``'s compiled kernel, one call per replica and group:
+    for a single product group whose K slice ``i`` writes partial ``i`` of each output
+    element (every partial once, nothing else), of any size; None otherwise."""
+    if len(before) != 1 or not exact.available():
+        return None
+    v = before[0]
+    st, delta, slab, count, lo, size = layout
+    g, m, k, n = _cached_shape(v)
+    grid = _cached_grid(v)
+    a = v.stable_view("a", (*grid, g, m, k))
+    b = v.stable_view("b", (*grid, g, k, n))
+    c = v.stable_view("c", (*grid, g, m, n))
+    if a is None or b is None or c is None or c.size == 0 or count < 2:
+        return None
+    if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
+        return None
+    views = cl._whole_views(a, b, c)
+    if views is None or views[2] is None or int(v.lengths("c").sum()) != count * size:
+        return None
+    wa, wb, wc, _ = views  # [R, K slices, G, M, k], [R, slices, G, k, N], [R, slices, G, M, N]
+    first = wc[:, 0]
+    strides = _strides(first)
+    if wa.shape[1] != count or strides is None:
+        return None
+    o = _offset(first, st) - delta  # the output address of each slice's first partial
+    marks = np.zeros((count, size), np.uint8)
+    for i in range(count):
+        ci = wc[:, i]
+        if _strides(ci) != strides or _offset(ci, st) - delta - i * slab != o:
+            return None
+        if not (lo <= o and _last(o, ci.shape[1:], strides) < lo + size):
+            return None
+        _mark(marks[i], o - lo, ci.shape[1:], strides)[...] += 1
+    if not np.all(marks == 1):
+        return None
+    dest = as_strided(st[:, o:], shape=first.shape, strides=first.strides)  # [R, G, M, N]
+    runs = []
+    for r in range(wa.shape[0]):
+        for gi in range(wa.shape[2]):
+            run = exact.sliced_sum(wa[r, :, gi], wb[r, :, gi], dest[r, gi])
+            if run is None:
+                return None
+            runs.append(run)
+    if len(runs) == 1:
+        return runs[0]
+
+    def each() -> None:
+        for run in runs:
+            run()
+
+    return each
 
 
 def _cached_shape(v: poplar.Batch) -> tuple[int, ...]:

@@ -1,0 +1,181 @@
+"""The compiled K-sliced product and stage-2 sum (``poplin/exact.py``): the bits of the
+stacked ``np.matmul`` and ``np.add.reduce`` it replaces, for each orientation, with zeros,
+signed zeros, infinities and NaNs in the operands; taken by replayed matmul plans with K
+slices; off (the NumPy path) without the fast extra."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+from tremula import poplar
+from tremula.engine import flatplan, fusion
+from tremula.libs import jit, poplin
+from tremula.libs.poplin import exact
+from tremula.libs.poplin import fused as poplin_fused
+
+needs_kernel = pytest.mark.skipif(
+    not exact.available(), reason="the compiled kernel needs the fast extra (numba, llvmlite)"
+)
+
+
+def _operands(rng, shape, a_t, b_t, specials=True):
+    """``a [S, M, k]``, ``b [S, k, N]`` as K slices of ``A [M, S k]`` and ``B [S k, N]``,
+    each stored row-major or (``*_t``) transposed."""
+    S, M, k, N = shape
+    A = rng.standard_normal((S * k, M) if a_t else (M, S * k)).astype(np.float32)
+    B = rng.standard_normal((N, S * k) if b_t else (S * k, N)).astype(np.float32)
+    if specials:  # a zero row, signed zeros, infinities, NaNs
+        for X in (A, B):
+            flat = X.reshape(-1)
+            spots = rng.integers(0, flat.size, 40)
+            flat[spots] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32), 40)
+        (A.T if a_t else A)[0] = -0.0
+    A, B = (A.T if a_t else A), (B.T if b_t else B)
+    ia, ib = A.itemsize, B.itemsize
+    a = as_strided(A, (S, M, k), (k * A.strides[1], A.strides[0], A.strides[1]))
+    b = as_strided(B, (S, k, N), (k * B.strides[0], B.strides[0], B.strides[1]))
+    assert ia == ib == 4
+    return a, b
+
+
+def _apart(a, b):
+    """The NumPy path: one stacked product into partials, then the sum over slices."""
+    parts = np.matmul(a, b)
+    out = np.empty(parts.shape[1:], np.float32)
+    np.add.reduce(parts, axis=0, out=out)
+    return out
+
+
+SHAPES = [(16, 32, 16, 256), (4, 64, 32, 64), (2, 32, 5, 32), (3, 64, 7, 96)]  # S, M, k, N
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False), (True, True)])
+def test_the_kernel_gives_the_bits_of_the_stacked_product_and_sum(shape, a_t, b_t):
+    rng = np.random.default_rng(3)
+    a, b = _operands(rng, shape, a_t, b_t)
+    with np.errstate(all="ignore"):
+        want = _apart(a, b)
+    out = np.full(want.shape, 7.0, np.float32)
+    run = exact.sliced_sum(a, b, out)
+    assert run is not None
+    for _ in range(2):  # a kept run computes again from the operands
+        run()
+        assert np.array_equal(out.view(np.int32), want.view(np.int32))
+    assert np.isnan(want).any() and np.isinf(want).any()  # (the specials reach the output)
+    a[...] = rng.standard_normal(a.shape).astype(np.float32)  # new operand values
+    run()
+    with np.errstate(all="ignore"):
+        want = _apart(a, b)
+    assert np.array_equal(out.view(np.int32), want.view(np.int32))
+    np.testing.assert_allclose(out, np.einsum("smk,skn->mn", a, b.astype(np.float64)), atol=1e-3)
+
+
+@needs_kernel
+def test_a_transposed_output_is_written_element_by_element():
+    rng = np.random.default_rng(5)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    store = np.zeros((64, 32), np.float32)
+    out = store.T  # [M, N] with unit stride along M
+    run = exact.sliced_sum(a, b, out)
+    assert run is not None
+    run()
+    assert np.array_equal(out, _apart(a, b))
+
+
+@needs_kernel
+def test_the_kernel_declines_what_it_does_not_cover():
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 30, 16, 30), False, False, specials=False)  # tiles do not divide
+    assert exact.sliced_sum(a, b, np.empty((30, 30), np.float32)) is None
+    a, b = _operands(rng, (1, 32, 16, 64), False, False, specials=False)  # one slice
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a.astype(np.float64), b, np.empty((32, 64), np.float32)) is None
+    out = np.empty((32, 64), np.float32)
+    out.flags.writeable = False
+    assert exact.sliced_sum(a, b, out) is None
+    c = np.empty((32, 64), np.float32)
+    assert exact.sliced_sum(a, as_strided(c, b.shape, (c.strides[0] * 16, *c.strides)), c) is None
+
+
+def test_without_compiled_kernels_there_is_no_kernel(monkeypatch):
+    """No numba (or ``jit.set_enabled(False)``): the NumPy path."""
+    monkeypatch.setattr(jit, "_enabled", False)
+    assert not exact.available()
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+
+
+def _matmul_results(monkeypatch, compiled, shape, kind, tiles):
+    """``c`` after each of four runs of ``c = a @ b`` on a ``tiles``-tile Mk2 (A row-major
+    or transposed, B row-major or read as ``W^T``), the plan's K slices as many, and how
+    many replayed runs took the compiled kernel."""
+    monkeypatch.setattr(exact, "ENABLED", compiled)
+    taken = []
+    original = exact.sliced_sum
+
+    def counted(a, b, out):
+        run = original(a, b, out)
+        taken.append(run is not None)
+        return run
+
+    monkeypatch.setattr(exact, "sliced_sum", counted)
+    m, k, n = shape
+    device = poplar.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
+    graph = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    if kind == "weight_t":  # dy @ W^T: B is a weight read transposed
+        a = graph.add_variable(poplar.FLOAT, (m, k), "a", mapping="linear")
+        b = graph.add_variable(poplar.FLOAT, (n, k), "b", mapping="linear").transpose()
+    else:
+        a = graph.add_variable(poplar.FLOAT, (m, k), "a", mapping="linear")
+        b = graph.add_variable(poplar.FLOAT, (k, n), "b", mapping="linear")
+    c = poplin.matmul(graph, a, b, prog)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    graph.create_host_read("c", c)
+    engine = poplar.Engine(graph, prog)
+    engine.load(device)
+    rng = np.random.default_rng(11)
+    outs = []
+    for run in range(4):
+        av = rng.standard_normal((m, k)).astype(np.float32)
+        if run == 3:
+            av[0, :5] = [np.inf, -np.inf, np.nan, -0.0, 0.0]
+        engine.write_tensor("a", av)
+        bv = rng.standard_normal((n, k) if kind == "weight_t" else (k, n)).astype(np.float32)
+        engine.write_tensor("b", bv.T if kind == "weight_t" else bv)
+        with np.errstate(all="ignore"):
+            engine.run()
+        outs.append(engine.read_tensor("c").copy())
+    return outs, sum(taken)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["plain", "weight_t"])
+def test_replayed_matmuls_take_the_kernel_with_the_bits_of_the_two_compute_sets(monkeypatch, kind):
+    """The digits MLP's K-sliced products (32 x 256 x 256 on a 1472-tile Mk2: 16 slices):
+    fused by the compiled kernel (``MIN_PARTIALS_BYTES`` keeps the NumPy fused path off),
+    the same bits as without it."""
+    shape, tiles = (32, 256, 256), 1472
+    got, taken = _matmul_results(monkeypatch, True, shape, kind, tiles)
+    want, none = _matmul_results(monkeypatch, False, shape, kind, tiles)
+    assert taken >= 1 and none == 0
+    for run, (x, y) in enumerate(zip(got, want)):
+        assert np.array_equal(x.view(np.int32), y.view(np.int32)), f"run {run}"
+    assert np.isnan(got[-1][0]).all()  # (row 0 met a NaN)
+
+
+@needs_kernel
+def test_fusion_off_leaves_the_compute_sets_apart(monkeypatch):
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    calls = []
+    monkeypatch.setattr(flatplan, "fused_step", lambda *a: calls.append(1) or None)
+    _, taken = _matmul_results(monkeypatch, True, (32, 256, 256), "plain", 1472)
+    assert taken == 0 and calls  # asked, none fused
+    assert poplin_fused.MIN_PARTIALS_BYTES > 32 * 256 * 16 * 4
