@@ -179,3 +179,39 @@ def test_fusion_off_leaves_the_compute_sets_apart(monkeypatch):
     _, taken = _matmul_results(monkeypatch, True, (32, 256, 256), "plain", 1472)
     assert taken == 0 and calls  # asked, none fused
     assert poplin_fused.MIN_PARTIALS_BYTES > 32 * 256 * 16 * 4
+
+
+@needs_kernel
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False)])
+def test_a_single_long_product_takes_the_kernel_with_the_bits_of_its_numpy_path(a_t, b_t):
+    """One product (no K slices) of at least ``MIN_CHAIN`` steps: checked against the run
+    the caller passes (poplin's ``_product_2d``, ``(b^T a^T)^T`` for a weight read as
+    ``W^T``); shorter chains stay on it."""
+    from tremula.libs.poplin.codelets import _product_2d
+
+    rng = np.random.default_rng(9)
+    a, b = _operands(rng, (1, 32, exact.MIN_CHAIN, 64), a_t, b_t)
+    want = np.empty((32, 64), np.float32)
+    with np.errstate(all="ignore"):
+        _product_2d(a[0], b[0], want)()
+    out = np.zeros_like(want)
+    run = exact.sliced_sum(a, b, out, _product_2d)
+    assert run is not None
+    run()
+    assert np.array_equal(out.view(np.int32), want.view(np.int32))
+    assert exact.sliced_sum(a, b, out) is None  # no reference given: not taken
+    short, b2 = _operands(rng, (1, 32, exact.MIN_CHAIN // 2, 64), a_t, b_t)
+    assert exact.sliced_sum(short, b2, out, _product_2d) is None
+
+
+@needs_kernel
+def test_a_reference_that_differs_keeps_the_numpy_path():
+    """The check compares with the caller's path: one that rounds otherwise (here the
+    product through float64) declines the kernel."""
+
+    def other(a, b, out):
+        return lambda: np.copyto(out, (a.astype(np.float64) @ b).astype(np.float32))
+
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, (1, 32, 256, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32), other) is None

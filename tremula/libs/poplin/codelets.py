@@ -36,6 +36,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.poplin import estimators as est
+from tremula.libs.poplin import exact
 
 GRID = ("grid_g", "grid_m", "grid_n", "grid_k")
 
@@ -130,7 +131,8 @@ class _Partial(poplar.Codelet):
             # stacked-matmul loop; the operands need no cast (math is their type)
             a2, b2, c2 = wa[0, 0, 0], wb[0, 0, 0], wc[0, 0, 0]
             if a2.dtype == b2.dtype == math:
-                return _product_2d(a2, b2, c2)
+                chain = exact.sliced_sum(a2[None], b2[None], c2, _product_2d)
+                return chain or _product_2d(a2, b2, c2)
 
         return _refreshed(refresh, lambda: _products(*views, math, accumulate))  # type: ignore[call-arg]
 
