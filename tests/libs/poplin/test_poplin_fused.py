@@ -149,9 +149,12 @@ def test_a_loop_body_fuses_with_the_same_bits(monkeypatch):
     np.testing.assert_allclose(fused[-1], a, rtol=1e-3, atol=1e-2)
 
 
-def test_replicas_fuse_with_the_same_bits(monkeypatch):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_replicas_fuse_with_the_same_bits(monkeypatch, compiled):
+    if compiled and not jit.available():
+        pytest.skip("the compiled kernel needs the fast extra (numba, llvmlite)")
     shape = (1, 64, 512, 48)
-    fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2)
+    fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2, compiled=compiled)
     apart, _, _ = _results(monkeypatch, False, shape, tiles=16, replicas=2)
     assert taken >= 1
     for x, y in zip(fused, apart):
