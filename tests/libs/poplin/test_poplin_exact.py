@@ -215,3 +215,18 @@ def test_a_reference_that_differs_keeps_the_numpy_path():
     rng = np.random.default_rng(2)
     a, b = _operands(rng, (1, 32, 256, 64), False, False, specials=False)
     assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32), other) is None
+
+
+def test_a_kernel_that_cannot_be_built_leaves_the_numpy_path(monkeypatch):
+    """An llvmlite without the calls used (or no native target): a warning, no kernel."""
+
+    def broken():
+        raise AttributeError("module 'llvmlite.binding' has no attribute 'create_pass_builder'")
+
+    monkeypatch.setattr(exact, "_compile", broken)
+    with pytest.warns(RuntimeWarning, match="compiled products are off"):
+        assert exact._kernels.__wrapped__() is None
+    monkeypatch.setattr(exact, "_kernels", lambda: None)
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None

@@ -34,8 +34,10 @@ the same everywhere).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
+import warnings
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -93,7 +95,7 @@ def sliced_sum(
         return None  # (NumPy multiplies an operand by its own transpose with ``syrk``)
     key = (S, M, k, N, sa, sb, so)
     orient = _orientation(*key)
-    if orient is None or not _passes(key, reference if S == 1 else None):
+    if orient is None or _kernels() is None or not _passes(key, reference if S == 1 else None):
         return None
     return _bound(a, b, out, orient)
 
@@ -137,8 +139,11 @@ def _orientation(S: int, M: int, k: int, N: int, sa: tuple, sb: tuple, so: tuple
 
 
 def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callable[[], None]:
-    """The kernel call of :func:`sliced_sum` for views ``a``, ``b``, ``out``."""
-    vector, scatter = _kernels()
+    """The kernel call of :func:`sliced_sum` for views ``a``, ``b``, ``out`` (the kernels
+    compiled: :func:`sliced_sum` checked)."""
+    kernels = _kernels()
+    assert kernels is not None
+    vector, scatter = kernels
     (S, M, k), N = a.shape, b.shape[2]
     sa, sb, so = (_elements(x) or () for x in (a, b, out))
     if orient == "normal":  # x = a [m, s, k], y = b [s, k, n], z = out [m, n]
@@ -226,14 +231,25 @@ def _random_view(rng: np.random.Generator, shape: tuple, steps: tuple) -> np.nda
 
 
 @cache
-def _kernels() -> tuple[Any, Any]:
+def _kernels() -> tuple[Any, Any] | None:
     """The compiled kernels (vector stores, scattered stores) as ctypes functions:
     ``(x, sxp, sxs, sxk, y, sys, syk, z, szp, szq, P, Q, S, k)`` computing
     ``z[p, q] = sum over s of (chain over i < k of x[p, s, i] * y[s, i, q])`` for ``P``
     rows (a multiple of :data:`ROWS`) and ``Q`` columns (of ``LANES * VECTORS``); ``y`` has
-    unit stride along ``q``; strides in elements."""
+    unit stride along ``q``; strides in elements. None where llvmlite cannot build them
+    (the NumPy path then runs: an accelerator never stops a program)."""
+    try:
+        return _compile()
+    except Exception as exc:  # an llvmlite without these calls, no native target, ...
+        warnings.warn(f"poplin's compiled products are off: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def _compile() -> tuple[Any, Any]:
     import llvmlite.binding as llvm
 
+    with contextlib.suppress(RuntimeError):  # newer llvmlite initialises itself and raises
+        llvm.initialize()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     module = llvm.parse_assembly(_module_ir())
@@ -242,8 +258,15 @@ def _kernels() -> tuple[Any, Any]:
     machine = target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
     )
-    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
-    builder.getModulePassManager().run(module, builder)
+    if hasattr(llvm, "create_pass_builder"):  # the new pass manager (recent llvmlite)
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+        builder.getModulePassManager().run(module, builder)
+    else:
+        passes = llvm.create_pass_manager_builder()
+        passes.opt_level = 3
+        manager = llvm.create_module_pass_manager()
+        passes.populate(manager)
+        manager.run(module)
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
