@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -101,6 +103,12 @@ def _numba() -> ModuleType:
     :func:`stream_fence` registered for compiled kernels)."""
     if not _installed:  # pragma: no cover - guarded by available()
         raise RuntimeError("compiled kernels need numba (pip install 'tremula[fast]')")
+    if "numba" not in sys.modules:
+        # numba's compiler colours its error messages through colorama, whose set-up writes
+        # a terminal reset ("\x1b[0m") to the process's stdout at exit when that is a
+        # terminal: a library's kernels must not add to its host program's output (a
+        # PopRun instance's stdout is a pseudo-terminal). Set unless the user chose.
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     numba = importlib.import_module("numba")
     global _registered
     if not _registered:

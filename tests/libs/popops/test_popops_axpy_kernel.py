@@ -96,3 +96,36 @@ def test_without_numba_the_numpy_path_runs(monkeypatch):
     assert run._compiled is False
     assert axpy_kernel.compiled(run.parts, run.data, run.root) is None
     np.testing.assert_array_equal(mem[0, 225:300], want[0, 225:300])
+
+
+@needs_numba
+def test_compiling_a_kernel_adds_nothing_to_a_terminal_stdout():
+    """numba's compiler sets up colorama, which writes a terminal reset to stdout at exit
+    when stdout is a terminal (a PopRun instance's is): ``jit`` turns that off."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from tremula.libs.popops.codelets import axpy_kernel as k\n"
+        "assert k._passes()\n"
+        "print('done')\n"
+    )
+    main, child = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"}
+    proc = subprocess.run([sys.executable, "-c", code], stdout=child, env=env, timeout=120)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.returncode == 0
+    assert out.strip() == b"done", out
