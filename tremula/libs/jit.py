@@ -81,6 +81,28 @@ def kernel(fn: Callable[..., Any] | None = None, *, error_model: str = "python")
     return Kernel(fn, error_model=error_model)
 
 
+def deferred(
+    first: Callable[[], None], make: Callable[[], Callable[[], None] | None]
+) -> Callable[[], None]:
+    """A prepared run that makes ``first()`` (its NumPy path) on its first call and, from
+    its second call on, the run ``make()`` gives then (a compiled one, which must compute
+    the same numbers), or ``first`` where that is None. A program run once pays neither
+    the compile nor numba's imports; later runs take the compiled loop."""
+    state: list[Any] = []
+
+    def run() -> None:
+        if len(state) == 2:
+            state[1]()
+        elif not state:
+            state.append(True)
+            first()
+        else:
+            state.append(make() or first)
+            state[1]()
+
+    return run
+
+
 def stream4(arr: Any, i: int, v0: Any, v1: Any, v2: Any, v3: Any) -> None:
     """``arr[i : i + 4] = v0, v1, v2, v3`` for a kernel's output that is written once and
     not read again soon (a float32 array; ``arr[i]`` 16-byte aligned). Compiled, one

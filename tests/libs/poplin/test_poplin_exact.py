@@ -230,3 +230,23 @@ def test_a_kernel_that_cannot_be_built_leaves_the_numpy_path(monkeypatch):
     rng = np.random.default_rng(1)
     a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
     assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+
+
+def test_a_deferred_run_makes_its_fast_form_on_the_second_call():
+    """``jit.deferred``: the first call runs the NumPy path and makes nothing; the second
+    makes the fast run once and uses it from then on (the NumPy path where none is made)."""
+    log = []
+
+    def make(fast):
+        log.append("make")
+        return (lambda: log.append("fast")) if fast else None
+
+    run = jit.deferred(lambda: log.append("first"), lambda: make(True))
+    for _ in range(3):
+        run()
+    assert log == ["first", "make", "fast", "fast"]
+    log.clear()
+    run = jit.deferred(lambda: log.append("first"), lambda: make(False))
+    for _ in range(3):
+        run()
+    assert log == ["first", "make", "first", "first"]

@@ -78,7 +78,22 @@ def sliced_sum(
     the slices; None where the kernel does not apply or its check fails (see the module
     docstring). A single product (``S == 1``) is taken for chains of at least
     :data:`MIN_CHAIN` steps, checked against ``reference(a[0], b[0], out)``'s run (the
-    caller's NumPy path for it)."""
+    caller's NumPy path for it). The kernels are compiled on the first call that gets here
+    (:func:`deferred` puts that off to a prepared run's second call)."""
+    key = candidate(a, b, out, reference)
+    if key is None or _kernels() is None:
+        return None
+    if not _passes(key, reference if key[0] == 1 else None):
+        return None
+    orient = _orientation(*key)
+    return None if orient is None else _bound(a, b, out, orient)
+
+
+def candidate(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, reference: Reference | None = None
+) -> tuple | None:
+    """The call's key (shape and element strides) where :func:`sliced_sum` may take the
+    kernel, from the arrays alone (nothing compiled or checked); None where it cannot."""
     if not available() or a.ndim != 3 or b.ndim != 3 or out.ndim != 2:
         return None
     if not (a.dtype == b.dtype == out.dtype == F32):
@@ -94,10 +109,7 @@ def sliced_sum(
     if any(_overlap(x, y) for x, y in ((out, a), (out, b), (a, b))):
         return None  # (NumPy multiplies an operand by its own transpose with ``syrk``)
     key = (S, M, k, N, sa, sb, so)
-    orient = _orientation(*key)
-    if orient is None or _kernels() is None or not _passes(key, reference if S == 1 else None):
-        return None
-    return _bound(a, b, out, orient)
+    return None if _orientation(*key) is None else key
 
 
 def _overlap(x: np.ndarray, y: np.ndarray) -> bool:

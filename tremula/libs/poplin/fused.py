@@ -27,6 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tremula import poplar
+from tremula.libs import jit
 from tremula.libs.poplin import codelets as cl
 from tremula.libs.poplin import exact, sgemm
 
@@ -46,7 +47,7 @@ def fuse(before: list[poplar.Batch], after: list[poplar.Batch]) -> tuple[Any, li
     layout = _layout(after)
     if layout is None:
         return None
-    compiled = _exact(before, layout)
+    compiled = _exact(before, after, layout)
     if compiled is not None:
         return compiled, [(0, "c")]
     st, _, _, count, _, size = layout
@@ -201,10 +202,14 @@ def _jobs(
     return jobs
 
 
-def _exact(before: list[poplar.Batch], layout: tuple) -> Callable[[], None] | None:
+def _exact(
+    before: list[poplar.Batch], after: list[poplar.Batch], layout: tuple
+) -> Callable[[], None] | None:
     """The fused run as ``exact.py``'s compiled kernel, one call per replica and group:
     for a single product group whose K slice ``i`` writes partial ``i`` of each output
-    element (every partial once, nothing else), of any size; None otherwise."""
+    element (every partial once, nothing else), of any size; None otherwise. Its first
+    call runs the two compute sets' prepared runs apart (a program run once compiles
+    nothing), the later ones the kernel (or the runs apart where its check fails)."""
     if len(before) != 1 or not exact.available():
         return None
     v = before[0]
@@ -238,16 +243,32 @@ def _exact(before: list[poplar.Batch], layout: tuple) -> Callable[[], None] | No
     if not np.all(marks == 1):
         return None
     dest = as_strided(st[:, o:], shape=first.shape, strides=first.strides)  # [R, G, M, N]
-    runs = []
-    for r in range(wa.shape[0]):
-        for gi in range(wa.shape[2]):
-            run = exact.sliced_sum(wa[r, :, gi], wb[r, :, gi], dest[r, gi])
-            if run is None:
-                return None
-            runs.append(run)
-    if len(runs) == 1:
-        return runs[0]
+    calls = [
+        (wa[r, :, gi], wb[r, :, gi], dest[r, gi])
+        for r in range(wa.shape[0])
+        for gi in range(wa.shape[2])
+    ]
+    if any(exact.candidate(*call) is None for call in calls):
+        return None
+    product = v.vertex_type.codelet  # (a ``_Partial``, a ``ReducePartials``: ``fuse``)
+    apart = [product.prepare(v) if issubclass(product, cl._Partial) else None]
+    apart += [cl.ReducePartials.prepare(u) for u in after]
+    steps = [run for run in apart if run is not None]
+    if len(steps) != len(apart):
+        return _compiled(calls)
+    # the two compute sets apart on the first run, the kernel from the second one on
+    return jit.deferred(_in_order(steps), lambda: _compiled(calls))
 
+
+def _compiled(calls: list[tuple]) -> Callable[[], None] | None:
+    """One run of :func:`exact.sliced_sum`'s kernels for ``calls``, or None."""
+    runs = [exact.sliced_sum(*call) for call in calls]
+    if any(run is None for run in runs):
+        return None
+    return runs[0] if len(runs) == 1 else _in_order(runs)  # type: ignore[arg-type]
+
+
+def _in_order(runs: list[Callable[[], None]]) -> Callable[[], None]:
     def each() -> None:
         for run in runs:
             run()

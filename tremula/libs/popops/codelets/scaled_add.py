@@ -61,16 +61,19 @@ class Axpy:
     ) -> None:
         self.parts, self.data, self.tmp = parts, data, tmp
         self.root = root if root is not None else _root(data)  # the memory data views
-        #: the compiled run (``axpy_kernel.py``), made on the first call; False: none
+        #: the compiled run (``axpy_kernel.py``), made on the second call (None before the
+        #: first, True before the second); False: none
         self._compiled: Any = None
 
     def __call__(self) -> None:
         run = self._compiled
-        if run is None:
+        if run is None:  # the first call: the NumPy path (a program run once compiles none)
+            self._compiled = True
+        elif run is True:  # the second call: the compiled run if there is one
             from tremula.libs.popops.codelets.axpy_kernel import compiled
 
             run = self._compiled = compiled(self.parts, self.data, self.root) or False
-        if run:
+        if callable(run):
             run()
             return
         for b, deltas, tmp in self.parts:
