@@ -6,12 +6,13 @@ temporary, then adds the temporary into the data: two float32 roundings per elem
 ``np.add(data, np.multiply(b, deltas))``. The loop makes the same two operations (numba
 does not contract them into one fused multiply-add without ``fastmath``) without the
 temporary. Where both operands of an operation are NaN, x86 keeps the first one's payload
-and the compiler may swap commutative operands, so the loop then computes ``b + b`` (or
-``data + data``): that operand's NaN, quieted, as NumPy's ``b * deltas`` (``data + t``)
-gives. On first use the loop is checked bit for bit against the NumPy path on a grid of
-special values (NaNs of several payloads, signalling ones, infinities, signed zeros,
-subnormals) and random data (:func:`_passes`); where it differs, or without numba, the
-NumPy path runs.
+and the compiler may swap commutative operands, so the loop then computes ``b + b`` or
+``deltas + deltas`` (``data + data`` or ``t + t``): the NaN NumPy's ``b * deltas``
+(``data + t``) gives, quieted; which one NumPy gives differs between its versions (2.4
+keeps the first operand's, 2.2 the second's). On first use the loop is checked bit for bit
+against the NumPy path on a grid of special values (NaNs of several payloads, signalling
+ones, infinities, signed zeros, subnormals) and random data with each choice
+(:func:`_rules`); where none matches, or without numba, the NumPy path runs.
 
 Taken where the data and every part's deltas are row-contiguous views of one device
 memory (rows: replicas) that do not overlap, and each scale is one number per row that is
@@ -59,9 +60,10 @@ def compiled(parts: list[Part], data: np.ndarray, root: np.ndarray) -> Callable[
         return None
     if any(at < end and start < at + n for at, n in zip(offsets, lengths)):
         return None  # deltas overlapping the data: the NumPy path reads them all first
-    if not _passes():
+    rules = _rules()
+    if rules is None:
         return None
-    args = (root, start, np.array(offsets, np.int64), np.array(lengths, np.int64), scales)
+    args = (root, start, np.array(offsets, np.int64), np.array(lengths, np.int64), scales, rules)
     kernel = _axpy
 
     def run() -> None:
@@ -85,9 +87,12 @@ def _offset(view: np.ndarray, root: np.ndarray, rows: int) -> int | None:
 
 
 @jit.kernel
-def _axpy(mem, start, offsets, lengths, scales):  # type: ignore[no-untyped-def]
+def _axpy(mem, start, offsets, lengths, scales, rules):  # type: ignore[no-untyped-def]
     """``mem[r, start + ...] += scales[r, p] * mem[r, offsets[p] + ...]``, part after
-    part, two roundings per element (see the module docstring for the NaN operands)."""
+    part, two roundings per element. Where both operands of the product (the sum) are
+    NaN, the result is the scale's (the data's) quieted if ``rules[0]`` (``rules[1]``) is
+    1, else the deltas' (the product's): NumPy's choice, which its versions differ on."""
+    scale_first, data_first = rules[0] == 1, rules[1] == 1
     for r in range(mem.shape[0]):
         row = mem[r]
         at = start
@@ -98,37 +103,46 @@ def _axpy(mem, start, offsets, lengths, scales):  # type: ignore[no-untyped-def]
             g = row[offsets[p] : offsets[p] + n]
             for j in range(n):
                 x = d[j]
-                t = s * g[j]
-                t = s + s if (t != t and s != s) else t
+                e = g[j]
+                t = s * e
+                if t != t and s != s and e != e:
+                    t = s + s if scale_first else e + e
                 y = x + t
-                d[j] = x + x if (y != y and x != x) else y
+                if y != y and x != x and t != t:
+                    y = x + x if data_first else t + t
+                d[j] = y
             at += n
 
 
 @cache
-def _passes() -> bool:
-    """Whether the loop gives the NumPy path's bits: every pair of special values (and
-    random numbers) as data and deltas, under a finite scale and a NaN one."""
+def _rules() -> np.ndarray | None:
+    """The NaN rules (see :func:`_axpy`) with which the loop gives the NumPy path's bits:
+    every pair of special values (and random numbers) as data and deltas, under a finite
+    scale and a NaN one; None where no choice does."""
     bits = [0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321, 0x7F800001, 0xFF800002]
     bits += [0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x3F800000, 0x7F7FFFFF]
     special = np.array(bits, np.uint32).view(F32)
     n = special.size
     rng = np.random.default_rng(0)
-    tail = rng.standard_normal(1000).astype(F32)
-    data = np.concatenate([np.repeat(special, n), tail])
+    data = np.concatenate([np.repeat(special, n), rng.standard_normal(1000).astype(F32)])
     deltas = np.concatenate([np.tile(special, n), rng.standard_normal(1000).astype(F32)])
-    for scale in (np.float32(-0.05), special[2]):
-        mem = np.concatenate([data, deltas])[None, :].copy()
+    wants = []
+    for scale in (np.float32(-0.05), special[2], special[3]):
         want = data[None, :].copy()
         with np.errstate(all="ignore"):
             np.add(want, np.multiply(np.full((1, 1), scale, F32), deltas[None, :]), out=want)
-        _axpy(
-            mem,
-            0,
-            np.array([data.size], np.int64),
-            np.array([data.size], np.int64),
-            np.full((1, 1), scale, F32),
-        )
-        if not np.array_equal(mem[:, : data.size].view(np.uint32), want.view(np.uint32)):
-            return False
-    return True
+        wants.append((scale, want))
+    for rules in ((1, 1), (1, 0), (0, 1), (0, 0)):
+        chosen = np.array(rules, np.int64)
+        if all(_matches(data, deltas, scale, want, chosen) for scale, want in wants):
+            return chosen
+    return None
+
+
+def _matches(
+    data: np.ndarray, deltas: np.ndarray, scale: np.float32, want: np.ndarray, rules: np.ndarray
+) -> bool:
+    mem = np.concatenate([data, deltas])[None, :].copy()
+    size = np.array([data.size], np.int64)
+    _axpy(mem, 0, size, size, np.full((1, 1), scale, F32), rules)
+    return bool(np.array_equal(mem[:, : data.size].view(np.uint32), want.view(np.uint32)))
