@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -79,6 +81,28 @@ def kernel(fn: Callable[..., Any] | None = None, *, error_model: str = "python")
     return Kernel(fn, error_model=error_model)
 
 
+def deferred(
+    first: Callable[[], None], make: Callable[[], Callable[[], None] | None]
+) -> Callable[[], None]:
+    """A prepared run that makes ``first()`` (its NumPy path) on its first call and, from
+    its second call on, the run ``make()`` gives then (a compiled one, which must compute
+    the same numbers), or ``first`` where that is None. A program run once pays neither
+    the compile nor numba's imports; later runs take the compiled loop."""
+    state: list[Any] = []
+
+    def run() -> None:
+        if len(state) == 2:
+            state[1]()
+        elif not state:
+            state.append(True)
+            first()
+        else:
+            state.append(make() or first)
+            state[1]()
+
+    return run
+
+
 def stream4(arr: Any, i: int, v0: Any, v1: Any, v2: Any, v3: Any) -> None:
     """``arr[i : i + 4] = v0, v1, v2, v3`` for a kernel's output that is written once and
     not read again soon (a float32 array; ``arr[i]`` 16-byte aligned). Compiled, one
@@ -101,6 +125,12 @@ def _numba() -> ModuleType:
     :func:`stream_fence` registered for compiled kernels)."""
     if not _installed:  # pragma: no cover - guarded by available()
         raise RuntimeError("compiled kernels need numba (pip install 'tremula[fast]')")
+    if "numba" not in sys.modules:
+        # numba's compiler colours its error messages through colorama, whose set-up writes
+        # a terminal reset ("\x1b[0m") to the process's stdout at exit when that is a
+        # terminal: a library's kernels must not add to its host program's output (a
+        # PopRun instance's stdout is a pseudo-terminal). Set unless the user chose.
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     numba = importlib.import_module("numba")
     global _registered
     if not _registered:

@@ -10,9 +10,9 @@ import pytest
 
 from tremula import poplar
 from tremula.engine import flatplan, fusion
-from tremula.libs import poplin
+from tremula.libs import jit, poplin
+from tremula.libs.poplin import exact, sgemm
 from tremula.libs.poplin import fused as poplin_fused
-from tremula.libs.poplin import sgemm
 
 RUNS = 4  # the first runs go through the interpreter, the later ones are replayed
 
@@ -55,8 +55,10 @@ def _engine(shape, dtype, kind, tiles, replicas=1, read_partials=False, loop=0):
 
 def _results(monkeypatch, enabled, shape, dtype=poplar.FLOAT, kind="created", **kw):
     """``c`` after each of :data:`RUNS` runs (fresh operands before each) and how many
-    fused runs the replays took."""
+    fused runs the replays took (``compiled``: with ``exact.py``'s kernel offered, else
+    the NumPy and BLAS calls)."""
     monkeypatch.setattr(fusion, "ENABLED", enabled)
+    monkeypatch.setattr(exact, "ENABLED", kw.pop("compiled", False))
     monkeypatch.setattr(poplin_fused, "MIN_PARTIALS_BYTES", kw.pop("min_bytes", 0))  # small plans
     taken = []
 
@@ -94,9 +96,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("shape,kind,tiles", CASES)
-def test_fused_runs_give_the_bits_of_the_two_compute_sets(monkeypatch, shape, kind, tiles):
-    fused, taken, _ = _results(monkeypatch, True, shape, kind=kind, tiles=tiles)
+def test_fused_runs_give_the_bits_of_the_two_compute_sets(
+    monkeypatch, shape, kind, tiles, compiled
+):
+    if compiled and not jit.available():
+        pytest.skip("the compiled kernel needs the fast extra (numba, llvmlite)")
+    fused, taken, _ = _results(monkeypatch, True, shape, kind=kind, tiles=tiles, compiled=compiled)
     apart, none, _ = _results(monkeypatch, False, shape, kind=kind, tiles=tiles)
     assert taken >= 1 and none == 0  # fused where enabled, never otherwise
     for run, (x, y) in enumerate(zip(fused, apart)):
@@ -142,9 +149,12 @@ def test_a_loop_body_fuses_with_the_same_bits(monkeypatch):
     np.testing.assert_allclose(fused[-1], a, rtol=1e-3, atol=1e-2)
 
 
-def test_replicas_fuse_with_the_same_bits(monkeypatch):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_replicas_fuse_with_the_same_bits(monkeypatch, compiled):
+    if compiled and not jit.available():
+        pytest.skip("the compiled kernel needs the fast extra (numba, llvmlite)")
     shape = (1, 64, 512, 48)
-    fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2)
+    fused, taken, _ = _results(monkeypatch, True, shape, tiles=16, replicas=2, compiled=compiled)
     apart, _, _ = _results(monkeypatch, False, shape, tiles=16, replicas=2)
     assert taken >= 1
     for x, y in zip(fused, apart):

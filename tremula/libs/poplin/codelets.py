@@ -35,7 +35,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tremula import poplar
+from tremula.libs import jit
 from tremula.libs.poplin import estimators as est
+from tremula.libs.poplin import exact
 
 GRID = ("grid_g", "grid_m", "grid_n", "grid_k")
 
@@ -130,7 +132,12 @@ class _Partial(poplar.Codelet):
             # stacked-matmul loop; the operands need no cast (math is their type)
             a2, b2, c2 = wa[0, 0, 0], wb[0, 0, 0], wc[0, 0, 0]
             if a2.dtype == b2.dtype == math:
-                return _product_2d(a2, b2, c2)
+                plain = _product_2d(a2, b2, c2)
+                if exact.candidate(a2[None], b2[None], c2, _product_2d) is None:
+                    return plain
+                return jit.deferred(  # the compiled kernel from the second run on
+                    plain, lambda: exact.sliced_sum(a2[None], b2[None], c2, _product_2d)
+                )
 
         return _refreshed(refresh, lambda: _products(*views, math, accumulate))  # type: ignore[call-arg]
 

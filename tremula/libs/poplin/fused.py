@@ -27,8 +27,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tremula import poplar
+from tremula.libs import jit
 from tremula.libs.poplin import codelets as cl
-from tremula.libs.poplin import sgemm
+from tremula.libs.poplin import exact, sgemm
 
 F32 = np.dtype(np.float32)
 #: plans with fewer bytes of partials run apart: their slabs stay in the caches, and one
@@ -46,6 +47,9 @@ def fuse(before: list[poplar.Batch], after: list[poplar.Batch]) -> tuple[Any, li
     layout = _layout(after)
     if layout is None:
         return None
+    compiled = _exact(before, after, layout)
+    if compiled is not None:
+        return compiled, [(0, "c")]
     st, _, _, count, _, size = layout
     if count * size * F32.itemsize < MIN_PARTIALS_BYTES:
         return None
@@ -196,6 +200,80 @@ def _jobs(
         added = None if one and cl._transposed_2d(ai[0, 0], bi[0, 0]) else sgemm.plan(ai, bi, dest)
         jobs.append((j, added or _added(_product(ai, bi, temp, one), dest, temp)))
     return jobs
+
+
+def _exact(
+    before: list[poplar.Batch], after: list[poplar.Batch], layout: tuple
+) -> Callable[[], None] | None:
+    """The fused run as ``exact.py``'s compiled kernel, one call per replica and group:
+    for a single product group whose K slice ``i`` writes partial ``i`` of each output
+    element (every partial once, nothing else), of any size; None otherwise. Its first
+    call runs the two compute sets' prepared runs apart (a program run once compiles
+    nothing), the later ones the kernel (or the runs apart where its check fails)."""
+    if len(before) != 1 or not exact.available():
+        return None
+    v = before[0]
+    st, delta, slab, count, lo, size = layout
+    g, m, k, n = _cached_shape(v)
+    grid = _cached_grid(v)
+    a = v.stable_view("a", (*grid, g, m, k))
+    b = v.stable_view("b", (*grid, g, k, n))
+    c = v.stable_view("c", (*grid, g, m, n))
+    if a is None or b is None or c is None or c.size == 0 or count < 2:
+        return None
+    if not ((grid[2] == 1 or a.strides[3] == 0) and (grid[1] == 1 or b.strides[2] == 0)):
+        return None
+    views = cl._whole_views(a, b, c)
+    if views is None or views[2] is None or int(v.lengths("c").sum()) != count * size:
+        return None
+    wa, wb, wc, _ = views  # [R, K slices, G, M, k], [R, slices, G, k, N], [R, slices, G, M, N]
+    first = wc[:, 0]
+    strides = _strides(first)
+    if wa.shape[1] != count or strides is None:
+        return None
+    o = _offset(first, st) - delta  # the output address of each slice's first partial
+    marks = np.zeros((count, size), np.uint8)
+    for i in range(count):
+        ci = wc[:, i]
+        if _strides(ci) != strides or _offset(ci, st) - delta - i * slab != o:
+            return None
+        if not (lo <= o and _last(o, ci.shape[1:], strides) < lo + size):
+            return None
+        _mark(marks[i], o - lo, ci.shape[1:], strides)[...] += 1
+    if not np.all(marks == 1):
+        return None
+    dest = as_strided(st[:, o:], shape=first.shape, strides=first.strides)  # [R, G, M, N]
+    calls = [
+        (wa[r, :, gi], wb[r, :, gi], dest[r, gi])
+        for r in range(wa.shape[0])
+        for gi in range(wa.shape[2])
+    ]
+    if any(exact.candidate(*call) is None for call in calls):
+        return None
+    product = v.vertex_type.codelet  # (a ``_Partial``, a ``ReducePartials``: ``fuse``)
+    apart = [product.prepare(v) if issubclass(product, cl._Partial) else None]
+    apart += [cl.ReducePartials.prepare(u) for u in after]
+    steps = [run for run in apart if run is not None]
+    if len(steps) != len(apart):
+        return _compiled(calls)
+    # the two compute sets apart on the first run, the kernel from the second one on
+    return jit.deferred(_in_order(steps), lambda: _compiled(calls))
+
+
+def _compiled(calls: list[tuple]) -> Callable[[], None] | None:
+    """One run of :func:`exact.sliced_sum`'s kernels for ``calls``, or None."""
+    runs = [exact.sliced_sum(*call) for call in calls]
+    if any(run is None for run in runs):
+        return None
+    return runs[0] if len(runs) == 1 else _in_order(runs)  # type: ignore[arg-type]
+
+
+def _in_order(runs: list[Callable[[], None]]) -> Callable[[], None]:
+    def each() -> None:
+        for run in runs:
+            run()
+
+    return each
 
 
 def _cached_shape(v: poplar.Batch) -> tuple[int, ...]:

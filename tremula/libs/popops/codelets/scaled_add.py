@@ -49,7 +49,8 @@ class Axpy:
     then a single add over the joined data. Each element gets the same two float32
     operations as apart, so the bits are the same, provided no part's deltas or scale read
     the joined data (apart, a later part would read what an earlier one wrote): then the
-    runs stay apart."""
+    runs stay apart. With numba the run is one compiled pass making the same two
+    operations per element (``axpy_kernel.py``), where it applies and matches."""
 
     def __init__(
         self,
@@ -60,8 +61,21 @@ class Axpy:
     ) -> None:
         self.parts, self.data, self.tmp = parts, data, tmp
         self.root = root if root is not None else _root(data)  # the memory data views
+        #: the compiled run (``axpy_kernel.py``), made on the second call (None before the
+        #: first, True before the second); False: none
+        self._compiled: Any = None
 
     def __call__(self) -> None:
+        run = self._compiled
+        if run is None:  # the first call: the NumPy path (a program run once compiles none)
+            self._compiled = True
+        elif run is True:  # the second call: the compiled run if there is one
+            from tremula.libs.popops.codelets.axpy_kernel import compiled
+
+            run = self._compiled = compiled(self.parts, self.data, self.root) or False
+        if callable(run):
+            run()
+            return
         for b, deltas, tmp in self.parts:
             np.multiply(b, deltas, out=tmp)
         np.add(self.data, self.tmp, out=self.data)

@@ -1,0 +1,260 @@
+"""The compiled K-sliced product and stage-2 sum (``poplin/exact.py``): the bits of the
+stacked ``np.matmul`` and ``np.add.reduce`` it replaces, for each orientation, with zeros,
+signed zeros, infinities and NaNs in the operands; taken by replayed matmul plans with K
+slices; off (the NumPy path) without the fast extra."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+from tremula import poplar
+from tremula.engine import flatplan, fusion
+from tremula.libs import jit, poplin
+from tremula.libs.poplin import exact
+from tremula.libs.poplin import fused as poplin_fused
+
+needs_kernel = pytest.mark.skipif(
+    not exact.available(), reason="the compiled kernel needs the fast extra (numba, llvmlite)"
+)
+
+
+def _operands(rng, shape, a_t, b_t, specials=True):
+    """``a [S, M, k]``, ``b [S, k, N]`` as K slices of ``A [M, S k]`` and ``B [S k, N]``,
+    each stored row-major or (``*_t``) transposed."""
+    S, M, k, N = shape
+    A = rng.standard_normal((S * k, M) if a_t else (M, S * k)).astype(np.float32)
+    B = rng.standard_normal((N, S * k) if b_t else (S * k, N)).astype(np.float32)
+    if specials:  # a zero row, signed zeros, infinities, NaNs
+        for X in (A, B):
+            flat = X.reshape(-1)
+            spots = rng.integers(0, flat.size, 40)
+            flat[spots] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32), 40)
+        (A.T if a_t else A)[0] = -0.0
+    A, B = (A.T if a_t else A), (B.T if b_t else B)
+    ia, ib = A.itemsize, B.itemsize
+    a = as_strided(A, (S, M, k), (k * A.strides[1], A.strides[0], A.strides[1]))
+    b = as_strided(B, (S, k, N), (k * B.strides[0], B.strides[0], B.strides[1]))
+    assert ia == ib == 4
+    return a, b
+
+
+def _same(x, y):
+    """The same bits, NaN payloads aside (which NaN survives where two meet depends on
+    operand order: ``exact.py``'s docstring); NaN at the same places."""
+    nan = np.isnan(y)
+    assert np.array_equal(np.isnan(x), nan)
+    return np.array_equal(x[~nan].view(np.int32), y[~nan].view(np.int32))
+
+
+def _apart(a, b):
+    """The NumPy path: one stacked product into partials, then the sum over slices."""
+    parts = np.matmul(a, b)
+    out = np.empty(parts.shape[1:], np.float32)
+    np.add.reduce(parts, axis=0, out=out)
+    return out
+
+
+SHAPES = [(16, 32, 16, 256), (4, 64, 32, 64), (2, 32, 5, 32), (3, 64, 7, 96)]  # S, M, k, N
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False), (True, True)])
+def test_the_kernel_gives_the_bits_of_the_stacked_product_and_sum(shape, a_t, b_t):
+    rng = np.random.default_rng(3)
+    a, b = _operands(rng, shape, a_t, b_t)
+    with np.errstate(all="ignore"):
+        want = _apart(a, b)
+    out = np.full(want.shape, 7.0, np.float32)
+    run = exact.sliced_sum(a, b, out)
+    assert run is not None
+    for _ in range(2):  # a kept run computes again from the operands
+        run()
+        assert _same(out, want)
+    assert np.isnan(want).any() and np.isinf(want).any()  # (the specials reach the output)
+    a[...] = rng.standard_normal(a.shape).astype(np.float32)  # new operand values
+    run()
+    with np.errstate(all="ignore"):
+        want = _apart(a, b)
+    assert _same(out, want)
+    np.testing.assert_allclose(out, np.einsum("smk,skn->mn", a, b.astype(np.float64)), atol=1e-3)
+
+
+@needs_kernel
+def test_a_transposed_output_is_written_element_by_element():
+    rng = np.random.default_rng(5)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    store = np.zeros((64, 32), np.float32)
+    out = store.T  # [M, N] with unit stride along M
+    run = exact.sliced_sum(a, b, out)
+    assert run is not None
+    run()
+    assert np.array_equal(out, _apart(a, b))
+
+
+@needs_kernel
+def test_the_kernel_declines_what_it_does_not_cover():
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 30, 16, 30), False, False, specials=False)  # tiles do not divide
+    assert exact.sliced_sum(a, b, np.empty((30, 30), np.float32)) is None
+    a, b = _operands(rng, (1, 32, 16, 64), False, False, specials=False)  # one slice
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a.astype(np.float64), b, np.empty((32, 64), np.float32)) is None
+    out = np.empty((32, 64), np.float32)
+    out.flags.writeable = False
+    assert exact.sliced_sum(a, b, out) is None
+    c = np.empty((32, 64), np.float32)
+    assert exact.sliced_sum(a, as_strided(c, b.shape, (c.strides[0] * 16, *c.strides)), c) is None
+
+
+def test_without_compiled_kernels_there_is_no_kernel(monkeypatch):
+    """No numba (or ``jit.set_enabled(False)``): the NumPy path."""
+    monkeypatch.setattr(jit, "_enabled", False)
+    assert not exact.available()
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+
+
+def _matmul_results(monkeypatch, compiled, shape, kind, tiles):
+    """``c`` after each of four runs of ``c = a @ b`` on a ``tiles``-tile Mk2 (A row-major
+    or transposed, B row-major or read as ``W^T``), the plan's K slices as many, and how
+    many replayed runs took the compiled kernel."""
+    monkeypatch.setattr(exact, "ENABLED", compiled)
+    taken = []
+    original = exact.sliced_sum
+
+    def counted(a, b, out):
+        run = original(a, b, out)
+        taken.append(run is not None)
+        return run
+
+    monkeypatch.setattr(exact, "sliced_sum", counted)
+    m, k, n = shape
+    device = poplar.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
+    graph = poplar.Graph(device.target)
+    prog = poplar.Sequence()
+    if kind == "weight_t":  # dy @ W^T: B is a weight read transposed
+        a = graph.add_variable(poplar.FLOAT, (m, k), "a", mapping="linear")
+        b = graph.add_variable(poplar.FLOAT, (n, k), "b", mapping="linear").transpose()
+    else:
+        a = graph.add_variable(poplar.FLOAT, (m, k), "a", mapping="linear")
+        b = graph.add_variable(poplar.FLOAT, (k, n), "b", mapping="linear")
+    c = poplin.matmul(graph, a, b, prog)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    graph.create_host_read("c", c)
+    engine = poplar.Engine(graph, prog)
+    engine.load(device)
+    rng = np.random.default_rng(11)
+    outs = []
+    for run in range(4):
+        av = rng.standard_normal((m, k)).astype(np.float32)
+        if run == 3:
+            av[0, :5] = [np.inf, -np.inf, np.nan, -0.0, 0.0]
+        engine.write_tensor("a", av)
+        bv = rng.standard_normal((n, k) if kind == "weight_t" else (k, n)).astype(np.float32)
+        engine.write_tensor("b", bv.T if kind == "weight_t" else bv)
+        with np.errstate(all="ignore"):
+            engine.run()
+        outs.append(engine.read_tensor("c").copy())
+    return outs, sum(taken)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["plain", "weight_t"])
+def test_replayed_matmuls_take_the_kernel_with_the_bits_of_the_two_compute_sets(monkeypatch, kind):
+    """The digits MLP's K-sliced products (32 x 256 x 256 on a 1472-tile Mk2: 16 slices):
+    fused by the compiled kernel (``MIN_PARTIALS_BYTES`` keeps the NumPy fused path off),
+    the same bits as without it."""
+    shape, tiles = (32, 256, 256), 1472
+    got, taken = _matmul_results(monkeypatch, True, shape, kind, tiles)
+    want, none = _matmul_results(monkeypatch, False, shape, kind, tiles)
+    assert taken >= 1 and none == 0
+    for run, (x, y) in enumerate(zip(got, want)):
+        assert _same(x, y), f"run {run}"
+    assert np.isnan(got[-1][0]).all()  # (row 0 met a NaN)
+
+
+@needs_kernel
+def test_fusion_off_leaves_the_compute_sets_apart(monkeypatch):
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    calls = []
+    monkeypatch.setattr(flatplan, "fused_step", lambda *a: calls.append(1) or None)
+    _, taken = _matmul_results(monkeypatch, True, (32, 256, 256), "plain", 1472)
+    assert taken == 0 and calls  # asked, none fused
+    assert poplin_fused.MIN_PARTIALS_BYTES > 32 * 256 * 16 * 4
+
+
+@needs_kernel
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False)])
+def test_a_single_long_product_takes_the_kernel_with_the_bits_of_its_numpy_path(a_t, b_t):
+    """One product (no K slices) of at least ``MIN_CHAIN`` steps: checked against the run
+    the caller passes (poplin's ``_product_2d``, ``(b^T a^T)^T`` for a weight read as
+    ``W^T``); shorter chains stay on it."""
+    from tremula.libs.poplin.codelets import _product_2d
+
+    rng = np.random.default_rng(9)
+    a, b = _operands(rng, (1, 32, exact.MIN_CHAIN, 64), a_t, b_t)
+    want = np.empty((32, 64), np.float32)
+    with np.errstate(all="ignore"):
+        _product_2d(a[0], b[0], want)()
+    out = np.zeros_like(want)
+    run = exact.sliced_sum(a, b, out, _product_2d)
+    assert run is not None
+    run()
+    assert _same(out, want)
+    assert exact.sliced_sum(a, b, out) is None  # no reference given: not taken
+    short, b2 = _operands(rng, (1, 32, exact.MIN_CHAIN // 2, 64), a_t, b_t)
+    assert exact.sliced_sum(short, b2, out, _product_2d) is None
+
+
+@needs_kernel
+def test_a_reference_that_differs_keeps_the_numpy_path():
+    """The check compares with the caller's path: one that rounds otherwise (here the
+    product through float64) declines the kernel."""
+
+    def other(a, b, out):
+        return lambda: np.copyto(out, (a.astype(np.float64) @ b).astype(np.float32))
+
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, (1, 32, 256, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32), other) is None
+
+
+def test_a_kernel_that_cannot_be_built_leaves_the_numpy_path(monkeypatch):
+    """An llvmlite without the calls used (or no native target): a warning, no kernel."""
+
+    def broken():
+        raise AttributeError("module 'llvmlite.binding' has no attribute 'create_pass_builder'")
+
+    monkeypatch.setattr(exact, "_compile", broken)
+    with pytest.warns(RuntimeWarning, match="compiled products are off"):
+        assert exact._kernels.__wrapped__() is None
+    monkeypatch.setattr(exact, "_kernels", lambda: None)
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
+    assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
+
+
+def test_a_deferred_run_makes_its_fast_form_on_the_second_call():
+    """``jit.deferred``: the first call runs the NumPy path and makes nothing; the second
+    makes the fast run once and uses it from then on (the NumPy path where none is made)."""
+    log = []
+
+    def make(fast):
+        log.append("make")
+        return (lambda: log.append("fast")) if fast else None
+
+    run = jit.deferred(lambda: log.append("first"), lambda: make(True))
+    for _ in range(3):
+        run()
+    assert log == ["first", "make", "fast", "fast"]
+    log.clear()
+    run = jit.deferred(lambda: log.append("first"), lambda: make(False))
+    for _ in range(3):
+        run()
+    assert log == ["first", "make", "first", "first"]

@@ -1,0 +1,308 @@
+"""K-sliced float32 products and their stage-2 sum in one compiled pass, with the bits of
+the stacked ``np.matmul`` and ``np.add.reduce`` they replace (the ``fast`` extra).
+
+A plan that cuts ``K`` into ``S`` slices computes, per output element, ``S`` partial
+products (one BLAS call per slice: ``p_s = a_s @ b_s``) and stage 2 adds them in slice
+order: ``out = ((p_0 + p_1) + p_2) + ...``. OpenBLAS's kernels compute each element of a
+product as one chain of fused multiply-adds over ``k`` in order, starting from zero
+(``acc = fma(a[i, k], b[k, j], acc)``), for the shapes the checks below accept. This
+module's kernel computes exactly that chain per slice and adds the slices in the same
+order, in registers: no partials are written and read again, and one call replaces ``S``
+products and the reduction.
+
+The kernel is LLVM code built with llvmlite (numba's code generator, installed with the
+``fast`` extra) for the host CPU, compiled once per process on first use: a tile of
+:data:`ROWS` output rows by :data:`LANES` ``x`` :data:`VECTORS` columns is kept in vector
+registers, each slice's chain in fresh accumulators added to the tile's running sums (an
+``fma`` intrinsic: one rounding per step, as the BLAS kernel's instruction). The operand
+whose rows are read as vectors must have unit stride along them; when neither ``b`` (the
+normal orientation) nor ``a`` (the transposed one, ``out^T = b^T a^T``: the same chains,
+as ``fma`` multiplies either way round) does, ``a`` is packed into a kept buffer each run.
+
+Nothing here is assumed of the BLAS: each distinct call (shape, slice count, strides of the
+operands and of the partials, orientation) is first checked bit for bit against the stacked
+``np.matmul`` and ``np.add.reduce`` on random data with zeros, signed zeros, infinities and
+NaNs in it (:func:`_passes`), three draws; a call that differs, a shape the tiles do not
+divide, operands sharing memory with the output, no llvmlite, or compiled kernels switched
+off (:func:`tremula.libs.jit.set_enabled`) leaves the caller on the NumPy path.
+
+NaN payloads are the one exception: where two NaNs meet in an operation (an operand's NaN
+and the default NaN of ``inf - inf`` or ``0 * inf``, two NaN operands), which one survives
+depends on the operand order of the instruction, which BLAS kernels, compilers and even
+NumPy's own loops choose differently (NumPy 2.2 and 2.4 differ); the check therefore
+requires the same bits of every other value and NaN at the same places, and the payload of
+a NaN output may differ from the NumPy path's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import warnings
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tremula.libs import jit
+
+F32 = np.dtype(np.float32)
+#: the register tile: output rows (of the broadcast operand) by vectors of lanes
+ROWS, VECTORS, LANES = 8, 2, 16
+#: whether the kernel is offered (tests switch it off for the reference path)
+ENABLED = True
+#: a single product (no K slices) is computed here from this many steps of its chain on.
+#: Measured in the digits MLP's step on the cpu device (a 2-core Xeon, 1000 steps, the
+#: product timed in place): 256 x 32 x 256 (``h^T dy``) 34.5 against OpenBLAS's 39-43 us,
+#: 32 x 64 x 256 12.3-13.4 against 13.4-14.8, 64 x 32 x 256 11.2-11.7 against 9.1-10.7
+#: (the one loss), 32 x 256 x 256 28-33 against 34-37; shorter chains stay with OpenBLAS
+MIN_CHAIN = 32
+#: the NumPy path of a single product: ``reference(a, b, out)`` gives its run
+Reference = Callable[[np.ndarray, np.ndarray, np.ndarray], Callable[[], None]]
+_LLVMLITE = importlib.util.find_spec("llvmlite") is not None
+
+
+def available() -> bool:
+    """Whether the compiled kernel may run: llvmlite is installed, compiled kernels are
+    on (:func:`tremula.libs.jit.available`) and :data:`ENABLED`."""
+    return ENABLED and _LLVMLITE and jit.available()
+
+
+def sliced_sum(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, reference: Reference | None = None
+) -> Callable[[], None] | None:
+    """A run writing ``out = sum over s of a[s] @ b[s]`` (``a`` ``[S, M, k]``, ``b``
+    ``[S, k, N]``, ``out`` ``[M, N]``, float32 views kept alive by the caller) with the bits
+    of ``np.matmul(a, b)`` into partials of ``out``'s strides then ``np.add.reduce`` over
+    the slices; None where the kernel does not apply or its check fails (see the module
+    docstring). A single product (``S == 1``) is taken for chains of at least
+    :data:`MIN_CHAIN` steps, checked against ``reference(a[0], b[0], out)``'s run (the
+    caller's NumPy path for it). The kernels are compiled on the first call that gets here
+    (:func:`deferred` puts that off to a prepared run's second call)."""
+    key = candidate(a, b, out, reference)
+    if key is None or _kernels() is None:
+        return None
+    if not _passes(key, reference if key[0] == 1 else None):
+        return None
+    orient = _orientation(*key)
+    return None if orient is None else _bound(a, b, out, orient)
+
+
+def candidate(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, reference: Reference | None = None
+) -> tuple | None:
+    """The call's key (shape and element strides) where :func:`sliced_sum` may take the
+    kernel, from the arrays alone (nothing compiled or checked); None where it cannot."""
+    if not available() or a.ndim != 3 or b.ndim != 3 or out.ndim != 2:
+        return None
+    if not (a.dtype == b.dtype == out.dtype == F32):
+        return None
+    if a.shape[0] < 2 and (reference is None or a.shape[0] < 1 or a.shape[2] < MIN_CHAIN):
+        return None
+    (S, M, k), N = a.shape, b.shape[2]
+    if b.shape[:2] != (S, k) or out.shape != (M, N) or k < 1:
+        return None
+    sa, sb, so = (_elements(x) for x in (a, b, out))
+    if sa is None or sb is None or so is None or not out.flags.writeable:
+        return None
+    if any(_overlap(x, y) for x, y in ((out, a), (out, b), (a, b))):
+        return None  # (NumPy multiplies an operand by its own transpose with ``syrk``)
+    key = (S, M, k, N, sa, sb, so)
+    return None if _orientation(*key) is None else key
+
+
+def _overlap(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether ``x`` and ``y`` may share memory (True where that is too hard to tell)."""
+    try:
+        return bool(np.shares_memory(x, y, max_work=_OVERLAP_WORK))
+    except np.exceptions.TooHardError:
+        return True
+
+
+#: the effort ``np.shares_memory`` may spend (NumPy's stubs type it as its named values)
+_OVERLAP_WORK: Any = 1 << 16
+
+
+def _elements(x: np.ndarray) -> tuple[int, ...] | None:
+    """Element strides (0 for axes of one element); None unless each is a positive whole
+    number of elements."""
+    out = []
+    for n, s in zip(x.shape, x.strides):
+        if n == 1:
+            out.append(0)
+        elif s <= 0 or s % F32.itemsize:
+            return None
+        else:
+            out.append(s // F32.itemsize)
+    return tuple(out)
+
+
+def _orientation(S: int, M: int, k: int, N: int, sa: tuple, sb: tuple, so: tuple) -> str | None:
+    """``"normal"`` (vectors along ``b``'s rows), ``"transposed"`` (along ``a``'s columns:
+    ``out^T = b^T a^T``) or ``"packed"`` (transposed, ``a`` copied first), when the tiles
+    divide the shape; else None."""
+    width = LANES * VECTORS
+    if sb[2] in (0, 1) and M % ROWS == 0 and N % width == 0:
+        return "normal"
+    if N % ROWS or M % width:
+        return None
+    return "transposed" if sa[1] in (0, 1) else "packed"
+
+
+def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callable[[], None]:
+    """The kernel call of :func:`sliced_sum` for views ``a``, ``b``, ``out`` (the kernels
+    compiled: :func:`sliced_sum` checked)."""
+    kernels = _kernels()
+    assert kernels is not None
+    vector, scatter = kernels
+    (S, M, k), N = a.shape, b.shape[2]
+    sa, sb, so = (_elements(x) or () for x in (a, b, out))
+    if orient == "normal":  # x = a [m, s, k], y = b [s, k, n], z = out [m, n]
+        x, xs, y, ys, zs, P, Q = a, (sa[1], sa[0], sa[2]), b, (sb[0], sb[1]), so, M, N
+    else:  # x = b^T [n, s, k], y = a^T [s, k, m], z = out^T [n, m]
+        x, xs, P, Q, zs = b, (sb[2], sb[0], sb[1]), N, M, (so[1], so[0])
+        y, ys = a, (sa[0], sa[2])
+    packed = None
+    if orient == "packed":
+        packed = np.empty((S, k, M), F32)
+        y, ys = packed, (k * M, M)
+    fn = vector if zs[1] == 1 else scatter
+    args = (
+        x.ctypes.data,
+        *xs,
+        y.ctypes.data,
+        *ys,
+        out.ctypes.data,
+        *zs,
+        P,
+        Q,
+        S,
+        k,
+    )
+    if packed is None:
+        return lambda: fn(*args)
+    source = a.transpose(0, 2, 1)
+    copyto = np.copyto
+
+    def run() -> None:
+        copyto(packed, source)
+        fn(*args)
+
+    return run
+
+
+@cache
+def _passes(key: tuple, reference: Reference | None) -> bool:
+    """Whether the kernel gives the stacked product's and reduction's bits (``reference``'s
+    for a single product) for call ``key`` (shape, element strides of ``a``, ``b`` and the
+    output), on three draws of random data with special values."""
+    rng = np.random.default_rng(0)
+    with np.errstate(all="ignore"):
+        return all(_draw_passes(key, reference, rng) for _ in range(3))
+
+
+def _draw_passes(key: tuple, reference: Reference | None, rng: np.random.Generator) -> bool:
+    """One draw of :func:`_passes`: the NumPy path (partials of the output's strides,
+    one slab per slice; ``reference``'s run) against the kernel on the same operands."""
+    S, M, k, N, sa, sb, so = key
+    orient = _orientation(*key)
+    if orient is None:
+        return False
+    a = _random_view(rng, (S, M, k), sa)
+    b = _random_view(rng, (S, k, N), sb)
+    out = _random_view(rng, (M, N), so)
+    parts = _random_view(rng, (S, M, N), (M * N, *so))
+    want = out.copy()
+    if reference is not None:
+        want = _random_view(rng, (M, N), so)
+        reference(a[0], b[0], want)()
+    else:
+        np.matmul(a, b, out=parts)
+        np.add.reduce(parts, axis=0, out=want)
+    _bound(a, b, out, orient)()
+    return _same(out, want)
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    """The same bits, where the NaNs' payloads may differ (see the module docstring)."""
+    nan = np.isnan(want)
+    if not np.array_equal(np.isnan(got), nan):
+        return False
+    return bool(np.array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32)))
+
+
+_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], F32)
+
+
+def _random_view(rng: np.random.Generator, shape: tuple, steps: tuple) -> np.ndarray:
+    """A view of ``shape`` with element strides ``steps`` over fresh random memory (normal
+    values, some special ones, a row of -0.0 and one of +0.0 where there are rows)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, steps))
+    with np.errstate(over="ignore"):
+        data = rng.standard_normal(span).astype(F32)
+    spots = rng.integers(0, span, size=max(1, span // 97))
+    data[spots] = _SPECIALS[rng.integers(0, len(_SPECIALS), size=spots.size)]
+    view = as_strided(data, shape, tuple(s * F32.itemsize for s in steps))
+    if shape[-2] > 2:
+        view[..., 0, :] = -0.0
+        view[..., 1, :] = 0.0
+    return view
+
+
+@cache
+def _kernels() -> tuple[Any, Any] | None:
+    """The compiled kernels (vector stores, scattered stores) as ctypes functions:
+    ``(x, sxp, sxs, sxk, y, sys, syk, z, szp, szq, P, Q, S, k)`` computing
+    ``z[p, q] = sum over s of (chain over i < k of x[p, s, i] * y[s, i, q])`` for ``P``
+    rows (a multiple of :data:`ROWS`) and ``Q`` columns (of ``LANES * VECTORS``); ``y`` has
+    unit stride along ``q``; strides in elements. None where llvmlite cannot build them
+    (the NumPy path then runs: an accelerator never stops a program)."""
+    try:
+        return _compile()
+    except Exception as exc:  # an llvmlite without these calls, no native target, ...
+        warnings.warn(f"poplin's compiled products are off: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def _compile() -> tuple[Any, Any]:
+    import llvmlite.binding as llvm
+
+    with contextlib.suppress(RuntimeError):  # newer llvmlite initialises itself and raises
+        llvm.initialize()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(_module_ir())
+    module.verify()
+    target = llvm.Target.from_default_triple()
+    machine = target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
+    )
+    if hasattr(llvm, "create_pass_builder"):  # the new pass manager (recent llvmlite)
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+        builder.getModulePassManager().run(module, builder)
+    else:
+        passes = llvm.create_pass_manager_builder()
+        passes.opt_level = 3
+        manager = llvm.create_module_pass_manager()
+        passes.populate(manager)
+        manager.run(module)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    signature = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, *[i64] * 4)
+    vector, scatter = (signature(engine.get_function_address(n)) for n in ("vector", "scatter"))
+    _KEEP.append(engine)  # the code lives as long as its engine
+    return vector, scatter
+
+
+_KEEP: list[Any] = []
+
+
+def _module_ir() -> str:
+    """The kernels' LLVM module (see :mod:`tremula.libs.poplin.exact_ir`)."""
+    from tremula.libs.poplin.exact_ir import module
+
+    return str(module(ROWS, VECTORS, LANES))
