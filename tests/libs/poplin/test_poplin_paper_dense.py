@@ -24,6 +24,7 @@ def _load(name: str):
     return sys.modules[name]
 
 
+_load("popsparse_breakdown")  # popsparse_paper imports it as a sibling
 _load("popsparse_paper")
 dense = _load("popsparse_paper_dense")
 
