@@ -51,8 +51,9 @@ CLOCK: Callable[[], float] = time.perf_counter
 def interleaved(ours: Callable[[], None], theirs: Callable[[], None], reps: int, rounds: int):
     """Per-call seconds of both sides, best round each, and the median per-round ratio."""
     a, b = [], []
-    ours()
-    theirs()  # warm both
+    for _ in range(2):  # warm both (Tremula's compiled runs are made on a run's second call)
+        ours()
+        theirs()
     for _ in range(rounds):
         start = CLOCK()
         for _ in range(reps):
