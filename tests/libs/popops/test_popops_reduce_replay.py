@@ -48,6 +48,7 @@ CASES = [  # shape, dims, tiles, maxFanIn
     ((21, 16, 6), (0,), 16, None),
     ((6, 20, 16), (0, 2), 16, 4),
     ((13, 97), (1,), 24, 4),  # row sums
+    ((32, 256), (0,), 1472, None),  # a bias gradient: 32 pieces gathered, one reduce
 ]
 
 

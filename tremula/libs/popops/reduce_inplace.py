@@ -13,7 +13,8 @@ a reduction costs about one pass over its input:
   accumulator does, ``((identity op r0) op r1) ...``: the same numbers as each other and
   as a reduction over a gathered ``[units, count, row]`` block (the compute);
 * equal pieces listed tile by tile that lie on a grid of memory (a later stage):
-  :func:`strided_partials`, reduced over the grid and taken into the outputs' order;
+  :func:`strided_partials`, reduced over the grid and taken into the outputs' order (many
+  small pieces gathered in piece order and reduced in one call, :func:`_gathered`);
 * runs with gaps (input elements another stage uses directly): :func:`covered_runs`, one
   ``reduceat`` over the memory covering them.
 """
@@ -209,9 +210,45 @@ def _piece_reducer(
     element keep NumPy's ``reduce``, as the compute does."""
     if src.shape[-1] < 2:
         return lambda: ufunc.reduce(src, axis=pieces, out=dst)
+    gathered = _gathered(ufunc, src, dst, pieces)
+    if gathered is not None:
+        return gathered
     lead = (slice(None),) * pieces[0]
     shape = tuple(src.shape[a] for a in pieces)
     return _folder(ufunc, [src[lead + p] for p in np.ndindex(*shape)], dst)
+
+
+#: Pieces from which :func:`_gathered` takes over from one ufunc call per piece, and the
+#: most bytes it gathers (a small reduction, e.g. a bias gradient over a batch of rows).
+GATHER_PIECES = 8
+GATHER_BYTES = 1 << 18
+
+
+def _gathered(ufunc: np.ufunc, src: np.ndarray, dst: np.ndarray, pieces: tuple[int, ...]) -> Any:
+    """:func:`_piece_reducer`'s fold in two calls, for many small float pieces: the pieces
+    copied in piece order (C order over the piece axes) into a kept ``[pieces, *dst]``
+    buffer, then one ``ufunc.reduce`` over its leading axis from the identity (the first
+    piece where there is none). With the piece axis outermost, NumPy's reduce combines
+    whole pieces one after another, ``dst = dst op piece``, through the same element-wise
+    loop as the fold: the same numbers (signed zeros, NaN and infinities included). None
+    where the fold stays (few pieces, other types, too large a buffer)."""
+    count = int(np.prod([src.shape[a] for a in pieces], dtype=np.int64))
+    rest = tuple(n for a, n in enumerate(src.shape) if a not in pieces)
+    floats = src.dtype == dst.dtype and src.dtype in (np.float32, np.float64)
+    size = count * dst.size * dst.itemsize
+    if not floats or count < GATHER_PIECES or size > GATHER_BYTES or rest != dst.shape:
+        return None
+    moved = np.moveaxis(src, pieces, tuple(range(len(pieces))))
+    buffer = np.empty((count, *dst.shape), dtype=src.dtype)
+    into = buffer.reshape(moved.shape)
+    start = ufunc.identity
+    kwargs: dict[str, Any] = {} if start is None else {"initial": start}
+
+    def run() -> None:
+        np.copyto(into, moved)
+        ufunc.reduce(buffer, axis=0, out=dst, **kwargs)
+
+    return run
 
 
 def _folder(ufunc: np.ufunc, parts: list[np.ndarray], dst: np.ndarray) -> Any:
