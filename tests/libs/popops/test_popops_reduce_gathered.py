@@ -1,5 +1,6 @@
 """ReducePartials' gathered fold (``reduce_inplace._gathered``: many small float pieces
-copied into one buffer in piece order and reduced by one ``ufunc.reduce``) gives the bits of
+reduced by one ``ufunc.reduce`` where they lie in order, or copied into one buffer in piece
+order first) gives the bits of
 the piece-by-piece fold (``reduce_inplace._folder``) and of NumPy's own left-to-right
 fold in piece order, on strided grids of pieces holding ``-0.0``, infinities and NaNs of
 different payloads meeting at the same places; and it stays out where it does not apply."""
@@ -54,19 +55,24 @@ def _reference(ufunc: np.ufunc, parts: list[np.ndarray]) -> np.ndarray:
     return acc
 
 
-GRIDS = [  # memory rows x width, grid view (shape, strides in elements), piece axes
-    # the MLP's bias gradient: 128 groups of 2 columns, rows in pieces (16, 2) as 0, 16, 1, ...
-    ((32, 256), ((1, 128, 16, 2, 2), (32 * 256, 2, 256, 16 * 256, 1)), (2, 3)),
-    ((24, 40), ((1, 10, 24, 4), (24 * 40, 4, 40, 1)), (2,)),  # a column sum's grid stage
-    ((8, 64), ((1, 4, 8, 16), (8 * 64, 16, 64, 1)), (2,)),  # exactly GATHER_PIECES
-    ((30, 12), ((2, 3, 5, 3, 4), (15 * 12, 4, 24, 12, 1)), (2, 3)),  # two replicas
+GRIDS = [  # memory rows x width, grid view (shape, strides in elements), piece axes, path
+    # the MLP's second bias gradient: 128 groups of 2 columns, rows in pieces (16, 2) taken
+    # as rows 0, 16, 1, 17, ...: copied in that order
+    ((32, 256), ((1, 128, 16, 2, 2), (32 * 256, 2, 256, 16 * 256, 1)), (2, 3), "gathered"),
+    # the first one's: rows in order, reduced where they lie
+    ((32, 256), ((1, 128, 32, 2), (32 * 256, 2, 256, 1)), (2,), "in_place"),
+    ((24, 40), ((1, 10, 24, 4), (24 * 40, 4, 40, 1)), (2,), "in_place"),  # a column sum's
+    ((8, 64), ((1, 4, 8, 16), (8 * 64, 16, 64, 1)), (2,), "in_place"),  # GATHER_PIECES
+    # pieces stepping evenly but inside each group (not outermost): copied
+    ((8, 64), ((1, 4, 8, 2), (8 * 64, 128, 2, 1)), (2,), "gathered"),
+    ((30, 12), ((2, 3, 5, 3, 4), (15 * 12, 4, 24, 12, 1)), (2, 3), "gathered"),  # 2 replicas
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ufunc", UFUNCS, ids=lambda u: u.__name__)
-@pytest.mark.parametrize(("memory", "view", "pieces"), GRIDS)
-def test_gathered_fold_gives_the_folds_bits(memory, view, pieces, ufunc, dtype):
+@pytest.mark.parametrize(("memory", "view", "pieces", "path"), GRIDS)
+def test_gathered_fold_gives_the_folds_bits(memory, view, pieces, path, ufunc, dtype):
     data = _memory(*memory, dtype, seed=sum(memory))
     if ufunc is np.multiply:
         data[np.isfinite(data)] = 1 + np.tanh(data[np.isfinite(data)]) / 8
@@ -77,7 +83,7 @@ def test_gathered_fold_gives_the_folds_bits(memory, view, pieces, ufunc, dtype):
     gathered_out = np.full(out_shape, 7, dtype=dtype)
     folded_out = np.full(out_shape, 7, dtype=dtype)
     run = inplace._gathered(ufunc, src, gathered_out, pieces)
-    assert run is not None
+    assert run is not None and run.__name__ == path
     fold = inplace._folder(ufunc, parts, folded_out)
     before = data.copy()
     with np.errstate(all="ignore"):
@@ -89,8 +95,12 @@ def test_gathered_fold_gives_the_folds_bits(memory, view, pieces, ufunc, dtype):
     np.testing.assert_array_equal(_bits(gathered_out), _bits(folded_out))
     np.testing.assert_array_equal(_bits(gathered_out), _bits(reference))
     if ufunc is np.add:  # the cases the data is made to show
-        first = gathered_out.reshape(gathered_out.shape[0], -1)[:, 0]  # memory column 0
-        assert np.all(first == 0) and not np.signbit(first).any()  # -0.0s sum to +0.0
+        heads = np.stack([p.reshape(p.shape[0], -1)[:, 0] for p in parts])
+        if np.all(heads == 0) and np.signbit(heads).all():  # a sum of -0.0 only: +0.0
+            first = gathered_out.reshape(gathered_out.shape[0], -1)[:, 0]
+            assert np.all(first == 0) and not np.signbit(first).any()
+        else:
+            assert view[0] == (1, 4, 8, 2)  # the one grid whose first sum holds a NaN
         assert np.isnan(gathered_out).any() and np.isinf(gathered_out).any()
 
 
@@ -106,3 +116,5 @@ def test_gathered_fold_stays_out_where_it_does_not_apply():
     assert inplace._gathered(np.add, big, np.zeros((1, 1, 64), np.float32), (2,)) is None
     wrong = data[:16].reshape(1, 1, 16, 64)
     assert inplace._gathered(np.add, wrong, np.zeros((1, 64), np.float32), (2,)) is None
+    into_itself = data[:16].reshape(1, 1, 16, 64)  # an output inside the input
+    assert inplace._gathered(np.add, into_itself, data[3].reshape(1, 1, 64), (2,)) is None

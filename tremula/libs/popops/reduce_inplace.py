@@ -225,30 +225,51 @@ GATHER_BYTES = 1 << 18
 
 
 def _gathered(ufunc: np.ufunc, src: np.ndarray, dst: np.ndarray, pieces: tuple[int, ...]) -> Any:
-    """:func:`_piece_reducer`'s fold in two calls, for many small float pieces: the pieces
-    copied in piece order (C order over the piece axes) into a kept ``[pieces, *dst]``
-    buffer, then one ``ufunc.reduce`` over its leading axis from the identity (the first
-    piece where there is none). With the piece axis outermost, NumPy's reduce combines
-    whole pieces one after another, ``dst = dst op piece``, through the same element-wise
-    loop as the fold: the same numbers (signed zeros, NaN and infinities included). None
-    where the fold stays (few pieces, other types, too large a buffer)."""
+    """:func:`_piece_reducer`'s fold in one or two calls, for many small float pieces: one
+    ``ufunc.reduce`` over a leading piece axis from the identity (from the first piece
+    where there is none), over the pieces in place where they already lie one after
+    another in memory (:func:`_ascending`), else copied in piece order (C order over the
+    piece axes) into a kept ``[pieces, *dst]`` buffer first. With the piece axis outermost
+    in memory, NumPy's reduce combines whole pieces one after another, ``dst = dst op
+    piece``, through the same element-wise loop as the fold: the same numbers (signed
+    zeros, NaN and infinities included). None where the fold stays (few pieces, other
+    types, too large a buffer, ``dst`` sharing memory with ``src``)."""
     count = int(np.prod([src.shape[a] for a in pieces], dtype=np.int64))
     rest = tuple(n for a, n in enumerate(src.shape) if a not in pieces)
     floats = src.dtype == dst.dtype and src.dtype in (np.float32, np.float64)
     size = count * dst.size * dst.itemsize
     if not floats or count < GATHER_PIECES or size > GATHER_BYTES or rest != dst.shape:
         return None
+    if np.may_share_memory(src, dst):
+        return None
     moved = np.moveaxis(src, pieces, tuple(range(len(pieces))))
-    buffer = np.empty((count, *dst.shape), dtype=src.dtype)
-    into = buffer.reshape(moved.shape)
     start = ufunc.identity
     kwargs: dict[str, Any] = {} if start is None else {"initial": start}
+    flat = moved.reshape((count, *dst.shape))  # a copy unless the pieces step evenly
+    if np.may_share_memory(flat, src) and _ascending(flat):
 
-    def run() -> None:
+        def in_place() -> None:
+            ufunc.reduce(flat, axis=0, out=dst, **kwargs)
+
+        return in_place
+    buffer = np.empty((count, *dst.shape), dtype=src.dtype)
+    into = buffer.reshape(moved.shape)
+
+    def gathered() -> None:
         np.copyto(into, moved)
         ufunc.reduce(buffer, axis=0, out=dst, **kwargs)
 
-    return run
+    return gathered
+
+
+def _ascending(flat: np.ndarray) -> bool:
+    """Whether the pieces of ``flat`` (``[pieces, ...]``) lie apart one after another in
+    memory, each within one step of the piece axis, every other axis stepping forwards:
+    the piece axis is then the outermost of NumPy's iteration, as in a C-ordered buffer."""
+    step, item = flat.strides[0], flat.itemsize
+    inner = [(n, s) for n, s in zip(flat.shape[1:], flat.strides[1:], strict=True) if n > 1]
+    span = item + sum((n - 1) * s for n, s in inner)
+    return step > 0 and all(0 < s < step for _, s in inner) and span <= step
 
 
 def _folder(ufunc: np.ufunc, parts: list[np.ndarray], dst: np.ndarray) -> Any:
