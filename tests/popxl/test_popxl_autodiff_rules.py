@@ -105,6 +105,9 @@ CASES: dict[str, Case] = {
     "Pow": Case([pos(2, 3), u(2, 3, lo=-1.5, hi=1.5)]),
     "Fmod": Case(_fmod_inputs()),
     "Max": Case([(a := u(2, 3)), a + away(2, 3, gap=0.1)]),
+    # each input gets the seed, summed down to its shape (fixed inputs: the RNG's draws
+    # are the other cases')
+    "Sum": Case([np.full((2, 3), 0.5, F32), np.arange(3, dtype=F32), np.ones((1, 3), F32)]),
     "Min": Case([(a := u(2, 3)), a + away(2, 3, gap=0.1)]),
     "Neg": Case([u(2, 3)]),
     "Abs": Case([away(2, 3)]),

@@ -97,6 +97,12 @@ _SPECIAL = np.array([[1.5, np.nan, np.inf], [-np.inf, 0.0, -2.0]], F32)
 _HALVES = np.array([[-2.5, -1.5, -0.5], [0.5, 1.5, 2.7]], F32)  # ceil / floor / sign at .5
 _BOOLS = (np.array([[True, False, True], [False, True, False]]), np.array([True, True, False]))
 _A, _B = u(2, 3), u(2, 3)
+#: float32 summands (broadcast) whose sums round differently in each order
+_SUMMANDS = (
+    np.array([[1e8, 1.0, -3.5], [0.1, 2.0**-24, 7.0]], F32),
+    np.array([-1e8, 0.3, 3.5], F32),
+    np.array([[1.0, 1e8, 0.2]], F32),
+)
 _TIES = (_A, np.where(RNG.random((2, 3)) < 0.5, _A, _B).astype(F32))  # equal elements too
 
 #: element-wise op type -> inputs and what NumPy gives (float64 where it rounds)
@@ -109,6 +115,8 @@ ELEMENTWISE: dict[str, tuple[Sequence[np.ndarray], Callable[..., Any]]] = {
     "Fmod": ([u(2, 3, lo=-5, hi=5), pos(2, 3)], np.fmod),
     "Atan2": ([u(2, 3), u(2, 3)], lambda y, x: np.arctan2(y.astype(np.float64), x)),
     "Max": (_TIES, np.maximum),
+    # PopART's SumOp: the left fold of its inputs, broadcast (float32 bits as NumPy's)
+    "Sum": (_SUMMANDS, lambda a, b, c: (a + b) + c),
     "Min": (_TIES, np.minimum),
     "Equal": (_TIES, lambda a, b: a == b),
     "Greater": (_TIES, lambda a, b: a > b),

@@ -24,7 +24,7 @@ from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.libs.popops import ops as popops_ops
 from tremula.libs.popops.expr_eval import infer
-from tremula.lowering.elementwise import POPOPS
+from tremula.lowering.elementwise import POPOPS, left_fold
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.elementwise import BY_OP
@@ -102,11 +102,10 @@ def expression(chain: Chain) -> tuple[pe.Expr, list[Tensor]]:
         args = [operand(t) for t in op.inputs]
         if op.type == "Cast":
             node: pe.Expr = pe.Cast(args[0], op.attrs["dtype"].as_poplar())
+        elif BY_OP[op.type].variadic:  # ONNX Max, autodiff's Sum: of 2+ inputs here
+            node = left_fold(op.type, args)
         else:
-            kind = popops_ops.get(POPOPS[op.type]).op
-            node = pe.make(kind, *args[:2]) if len(args) > 2 else pe.make(kind, *args)
-            for arg in args[2:]:  # a variadic op (ONNX Max of 3+ inputs) folds pairwise
-                node = pe.make(kind, node, arg)
+            node = pe.make(popops_ops.get(POPOPS[op.type]).op, *args)
         values[op.outputs[0]] = node
     return values[chain.ops[-1].outputs[0]], leaves
 

@@ -15,7 +15,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -74,8 +74,11 @@ class Elementwise:
     whether it has an in-place ``_`` form, whether ``name`` is a public function of
     ``popxl.ops``, ``operands_as``: the dtype (name) operands of another dtype are cast
     to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``), and
-    ``variadic``: the op takes one or more inputs (ONNX's ``Max``, which
-    ``ops.maximum(*ts)`` makes with all its tensors), folding ``reference`` over them."""
+    ``variadic``: the op takes one or more inputs, folding ``reference`` over them from the
+    left (``((a op b) op c) ...``), and how it lowers: ``"pairwise"``, one binary op per
+    further input (PopART's ``MaxOpx``: ONNX's ``Max``, which ``ops.maximum(*ts)`` makes
+    with all its tensors), or ``"map"``, one popops map of the whole fold (``SumOpx``:
+    the ``Sum`` of autodiff's gradient sums); one input is a copy either way."""
 
     name: str
     op: str
@@ -86,7 +89,7 @@ class Elementwise:
     inplace: bool = True
     public: bool = True
     operands_as: str | None = None
-    variadic: bool = False
+    variadic: Literal["", "pairwise", "map"] = ""
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -156,8 +159,10 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("pow", "Pow", 2, np.power, "pow"),
     Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
     Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic=True),  # and ops.maximum(*ts)
+    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic="pairwise"),  # ops.maximum(*ts)
     Elementwise("minimum2", "Min", 2, np.minimum, "min"),
+    # PopART's SumOp: autodiff's sum of a tensor's gradient contributions (no PopXL function)
+    Elementwise("sum", "Sum", 2, np.add, "add", inplace=False, public=False, variadic="map"),
     Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, "lt", boolean=True, inplace=False),
@@ -221,8 +226,9 @@ BY_OP.update({e.op + "Inplace": e for e in TABLE if e.inplace})
 
 def _register(e: Elementwise) -> None:
     def reference(arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
-        if e.variadic:
-            return [nx.in_compute_type(lambda *xs: functools.reduce(e.reference, xs), *arrays)]
+        if e.variadic:  # the left fold, half rounded after each op as popops rounds it
+            step = functools.partial(nx.in_compute_type, e.reference)
+            return [np.asarray(functools.reduce(step, arrays))]
         return [nx.in_compute_type(e.reference, *arrays)]
 
     defop(e.op, e.infer, reference)

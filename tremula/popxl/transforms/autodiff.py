@@ -29,8 +29,9 @@ from typing import Literal, overload
 from tremula.errors import IRError, PopartException
 from tremula.popxl import ops
 from tremula.popxl.graph import Graph
-from tremula.popxl.ops.base import OPS, OpNode
+from tremula.popxl.ops.base import OPS, OpNode, create_op
 from tremula.popxl.tensor import Constant, Tensor, constant, graph_input, graph_output
+from tremula.popxl.transforms.aliases import Aliases
 from tremula.popxl.transforms.grad_info import (
     ExpectedConnection,
     ExpectedConnectionType,
@@ -128,37 +129,6 @@ def _tensors(
     return ts
 
 
-class _Aliases:
-    """Which tensors of a graph share storage: an in-place op's output is its (first)
-    modified input; a view's output (``reshape_``, ``concat_``: ``OpDefinition.view``) views all
-    its inputs."""
-
-    def __init__(self, graph: Graph) -> None:
-        self._parent: dict[int, int] = {}
-        for op in graph.ops:
-            d = OPS.get(op.type)
-            if not op.outputs or d is None:
-                continue
-            for i, o in op.attrs.get("aliases", ()):  # a merged exchange's in-place loads
-                self._parent[self._find(id(op.outputs[o]))] = self._find(id(op.inputs[i]))
-            if d.modifies:
-                viewed = [op.inputs[d.modifies[0]]]
-            elif d.view:
-                viewed = list(op.inputs)
-            else:
-                continue
-            for t in viewed:
-                self._parent[self._find(id(op.outputs[0]))] = self._find(id(t))
-
-    def _find(self, x: int) -> int:
-        while self._parent.get(x, x) != x:
-            x = self._parent[x]
-        return x
-
-    def same(self, a: Tensor, b: Tensor) -> bool:
-        return self._find(id(a)) == self._find(id(b))
-
-
 class _Autodiff:
     """One grad graph being built (the ``ctx`` of the gradient rules)."""
 
@@ -181,7 +151,7 @@ class _Autodiff:
         self._probe: list[Tensor] | None = None  # what fwd() was asked for, in _reads
         self.grads: dict[Tensor, list[Tensor]] = {}  # forward tensor -> gradient contributions
         self.position = {id(op): i for i, op in enumerate(graph.ops)}
-        self.aliases = _Aliases(graph)
+        self.aliases = Aliases(graph)
         self.modifications = [
             (i, op, op.inputs[k]) for i, op in enumerate(graph.ops) for k in op.modified
         ]
@@ -285,15 +255,15 @@ class _Autodiff:
         return exposed or not self._fixed_outputs
 
     def _total(self, t: Tensor) -> Tensor | None:
-        """The gradient of ``t``: the sum of its contributions (all made by now)."""
+        """The gradient of ``t``: its one contribution, or the sum of its contributions
+        (all made by now) as one ``Sum`` op, in the order they were made, whose output is
+        the gradient tensor ``Gradient___<t>`` (PopART's ``GradGrowerSumOp``)."""
         parts = self.grads.get(t)
         if not parts:
             return None
         if len(parts) > 1:
-            total = parts[0]
             with self.grad_graph:
-                for p in parts[1:]:
-                    total = ops.add(total, p)
+                (total,) = create_op("Sum", parts, names=[f"Gradient___{t.name}"])
             self.grads[t] = [total]
         return self.grads[t][0]
 

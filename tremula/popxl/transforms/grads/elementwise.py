@@ -29,6 +29,12 @@ def _add(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Gr
     return pick(need, lambda: sum_to(g[0], a.shape), lambda: sum_to(g[0], b.shape))
 
 
+@grad("Sum")
+def _sum(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    # PopART's SumOp: each input gets the gradient, summed down to its shape
+    return [sum_to(g[0], t.shape) if wanted else None for t, wanted in zip(op.inputs, need)]
+
+
 @grad("Sub")
 def _sub(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     a, b = op.inputs
