@@ -236,3 +236,36 @@ def test_sum_op_through_the_bindings():
     with popxl.Session(xl, "ipu_model") as session:
         out = session.run()[d2h]
     assert out.tobytes() == ((data + row) + data).tobytes()
+
+
+def test_decompose_sum_adds_a_summand_after_it_is_written_in_place_and_keeps_the_order():
+    """A summand doubled in place after it is made is added after the write; the sum's
+    ``in_sequence`` constraints become the last addition's, and the result is the sum's."""
+    from tremula.popxl.ops.base import create_op
+
+    x = np.array([0.5, -1.0, 2.0, 0.25], F32)
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        a = popxl.variable(x, name="a")
+        p1 = ops.sin(a)
+        p2 = ops.cos(a)
+        ops.mul_(p1, 2.0)  # p1's value for the sum is made here
+        q = ops.exp(a)
+        p3 = ops.tanh(a)
+        (s,) = create_op("Sum", [p1, p2, p3], names=["s"])
+        r = s * q
+        out = popxl.d2h_stream(r.shape, r.dtype, name="out")
+        ops.host_store(out, r)
+    assert popxl.transforms.decompose_sum(ir.main_graph) is ir.main_graph
+    types = [op.type for op in ir.main_graph.ops]
+    assert types == [
+        "Sin", "Cos", "Init", "AddInplace", "MulInplace", "AddInplace", "Exp", "Tanh",
+        "AddInplace", "Mul", "HostStore",
+    ]  # fmt: skip
+    adds = [op for op in ir.main_graph.ops if op.type == "AddInplace"]
+    assert [op.inputs[1] for op in adds] == [p2, p1, p3]  # in the order they are ready
+    assert adds[-1].outputs[0] is s and s.producer is adds[-1]
+    assert (ir.main_graph.ops[7], adds[-1]) in ir.main_graph.topocons()  # Tanh, then the add
+    xd = x.astype(np.float64)
+    expected = (2 * np.sin(xd) + np.cos(xd) + np.tanh(xd)) * np.exp(xd)
+    np.testing.assert_allclose(_run(ir, out), expected, rtol=1e-6)

@@ -4,11 +4,13 @@ Each ``Sum`` op of more than two inputs (autodiff's sum of a tensor's gradient
 contributions) becomes an ``Init`` (zeros of the sum's shape and type) and a chain of
 in-place additions, one per summand (``AddLhsInplace``; Tremula's type ``AddInplace``):
 ``acc = Init(); acc += x1; acc += x2; ...``. The summands are taken in the order they
-become available in the graph's schedule, and each addition is placed right after that
-point, so a partial gradient can die as soon as it is added instead of living until all
-of them are made (the GPT-J fine-tuning's gradients of a serialised loop). Summands the
-graph does not make (its inputs, constants) are added with the first one it makes. The
-last addition's output is the sum's output tensor (same id, same consumers).
+become available in the graph's schedule (made, and written by any in-place op before the
+sum, which the addition is then constrained to follow), and each addition is placed right
+after that point, so a partial gradient can die as soon as it is added instead of living
+until all of them are made (the GPT-J fine-tuning's gradients of a serialised loop).
+Summands the graph does not make (its inputs, constants) are added with the first one it
+makes. The last addition's output is the sum's output tensor (same id, same consumers),
+and the sum's topological constraints become its.
 
 A two-input sum is already one addition and stays. The result is the sum's left fold in
 the summands' order (that of the ``Sum``'s inputs for autodiff's sums), but for the sign
@@ -45,8 +47,13 @@ def decompose_sum(graph: Graph) -> Graph:
 
 def _decompose(graph: Graph, op: OpNode, aliases: Aliases) -> None:
     ops = list(graph._ops)
-    here = next(i for i, o in enumerate(ops) if o is op)
-    ready = [_ready(t, ops[:here], aliases) for t in op.inputs]
+    at = {id(o): i for i, o in enumerate(ops)}
+    here = at[id(op)]
+    writers = [_writers(t, ops[:here], aliases) for t in op.inputs]
+    ready = [  # the position after which each summand holds the value the sum reads
+        max([at.get(id(t.producer), -1), *(at[id(w)] for w in ws)])
+        for t, ws in zip(op.inputs, writers)
+    ]
     made = [r for r in ready if r >= 0]
     first = min(made) if made else here - 1  # where the first summand made here is
     order = sorted(range(len(op.inputs)), key=lambda k: (max(ready[k], first), k))
@@ -68,6 +75,9 @@ def _decompose(graph: Graph, op: OpNode, aliases: Aliases) -> None:
         placed.extend(after.get(i, ()))
     graph._ops[:] = placed
     graph._replace_ops([op], last)  # the sum's order constraints become the last add's
+    for k, add in zip(order, chain[1:]):  # each add reads its summand after its writes
+        for w in writers[k]:
+            graph._add_topocon(w, add)
     from tremula.popxl._ir.graph import restore_order  # (the bindings import transforms)
 
     restore_order(graph)
@@ -79,15 +89,9 @@ def _op(op_type: str, inputs: list[Tensor], attrs: dict[str, object] | None = No
     return get_current_graph()._ops[-1]
 
 
-def _ready(t: Tensor, before: list[OpNode], aliases: Aliases) -> int:
-    """The position after which ``t`` holds the value the sum reads: that of its producer
-    (-1: the graph does not make it), or of a later op before the sum that writes its
-    storage in place."""
-    at = -1
-    for i, o in enumerate(before):
-        if o is t.producer or any(aliases.same(o.inputs[k], t) for k in o.modified):
-            at = i
-    return at
+def _writers(t: Tensor, before: list[OpNode], aliases: Aliases) -> list[OpNode]:
+    """The ops of ``before`` (those before the sum) that write ``t``'s storage in place."""
+    return [o for o in before if any(aliases.same(o.inputs[k], t) for k in o.modified)]
 
 
 def _zeros(t: Tensor) -> dict[str, object]:
