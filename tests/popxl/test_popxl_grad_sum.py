@@ -214,30 +214,6 @@ def test_sum_lowers_as_one_compute_set_and_one_input_as_a_copy(monkeypatch):
         assert len([n for n in names if "total" in n]) == (1 if len(inputs) > 1 else 0), names
 
 
-def test_sum_op_through_the_bindings():
-    """PopART's ``SumOp`` made with ``createConnectedOp_SumOp`` (ONNX Sum, variadic) runs as
-    the left fold of its inputs, broadcast."""
-    ir = _ir.Ir()
-    main = ir.getMainGraph()
-    data = np.arange(6, dtype=F32).reshape(2, 3)
-    row = np.array([1.0, -2.0, 3.0], F32)
-    main.addVarInit("v", _ir.TensorInfo(_ir.DataType.FLOAT, [2, 3]), data, "v")
-    main.addConstInit("c", _ir.TensorInfo(_ir.DataType.FLOAT, [3]), row, "c")
-    opid = _ir.OperatorIdentifier("ai.onnx", "Sum", 8, _ir.NumInputs(1, -1), 1)
-    settings = _ir.Settings(main, "sum")
-    s = main.createConnectedOp_SumOp({0: "v", 1: "c", 2: "v"}, {0: "s"}, opid, settings)
-    assert isinstance(s, _ir.op.SumOp) and s.opType() == "Sum"
-    assert main.getTensor("s").info == _ir.TensorInfo(_ir.DataType.FLOAT, [2, 3])
-    xl = popxl.Ir._from_pb(ir)
-    with xl.main_graph:
-        t = popxl.Tensor._from_pb_tensor(main.getTensor("s"))
-        d2h = popxl.d2h_stream(t.shape, t.dtype)
-        ops.host_store(d2h, t)
-    with popxl.Session(xl, "ipu_model") as session:
-        out = session.run()[d2h]
-    assert out.tobytes() == ((data + row) + data).tobytes()
-
-
 def test_decompose_sum_adds_a_summand_after_it_is_written_in_place_and_keeps_the_order():
     """A summand doubled in place after it is made is added after the write; the sum's
     ``in_sequence`` constraints become the last addition's, and the result is the sum's."""

@@ -230,14 +230,19 @@ def test_create_connected_ops_and_run_them() -> None:
     settings = _ir.Settings(main, "add")
     add = main.createConnectedOp_AddLhsInplaceOp({0: "y", 1: "c"}, {0: "z"}, settings)
     assert add.opType() == "AddLhsInplace" and isinstance(add, _ir.op.AddLhsInplaceOp)
+    # ONNX's variadic Sum (PopART's SumOp): the left fold of its inputs, broadcast
+    opid = _ir.OperatorIdentifier("ai.onnx", "Sum", 8, _ir.NumInputs(1, -1), 1)
+    total = main.createConnectedOp_SumOp({0: "z", 1: "c", 2: "v"}, {0: "s"}, opid, settings)
+    assert total.opType() == "Sum" and isinstance(total, _ir.op.SumOp)
+    assert main.getTensor("s").info == _ir.TensorInfo(_ir.DataType.FLOAT, [2, 3])
     xl = popxl.Ir._from_pb(ir)
     with xl.main_graph:
-        z = popxl.Tensor._from_pb_tensor(main.getTensor("z"))
+        z = popxl.Tensor._from_pb_tensor(main.getTensor("s"))
         d2h = popxl.d2h_stream(z.shape, z.dtype)
         ops.host_store(d2h, z)
     with popxl.Session(xl, "ipu_model") as session:
         out = session.run()[d2h]
-    np.testing.assert_allclose(out, data * row + row)
+    assert out.tobytes() == (((data * row + row) + row) + data).tobytes()
 
 
 def test_subgraph_built_through_the_bindings_is_called() -> None:
