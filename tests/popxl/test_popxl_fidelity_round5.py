@@ -37,3 +37,62 @@ def test_float8_stream_inputs_are_encoded_or_refused_whatever_the_downcast(downc
             session.run({h2d: other}, downcast_inputs=downcast)
         with pytest.raises(TypeError, match=r"stream 'h'.*int32 is not supported"):
             session.run({h2d: np.arange(4, dtype=np.int32)}, downcast_inputs=downcast)
+
+
+def _printed(capfd, build) -> list[str]:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        for t in build():
+            ops.host_store(popxl.d2h_stream(t.shape, t.dtype), t)
+    with popxl.Session(ir, "cpu") as session:
+        session.run()
+    captured = capfd.readouterr()
+    return (captured.out + captured.err).splitlines()
+
+
+def test_print_tensor_lays_values_out_as_its_format_arguments_say(capfd) -> None:
+    # PopXL passes its arguments to Poplar's PrintTensorFmt (NumPy's print options): the
+    # default separator is a space; brackets, digits, float formats and summaries follow
+    x = np.arange(3, dtype=np.float32)
+
+    def build():
+        a = popxl.variable(x, name="a")
+        i = popxl.variable(np.arange(4, dtype=np.int32).reshape(2, 2), name="i")
+        h = popxl.variable(np.array([1.5, -2.25], np.float16), name="h")
+        s = popxl.variable(np.array([1.5, -2.25e-5], np.float32), name="s")
+        big = popxl.variable(np.arange(20, dtype=np.int32), name="big")
+        return (
+            ops.print_tensor(a),
+            ops.print_tensor(i, "title"),
+            ops.print_tensor(
+                h,
+                separator=",",
+                open_bracket="(",
+                close_bracket=")",
+                float_format="fixed",
+                digits=3,
+            ),
+            ops.print_tensor(s, float_format="scientific", digits=2),
+            ops.print_tensor(big, summarise_threshold=10, edge_items=2),
+        )
+
+    assert _printed(capfd, build) == [
+        "print_a: [0. 1. 2.]",
+        "title: [[0 1]",
+        " [2 3]]",
+        "print_h: ( 1.500,-2.250)",
+        "print_s: [1.5e+00 -2.25e-05]",
+        "print_big: [ 0  1 ... 18 19]",
+    ]
+
+
+def test_print_tensor_refuses_a_format_poplar_has_not() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.zeros(2, np.float32), name="a")
+        n = len(ir.main_graph.tensors)
+        with pytest.raises(ValueError, match=r"print_tensor\('a'\).*float_format"):
+            ops.print_tensor(a, float_format="engineering")
+        with pytest.raises(ValueError, match=r"print_tensor\('a'\).*open_bracket"):
+            ops.print_tensor(a, open_bracket="<<")
+        assert len(ir.main_graph.tensors) == n
