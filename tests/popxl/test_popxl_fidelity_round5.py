@@ -96,3 +96,32 @@ def test_print_tensor_refuses_a_format_poplar_has_not() -> None:
         with pytest.raises(ValueError, match=r"print_tensor\('a'\).*open_bracket"):
             ops.print_tensor(a, open_bracket="<<")
         assert len(ir.main_graph.tensors) == n
+
+
+def test_random_ops_given_one_seed_draw_the_same_numbers() -> None:
+    # PopART's random op lowerings use poprand's seed modifier 0: the numbers depend on the
+    # seed tensor only, and split_random_seed gives ops numbers of their own
+    ir = popxl.Ir()
+    with ir.main_graph:
+        seed = popxl.variable(popxl.create_seeds(7), popxl.uint32, name="seed")
+        ones = popxl.variable(np.ones((8, 8), np.float32), name="ones")
+        s0, s1 = ops.split_random_seed(seed)
+        drawn = (
+            ops.random_normal(seed, (16,)),
+            ops.random_normal(seed, (16,)),
+            ops.dropout(ones, seed, 0.5),
+            ops.dropout(ones * 3.0, seed, 0.5),
+            ops.random_normal(s0, (16,)),
+            ops.random_normal(s1, (16,)),
+        )
+        streams = []
+        for t in drawn:
+            streams.append(popxl.d2h_stream(t.shape, t.dtype))
+            ops.host_store(streams[-1], t)
+    with popxl.Session(ir, "cpu") as session:
+        out = session.run()
+    n0, n1, d0, d1, m0, m1 = (out[s] for s in streams)
+    np.testing.assert_array_equal(n0, n1)
+    np.testing.assert_array_equal(d0 == 0, d1 == 0)  # one mask
+    assert 0 < (d0 == 0).sum() < 64
+    assert not np.array_equal(m0, m1) and not np.array_equal(m0, n0)
