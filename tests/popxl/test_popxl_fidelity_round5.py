@@ -125,3 +125,26 @@ def test_random_ops_given_one_seed_draw_the_same_numbers() -> None:
     np.testing.assert_array_equal(d0 == 0, d1 == 0)  # one mask
     assert 0 < (d0 == 0).sum() < 64
     assert not np.array_equal(m0, m1) and not np.array_equal(m0, n0)
+
+
+def test_remote_ops_at_entries_a_buffer_gains_later() -> None:
+    # PopXL makes the op whatever the buffer's entries are then (popxl-addons grows them
+    # with `buffer.entries = max(buffer.entries, n)`); the program is checked when lowered
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        buffer = popxl.remote_buffer((2,), popxl.float32, 1)
+        ops.remote_store(buffer, 2, popxl.variable(np.array([3.0, 4.0], np.float32)))
+        loaded = ops.remote_load(buffer, 2)
+        with pytest.raises(ValueError, match="non-negative integer"):
+            ops.remote_load(buffer, -1)
+        buffer.entries = 3
+        d2h = popxl.d2h_stream(loaded.shape, loaded.dtype)
+        ops.host_store(d2h, loaded)
+    with popxl.Session(ir, "cpu") as session:
+        np.testing.assert_array_equal(session.run()[d2h], [3.0, 4.0])
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((2,), popxl.float32, 1)
+        ops.remote_load(buffer, 1)
+    with pytest.raises(Exception, match="offset 1 out of range for remote buffer"):
+        popxl.Session(ir, "cpu")
