@@ -148,3 +148,12 @@ def test_remote_ops_at_entries_a_buffer_gains_later() -> None:
         ops.remote_load(buffer, 1)
     with pytest.raises(Exception, match="offset 1 out of range for remote buffer"):
         popxl.Session(ir, "cpu")
+
+
+def test_print_tensor_threshold_and_width_zero_turn_summaries_and_wrapping_off(capfd) -> None:
+    def build():
+        big = popxl.variable(np.arange(40, dtype=np.int32), name="big")
+        return (ops.print_tensor(big, summarise_threshold=0, max_line_width=0),)
+
+    want = "print_big: [" + " ".join(f"{i:2d}" for i in range(40)) + "]"
+    assert _printed(capfd, build) == [want]

@@ -7,6 +7,7 @@ checked here, when the node is built.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -381,10 +382,10 @@ class WriteUndef(Program):
 class PrintTensorFmt:
     """How ``PrintTensor`` lays a value out (Poplar's ``PrintTensorFmt``, whose fields are
     NumPy's print options): more than ``summarise_threshold`` elements are summarised to
-    ``edge_items`` per edge, lines wrap at ``max_line_width``, floats show ``digits``
-    digits in ``float_format`` ("auto", "fixed", "scientific" or "none": as many as
-    needed to tell values apart), elements are joined by ``separator`` and lists enclosed
-    in ``open_bracket`` / ``close_bracket``.
+    ``edge_items`` per edge, lines wrap at ``max_line_width`` (0 turns either off), floats
+    show ``digits`` digits in ``float_format`` ("auto", "fixed", "scientific" or "none":
+    as many as needed to tell values apart), elements are joined by ``separator`` and
+    lists enclosed in ``open_bracket`` / ``close_bracket``.
 
     Raises:
         ProgramError: an unknown float format, or a bracket that is not one character.
@@ -422,10 +423,10 @@ class PrintTensorFmt:
             mode = "fixed" if self.float_format == "fixed" else "unique"
         text = np.array2string(
             value,
-            max_line_width=self.max_line_width,
+            max_line_width=self.max_line_width or sys.maxsize,
             precision=self.digits,
             separator=self.separator,
-            threshold=self.summarise_threshold,
+            threshold=self.summarise_threshold or sys.maxsize,
             edgeitems=self.edge_items,
             floatmode=mode,
             formatter=None if float_kind is None else {"float_kind": float_kind},
