@@ -176,5 +176,5 @@ def compile_print(sp: StepPlan, p: P.PrintTensor) -> N.Node:
     t = p.tensor
     assert t is not None  # PrintTensor's constructor requires it
     b = sp.bytes_by_tile(t)
-    action = N.Print(p.title, Gather.of(t.dtype, t.addresses), t.shape)
+    action = N.Print(p.title, Gather.of(t.dtype, t.addresses), t.shape, p.fmt)
     return sp.host_node(action, p.name or f"{p.title or 'tensor'}/PrintTensor", b, np.zeros_like(b))

@@ -132,7 +132,8 @@ def _print(rt: Runtime, a: N.Print, rsel: Any, where: str) -> None:
     data = a.src.read(rt.storage, rsel)
     for i, r in enumerate(rt.replica_ids[rsel]):
         prefix = a.title + (f" (replica {r})" if rt.group.total > 1 else "")
-        value = np.array2string(data[i].reshape(a.shape), separator=", ")
+        value = data[i].reshape(a.shape)
+        value = np.array2string(value, separator=", ") if a.fmt is None else a.fmt.format(value)
         print(f"{prefix}: {value}", file=rt.out)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from tremula.engine.plan import CopyPlan, Gather
 from tremula.engine.timeline import StepInfo, tile_balances
 from tremula.errors import EngineError
 from tremula.poplar.handles import DataStream, HostFunction, RemoteBuffer
+
+if TYPE_CHECKING:
+    from tremula.poplar.program import PrintTensorFmt
 
 
 @dataclass(eq=False)
@@ -230,6 +233,7 @@ class Print:
     title: str
     src: Gather
     shape: tuple[int, ...]
+    fmt: PrintTensorFmt | None = None  # None: NumPy's layout with ", "
 
     def accesses(self) -> list[tuple[str, Gather]]:
         return [("r", self.src)]

@@ -15,7 +15,8 @@ def print_tensor(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> No
     out = lw.new_tensor(op.outputs[0])
     prog.add(poplar.Copy(env[op.inputs[0]], out))
     if op.attrs["print_self"]:
-        prog.add(poplar.PrintTensor(op.attrs["title"], out, name=op.outputs[0].id))
+        fmt = poplar.PrintTensorFmt(**op.attrs["format"])
+        prog.add(poplar.PrintTensor(op.attrs["title"], out, name=op.outputs[0].id, fmt=fmt))
     env[op.outputs[0]] = out
 
 

@@ -7,9 +7,11 @@ checked here, when the node is built.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -376,22 +378,89 @@ class WriteUndef(Program):
     name: str = ""
 
 
+@dataclass(frozen=True)
+class PrintTensorFmt:
+    """How ``PrintTensor`` lays a value out (Poplar's ``PrintTensorFmt``, whose fields are
+    NumPy's print options): more than ``summarise_threshold`` elements are summarised to
+    ``edge_items`` per edge, lines wrap at ``max_line_width`` (0 turns either off), floats
+    show ``digits`` digits in ``float_format`` ("auto", "fixed", "scientific" or "none":
+    as many as needed to tell values apart), elements are joined by ``separator`` and
+    lists enclosed in ``open_bracket`` / ``close_bracket``.
+
+    Raises:
+        ProgramError: an unknown float format, or a bracket that is not one character.
+    """
+
+    summarise_threshold: int = 1000
+    edge_items: int = 3
+    max_line_width: int = 75
+    digits: int = 8
+    float_format: str = "auto"
+    separator: str = " "
+    open_bracket: str = "["
+    close_bracket: str = "]"
+
+    def __post_init__(self) -> None:
+        if self.float_format not in ("auto", "fixed", "scientific", "none"):
+            raise ProgramError(
+                f"PrintTensorFmt: float_format must be 'auto', 'fixed', 'scientific' or "
+                f"'none', got {self.float_format!r}"
+            )
+        for what in ("open_bracket", "close_bracket"):
+            if len(getattr(self, what)) != 1:
+                raise ProgramError(
+                    f"PrintTensorFmt: {what} must be one character, got {getattr(self, what)!r}"
+                )
+
+    def format(self, value: np.ndarray) -> str:
+        """``value`` laid out as this format says."""
+        float_kind = None
+        if self.float_format == "scientific":
+            digits = self.digits
+            float_kind = lambda v: np.format_float_scientific(v, precision=digits)  # noqa: E731
+        mode: Literal["maxprec", "fixed", "unique"] = "maxprec"
+        if self.float_format in ("fixed", "none"):
+            mode = "fixed" if self.float_format == "fixed" else "unique"
+        text = np.array2string(
+            value,
+            max_line_width=self.max_line_width or sys.maxsize,
+            precision=self.digits,
+            separator=self.separator,
+            threshold=self.summarise_threshold or sys.maxsize,
+            edgeitems=self.edge_items,
+            floatmode=mode,
+            formatter=None if float_kind is None else {"float_kind": float_kind},
+        )
+        return text.translate(str.maketrans("[]", self.open_bracket + self.close_bracket))
+
+
 @dataclass(frozen=True, eq=False)
 class PrintTensor(Program):
-    """Print a tensor's value on the host (Poplar's ``PrintTensor(title, tensor)``)."""
+    """Print a tensor's value on the host (Poplar's ``PrintTensor(title, tensor, fmt)``):
+    ``title: value``, the value laid out by ``fmt`` (None: NumPy's layout with ", ")."""
 
     title: str
     tensor: Tensor | None = None
     name: str = ""
+    fmt: PrintTensorFmt | None = None
 
-    def __init__(self, title: str | Tensor, tensor: Tensor | None = None, name: str = "") -> None:
+    def __init__(
+        self,
+        title: str | Tensor,
+        tensor: Tensor | None = None,
+        name: str = "",
+        fmt: PrintTensorFmt | None = None,
+    ) -> None:
         if isinstance(title, Tensor):  # PrintTensor(tensor)
             tensor, title = title, ""
         if not isinstance(tensor, Tensor):
             raise ProgramError("PrintTensor: expected a Tensor")
+        if fmt is not None and not isinstance(fmt, PrintTensorFmt):
+            raise ProgramError(f"PrintTensor: fmt must be a PrintTensorFmt, got {fmt!r}")
         object.__setattr__(self, "title", title)
         object.__setattr__(self, "tensor", tensor)
         object.__setattr__(self, "name", name)
+        object.__setattr__(self, "fmt", fmt)
 
 
 def walk(program: Program) -> Iterable[Program]:

@@ -125,9 +125,11 @@ class HostStreams:
             self.check_streams(inputs, self.h2d, "Session.run", "input")  # raises
         out = {}
         for s, value in inputs.items():
+            plain = self._plain_dtype(s)
             if (
                 type(value) is np.ndarray
-                and value.dtype == self._plain_dtype(s)
+                and plain is not None  # (a dtype compared with None is float64)
+                and value.dtype == plain
                 and value.flags.c_contiguous
                 and value.shape == self.host_shape(s)
             ):
@@ -217,11 +219,14 @@ class HostStreams:
 
 
 def _input_array(s: Any, value: Any, downcast: bool) -> np.ndarray:
-    """A stream's host value as the engine's array: float8 as uint8 codes; other types
-    converted only when every value is kept (``poplar.exact_cast``: 2.7 or NaN for an
-    integer stream are refused, not truncated; floats are rounded to the stream's)."""
+    """A stream's host value as the engine's array: float8 as uint8 codes (codes of the
+    stream's format or uint8 taken as they are, float16/32/64 numbers encoded as
+    ``to_numpy`` encodes a float8 variable's data, anything else refused, whatever
+    ``downcast``); other types converted only when every value is kept
+    (``poplar.exact_cast``: 2.7 or NaN for an integer stream are refused, not truncated;
+    floats are rounded to the stream's)."""
     device_type = s.dtype.as_poplar()
     if isinstance(device_type, QuarterType):
-        arr = to_numpy(value, None if downcast else s.dtype, downcast)
-        return np.ascontiguousarray(arr, dtype=s.dtype.as_numpy()).view(np.uint8)
+        arr = to_numpy(value, s.dtype, downcast)
+        return np.ascontiguousarray(arr).view(np.uint8)
     return np.ascontiguousarray(exact_cast(to_numpy(value, None, False), device_type, ""))

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import ProgramError
+from tremula.poplar.program import PrintTensorFmt
 from tremula.popxl.context import get_current_context
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
@@ -44,23 +46,35 @@ def print_tensor(
 ) -> Tensor:
     """Print ``t``'s value when the program runs, titled ``title`` (default
     ``print_<name>``), and return a copy of it. With ``print_gradient`` the gradient op
-    (autodiff) prints the gradient titled ``<title>_gradient``. The format arguments are
-    kept on the op (Poplar's ``PrintTensorFmt``); the engine prints NumPy's layout."""
+    (autodiff) prints the gradient titled ``<title>_gradient``. The format arguments
+    lay the value out as Poplar's ``PrintTensorFmt`` says (NumPy's print options: more than
+    ``summarise_threshold`` elements summarised to ``edge_items`` a side, ``digits`` digits,
+    ``float_format`` "auto" / "fixed" / "scientific" / "none", elements joined by
+    ``separator``, lists in ``open_bracket`` ``close_bracket``).
+
+    Raises:
+        ValueError: an unknown ``float_format``, or a bracket that is not one character.
+    """
     check_tensor(t, "print_tensor")
+    fmt: dict[str, Any] = {
+        "summarise_threshold": int(summarise_threshold),
+        "edge_items": int(edge_items),
+        "max_line_width": int(max_line_width),
+        "digits": int(digits),
+        "float_format": float_format,
+        "separator": str(separator),
+        "open_bracket": str(open_bracket),
+        "close_bracket": str(close_bracket),
+    }
+    try:
+        PrintTensorFmt(**fmt)
+    except ProgramError as err:
+        raise ValueError(f"print_tensor({t.id!r}): {err}") from None
     attrs = {
         "title": f"print_{t.name}" if title is None else str(title),
         "print_self": bool(print_self),
         "print_gradient": bool(print_gradient),
-        "format": {
-            "summarise_threshold": summarise_threshold,
-            "edge_items": edge_items,
-            "max_line_width": max_line_width,
-            "digits": digits,
-            "float_format": float_format,
-            "separator": separator,
-            "open_bracket": open_bracket,
-            "close_bracket": close_bracket,
-        },
+        "format": fmt,
     }
     (out,) = create_op("PrintTensor", [t], attrs)
     return out

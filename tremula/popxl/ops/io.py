@@ -76,13 +76,17 @@ def _check_stream_ir(stream: Any, what: str) -> None:
 
 def _offset(offset: int | Tensor, buffer: Any, what: str) -> tuple[Tensor, int | None]:
     """The offset as a tensor (an int becomes a uint32 constant named "offset", as in
-    PopXL) and its value when it is known while building (the lowering then uses it)."""
+    PopXL) and its value when it is known while building (the lowering then uses it).
+
+    An int offset is checked against the buffer's entries when the program is lowered,
+    not here: as in PopXL, entries may still grow (``buffer.entries = ...``) after the op
+    is made."""
     if isinstance(offset, Tensor):
         return offset, None
-    if int(offset) != offset or not 0 <= offset < buffer.entries:
+    if int(offset) != offset or offset < 0:
         raise ValueError(
-            f"{what}: offset {offset!r} out of range for remote buffer "
-            f"{buffer.remote_buffer_id} with {buffer.entries} entries"
+            f"{what}: offset {offset!r} into remote buffer {buffer.remote_buffer_id} must "
+            f"be a non-negative integer"
         )
     return constant(int(offset), dtypes.uint32, "offset"), int(offset)
 

@@ -3,14 +3,15 @@
 
 A seed is a uint32 tensor of shape ``(2,)`` (one 64-bit seed), fed by an h2d stream or a
 variable. The numbers come from poprand (counter-based Philox): a pure function of the seed,
-the op (its output's name gives the seed modifier), the element's index and the replica. They
-do not match Poplar's bits (Tremula promises only the distributions), so these ops have no
-NumPy oracle; the tests check the distributions and determinism.
+the element's index and the replica. As in PopART, whose random op lowerings pass poprand the
+seed modifier 0, two random ops given the same seed tensor draw the same numbers (the same
+mask for two dropouts of one shape): ``split_random_seed`` gives ops seeds of their own. The
+numbers do not match Poplar's bits (Tremula promises only the distributions), so these ops
+have no NumPy oracle; the tests check the distributions and determinism.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +27,12 @@ SEED_SPEC = TensorSpec((2,), dtypes.uint32)
 
 
 def _with_modifier(outs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """Record the op's poprand seed modifier (a hash of its first output's id) in its attrs:
-    random ops draw independent numbers from one seed, the same program draws the same
-    numbers, and a gradient op given the same seed and modifier draws the same mask."""
+    """Record the op's poprand seed modifier in its attrs: 0, PopART's, so the numbers
+    depend on the seed tensor only (a gradient op given the same seed draws the same mask;
+    ops wanting other numbers take seeds from ``split_random_seed``)."""
     op = outs[0].producer
     assert op is not None
-    op.attrs.setdefault("seed_modifier", zlib.crc32(outs[0].id.encode()))
+    op.attrs.setdefault("seed_modifier", 0)
     return outs
 
 
