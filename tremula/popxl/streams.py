@@ -94,7 +94,7 @@ def _make(
     stream._name = ir._unique_stream(name or prefix)
     ir._streams.append(stream)
     main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
-    stream._tensor = Tensor._create(main, stream.tensor_id, stream.tensor_id, stream.spec)
+    stream._tensor = Tensor._create(main, stream.tensor_id, stream.spec)
     main._add_tensor(stream._tensor)
     return stream
 

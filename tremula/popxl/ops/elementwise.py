@@ -75,7 +75,10 @@ class Elementwise:
     ``popxl.ops``, ``operands_as``: the dtype (name) operands of another dtype are cast
     to before the op (PopXL's logical ops cast theirs to bool: ``cast_if_needed``), and
     ``variadic``: the op takes one or more inputs (ONNX's ``Max``, which
-    ``ops.maximum(*ts)`` makes with all its tensors), folding ``reference`` over them."""
+    ``ops.maximum(*ts)`` makes with all its tensors), folding ``reference`` over them;
+    ``stem``: the PopXL function its output is named after, ``<stem>_out`` (default
+    ``name``), the in-place form's ``<stem>_inplace_out``, a binary one's
+    ``<stem>_lhs_inplace_out`` (PopART's ``AddLhsInplaceOp``)."""
 
     name: str
     op: str
@@ -87,6 +90,7 @@ class Elementwise:
     public: bool = True
     operands_as: str | None = None
     variadic: bool = False
+    stem: str = ""
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -156,8 +160,9 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("pow", "Pow", 2, np.power, "pow"),
     Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
     Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic=True),  # and ops.maximum(*ts)
-    Elementwise("minimum2", "Min", 2, np.minimum, "min"),
+    # and ops.maximum(*ts)
+    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic=True, stem="maximum"),
+    Elementwise("minimum2", "Min", 2, np.minimum, "min", stem="minimum"),
     Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
     Elementwise("greater", "Greater", 2, np.greater, "gt", boolean=True, inplace=False),
     Elementwise("less", "Less", 2, np.less, "lt", boolean=True, inplace=False),
@@ -225,7 +230,8 @@ def _register(e: Elementwise) -> None:
             return [nx.in_compute_type(lambda *xs: functools.reduce(e.reference, xs), *arrays)]
         return [nx.in_compute_type(e.reference, *arrays)]
 
-    defop(e.op, e.infer, reference)
+    stem = e.stem or e.name
+    defop(e.op, e.infer, reference, out=f"{stem}_out")
     if e.inplace:
 
         def infer_inplace(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
@@ -238,7 +244,8 @@ def _register(e: Elementwise) -> None:
                 )
             return [out]
 
-        defop(e.op + "Inplace", infer_inplace, reference, modifies=(0,), inplace_of=e.op)
+        out = f"{stem}_lhs_inplace_out" if e.arity == 2 else ""
+        defop(e.op + "Inplace", infer_inplace, reference, (0,), inplace_of=e.op, out=out)
 
 
 for _e in TABLE:
