@@ -169,3 +169,28 @@ def test_every_op_type_names_its_output_op_out() -> None:
             assert d.out.endswith("_inplace_out"), op_type
     assert OPS["ReduceSumSquare"].output_name(0, 1) == "sumsquare_out"
     assert OPS["TopK"].output_name(1, 2) == "topk_out_1"
+
+
+def test_streams_are_main_graph_ids_by_the_same_rule() -> None:
+    """``h2d_stream`` / ``d2h_stream`` name their tensor with the main graph's
+    ``_create_tensor_id`` (default ``h2d_stream`` / ``d2h_stream``), wherever they are made."""
+
+    def sub() -> None:
+        popxl.h2d_stream((2,), popxl.float32, name="in_sub")
+
+    def build(ir):
+        x = popxl.variable(F, name="x")
+        made = [popxl.h2d_stream((2,), popxl.float32), popxl.d2h_stream((2,), popxl.float32)]
+        made.append(popxl.h2d_stream((2,), popxl.float32))
+        made.append(popxl.h2d_stream((2, 2), popxl.float32, name="x"))  # x is a variable's
+        with popxl.name_scope("io"):
+            made.append(popxl.d2h_stream((2,), popxl.float32, name="y"))
+        g = ir.create_graph(sub)
+        return x, made, g
+
+    ir, (x, made, g) = _main(build)
+    ids = [s.tensor_id for s in made]
+    assert x.id == "x"
+    assert ids == ["h2d_stream", "d2h_stream", "h2d_stream__t0", "x__t1", "io/y"]
+    assert all(ir.main_graph.get_tensor(i).id == i for i in [*ids, "in_sub"])
+    assert not g.tensors  # a stream made in a subgraph is the main graph's

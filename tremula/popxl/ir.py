@@ -221,15 +221,6 @@ class Ir:
         return ReplicaGrouping._from_assignments(self, assignment)
 
     # ---- streams and buffers ----
-    def _unique_stream(self, base: str) -> str:
-        """A new stream name: unique among the streams and the main graph's tensor ids."""
-        name, n = base, 0
-        while name in self._stream_names or name in self._main._tensors:
-            n += 1
-            name = f"{base}_{n}"
-        self._stream_names.add(name)
-        return name
-
     def _next_remote_buffer_id(self) -> int:
         self._next_rb += 1
         return self._next_rb - 1
