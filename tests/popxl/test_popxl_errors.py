@@ -575,7 +575,7 @@ def test_io_tile_exchange_refusal_undoes_the_block() -> None:
             made = ops.host_load(xin, "made") + 1.0
         assert state(p.ir) == before
         with pytest.raises(
-            ValueError, match=r"Mul: input 0 'add(_\d+)?' is no longer in graph 'main_graph'"
+            ValueError, match=r"Mul: input 0 'add_out(__t\d+)?' is no longer in graph 'main_graph'"
         ):
             made * 2.0
         assert state(p.ir) == before

@@ -475,19 +475,20 @@ def test_tensors_and_streams_cannot_be_constructed_directly():
 
 def test_default_names_and_clashes_as_popxl_names_tensors():
     """PopXL names an unnamed variable or constant ``t`` (``Graph._create_tensor_id``'s
-    default), and a tensor's name is its id without the graph's scope, the suffix of a
-    clashing id included (``popxl.md``: "Tensor.name is the id without the graph scope")."""
+    default), a clashing id ``<id>__t<n>`` (one counter per Ir), and a tensor's name is its
+    id without the graph's scope, the suffix of a clashing id included (``popxl.md``:
+    "Tensor.name is the id without the graph scope")."""
     ir = popxl.Ir()
     with ir.main_graph:
         v, c = popxl.variable(np.ones(2, np.float32)), popxl.constant(np.ones(2, np.float32))
         a, a2 = popxl.variable(1.0, name="a"), popxl.variable(1.0, name="a")
-    assert (v.name, c.name) == (v.id, c.id) and {v.name, c.name} == {"t", "t_1"}
-    assert (a.name, a2.name) == ("a", "a_1") and a2.id == "a_1"
+    assert (v.name, c.name) == (v.id, c.id) == ("t", "t__t0")
+    assert (a.name, a2.name) == ("a", "a__t1") and a2.id == "a__t1"
 
     def body(x):
         k = popxl.constant(1.0, name="x")
         return x + k
 
     g = ir.create_graph(body, popxl.TensorSpec((2,), popxl.float32))
-    assert sorted(t.name for t in g.tensors) == ["add", "x", "x_1"]
+    assert sorted(t.name for t in g.tensors) == ["add_out", "x", "x__t2"]
     assert all(t.id == f"{g.name}/{t.name}" for t in g.tensors)

@@ -25,10 +25,10 @@ def _ids(g: popxl.Graph) -> list[str]:
 
 def test_sorted_by_id_and_filtered_by_kind() -> None:
     ir, _ = _main(lambda ir: popxl.variable(F, name="b") + popxl.constant(F, name="a"))
-    assert _ids(ir.main_graph) == sorted(_ids(ir.main_graph)) == ["a", "add", "b"]
+    assert _ids(ir.main_graph) == sorted(_ids(ir.main_graph)) == ["a", "add_out", "b"]
     assert [t.id for t in ir.main_graph.variables] == ["b"]
     assert [t.id for t in ir.main_graph.constants] == ["a"]
-    assert all(type(t) is popxl.Tensor for t in ir.main_graph.tensors if t.id == "add")
+    assert all(type(t) is popxl.Tensor for t in ir.main_graph.tensors if t.id == "add_out")
 
 
 def test_counts_of_simple_programs() -> None:

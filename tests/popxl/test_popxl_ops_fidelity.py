@@ -242,9 +242,9 @@ def test_call_outputs_are_named_like_the_callee_outputs() -> None:
         graph = ir.create_graph(sum_and_product, a, b)
         first = ops.call(graph, a, b)
         second = ops.call(graph, b, b)
-    assert [t.name for t in graph.outputs] == ["add", "mul"]
-    assert [t.id for t in first] == ["add", "mul"]
-    assert [t.id for t in second] == ["add_1", "mul_1"]
+    assert [t.name for t in graph.outputs] == ["add_out", "mul_out"]
+    assert [t.id for t in first] == ["add_out", "mul_out"]
+    assert [t.id for t in second] == ["add_out__t0", "mul_out__t1"]
     got = fetch(ir, *first, *second)
     assert [float(v) for v in got] == [5.0, 6.0, 6.0, 9.0]
 

@@ -237,7 +237,7 @@ def test_context_internals_custom_ops_use() -> None:
             assert (s.name, s.ipu, s.tile_set, s.scope) == ("MyOp", 2, popxl.TileSet.IO, "s")
             assert ir.main_graph._create_tensor_id("out") == "s/out"
         t = popxl.variable(np.zeros(2, np.float32), name="out")
-        assert ir.main_graph._create_tensor_id("out") == "out_1"
+        assert ir.main_graph._create_tensor_id("out") == "out__t0"
         with _execution_context(popxl.ExecutionContext.WeightsToHostFragment):
             assert ctx.execution_context is popxl.ExecutionContext.WeightsToHostFragment
             u = t + 1

@@ -135,7 +135,7 @@ def test_operations_flops_of_a_matmul(tmp_path: Path) -> None:
         session.engine.write_report(str(tmp_path / "mm"))
     rows = build_model(load_report(tmp_path / "mm"))["operations"]["rows"]
     flops = {r["name"].split("/")[0]: r["flops"] for r in rows if r["flops"] is not None}
-    assert flops == {"matmul": 2 * m * n * k, "add": m * n}
+    assert flops == {"matmul_out": 2 * m * n * k, "add_out": m * n}
     assert any(r["flops"] is None for r in rows)  # the stream copies
 
 

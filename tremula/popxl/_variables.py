@@ -13,7 +13,7 @@ import numpy as np
 
 from tremula.errors import VariableDataError
 from tremula.popxl import dtypes
-from tremula.popxl.tensor import Constant, Tensor, TensorSpec, Variable, _new_id
+from tremula.popxl.tensor import Constant, Tensor, TensorSpec, Variable
 from tremula.popxl.utils import to_numpy
 
 if TYPE_CHECKING:
@@ -35,11 +35,9 @@ def constant(
 
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     graph = get_current_graph()
-    tid, short = _new_id(graph, name, "t")
     t = Constant._create_constant(
         graph,
-        tid,
-        short,
+        graph._create_tensor_id(name),
         TensorSpec(arr.shape, dtypes.dtype.as_dtype(arr.dtype)),
         np.array(arr, order="C"),
     )
@@ -145,9 +143,8 @@ def _add_variable(
     if isinstance(arr, np.memmap) and not rg.is_const:
         _warn_memmap_copied(what, rg)
         arr = np.array(arr)
-    tid, short = _new_id(graph, name, "t")
     spec = TensorSpec(shape, dtypes.dtype.as_dtype(arr.dtype), meta_shape)
-    t = Variable._create_variable(graph, tid, short, spec, arr, rg, mode)
+    t = Variable._create_variable(graph, graph._create_tensor_id(name), spec, arr, rg, mode)
     graph._add_tensor(t)
     return t
 
@@ -204,8 +201,8 @@ def graph_input(
     from tremula.popxl.context import get_current_graph
 
     graph = get_current_graph()
-    tid, short = _new_id(graph, name, "input")
-    t = Tensor._create(graph, tid, short, TensorSpec(tuple(shape), dtype, meta_shape or ()))
+    spec = TensorSpec(tuple(shape), dtype, meta_shape or ())
+    t = Tensor._create(graph, graph._create_tensor_id(name), spec)
     graph._add_tensor(t)
     graph._add_input(t, by_ref)
     return t

@@ -175,13 +175,33 @@ class Graph:
         del self._hooks[handle]
 
     # ---- building (used by tensors and ops) ----
+    def _create_tensor_id(self, name: str | None = None) -> str:
+        """A new tensor id for ``name`` in this graph, by PopXL's rule: ``name`` (``"t"``
+        when empty) under the current name scopes (``scope/name``), then as
+        :meth:`_unique_id` makes it unique in this graph."""
+        scope = get_current_context().name_scope
+        name = name or "t"
+        return self._unique_id(f"{scope}/{name}" if scope else name)
+
     def _unique_id(self, name: str) -> str:
+        """``name`` under this graph's scope (``<graph>/name`` in a subgraph, PopART's
+        ``addScope``); if the graph has a tensor of that id already, the Ir's
+        ``createIntermediateTensorId`` of it (``<id>__t<n>``, one counter per Ir), asked
+        again while that one is taken too (by an id a program chose)."""
         base = name if self is self._ir.main_graph else f"{self._name}/{name}"
-        candidate, n = base, 0
-        while candidate in self._tensors:
-            n += 1
-            candidate = f"{base}_{n}"
-        return candidate
+        tid = base
+        while tid in self._tensors:
+            tid = self._ir._intermediate_id(base)
+        return tid
+
+    def _tensor_name(self, tensor_id: str) -> str:
+        """The name of tensor ``tensor_id`` of this graph: the id without the graph's scope
+        (PopART's ``removeScope``; an id outside the scope, which the IR bindings allow, is
+        its own name)."""
+        prefix = f"{self._name}/"
+        if self is self._ir.main_graph or not tensor_id.startswith(prefix):
+            return tensor_id
+        return tensor_id[len(prefix) :]
 
     def _add_tensor(self, t: Tensor) -> None:
         self._tensors[t.id] = t
@@ -197,13 +217,6 @@ class Graph:
     def _add_op(self, op: OpNode) -> None:
         self._ops.append(op)
         get_current_context()._op_created(op)
-
-    def _create_tensor_id(self, name: str) -> str:
-        """A new unique tensor id for ``name`` in this graph: the current name scope, the
-        graph's prefix (a subgraph's name) and a ``_<n>`` suffix where the id is taken."""
-        from tremula.popxl.tensor import _new_id
-
-        return _new_id(self, name, name)[0]
 
     # ---- topological constraints ----
     def _add_topocon(self, before: OpNode, after: OpNode) -> None:

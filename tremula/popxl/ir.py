@@ -50,6 +50,7 @@ class Ir:
         self._next_graph_id = 0
         self._next_subgraph = 0
         self._next_rb = 1
+        self._next_intermediate = 0
         self._graphs: list[Graph] = []
         self._streams: list[Any] = []
         self._stream_names: set[str] = set()
@@ -68,6 +69,13 @@ class Ir:
         """The next ``n`` of the ``_subgraph(n)`` graph names."""
         self._next_subgraph += 1
         return self._next_subgraph - 1
+
+    def _intermediate_id(self, base: str) -> str:
+        """``<base>__t<n>``, ``n`` counting the calls so far in this Ir (PopART's
+        ``Ir::createIntermediateTensorId``, one counter for the bindings' method and the
+        clash suffix of ``Graph._create_tensor_id``)."""
+        self._next_intermediate += 1
+        return f"{base}__t{self._next_intermediate - 1}"
 
     @property
     def main_graph(self) -> Graph:
@@ -133,7 +141,9 @@ class Ir:
     def _mark(self, op_outputs: bool = False) -> tuple[Any, ...]:
         graphs = [(g, g._mark()) for g in self._graphs]
         outputs = [(op, op.outputs) for g in self._graphs for op in g.ops] if op_outputs else []
-        counters = (self._next_graph_id, self._next_subgraph, self._next_rb)
+        counters = (
+            self._next_graph_id, self._next_subgraph, self._next_rb, self._next_intermediate
+        )  # fmt: skip
         sizes = (len(self._graphs), len(self._streams), len(self._remote_buffers))
         return graphs, outputs, counters, sizes
 
@@ -147,7 +157,9 @@ class Ir:
         self._stream_names.difference_update(s.tensor_id for s in self._streams[n_streams:])
         del self._streams[n_streams:]
         del self._remote_buffers[n_buffers:]
-        self._next_graph_id, self._next_subgraph, self._next_rb = counters
+        (
+            self._next_graph_id, self._next_subgraph, self._next_rb, self._next_intermediate
+        ) = counters  # fmt: skip
 
     @contextmanager
     def _undo_on_error(self, op_outputs: bool = False) -> Iterator[None]:
@@ -209,15 +221,6 @@ class Ir:
         return ReplicaGrouping._from_assignments(self, assignment)
 
     # ---- streams and buffers ----
-    def _unique_stream(self, base: str) -> str:
-        """A new stream name: unique among the streams and the main graph's tensor ids."""
-        name, n = base, 0
-        while name in self._stream_names or name in self._main._tensors:
-            n += 1
-            name = f"{base}_{n}"
-        self._stream_names.add(name)
-        return name
-
     def _next_remote_buffer_id(self) -> int:
         self._next_rb += 1
         return self._next_rb - 1

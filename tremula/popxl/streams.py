@@ -86,15 +86,18 @@ class DeviceToHostStream(Stream):
 
 
 def _make(
-    cls: type[Stream], shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, prefix: str
+    cls: type[Stream], shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None, default: str
 ) -> Stream:
+    """A stream named as PopXL names it: a tensor id of the main graph (the name, else
+    ``default``, through ``Graph._create_tensor_id``: name scopes, clash suffix)."""
     ir = get_current_graph().ir  # streams belong to the Ir's main graph wherever made
+    main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
     stream = cls.__new__(cls)
     stream._spec = TensorSpec(tuple(shape), dtypes.dtype.as_dtype(dtype))
-    stream._name = ir._unique_stream(name or prefix)
+    stream._name = main._create_tensor_id(name or default)
     ir._streams.append(stream)
-    main = ir.main_graph  # the stream's tensor, listed in main_graph.tensors as in PopXL
-    stream._tensor = Tensor._create(main, stream.tensor_id, stream.tensor_id, stream.spec)
+    ir._stream_names.add(stream._name)
+    stream._tensor = Tensor._create(main, stream.tensor_id, stream.spec)
     main._add_tensor(stream._tensor)
     return stream
 
@@ -102,10 +105,10 @@ def _make(
 def h2d_stream(
     shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None = None
 ) -> HostToDeviceStream:
-    return _make(HostToDeviceStream, shape, dtype, name, "h2d")  # type: ignore[return-value]
+    return _make(HostToDeviceStream, shape, dtype, name, "h2d_stream")  # type: ignore[return-value]
 
 
 def d2h_stream(
     shape: tuple[int, ...], dtype: dtypes.dtype, name: str | None = None
 ) -> DeviceToHostStream:
-    return _make(DeviceToHostStream, shape, dtype, name, "d2h")  # type: ignore[return-value]
+    return _make(DeviceToHostStream, shape, dtype, name, "d2h_stream")  # type: ignore[return-value]

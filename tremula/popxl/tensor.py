@@ -47,27 +47,25 @@ class Tensor:
         cls,
         graph: Graph,
         tensor_id: str,
-        name: str,
         spec: TensorSpec,
         producer: OpNode | None = None,
     ) -> Tensor:
         """A new tensor object (not yet added to ``graph``): what the factories and ops use,
         as ``Tensor()`` itself is refused, as in PopXL."""
         self = cls.__new__(cls)
-        self._setup(graph, tensor_id, name, spec, producer)
+        self._setup(graph, tensor_id, spec, producer)
         return self
 
     def _setup(
         self,
         graph: Graph,
         tensor_id: str,
-        name: str,
         spec: TensorSpec,
         producer: OpNode | None = None,
     ) -> None:
         self._graph = graph
         self._id = tensor_id
-        self._name = name
+        self._name = graph._tensor_name(tensor_id)
         self._spec = spec
         self._producer = producer
         ctx = get_current_context()
@@ -386,14 +384,13 @@ class Variable(Tensor):
         cls,
         graph: Graph,
         tensor_id: str,
-        name: str,
         spec: TensorSpec,
         data: np.ndarray,
         replica_grouping: ReplicaGrouping,
         retrieval_mode: str,
     ) -> Variable:
         self = cls.__new__(cls)
-        self._setup(graph, tensor_id, name, spec)
+        self._setup(graph, tensor_id, spec)
         self._data = data  # host data: shape_on_host (the initial value, then the host copy)
         self._replica_grouping = replica_grouping
         self._retrieval_mode = retrieval_mode
@@ -452,10 +449,10 @@ class Constant(Tensor):
 
     @classmethod
     def _create_constant(
-        cls, graph: Graph, tensor_id: str, name: str, spec: TensorSpec, data: np.ndarray
+        cls, graph: Graph, tensor_id: str, spec: TensorSpec, data: np.ndarray
     ) -> Constant:
         self = cls.__new__(cls)
-        self._setup(graph, tensor_id, name, spec)
+        self._setup(graph, tensor_id, spec)
         self._data = data
         return self
 
@@ -476,15 +473,6 @@ HostTensor = Union[np.ndarray, Iterable[ScalarType]]  # noqa: UP007
 host_tensor_types: tuple[type, ...] = (np.ndarray, Iterable)
 #: What an op or operator accepts where a tensor is expected (host values become constants).
 TensorLike = Union["Tensor", HostScalarTensor, Iterable[ScalarType]]
-
-
-def _new_id(graph: Graph, name: str | None, default: str) -> tuple[str, str]:
-    scope = get_current_context().name_scope
-    base = name or default
-    full = f"{scope}/{base}" if scope else base
-    tid = graph._unique_id(full)
-    # the name is the id without the graph's scope, clash suffix included (``a_1``)
-    return tid, tid if graph is graph.ir.main_graph else tid[len(graph._name) + 1 :]
 
 
 # The factories, under PopXL's names in this module (after the classes they build).

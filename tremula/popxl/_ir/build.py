@@ -30,11 +30,6 @@ if TYPE_CHECKING:
     from tremula.popxl.graph import Graph as XlGraph
 
 
-def _short(graph: XlGraph, tensor_id: str) -> str:
-    prefix = f"{graph.name}/"
-    return tensor_id[len(prefix) :] if tensor_id.startswith(prefix) else tensor_id
-
-
 def _free_id(graph: XlGraph, tensor_id: Any) -> str:
     tid = builtins.str(tensor_id)
     if tid in graph._tensors:
@@ -185,14 +180,14 @@ class GraphBuilding:
         arr = _host_array(info, data, tid)
         spec = _spec(info, "addVarInit")
         rg = g.ir.replica_grouping()
-        self._add(Variable._create_variable(g, tid, tid, spec, arr, rg, "one_per_group"))
+        self._add(Variable._create_variable(g, tid, spec, arr, rg, "one_per_group"))
 
     def addConstInit(self, tensorId: str, info: TensorInfo, data: Any, debugContext: Any = None):
         """Add a constant holding ``data`` (in the info's type and shape)."""
         g = self._g
         tid = _free_id(g, tensorId)
         arr = _host_array(info, data, tid)
-        self._add(Constant._create_constant(g, tid, _short(g, tid), _spec(info, tid), arr))
+        self._add(Constant._create_constant(g, tid, _spec(info, tid), arr))
 
     def addStream(self, tensorId: str, info: TensorInfo, debugContext: Any = None) -> None:
         """Add the tensor of a host-to-device stream: in the main graph a popxl
@@ -203,7 +198,7 @@ class GraphBuilding:
         g = self._g
         tid = _free_id(g, tensorId)
         spec = _spec(info, "addStream")
-        t = XlTensor._create(g, tid, _short(g, tid), spec)
+        t = XlTensor._create(g, tid, spec)
         if g is g.ir.main_graph:
             if tid in g.ir._stream_names:
                 raise PopartException(f"addStream: a stream named {tid!r} exists already")
@@ -234,7 +229,7 @@ class GraphBuilding:
         spec = _spec(info, "addInput")
         tid = _free_id(self._g, tensor_id)
         self._check_uncalled("addInput")
-        t = XlTensor._create(self._g, tid, _short(self._g, tid), spec)
+        t = XlTensor._create(self._g, tid, spec)
         self._add(t)
         if overwrite:
             ins[index] = t

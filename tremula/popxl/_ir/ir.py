@@ -54,7 +54,6 @@ _POPXL_DEFAULTS: dict[str, Any] = {
 
 _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDictionary()
 _PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
-_INTERMEDIATES: weakref.WeakKeyDictionary[XlIr, int] = weakref.WeakKeyDictionary()
 
 
 class Ir:
@@ -121,9 +120,7 @@ class Ir:
     def createIntermediateTensorId(self, base: str) -> str:
         """``<base>__t<n>``, ``n`` counting the ids made so far in this Ir (PopART's
         ``Ir::createIntermediateTensorId``)."""
-        n = _INTERMEDIATES.get(self._ir, 0)
-        _INTERMEDIATES[self._ir] = n + 1
-        return f"{base}__t{n}"
+        return self._ir._intermediate_id(str(base))
 
     def createGraph(self, graphId: GraphId | str) -> Graph:
         """A new empty subgraph of id ``graphId``.

@@ -198,10 +198,7 @@ class Tensor:
             g = getattr(graph, "_g", None)
             if g is None or not isinstance(tensor_type, TensorType):
                 raise TypeError("Tensor(id, TensorType, Graph[, DebugContext])")
-            tid = builtins.str(tensor_id)
-            prefix = f"{g.name}/"
-            short = tid[len(prefix) :] if tid.startswith(prefix) else tid
-            t = XlTensor._create(g, tid, short, _UNSET)
+            t = XlTensor._create(g, builtins.str(tensor_id), _UNSET)
             set_tensor_type(t, tensor_type)
             register(t, self)
         elif len(args) == 1 and isinstance(args[0], XlTensor):

@@ -10,6 +10,7 @@ the same type name (``tremula/popxl/OVERVIEW.md`` says why).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,10 @@ class OpDefinition:
     #: no other type); PopART's ops take any dtype when made, so the check is the lowering's
     #: (:meth:`check_lowerable_dtypes`), and a program may build such an op it never runs
     float_inputs: tuple[int, ...] = ()
+    #: the name of the op's output where the program gives none (PopXL's
+    #: ``g._create_tensor_id("<op>_out")``; :func:`defop` says how it is chosen); an op
+    #: with several outputs names output ``k`` ``<out>_<k>``
+    out: str = ""
     #: registration's slots (:func:`attach_grad`); read through :attr:`differentiable` and
     #: :attr:`grad`, which load the gradient rules first
     _passes_grad: bool = field(default=True, compare=False, repr=False)
@@ -149,6 +154,11 @@ class OpDefinition:
                 raise TypeError(
                     f"{self.type}: input {i} {t.id!r} must be float16 or float32, got {t.dtype}"
                 )
+
+    def output_name(self, k: int, count: int) -> str:
+        """The name of output ``k`` of ``count`` where the program gives none, before
+        ``Graph._create_tensor_id`` scopes it and makes it unique."""
+        return self.out if count == 1 else f"{self.out}_{k}"
 
     @property
     def runs_graphs(self) -> bool:
@@ -232,11 +242,17 @@ def defop(
     inplace_of: str = "",
     view: bool = False,
     float_inputs: tuple[int, ...] = (),
+    out: str = "",
 ) -> OpDefinition:
     """Register an op type (once). An in-place form (``inplace_of``) is defined after its
     out-of-place op, modifies an input or is a view, and shares the out-of-place op's
     gradient fact (``differentiable`` must agree with it). The gradient rule is attached
-    later (:func:`attach_grad`)."""
+    later (:func:`attach_grad`).
+
+    ``out`` names the op's output as PopXL's function that makes the op does,
+    ``<function>_out``; given empty, it is the op type in snake case (``IoTileCopy`` ->
+    ``io_tile_copy_out``), for an in-place form ``<its op's name>_inplace_out``
+    (``relu_inplace_out``, PopART's ``ReluInplaceOp``)."""
     if op_type in OPS:
         raise ValueError(f"op type {op_type!r} is already defined")
     if inplace_of:
@@ -251,9 +267,12 @@ def defop(
                 f"{op_type}: differentiable={differentiable} contradicts its out-of-place op "
                 f"{inplace_of!r}, whose gradient fact it shares"
             )
+    if not out:
+        of = OPS[inplace_of].out.removesuffix("_out") if inplace_of else ""
+        out = f"{of}_inplace_out" if of else f"{_snake_case(op_type)}_out"
     d = OpDefinition(
         op_type, infer, reference, modifies, grad_side_effect, graphs, inplace_of, view,
-        float_inputs, _passes_grad=differentiable,
+        float_inputs, out, _passes_grad=differentiable,
     )  # fmt: skip
     OPS[op_type] = d
     if inplace_of:
@@ -261,12 +280,17 @@ def defop(
     return d
 
 
+def _snake_case(op_type: str) -> str:
+    """``ReduceSum`` -> ``reduce_sum``, ``IoTileCopy`` -> ``io_tile_copy``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", op_type).lower()
+
+
 def definplace(
-    op_type: str, of: str, modifies: tuple[int, ...] = (), view: bool = False
+    op_type: str, of: str, modifies: tuple[int, ...] = (), view: bool = False, out: str = ""
 ) -> OpDefinition:
     """Register ``op_type`` as the in-place form of ``of`` with ``of``'s output rule,
     reference and gradient fact: it writes the inputs ``modifies``, or its output is a
-    ``view`` of them."""
+    ``view`` of them (``out``: as :func:`defop`'s)."""
     if of not in OPS:
         raise ValueError(f"{op_type}: its out-of-place op {of!r} is not defined")
     d = OPS[of]
@@ -281,6 +305,7 @@ def definplace(
         inplace_of=of,
         view=view,
         float_inputs=d.float_inputs,
+        out=out,
     )
 
 
@@ -328,9 +353,9 @@ def create_op(
 ) -> tuple[Tensor, ...]:
     """Add an op of a defined type to the current graph and return its outputs. Inputs must
     belong to that graph, and still be in it (not undone by a refused call): ``ValueError``
-    naming the tensor otherwise."""
-    from tremula.popxl.tensor import _new_id
-
+    naming the tensor otherwise. Output ``k`` is named ``names[k]`` where given, else as
+    the op's definition says (:meth:`OpDefinition.output_name`), through
+    ``Graph._create_tensor_id``."""
     d = OPS.get(op_type)
     if d is None:
         raise ValueError(f"unknown op type {op_type!r}")
@@ -373,9 +398,8 @@ def create_op(
     names = list(names or [])
     outputs = []
     for k, spec in enumerate(specs):
-        name = names[k] if k < len(names) else None
-        tid, short = _new_id(graph, name, op_type.lower())
-        t = Tensor._create(graph, tid, short, spec, op)
+        name = names[k] if k < len(names) and names[k] else d.output_name(k, len(specs))
+        t = Tensor._create(graph, graph._create_tensor_id(name), spec, op)
         graph._add_tensor(t)
         outputs.append(t)
     op.outputs = tuple(outputs)

@@ -78,7 +78,10 @@ class Elementwise:
     left (``((a op b) op c) ...``), and how it lowers: ``"pairwise"``, one binary op per
     further input (PopART's ``MaxOpx``: ONNX's ``Max``, which ``ops.maximum(*ts)`` makes
     with all its tensors), or ``"map"``, one popops map of the whole fold (``SumOpx``:
-    the ``Sum`` of autodiff's gradient sums); one input is a copy either way."""
+    the ``Sum`` of autodiff's gradient sums); one input is a copy either way;
+    ``stem``: the PopXL function its output is named after, ``<stem>_out`` (default
+    ``name``), the in-place form's ``<stem>_inplace_out``, a binary one's
+    ``<stem>_lhs_inplace_out`` (PopART's ``AddLhsInplaceOp``)."""
 
     name: str
     op: str
@@ -90,6 +93,7 @@ class Elementwise:
     public: bool = True
     operands_as: str | None = None
     variadic: Literal["", "pairwise", "map"] = ""
+    stem: str = ""
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -159,8 +163,9 @@ TABLE: tuple[Elementwise, ...] = (
     Elementwise("pow", "Pow", 2, np.power, "pow"),
     Elementwise("fmod", "Fmod", 2, nx.remainder, "rem"),
     Elementwise("atan2", "Atan2", 2, np.arctan2, "atan2", inplace=False),
-    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic="pairwise"),  # ops.maximum(*ts)
-    Elementwise("minimum2", "Min", 2, np.minimum, "min"),
+    # and ops.maximum(*ts)
+    Elementwise("maximum2", "Max", 2, np.maximum, "max", variadic="pairwise", stem="maximum"),
+    Elementwise("minimum2", "Min", 2, np.minimum, "min", stem="minimum"),
     # PopART's SumOp: autodiff's sum of a tensor's gradient contributions (no PopXL function)
     Elementwise("sum", "Sum", 2, np.add, "add", inplace=False, public=False, variadic="map"),
     Elementwise("equal", "Equal", 2, np.equal, "eq", boolean=True, inplace=False),
@@ -231,7 +236,8 @@ def _register(e: Elementwise) -> None:
             return [np.asarray(functools.reduce(step, arrays))]
         return [nx.in_compute_type(e.reference, *arrays)]
 
-    defop(e.op, e.infer, reference)
+    stem = e.stem or e.name
+    defop(e.op, e.infer, reference, out=f"{stem}_out")
     if e.inplace:
 
         def infer_inplace(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
@@ -244,7 +250,8 @@ def _register(e: Elementwise) -> None:
                 )
             return [out]
 
-        defop(e.op + "Inplace", infer_inplace, reference, modifies=(0,), inplace_of=e.op)
+        out = f"{stem}_lhs_inplace_out" if e.arity == 2 else ""
+        defop(e.op + "Inplace", infer_inplace, reference, (0,), inplace_of=e.op, out=out)
 
 
 for _e in TABLE:

@@ -155,12 +155,17 @@ def _conv_transpose_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list
     return [TensorSpec((specs[0].shape[0], a["out_channels"], *a["out"]), dtypes.float16)]
 
 
-defop("Pow2ScaleCastToFp8", _cast_spec, _to_fp8_ref, differentiable=False)
-defop("Pow2ScaleCastFromFp8", _cast_spec, _from_fp8_ref, differentiable=False)
-defop("MatMulPow2Scaled", _matmul_spec, _matmul_ref, differentiable=False)
-defop("ConvPow2Scaled", _conv_spec, _conv_pow2_ref, differentiable=False)
+# outputs named after PopXL's functions (pow2scale_cast_to_fp8, matmul_pow2scaled ...)
+defop("Pow2ScaleCastToFp8", _cast_spec, _to_fp8_ref, differentiable=False,
+      out="pow2scale_cast_to_fp8_out")  # fmt: skip
+defop("Pow2ScaleCastFromFp8", _cast_spec, _from_fp8_ref, differentiable=False,
+      out="pow2scale_cast_from_fp8_out")  # fmt: skip
+defop("MatMulPow2Scaled", _matmul_spec, _matmul_ref, differentiable=False,
+      out="matmul_pow2scaled_out")  # fmt: skip
+defop("ConvPow2Scaled", _conv_spec, _conv_pow2_ref, differentiable=False,
+      out="conv_pow2scaled_out")  # fmt: skip
 defop("ConvTransposePow2Scaled", _conv_transpose_spec, _conv_transpose_pow2_ref,
-      differentiable=False)  # fmt: skip
+      differentiable=False, out="conv_transpose_pow2scaled_out")  # fmt: skip
 
 
 # ---- the ops ----

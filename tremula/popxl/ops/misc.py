@@ -151,7 +151,7 @@ def _scaled_add_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarr
 
 
 defop("ScaledAdd", _scaled_add_spec, _scaled_add_ref)
-definplace("ScaledAddInplace", "ScaledAdd", modifies=(0,))
+definplace("ScaledAddInplace", "ScaledAdd", modifies=(0,), out="scaled_add_lhs_inplace_out")
 
 
 def _scale(value: Any, x: Tensor, what: str, arg: str) -> tuple[list[Tensor], float | None]:

@@ -109,7 +109,13 @@ def _nll_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [_reduce_ref(per, kept, a, x[1].shape).astype(x[0].dtype)]
 
 
-defop("Nll", lambda specs, a: [_loss_shape(specs[0], specs[1], a)], _nll_ref, float_inputs=(0,))
+defop(
+    "Nll",
+    lambda specs, a: [_loss_shape(specs[0], specs[1], a)],
+    _nll_ref,
+    float_inputs=(0,),
+    out="nll_loss_out",
+)
 
 
 def nll_loss(
@@ -152,6 +158,7 @@ defop(
     _nll_grad_ref,
     differentiable=False,
     float_inputs=(0, 2),
+    out="nll_loss_with_softmax_grad_out",
 )
 
 

@@ -102,7 +102,8 @@ def _register(r: Reduction) -> None:
         shape = _reduced_shape(x[0].shape, a["axes"], a["keepdims"])
         return [out.reshape(shape).astype(x[0].dtype)]
 
-    defop(r.op, _infer, reference, float_inputs=(0,) if r.float_only else ())
+    float_inputs = (0,) if r.float_only else ()
+    defop(r.op, _infer, reference, float_inputs=float_inputs, out=f"{r.name}_out")
 
 
 for _r in TABLE:
@@ -296,8 +297,8 @@ def _arg_ref(fn: Callable[..., np.ndarray]) -> Callable[..., list[np.ndarray]]:
     return ref
 
 
-defop("ArgMax", _arg_spec, _arg_ref(np.argmax), differentiable=False)
-defop("ArgMin", _arg_spec, _arg_ref(np.argmin), differentiable=False)
+defop("ArgMax", _arg_spec, _arg_ref(np.argmax), differentiable=False, out="argmax_out")
+defop("ArgMin", _arg_spec, _arg_ref(np.argmin), differentiable=False, out="argmin_out")
 
 
 def _arg(op: str, what: str, t: Tensor, dim: int, keepdim: bool) -> Tensor:
@@ -336,7 +337,7 @@ def _topk_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [np.moveaxis(vals, -1, a["axis"]), np.moveaxis(idx, -1, a["axis"]).astype(np.int32)]
 
 
-defop("TopK", _topk_spec, _topk_ref)
+defop("TopK", _topk_spec, _topk_ref, out="topk_out")
 
 
 def topk(
@@ -371,7 +372,12 @@ def _same(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
 
 # input 1 is the axis, a constant (ONNX CumSum and PopART's CumSumOp take the axis as an
 # input tensor, which PopXL's cumsum makes); ``attrs["dim"]`` holds its value, non-negative
-defop("CumSum", _same, lambda x, a: [np.cumsum(x[0], axis=a["dim"], dtype=x[0].dtype)])
+defop(
+    "CumSum",
+    _same,
+    lambda x, a: [np.cumsum(x[0], axis=a["dim"], dtype=x[0].dtype)],
+    out="cumsum_out",
+)
 
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:

@@ -61,7 +61,7 @@ def _slice_spec(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[Tens
     return [TensorSpec(shape, specs[0].dtype)]
 
 
-defop("MatMul", _infer_matmul, lambda x, a: [np.matmul(*x)])
+defop("MatMul", _infer_matmul, lambda x, a: [np.matmul(*x)], out="matmul_out")
 defop("Identity", _same, lambda x, a: [np.array(x[0])])
 defop("Detach", _same, lambda x, a: [np.array(x[0])], differentiable=False)
 # detach_: its output aliases its input (PopART's DetachInplaceOp; nothing is written)

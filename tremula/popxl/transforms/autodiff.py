@@ -415,7 +415,7 @@ def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:
     graph._add_output(t)
     for op in sites:
         if op.definition.graphs == "call" or op in new_ifs:
-            out = Tensor._create(op.graph, op.graph._unique_id(t.name), t.name, t.spec, op)
+            out = Tensor._create(op.graph, op.graph._unique_id(t.name), t.spec, op)
             op.graph._add_tensor(out)
             op.outputs = (*op.outputs, out)
     for op in new_ifs:

@@ -53,9 +53,7 @@ def new_tensor(
             f"Tensor '{tensor_id}' already exists in graph {graph.name!r}: choose a new id "
             f"(Graph._create_tensor_id makes one)"
         )
-    prefix = f"{graph.name}/"
-    name = tensor_id[len(prefix) :] if tensor_id.startswith(prefix) else tensor_id
-    t = XlTensor._create(graph, tensor_id, name, spec, producer)
+    t = XlTensor._create(graph, tensor_id, spec, producer)
     if producer is not None:
         t._ipu, t._tile_set = producer.ipu, producer.tile_set
     graph._add_tensor(t)

@@ -260,8 +260,9 @@ defop("ReplicatedSlice", _slice_shape, _ref_slice)
 #: ``ReplicatedAllReduceTPOp``) have a grad op with the identical-inputs flags swapped, the
 #: strided all-gather and reduce-scatter (``CollectivesBaseOp``s without ``getGradOps``) none.
 ADDONS_ALL_REDUCES = ("ReplicatedAllReduceStrided", "ReplicatedAllReduceTP")
-for _type in ADDONS_ALL_REDUCES:
-    defop(_type, _same, _ref_all_reduce)
+# outputs named as popxl-addons' wrappers name them (replicated_all_reduce_TP_out ...)
+defop("ReplicatedAllReduceStrided", _same, _ref_all_reduce)
+defop("ReplicatedAllReduceTP", _same, _ref_all_reduce, out="replicated_all_reduce_TP_out")
 defop("ReplicatedAllGatherStrided", _gather_shape, _ref_all_gather, differentiable=False)
 defop("ReplicatedReduceScatterStrided", _scatter_shape, _ref_reduce_scatter, differentiable=False)
 
