@@ -1,8 +1,9 @@
 """A ReLU layer's fused maps as compiled loops (``codelets/relu_kernel.py``): ``relu(x + b)``
 with a broadcast bias and ``g * float(x > c)`` give the bits of the NumPy path (NaN payloads,
 signalling NaNs, infinities, signed zeros and subnormals included) on the replayed runs that
-take the loop, and without numba; maps of other forms, half operands and operands that
-overlap the output keep the NumPy path."""
+take the loop, a run where two NaNs meet in the sum through the NumPy path, and without
+numba; maps of other forms, half operands and operands that overlap the output keep the
+NumPy path."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def _data(seed: int) -> dict[str, np.ndarray]:
     bias = rng.standard_normal(N + 5).astype(F32)
     x[:N, :N] = SPECIAL[:, None]
     bias[:N] = SPECIAL
+    if seed % 2:  # no NaN bias: no two NaNs meet in the sum, the loop's bits stand
+        bias[:N] = np.where(np.isnan(SPECIAL), F32(1.5), SPECIAL)
     g = rng.standard_normal(x.shape).astype(F32)
     g[:N, :N] = SPECIAL[None, :]
     return {"x": x, "bias": bias, "g": g, "c": np.array([SPECIAL[seed % N]], F32)}
@@ -73,12 +76,17 @@ def _want(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The forms of the compiled runs made (``relu_kernel.compiled`` not None)."""
+    """The forms of the compiled runs made (``relu_kernel.compiled`` not None), and
+    "numpy" each time one left its run to the NumPy path."""
     made: list[str] = []
     original = relu_kernel.compiled
 
-    def recording(t, inputs, out):  # type: ignore[no-untyped-def]
-        run = original(t, inputs, out)
+    def recording(t, inputs, out, numpy_run):  # type: ignore[no-untyped-def]
+        def left() -> None:
+            made.append("numpy")
+            numpy_run()
+
+        run = original(t, inputs, out, left)
         if run is not None:
             made.append(relu_kernel._form(t)[0])  # type: ignore[index]
         return run
@@ -95,7 +103,8 @@ def test_relu_maps_give_the_numpy_path_s_bits_on_every_run(monkeypatch, compiled
     try:
         made = _runs(monkeypatch)
         engine = _engine()
-        for run in range(4):  # the first two take the NumPy path, then the loops
+        for run in range(6):  # the first two take the NumPy path, then the loops (the sum's
+            # on odd runs: even ones have NaN pairs, which leave the sum to the NumPy path)
             d = _data(run)
             for name in ("x", "bias", "g", "c"):
                 engine.write_tensor(name, d[name])
@@ -103,7 +112,9 @@ def test_relu_maps_give_the_numpy_path_s_bits_on_every_run(monkeypatch, compiled
             for name, want in _want(d).items():
                 got = engine.read_tensor(name)
                 assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes(), name
-        assert sorted(made) == (["mask_mul", "mask_mul", "relu_add"] if compiled else [])
+        # made on the second run; the sum's runs 2 and 4 (NaN pairs) left to NumPy
+        want = ["relu_add", "mask_mul", "mask_mul", "numpy", "numpy"]
+        assert made == (want if compiled else [])
     finally:
         jit.set_enabled(previous)
 
@@ -112,20 +123,26 @@ def _typed(expr, n):  # type: ignore[no-untyped-def]
     return infer(expr, (poplar.FLOAT,) * n)
 
 
+def _nothing() -> None:
+    raise AssertionError("the NumPy path is not run here")
+
+
 @needs_numba
 def test_other_forms_and_overlapping_operands_keep_the_numpy_path():
     mem = np.arange(64, dtype=F32).reshape(4, 16)
     out = np.empty((4, 8), F32)
     relu_add = _typed(Relu(_1 + _2), 2)
-    assert relu_kernel.compiled(relu_add, [mem[:, :8], mem[:, 8:]], out) is not None
-    assert relu_kernel.compiled(relu_add, [mem[:, :8], mem[:, 8:]], mem[:, :8]) is not None
-    assert relu_kernel.compiled(relu_add, [mem[:, :8], mem[:, 8:]], mem[:, 4:12]) is None
-    assert relu_kernel.compiled(relu_add, [mem[:, ::-2], mem[:, 8:]], out) is None  # reversed
+    both = [mem[:, :8], mem[:, 8:]]
+    assert relu_kernel.compiled(relu_add, both, out, _nothing) is not None
+    assert relu_kernel.compiled(relu_add, both, mem[:, :8], _nothing) is None  # in place
+    assert relu_kernel.compiled(relu_add, both, mem[:, 4:12], _nothing) is None  # overlapping
+    assert relu_kernel.compiled(relu_add, [mem[:, ::-2], mem[:, 8:]], out, _nothing) is None
     assert not relu_kernel.offered(_typed(Relu(_1 - _2), 2))
     assert not relu_kernel.offered(_typed(Mul(_1, Cast(Gt(_2, _3), poplar.FLOAT)) + 1, 3))
     assert not relu_kernel.offered(infer(Relu(_1 + _2), (poplar.HALF,) * 2))
     mask = _typed(Mul(_1, Cast(Gt(_2, _3), poplar.FLOAT)), 3)
     c = np.zeros((4, 8), F32)
-    assert relu_kernel.compiled(mask, [mem[:, :8], mem[:, 8:], c], out) is None  # c per element
-    assert relu_kernel.compiled(mask, [mem[:, :8], mem[:, 8:], c[:1, :1]], out) is not None
-    assert relu_kernel.compiled(mask, [mem[:, :8], mem[:, 8:], c[:1, :1]], mem[:, 4:12]) is None
+    assert relu_kernel.compiled(mask, [*both, c], out, _nothing) is None  # c per element
+    assert relu_kernel.compiled(mask, [*both, c[:1, :1]], out, _nothing) is not None
+    assert relu_kernel.compiled(mask, [*both, c[:1, :1]], mem[:, :8], _nothing) is not None
+    assert relu_kernel.compiled(mask, [*both, c[:1, :1]], mem[:, 4:12], _nothing) is None

@@ -205,7 +205,7 @@ class Elementwise(poplar.Codelet):
             if out is not None and all(a is not None for a in args):
                 run = compile_steps(typed, args, out)  # type: ignore[arg-type]
                 if relu_kernel.offered(typed):  # a compiled loop from the second run on
-                    run = jit.deferred(run, partial(relu_kernel.compiled, typed, args, out))
+                    run = jit.deferred(run, partial(relu_kernel.compiled, typed, args, out, run))
                 return numerics.quiet(_refreshed(refresh, run))
         return None
 

@@ -10,19 +10,21 @@ order, without the temporary (numba neither contracts nor reorders them without
 ``fastmath``):
 
 - ``relu(x + b)``: ``y = x + b``, then ``y`` where ``y > 0`` or ``y`` is NaN (NumPy's
-  maximum keeps a NaN operand's bits as they are), else ``+0.0`` (also for ``-0.0``).
-  Where ``x`` and ``b`` are both NaN, x86 keeps the first operand's payload and the
-  compiler may swap the operands of a sum, so the loop then computes ``x + x`` or
-  ``b + b``, whichever NumPy's ``add`` gives.
+  maximum keeps a NaN operand as it is), else ``+0.0`` (also for ``-0.0``). Where ``x``
+  and ``b`` are both NaN, which payload NumPy's ``add`` keeps depends on the loop it picks
+  (measured: the first operand's or the second's by row length, position in the row and
+  broadcasting), which a loop cannot follow: the loop stops there and the run is left to
+  the NumPy path, which then writes every element again (so the loop is taken only where
+  the output shares no memory with an operand).
 - ``g * float(x > c)`` (or ``float(x > c) * g``): the factor is never NaN, so a NaN
   product is ``g``'s (quieted) or the default NaN of ``inf * 0``, whatever the order.
 
-On first use each loop is checked bit for bit against the NumPy path on a grid of special
-values (NaNs of several payloads, signalling ones, infinities, signed zeros, subnormals)
-and random numbers (:func:`_rules`); where it differs, or without numba, the NumPy path
-runs. Taken for float32 operands that are views the output's shape broadcasts over (3-d
-after merging axes without a copy), where no operand shares memory with the output
-unless it is the output itself.
+On first use both loops are checked bit for bit against the NumPy path on a grid of
+special values (NaNs of several payloads, signalling ones, infinities, signed zeros,
+subnormals) and random numbers, at every start offset of a vector (:func:`_checked`);
+where they differ, or without numba, the NumPy path runs. Taken for float32 operands that
+are views the output's shape broadcasts over (3-d after merging axes without a copy), with
+the innermost axis contiguous.
 """
 
 from __future__ import annotations
@@ -47,9 +49,12 @@ def offered(t: Any) -> bool:
     return _form(t) is not None
 
 
-def compiled(t: Any, inputs: Sequence[Any], out: np.ndarray) -> Callable[[], None] | None:
+def compiled(
+    t: Any, inputs: Sequence[Any], out: np.ndarray, numpy_run: Callable[[], None]
+) -> Callable[[], None] | None:
     """The compiled run of the fused map ``t`` from ``inputs`` into ``out`` when it is one
-    of the two forms of the module docstring on views it can take, else None."""
+    of the two forms of the module docstring on views it can take (``numpy_run``: the
+    NumPy path, for a run the loop leaves to it), else None."""
     if not jit.available() or out.dtype != F32:
         return None
     form = _form(t)
@@ -63,30 +68,33 @@ def compiled(t: Any, inputs: Sequence[Any], out: np.ndarray) -> Callable[[], Non
     operands = []
     for leaf in leaves:
         arr = np.asarray(inputs[leaf.index] if leaf.index >= 0 else leaf.value)
-        if arr.dtype != F32 or not _apart(arr, out):
+        if arr.dtype != F32 or not _apart(arr, out, same_ok=kind == "mask_mul"):
             return None
         operands.append(arr)
-    rules = _rules()
-    if rules is None:
+    if not _checked():
         return None
     dims = np.array(_dims(shape), np.int64)
-    args: tuple[Any, ...]
     if kind == "relu_add":
         x, b = (_rows(np.broadcast_to(a, shape), shape) for a in operands)
         if x is None or b is None:
             return None
-        kernel, args = _relu_add, (*x, *b, *target, dims, rules[0])
-    else:
-        x, g = (_rows(np.broadcast_to(a, shape), shape) for a in operands[::2])
-        c = operands[1]
-        if x is None or g is None or c.size != 1:
-            return None
-        kernel, args = _mask_mul, (*x, c.reshape(1), FACTORS, *g, *target, dims)
+        args = (*x, *b, *target, dims)
 
-    def run() -> None:
-        kernel(*args)
+        def relu_add() -> None:
+            if not _relu_add(*args):  # two NaNs met: NumPy's payload
+                numpy_run()
 
-    return run
+        return relu_add
+    x, g = (_rows(np.broadcast_to(a, shape), shape) for a in operands[::2])
+    c = operands[1]
+    if x is None or g is None or c.size != 1:
+        return None
+    mask_args = (*x, c.reshape(1), FACTORS, *g, *target, dims)
+
+    def mask_mul() -> None:
+        _mask_mul(*mask_args)
+
+    return mask_mul
 
 
 def _form(t: Any) -> tuple[str, list[Any]] | None:
@@ -147,35 +155,39 @@ def _rows(view: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int, in
     return flat, s0 // item, s1 // item
 
 
-def _apart(arr: np.ndarray, out: np.ndarray) -> bool:
+def _apart(arr: np.ndarray, out: np.ndarray, same_ok: bool) -> bool:
     """Whether the loop may read ``arr`` element by element while writing ``out``: no
-    shared memory, or the very same view (each element read before it is written)."""
+    shared memory, or (``same_ok``) the very same view (each element read before it is
+    written)."""
     if not np.may_share_memory(arr, out):
         return True
     if not np.shares_memory(arr, out):  # (interleaved rows, say: solved exactly, once)
         return True
     same = arr.__array_interface__["data"][0] == out.__array_interface__["data"][0]
-    return same and arr.shape == out.shape and arr.strides == out.strides
+    return same_ok and same and arr.shape == out.shape and arr.strides == out.strides
 
 
 @jit.kernel
-def _relu_add(x, x0, x1, b, b0, b1, out, o0, o1, dims, first):  # type: ignore[no-untyped-def]
+def _relu_add(x, x0, x1, b, b0, b1, out, o0, o1, dims):  # type: ignore[no-untyped-def]
     """``out = relu(x + b)`` element by element (see the module docstring; operands as
-    :func:`_rows` gives them, ``dims`` the three axes); ``first``: where both addends are
-    NaN, the sum is ``x``'s (1) or ``b``'s (0) quieted."""
+    :func:`_rows` gives them, ``dims`` the three axes); False where it stopped after a row
+    with two NaN addends (``out`` partly written)."""
     zero = np.float32(0.0)
     n = dims[2]
     for i in range(dims[0]):
         for j in range(dims[1]):
             xa, ba, oa = i * x0 + j * x1, i * b0 + j * b1, i * o0 + j * o1
             xr, br, orow = x[xa : xa + n], b[ba : ba + n], out[oa : oa + n]  # (rows: the
+            pairs = 0  # (counted, not a break: the loop stays vectorised)
             for k in range(n):  # compiler vectorises a loop over slices it can index)
                 p = xr[k]
                 q = br[k]
+                pairs += (p != p) & (q != q)
                 y = p + q
-                if y != y and p != p and q != q:
-                    y = p + p if first == 1 else q + q
                 orow[k] = y if (y > zero or y != y) else zero
+            if pairs:
+                return False
+    return True
 
 
 @jit.kernel
@@ -195,10 +207,12 @@ def _mask_mul(x, x0, x1, c, factors, g, g0, g1, out, o0, o1, dims):  # type: ign
 
 
 @cache
-def _rules() -> tuple[int] | None:
-    """The NaN rule of :func:`_relu_add` (see there) with which both loops give the NumPy
-    path's bits on every pair of special values and on random numbers; None where no
-    choice does."""
+def _checked() -> bool:
+    """Whether both loops give the NumPy path's bits on every pair of special values (and
+    random numbers) at every start offset up to a vector of 16 (special values in the
+    vector loop and in the scalar loop around it, which the compiler may make differently),
+    each special value also as the mask's threshold; and whether the sum stops at two NaN
+    addends."""
     bits = [0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321, 0x7F800001, 0xFF800002]
     bits += [0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x3F800000, 0xBF800000]
     special = np.array(bits, np.uint32).view(F32)
@@ -206,36 +220,39 @@ def _rules() -> tuple[int] | None:
     a = np.concatenate([np.repeat(special, special.size), rng.standard_normal(1000).astype(F32)])
     b = np.concatenate([np.tile(special, special.size), rng.standard_normal(1000).astype(F32)])
     with np.errstate(all="ignore"):
-        want_relu = np.maximum(np.add(a, b), np.float32(0))
         mask = np.greater(a, special[:, None]).astype(F32)
         want_masks = (np.multiply(b, mask), np.multiply(mask, b))
-    # every start offset up to a vector of 16: special values in the vector loop and in
-    # the scalar loop around it, which the compiler may have made differently
+        want_relu = np.maximum(np.add(a, b), np.float32(0))
     for m in range(special.size):  # each special value as the threshold
         for start in range(17):
-            got = _run(_mask_mul, a, start, special[m : m + 1], b)
+            got, _ = _run(_mask_mul, a, start, special[m : m + 1], b)
             if not all(_same(got, want[m, start:]) for want in want_masks):
-                return None  # (the product's order does not matter: the factor is never NaN)
-    for first in (1, 0):
-        if all(_same(_run(_relu_add, a, k, b, first), want_relu[k:]) for k in range(17)):
-            return (first,)
-    return None
+                return False  # (the product's order does not matter: the factor is never NaN)
+    both_nan = np.isnan(a) & np.isnan(b)
+    one = ~both_nan
+    for start in range(17):  # pairs of NaNs stop the loop: the others, one at a time
+        _, done = _run(_relu_add, a, start, b)
+        if done:
+            return False
+        got, done = _run(_relu_add, a[one], start, b[one])
+        if not done or not _same(got, want_relu[one][start:]):
+            return False
+    return True
 
 
-def _run(kernel: Any, a: np.ndarray, start: int, *more: Any) -> np.ndarray:
-    """``kernel`` over the 1-d operands from ``start`` on as one row: its output (``more``:
-    the threshold and the gradient of :func:`_mask_mul`, the bias and the NaN rule of
-    :func:`_relu_add`)."""
+def _run(kernel: Any, a: np.ndarray, start: int, *more: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``kernel`` over the 1-d operands from ``start`` on as one row: its output and what
+    it returned (``more``: the threshold and the gradient of :func:`_mask_mul`, the bias
+    of :func:`_relu_add`)."""
     n = a.size - start
     got = np.empty(n, F32)
     dims = np.array([1, 1, n], np.int64)
     if kernel is _mask_mul:
         c, g = more
         kernel(a[start:], 0, 0, c, FACTORS, g[start:], 0, 0, got, 0, 0, dims)
-    else:
-        b, first = more
-        kernel(a[start:], 0, 0, b[start:], 0, 0, got, 0, 0, dims, first)
-    return got
+        return got, True
+    done = kernel(a[start:], 0, 0, more[0][start:], 0, 0, got, 0, 0, dims)
+    return got, bool(done)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
