@@ -205,3 +205,21 @@ def test_quiet_guards_outside_a_run_and_unguarded_is_the_bare_computation() -> N
     assert nx.unguarded(guarded) is divide
     assert nx.unguarded(divide) is divide and nx.unguarded(None) is None
     assert seen == ["ignore", "ignore", "raise"]
+
+
+def test_quietly_restores_the_caller_s_error_state_after_nesting_and_errors() -> None:
+    """``quietly`` ignores floating-point errors inside, nests (the inner scope keeps the
+    outer's caller state for ``as_caller``) and restores the caller's state on leaving,
+    whether the scope ends normally or by an exception."""
+    seen: list[str] = []
+    with np.errstate(divide="raise", over="warn"):
+        with nx.quietly():
+            seen.append(np.geterr()["divide"])
+            with nx.quietly():
+                seen.append(nx.as_caller(lambda: np.geterr()["divide"]))
+            seen.append(np.geterr()["divide"])
+        with pytest.raises(KeyError), nx.quietly():
+            raise KeyError("x")
+        seen.append(np.geterr()["divide"])
+        seen.append(nx.as_caller(lambda: np.geterr()["over"]))  # outside: a plain call
+    assert seen == ["ignore", "raise", "ignore", "raise", "warn"]

@@ -32,9 +32,8 @@ operation raises or warns. Comparisons with NaN are false except ``!=``.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,21 +64,36 @@ _CALLER_ERRORS: contextvars.ContextVar[dict[str, str] | None] = contextvars.Cont
 )
 
 
-@contextlib.contextmanager
-def quietly() -> Iterator[None]:
+class quietly:  # (named as the function it replaces: ``with quietly():``)
     """A scope of device computations (an engine run): floating-point errors neither raise
     nor warn (``np.errstate(all="ignore")``, the device's IEEE rules), set once for the
     scope, so that the functions :func:`quiet` made skip setting it per call. Code of the
-    user's called from inside (host callbacks) runs through :func:`as_caller`."""
-    if _CALLER_ERRORS.get() is not None:  # already quiet (a nested run)
-        yield
-        return
-    token = _CALLER_ERRORS.set(np.geterr())
-    try:
-        with np.errstate(all="ignore"):
-            yield
-    finally:
-        _CALLER_ERRORS.reset(token)
+    user's called from inside (host callbacks) runs through :func:`as_caller`. (A class,
+    not a generator: every engine run enters one.)"""
+
+    __slots__ = ("_state", "_token")
+
+    def __enter__(self) -> None:
+        if _CALLER_ERRORS.get() is not None:  # already quiet (a nested run)
+            self._token = None
+            return
+        state = np.errstate(all="ignore")
+        self._token = _CALLER_ERRORS.set(np.geterr())
+        try:
+            state.__enter__()
+        except BaseException:
+            _CALLER_ERRORS.reset(self._token)
+            raise
+        self._state = state
+
+    def __exit__(self, *exc: Any) -> None:
+        token = self._token
+        if token is None:
+            return
+        try:
+            self._state.__exit__(*exc)
+        finally:
+            _CALLER_ERRORS.reset(token)
 
 
 def quiet(run: Callable[[], None]) -> Callable[[], None]:

@@ -181,3 +181,26 @@ def test_a_refused_value_s_message_states_the_rule_the_conversion_applies(data, 
         np.testing.assert_array_equal(exact_cast([0.1], dtype, "x"), dtype.numpy.type(0.1))
     else:
         assert "exactly" not in message
+
+
+def test_connect_streams_connects_each_as_connect_stream_does():
+    """``connect_streams`` (a session's streams in one call) connects, rebinds and refuses
+    as ``connect_stream`` does for each buffer in turn."""
+    e = _int_copy_engine()
+    out = np.zeros(4, np.int32)
+    e.connect_streams({"in": np.array([1, 2, 3, 4], np.int32), "out": out})  # new connections
+    e.run()
+    np.testing.assert_array_equal(out, [1, 2, 3, 4])
+    out2 = np.zeros(4, np.int32)
+    e.connect_streams({"in": np.array([4.0, 3.0, -2.0, 1.0]), "out": out2})  # converted input
+    e.run()
+    np.testing.assert_array_equal(out2, [4, 3, -2, 1])
+    e.connect_streams({"in": np.array([9, 8, 7, 6], np.int32)})  # a rebind of the same layout
+    e.run()
+    np.testing.assert_array_equal(out2, [9, 8, 7, 6])
+    with pytest.raises(StreamError, match=r"stream 'out'.*read-only"):
+        e.connect_streams({"out": _readonly(np.zeros(4, np.int32))})
+    with pytest.raises(StreamError, match=r"no stream named 'nope'"):
+        e.connect_streams({"nope": np.zeros(4, np.int32)})
+    e.run()  # the earlier connections hold
+    np.testing.assert_array_equal(out2, [9, 8, 7, 6])

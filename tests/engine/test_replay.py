@@ -10,6 +10,8 @@ import pytest
 
 from tremula import poplar
 from tremula.demo import SquarePlusOne, Sum
+from tremula.engine import nodes as N
+from tremula.engine.flatplan import _device_view
 from tremula.errors import StreamError
 
 
@@ -167,8 +169,10 @@ def test_replayed_runs_add_the_compute_sets_cycles_the_interpreter_adds():
     assert a == json.dumps(interpreted.get_execution_profile(), sort_keys=True)
 
 
-def _stream_engine(static: bool):
-    """in (float, 6) -> x -> x^2 + 1 -> y -> out, twice a run (two transfers each way)."""
+def _stream_engine(static: bool, strided: bool = False):
+    """in (float, 6) -> x -> x^2 + 1 -> y -> out, twice a run (two transfers each way);
+    ``strided``: the transfers go to and from x and y transposed (addresses that are not
+    consecutive: gathered rather than views of device memory)."""
     device = poplar.IPUModel(tiles_per_ipu=2).create_device()
     g = poplar.Graph(device.target)
     g.add_codelets([SquarePlusOne])
@@ -178,6 +182,7 @@ def _stream_engine(static: bool):
     g.add_vertices(cs, "demo::SquarePlusOne", {"x": x, "y": y}, range(2))
     h2d = g.add_host_to_device_fifo("in", poplar.FLOAT, 6)
     d2h = g.add_device_to_host_fifo("out", poplar.FLOAT, 6)
+    x, y = (x.transpose(), y.transpose()) if strided else (x, y)
     step = [poplar.Copy(h2d, x.flatten()), poplar.Execute(cs), poplar.Copy(y.flatten(), d2h)]
     engine = poplar.Engine(g, poplar.Sequence(step + step))
     engine.load(device)
@@ -192,13 +197,18 @@ def _feed(a: np.ndarray) -> None:
     _feed.calls += 1  # type: ignore[attr-defined]
 
 
-def test_replayed_stream_copies_follow_each_runs_connections():
+@pytest.mark.parametrize("strided", [False, True], ids=["views", "gathered"])
+def test_replayed_stream_copies_follow_each_runs_connections(strided):
     """The replayed stream transfers of a one-replica device (``replayed_take`` /
     ``replayed_give``) read and fill the buffers connected for each run, advancing
     through them circularly, as the interpreter does: the same buffer kept, another of
     the same layout (rebound), one of another depth, host data of another type
-    (converted at each transfer), callbacks both ways, and a missing connection's error."""
-    fast, full = _stream_engine(True), _stream_engine(False)
+    (converted at each transfer), callbacks both ways, and a missing connection's error;
+    device memory as a view made once (consecutive addresses) or gathered."""
+    fast, full = _stream_engine(True, strided), _stream_engine(False, strided)
+    transfers = [n.action for n in N.reachable(fast.roots[0]) if isinstance(n, N.HostNode)]
+    views = [_device_view(fast.runtime, getattr(a, "dst", None) or a.src) for a in transfers]
+    assert len(views) == 4 and all((v is None) == strided for v in views)
     rng = np.random.default_rng(4)
     kept_in = rng.standard_normal(18).astype(np.float32)  # three transfers: circular
     runs: list[tuple[object, object]] = [

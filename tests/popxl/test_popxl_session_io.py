@@ -188,3 +188,43 @@ def test_inputs_keyed_wrongly_are_still_explained_after_fast_runs():
             session.run({x_s: np.arange(4, dtype=np.int32)})
         np.testing.assert_array_equal(ok, [1, 2, 3])
         np.testing.assert_array_equal(session.run({x_s: np.arange(3, dtype=np.int32)})[y_s], ok)
+
+
+def _stream_buffer(session, stream) -> np.ndarray:
+    return session._engine.runtime.streams[stream.tensor_id].buffer
+
+
+def test_run_fills_its_new_outputs_in_place_and_earlier_results_keep_their_values():
+    """``run`` hands the device its new output arrays as the stream buffers (one replica, no
+    other program): the values are run_with_outputs' (which fills through a copy), and the
+    arrays of an earlier run keep theirs after later runs."""
+    ir, x_s, y_s = _int_program()
+    with popxl.Session(ir, "ipu_model") as session:
+        first = session.run({x_s: np.array([1, 2, 3], np.int32)})[y_s]
+        assert np.shares_memory(first, _stream_buffer(session, y_s))  # the path taken
+        second = session.run({x_s: np.array([-5, 0, 2**31 - 2], np.int32)})[y_s]
+        given = np.full(3, 7, np.int32)
+        session.run_with_outputs({x_s: np.array([-5, 0, 2**31 - 2], np.int32)}, {y_s: given})
+        assert not np.shares_memory(given, _stream_buffer(session, y_s))  # through a copy
+    np.testing.assert_array_equal(first, [2, 3, 4])
+    np.testing.assert_array_equal(second, [-4, 1, 2**31 - 1])
+    np.testing.assert_array_equal(given, second)
+
+
+def test_run_fills_through_a_copy_when_another_program_writes_the_stream():
+    """A weights-to-host fragment that stores into the run's output stream runs after the
+    run returned: ``run``'s result is filled through a copy, so the fragment's later store
+    does not reach it."""
+    from popxl.context import _execution_context
+
+    ir, x_s, y_s = _int_program()
+    with ir.main_graph:
+        w = popxl.variable(np.array([5, 6, 7], np.int32), name="w")
+        with _execution_context(popxl.ExecutionContext.WeightsToHostFragment):
+            ops.host_store(y_s, w + 100)
+    with popxl.Session(ir, "ipu_model") as session:
+        out = session.run({x_s: np.array([1, 2, 3], np.int32)})[y_s]
+        assert not np.shares_memory(out, _stream_buffer(session, y_s))
+        session.weights_to_host()
+        np.testing.assert_array_equal(_stream_buffer(session, y_s).reshape(-1), [105, 106, 107])
+    np.testing.assert_array_equal(out, [2, 3, 4])

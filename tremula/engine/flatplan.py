@@ -24,6 +24,7 @@ from tremula.engine.streams import ALL, replayed_give, replayed_take
 from tremula.numerics import unguarded
 
 if TYPE_CHECKING:
+    from tremula.engine.plan import Gather
     from tremula.engine.run import Runtime
 
 FlatStep = Callable[[], None]
@@ -107,12 +108,26 @@ def _flat_host(rt: Runtime, node: N.HostNode, into: list[FlatStep]) -> None:
     action, slow = node.action, partial(_host, rt, node, ALL)
     step: FlatStep = slow
     if rt.replicas == 1 and isinstance(action, N.StreamIn):
-        put = partial(action.dst.write, rt.storage, ALL)
+        dst = _device_view(rt, action.dst)
+        put = partial(action.dst.write, rt.storage, ALL) if dst is None else partial(np.copyto, dst)
         step = replayed_take(rt.streams, action.stream.name, action.stream.dtype.numpy, put, slow)
     elif rt.replicas == 1 and isinstance(action, N.StreamOut):
-        get = partial(action.src.read, rt.storage, ALL)
+        src = _device_view(rt, action.src)
+        get = partial(action.src.read, rt.storage, ALL) if src is None else partial(_same, src)
         step = replayed_give(rt.streams, action.stream.name, get, slow)
     _append(rt, node, step, into)
+
+
+def _device_view(rt: Runtime, gather: Gather) -> np.ndarray | None:
+    """The ``[replica, element]`` view of device memory that ``gather`` reads and writes,
+    made once per plan (the runtime's memory stays put while it is loaded), or None when
+    its addresses are not consecutive."""
+    index = gather.index
+    return rt.storage[gather.dtype][:, index] if isinstance(index, slice) else None
+
+
+def _same(arr: np.ndarray) -> np.ndarray:
+    return arr
 
 
 def _flat_exchange(rt: Runtime, node: N.ExchangeNode, into: list[FlatStep]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -63,6 +63,16 @@ class HostData:
         if conn is not None and conn.rebind(buffer_or_callback):
             return  # the same stream again with a buffer of the same layout
         streams[name] = StreamConnection(stream, buffer_or_callback, self.replicas)
+
+    @locked
+    def connect_streams(self, buffers: Mapping[str, Any]) -> None:
+        """:meth:`connect_stream` for each stream name and buffer of ``buffers``, in order
+        (a PopXL session's streams before each run: one call, the lock taken once)."""
+        streams = self.runtime.streams
+        for name, buffer in buffers.items():
+            conn = streams.get(name)
+            if conn is None or not conn.rebind(buffer):
+                self.connect_stream(name, buffer)
 
     @locked
     def connect_host_function(

@@ -24,8 +24,7 @@ import itertools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tremula import profile as profile_format
@@ -160,39 +159,15 @@ class Profiles:
         self.runs = [0] * len(self.runs)
         self._counting = None
 
-    @contextmanager
-    def run(self, runtime: Runtime, index: int) -> Iterator[None]:
-        """Around a run of program ``index``: captured on the timeline while the program
-        has run fewer than the run count's times since load or reset, else run on a
-        timeline that records nothing (the results are the same): one that models no
-        cycles, or with :attr:`count_cycles` one that moves the clocks (from where the
-        captured runs left them) without recording steps. The run's cycles (the latest
-        clock after it minus the latest before it) go to :attr:`last_cycles`."""
-        on_main = threading.current_thread() is threading.main_thread()
-        if on_main:
-            endsignals.run_started()  # first: a SIGTERM / SIGHUP now waits for the end
-        try:
-            captured = self.runs[index] < self.options.run_count
-            self.runs[index] += 1
-            self.pending = True
-            self.last_cycles[index] = None
-            self.last_past[index] = not captured
-            tl, record_cs = runtime.tl, runtime.record_cs
-            # the timeline is put back whatever ends the run (KeyboardInterrupt included:
-            # the execution profile written at exit is the captured runs', not a stand-in's)
-            try:
-                if not captured and self._quiet is not None:
-                    runtime.tl, runtime.record_cs = self._quiet_timeline(tl, self._quiet), False
-                clock = runtime.tl
-                start = clock.cycles
-                yield
-            finally:
-                runtime.tl, runtime.record_cs = tl, record_cs
-            if not isinstance(clock, NullTimeline):
-                self.last_cycles[index] = clock.cycles - start
-        finally:
-            if on_main:
-                endsignals.run_ended()  # a SIGTERM / SIGHUP that came during the run
+    def run(self, runtime: Runtime, index: int) -> _Run:
+        """Around a run of program ``index`` (``with profiles.run(runtime, index):``):
+        captured on the timeline while the program has run fewer than the run count's times
+        since load or reset, else run on a timeline that records nothing (the results are
+        the same): one that models no cycles, or with :attr:`count_cycles` one that moves
+        the clocks (from where the captured runs left them) without recording steps. The
+        run's cycles (the latest clock after it minus the latest before it) go to
+        :attr:`last_cycles`."""
+        return _Run(self, runtime, index)
 
     def _quiet_timeline(self, captured: Timeline, quiet: NullTimeline) -> Timeline:
         """The timeline of a run past the run count."""
@@ -265,3 +240,48 @@ class Profiles:
             os.makedirs(self.directory, exist_ok=True)
             document = json.dumps(clock.document(), indent=1) + "\n"
             write_atomic(os.path.join(self.directory, HOST_TIME_FILE), document)
+
+
+class _Run:
+    """:meth:`Profiles.run`'s scope (a class rather than a generator: it is entered on
+    every run, and a replayed run of a small program is a few hundred microseconds)."""
+
+    __slots__ = ("clock", "index", "on_main", "profiles", "record_cs", "runtime", "start", "tl")
+
+    def __init__(self, profiles: Profiles, runtime: Runtime, index: int) -> None:
+        self.profiles, self.runtime, self.index = profiles, runtime, index
+
+    def __enter__(self) -> None:
+        self.on_main = on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            endsignals.run_started()  # first: a SIGTERM / SIGHUP now waits for the end
+        try:
+            p, runtime, index = self.profiles, self.runtime, self.index
+            captured = p.runs[index] < p.options.run_count
+            p.runs[index] += 1
+            p.pending = True
+            p.last_cycles[index] = None
+            p.last_past[index] = not captured
+            tl = self.tl = runtime.tl
+            self.record_cs = runtime.record_cs
+            if not captured and p._quiet is not None:
+                runtime.tl, runtime.record_cs = p._quiet_timeline(tl, p._quiet), False
+            self.clock = clock = runtime.tl
+            # (a timeline that models no cycles has none to count)
+            self.start = None if isinstance(clock, NullTimeline) else clock.cycles
+        except BaseException:
+            if on_main:
+                endsignals.run_ended()
+            raise
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        # the timeline is put back whatever ends the run (KeyboardInterrupt included: the
+        # execution profile written at exit is the captured runs', not a stand-in's)
+        try:
+            runtime = self.runtime
+            runtime.tl, runtime.record_cs = self.tl, self.record_cs
+            if exc_type is None and self.start is not None:
+                self.profiles.last_cycles[self.index] = self.clock.cycles - self.start
+        finally:
+            if self.on_main:
+                endsignals.run_ended()  # a SIGTERM / SIGHUP that came during the run

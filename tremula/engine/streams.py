@@ -103,6 +103,7 @@ class StreamConnection:
         self.buffer = view
         self.shared = shared
         self._source_shape = source.shape
+        self._want = stream.dtype.numpy
 
     def rebind(self, source: Any) -> bool:
         """Take ``source`` as the buffer, restarting at its first transfer, when it is an
@@ -116,7 +117,14 @@ class StreamConnection:
         old = self.buffer
         if old is None or type(source) is not np.ndarray:
             return False
-        source = host_buffer(self.stream, source)
+        flags = source.flags
+        if not (
+            source.dtype == self._want
+            and flags.c_contiguous
+            and (flags.writeable or self.stream.is_host_to_device)
+        ):  # (an array of the stream's type, contiguous and, for the device to fill,
+            # writable passes host_buffer's checks as it is)
+            source = host_buffer(self.stream, source)
         if (
             source.shape != self._source_shape
             or source.dtype != old.dtype
@@ -124,7 +132,7 @@ class StreamConnection:
         ):
             return False
         self.buffer = source.reshape(old.shape)
-        self.pos[:] = 0
+        self.pos.fill(0)
         return True
 
     def _exact(self, data: Any) -> np.ndarray:

@@ -297,7 +297,9 @@ class Session(SessionWeights):
         self._require_attached("run")
         arrays = self._io.check_inputs(inputs or {}, downcast_inputs)
         outputs = self.create_host_outputs()  # (the checks of run_with_outputs hold)
-        self._run(arrays, outputs)
+        # the device writes the new arrays in place where they are its buffers' layout (one
+        # replica here) and no other program of the engine could write them later
+        self._run(arrays, outputs, in_place=self._io.replicas == 1 and not any(self._fragments))
         return outputs
 
     @locked
@@ -324,23 +326,44 @@ class Session(SessionWeights):
         self._run(arrays, outputs)
 
     def _run(
-        self, arrays: dict[Any, np.ndarray], outputs: Mapping[DeviceToHostStream, np.ndarray]
+        self,
+        arrays: dict[Any, np.ndarray],
+        outputs: Mapping[DeviceToHostStream, np.ndarray],
+        in_place: bool = False,
     ) -> None:
         """Run once with checked inputs ``arrays`` (``HostStreams.check_inputs``), filling
-        the checked ``outputs``."""
-        io = self._io
+        the checked ``outputs``: through buffers copied back after the run, or, with
+        ``in_place``, as the device's buffers themselves (outputs that
+        ``HostStreams.to_engine`` lays out as views, which the caller made for this run)."""
         self._collective("Session.run")
-        with ExitStack() as hooks:  # host state the program needs (lowering's run hooks)
-            for hook in self._lowerer.run_hooks:
-                hooks.enter_context(hook(self))
-            for s, arr in arrays.items():
-                if arr.size:  # a zero-element stream moves nothing (its lowering copies none)
-                    self._engine.connect_stream(s.tensor_id, io.to_engine(arr))
-            buffers = {s: io.output_buffer(s, outputs[s]) for s in self._lowerer.d2h}
+        hooks = self._lowerer.run_hooks
+        if hooks:
+            with ExitStack() as stack:  # host state the program needs (lowering's run hooks)
+                for hook in hooks:
+                    stack.enter_context(hook(self))
+                self._run_engine(arrays, outputs, in_place)
+        else:
+            self._run_engine(arrays, outputs, in_place)
+
+    def _run_engine(
+        self,
+        arrays: dict[Any, np.ndarray],
+        outputs: Mapping[DeviceToHostStream, np.ndarray],
+        in_place: bool,
+    ) -> None:
+        """:meth:`_run`'s streams and engine run."""
+        io, engine = self._io, self._engine
+        d2h = self._lowerer.d2h
+        if in_place:
+            buffers = {s: io.to_engine(io.as_codes(s, outputs[s])) for s in d2h}
+        else:
+            buffers = {s: io.output_buffer(s, outputs[s]) for s in d2h}
+        # (a zero-element stream moves nothing: its lowering copies none)
+        connect = {s.tensor_id: io.to_engine(arr) for s, arr in arrays.items() if arr.size}
+        connect.update((s.tensor_id, buf) for s, buf in buffers.items() if buf.size)
+        engine.connect_streams(connect)
+        engine.run(0)
+        self._host_stale = True
+        if not in_place:
             for s, buf in buffers.items():
-                if buf.size:
-                    self._engine.connect_stream(s.tensor_id, buf)
-            self._engine.run(0)
-            self._host_stale = True
-        for s, buf in buffers.items():
-            io.fill_output(s, buf, outputs[s])
+                io.fill_output(s, buf, outputs[s])

@@ -201,12 +201,16 @@ class HostStreams:
             return np.ascontiguousarray(full[:, 0].reshape(-1))
         return np.ascontiguousarray(full.transpose(1, 0, 2).reshape(R, -1))
 
+    def as_codes(self, s: Any, output: np.ndarray) -> np.ndarray:
+        """Output array ``output`` of stream ``s`` in its host shape, float8 as uint8 codes
+        (a view)."""
+        start = output.reshape(self.host_shape(s))
+        return start.view(np.uint8) if start.dtype.names else start
+
     def output_buffer(self, s: Any, output: np.ndarray) -> np.ndarray:
         """The engine's buffer for stream ``s``, starting from ``output``'s values (slices
         the run does not write keep them); float8 as uint8 codes."""
-        start = output.reshape(self.host_shape(s))
-        codes = start.view(np.uint8) if start.dtype.names else start
-        return self.to_engine(codes).copy()
+        return self.to_engine(self.as_codes(s, output)).copy()
 
     def fill_output(self, s: Any, buffer: np.ndarray, output: np.ndarray) -> None:
         """Copy the engine's buffer of stream ``s`` back into the host array ``output``."""

@@ -10,7 +10,10 @@ from tremula.popxl.tensor import Tensor, TensorSpec
 
 
 class Stream:
-    """A host stream (PopXL's ``popxl.streams.Stream``, the base of both directions)."""
+    """A host stream (PopXL's ``popxl.streams.Stream``, the base of both directions).
+
+    Streams compare and hash by identity (object's own, in C: a session's run looks each
+    one up in several dicts)."""
 
     _spec: TensorSpec
     _name: str
@@ -66,12 +69,6 @@ class Stream:
     @property
     def tensor_id(self) -> str:
         return self._name
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}[{self._name} {self.dtype} {self.shape}]"

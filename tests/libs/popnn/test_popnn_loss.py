@@ -263,3 +263,57 @@ def test_prepared_nll_gives_the_bits_of_compute_run_after_run(from_probs, monkey
     np.testing.assert_allclose(got_d, want_d, rtol=1e-5, atol=1e-7)
     picked = np.log(probs[np.arange(n), np.where(valid, labels, 0)])
     np.testing.assert_allclose(got_l, np.where(valid, -picked, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_nll_gives_the_numpy_path_s_bits_on_special_values(monkeypatch) -> None:
+    """The NLL loss from probabilities as one compiled loop (``popnn/nll_kernel.py``, from
+    a prepared run's second call): loss and deltas hold the NumPy path's bits on every run
+    with NaNs of several payloads, signalling NaNs, infinities, signed zeros and subnormals
+    as probabilities and infinities, zeros and subnormals as the deltas scale; a NaN scale
+    and a masked or out-of-range label leave the run to the NumPy path."""
+    from tremula.libs import jit
+    from tremula.libs.popnn import nll_kernel
+
+    if not jit.available():
+        pytest.skip("needs the fast extra (numba)")
+    made: list[bool] = []
+    real = nll_kernel.compiled
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        run = real(*args)
+        made.append(run is not None)
+        return run
+
+    monkeypatch.setattr(nll_kernel, "compiled", spy)
+    bits = [0x7FC00000, 0xFFC12345, 0x7F800001, 0x7F800000, 0xFF800000, 0x80000000, 1, 0]
+    special = np.array(bits, np.uint32).view(np.float32)
+    n, c = 12, 9
+    rng = np.random.default_rng(8)
+    runs = []
+    for r in range(5):
+        p = H.softmax(rng.standard_normal((n, c))).astype(np.float32)
+        p[r % 3 :: 3, :] = np.resize(np.roll(special, r), c)  # special rows, labels on them
+        labels = rng.integers(0, c, n).astype(np.int32)
+        scale = np.float32(0.25) if r % 2 else special[r % special.size]
+        runs.append((p, labels, np.array([scale], np.float32)))
+    runs[3][1][[1, 7]] = [-1, c]  # masked and out of range: the general path
+    results = []
+    for compiled in (True, False):
+        previous = jit.set_enabled(compiled)
+        try:
+            rig = Rig(tiles=1)
+            tp = rig.input(runs[0][0], mapping=0)
+            tl = rig.input(runs[0][1], mapping=0)
+            ds = rig.input(runs[0][2], mapping=0)
+            loss, deltas = popnn.nll_loss_from_probs(
+                rig.graph, tp, tl, rig.prog, deltas_scale=ds.reshape([])
+            )
+            got = []
+            for p, labels, scale in runs:
+                rig.feeds["in0"], rig.feeds["in1"], rig.feeds["in2"] = p, labels, scale
+                got.append([x.tobytes() for x in rig.run([loss, deltas])])
+            results.append(got)
+        finally:
+            jit.set_enabled(previous)
+    assert made == [True, False]  # each engine asked on its second run: compiled, NumPy
+    assert results[0] == results[1]

@@ -193,3 +193,36 @@ def test_sigmoid_is_the_select_form_bit_for_bit(dtype, uint):
         sigmoid(same, out=same)
         np.testing.assert_array_equal(same.view(uint), want)
         np.testing.assert_array_equal(sigmoid(x[5]).view(uint), want[5])  # a constant
+
+
+@pytest.mark.parametrize("t", [poplar.FLOAT, poplar.HALF], ids=str)
+def test_float_division_writes_its_result_in_place_with_numpy_s_bits(t):
+    """Float ``DIVIDE`` runs NumPy's divide into the output (``ElementwiseOp.out_ref``: no
+    temporary; integers keep C's rules through ``numerics.divide``): first and replayed
+    runs, fused or not, give ``np.divide``'s bits (half: computed in float32, rounded
+    once) on signed zeros, infinities, NaNs of two payloads, subnormals and random values."""
+    from tremula.libs.popops import ops
+    from tremula.libs.popops.expr import BinaryOpType
+
+    div = ops.BY_OP[BinaryOpType.DIVIDE]
+    assert div.out_ref(t) is np.divide and div.out_ref(poplar.INT) is None
+    bits = [0x7FC00000, 0xFFC12345, 0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x3F800000]
+    special = np.array(bits, np.uint32).view(np.float32)
+    rng = np.random.default_rng(3)
+    a = np.concatenate([np.repeat(special, 8), rng.standard_normal(50).astype(np.float32)])
+    b = np.concatenate([np.tile(special, 8), rng.standard_normal(50).astype(np.float32)])
+    a, b = a.astype(t.numpy), b.astype(t.numpy)
+    with np.errstate(all="ignore"):
+        want = np.divide(a.astype(np.float32), b.astype(np.float32)).astype(t.numpy)
+    rig = H.Rig()
+    ta, tb = rig.input(a, t), rig.input(b, t)
+    unfused = ew.div(rig.graph, ta, tb, rig.prog)
+    fused = ew.map(rig.graph, _1 / _2, [ta, tb], rig.prog)
+    (u, f), engine = rig.run([unfused, fused])
+    uint = np.uint32 if t == poplar.FLOAT else np.uint16
+    for got in (u, f):
+        assert np.array_equal(got.view(uint), want.view(uint))
+    for _ in range(2):  # replayed runs: the prepared steps
+        engine.run()
+        for name in ("out0", "out1"):
+            assert np.array_equal(engine.read_tensor(name).view(uint), want.view(uint))

@@ -7,13 +7,16 @@ Their cycle estimators are ``estimators.py``'s.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from tremula import numerics, poplar
 from tremula.errors import CodeletError
+from tremula.libs import jit
 from tremula.libs.popnn import estimators as E
+from tremula.libs.popnn import nll_kernel
 from tremula.libs.popnn.nonlinearity_table import TABLE, NonLinearity, NonLinearityType
 from tremula.poplar.intervals import distinct
 
@@ -221,7 +224,11 @@ def _nll_flat(
         flat_d[idx] = corrected
         np.negative(picked, out=loss)
 
-    return numerics.quiet(run)
+    if log_input:
+        return numerics.quiet(run)
+    # from the second run on, the gathers and the gradient in one compiled loop
+    compiled = partial(nll_kernel.compiled, probs, labels, ds, deltas, loss, run)
+    return numerics.quiet(jit.deferred(run, compiled))
 
 
 def _loss_values(

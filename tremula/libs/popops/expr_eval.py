@@ -320,8 +320,9 @@ def _op_step(
             np.copyto(buf, ref(*vals), casting="unsafe")
 
         return run_half
-    if op.takes_out and buf.dtype == op.result_type(t).numpy:
-        return partial(ref, *args, out=buf)  # type: ignore[return-value]  # result unused
+    out_ref = op.out_ref(t) if buf.dtype == op.result_type(t).numpy else None
+    if out_ref is not None:
+        return partial(out_ref, *args, out=buf)  # type: ignore[return-value]  # result unused
     return lambda: np.copyto(buf, ref(*args), casting="unsafe")
 
 

@@ -98,6 +98,9 @@ class ElementwiseOp:
     flops: int = 1  # floating-point operations per element (float and half only)
     in_place: bool = field(default=True)  # a popops.<name>_in_place function exists
     writes_out: bool = False  # ``ref`` takes ``out=`` (as ufuncs do), elementwise-safe
+    #: the ufunc ``ref`` calls for float operands (``DIVIDE``: IEEE division), which can
+    #: write into ``out`` where ``ref`` itself (integer rules too) cannot
+    float_ufunc: np.ufunc | None = None
 
     def __post_init__(self) -> None:
         if self.result not in ("same", "bool"):
@@ -112,6 +115,14 @@ class ElementwiseOp:
         """Whether ``ref`` can write its result into an ``out`` array that may alias an
         operand (ufuncs, and refs marked ``writes_out``)."""
         return self.writes_out or isinstance(self.ref, np.ufunc)
+
+    def out_ref(self, t: Type) -> Callable[..., np.ndarray] | None:
+        """What computes the op on operands of type ``t`` into an ``out=`` array (which may
+        alias an operand): ``ref`` where it takes ``out``, the float ufunc it calls for a
+        float type, else None."""
+        if self.takes_out:
+            return self.ref
+        return self.float_ufunc if t.numpy.kind == "f" else None
 
     def supports(self, t: Type) -> bool:
         return family(t) in self.costs
@@ -179,7 +190,9 @@ ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     ElementwiseOp(B.ADD, "add", np.add, _fh(N(1), N(1), int=E(7)), fast=True),
     ElementwiseOp(B.SUBTRACT, "sub", np.subtract, _fh(N(1), N(1), int=E(7)), fast=True),
     ElementwiseOp(B.MULTIPLY, "mul", np.multiply, _fh(N(1), N(1), int=E(7)), fast=True),
-    ElementwiseOp(B.DIVIDE, "div", nx.divide, _fh(N(16), N(16), int=E(40))),  # [proposal]
+    ElementwiseOp(
+        B.DIVIDE, "div", nx.divide, _fh(N(16), N(16), int=E(40)), float_ufunc=np.divide
+    ),  # [proposal]
     ElementwiseOp(B.POWER, "pow", np.power, _fh(E(100), E(100)), flops=10),  # [proposal]
     ElementwiseOp(B.REMAINDER, "rem", nx.remainder, _fh(E(18), E(18), int=E(40))),  # [proposal]
     ElementwiseOp(B.MINIMUM, "min", np.minimum, _fh(N(1), N(1), int=E(2))),  # [proposal]
@@ -293,8 +306,10 @@ def apply_quietly(
     result = op.result_type(t).numpy
     if t is HALF:
         args = [a.astype(nx.HALF_COMPUTE) if a.dtype == np.float16 else a for a in args]
-    if out is not None and out.dtype == result and op.takes_out:
-        return op.ref(*args, out=out)
+    if out is not None and out.dtype == result:
+        ref = op.out_ref(t)
+        if ref is not None:
+            return ref(*args, out=out)
     r = np.asarray(op.ref(*args))
     return r if r.dtype == result else r.astype(result)
 

@@ -37,15 +37,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from tremula import numerics, poplar
 from tremula.errors import ApplicationRuntimeError
+from tremula.libs import jit
 from tremula.libs.popops import estimators as E
 from tremula.libs.popops import ops
+from tremula.libs.popops.codelets import relu_kernel
 from tremula.libs.popops.expr import Expr, PlaceHolder, count_ops, make
 from tremula.libs.popops.expr_eval import (
     Typed,
@@ -202,6 +204,8 @@ class Elementwise(poplar.Codelet):
             out = v.stable_view(cls.output, nd_shape)
             if out is not None and all(a is not None for a in args):
                 run = compile_steps(typed, args, out)  # type: ignore[arg-type]
+                if relu_kernel.offered(typed):  # a compiled loop from the second run on
+                    run = jit.deferred(run, partial(relu_kernel.compiled, typed, args, out, run))
                 return numerics.quiet(_refreshed(refresh, run))
         return None
 
