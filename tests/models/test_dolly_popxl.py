@@ -47,6 +47,10 @@ def config(tp: int, **kwargs) -> dolly_layers.DollyConfig:
 
 @pytest.fixture(scope="module")
 def hf_model() -> transformers.GPTNeoXForCausalLM:
+    return random_hf_model()
+
+
+def random_hf_model() -> transformers.GPTNeoXForCausalLM:
     cfg = dolly_layers.DollyConfig()
     hf_config = transformers.GPTNeoXConfig(
         vocab_size=cfg.vocab_size,
@@ -86,6 +90,17 @@ def replicas(data, tp: int) -> list[np.ndarray]:
     return [data] if tp == 1 else list(data)
 
 
+def with_gradients(module):
+    """A copy of ``module`` holding its parameters' gradients (zeros where none) as data:
+    the same ``hf_mapping`` lays them out as the model's variables."""
+    copied = copy.deepcopy(module)
+    grads = {n: p.grad for n, p in module.named_parameters()}
+    for name, parameter in copied.named_parameters():
+        grad = grads[name]
+        parameter.data = torch.zeros_like(parameter) if grad is None else grad.clone()
+    return copied
+
+
 def test_rotary_permutation_pairs_rotate_half_dimensions() -> None:
     """``(i, i + r/2)`` of the rotary part land side by side, the rest stays in place."""
     perm = dolly_layers.rotate_half_to_interleaved(16, 8)
@@ -103,10 +118,7 @@ def test_decoder_block_and_gradients(hf_model, tp: int) -> None:
     (out_t,) = layer(x_t)[:1]
     grad_wrt = torch.randn(out_t.shape)
     out_t.backward(gradient=grad_wrt)
-    grad_layer = copy.deepcopy(layer)  # the layer holding its weights' gradients
-    grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
-    for name, parameter in grad_layer.named_parameters():
-        parameter.data = grads[name]
+    grad_layer = with_gradients(layer)
 
     ir = popxl.Ir(replication=tp)
     with ir.main_graph:
@@ -146,3 +158,141 @@ def test_decoder_block_and_gradients(hf_model, tp: int) -> None:
         if tp > 1 and expected.ndim == got.ndim - 1:  # an identical weight's, per replica
             expected = per_replica(expected, tp)
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=t.name)
+
+
+def hf_layer_outputs(hf_model, input_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each ``GPTNeoXLayer``'s output ``[batch * seq, hidden]`` and the logits."""
+    outputs: list[np.ndarray] = []
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: outputs.append(out[0].detach().numpy()))
+        for layer in hf_model.gpt_neox.layers
+    ]
+    try:
+        with torch.no_grad():
+            logits = hf_model(input_ids=torch.tensor(input_ids, dtype=torch.long)).logits.numpy()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    hidden = hf_model.config.hidden_size
+    return [o.reshape(-1, hidden) for o in outputs], logits.reshape(-1, logits.shape[-1])
+
+
+@pytest.mark.parametrize("tp, device", [(1, "ipu_model"), (2, "ipu_model"), (1, "cpu")])
+def test_layer_outputs_and_logits(hf_model, tp: int, device: str) -> None:
+    """``DollyLMHeadModelTP``'s logits (its shards concatenated), and in the same program
+    the embedding and the decoder layer graphs bound to the model's own variables, each
+    layer's output streamed out."""
+    cfg = config(tp)
+    ids = words(5, cfg.vocab_size)
+    offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
+
+    ir = popxl.Ir(replication=tp)
+    with ir.main_graph:
+        h2d = popxl.h2d_stream(offset.shape[-1:], popxl.int32, name="words")
+        input_ids = popxl.ops.host_load(h2d)
+        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
+        variables = facts.init()
+        (logits,) = graph.bind(variables).call(input_ids)
+        logits_d2h = addons.host_store(logits)
+
+        transformer = variables.transformer
+        _, embeddings = dolly_popxl.DollyEmbeddingsTP(cfg).create_graph(input_ids)
+        (x,) = embeddings.bind(transformer.embeddings).call(input_ids)
+        _, block = dolly_layers.DollyDecoderBlockTP(cfg).create_graph(x)
+        layer_d2h = []
+        for n in range(cfg.layers):
+            (x,) = block.bind(transformer.decoder[n]).call(x)
+            layer_d2h.append(addons.host_store(x))
+    apply_pre_alias_patterns(ir, level="default")
+
+    weights = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
+    with popxl.Session(ir, device) as session:
+        session.write_variables_data(weights)
+        outputs = session.run({h2d: offset})
+
+    expected_layers, expected_logits = hf_layer_outputs(hf_model, ids)
+    for n, d2h in enumerate(layer_d2h):
+        for got in replicas(outputs[d2h], tp):
+            np.testing.assert_allclose(got, expected_layers[n], err_msg=f"layer {n}", **TOL)
+    got_logits = np.concatenate(replicas(outputs[logits_d2h], tp), axis=-1)
+    np.testing.assert_allclose(got_logits, expected_logits, **TOL)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_inference_next_tokens(hf_model, tp: int) -> None:
+    """The inference program (weights in remote buffers written from the Hugging Face
+    model, layers by ``ops.repeat``): the logits at each sequence's last valid token (the
+    second sequence padded after 10 tokens) and their argmax, two batches in two runs."""
+    cfg = config(tp)
+    session = dolly_inference.inference(cfg)
+    last = np.array([cfg.sequence_length - 1, 9], dtype=np.int32)
+    with session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, session.state.fwd, hf_model)
+        )
+        for seed in (6, 7):
+            ids = words(seed, cfg.vocab_size)
+            ids[1, 10:] = 0  # padding after the last valid token: never attended to
+            outputs = session.run(
+                {
+                    session.inputs.words: dolly_popxl.DollyEmbeddingsTP.offset_inputs(
+                        cfg, ids.reshape(-1)
+                    ),
+                    session.inputs.last_token_indices: per_replica(last, tp),
+                }
+            )
+            _, logits = hf_layer_outputs(hf_model, ids)
+            expected = logits.reshape(BATCH, cfg.sequence_length, -1)[np.arange(BATCH), last]
+            got_logits = replicas(outputs[session.outputs.logits], tp)
+            got_tokens = replicas(outputs[session.outputs.next_token], tp)
+            for logits_r, tokens_r in zip(got_logits, got_tokens):
+                np.testing.assert_allclose(logits_r, expected, **TOL)
+                assert tokens_r.tolist() == expected.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_lm_head_loss_and_gradients(hf_model, tp: int) -> None:
+    """GPT-J's training head: the mean cross entropy of ``embed_out(final_layer_norm(x))``
+    (the logits sharded over the vocabulary, ``cross_entropy_sharded_loss``), the gradient
+    of ``x`` and the accumulated gradients of the head's weights, against torch autograd."""
+    cfg = config(tp)
+    rng = np.random.default_rng(8)
+    rows = BATCH * cfg.sequence_length
+    x_data = rng.standard_normal((rows, cfg.hidden_size)).astype(np.float32)
+    labels = rng.integers(0, cfg.vocab_size, rows).astype(np.int32)
+
+    hf_model.zero_grad()
+    x_t = torch.tensor(x_data, requires_grad=True)
+    logits_t = hf_model.embed_out(hf_model.gpt_neox.final_layer_norm(x_t))
+    loss_t = torch.nn.functional.cross_entropy(logits_t, torch.tensor(labels, dtype=torch.long))
+    loss_t.backward()
+    grad_model = with_gradients(hf_model)
+
+    ir = popxl.Ir(replication=tp)
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream(x_data.shape, popxl.float32, name="x")
+        labels_h2d = popxl.h2d_stream(labels.shape, popxl.int32, name="labels")
+        x = popxl.ops.host_load(x_h2d)
+        labels_t = popxl.ops.host_load(labels_h2d)
+        facts, graph = dolly_popxl.DollyLMHeadLossAndGradTP(cfg).create_graph(x, labels_t)
+        variables = facts.init()
+        loss, dx = graph.bind(variables).call(x, labels_t)
+        loss_d2h, dx_d2h = addons.host_store(loss), addons.host_store(dx)
+    apply_pre_alias_patterns(ir, level="default")
+
+    shard_size = cfg.vocab_size // tp
+    offset_labels = labels if tp == 1 else np.stack([labels - i * shard_size for i in range(tp)])
+    with popxl.Session(ir, "ipu_model") as session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadTP.hf_mapping(cfg, variables.fwd, hf_model)
+        )
+        outputs = session.run({x_h2d: per_replica(x_data, tp), labels_h2d: offset_labels})
+        accum = variables.bwd.accum
+        got_grads = session.get_tensors_data(list(accum.tensors))
+
+    for got_loss, got_dx in zip(replicas(outputs[loss_d2h], tp), replicas(outputs[dx_d2h], tp)):
+        np.testing.assert_allclose(got_loss, loss_t.item(), **TOL)
+        np.testing.assert_allclose(got_dx, x_t.grad.numpy(), **TOL)
+    expected = dolly_popxl.DollyLMHeadTP.hf_mapping(cfg, accum, grad_model)
+    for t in accum.tensors:
+        np.testing.assert_allclose(got_grads[t], expected[t], err_msg=t.name, **TOL)
