@@ -177,12 +177,22 @@ def hf_layer_outputs(hf_model, input_ids: np.ndarray) -> tuple[list[np.ndarray],
     return [o.reshape(-1, hidden) for o in outputs], logits.reshape(-1, logits.shape[-1])
 
 
-@pytest.mark.parametrize("tp, device", [(1, "ipu_model"), (2, "ipu_model"), (1, "cpu")])
-def test_layer_outputs_and_logits(hf_model, tp: int, device: str) -> None:
+@pytest.mark.parametrize(
+    "tp, device, dtype",
+    [
+        (1, "ipu_model", "float32"),
+        (2, "ipu_model", "float32"),
+        (1, "cpu", "float32"),
+        (2, "ipu_model", "float16"),
+    ],
+)
+def test_layer_outputs_and_logits(hf_model, tp: int, device: str, dtype: str) -> None:
     """``DollyLMHeadModelTP``'s logits (its shards concatenated), and in the same program
     the embedding and the decoder layer graphs bound to the model's own variables, each
-    layer's output streamed out."""
-    cfg = config(tp)
+    layer's output streamed out. In float16 (weights and activations; Hugging Face's in
+    float32) within float16's rounding of a few matmul levels."""
+    cfg = config(tp, dtype=popxl.dtypes.dtype.as_dtype(dtype))
+    tol = TOL if dtype == "float32" else {"rtol": 1e-2, "atol": 1e-2}
     ids = words(5, cfg.vocab_size)
     offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
 
@@ -213,9 +223,9 @@ def test_layer_outputs_and_logits(hf_model, tp: int, device: str) -> None:
     expected_layers, expected_logits = hf_layer_outputs(hf_model, ids)
     for n, d2h in enumerate(layer_d2h):
         for got in replicas(outputs[d2h], tp):
-            np.testing.assert_allclose(got, expected_layers[n], err_msg=f"layer {n}", **TOL)
+            np.testing.assert_allclose(got, expected_layers[n], err_msg=f"layer {n}", **tol)
     got_logits = np.concatenate(replicas(outputs[logits_d2h], tp), axis=-1)
-    np.testing.assert_allclose(got_logits, expected_logits, **TOL)
+    np.testing.assert_allclose(got_logits, expected_logits, **tol)
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -296,3 +306,49 @@ def test_lm_head_loss_and_gradients(hf_model, tp: int) -> None:
     expected = dolly_popxl.DollyLMHeadTP.hf_mapping(cfg, accum, grad_model)
     for t in accum.tensors:
         np.testing.assert_allclose(got_grads[t], expected[t], err_msg=t.name, **TOL)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_model_gradients(hf_model, tp: int) -> None:
+    """``addons.autodiff`` of the whole ``DollyLMHeadModelTP`` given a random gradient of
+    the logits (sharded as they are): every weight's gradient, the vocabulary-sharded
+    embedding's (its padding rows zero) included, against torch autograd."""
+    cfg = config(tp)
+    ids = words(9, cfg.vocab_size)
+    hf_model.zero_grad()
+    logits_t = hf_model(input_ids=torch.tensor(ids, dtype=torch.long)).logits
+    grad_wrt = torch.randn(logits_t.shape, generator=torch.Generator().manual_seed(2))
+    logits_t.backward(gradient=grad_wrt)
+    grad_model = with_gradients(hf_model)
+    grad_data = grad_wrt.numpy().reshape(-1, cfg.vocab_size)
+    grad_shards = grad_data if tp == 1 else np.stack(np.split(grad_data, tp, axis=-1))
+
+    ir = popxl.Ir(replication=tp)
+    with ir.main_graph:
+        ids_h2d = popxl.h2d_stream((ids.size,), popxl.int32, name="words")
+        grad_h2d = popxl.h2d_stream(grad_shards.shape[-2:], popxl.float32, name="grad")
+        input_ids = popxl.ops.host_load(ids_h2d)
+        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
+        variables = facts.init()
+        fwd_info = graph.bind(variables).call_with_info(input_ids)
+        grad_graph = addons.autodiff(graph, grads_required=graph.args.tensors)
+        grad_info = grad_graph.call_with_info(
+            popxl.ops.host_load(grad_h2d), args=grad_graph.grad_graph_info.inputs_dict(fwd_info)
+        )
+        grads = grad_graph.grad_graph_info.fwd_graph_ins_to_grad_parent_outs(grad_info)
+        d2h = {t: addons.host_store(grads[t]) for t in graph.args.tensors}
+    apply_pre_alias_patterns(ir, level="default")
+
+    offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
+    with popxl.Session(ir, "ipu_model") as session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
+        )
+        outputs = session.run({ids_h2d: offset, grad_h2d: grad_shards})
+
+    expected = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, graph.args, grad_model)
+    for t, stream in d2h.items():
+        want = expected[t]
+        if tp > 1 and want.ndim == outputs[stream].ndim - 1:  # an identical weight's
+            want = per_replica(want, tp)
+        np.testing.assert_allclose(outputs[stream], want, rtol=1e-4, atol=1e-4, err_msg=t.name)
