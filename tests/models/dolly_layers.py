@@ -81,6 +81,17 @@ def rotate_half_to_interleaved(head_size: int, rotary_ndims: int) -> np.ndarray:
     return np.concatenate([pairs, np.arange(rotary_ndims, head_size)])
 
 
+def unshard(x: np.ndarray, n_shards: int, axis: int) -> np.ndarray:
+    """The inverse of ``shard``: a sharded variable's data whole again."""
+    return x if n_shards == 1 else np.concatenate(list(x), axis=axis)
+
+
+def torch_tensor(x: np.ndarray):
+    import torch  # the models extra: only the Hugging Face conversions need it
+
+    return torch.tensor(np.ascontiguousarray(x), dtype=torch.float32)
+
+
 def reshape_for_scores(x: popxl.Tensor, sequence_length: int, heads: int) -> popxl.Tensor:
     micro_batch_size = x.shape[0] // sequence_length
     return x.reshape((micro_batch_size, sequence_length, heads, x.shape[1] // heads))
@@ -174,6 +185,31 @@ class DollySelfAttentionTP(addons.Module):
             variables.bias: to_numpy(hf_model.dense.bias.data, dtype),
         }
 
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        """``GPTNeoXAttention``'s state dict from this module's variables' data (as
+        ``TaskSession.get_named_tensors_data`` reads it): the inverse of ``hf_mapping``."""
+        n_shards = config.tensor_parallel
+        heads, hs = config.heads, config.head_size
+        inverse = np.argsort(rotate_half_to_interleaved(hs, config.rotary_ndims))
+
+        def whole(t: np.ndarray) -> np.ndarray:
+            """``[(n_shards,) ..., 3 hidden / n_shards]`` -> ``[..., heads * 3 * hs]``."""
+            t = t if n_shards > 1 else t[np.newaxis]
+            qkv = t.reshape(*t.shape[:-1], 3, heads // n_shards, hs)
+            # [..., 3, n_shards, heads / n_shards, hs] -> [..., heads, 3, hs]
+            qkv = np.moveaxis(qkv, 0, -3).reshape(*t.shape[1:-1], 3, heads, hs).copy()
+            qkv[..., :2, :, :] = qkv[..., :2, :, :][..., inverse]
+            return np.swapaxes(qkv, -3, -2).reshape(*t.shape[1:-1], 3 * heads * hs)
+
+        qkv = variables_data.heads.qkv
+        return {
+            "query_key_value.weight": torch_tensor(whole(qkv.weight).T),
+            "query_key_value.bias": torch_tensor(whole(qkv.bias)),
+            "dense.weight": torch_tensor(unshard(variables_data.output.weight, n_shards, 0).T),
+            "dense.bias": torch_tensor(variables_data.bias),
+        }
+
 
 class DollyFeedForwardTP(addons.Module):
     def __init__(self, config: DollyConfig):
@@ -211,12 +247,35 @@ class DollyFeedForwardTP(addons.Module):
             variables.bias: to_numpy(to_h.bias.data, dtype),
         }
 
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        """``GPTNeoXMLP``'s state dict: the inverse of ``hf_mapping``."""
+        n = config.tensor_parallel
+        intermediate = variables_data.intermediate
+        return {
+            "dense_h_to_4h.weight": torch_tensor(unshard(intermediate.weight, n, -1).T),
+            "dense_h_to_4h.bias": torch_tensor(unshard(intermediate.bias, n, -1)),
+            "dense_4h_to_h.weight": torch_tensor(unshard(variables_data.output.weight, n, 0).T),
+            "dense_4h_to_h.bias": torch_tensor(variables_data.bias),
+        }
+
 
 def layer_norm_mapping(config: DollyConfig, variables: NamedTensors, hf_layer_norm) -> dict:
     return {
         variables.weight: to_numpy(hf_layer_norm.weight.data, config.dtype),
         variables.bias: to_numpy(hf_layer_norm.bias.data, config.dtype),
     }
+
+
+def layer_norm_to_hf(prefix: str, variables_data: NamedTensors) -> dict:
+    return {
+        f"{prefix}.weight": torch_tensor(variables_data.weight),
+        f"{prefix}.bias": torch_tensor(variables_data.bias),
+    }
+
+
+def prefixed(prefix: str, state_dict: dict) -> dict:
+    return {f"{prefix}.{k}": v for k, v in state_dict.items()}
 
 
 class DollyDecoderBlockTP(addons.Module):
@@ -244,4 +303,14 @@ class DollyDecoderBlockTP(addons.Module):
             **layer_norm_mapping(config, variables.ln_2, hf_model.post_attention_layernorm),
             **DollySelfAttentionTP.hf_mapping(config, variables.attention, hf_model.attention),
             **DollyFeedForwardTP.hf_mapping(config, variables.feed_forward, hf_model.mlp),
+        }
+
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        """``GPTNeoXLayer``'s state dict (its attention's mask buffers left out)."""
+        return {
+            **layer_norm_to_hf("input_layernorm", variables_data.ln_1),
+            **layer_norm_to_hf("post_attention_layernorm", variables_data.ln_2),
+            **prefixed("attention", DollySelfAttentionTP.to_hf(config, variables_data.attention)),
+            **prefixed("mlp", DollyFeedForwardTP.to_hf(config, variables_data.feed_forward)),
         }

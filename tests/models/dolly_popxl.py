@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 import popxl_addons as addons
-from dolly_layers import DollyConfig, DollyDecoderBlockTP, layer_norm_mapping, tp_grouping
+from dolly_layers import (
+    DollyConfig,
+    DollyDecoderBlockTP,
+    layer_norm_mapping,
+    layer_norm_to_hf,
+    prefixed,
+    torch_tensor,
+    tp_grouping,
+    unshard,
+)
 from llama_popxl import shard
 from popxl_addons import GraphWithNamedArgs, NamedTensors
 from popxl_addons.layers import Embedding, LayerNorm, Linear
@@ -76,6 +85,11 @@ class DollyEmbeddingsTP(addons.Module):
         pad = DollyEmbeddingsTP.get_vocab_shard_size(config) * n - config.vocab_size
         return {variables.word.weight: shard(np.pad(table, ((0, pad), (0, 0))), n, axis=0)}
 
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        table = unshard(variables_data.word.weight, config.tensor_parallel, 0)
+        return {"embed_in.weight": torch_tensor(table[: config.vocab_size])}
+
 
 class DollyDecoderTP(addons.Module):
     """The decoder: one outlined block graph, called per layer with that layer's variables."""
@@ -126,6 +140,17 @@ class DollyModelTP(addons.Module):
             )
         return weights
 
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors, layer_norm: bool = True) -> dict:
+        """``GPTNeoXModel``'s state dict."""
+        state_dict = DollyEmbeddingsTP.to_hf(config, variables_data.embeddings)
+        if layer_norm:
+            state_dict.update(layer_norm_to_hf("final_layer_norm", variables_data.ln_f))
+        for n in range(config.layers):
+            layer = DollyDecoderBlockTP.to_hf(config, variables_data.decoder[n])
+            state_dict.update(prefixed(f"layers.{n}", layer))
+        return state_dict
+
 
 class DollyLMHeadTP(addons.Module):
     """The final layer norm and ``embed_out`` (no bias), sharded along the vocabulary: this
@@ -157,6 +182,14 @@ class DollyLMHeadTP(addons.Module):
             variables.head.weight: shard(head, config.tensor_parallel, -1),
         }
 
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        head = unshard(variables_data.head.weight, config.tensor_parallel, -1)
+        return {
+            **layer_norm_to_hf("gpt_neox.final_layer_norm", variables_data.ln_f),
+            "embed_out.weight": torch_tensor(head.T),
+        }
+
 
 class DollyLMHeadModelTP(addons.Module):
     """``GPTNeoXForCausalLM``: offset ids to this replica's logits shard."""
@@ -177,6 +210,30 @@ class DollyLMHeadModelTP(addons.Module):
         )
         weights.update(DollyLMHeadTP.hf_mapping(config, variables.lm_head, hf_model))
         return weights
+
+    @staticmethod
+    def to_hf(config: DollyConfig, variables_data: NamedTensors) -> dict:
+        """``GPTNeoXForCausalLM``'s state dict (the attention's mask buffers left out)."""
+        transformer = DollyModelTP.to_hf(config, variables_data.transformer, layer_norm=False)
+        return {
+            **prefixed("gpt_neox", transformer),
+            **DollyLMHeadTP.to_hf(config, variables_data.lm_head),
+        }
+
+
+def load_lm_to_hf(config: DollyConfig, session, hf_model):
+    """GPT-J's ``load_lm_to_hf``: the session's weights into ``hf_model``, every key but
+    the attention's mask buffers (``bias``, ``masked_bias``) and rotary tables given."""
+    weights = session.get_named_tensors_data()
+    if "fwd" in weights:
+        weights = weights.fwd
+    state_dict = DollyLMHeadModelTP.to_hf(config, weights)
+    buffers = ("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq")
+    for k in hf_model.state_dict():
+        if not k.endswith(buffers) and k not in state_dict:
+            raise KeyError(f"key {k} not found in session state")
+    hf_model.load_state_dict(state_dict, strict=False)
+    return hf_model
 
 
 class DollyLMHeadLossAndGradTP(addons.Module):

@@ -352,3 +352,40 @@ def test_model_gradients(hf_model, tp: int) -> None:
         if tp > 1 and want.ndim == outputs[stream].ndim - 1:  # an identical weight's
             want = per_replica(want, tp)
         np.testing.assert_allclose(outputs[stream], want, rtol=1e-4, atol=1e-4, err_msg=t.name)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_lm_to_hf(hf_model, tp: int) -> None:
+    """GPT-J's ``test_lm_to_hf``: the model's own (random) weights read back from a
+    ``TaskSession`` and loaded into a fresh ``GPTNeoXForCausalLM`` give its logits; and
+    ``to_hf`` of ``hf_mapping``'s data is the Hugging Face state dict, key for key."""
+    cfg = config(tp)
+    ids = words(10, cfg.vocab_size)
+    ir = popxl.Ir(replication=tp)
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((ids.size,), popxl.int32, name="words")
+        input_ids = popxl.ops.host_load(h2d)
+        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
+        variables = facts.init()
+        (logits,) = graph.bind(variables).call(input_ids)
+        logits_d2h = addons.host_store(logits)
+    apply_pre_alias_patterns(ir, level="default")
+
+    mapped = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
+    round_trip = dolly_popxl.DollyLMHeadModelTP.to_hf(cfg, variables.map(mapped.__getitem__))
+    parameters = dict(hf_model.named_parameters())  # the state dict less its buffers
+    assert sorted(round_trip) == sorted(parameters)
+    for key, value in parameters.items():
+        np.testing.assert_array_equal(round_trip[key].numpy(), value.detach().numpy(), key)
+
+    offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
+    session = addons.TaskSession(
+        [h2d], [logits_d2h], addons.NamedTensors(fwd=variables), ir=ir, device_desc="ipu_model"
+    )
+    with session:
+        outputs = session.run({h2d: offset})
+        hf = random_hf_model()
+        dolly_popxl.load_lm_to_hf(cfg, session, hf)
+    _, expected = hf_layer_outputs(hf, ids)
+    got = np.concatenate(replicas(outputs[logits_d2h], tp), axis=-1)
+    np.testing.assert_allclose(got, expected, **TOL)
