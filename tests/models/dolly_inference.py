@@ -36,6 +36,7 @@ def next_token_logits(config: DollyConfig, logits: popxl.Tensor, last_token_inde
 def inference(config: DollyConfig) -> TaskSession:
     ir = popxl.Ir(replication=config.tensor_parallel)
     opts = ir._pb_ir.getSessionOptions()
+    opts.partialsTypeMatMuls = "half" if config.dtype == popxl.float16 else "float"
     opts.engineOptions["target.syncReplicasIndependently"] = "true"
     mb, seq = config.micro_batch_size, config.sequence_length
 
@@ -55,6 +56,7 @@ def inference(config: DollyConfig) -> TaskSession:
             *embeddings_graph.graph.outputs
         )
         lm_facts, lm_graph = DollyLMHeadTP(config).create_graph(layer_graph.graph.outputs[0])
+        addons.set_available_memory_proportion_by_ipu(ir, [0.28])
 
         # ----- Create Variables: a remote buffer for each -----
         embeddings_buffers = named_variable_buffers(embeddings_facts, shard_over_dict=False)

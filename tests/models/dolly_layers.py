@@ -55,6 +55,9 @@ class DollyConfig:
     rotary_emb_base: int = 10000
     layer_norm_eps: float = 1e-5
     tensor_parallel: int = 1
+    #: the attention computed in this many chunks of queries (GPT-J's
+    #: ``attention_serialisation``: one outlined block called per chunk, then concatenated)
+    attention_serialisation: int = 1
     dtype: popxl.dtype = popxl.float32
 
     @property
@@ -132,11 +135,30 @@ class DollyAttentionHeads(addons.Module):
             query.dtype,
             name="causal_mask",
         )
-        attn_weights = (query @ key) * (1 / math.sqrt(cfg.head_size)) + causal_mask
-        attn_output = ops.softmax(attn_weights, axis=-1) @ value
+        chunks = cfg.attention_serialisation
+        if chunks > 1:
+            queries = ops.split(query, chunks, axis=2)
+            masks = ops.split(causal_mask, chunks, axis=0)
+            blk_graph = popxl.gcg().ir.create_graph(
+                self.attention_block, queries[0], key, value, masks[0]
+            )
+            attn_outputs = [
+                ops.call(blk_graph, query_i, key, value, mask_i)[0]
+                for query_i, mask_i in zip(queries, masks)
+            ]
+            attn_output = ops.concat(attn_outputs, axis=2)
+        else:
+            attn_output = self.attention_block(query, key, value, causal_mask)
         return attn_output.transpose((0, 2, 1, 3)).reshape(
             (cfg.micro_batch_size * cfg.sequence_length, -1)
         )
+
+    def attention_block(
+        self, query: popxl.Tensor, key: popxl.Tensor, value: popxl.Tensor, mask: popxl.Tensor
+    ) -> popxl.Tensor:
+        """``softmax(q k^T / sqrt(head_size) + mask) v`` for a chunk of queries."""
+        attn_weights = (query @ key) * (1 / math.sqrt(value.shape[-1])) + mask
+        return ops.softmax(attn_weights, axis=-1) @ value
 
 
 class DollySelfAttentionTP(addons.Module):

@@ -107,10 +107,11 @@ def test_rotary_permutation_pairs_rotate_half_dimensions() -> None:
     assert perm.tolist() == [0, 4, 1, 5, 2, 6, 3, 7, *range(8, 16)]
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_decoder_block_and_gradients(hf_model, tp: int) -> None:
-    """One ``GPTNeoXLayer``: output, input gradient and every weight's gradient."""
-    cfg = config(tp)
+@pytest.mark.parametrize("tp, chunks", [(1, 1), (2, 1), (2, 4)])
+def test_decoder_block_and_gradients(hf_model, tp: int, chunks: int) -> None:
+    """One ``GPTNeoXLayer``: output, input gradient and every weight's gradient; with the
+    attention serialised in ``chunks`` blocks of queries as GPT-J's."""
+    cfg = config(tp, attention_serialisation=chunks)
     layer = hf_model.gpt_neox.layers[0]
     torch.manual_seed(1)
     x_t = torch.randn((BATCH, cfg.sequence_length, cfg.hidden_size), requires_grad=True)
@@ -389,3 +390,42 @@ def test_lm_to_hf(hf_model, tp: int) -> None:
     _, expected = hf_layer_outputs(hf, ids)
     got = np.concatenate(replicas(outputs[logits_d2h], tp), axis=-1)
     np.testing.assert_allclose(got, expected, **TOL)
+
+
+def test_greedy_generation_matches_hugging_face(hf_model) -> None:
+    """GPT-J's host generation loop (``utils/inference.py``) over the inference program:
+    prompts of 5 and 8 tokens padded to the sequence, each step's next tokens written after
+    each prompt's last token; Hugging Face's greedy ``generate`` of each prompt alone."""
+    cfg = config(2)
+    prompts = [words(12, cfg.vocab_size)[0, :5], words(13, cfg.vocab_size)[0, :8]]
+    steps = 4
+    batch = np.zeros((BATCH, cfg.sequence_length), dtype=np.int32)
+    lens = np.array([len(p) for p in prompts], dtype=np.int32)
+    for i, prompt in enumerate(prompts):
+        batch[i, : len(prompt)] = prompt
+    session = dolly_inference.inference(cfg)
+    with session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, session.state.fwd, hf_model)
+        )
+        for _ in range(steps):
+            outputs = session.run(
+                {
+                    session.inputs.words: dolly_popxl.DollyEmbeddingsTP.offset_inputs(
+                        cfg, batch.reshape(-1)
+                    ),
+                    session.inputs.last_token_indices: per_replica(lens - 1, 2),
+                }
+            )
+            next_tokens = outputs[session.outputs.next_token][0]
+            batch[np.arange(BATCH), lens] = next_tokens
+            lens += 1
+    for i, prompt in enumerate(prompts):
+        expected = hf_model.generate(
+            torch.tensor(prompt[np.newaxis], dtype=torch.long),
+            max_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=cfg.vocab_size,  # none: every step generates
+        )
+        assert batch[i, : lens[i]].tolist() == expected[0].tolist()
