@@ -55,6 +55,9 @@ class DollyConfig:
     rotary_emb_base: int = 10000
     layer_norm_eps: float = 1e-5
     tensor_parallel: int = 1
+    #: model copies side by side, each over its own ``tensor_parallel`` replicas (replicas
+    #: ``[d tp, (d + 1) tp)`` run copy ``d``), each fed its own sequences
+    data_parallel: int = 1
     #: the attention computed in this many chunks of queries (GPT-J's
     #: ``attention_serialisation``: one outlined block called per chunk, then concatenated)
     attention_serialisation: int = 1
@@ -70,9 +73,12 @@ class DollyConfig:
 
 
 def tp_grouping(config: DollyConfig) -> ReplicaGrouping:
-    """Replicas holding the same shard (GPT-J's ``replica_grouping(stride=tp,
-    group_size=dp)``, one data-parallel copy): its ``transpose()`` groups the shards."""
-    return popxl.gcg().ir.replica_grouping(stride=config.tensor_parallel, group_size=1)
+    """Replicas holding the same shard, one of each data-parallel copy (GPT-J's
+    ``replica_grouping(stride=tp, group_size=dp)``): its ``transpose()`` groups a copy's
+    shards."""
+    return popxl.gcg().ir.replica_grouping(
+        stride=config.tensor_parallel, group_size=config.data_parallel
+    )
 
 
 def rotate_half_to_interleaved(head_size: int, rotary_ndims: int) -> np.ndarray:

@@ -429,3 +429,35 @@ def test_greedy_generation_matches_hugging_face(hf_model) -> None:
             eos_token_id=cfg.vocab_size,  # none: every step generates
         )
         assert batch[i, : lens[i]].tolist() == expected[0].tolist()
+
+
+def test_data_and_tensor_parallel_logits(hf_model) -> None:
+    """Two data-parallel copies of the model, each tensor parallel over two replicas (four
+    replicas; the shards' variables shared by the copies): each copy's logits are those of
+    its own sequences."""
+    tp, dp = 2, 2
+    cfg = config(tp, data_parallel=dp)
+    batches = [words(seed, cfg.vocab_size) for seed in (14, 15)]
+    ir = popxl.Ir(replication=tp * dp)
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((batches[0].size,), popxl.int32, name="words")
+        input_ids = popxl.ops.host_load(h2d)
+        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
+        variables = facts.init()
+        (logits,) = graph.bind(variables).call(input_ids)
+        logits_d2h = addons.host_store(logits)
+    apply_pre_alias_patterns(ir, level="default")
+
+    # replica d * tp + t: copy d's ids offset to shard t
+    offset = np.concatenate(
+        [dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1)) for ids in batches]
+    )
+    with popxl.Session(ir, "ipu_model") as session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
+        )
+        outputs = session.run({h2d: offset})
+    got = outputs[logits_d2h].reshape(dp, tp, *outputs[logits_d2h].shape[1:])
+    for d, ids in enumerate(batches):
+        _, expected = hf_layer_outputs(hf_model, ids)
+        np.testing.assert_allclose(np.concatenate(list(got[d]), axis=-1), expected, **TOL)
