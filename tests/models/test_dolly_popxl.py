@@ -34,7 +34,9 @@ transformers = _reference("transformers")
 import dolly_inference  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import dolly_layers  # noqa: E402
 import dolly_popxl  # noqa: E402
+import dolly_training  # noqa: E402
 import popxl_addons as addons  # noqa: E402
+import t5_training  # noqa: E402
 from popxl_addons.patterns import apply_pre_alias_patterns  # noqa: E402
 
 BATCH = 2
@@ -461,3 +463,59 @@ def test_data_and_tensor_parallel_logits(hf_model) -> None:
     for d, ids in enumerate(batches):
         _, expected = hf_layer_outputs(hf_model, ids)
         np.testing.assert_allclose(np.concatenate(list(got[d]), axis=-1), expected, **TOL)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_adam_steps_match_torch_adamw(hf_model, tp: int) -> None:
+    """``dolly_training``'s step twice (Adam state carried over): each step's loss and
+    gradient norm, and every weight after the second, against torch's ``clip_grad_norm_``
+    and ``AdamW`` (no decay on biases and layer norms) on the Hugging Face model."""
+    cfg = config(tp)
+    adam = t5_training.Adam(eps=1e-4, max_norm=0.5)
+    lr = 1e-2
+    model = copy.deepcopy(hf_model).train()
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not any(p is q for q in decay)]
+    torch_adam = torch.optim.AdamW(
+        [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(adam.beta1, adam.beta2),
+        eps=adam.eps,
+        weight_decay=adam.weight_decay,
+    )
+    step = dolly_training.training_step(cfg, adam)
+    shard_size = cfg.vocab_size // tp
+    with popxl.Session(step.ir, "ipu_model") as session:
+        session.write_variables_data(
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, step.variables, hf_model)
+        )
+        for seed in (16, 17):
+            ids = words(seed, cfg.vocab_size)
+            labels = words(seed + 10, cfg.vocab_size).reshape(-1)
+            torch_adam.zero_grad()
+            logits = model(input_ids=torch.tensor(ids, dtype=torch.long)).logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, cfg.vocab_size), torch.tensor(labels, dtype=torch.long)
+            )
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
+            assert norm.item() > adam.max_norm  # the clipping matters
+            torch_adam.step()
+
+            offset_labels = np.stack([labels - t * shard_size for t in range(tp)])
+            outputs = session.run(
+                {
+                    step.inputs["words"]: dolly_popxl.DollyEmbeddingsTP.offset_inputs(
+                        cfg, ids.reshape(-1)
+                    ),
+                    step.inputs["labels"]: offset_labels if tp > 1 else labels,
+                    step.inputs["lr"]: per_replica(np.float32(lr), tp),
+                }
+            )
+            for name, want in (("loss", loss.item()), ("grad_norm", norm.item())):
+                for got in replicas(outputs[step.outputs[name]], tp):
+                    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)
+        weights = session.get_tensors_data(list(step.variables.tensors))
+    expected = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, step.variables, model)
+    for t, want in expected.items():
+        np.testing.assert_allclose(weights[t], want, rtol=1e-4, atol=1e-5, err_msg=t.name)
