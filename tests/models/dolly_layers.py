@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import popxl_addons as addons
-from llama_popxl import shard
+from llama_popxl import shard, tp_grouping
 from popxl_addons import NamedTensors
 from popxl_addons.layers import LayerNorm, Linear
 from popxl_addons.ops.replicated_all_reduce_TP import (
@@ -70,15 +70,6 @@ class DollyConfig:
     @property
     def rotary_ndims(self) -> int:
         return int(self.head_size * self.rotary_pct)
-
-
-def tp_grouping(config: DollyConfig) -> ReplicaGrouping:
-    """Replicas holding the same shard, one of each data-parallel copy (GPT-J's
-    ``replica_grouping(stride=tp, group_size=dp)``): its ``transpose()`` groups a copy's
-    shards."""
-    return popxl.gcg().ir.replica_grouping(
-        stride=config.tensor_parallel, group_size=config.data_parallel
-    )
 
 
 def rotate_half_to_interleaved(head_size: int, rotary_ndims: int) -> np.ndarray:

@@ -28,12 +28,11 @@ from dolly_layers import (
     tp_grouping,
     unshard,
 )
-from llama_popxl import shard
+from llama_popxl import LlamaEmbeddingsTP, shard
 from popxl_addons import GraphWithNamedArgs, NamedTensors
 from popxl_addons.layers import Embedding, LayerNorm, Linear
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from popxl_addons.ops.replicated_all_reduce_TP import (
-    replicated_all_reduce_identical_grad_inputs,
     replicated_all_reduce_identical_inputs,
 )
 
@@ -41,31 +40,10 @@ import popxl
 from popxl.utils import to_numpy
 
 
-class DollyEmbeddingsTP(addons.Module):
-    """``embed_in`` sharded along the vocabulary: each replica looks its offset ids up in its
-    shard (ids outside it give zeros) and the shards' rows are summed."""
-
-    def __init__(self, config: DollyConfig):
-        super().__init__()
-        self.config = config
-        self.replica_grouping = tp_grouping(config)
-        self.word = Embedding(
-            config.dtype,
-            config.vocab_size,
-            config.hidden_size,
-            replica_grouping=self.replica_grouping,
-        )
-
-    def build(self, input_ids: popxl.Tensor) -> popxl.Tensor:
-        """`input_ids` are offsetted. Identical outputs across shards"""
-        x = self.word(input_ids.flatten())
-        return replicated_all_reduce_identical_grad_inputs(
-            x, group=self.replica_grouping.transpose()
-        )
-
-    @staticmethod
-    def get_vocab_shard_size(config: DollyConfig) -> int:
-        return Embedding.get_vocab_shard_size(config.vocab_size, config.tensor_parallel)
+class DollyEmbeddingsTP(LlamaEmbeddingsTP):
+    """``embed_in`` sharded along the vocabulary as LLaMA's token embedding (the same
+    module: each replica looks its offset ids up in its shard, ids outside it giving
+    zeros, and the shards' rows are summed), mapped from ``GPTNeoXModel``."""
 
     @staticmethod
     def offset_inputs(config: DollyConfig, words: np.ndarray) -> np.ndarray:

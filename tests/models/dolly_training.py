@@ -51,6 +51,36 @@ def global_norm(config: DollyConfig, grads: NamedTensors, sharded: set[str]) -> 
     return ops.sqrt(sharded_sq + identical_sq)
 
 
+def adam_steps(
+    adam: Adam,
+    variables: NamedTensors,
+    grads: NamedTensors,
+    groups: dict,
+    lr: popxl.Tensor,
+    norm: popxl.Tensor,
+) -> None:
+    """``AdamOptimizerStep`` on every variable, its state grouped as the variable (a
+    sharded weight's state sharded with it), clipping to the gradients' global ``norm``."""
+    grads_by_name = grads.to_dict()
+    for name, var in variables.to_dict().items():
+        optim_facts, optim_graph = AdamOptimizerStep().create_graph(
+            var.spec,
+            var.spec,
+            lr=popxl.TensorSpec((), popxl.float32),
+            replica_grouping=groups[name],
+            weight_decay=adam.weight_decay if requires_weight_decay(name) else 0.0,
+            beta1=adam.beta1,
+            beta2=adam.beta2,
+            eps=adam.eps,
+            bias_correction=True,
+            first_order_dtype=popxl.float32,
+            global_norm=popxl.TensorSpec((), popxl.float32),
+            global_norm_max=adam.max_norm,
+        )
+        state = optim_facts.init(f"optim.{name}")
+        optim_graph.bind(state).call(var, grads_by_name[name], lr, norm)
+
+
 def training_step(config: DollyConfig, adam: Adam) -> DollyTrainingStep:
     """One step per run: ``words`` (offset per replica), ``labels`` (offset as the logits'
     shards), ``lr`` in; ``loss`` and ``grad_norm`` out."""
@@ -97,24 +127,7 @@ def training_step(config: DollyConfig, adam: Adam) -> DollyTrainingStep:
         sharded = {n for n, g in groups.items() if g is not None and g.num_groups > 1}
         grads = accumulators.accum
         norm = global_norm(config, grads, sharded)
-        grads_by_name = grads.to_dict()
-        for name, var in variables.to_dict().items():
-            optim_facts, optim_graph = AdamOptimizerStep().create_graph(
-                var.spec,
-                var.spec,
-                lr=popxl.TensorSpec((), popxl.float32),
-                replica_grouping=groups[name],
-                weight_decay=adam.weight_decay if requires_weight_decay(name) else 0.0,
-                beta1=adam.beta1,
-                beta2=adam.beta2,
-                eps=adam.eps,
-                bias_correction=True,
-                first_order_dtype=popxl.float32,
-                global_norm=popxl.TensorSpec((), popxl.float32),
-                global_norm_max=adam.max_norm,
-            )
-            state = optim_facts.init(f"optim.{name}")
-            optim_graph.bind(state).call(var, grads_by_name[name], lr, norm)
+        adam_steps(adam, variables, grads, groups, lr, norm)
         for accumulator in accumulators.tensors:
             ops.var_updates.accumulator_scale_(accumulator, 0.0)
 

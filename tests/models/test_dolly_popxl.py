@@ -12,24 +12,16 @@ loss and gradients. Float32, on one replica and tensor parallel over two, on ``i
 from __future__ import annotations
 
 import copy
-import importlib
-import os
-from types import ModuleType
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from reference_packages import reference
 
 import popxl
 
-
-def _reference(name: str) -> ModuleType:
-    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-torch = _reference("torch")
-transformers = _reference("transformers")
+torch = reference("torch")
+transformers = reference("transformers")
 
 import dolly_inference  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import dolly_layers  # noqa: E402
@@ -101,6 +93,28 @@ def with_gradients(module):
         grad = grads[name]
         parameter.data = torch.zeros_like(parameter) if grad is None else grad.clone()
     return copied
+
+
+@dataclass
+class LMProgram:
+    """A main graph calling ``DollyLMHeadModelTP`` on streamed ids, storing its logits."""
+
+    ir: popxl.Ir
+    words: popxl.HostToDeviceStream
+    input_ids: popxl.Tensor
+    variables: addons.NamedTensors
+    logits: popxl.DeviceToHostStream
+
+
+def lm_program(cfg: dolly_layers.DollyConfig) -> LMProgram:
+    ir = popxl.Ir(replication=cfg.tensor_parallel * cfg.data_parallel)
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((BATCH * cfg.sequence_length,), popxl.int32, name="words")
+        input_ids = popxl.ops.host_load(h2d)
+        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
+        variables = facts.init()
+        (logits,) = graph.bind(variables).call(input_ids)
+        return LMProgram(ir, h2d, input_ids, variables, addons.host_store(logits))
 
 
 def test_rotary_permutation_pairs_rotate_half_dimensions() -> None:
@@ -199,18 +213,12 @@ def test_layer_outputs_and_logits(hf_model, tp: int, device: str, dtype: str) ->
     ids = words(5, cfg.vocab_size)
     offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
 
-    ir = popxl.Ir(replication=tp)
+    program = lm_program(cfg)
+    ir, variables, logits_d2h = program.ir, program.variables, program.logits
     with ir.main_graph:
-        h2d = popxl.h2d_stream(offset.shape[-1:], popxl.int32, name="words")
-        input_ids = popxl.ops.host_load(h2d)
-        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
-        variables = facts.init()
-        (logits,) = graph.bind(variables).call(input_ids)
-        logits_d2h = addons.host_store(logits)
-
         transformer = variables.transformer
-        _, embeddings = dolly_popxl.DollyEmbeddingsTP(cfg).create_graph(input_ids)
-        (x,) = embeddings.bind(transformer.embeddings).call(input_ids)
+        _, embeddings = dolly_popxl.DollyEmbeddingsTP(cfg).create_graph(program.input_ids)
+        (x,) = embeddings.bind(transformer.embeddings).call(program.input_ids)
         _, block = dolly_layers.DollyDecoderBlockTP(cfg).create_graph(x)
         layer_d2h = []
         for n in range(cfg.layers):
@@ -221,7 +229,7 @@ def test_layer_outputs_and_logits(hf_model, tp: int, device: str, dtype: str) ->
     weights = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
     with popxl.Session(ir, device) as session:
         session.write_variables_data(weights)
-        outputs = session.run({h2d: offset})
+        outputs = session.run({program.words: offset})
 
     expected_layers, expected_logits = hf_layer_outputs(hf_model, ids)
     for n, d2h in enumerate(layer_d2h):
@@ -364,15 +372,9 @@ def test_lm_to_hf(hf_model, tp: int) -> None:
     ``to_hf`` of ``hf_mapping``'s data is the Hugging Face state dict, key for key."""
     cfg = config(tp)
     ids = words(10, cfg.vocab_size)
-    ir = popxl.Ir(replication=tp)
-    with ir.main_graph:
-        h2d = popxl.h2d_stream((ids.size,), popxl.int32, name="words")
-        input_ids = popxl.ops.host_load(h2d)
-        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
-        variables = facts.init()
-        (logits,) = graph.bind(variables).call(input_ids)
-        logits_d2h = addons.host_store(logits)
-    apply_pre_alias_patterns(ir, level="default")
+    program = lm_program(cfg)
+    variables, logits_d2h, h2d = program.variables, program.logits, program.words
+    apply_pre_alias_patterns(program.ir, level="default")
 
     mapped = dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
     round_trip = dolly_popxl.DollyLMHeadModelTP.to_hf(cfg, variables.map(mapped.__getitem__))
@@ -383,7 +385,11 @@ def test_lm_to_hf(hf_model, tp: int) -> None:
 
     offset = dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1))
     session = addons.TaskSession(
-        [h2d], [logits_d2h], addons.NamedTensors(fwd=variables), ir=ir, device_desc="ipu_model"
+        [h2d],
+        [logits_d2h],
+        addons.NamedTensors(fwd=variables),
+        ir=program.ir,
+        device_desc="ipu_model",
     )
     with session:
         outputs = session.run({h2d: offset})
@@ -440,26 +446,19 @@ def test_data_and_tensor_parallel_logits(hf_model) -> None:
     tp, dp = 2, 2
     cfg = config(tp, data_parallel=dp)
     batches = [words(seed, cfg.vocab_size) for seed in (14, 15)]
-    ir = popxl.Ir(replication=tp * dp)
-    with ir.main_graph:
-        h2d = popxl.h2d_stream((batches[0].size,), popxl.int32, name="words")
-        input_ids = popxl.ops.host_load(h2d)
-        facts, graph = dolly_popxl.DollyLMHeadModelTP(cfg).create_graph(input_ids)
-        variables = facts.init()
-        (logits,) = graph.bind(variables).call(input_ids)
-        logits_d2h = addons.host_store(logits)
-    apply_pre_alias_patterns(ir, level="default")
+    program = lm_program(cfg)
+    apply_pre_alias_patterns(program.ir, level="default")
 
     # replica d * tp + t: copy d's ids offset to shard t
     offset = np.concatenate(
         [dolly_popxl.DollyEmbeddingsTP.offset_inputs(cfg, ids.reshape(-1)) for ids in batches]
     )
-    with popxl.Session(ir, "ipu_model") as session:
+    with popxl.Session(program.ir, "ipu_model") as session:
         session.write_variables_data(
-            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, variables, hf_model)
+            dolly_popxl.DollyLMHeadModelTP.hf_mapping(cfg, program.variables, hf_model)
         )
-        outputs = session.run({h2d: offset})
-    got = outputs[logits_d2h].reshape(dp, tp, *outputs[logits_d2h].shape[1:])
+        outputs = session.run({program.words: offset})
+    got = outputs[program.logits].reshape(dp, tp, *outputs[program.logits].shape[1:])
     for d, ids in enumerate(batches):
         _, expected = hf_layer_outputs(hf_model, ids)
         np.testing.assert_allclose(np.concatenate(list(got[d]), axis=-1), expected, **TOL)
