@@ -13,25 +13,16 @@ module, except under CI (``CI=true``), where they must be installed."""
 from __future__ import annotations
 
 import copy
-import importlib
-import os
-from types import ModuleType
 
 import numpy as np
 import pytest
+from reference_packages import reference
 
 import popxl
 from popxl import ops
 
-
-def _reference(name: str) -> ModuleType:
-    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-        return importlib.import_module(name)
-    return pytest.importorskip(name)
-
-
-torch = _reference("torch")
-transformers = _reference("transformers")
+torch = reference("torch")
+transformers = reference("transformers")
 
 import t5_cached  # noqa: E402
 import t5_inference  # noqa: E402
