@@ -209,7 +209,8 @@ def _exact(
     for a single product group whose K slice ``i`` writes partial ``i`` of each output
     element (every partial once, nothing else), of any size; None otherwise. Its first
     call runs the two compute sets' prepared runs apart (a program run once compiles
-    nothing), the later ones the kernel (or the runs apart where its check fails)."""
+    nothing), the later ones the kernel (or the runs apart where its check fails, and
+    after it where it stored a NaN: ``exact.or_numpy``)."""
     if len(before) != 1 or not exact.available():
         return None
     v = before[0]
