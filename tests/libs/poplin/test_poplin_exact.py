@@ -119,16 +119,17 @@ def test_without_compiled_kernels_there_is_no_kernel(monkeypatch):
     assert exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is None
 
 
-def _matmul_results(monkeypatch, compiled, shape, kind, tiles):
+def _matmul_results(monkeypatch, compiled, shape, kind, tiles, payloads=False):
     """``c`` after each of four runs of ``c = a @ b`` on a ``tiles``-tile Mk2 (A row-major
     or transposed, B row-major or read as ``W^T``), the plan's K slices as many, and how
-    many replayed runs took the compiled kernel."""
+    many replayed runs took the compiled kernel; with ``payloads``, NaNs of distinct
+    payloads (quiet and signalling, both signs) in both operands of the later runs."""
     monkeypatch.setattr(exact, "ENABLED", compiled)
     taken = []
     original = exact.sliced_sum
 
-    def counted(a, b, out):
-        run = original(a, b, out)
+    def counted(*args):
+        run = original(*args)
         taken.append(run is not None)
         return run
 
@@ -157,6 +158,11 @@ def _matmul_results(monkeypatch, compiled, shape, kind, tiles):
             av[0, :5] = [np.inf, -np.inf, np.nan, -0.0, 0.0]
         engine.write_tensor("a", av)
         bv = rng.standard_normal((n, k) if kind == "weight_t" else (k, n)).astype(np.float32)
+        if payloads and run:
+            for x in (av, bv):
+                spots = rng.integers(0, x.size, max(2, x.size // 50))
+                x.reshape(-1).view(np.uint32)[spots] = rng.choice(NANS, spots.size)
+            av[-1, -3:] = [np.inf, -np.inf, 0.0]  # (default NaNs meeting the others)
         engine.write_tensor("b", bv.T if kind == "weight_t" else bv)
         with np.errstate(all="ignore"):
             engine.run()
@@ -177,6 +183,72 @@ def test_replayed_matmuls_take_the_kernel_with_the_bits_of_the_two_compute_sets(
     for run, (x, y) in enumerate(zip(got, want)):
         assert _same(x, y), f"run {run}"
     assert np.isnan(got[-1][0]).all()  # (row 0 met a NaN)
+
+
+NANS = np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321, 0x7F800001, 0xFF800002], np.uint32)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "shape,tiles,kind",
+    [
+        ((32, 256, 256), 1472, "plain"),  # the digits MLP's products: K slices
+        ((32, 256, 256), 1472, "weight_t"),
+        ((32, 64, 32), 1472, "plain"),
+        ((32, 257, 32), 1, "plain"),  # one product, no slices
+    ],
+)
+def test_nan_payloads_are_those_of_the_numpy_path(monkeypatch, shape, tiles, kind):
+    """Where NaNs of distinct payloads meet (in a product's chain or the slices' sum),
+    which one NumPy and BLAS keep follows their loops: a run whose kernel stores a NaN is
+    handed back to the NumPy path, so the bits are the same, payloads included."""
+    got, taken = _matmul_results(monkeypatch, True, shape, kind, tiles, payloads=True)
+    want, none = _matmul_results(monkeypatch, False, shape, kind, tiles, payloads=True)
+    assert taken >= 1 and none == 0
+    for run, (x, y) in enumerate(zip(got, want)):
+        assert x.view(np.uint32).tobytes() == y.view(np.uint32).tobytes(), f"run {run}"
+    assert np.isnan(got[-1]).any()
+
+
+@needs_kernel
+@pytest.mark.parametrize("slices", [1, 2, 3])
+def test_a_run_storing_a_nan_is_handed_to_the_numpy_path(slices):
+    """Chains of 1..40, 64 and 257 steps with NaNs of distinct payloads meeting: the
+    kernel's run, handed to the NumPy path where it stores a NaN (``or_numpy``), gives the
+    NumPy path's bits; without a NaN the kernel's own."""
+    from tremula.libs.poplin.codelets import _product_2d
+
+    rng = np.random.default_rng(slices)
+    handed = kept = 0
+    for k in [*range(1, 41), 64, 257]:
+        if slices == 1 and k < exact.MIN_CHAIN:
+            continue
+        a, b = _operands(rng, (slices, 8, k, 32), False, False, specials=False)
+        if k % 3:  # NaNs of each payload, meeting in chains and sums
+            for x in (a, b):
+                flat = x.reshape(-1).view(np.uint32)
+                spots = rng.integers(0, flat.size, max(2, flat.size // 20))
+                flat[spots] = rng.choice(NANS, spots.size)
+        out, want = np.zeros((8, 32), np.float32), np.zeros((8, 32), np.float32)
+        reference = _product_2d if slices == 1 else None
+
+        def numpy_run(a=a, b=b, out=out):
+            if slices == 1:
+                _product_2d(a[0], b[0], out)()
+            else:
+                np.add.reduce(np.matmul(a, b), axis=0, out=out)
+
+        run = exact.sliced_sum(a, b, out, reference)
+        assert run is not None
+        with np.errstate(all="ignore"):
+            numpy_run(out=want)
+            no_nan = run()
+            exact.or_numpy(run, numpy_run)()
+        assert no_nan != np.isnan(want).any()
+        handed += not no_nan
+        kept += no_nan
+        assert out.view(np.uint32).tobytes() == want.view(np.uint32).tobytes(), k
+    assert handed and kept, (handed, kept)
 
 
 @needs_kernel

@@ -25,13 +25,13 @@ def _update(data, deltas, b):
     return Axpy([(np.asarray(b, F32).reshape(-1, 1), deltas, tmp)], data, tmp)
 
 
-def _memory(rng, rows):
-    """``rows`` replica rows: data in [0, 300), deltas in [400, 700): every pair of special
-    values as (data, delta) in the first 225 elements, random numbers after."""
+def _memory(rng, rows, data=SPECIAL):
+    """``rows`` replica rows: data in [0, 300), deltas in [400, 700): every pair of
+    ``data`` and special values as (data, delta) first, random numbers after."""
     mem = rng.standard_normal((rows, 800)).astype(F32)
     n = SPECIAL.size
-    mem[:, : n * n] = np.repeat(SPECIAL, n)
-    mem[:, 400 : 400 + n * n] = np.tile(SPECIAL, n)
+    mem[:, : n * data.size] = np.repeat(data, n)
+    mem[:, 400 : 400 + n * data.size] = np.tile(SPECIAL, data.size)
     return mem
 
 
@@ -53,8 +53,8 @@ def _joined(mem, scales):
 @pytest.mark.parametrize("rows", [1, 2])
 def test_the_compiled_update_gives_the_bits_of_the_numpy_path(rows):
     rng = np.random.default_rng(4)
-    mem = _memory(rng, rows)
-    scales = [[-0.05, 0.25], [SPECIAL[2], -1.0], [3.0, SPECIAL[4]]]  # per replica, NaNs too
+    mem = _memory(rng, rows, SPECIAL[len(NANS) :])  # (data holding a NaN: the NumPy path's)
+    scales = [[-0.05, 0.25], [SPECIAL[6], -1.0], [3.0, SPECIAL[10]]]  # per replica, inf, ...
     scales = [s[:rows] for s in scales]
     fast, slow = mem.copy(), mem.copy()
     run, reference = _joined(fast, scales), _joined(slow, scales)
@@ -65,7 +65,99 @@ def test_the_compiled_update_gives_the_bits_of_the_numpy_path(rows):
             reference()
         assert callable(run._compiled) == (call > 0)
         assert fast.view(np.uint32).tobytes() == slow.view(np.uint32).tobytes()
-    assert np.isnan(fast[:, :300]).any() and np.isinf(fast[:, :300]).any()
+        if call == 0:
+            assert np.isnan(fast[:, :300]).any() and np.isinf(fast[:, :300]).any()
+            fast[...] = slow[...] = np.nan_to_num(fast)  # (NaN data: the NumPy path's)
+
+
+LENGTHS = [*range(1, 41), 64, 257]
+
+
+def _sweep_update(mem, n, at, scale, per_row):
+    """The update of ``mem[:, at : at + n]`` by ``mem[:, at + n + 3 : ...]`` under ``scale``,
+    one number for all rows or one per row."""
+    b = np.full((mem.shape[0] if per_row else 1, 1), scale, F32)
+    return _update(mem[:, at : at + n], mem[:, at + n + 3 : at + 2 * n + 3], b)
+
+
+def _second_call_bits(mem, make, numpy_path):
+    """The bits the second call of an update (the compiled one where it is taken) leaves,
+    from the same memory as the first, and whether the loop made them (a loop handing the
+    run back must leave the memory as it was)."""
+    original = mem.copy()
+    update = make(mem)
+    if numpy_path:
+        update._compiled = False
+    with np.errstate(all="ignore"):
+        update()
+        mem[...] = original
+        update()
+        bits = mem.view(np.uint32).tobytes()
+        if not callable(update._compiled):
+            return bits, False
+        mem[...] = original
+        looped = update._compiled()
+    assert mem.view(np.uint32).tobytes() == (bits if looped else original.tobytes())
+    return bits, looped
+
+
+@needs_numba
+@pytest.mark.parametrize("scale", [-0.05, SPECIAL[1], SPECIAL[4]], ids=["finite", "nan", "snan"])
+@pytest.mark.parametrize("rows,per_row", [(1, False), (2, False), (2, True)])
+def test_where_two_nans_meet_the_numpy_path_keeps_its_payloads(scale, rows, per_row):
+    """Where a NaN datum meets a NaN product, or a NaN scale a NaN delta, NumPy's payload
+    depends on the length, the position and the broadcast (the head of 16 keeps the first
+    operand's, the tail the second's): each such run is the NumPy path's, at every length
+    and offset; with NaNs among the deltas only (data without NaN) the loop runs."""
+    nans = np.array(NANS, np.uint32)
+    ran = 0
+    for n in LENGTHS:
+        for at in (0, 1, 3):
+            j = np.arange(n)
+            for data_nan in (True, False):
+                mem = np.full((rows, 2 * n + 8), 0.75, F32)
+                bits = mem.view(np.uint32)
+                if data_nan:  # a NaN datum of another payload than its delta's everywhere
+                    bits[:, at : at + n] = nans[j % 6]
+                bits[:, at + n + 3 : at + 2 * n + 3] = nans[(j + 1 + j // 6) % 6]
+                bits[-1, at + n + 3] = 0x3F800000  # (a delta that is a number)
+
+                def make(m, n=n, at=at):
+                    return _sweep_update(m, n, at, scale, per_row)
+
+                fast, looped = _second_call_bits(mem.copy(), make, False)
+                slow, _ = _second_call_bits(mem.copy(), make, True)
+                assert fast == slow, (n, at, data_nan)
+                assert not (looped and data_nan)
+                ran += looped
+    assert ran == (0 if np.isnan(scale) else len(LENGTHS) * 3)
+
+
+@needs_numba
+@pytest.mark.parametrize("width", [10, 256])
+@pytest.mark.parametrize("lr", [0.05, np.nan])
+def test_a_bias_update_after_nans_gives_the_bits_of_the_numpy_path(width, lr):
+    """The MLP's bias updates (10 and 256 wide, joined after a weight's) from weights,
+    biases and gradients holding NaNs of distinct payloads, with a NaN learning rate too."""
+    rng = np.random.default_rng(width)
+    weights = 64 * 3
+    mem = rng.standard_normal((1, 2 * (weights + width) + 4)).astype(F32)
+    bits = mem.view(np.uint32)
+    grads = weights + width + 4
+    for spot, payload in enumerate(NANS):  # data and gradient NaNs at several places
+        bits[0, rng.integers(0, weights + width, 3)] = payload
+        bits[0, grads + rng.integers(0, weights + width, 3)] = NANS[(spot + 3) % 6]
+    bits[0, weights + width - 1] = NANS[2]  # the bias's last element, in a row's tail
+    bits[0, grads + weights + width - 1] = NANS[5]
+    parts = [(0, weights), (weights, weights + width)]
+
+    def make(m):
+        runs = [_update(m[:, lo:hi], m[:, grads + lo : grads + hi], -lr) for lo, hi in parts]
+        return runs[0].fuse_next(runs[1])
+
+    fast, _ = _second_call_bits(mem.copy(), make, False)
+    slow, _ = _second_call_bits(mem.copy(), make, True)
+    assert fast == slow
 
 
 @needs_numba
@@ -114,7 +206,7 @@ def test_compiling_a_kernel_adds_nothing_to_a_terminal_stdout():
     code = (
         "import numpy as np\n"
         "from tremula.libs.popops.codelets import axpy_kernel as k\n"
-        "assert k._rules() is not None\n"
+        "assert k._checked()\n"
         "print('done')\n"
     )
     main, child = pty.openpty()

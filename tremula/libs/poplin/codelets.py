@@ -136,7 +136,10 @@ class _Partial(poplar.Codelet):
                 if exact.candidate(a2[None], b2[None], c2, _product_2d) is None:
                     return plain
                 return jit.deferred(  # the compiled kernel from the second run on
-                    plain, lambda: exact.sliced_sum(a2[None], b2[None], c2, _product_2d)
+                    plain,
+                    lambda: exact.or_numpy(
+                        exact.sliced_sum(a2[None], b2[None], c2, _product_2d), plain
+                    ),
                 )
 
         return _refreshed(refresh, lambda: _products(*views, math, accumulate))  # type: ignore[call-arg]

@@ -26,12 +26,14 @@ NaNs in it (:func:`_passes`), three draws; a call that differs, a shape the tile
 divide, operands sharing memory with the output, no llvmlite, or compiled kernels switched
 off (:func:`tremula.libs.jit.set_enabled`) leaves the caller on the NumPy path.
 
-NaN payloads are the one exception: where two NaNs meet in an operation (an operand's NaN
+NaN payloads are not the kernel's: where two NaNs meet in an operation (an operand's NaN
 and the default NaN of ``inf - inf`` or ``0 * inf``, two NaN operands), which one survives
 depends on the operand order of the instruction, which BLAS kernels, compilers and even
-NumPy's own loops choose differently (NumPy 2.2 and 2.4 differ); the check therefore
-requires the same bits of every other value and NaN at the same places, and the payload of
-a NaN output may differ from the NumPy path's.
+NumPy's own loops choose differently (NumPy 2.2 and 2.4 differ; NumPy 2.4's adds keep the
+first operand's in whole vectors and the second's in a row's tail). The check therefore
+requires the same bits of every other value and NaN at the same places, and a run that
+stores a NaN says so (the kernel returns it): the caller then runs its NumPy path, which
+writes every output again with NumPy's payloads (:func:`or_numpy`).
 """
 
 from __future__ import annotations
@@ -73,15 +75,16 @@ def available() -> bool:
 
 def sliced_sum(
     a: np.ndarray, b: np.ndarray, out: np.ndarray, reference: Reference | None = None
-) -> Callable[[], None] | None:
+) -> Callable[[], bool] | None:
     """A run writing ``out = sum over s of a[s] @ b[s]`` (``a`` ``[S, M, k]``, ``b``
     ``[S, k, N]``, ``out`` ``[M, N]``, float32 views kept alive by the caller) with the bits
     of ``np.matmul(a, b)`` into partials of ``out``'s strides then ``np.add.reduce`` over
-    the slices; None where the kernel does not apply or its check fails (see the module
-    docstring). A single product (``S == 1``) is taken for chains of at least
-    :data:`MIN_CHAIN` steps, checked against ``reference(a[0], b[0], out)``'s run (the
-    caller's NumPy path for it). The kernels are compiled on the first call that gets here
-    (:func:`deferred` puts that off to a prepared run's second call)."""
+    the slices, returning True; False where it stored a NaN, whose payload the caller's
+    NumPy path must give (:func:`or_numpy`); None where the kernel does not apply or its
+    check fails (see the module docstring). A single product (``S == 1``) is taken for
+    chains of at least :data:`MIN_CHAIN` steps, checked against ``reference(a[0], b[0],
+    out)``'s run (the caller's NumPy path for it). The kernels are compiled on the first
+    call that gets here (:func:`deferred` puts that off to a prepared run's second call)."""
     key = candidate(a, b, out, reference)
     if key is None or _kernels() is None:
         return None
@@ -89,6 +92,22 @@ def sliced_sum(
         return None
     orient = _orientation(*key)
     return None if orient is None else _bound(a, b, out, orient)
+
+
+def or_numpy(
+    run: Callable[[], bool] | None, numpy_run: Callable[[], None]
+) -> Callable[[], None] | None:
+    """``run`` (of :func:`sliced_sum`, or runs of it in turn, False where any stored a NaN),
+    then ``numpy_run`` (the caller's NumPy path, writing the same outputs from the same
+    operands) where it stored a NaN; None where ``run`` is None."""
+    if run is None:
+        return None
+
+    def run_or_numpy() -> None:
+        if not run():
+            numpy_run()
+
+    return run_or_numpy
 
 
 def candidate(
@@ -152,9 +171,9 @@ def _orientation(S: int, M: int, k: int, N: int, sa: tuple, sb: tuple, so: tuple
     return "transposed" if sa[1] in (0, 1) else "packed"
 
 
-def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callable[[], None]:
+def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callable[[], bool]:
     """The kernel call of :func:`sliced_sum` for views ``a``, ``b``, ``out`` (the kernels
-    compiled: :func:`sliced_sum` checked)."""
+    compiled: :func:`sliced_sum` checked): True where it stored no NaN."""
     kernels = _kernels()
     assert kernels is not None
     vector, scatter = kernels
@@ -183,13 +202,13 @@ def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callab
         k,
     )
     if packed is None:
-        return lambda: fn(*args)
+        return lambda: not fn(*args)
     source = a.transpose(0, 2, 1)
     copyto = np.copyto
 
-    def run() -> None:
+    def run() -> bool:
         copyto(packed, source)
-        fn(*args)
+        return not fn(*args)
 
     return run
 
@@ -222,8 +241,8 @@ def _draw_passes(key: tuple, reference: Reference | None, rng: np.random.Generat
     else:
         np.matmul(a, b, out=parts)
         np.add.reduce(parts, axis=0, out=want)
-    _bound(a, b, out, orient)()
-    return _same(out, want)
+    stored_no_nan = _bound(a, b, out, orient)()
+    return _same(out, want) and stored_no_nan != bool(np.isnan(want).any())
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> bool:
@@ -292,7 +311,9 @@ def _compile() -> tuple[Any, Any]:
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    signature = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, *[i64] * 4)
+    signature = ctypes.CFUNCTYPE(
+        ctypes.c_int32, ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, *[i64] * 4
+    )
     vector, scatter = (signature(engine.get_function_address(n)) for n in ("vector", "scatter"))
     _KEEP.append(engine)  # the code lives as long as its engine
     return vector, scatter

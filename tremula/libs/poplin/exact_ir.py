@@ -1,7 +1,7 @@
 """The LLVM module of ``exact.py``'s kernels, built with ``llvmlite.ir``.
 
 Both functions take ``(x, sxp, sxs, sxk, y, sys, syk, z, szp, szq, P, Q, S, k)`` (float
-pointers, element strides, sizes as 64-bit integers) and compute, for each tile of ``rows``
+pointers, element strides, sizes as 64-bit integers), compute, for each tile of ``rows``
 values of ``p`` by ``vectors * lanes`` values of ``q``::
 
     total = 0
@@ -12,8 +12,9 @@ values of ``p`` by ``vectors * lanes`` values of ``q``::
         total = acc if s == 0 else (total if isnan(total) else total + acc)
     z[p, q] = total
 
-``vector`` stores each row of the tile as vectors (``szq`` must be 1), ``scatter`` element
-by element at stride ``szq``. ``y`` is read as vectors: unit stride along ``q``.
+and return whether they stored a NaN (a 32-bit integer, 0 or 1). ``vector`` stores each
+row of the tile as vectors (``szq`` must be 1), ``scatter`` element by element at stride
+``szq``. ``y`` is read as vectors: unit stride along ``q``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def module(rows: int, vectors: int, lanes: int) -> Any:
     ptr = f32.as_pointer()
     types = [ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64]
     for name in ("vector", "scatter"):
-        fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types), name=name)
+        fn = ir.Function(mod, ir.FunctionType(ir.IntType(32), types), name=name)
         for i in (0, 4, 7):
             fn.args[i].add_attribute("noalias")
         _Kernel(ir, fn, fma, vec, rows, vectors, lanes, name == "vector").build()
@@ -53,6 +54,8 @@ class _Kernel:
         self.i64 = ir.IntType(64)
         self.zero = ir.Constant(vec, [0.0] * self.lanes)
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.nan = self.b.alloca(ir.IntType(32), name="nan")  # whether a NaN was stored
+        self.b.store(ir.Constant(ir.IntType(32), 0), self.nan)
 
     def _blocks(self, name: str) -> list[Any]:
         """A loop's head, body and exit blocks."""
@@ -70,7 +73,7 @@ class _Kernel:
             "q",
             lambda q0: self._loop(self.c(0), a["P"], self.rows, "p", lambda p0: self._tile(p0, q0)),
         )
-        self.b.ret_void()
+        self.b.ret(self.b.load(self.nan))
 
     def _loop(self, start: Any, stop: Any, step: int, name: str, body: Callable) -> None:
         """``for iv in range(start, stop, step): body(iv)``."""
@@ -151,7 +154,14 @@ class _Kernel:
         return accs
 
     def _store(self, p0: Any, q0: Any, totals: list[Any]) -> None:
-        b, a = self.b, self.a
+        b, a, ir = self.b, self.a, self.ir
+        nans = b.fcmp_unordered("uno", totals[0], totals[0])
+        for total in totals[1:]:
+            nans = b.or_(nans, b.fcmp_unordered("uno", total, total))
+        any_nan = b.icmp_unsigned(
+            "!=", b.bitcast(nans, ir.IntType(self.lanes)), ir.Constant(ir.IntType(self.lanes), 0)
+        )
+        b.store(b.or_(b.load(self.nan), b.zext(any_nan, ir.IntType(32))), self.nan)
         for r in range(self.rows):
             row = b.mul(b.add(p0, self.c(r)), a["szp"])
             for v in range(self.vectors):

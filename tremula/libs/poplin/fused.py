@@ -209,7 +209,8 @@ def _exact(
     for a single product group whose K slice ``i`` writes partial ``i`` of each output
     element (every partial once, nothing else), of any size; None otherwise. Its first
     call runs the two compute sets' prepared runs apart (a program run once compiles
-    nothing), the later ones the kernel (or the runs apart where its check fails)."""
+    nothing), the later ones the kernel (or the runs apart where its check fails, and
+    after it where it stored a NaN: ``exact.or_numpy``)."""
     if len(before) != 1 or not exact.available():
         return None
     v = before[0]
@@ -255,17 +256,29 @@ def _exact(
     apart += [cl.ReducePartials.prepare(u) for u in after]
     steps = [run for run in apart if run is not None]
     if len(steps) != len(apart):
-        return _compiled(calls)
+        return None  # (no NumPy path to hand a NaN output back to)
     # the two compute sets apart on the first run, the kernel from the second one on
-    return jit.deferred(_in_order(steps), lambda: _compiled(calls))
+    numpy_run = _in_order(steps)
+    return jit.deferred(numpy_run, lambda: exact.or_numpy(_compiled(calls), numpy_run))
 
 
-def _compiled(calls: list[tuple]) -> Callable[[], None] | None:
-    """One run of :func:`exact.sliced_sum`'s kernels for ``calls``, or None."""
+def _compiled(calls: list[tuple]) -> Callable[[], bool] | None:
+    """One run of :func:`exact.sliced_sum`'s kernels for ``calls`` (False where one
+    stored a NaN), or None."""
     runs = [exact.sliced_sum(*call) for call in calls]
     if any(run is None for run in runs):
         return None
-    return runs[0] if len(runs) == 1 else _in_order(runs)  # type: ignore[arg-type]
+    if len(runs) == 1:
+        return runs[0]
+    kernels: list[Callable[[], bool]] = runs  # type: ignore[assignment]
+
+    def each() -> bool:
+        no_nan = True
+        for run in kernels:
+            no_nan &= run()
+        return no_nan
+
+    return each
 
 
 def _in_order(runs: list[Callable[[], None]]) -> Callable[[], None]:

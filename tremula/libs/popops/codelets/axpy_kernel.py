@@ -5,14 +5,17 @@ The NumPy path (``scaled_add.Axpy``) multiplies each part's deltas by its scale 
 temporary, then adds the temporary into the data: two float32 roundings per element,
 ``np.add(data, np.multiply(b, deltas))``. The loop makes the same two operations (numba
 does not contract them into one fused multiply-add without ``fastmath``) without the
-temporary. Where both operands of an operation are NaN, x86 keeps the first one's payload
-and the compiler may swap commutative operands, so the loop then computes ``b + b`` or
-``deltas + deltas`` (``data + data`` or ``t + t``): the NaN NumPy's ``b * deltas``
-(``data + t``) gives, quieted; which one NumPy gives differs between its versions (2.4
-keeps the first operand's, 2.2 the second's). On first use the loop is checked bit for bit
-against the NumPy path on a grid of special values (NaNs of several payloads, signalling
-ones, infinities, signed zeros, subnormals) and random data with each choice
-(:func:`_rules`); where none matches, or without numba, the NumPy path runs.
+temporary. An operation with one NaN operand gives that NaN quieted, in NumPy and in the
+loop alike; where both operands are NaN, which payload NumPy keeps depends on the loop it
+picks (measured with NumPy 2.4 on AVX-512: the first operand's in whole vectors of 16, the
+second's in the tail of a row longer than 16 and for an in-place add of one element), which
+a loop cannot follow. Two NaNs meet only where a scale is NaN (with a NaN delta) or a data
+element is NaN (with a NaN product), so those runs are the NumPy path's: a NaN scale (a
+constant) keeps the update off the loop, and the loop first scans the data and hands a run
+with a NaN in it back untouched. On first use the loop is checked bit for bit against the
+NumPy path on a grid of special values (NaNs of several payloads, signalling ones,
+infinities, signed zeros, subnormals) and random data (:func:`_checked`); where it differs,
+or without numba, the NumPy path runs.
 
 Taken where the data and every part's deltas are row-contiguous views of one device
 memory (rows: replicas) that do not overlap, and each scale is one number per row that is
@@ -35,9 +38,10 @@ F32 = np.dtype(np.float32)
 Part = tuple[Any, np.ndarray, np.ndarray]  # (scale, deltas, temporary): ``scaled_add.Axpy``
 
 
-def compiled(parts: list[Part], data: np.ndarray, root: np.ndarray) -> Callable[[], None] | None:
+def compiled(parts: list[Part], data: np.ndarray, root: np.ndarray) -> Callable[[], bool] | None:
     """The compiled run of ``Axpy(parts, data)`` over device memory ``root`` (see the
-    module docstring), or None."""
+    module docstring), or None. The run returns False, having written nothing, where the
+    data holds a NaN: the NumPy path's run."""
     if not jit.available() or root.ndim != 2 or root.dtype != F32 or not root.flags.c_contiguous:
         return None
     rows, row_bytes = root.shape[0], root.strides[0]
@@ -60,14 +64,13 @@ def compiled(parts: list[Part], data: np.ndarray, root: np.ndarray) -> Callable[
         return None
     if any(at < end and start < at + n for at, n in zip(offsets, lengths)):
         return None  # deltas overlapping the data: the NumPy path reads them all first
-    rules = _rules()
-    if rules is None:
-        return None
-    args = (root, start, np.array(offsets, np.int64), np.array(lengths, np.int64), scales, rules)
+    if np.isnan(scales).any() or not _checked():
+        return None  # a NaN scale meets each NaN delta: the NumPy path's payloads
+    args = (root, start, np.array(offsets, np.int64), np.array(lengths, np.int64), scales)
     kernel = _axpy
 
-    def run() -> None:
-        kernel(*args)
+    def run() -> bool:
+        return bool(kernel(*args))
 
     return run
 
@@ -87,12 +90,19 @@ def _offset(view: np.ndarray, root: np.ndarray, rows: int) -> int | None:
 
 
 @jit.kernel
-def _axpy(mem, start, offsets, lengths, scales, rules):  # type: ignore[no-untyped-def]
+def _axpy(mem, start, offsets, lengths, scales):  # type: ignore[no-untyped-def]
     """``mem[r, start + ...] += scales[r, p] * mem[r, offsets[p] + ...]``, part after
-    part, two roundings per element. Where both operands of the product (the sum) are
-    NaN, the result is the scale's (the data's) quieted if ``rules[0]`` (``rules[1]``) is
-    1, else the deltas' (the product's): NumPy's choice, which its versions differ on."""
-    scale_first, data_first = rules[0] == 1, rules[1] == 1
+    part, two roundings per element, and True; False, writing nothing, where the data
+    (``mem[:, start : start + sum(lengths)]``) holds a NaN."""
+    end = start + lengths.sum()
+    for r in range(mem.shape[0]):
+        data = mem[r, start:end]
+        nans = False
+        for j in range(data.size):  # (from 0, with no early exit: a vectorised scan)
+            x = data[j]
+            nans |= x != x
+        if nans:
+            return False
     for r in range(mem.shape[0]):
         row = mem[r]
         at = start
@@ -102,47 +112,37 @@ def _axpy(mem, start, offsets, lengths, scales, rules):  # type: ignore[no-untyp
             d = row[at : at + n]
             g = row[offsets[p] : offsets[p] + n]
             for j in range(n):
-                x = d[j]
-                e = g[j]
-                t = s * e
-                if t != t and s != s and e != e:
-                    t = s + s if scale_first else e + e
-                y = x + t
-                if y != y and x != x and t != t:
-                    y = x + x if data_first else t + t
-                d[j] = y
+                d[j] = d[j] + s * g[j]
             at += n
+    return True
 
 
 @cache
-def _rules() -> np.ndarray | None:
-    """The NaN rules (see :func:`_axpy`) with which the loop gives the NumPy path's bits:
-    every pair of special values (and random numbers) as data and deltas, under a finite
-    scale and a NaN one; None where no choice does."""
+def _checked() -> bool:
+    """Whether the loop gives the NumPy path's bits: every pair of special values (and
+    random numbers) as data and deltas under scales of each kind but NaN (a grid whose data
+    holds NaNs is handed back untouched)."""
     bits = [0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321, 0x7F800001, 0xFF800002]
-    bits += [0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x3F800000, 0x7F7FFFFF]
-    special = np.array(bits, np.uint32).view(F32)
-    n = special.size
+    nans = np.array(bits, np.uint32).view(F32)
+    bits = [0x7F800000, 0xFF800000, 0, 0x80000000, 1, 0x80000001, 0x3F800000, 0x7F7FFFFF]
+    others = np.array(bits, np.uint32).view(F32)
     rng = np.random.default_rng(0)
-    data = np.concatenate([np.repeat(special, n), rng.standard_normal(1000).astype(F32)])
-    deltas = np.concatenate([np.tile(special, n), rng.standard_normal(1000).astype(F32)])
-    wants = []
-    for scale in (np.float32(-0.05), special[2], special[3]):
+    noise = rng.standard_normal(1000).astype(F32)
+    special = np.concatenate([nans, others])
+    data = np.concatenate([np.repeat(others, special.size), noise])
+    deltas = np.concatenate([np.tile(special, others.size), noise[::-1]])
+    for scale in (np.float32(-0.05), *others):
         want = data[None, :].copy()
         with np.errstate(all="ignore"):
             np.add(want, np.multiply(np.full((1, 1), scale, F32), deltas[None, :]), out=want)
-        wants.append((scale, want))
-    for rules in ((1, 1), (1, 0), (0, 1), (0, 0)):
-        chosen = np.array(rules, np.int64)
-        if all(_matches(data, deltas, scale, want, chosen) for scale, want in wants):
-            return chosen
-    return None
-
-
-def _matches(
-    data: np.ndarray, deltas: np.ndarray, scale: np.float32, want: np.ndarray, rules: np.ndarray
-) -> bool:
-    mem = np.concatenate([data, deltas])[None, :].copy()
-    size = np.array([data.size], np.int64)
-    _axpy(mem, 0, size, size, np.full((1, 1), scale, F32), rules)
-    return bool(np.array_equal(mem[:, : data.size].view(np.uint32), want.view(np.uint32)))
+        mem = np.concatenate([data, deltas])[None, :].copy()
+        size = np.array([data.size], np.int64)
+        if not _axpy(mem, 0, size, size, np.full((1, 1), scale, F32)):
+            return False
+        if not np.array_equal(mem[:, : data.size].view(np.uint32), want.view(np.uint32)):
+            return False
+    mem = np.concatenate([nans, special])[None, :].copy()
+    before = mem.copy()
+    size = np.array([nans.size], np.int64)
+    handed_back = not _axpy(mem, 0, size, size, np.ones((1, 1), F32))
+    return handed_back and np.array_equal(mem.view(np.uint32), before.view(np.uint32))

@@ -50,7 +50,8 @@ class Axpy:
     operations as apart, so the bits are the same, provided no part's deltas or scale read
     the joined data (apart, a later part would read what an earlier one wrote): then the
     runs stay apart. With numba the run is one compiled pass making the same two
-    operations per element (``axpy_kernel.py``), where it applies and matches."""
+    operations per element (``axpy_kernel.py``), where it applies and matches and the
+    data holds no NaN."""
 
     def __init__(
         self,
@@ -73,8 +74,7 @@ class Axpy:
             from tremula.libs.popops.codelets.axpy_kernel import compiled
 
             run = self._compiled = compiled(self.parts, self.data, self.root) or False
-        if callable(run):
-            run()
+        if callable(run) and run():  # (False: a NaN in the data, see ``axpy_kernel.py``)
             return
         for b, deltas, tmp in self.parts:
             np.multiply(b, deltas, out=tmp)
