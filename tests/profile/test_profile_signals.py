@@ -5,6 +5,7 @@ still ends by the signal; a program's own handler still runs and decides the exi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -41,6 +42,13 @@ def reference(tmp_path_factory) -> tuple[dict, dict]:
     return graph, execution
 
 
+def _default_action(sig: int) -> None:
+    """In the child before it runs the program: ``sig`` at its default action, whatever the
+    test runner inherited (a job started under ``nohup`` ignores SIGHUP, and so would every
+    program it starts)."""
+    signal.signal(sig, signal.SIG_DFL)
+
+
 def _run_until(sig: int, mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(
         [sys.executable, str(PROGRAM), mode],
@@ -48,6 +56,7 @@ def _run_until(sig: int, mode: str, folder: Path) -> subprocess.CompletedProcess
         stderr=subprocess.PIPE,
         text=True,
         env=_environment(folder),
+        preexec_fn=functools.partial(_default_action, sig),
     )
     try:
         assert proc.stdout is not None
