@@ -18,6 +18,7 @@ PACKAGES = [
     "tremula.poplar",
     "tremula.libs.gcl",
     "tremula.libs.popnn",
+    "tremula.libs.poprand",
     "tremula.popxl",
     "tremula.popxl._ir",
 ]
@@ -208,8 +209,8 @@ def test_op_modules_named_like_their_function_keep_the_function_when_ops_loads_l
 
 #: modules that creating and running a session of the README MLP must not load: the custom
 #: ops' lowering rules (loaded when a program first uses a custom op), ``numpy.ma`` (which
-#: ``np.unique`` imports on its first call; the compile takes ``distinct`` instead) and PopNN's
-#: recurrent layers and normalisations
+#: ``np.unique`` imports on its first call; the compile takes ``distinct`` instead), PopNN's
+#: recurrent layers and normalisations, and PopRand's generators (the MLP draws no numbers)
 NOT_FOR_THE_MLP = (
     "tremula.lowering.custom_ops",
     "tremula.popxl.custom_ops.",
@@ -217,6 +218,8 @@ NOT_FOR_THE_MLP = (
     "tremula.libs.popnn.gru.",
     "tremula.libs.popnn.lstm.",
     "tremula.libs.popnn.normalisation.",
+    "tremula.libs.poprand.generate.",
+    "tremula.libs.poprand.codelets.",
 )
 
 
