@@ -14,7 +14,14 @@ import pytest
 
 from tremula.lazy import exports
 
-PACKAGES = ["tremula.poplar", "tremula.libs.gcl", "tremula.popxl", "tremula.popxl._ir"]
+PACKAGES = [
+    "tremula.poplar",
+    "tremula.libs.gcl",
+    "tremula.libs.popnn",
+    "tremula.libs.poprand",
+    "tremula.popxl",
+    "tremula.popxl._ir",
+]
 
 
 def _package(root: Path, name: str, init: str, **modules: str) -> None:
@@ -115,6 +122,33 @@ def test_tremula_lazy_packages_export_the_objects_of_their_modules(name: str) ->
     assert not missing, f"{name}.__all__ names that do not resolve: {missing}"
 
 
+@pytest.mark.parametrize("name", PACKAGES)
+def test_tremula_lazy_packages_keep_exports_named_like_their_module_when_it_loads_first(
+    name: str,
+) -> None:
+    # importing a submodule binds it on its package: an export named like the module that
+    # defines it (``popnn.softmax``) must still be the export, as after an eager import
+    package = importlib.import_module(name)
+    shadowed = [
+        (export, module)
+        for export, (module, attr) in exports(package.__file__).items()
+        if module.rpartition(".")[2] == attr == export and module != name
+    ]
+    code = textwrap.dedent(
+        f"""
+        import importlib
+        shadowed = {shadowed!r}
+        for _, module in shadowed:
+            importlib.import_module(module)
+        package = importlib.import_module({name!r})
+        for export, module in shadowed:
+            value = getattr(importlib.import_module(module), export)
+            assert getattr(package, export) is value, export
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 #: modules that `import popxl` must not load: the engine, the lowering, the graph layer's
 #: graphs and programs, PopLibs (GCL's collectives included), the profile format
 BACKEND = (
@@ -174,9 +208,19 @@ def test_op_modules_named_like_their_function_keep_the_function_when_ops_loads_l
 
 
 #: modules that creating and running a session of the README MLP must not load: the custom
-#: ops' lowering rules (loaded when a program first uses a custom op) and ``numpy.ma``
-#: (which ``np.unique`` imports on its first call; the compile takes ``distinct`` instead)
-NOT_FOR_THE_MLP = ("tremula.lowering.custom_ops", "tremula.popxl.custom_ops.", "numpy.ma.")
+#: ops' lowering rules (loaded when a program first uses a custom op), ``numpy.ma`` (which
+#: ``np.unique`` imports on its first call; the compile takes ``distinct`` instead), PopNN's
+#: recurrent layers and normalisations, and PopRand's generators (the MLP draws no numbers)
+NOT_FOR_THE_MLP = (
+    "tremula.lowering.custom_ops",
+    "tremula.popxl.custom_ops.",
+    "numpy.ma.",
+    "tremula.libs.popnn.gru.",
+    "tremula.libs.popnn.lstm.",
+    "tremula.libs.popnn.normalisation.",
+    "tremula.libs.poprand.generate.",
+    "tremula.libs.poprand.codelets.",
+)
 
 
 def test_a_session_loads_no_custom_op_lowering_and_no_numpy_ma() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from tremula import poplar
 from tremula.libs import popnn
-from tremula.libs.popnn import gru as popnn_gru
 from tremula.lowering.driver import Env, Lowerer, rule
 from tremula.popxl.ops.base import OpNode
 
@@ -27,12 +26,12 @@ def _operands(
     weights: tuple[poplar.Tensor, ...],
     prog: poplar.Sequence,
     name: str,
-) -> tuple[poplar.Tensor, popnn_gru.GruWeights]:
+) -> tuple[poplar.Tensor, popnn.GruWeights]:
     """Copies of ``x`` (laid out for slicing) and of the weights (planned for the
     matmuls)."""
     xs = popnn.create_input(lw.graph, p, f"{name}/input")
     prog.add(poplar.Copy(x, xs))
-    w = popnn_gru.create_weights(lw.graph, p, f"{name}/weights")
+    w = popnn.gru.create_weights(lw.graph, p, f"{name}/weights")
     for src, dst in zip(weights, w):
         prog.add(poplar.Copy(src, dst))
     return xs, w

@@ -15,13 +15,20 @@ from typing import Any
 
 from tremula import poplar
 from tremula.libs import util
-from tremula.libs.popnn import softmax as sm
 from tremula.libs.popnn.codelets import CODELETS, NonLinearity1D, NonLinearityGrad1D
 from tremula.libs.popnn.common import PopnnError, check_float, check_like
 from tremula.libs.popnn.nonlinearity_table import (
     ROW_WISE,
     NonLinearityType,
     as_nl_type,
+)
+from tremula.libs.popnn.softmax import (
+    log_softmax,
+    log_softmax_in_place,
+    log_softmax_input_gradient,
+    softmax,
+    softmax_in_place,
+    softmax_input_gradient,
 )
 from tremula.libs.popops.reduce import type_arg
 
@@ -63,8 +70,8 @@ def non_linearity_in_place(
         raise PopnnError(f"{where}: t {t!r} has aliased elements (a broadcast view?)")
     if nl in ROW_WISE:
         if nl is NL.LOG_SOFTMAX:
-            return sm.log_softmax_in_place(graph, t, prog, name)
-        return sm.softmax_in_place(graph, t, prog, nl is NL.SOFTMAX_STABLE, name)
+            return log_softmax_in_place(graph, t, prog, name)
+        return softmax_in_place(graph, t, prog, nl is NL.SOFTMAX_STABLE, name)
     if t.num_elements == 0:
         return t
     util.ensure_codelets(graph, CODELETS)
@@ -91,8 +98,8 @@ def non_linearity(
     t = check_float(graph, t, "t", where)
     if nl in ROW_WISE:
         if nl is NL.LOG_SOFTMAX:
-            return sm.log_softmax(graph, t, prog, name)
-        return sm.softmax(graph, t, prog, nl is NL.SOFTMAX_STABLE, name)
+            return log_softmax(graph, t, prog, name)
+        return softmax(graph, t, prog, nl is NL.SOFTMAX_STABLE, name)
     out = graph.clone(t, f"{name or nl.name.lower()}/out")
     if t.num_elements:
         prog.add(poplar.Copy(t, out))
@@ -133,8 +140,8 @@ def non_linearity_input_gradient(
     check_like(out_grad, act, "out_grad", "act", where)
     if nl in ROW_WISE:
         if nl is NL.LOG_SOFTMAX:
-            return sm.log_softmax_input_gradient(graph, act, out_grad, prog, name)
-        return sm.softmax_input_gradient(graph, act, out_grad, prog, name)
+            return log_softmax_input_gradient(graph, act, out_grad, prog, name)
+        return softmax_input_gradient(graph, act, out_grad, prog, name)
     in_grad = graph.clone(out_grad, f"{name or nl.name.lower()}/inGrad")
     if in_grad.num_elements == 0:
         return in_grad
