@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tremula._compat import StrEnum
-from tremula.errors import OpSetupError
+from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor, TensorSpec
@@ -167,7 +167,9 @@ def _check_conv(what: str, t: Tensor, weight: Tensor, groups: int) -> None:
     check_tensor(t, what)
     check_tensor(weight, what, "weight")
     if weight.dtype != t.dtype:
-        raise TypeError(f"{what}: weight {weight.id!r} is {weight.dtype}, t {t.id!r} is {t.dtype}")
+        raise OpSetupTypeError(
+            f"{what}: weight {weight.id!r} is {weight.dtype}, t {t.id!r} is {t.dtype}"
+        )
     check_conv_shapes(what, t, weight, groups)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tremula.errors import OpSetupTypeError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
@@ -23,7 +24,7 @@ from tremula.popxl.tensor import Tensor, TensorSpec, constant
 def _where_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
     cond, lhs, rhs = specs
     if lhs.dtype != rhs.dtype:
-        raise TypeError(f"where: lhs is {lhs.dtype}, rhs is {rhs.dtype}; they must match")
+        raise OpSetupTypeError(f"where: lhs is {lhs.dtype}, rhs is {rhs.dtype}; they must match")
     shape = broadcast_shape([cond.shape, lhs.shape, rhs.shape], "where")
     return [TensorSpec(shape, lhs.dtype)]
 
@@ -37,7 +38,8 @@ def where(condition: Tensor, lhs: Tensor | Any, rhs: Tensor | Any) -> Tensor:
     non-bool condition is cast to bool.
 
     Raises:
-        TypeError: neither operand is a tensor, or their dtypes differ.
+        TypeError: neither operand is a tensor, or their dtypes differ (then
+            ``popart.popart_exception`` too, as PopART's op setup raises it).
         ValueError: shapes that do not broadcast.
     """
     check_tensor(condition, "where", "condition")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.errors import OpSetupError
+from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.gather import as_indices
 from tremula.popxl.ops.shape import check_tensor, norm_axis
@@ -48,13 +48,16 @@ def scatter(
 
     Raises:
         ValueError: ``indices`` and ``values`` of different shapes, or not of ``t``'s rank.
-        TypeError: ``values`` of another dtype than ``t``; non-integer indices.
+        TypeError: ``values`` of another dtype than ``t`` (a ``popart.popart_exception``
+            too, as PopART's op setup raises it); non-integer indices.
     """
     check_tensor(t, "scatter")
     check_tensor(values, "scatter", "values")
     idx = as_indices(indices, "scatter")
     if values.dtype != t.dtype:
-        raise TypeError(f"scatter: values {values.id!r} is {values.dtype}, t {t.id!r} is {t.dtype}")
+        raise OpSetupTypeError(
+            f"scatter: values {values.id!r} is {values.dtype}, t {t.id!r} is {t.dtype}"
+        )
     ax = norm_axis(axis, t.rank, "scatter", repr(t.id))
     if idx.shape != values.shape or idx.rank != t.rank:  # PopART's ScatterOp::setup
         raise OpSetupError(

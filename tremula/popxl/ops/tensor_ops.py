@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tremula.errors import OpSetupError
+from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
@@ -38,7 +38,7 @@ def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 def _infer_matmul(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
     a, b = specs
     if a.dtype != b.dtype:
-        raise TypeError(f"matmul: operand dtypes differ: {a.dtype} and {b.dtype}")
+        raise OpSetupTypeError(f"matmul: operand dtypes differ: {a.dtype} and {b.dtype}")
     out_type = attrs.get("output_type") or a.dtype
     return [TensorSpec(_matmul_shape(a.shape, b.shape), out_type)]
 
@@ -105,6 +105,8 @@ def matmul(
 
     Raises:
         ValueError: ``partials_type`` other than float32 / float16 (PopXL's check).
+        TypeError: operands of different dtypes (a ``popart.popart_exception`` too, as
+            PopART's op setup raises it).
     """
     partials_type = partials_of(partials_type, "matmul", lhs, rhs)
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor):
