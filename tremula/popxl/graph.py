@@ -58,8 +58,10 @@ class Graph:
         return self._name
 
     @property
-    def id(self) -> int:
-        return self._id
+    def id(self) -> str:
+        """PopXL's ``str(graph._pb_graph.id)``: PopART's ``GraphId``, ``""`` for the main
+        graph and the graph's name (``<fn>_subgraph(<n>)``) for a subgraph."""
+        return "" if self is self._ir.main_graph else self._name
 
     @property
     def ir(self) -> Ir:
@@ -108,7 +110,7 @@ class Graph:
         seen: dict[int, Graph] = {}
         for op in self._ops:
             for g in op.called_graphs:
-                seen.setdefault(g.id, g)
+                seen.setdefault(id(g), g)
         return tuple(seen.values())
 
     @property
@@ -160,7 +162,7 @@ class Graph:
         return hash((id(self._ir), self._id))
 
     def __repr__(self) -> str:
-        return f"Graph[id={self._id} name={self._name}]"
+        return f"Graph[id={self.id} name={self._name}]"
 
     # ---- hooks ----
     def register_op_created_hook(self, fn: Callable[[OpNode], Any]) -> int:

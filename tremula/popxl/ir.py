@@ -263,15 +263,15 @@ class Ir:
 
         lines = [f'digraph "{check}" {{']
         for g in self._graphs:
-            lines.append(f'  subgraph "cluster_{g.id}" {{ label="{g.name}";')
+            lines.append(f'  subgraph "cluster_{g._id}" {{ label="{g.name}";')
             for t in g._tensors.values():
                 label = f"{t.id}\\n{t.dtype.name} {list(t.shape)}"
-                lines.append(f'    "{g.id}:{t.id}" [label="{label}"];')
+                lines.append(f'    "{g._id}:{t.id}" [label="{label}"];')
             for op in g.ops:
                 node = f"op{op.id}"
                 lines.append(f'    "{node}" [shape=box label="{op.type}"];')
-                lines += [f'    "{g.id}:{t.id}" -> "{node}";' for t in op.inputs]
-                lines += [f'    "{node}" -> "{g.id}:{t.id}";' for t in op.outputs]
+                lines += [f'    "{g._id}:{t.id}" -> "{node}";' for t in op.inputs]
+                lines += [f'    "{node}" -> "{g._id}:{t.id}";' for t in op.outputs]
             lines.append("  }")
         lines.append("}")
         path = pathlib.Path(save_dir or ".") / f"{check}.dot"

@@ -49,7 +49,7 @@ class GraphId:
 
 
 def graph_id(g: XlGraph) -> GraphId:
-    return GraphId("" if g is g.ir.main_graph else g.name)
+    return GraphId(g.id)
 
 
 def _op_of(graph: XlGraph, op_id: Any) -> Any:
