@@ -171,12 +171,15 @@ def _remote_pieces(
     offsets = g.batch.offsets(name)
     total = int(offsets[-1])
     tile_of = state.space(gather.dtype).tile_of
+    vertex_tiles = g.tiles.astype(tile_of.dtype)  # (32-bit, as the elements' tiles)
     if starts.size == total:  # runs of one element (a strided view): nothing to split
         addr, length = starts, lengths
-        vtile = np.repeat(g.tiles, np.diff(offsets))
+        vtile = np.repeat(vertex_tiles, np.diff(offsets))
         elem = tile_of[addr]
     elif total <= PER_ELEMENT_MAX:
-        addr, length, elem, vtile = _pieces_by_element(starts, lengths, offsets, tile_of, g.tiles)
+        addr, length, elem, vtile = _pieces_by_element(
+            starts, lengths, offsets, tile_of, vertex_tiles
+        )
     else:
         flat = np.r_[0, np.cumsum(lengths)[:-1]]
         inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
@@ -186,7 +189,7 @@ def _remote_pieces(
         addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
         qflat = pflat[piece] + (addr - paddr[piece])
         vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
-        vtile = g.tiles[vertex_of[qflat]]
+        vtile = vertex_tiles[vertex_of[qflat]]
         elem = tile_of[addr]
     remote = elem != vtile
     if not remote.any():
