@@ -172,8 +172,9 @@ def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, sp
     lo = np.multiply(key, span, dtype=dtype, casting="unsafe")
     np.add(lo, start, out=lo, casting="unsafe")
     hi = np.add(lo, length, dtype=dtype, casting="unsafe")
-    lo.sort(kind=sort_kind(lo))  # (both made here: sorted in place)
-    hi.sort(kind=sort_kind(hi))
+    kind = sort_kind(lo)  # (the ends are in order where the starts are)
+    lo.sort(kind=kind)  # (both made here: sorted in place)
+    hi.sort(kind=kind)
     head = np.empty(lo.size, dtype=bool)
     head[0] = True
     np.greater(lo[1:], hi[:-1], out=head[1:])
