@@ -5,6 +5,7 @@ intervals built element by element, and against the argsort path they replace; a
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,21 +47,17 @@ def _reference(tile: np.ndarray, t: X.Transfers) -> list[tuple[int, int, int, in
     return out
 
 
-def _as_rows(u: X._Union, spaces: int) -> list[tuple[int, int, int, int, int]]:
-    span = int(X._SPAN)
-    rows = []
-    for tile, space, start, end, size in zip(u.tile, u.space, u.start, u.end, u.itemsize):
-        base = (int(tile) * spaces + int(space)) * span
-        rows.append((int(tile), int(space), int(start) - base, int(end) - base, int(size)))
-    return rows
+def _as_rows(u: X._Union) -> list[tuple[int, int, int, int, int]]:
+    columns = (u.tile, u.space, u.start, u.end, u.itemsize)
+    return [tuple(int(v) for v in row) for row in zip(*columns)]  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(seed: int) -> None:
     rng = np.random.default_rng(seed)
     t = _runs(rng, 400, 5, 3)
-    u = X._union(t.dst, t, 3)
-    assert _as_rows(u, 3) == _reference(t.dst, t)
+    u = X._union(t.dst, t, 5)
+    assert _as_rows(u) == _reference(t.dst, t)
     expected = np.zeros(5, np.int64)
     for tile, _, first, end, size in _reference(t.dst, t):
         expected[tile] += (end - first) * size
@@ -74,32 +71,29 @@ def test_union_of_keys_and_addresses_past_32_bits(offset: int) -> None:
     rng = np.random.default_rng(5)
     t = _runs(rng, 400, 5, 3)
     far = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
-    u = X._union(far.dst, far, 3)
-    assert _as_rows(u, 3) == _reference(far.dst, far)
-    near = X._union(t.dst, t, 3)
+    u = X._union(far.dst, far, 5)
+    assert _as_rows(u) == _reference(far.dst, far)
+    near = X._union(t.dst, t, 5)
     assert np.array_equal(u.end - u.start, near.end - near.start)
 
 
-def _argsort_union(tile: np.ndarray, t: X.Transfers, spaces: int) -> X._Union:
+def _argsort_union(tile: np.ndarray, t: X.Transfers, tiles: int) -> X._Union:
     """The argsort path (taken when a space's runs differ in element size)."""
     sizes = t.itemsize.copy()
     sizes[0] += 1  # one run of its space with another size: no per-space size table
     odd = X.Transfers(t.src, t.dst, t.start, t.length, t.space, sizes)
-    assert X._itemsize_by_space(odd.space, odd.itemsize, spaces) is None
-    u = X._union(tile, odd, spaces)
-    return X._Union(
-        u.tile, u.space, u.start, u.end, X._itemsize_by_space(t.space, t.itemsize, spaces)[u.space]
-    )
+    assert odd.extent.sizes is None
+    u = X._union(tile, odd, tiles)
+    return X._Union(u.tile, u.space, u.start, u.end, t.extent.sizes[u.space])
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_union_paths_agree_bit_for_bit(seed: int) -> None:
     rng = np.random.default_rng(10 + seed)
     t = _runs(rng, 2000, 40, 4)
-    fast, slow = X._union(t.src, t, 4), _argsort_union(t.src, t, 4)
+    fast, slow = X._union(t.src, t, 40), _argsort_union(t.src, t, 40)
     for field in ("tile", "space", "start", "end", "itemsize"):
-        a, b = getattr(fast, field), getattr(slow, field)
-        assert a.dtype == b.dtype and np.array_equal(a, b), field
+        assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
 
 
 def test_regions_count_runs_contiguous_in_the_sending_tile() -> None:
@@ -141,15 +135,15 @@ def test_distinct_is_np_unique(values: np.ndarray) -> None:
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("offset", [0, 1 << 28, 1 << 32])  # past 32 bits: the 64-bit sort
 def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
-    seed: int, offset: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, offset: int
 ) -> None:
     rng = np.random.default_rng(20 + seed)
     tiles, spaces = 8, 3
     t = _runs(rng, 500, tiles, spaces)
     t = X.Transfers(t.src, t.dst, t.start + offset, t.length, t.space, t.itemsize)
-    recv = X._union(t.dst, t, spaces)
+    recv = X._union(t.dst, t, tiles)
     target = SimpleNamespace(num_tiles=tiles, tiles_per_super_tile=2)
-    got = X._super_tile_shared(target, recv, spaces)  # type: ignore[arg-type]
+    got = X._super_tile_shared(target, recv, t.extent)  # type: ignore[arg-type]
     covered: dict[tuple[int, int], set[int]] = {}
     for tile, space, first, end, _ in _reference(t.dst, t):
         covered.setdefault((tile, space), set()).update(range(first, end))
@@ -160,5 +154,22 @@ def test_super_tile_shared_bytes_are_the_elements_both_tiles_of_a_pair_receive(
             per_pair[g] += len(both) * [4, 2, 1, 8][space]
     assert got.tolist() == np.repeat(per_pair, 2).tolist()
     # the argsort path (taken when a space's element sizes differ) gives the same bytes
-    monkeypatch.setattr(X, "_itemsize_by_space", lambda *args: None)
-    assert X._super_tile_shared(target, recv, spaces).tolist() == got.tolist()  # type: ignore[arg-type]
+    mixed = dataclasses.replace(t.extent, sizes=None)
+    assert X._super_tile_shared(target, recv, mixed).tolist() == got.tolist()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("space", [0, 2])
+def test_union_and_regions_of_runs_all_in_one_space(space: int) -> None:
+    """Runs sharing one space (the usual case: keyed by tile alone) merge as the others."""
+    rng = np.random.default_rng(30 + space)
+    t = _runs(rng, 400, 6, 1)
+    t = X.Transfers(t.src, t.dst, t.start, t.length, np.full(len(t), space), t.itemsize)
+    assert t.extent.only_space == space
+    u = X._union(t.dst, t, 6)
+    assert _as_rows(u) == _reference(t.dst, t)
+    expected = np.zeros(6, np.int64)
+    for i in range(6):
+        sel = t.dst == i
+        sub = X.Transfers(*(getattr(t, f)[sel] for f in X._FIELDS))
+        expected[i] = len(_reference(sub.src, sub))
+    assert X._regions(t, None, 6).tolist() == expected.tolist()

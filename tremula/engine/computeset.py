@@ -171,12 +171,15 @@ def _remote_pieces(
     offsets = g.batch.offsets(name)
     total = int(offsets[-1])
     tile_of = state.space(gather.dtype).tile_of
+    vertex_tiles = g.tiles.astype(tile_of.dtype)  # (32-bit, as the elements' tiles)
     if starts.size == total:  # runs of one element (a strided view): nothing to split
         addr, length = starts, lengths
-        vtile = np.repeat(g.tiles, np.diff(offsets))
-        elem = tile_of[addr].astype(np.int64)
+        vtile = np.repeat(vertex_tiles, np.diff(offsets))
+        elem = tile_of[addr]
     elif total <= PER_ELEMENT_MAX:
-        addr, length, elem, vtile = _pieces_by_element(starts, lengths, offsets, tile_of, g.tiles)
+        addr, length, elem, vtile = _pieces_by_element(
+            starts, lengths, offsets, tile_of, vertex_tiles
+        )
     else:
         flat = np.r_[0, np.cumsum(lengths)[:-1]]
         inner = offsets[1:-1]  # non-decreasing: its distinct values without a sort
@@ -186,8 +189,8 @@ def _remote_pieces(
         addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
         qflat = pflat[piece] + (addr - paddr[piece])
         vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
-        vtile = g.tiles[vertex_of[qflat]]
-        elem = tile_of[addr].astype(np.int64)
+        vtile = vertex_tiles[vertex_of[qflat]]
+        elem = tile_of[addr]
     remote = elem != vtile
     if not remote.any():
         return None
@@ -205,11 +208,12 @@ def _pieces_by_element(
     elements ``offsets[v]:offsets[v + 1]``): ``(start, length, element tile, vertex
     tile)``. A piece begins at each run's first element, each vertex's, and each element
     whose tile is not the one before it (the pieces the runs split at vertices and tile
-    changes would give)."""
+    changes would give). Addresses are 32-bit integers where the space's are."""
     total = int(offsets[-1])
     flat = np.cumsum(lengths) - lengths  # each run's first element
-    addr = np.repeat(starts - flat, lengths)
-    addr += np.arange(total, dtype=addr.dtype)
+    dtype = np.int32 if tile_of.size < 1 << 31 else np.int64
+    addr = np.repeat((starts - flat).astype(dtype), lengths)
+    addr += np.arange(total, dtype=dtype)
     tiles = tile_of[addr]
     head = np.empty(total, dtype=bool)
     head[0] = True
@@ -219,8 +223,10 @@ def _pieces_by_element(
     head[inner[inner < total]] = True  # (vertices without elements at the end)
     first = np.flatnonzero(head)
     vtile = np.repeat(vertex_tiles, np.diff(offsets))[first]
-    length = np.diff(first, append=total)
-    return addr[first], length, tiles[first].astype(np.int64), vtile
+    length = np.empty_like(first)
+    np.subtract(first[1:], first[:-1], out=length[:-1])
+    length[-1] = total - first[-1]
+    return addr[first], length, tiles[first], vtile
 
 
 def _transfers(

@@ -16,6 +16,7 @@ memory grow with the number of runs, not of elements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -62,6 +63,37 @@ class Transfers:
     def bytes(self) -> np.ndarray:
         return self.length * self.itemsize
 
+    @cached_property
+    def extent(self) -> _Extent:
+        """The ranges the exchange planner's unions ask of these runs (found once)."""
+        return _Extent.of(self)
+
+
+@dataclass(frozen=True)
+class _Extent:
+    """Ranges of a non-empty set of runs: one past the largest space id (and the space of
+    every run, if one), one past the largest end (``span``), the longest run, each space's
+    element size (None where runs of one space differ in it), and whether every tile and
+    start is non-negative and every run non-empty (what :func:`_merge` requires)."""
+
+    spaces: int
+    only_space: int | None  # the space of every run, if they share one
+    span: int
+    longest: int
+    sizes: np.ndarray | None
+    mergeable: bool
+
+    @staticmethod
+    def of(t: Transfers) -> _Extent:
+        lows = [int(a.min()) for a in (t.src, t.dst, t.start, t.length)]
+        low_space, spaces = int(t.space.min()), int(t.space.max()) + 1
+        longest = int(t.length.max())
+        span = int(t.start.max()) + longest + 1
+        mergeable = min(lows[:3]) >= 0 and lows[3] >= 1
+        sizes = _itemsize_by_space(t, spaces, low_space)
+        only = low_space if low_space == spaces - 1 else None
+        return _Extent(spaces, only, span, longest, sizes, mergeable)
+
 
 @dataclass(frozen=True)
 class ExchangePlan:
@@ -81,11 +113,12 @@ class ExchangePlan:
 
 @dataclass(frozen=True)
 class _Union:
-    """The union of the runs of each (tile, space): the merged intervals, in key order."""
+    """The union of the runs of each (tile, space): the merged intervals ``[start, end)`` of
+    addresses, in (tile, space, address) order."""
 
     tile: np.ndarray
     space: np.ndarray
-    start: np.ndarray  # offset by key * _SPAN, so keys never overlap
+    start: np.ndarray
     end: np.ndarray
     itemsize: np.ndarray
 
@@ -106,75 +139,83 @@ def _sort_keyed(key: np.ndarray, value: np.ndarray, span: int) -> tuple[np.ndarr
     return order, combined[order]
 
 
-def _sorted_bounds(
-    key: np.ndarray, start: np.ndarray, length: np.ndarray, span: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The merged intervals of runs keyed by ``key`` (each key its own span of addresses),
-    from the starts and the ends sorted each on its own: ``(starts, ends, heads)``, the
-    ``key * span``-offset bounds of the merged intervals in key order and the positions of
-    their first runs in the sorted starts; None where the keys do not fit the product or a
-    run is empty (callers then sort the runs themselves).
+@dataclass(frozen=True)
+class _Merged:
+    """Merged intervals of runs keyed by an integer, in (key, address) order: each one's
+    key and its bounds as ``key * span + address``."""
+
+    key: np.ndarray
+    first: np.ndarray
+    end: np.ndarray
+    span: int
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(start, end)`` addresses of each interval."""
+        base = self.key * self.span
+        return self.first - base, self.end - base
+
+
+def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, span: int) -> _Merged:
+    """The merged intervals of runs keyed by ``key`` (touching runs merge), for keys in
+    ``[0, keys)``, starts at least 0 and runs of at least one element ending before
+    ``span``, with ``keys * span < 2^62``: found from the starts and the ends sorted each
+    on its own.
 
     For runs sorted by start, a merged interval ends before run ``i + 1`` exactly when the
     ``i + 1`` smallest ends all come before its start (a run ending there cannot start after
     it, runs being at least one element long), so the reach of the runs so far is the
     ``i``-th smallest end and no run needs to travel with its length: two sorts of integers
-    replace an ``argsort`` and its gathers (same intervals, several times faster)."""
-    if not key.size or int(key.max()) >= (1 << 62) // span or int(length.min()) < 1:
-        return None
-    # sorted as 32-bit integers where they fit (twice as fast): keys a tight span apart,
-    # one past the last end, so that no run of one key touches the next key's
-    tight = int(start.max()) + int(length.max()) + 1  # past every end
-    small = (int(key.max()) + 1) * tight < 1 << 31 and int(start.min()) >= 0
-    step = tight if small else span
-    if small:  # computed in 32 bits (no value reaches 2^31)
-        lo = np.multiply(key, step, dtype=np.int32, casting="unsafe")
-        np.add(lo, start, out=lo, casting="unsafe")
-        hi = np.add(lo, length, dtype=np.int32, casting="unsafe")
-    else:
-        lo = key * np.int64(step) + start
-        hi = lo + length
-    lo.sort(kind=sort_kind(lo))  # (both made here: sorted in place)
-    hi.sort(kind=sort_kind(hi))
+    replace an ``argsort`` and its gathers. Keys are ``span`` apart, so that no run of one
+    key touches the next key's; in 32-bit integers where they fit (sorts twice as fast,
+    half the memory)."""
+    dtype = np.int32 if keys * span < 1 << 31 else np.int64
+    lo = np.multiply(key, span, dtype=dtype, casting="unsafe")
+    np.add(lo, start, out=lo, casting="unsafe")
+    hi = np.add(lo, length, dtype=dtype, casting="unsafe")
+    kind = sort_kind(lo)  # (the ends are in order where the starts are)
+    lo.sort(kind=kind)  # (both made here: sorted in place)
+    hi.sort(kind=kind)
     head = np.empty(lo.size, dtype=bool)
     head[0] = True
-    np.greater(lo[1:], hi[:-1], out=head[1:])  # touching runs merge
-    heads = np.flatnonzero(head)
-    last = np.empty_like(heads)
-    last[:-1] = heads[1:] - 1
-    last[-1] = lo.size - 1
-    starts, ends = lo[heads].astype(np.int64), hi[last].astype(np.int64)
-    if small:  # back to keys ``span`` apart
-        shift = starts // tight * np.int64(span - tight)
-        starts += shift
-        ends += shift
-    return starts, ends, heads
+    np.greater(lo[1:], hi[:-1], out=head[1:])
+    tail = np.empty_like(head)  # the last run of each merged interval
+    tail[:-1] = head[1:]
+    tail[-1] = True
+    first = lo[head]
+    return _Merged(first // dtype(span), first, hi[tail], span)
 
 
-def _itemsize_by_space(
-    space: np.ndarray, itemsize: np.ndarray, num_spaces: int
-) -> np.ndarray | None:
-    """Each space's element size, or None where runs of one space differ in it."""
-    table = np.zeros(num_spaces, dtype=np.int64)
-    if space.size and int(space.min()) == int(space.max()):  # one space (the usual case)
-        size = int(itemsize[0])
-        if int(itemsize.min()) != size or int(itemsize.max()) != size:
+def _itemsize_by_space(t: Transfers, spaces: int, low: int) -> np.ndarray | None:
+    """Each space's element size (``spaces`` of them, ``low`` the smallest space id of a
+    run), or None where runs of one space differ in it."""
+    table = np.zeros(spaces, dtype=np.int64)
+    if low == spaces - 1:  # one space (the usual case)
+        size = int(t.itemsize[0])
+        if int(t.itemsize.min()) != size or int(t.itemsize.max()) != size:
             return None
-        table[int(space[0])] = size
+        table[low] = size
         return table
-    table[space] = itemsize
-    return table if np.array_equal(table[space], itemsize) else None
+    table[t.space] = t.itemsize
+    return table if np.array_equal(table[t.space], t.itemsize) else None
 
 
-def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
-    key = tile * num_spaces + t.space
-    sizes = _itemsize_by_space(t.space, t.itemsize, num_spaces) if t.space.size else None
-    found = None if sizes is None else _sorted_bounds(key, t.start, t.length, int(_SPAN))
-    if found is not None and sizes is not None and int(tile.min()) >= 0:
-        lo, hi, _ = found
-        head_key = lo // _SPAN
-        space = head_key % num_spaces
-        return _Union(head_key // num_spaces, space, lo, hi, sizes[space])
+def _union(tile: np.ndarray, t: Transfers, tiles: int) -> _Union:
+    """The union of the runs of each (``tile``, space), for tiles below ``tiles``."""
+    if not len(t):
+        z = np.zeros(0, dtype=np.int64)
+        return _Union(z, z, z, z, z)
+    ext = t.extent
+    one, sizes = ext.only_space, ext.sizes
+    spaces = 1 if one is not None else ext.spaces  # keys: (tile, space) pairs
+    key = tile if one is not None else tile * spaces + t.space
+    if ext.mergeable and sizes is not None and tiles * spaces * ext.span < 1 << 62:
+        merged = _merge(key, t.start, t.length, tiles * spaces, ext.span)
+        start, end = merged.bounds()
+        if one is not None:
+            size = np.broadcast_to(sizes[one], merged.key.shape)
+            return _Union(merged.key, np.full_like(merged.key, one), start, end, size)
+        space = merged.key % spaces
+        return _Union(merged.key // spaces, space, start, end, sizes[space])
     order, s = _sort_keyed(key, t.start, int(_SPAN))
     e = s + t.length[order]
     reach = np.maximum.accumulate(e)
@@ -182,10 +223,11 @@ def _union(tile: np.ndarray, t: Transfers, num_spaces: int) -> _Union:
     heads = np.flatnonzero(s > before)  # each starts a merged interval (touching runs merge)
     ends = reach[np.r_[heads[1:] - 1, s.size - 1]] if s.size else reach
     idx = order[heads]
-    return _Union(tile[idx], t.space[idx], s[heads], ends, t.itemsize[idx])
+    first = t.start[idx]
+    return _Union(tile[idx], t.space[idx], first, ends - (s[heads] - first), t.itemsize[idx])
 
 
-def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndarray:
+def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray:
     """Bytes each tile receives that the other tile of its super-tile also receives: the
     pair shares one receive bus and takes such data at twice the rate (as PopLibs' exchange
     estimators have it). Computed as the length covered twice by the two tiles' merged intervals."""
@@ -193,37 +235,45 @@ def _super_tile_shared(target: Target, recv: _Union, num_spaces: int) -> np.ndar
     if pair < 2 or recv.tile.size < 2:
         return np.zeros(n, dtype=np.int64)
     group = recv.tile // pair
-    key = group * num_spaces + recv.space
-    sizes = _itemsize_by_space(recv.space, recv.itemsize, num_spaces)
+    one, sizes = ext.only_space, ext.sizes
+    num_spaces = 1 if one is not None else ext.spaces  # keys: (group, space) pairs
+    key = group if one is not None else group * num_spaces + recv.space
     if sizes is not None:
         # the sorted events alone say it all: the low bit of ``2 * position + starts``
         # is the event's kind, the position its key, and the key's space its item size;
         # positions are keys a power of two apart past the last end, 32-bit where they
         # fit (a sort twice as fast)
-        first = recv.start & (_SPAN - 1)  # the addresses (``key * _SPAN + address``)
-        end = first + (recv.end - recv.start)
-        bits = max(int(end.max()), 1).bit_length()  # 2^bits > every end
-        if (int(key.max()) + 1) << (bits + 1) >= 1 << 31:
+        bits = max(int(recv.end.max()), 1).bit_length()  # 2^bits > every end
+        wide = (int(key.max()) + 1) << (bits + 1) >= 1 << 31
+        if wide:
             bits = int(_SPAN).bit_length() - 1
-        at = key << bits
-        event = np.concatenate(((first + at) * 2 + 1, (end + at) * 2))
-        if bits < 41:
-            event = event.astype(np.int32)
+        dtype = np.int64 if wide else np.int32
+        at = np.left_shift(key, bits, dtype=dtype)
+        # each interval's start then its end: a tile's events are in order already (its
+        # intervals are disjoint and sorted), so the sort merges two runs per group
+        event = np.empty(2 * at.size, dtype=dtype)
+        np.add(recv.start, at, out=event[0::2], casting="unsafe")
+        np.add(recv.end, at, out=event[1::2], casting="unsafe")
+        event <<= 1
+        event[0::2] += 1
         event.sort(kind=sort_kind(event))
         starts = event & 1
         pos = event >> 1
         delta = starts * 2 - 1
         keys = (pos - 1 + starts) >> bits  # an end lies past its interval's first element
-        item = sizes[0] if num_spaces == 1 else sizes[keys % num_spaces]
+        if one is not None:
+            item = sizes[one]
+        else:
+            item = sizes[keys % num_spaces]
     else:
-        offset = (key - (recv.tile * num_spaces + recv.space)) * _SPAN  # re-key by the pair
+        offset = key * _SPAN  # keyed by the pair
         pos = np.r_[recv.start + offset, recv.end + offset]
         delta = np.r_[np.ones(recv.start.size, np.int64), -np.ones(recv.end.size, np.int64)]
         keys = np.r_[key, key]
         item = np.r_[recv.itemsize, recv.itemsize]
         order = np.argsort(pos * 2 + (delta > 0), kind="stable")
         pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
-    cover = np.cumsum(delta)
+    cover = np.cumsum(delta, dtype=delta.dtype)
     twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
     lengths = np.diff(pos) * (item if np.ndim(item) == 0 else item[:-1])
     shared = np.bincount(keys[:-1][twice], weights=lengths[twice])
@@ -270,15 +320,20 @@ class TileLayout:
             tables.append(_local_table(seg, local, length) if small else None)
         return TileLayout(tuple(starts), tuple(locals_), tuple(tables))
 
-    def local(self, space: np.ndarray, addr: np.ndarray) -> np.ndarray:
-        """The position of each address in its tile's memory (runs never cross tiles)."""
+    def local(self, space: np.ndarray | int, addr: np.ndarray) -> np.ndarray:
+        """The position of each address in its tile's memory (runs never cross tiles), of
+        space ``space`` (one id for all, or one per address); 32-bit integers where the
+        space's lookup table is."""
+        if isinstance(space, int):
+            spaces = [space]
+        else:
+            spaces = np.flatnonzero(np.bincount(space)).tolist() if space.size else []
         out = np.empty_like(addr)
-        spaces = np.flatnonzero(np.bincount(space)).tolist() if space.size else []
         for sid in spaces:
             at = addr if len(spaces) == 1 else addr[space == sid]
             table = self.table[sid]
             if table is not None:
-                found = table[at].astype(np.int64)
+                found = table[at]
             else:
                 seg_start, seg_local = self.seg_start[sid], self.seg_local[sid]
                 seg = np.searchsorted(seg_start, at, side="right") - 1
@@ -300,15 +355,22 @@ def _local_table(seg: np.ndarray, local: np.ndarray, length: np.ndarray) -> np.n
 def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndarray:
     """Exchange regions each tile receives: maximal runs contiguous in the sending tile's
     memory (in logical address order when no layout is given)."""
-    start = t.start if layout is None else layout.local(t.space, t.start)
-    span = np.int64(1) << (41 if layout is None else 30)
-    spaces = int(t.space.max()) + 1
-    key = (t.dst * num_tiles + t.src) * spaces + t.space
-    found = _sorted_bounds(key, start, t.length, int(span))
-    if found is not None and int(t.dst.min()) >= 0 and int(t.src.min()) >= 0:
-        dst = found[0] // span // (num_tiles * spaces)
-        return np.bincount(dst, minlength=num_tiles).astype(np.int64)
-    order, s = _sort_keyed(key, start, int(span))
+    ext = t.extent
+    if layout is None:
+        start = t.start
+    else:
+        start = layout.local(t.space if ext.only_space is None else ext.only_space, t.start)
+    spaces = 1 if ext.only_space is not None else ext.spaces  # keys: (dst, src, space)
+    keys = num_tiles * num_tiles * spaces
+    key = np.multiply(t.dst, num_tiles, dtype=np.int32 if keys < 1 << 31 else np.int64)
+    key += t.src
+    if spaces > 1:
+        key = key * spaces + t.space
+    span = ext.span if layout is None else int(start.max()) + ext.longest + 1
+    if ext.mergeable and keys * span < 1 << 62:
+        merged = _merge(key, start, t.length, keys, span)
+        return np.bincount(merged.key // (num_tiles * spaces), minlength=num_tiles).astype(np.int64)
+    order, s = _sort_keyed(key, start, span)
     reach = np.maximum.accumulate(s + t.length[order])
     heads = s > np.r_[np.int64(-1), reach[:-1]]
     return np.bincount(t.dst[order][heads], minlength=num_tiles).astype(np.int64)
@@ -337,16 +399,14 @@ def plan_exchange(
     zero = np.zeros(n, dtype=np.int64)
     if len(t):
         read = t if by_source is None else by_source
-        spaces = int(t.space.max()) + 1
-        read_spaces = int(read.space.max()) + 1
-        sent = _union(read.src, read, read_spaces).bytes_by_tile(n)
-        recv_u = _union(t.dst, t, spaces)
+        sent = _union(read.src, read, n).bytes_by_tile(n)
+        recv_u = _union(t.dst, t, n)
         recv = recv_u.bytes_by_tile(n)
         regions = _regions(t, layout, n)
         effective = recv
         if kind == "internal" and target.supports_super_tile_send_receive:
-            shared_u = recv_u if by_source is None else _union(read.dst, read, read_spaces)
-            effective = recv - _super_tile_shared(target, shared_u, read_spaces) // 2
+            shared_u = recv_u if by_source is None else _union(read.dst, read, n)
+            effective = recv - _super_tile_shared(target, shared_u, read.extent) // 2
     else:
         sent = recv = regions = effective = zero
     busy = np.maximum(sent, effective)
@@ -376,8 +436,7 @@ def _link_cycles(target: Target, read: Transfers, active: np.ndarray) -> np.ndar
     exchange delivers it to each of them."""
     per_ipu = target.tiles_per_ipu
     pair = (read.src // per_ipu) * target.num_ipus + read.dst // per_ipu
-    spaces = int(read.space.max()) + 1
-    load = _union(pair, read, spaces).bytes_by_tile(target.num_ipus**2)
+    load = _union(pair, read, target.num_ipus**2).bytes_by_tile(target.num_ipus**2)
     worst = float(load.max(initial=0))
     link = int(np.ceil(worst / target.ipu_link_bytes_per_cycle)) + target.exchange_fixed_cycles
     return np.where(active, link, 0)

@@ -62,6 +62,13 @@ class Linearizer:
         if cached is not None:
             return cached[1]
         run_starts, lengths = g.runs()
+        if run_starts.size:  # within one variable (the usual case): its bounds say so
+            bounds = np.array([run_starts.min(), (run_starts + lengths).max() - 1])
+            first, last = self._var_position(g.dtype, bounds).tolist()
+            if first == last and first >= 0:
+                ids = self._var_arrays(g.dtype)[1][first : first + 1]
+                self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
+                return ids
         p0, p1 = (
             self._var_position(g.dtype, run_starts),
             self._var_position(g.dtype, run_starts + lengths - 1),

@@ -75,8 +75,11 @@ class AddressList:
         join = np.ones(starts.size, dtype=bool)  # merge runs that continue each other
         join[1:] = starts[1:] != starts[:-1] + inner
         heads = np.flatnonzero(join)
-        lengths = np.diff(np.r_[heads, starts.size]) * inner
-        return starts[heads], lengths.astype(np.int64)
+        lengths = np.empty(heads.size, dtype=np.int64)
+        np.subtract(heads[1:], heads[:-1], out=lengths[:-1])
+        lengths[-1] = starts.size - heads[-1]
+        lengths *= inner
+        return starts[join], lengths
 
     def is_consecutive(self) -> bool:
         """One run (or empty): the list is ``range(first, first + size)``."""

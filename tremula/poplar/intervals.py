@@ -32,10 +32,13 @@ def runs(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if a.size == 0:
         z = np.zeros(0, np.int64)
         return z, z
-    brk = np.flatnonzero(np.diff(a) != 1) + 1
-    first = np.r_[0, brk]
-    last = np.r_[brk - 1, a.size - 1]
-    return a[first], a[last] + 1
+    head = np.empty(a.size, dtype=bool)  # each run's first address (masks: no index arrays)
+    head[0] = True
+    np.not_equal(np.diff(a), 1, out=head[1:])
+    tail = np.empty_like(head)  # and its last
+    tail[:-1] = head[1:]
+    tail[-1] = True
+    return a[head], a[tail] + 1
 
 
 def union_runs(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -53,11 +53,10 @@ import numpy as np
 
 from tremula import poplar
 from tremula.libs.poplin import estimators as est
-from tremula.libs.poplin.plan_cost import _cdiv, _cost, _fit_step, _size
+from tremula.libs.poplin.plan_cost import METHODS, _cdiv, _cost, _fit_step, _size
 from tremula.poplar.intervals import distinct
 from tremula.target import Target
 
-METHODS = ("amp", "mac")
 LOOPS = ("", "k", "n")
 SHARES = ("", "a", "b")
 SPLITS = ("m", "n")
@@ -175,12 +174,24 @@ def _plan(params: MatMulParams, target: Target) -> Plan:
         swaps = (False, True) if params.swappable else (True,)
     from tremula.libs.poplin import plan_loops
 
-    cands = []
-    for method, swap in itertools.product(methods, swaps):
-        splits = block_splits(params, target, method, swap)
-        cands.append(_candidates(params, target, method, swap, splits))
-        cands.append(plan_loops.n_loop_candidates(params, target, method, swap, splits))
-    table = _shortlist(_concat(cands))
+    # the splits of every (method, swap) pair costed together (one set of NumPy calls),
+    # then listed pair by pair, each pair's one-step candidates before its N loops
+    pairs = list(itertools.product(methods, swaps))
+    splits = [block_splits(params, target, method, swap) for method, swap in pairs]
+    pair = np.repeat(np.arange(len(pairs)), [s[0].size for s in splits])
+    cols = [np.concatenate(c) for c in zip(*splits)]
+    method = np.array([METHODS.index(m) for m, _ in pairs])[pair]
+    swap = np.array([int(s) for _, s in pairs])[pair]
+    one_step = _candidates(params, target, method, swap, cols)
+    n_loops = plan_loops.n_loop_candidates(params, target, method, swap, cols)
+    both = _concat([one_step, n_loops])
+    pair_of = np.zeros((len(METHODS), 2), dtype=np.int64)  # (method, swap) -> pair
+    for i, (m, s) in enumerate(pairs):
+        pair_of[METHODS.index(m), int(s)] = i
+    kind = np.repeat([0, 1], [one_step["bg"].size, n_loops["bg"].size])
+    rows = _shortlist(both)
+    rows = rows[np.lexsort((kind[rows], pair_of[both["method"][rows], both["swap"][rows]]))]
+    table = {key: a[rows] for key, a in both.items()}
     return _choose(params, _concat([table, _refine(params, target, table)]))
 
 
@@ -193,18 +204,18 @@ REFINE_CANDIDATES = 16
 REFINE_MIN_STEP = 0.5
 
 
-def _shortlist(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The candidates that may still win: when some fit, the fitting ones no slower than
-    the :data:`REFINE_CANDIDATES`-th fastest (ties included); else all of them."""
+def _shortlist(table: dict[str, np.ndarray]) -> np.ndarray:
+    """The rows of the candidates that may still win: when some fit, the fitting ones no
+    slower than the :data:`REFINE_CANDIDATES`-th fastest (ties included); else all of
+    them (ascending)."""
     fits = table["fits"] == 1
     if not fits.any():
-        return table
+        return np.arange(fits.size)
     cycles = table["cycles"][fits]
     bound = np.partition(cycles, min(REFINE_CANDIDATES, cycles.size) - 1)[
         min(REFINE_CANDIDATES, cycles.size) - 1
     ]
-    keep = np.flatnonzero(fits & (table["cycles"] <= bound))
-    return {key: a[keep] for key, a in table.items()}
+    return np.flatnonzero(fits & (table["cycles"] <= bound))
 
 
 def _refine(
@@ -229,7 +240,7 @@ def _refine(
         block = tuple(table[key][row] for key in ("bg", "bm", "bn", "bkt"))
         blocks = tuple(table[key][row] for key in ("ng", "nm", "nn"))
         step = np.minimum(unit * grain, block[3])
-        cost = _cost(params, target, METHODS[method], block, blocks, step)
+        cost = _cost(params, target, table["method"][row], block, blocks, step)
         cost["method"], cost["swap"] = table["method"][row], table["swap"][row]
         out.append(cost)
     return _concat(out) if out else {key: a[:0] for key, a in table.items()}
@@ -279,15 +290,28 @@ def block_splits(params: MatMulParams, target: Target, method: str, swap: bool) 
     return [sizes[d][0][idx[d]] for d in range(4)] + [sizes[d][1][idx[d]] for d in range(4)]
 
 
+def method_grains(params: MatMulParams, target: Target, method: np.ndarray) -> np.ndarray:
+    """:func:`grains` of each candidate's method (indices into :data:`METHODS`): an array
+    ``[2, candidates]`` of the grains of ``N`` and of ``K``."""
+    table = np.array([grains(params, target, m) for m in METHODS], dtype=np.int64)
+    return table[method].T
+
+
 def _candidates(
-    params: MatMulParams, target: Target, method: str, swap: bool, splits: list[np.ndarray]
+    params: MatMulParams,
+    target: Target,
+    method: np.ndarray,
+    swap: np.ndarray,
+    splits: list[np.ndarray],
 ) -> dict[str, np.ndarray]:
+    """The one-step (or K loop) candidates of ``splits``, each of its ``method`` (an index
+    into :data:`METHODS`) and ``swap``."""
     bg, bm, bn, bkt, ng, nm, nn, nk = splits
-    k_grain = grains(params, target, method)[1]
+    k_grain = method_grains(params, target, method)[1]
     step = _fit_step(params, target, (bg, bm, bn, bkt), (nm, nn, nk), k_grain)
     out = _cost(params, target, method, (bg, bm, bn, bkt), (ng, nm, nn), step)
-    out["method"] = np.full(bg.size, METHODS.index(method))
-    out["swap"] = np.full(bg.size, int(swap))
+    out["method"] = method
+    out["swap"] = swap
     return out
 
 

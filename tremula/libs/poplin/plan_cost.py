@@ -12,7 +12,7 @@ budget.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -23,30 +23,37 @@ from tremula.target import Target
 if TYPE_CHECKING:
     from tremula.libs.poplin.plan import MatMulParams
 
+#: The planner's methods (a candidate's ``method`` column indexes this).
+METHODS = ("amp", "mac")
+
 
 def _cost(
     params: MatMulParams,
     target: Target,
-    method: str,
+    method: np.ndarray,
     block: tuple[np.ndarray, ...],
     blocks: tuple[np.ndarray, ...],
     step: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Cycles and temporary bytes per tile of each candidate (vectorised), for K steps of
-    ``step`` and a tile's share of ``K`` of about ``bkt``."""
+    ``step`` and a tile's share of ``K`` of about ``bkt``, by its ``method`` (an index into
+    :data:`METHODS`)."""
     bg, bm, bn, bkt = block
     ng, nm, nn = blocks
     serial = _cdiv(bkt, step)
     nk = _cdiv(_cdiv(params.k, step), serial)
     serial = _cdiv(_cdiv(params.k, step), nk)
     looped = serial > 1
-    temp = _temp_bytes(params, (bg, bm, bn, step), (nm, nn, nk))
-    temp = temp + np.where(looped, accumulator_bytes(params, (bg, bm, bn), nk), 0)
+    pieces = _piece_range((bg, bm, bn), nk)
+    temp = _temp_bytes(params, (bg, bm, bn, step), (nm, nn, nk), pieces)
+    temp = temp + np.where(looped, accumulator_bytes(params, pieces.big), 0)
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     exchange, share = _step_exchange(params, target, (bg, bm, bn, step), (nm, nn))
     compute = _step_compute(params, target, method, (bg, bm, bn, step))
-    reduce, split = _reduce(params, target, (bg, bm, bn), nk)
-    reduce = np.where(looped, _k_loop_reduce(params, target, (bg, bm, bn), nk, serial), reduce)
+    reduce = _reduce(params, target, (bg, bm, bn), nk, pieces)
+    loop = _k_loop_reduce(params, target, (bg, bm, bn), nk, serial, pieces)
+    reduce = np.where(looped, loop, reduce)
+    split = pieces.split
     return {
         "bg": bg, "bm": bm, "bn": bn, "bkt": bkt, "step": step, "ng": ng, "nm": nm,
         "nn": nn, "nk": nk, "serial": serial, "share": share, "split": split,
@@ -63,21 +70,22 @@ def _fit_step(
     target: Target,
     block: tuple[np.ndarray, ...],
     blocks: tuple[np.ndarray, ...],
-    k_grain: int,
+    k_grain: np.ndarray,
 ) -> np.ndarray:
     """The K step giving the fewest serial steps whose received operand blocks and
     partials fit the memory budget, for a tile owning about ``bkt`` of ``K`` (rounded up to
     whole grains; one grain when nothing fits)."""
     bg, bm, bn, bkt = block
     nk = blocks[2]
-    part, red = _partials_bytes(params, (bg, bm, bn), nk)
+    pieces = _piece_range((bg, bm, bn), nk)
+    part, red = _partials_bytes(params, (bg, bm, bn), nk, pieces)
     step = _step_within(params, target, block, blocks, k_grain, part, red)
     # a K loop also holds its accumulator
     rows = np.flatnonzero(step < bkt)
     if rows.size and params.out_type != params.partials_type:
         sub = [tuple(x[rows] for x in group) for group in (block, blocks)]
-        acc = part[rows] + accumulator_bytes(params, sub[0][:3], nk[rows])
-        step[rows] = _step_within(params, target, *sub, k_grain, acc, red[rows])  # type: ignore[call-arg, arg-type]
+        acc = part[rows] + accumulator_bytes(params, pieces.big[rows])
+        step[rows] = _step_within(params, target, *sub, k_grain[rows], acc, red[rows])  # type: ignore[call-arg, arg-type]
     return step
 
 
@@ -86,7 +94,7 @@ def _step_within(
     target: Target,
     block: tuple[np.ndarray, ...],
     blocks: tuple[np.ndarray, ...],
-    k_grain: int,
+    k_grain: np.ndarray,
     part: np.ndarray,
     red: np.ndarray,
 ) -> np.ndarray:
@@ -106,13 +114,16 @@ def _step_within(
 
 
 def _temp_bytes(
-    params: MatMulParams, block: tuple[np.ndarray, ...], blocks: tuple[np.ndarray, ...]
+    params: MatMulParams,
+    block: tuple[np.ndarray, ...],
+    blocks: tuple[np.ndarray, ...],
+    pieces: Stage2Pieces,
 ) -> np.ndarray:
     """Temporary bytes per tile: the partials plus a step's received operand blocks, or
-    plus the stage-2 receive buffer."""
+    plus the stage-2 receive buffer (``pieces``: of the block ``block[:3]``)."""
     bg, bm, bn, step = block
     nm, nn, nk = blocks
-    part, red = _partials_bytes(params, (bg, bm, bn), nk)
+    part, red = _partials_bytes(params, (bg, bm, bn), nk, pieces)
     recv = _operand_recv_bytes((bg, bm, bn, step), (nm, nn), _size(params.in_type))
     return np.maximum(part + recv, part + red)
 
@@ -169,16 +180,20 @@ def _step_exchange(
 
 
 def _step_compute(
-    params: MatMulParams, target: Target, method: str, block: tuple[np.ndarray, ...]
+    params: MatMulParams, target: Target, method: np.ndarray, block: tuple[np.ndarray, ...]
 ) -> np.ndarray:
-    """On-tile cycles of one serial step's block product, with the compute-set launch."""
-    bg, bm, bn, step = block
+    """On-tile cycles of one serial step's block product, with the compute-set launch, by
+    each candidate's ``method`` (an index into :data:`METHODS`)."""
     in_size, p_size = _size(params.in_type), _size(params.partials_type)
-    if method == "amp":
-        compute = est.amp_cycles(target, in_size, p_size, bg, bm, step, bn)
-    else:
-        integral = poplar.as_type(params.in_type).is_integral
-        compute = est.mac_cycles(target, in_size, integral, bg, bm, step, bn)
+    integral = poplar.as_type(params.in_type).is_integral
+    compute = np.zeros(method.shape, dtype=np.int64)
+    for m in np.flatnonzero(np.bincount(method, minlength=len(METHODS))).tolist():
+        rows = np.flatnonzero(method == m)
+        bg, bm, bn, step = (x[rows] for x in block)
+        if METHODS[m] == "amp":
+            compute[rows] = est.amp_cycles(target, in_size, p_size, bg, bm, step, bn)
+        else:
+            compute[rows] = est.mac_cycles(target, in_size, integral, bg, bm, step, bn)
     return compute + target.compute_set_launch_cycles
 
 
@@ -191,40 +206,52 @@ def reduce_pieces(bm: np.ndarray, bn: np.ndarray, nk: np.ndarray) -> np.ndarray:
     return (by_n < by_m).astype(np.int64)
 
 
-def _piece_range(
-    block: tuple[np.ndarray, ...], nk: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(split, largest piece, smallest piece) of the stage-2 pieces of a full block."""
+class Stage2Pieces(NamedTuple):
+    """The stage-2 pieces of each candidate's output block over its ``nk`` tiles: the split
+    (an index into :data:`SPLITS`) and the elements of the largest and smallest piece
+    (found once per candidate table, :func:`_piece_range`, for every cost that needs
+    them)."""
+
+    split: np.ndarray
+    big: np.ndarray
+    small: np.ndarray
+
+
+def _piece_range(block: tuple[np.ndarray, ...], nk: np.ndarray) -> Stage2Pieces:
+    """The stage-2 pieces of a full block ``(bg, bm, bn)`` over ``nk`` tiles."""
     bg, bm, bn = block
     split = reduce_pieces(bm, bn, nk)
     d, other = np.where(split == 0, bm, bn), bg * np.where(split == 0, bn, bm)
     big, small = _pieces(d, nk)
-    return split, big * other, small * other
+    return Stage2Pieces(split, big * other, small * other)
 
 
 def _reduce(
-    params: MatMulParams, target: Target, block: tuple[np.ndarray, ...], nk: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Stage-2 cycles (exchange with its sync, launch, reduction) and its split."""
+    params: MatMulParams,
+    target: Target,
+    block: tuple[np.ndarray, ...],
+    nk: np.ndarray,
+    pieces: Stage2Pieces,
+) -> np.ndarray:
+    """Stage-2 cycles (exchange with its sync, launch, reduction) of the block's
+    ``pieces``."""
     bg, bm, bn = block
     p_size, out_size = _size(params.partials_type), _size(params.out_type)
-    split, big, small = _piece_range(block, nk)
+    _, big, small = pieces
     received = (nk - 1) * big * p_size  # the other tiles' partials of its piece
     sent = (bg * bm * bn - small) * p_size  # its partials of the other pieces
     cycles = est.exchange_cycles(target, np.maximum(received, sent))
     cycles = cycles + target.compute_set_launch_cycles
     cycles = cycles + est.reduce_cycles(target, big, nk, p_size, out_size, False)
-    return np.where(_stage2(params, nk), cycles, 0), split
+    return np.where(_stage2(params, nk), cycles, 0)
 
 
-def accumulator_bytes(
-    params: MatMulParams, block: tuple[np.ndarray, ...], nk: np.ndarray
-) -> np.ndarray:
-    """Bytes per tile of a K loop's accumulator (partials type, the tile's stage-2 piece);
-    none when the output has the partials type (the loop accumulates into it)."""
+def accumulator_bytes(params: MatMulParams, big: np.ndarray) -> np.ndarray:
+    """Bytes per tile of a K loop's accumulator (partials type, the tile's stage-2 piece of
+    at most ``big`` elements); none when the output has the partials type (the loop
+    accumulates into it)."""
     if params.out_type == params.partials_type:
-        return np.zeros_like(np.asarray(nk))
-    _, big, _ = _piece_range(block, nk)
+        return np.zeros_like(big)
     return big * _size(params.partials_type)
 
 
@@ -234,6 +261,7 @@ def _k_loop_reduce(
     block: tuple[np.ndarray, ...],
     nk: np.ndarray,
     serial: np.ndarray,
+    pieces: Stage2Pieces,
 ) -> np.ndarray:
     """Stage-2 cycles of a K loop (PopLibs' input-channel serial split, as the conv
     planner's total in ``poplin/ConvModel.cpp`` has it: a reduction and an add-in-place per
@@ -242,7 +270,7 @@ def _k_loop_reduce(
     when the types differ."""
     bg, bm, bn = block
     p_size, out_size = _size(params.partials_type), _size(params.out_type)
-    _, big, small = _piece_range(block, nk)
+    _, big, small = pieces
     busy = np.maximum((nk - 1) * big * p_size, (bg * bm * bn - small) * p_size)
     step = est.exchange_cycles(target, np.where(nk > 1, busy, 0))
     step = step + target.compute_set_launch_cycles
@@ -260,15 +288,14 @@ def _stage2(params: MatMulParams, nk: np.ndarray) -> np.ndarray:
 
 
 def _partials_bytes(
-    params: MatMulParams, block: tuple[np.ndarray, ...], nk: np.ndarray
+    params: MatMulParams, block: tuple[np.ndarray, ...], nk: np.ndarray, pieces: Stage2Pieces
 ) -> tuple[np.ndarray, np.ndarray]:
     """(partials, stage-2 receive) bytes per tile: partials exist when there is a stage 2;
-    a tile receives the other tiles' partials of its piece of the block."""
+    a tile receives the other tiles' partials of its piece of the block (``pieces``)."""
     bg, bm, bn = block
     p_size = _size(params.partials_type)
     part = np.where(_stage2(params, nk), bg * bm * bn * p_size, 0)
-    _, big, _ = _piece_range(block, nk)
-    return part, (nk - 1) * big * p_size
+    return part, (nk - 1) * pieces.big * p_size
 
 
 def _cdiv(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:

@@ -21,20 +21,27 @@ from tremula.target import Target
 
 
 def n_loop_candidates(
-    params: P.MatMulParams, target: Target, method: str, swap: bool, splits: list[np.ndarray]
+    params: P.MatMulParams,
+    target: Target,
+    method: np.ndarray,
+    swap: np.ndarray,
+    splits: list[np.ndarray],
 ) -> dict[str, np.ndarray]:
     """Costed ``"n"`` loop candidates (the planner's table columns): the block splits
     whose ``N`` blocks are equal and whose ``K`` share does not fit in one step, each with
     the fewest steps (whole grains of columns dividing the block) that fit: more steps of
-    the same block only add per-step overheads."""
-    pn = params.m if swap else params.n
-    grain = P.grains(params, target, method)[0]
-    cols = splits
+    the same block only add per-step overheads. Each split has its ``method`` (an index
+    into :data:`P.METHODS`) and ``swap``."""
+    pn = np.where(swap == 1, params.m, params.n)
+    grain = P.method_grains(params, target, method)[0]
+    cols = [*splits, method, swap, grain]
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     keep = (pn % cols[2] == 0) & (cols[2] % grain == 0) & (cols[2] > grain)
     cols = [c[keep] for c in cols]
-    one = C._temp_bytes(params, tuple(cols[:4]), (cols[5], cols[6], cols[7]))
+    pieces = C._piece_range(tuple(cols[:3]), cols[7])
+    one = C._temp_bytes(params, tuple(cols[:4]), (cols[5], cols[6], cols[7]), pieces)
     cols = [c[one > budget] for c in cols]
+    *cols, method, swap, grain = cols
     units = cols[2] // grain
     steps = np.zeros(units.size, dtype=np.int64)
     pending = np.arange(units.size)
@@ -46,9 +53,9 @@ def n_loop_candidates(
             steps[rows[fits]] = count
             pending = pending[steps[pending] == 0]
     chosen = np.flatnonzero(steps)
-    table = _cost(params, target, method, [c[chosen] for c in cols], steps[chosen])
-    table["method"] = np.full(chosen.size, P.METHODS.index(method))
-    table["swap"] = np.full(chosen.size, int(swap))
+    table = _cost(params, target, method[chosen], [c[chosen] for c in cols], steps[chosen])
+    table["method"] = method[chosen]
+    table["swap"] = swap[chosen]
     return table
 
 
@@ -62,14 +69,22 @@ def _divisors(values: np.ndarray) -> list[int]:
     return sorted(out - {1})
 
 
-def _temp(params: P.MatMulParams, cols: list[np.ndarray], steps: np.ndarray | int) -> np.ndarray:
+def _temp(
+    params: P.MatMulParams,
+    cols: list[np.ndarray],
+    steps: np.ndarray | int,
+    pieces: C.Stage2Pieces | None = None,
+) -> np.ndarray:
     """Temporary bytes per tile: the copy of the A block (when other N blocks read it),
-    one step's partials and received B columns, or its partials and stage-2 buffer."""
+    one step's partials and received B columns, or its partials and stage-2 buffer
+    (``pieces``: of a step's block, found here if not given)."""
     bg, bm, bn, bkt, _, nm, nn, nk = cols
     s = C._size(params.in_type)
     b_blk = bg * bkt * (bn // steps)
     b_recv = np.where(nm > 1, b_blk - C._pieces(b_blk, nm)[1], 0) * s
-    part, red = C._partials_bytes(params, (bg, bm, bn // steps), nk)
+    if pieces is None:
+        pieces = C._piece_range((bg, bm, bn // steps), nk)
+    part, red = C._partials_bytes(params, (bg, bm, bn // steps), nk, pieces)
     return np.where(nn > 1, bg * bm * bkt * s, 0) + np.maximum(part + b_recv, part + red)
 
 
@@ -94,7 +109,11 @@ def _busy(
 
 
 def _cost(
-    params: P.MatMulParams, target: Target, method: str, cols: list[np.ndarray], steps: np.ndarray
+    params: P.MatMulParams,
+    target: Target,
+    method: np.ndarray,
+    cols: list[np.ndarray],
+    steps: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Cycles and temporary bytes of ``steps`` serial steps over each block's columns."""
     bg, bm, bn, bkt, ng, nm, nn, nk = cols
@@ -122,8 +141,9 @@ def _cost(
     share = np.argmin(options, axis=0)
     exchange = options.min(axis=0)
     compute = C._step_compute(params, target, method, (bg, bm, sn, bkt))
-    reduce, split = C._reduce(params, target, (bg, bm, sn), nk)
-    temp = _temp(params, cols, steps)
+    pieces = C._piece_range((bg, bm, sn), nk)
+    reduce, split = C._reduce(params, target, (bg, bm, sn), nk, pieces), pieces.split
+    temp = _temp(params, cols, steps, pieces)
     budget = int(params.available_memory_proportion * target.memory_bytes_per_tile)
     n = bg.size
     return {
