@@ -95,9 +95,7 @@ def hf_layer_outputs(hf_model, x: np.ndarray) -> tuple[list[np.ndarray], np.ndar
     return outputs, result.last_hidden_state.numpy(), result.pooler_output.numpy()
 
 
-@pytest.mark.parametrize(
-    "dtype, groups", [("float32", 1), ("float16", 1), ("float32", 2)]
-)
+@pytest.mark.parametrize("dtype, groups", [("float32", 1), ("float16", 1), ("float32", 2)])
 def test_layer_outputs_and_pooled(dtype: str, groups: int) -> None:
     """``ResNetModel``'s features and pooled output, and in the same program the stem and
     each bottleneck graph bound to the model's own variables, each output streamed out. In
@@ -160,9 +158,7 @@ def test_to_hf_round_trip() -> None:
         variables = facts.init()
     mapped = resnet_popxl.ResNetForImageClassification.hf_mapping(cfg, variables, hf_model)
     assert set(mapped) == set(variables.tensors)
-    state = resnet_popxl.ResNetForImageClassification.to_hf(
-        cfg, variables.map(mapped.__getitem__)
-    )
+    state = resnet_popxl.ResNetForImageClassification.to_hf(cfg, variables.map(mapped.__getitem__))
     expected = {
         k: v for k, v in hf_model.state_dict().items() if not k.endswith("num_batches_tracked")
     }
