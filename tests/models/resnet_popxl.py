@@ -7,7 +7,7 @@ a projection shortcut. Each module's static ``hf_mapping`` maps Hugging Face's
 its variables, ``to_hf`` maps them back.
 
 Batch normalisation is ``ops.batch_norm_inference`` (PopART's ``BatchNormOp`` in inference
-mode, which has no gradient), or, for fine-tuning through the frozen statistics
+mode, through which autodiff refuses to go), or, for fine-tuning through the frozen statistics
 (``ResNetConfig.trainable_batch_norm``), the same affine map written with element-wise ops:
 ``x * scale + shift``, ``scale = weight / sqrt(running_var + eps)``,
 ``shift = bias - running_mean * scale``, differentiable in every variable.

@@ -1,14 +1,15 @@
 """A ResNet image encoder written as Graphcore's PopXL vision models are (``resnet_popxl.py``,
 ``resnet_training.py``; MAGMA's CLIP ResNet encoder) against Hugging Face Transformers'
 ``ResNetModel`` / ``ResNetForImageClassification`` (4.25) of a tiny random config
-(embedding 8, hidden sizes 16 and 32, one bottleneck per stage, 32 x 32 images, the batch
-norms' parameters and running statistics randomised): the stem's and each bottleneck's
-output, the last features and their pooled mean, in float32 and in float16, and with the
-bottleneck's 3x3 convolution grouped (ResNeXt's, the Hugging Face model given the same
-grouped convolution); a fine-tuning step's loss, the gradient of every trainable weight and
-the weights after two Adam steps, against torch autograd and ``optim.Adam``; CLIP's
-attention pool against a torch module written from its definition. On ``ipu_model``. torch
-and transformers missing skip this module, except under CI (``CI=true``)."""
+(embedding 8, hidden sizes 16 and 32, one bottleneck per stage, batches of two 32 x 32
+images, the batch norms' parameters and running statistics randomised): the stem's and
+each bottleneck's output, the last features and their pooled mean, in float32 and in
+float16, and with the bottleneck's 3x3 convolution grouped (ResNeXt's, the Hugging Face
+model given the same grouped convolution); a fine-tuning step's loss, the gradient of
+every trainable weight and the weights after two Adam steps, against torch autograd and
+``optim.Adam``; CLIP's attention pool against a torch module written from its
+definition. On ``ipu_model`` (and ``cpu``). torch and transformers missing skip this
+module, except under CI (``CI=true``)."""
 
 from __future__ import annotations
 
@@ -95,8 +96,16 @@ def hf_layer_outputs(hf_model, x: np.ndarray) -> tuple[list[np.ndarray], np.ndar
     return outputs, result.last_hidden_state.numpy(), result.pooler_output.numpy()
 
 
-@pytest.mark.parametrize("dtype, groups", [("float32", 1), ("float16", 1), ("float32", 2)])
-def test_layer_outputs_and_pooled(dtype: str, groups: int) -> None:
+@pytest.mark.parametrize(
+    "dtype, groups, device",
+    [
+        ("float32", 1, "ipu_model"),
+        ("float16", 1, "ipu_model"),
+        ("float32", 2, "ipu_model"),
+        ("float32", 1, "cpu"),
+    ],
+)
+def test_layer_outputs_and_pooled(dtype: str, groups: int, device: str) -> None:
     """``ResNetModel``'s features and pooled output, and in the same program the stem and
     each bottleneck graph bound to the model's own variables, each output streamed out. In
     float16 (weights, images and activations; Hugging Face's in float32) within 1% of each
@@ -127,7 +136,7 @@ def test_layer_outputs_and_pooled(dtype: str, groups: int) -> None:
     apply_pre_alias_patterns(ir, level="default")
 
     weights = resnet_popxl.ResNetModel.hf_mapping(cfg, variables, hf_model.resnet)
-    with popxl.Session(ir, "ipu_model") as session:
+    with popxl.Session(ir, device) as session:
         session.write_variables_data(weights)
         outputs = session.run({h2d: x.astype(np_dtype)})
 
