@@ -8,8 +8,8 @@ labels; float32), host time per call, both sides interleaved in one process on o
 - ``forward``: the logits through ``session.run`` on ``ipu_model`` (Mk2), against
   ``model(pixels)`` under ``torch.no_grad()``;
 - ``training step``: forward, cross entropy, backward and an Adam step of every trainable
-  weight (batch norms' statistics frozen), against the same in torch (``model.eval()``,
-  ``optim.Adam``).
+  weight clipped to the gradients' global norm (batch norms' statistics frozen), against
+  the same in torch (``model.eval()``, ``clip_grad_norm_``, ``optim.AdamW``).
 
 It also prints the Session creation time of each program (lowering and compile) and the
 simulated cycles of one run, a fact of the cost model (the same on every host).
@@ -77,6 +77,7 @@ def main() -> None:
     import popxl_addons as addons
     import resnet_popxl
     import resnet_training
+    import t5_training
     import torch
     from popxl_addons.patterns import apply_pre_alias_patterns
     from test_resnet_popxl import pixels, random_hf_model, torch_loss
@@ -117,10 +118,10 @@ def main() -> None:
     _report("forward (ipu_model)", ours, theirs, median)
 
     # ---- training step ----
-    adam = resnet_training.Adam()
+    adam = t5_training.Adam()
     step = resnet_training.training_step(cfg, adam)
     model = hf_model.eval()
-    torch_adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch_adam = torch.optim.AdamW(model.parameters(), lr=1e-3)
     feeds = {
         step.inputs["pixels"]: x,
         step.inputs["labels"]: labels,
@@ -130,6 +131,7 @@ def main() -> None:
     def torch_step() -> None:
         torch_adam.zero_grad()
         torch_loss(model, x, labels).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
         torch_adam.step()
 
     start = time.perf_counter()

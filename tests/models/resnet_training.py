@@ -1,10 +1,11 @@
 """A fine-tuning step of ``resnet_popxl.ResNetForImageClassification``, built as Graphcore's
-PopXL fine-tuning builds its steps (``nlp/gpt_j/popxl/finetuning.py``): the forward graph
-called with its variables, the mean cross entropy of the logits and its gradient, the
-forward's gradient graph accumulating the gradient of every trainable weight into variables
-(``autodiff_with_accumulation``; the batch norms' running statistics are frozen, as in
-``model.eval()``), then popxl-addons' ``AdamOptimizerStep`` on each trainable weight, after
-which the accumulators are zeroed."""
+PopXL fine-tuning builds its steps (``nlp/gpt_j/popxl/finetuning.py``; the phases as
+``t5_training`` builds them): the forward graph called with its variables, the mean cross
+entropy of the logits and its gradient, the forward's gradient graph accumulating the
+gradient of every trainable weight into variables (``autodiff_with_accumulation``; the
+batch norms' running statistics are frozen, as in ``model.eval()``), then popxl-addons'
+``AdamOptimizerStep`` on each trainable weight, clipped to the gradients' global norm,
+after which the accumulators are zeroed."""
 
 from __future__ import annotations
 
@@ -13,24 +14,15 @@ from dataclasses import dataclass
 import popxl_addons as addons
 from popxl_addons import GraphWithNamedArgs, NamedTensors
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
-from popxl_addons.optimizers.adam import AdamOptimizerStep
 from popxl_addons.patterns import apply_pre_alias_patterns
 from resnet_popxl import ResNetConfig, ResNetForImageClassification
+from t5_training import Adam, clipped_optimizer_step, forward_loss_backward
 
 import popxl
 from popxl import ops
 
 #: the batch norms' statistics: variables of the model, but not trained
 FROZEN = ("running_mean", "running_var")
-
-
-@dataclass
-class Adam:
-    """Adam's settings (bias correction, no weight decay: torch's ``optim.Adam``)."""
-
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
 
 
 @dataclass
@@ -48,28 +40,10 @@ def trainable(variables: NamedTensors) -> dict[str, popxl.Tensor]:
     return {n: t for n, t in variables.to_dict().items() if not n.endswith(FROZEN)}
 
 
-def adam_steps(variables: dict, grads: NamedTensors, lr: popxl.Tensor, adam: Adam) -> None:
-    """``AdamOptimizerStep`` on every trainable variable, each with its own state."""
-    grads_by_name = grads.to_dict()
-    for name, var in variables.items():
-        facts, graph = AdamOptimizerStep().create_graph(
-            var.spec,
-            var.spec,
-            lr=popxl.TensorSpec((), popxl.float32),
-            beta1=adam.beta1,
-            beta2=adam.beta2,
-            eps=adam.eps,
-            weight_decay=0.0,
-            first_order_dtype=popxl.float32,
-            bias_correction=True,
-        )
-        state = facts.init(f"optim.{name}")
-        graph.bind(state).call(var, grads_by_name[name], lr)
-
-
 def training_step(config: ResNetConfig, adam: Adam | None) -> ResNetTrainingStep:
-    """One step per run: ``pixels``, ``labels`` (and ``lr`` with ``adam``) in; ``loss`` and
-    ``logits`` out. Without ``adam`` the gradients stay in ``grads`` after the run."""
+    """One step per run: ``pixels``, ``labels`` (and ``lr`` with ``adam``) in; ``loss``,
+    ``logits`` (and ``grad_norm``) out. Without ``adam`` the gradients stay in ``grads``
+    after the run."""
     assert config.trainable_batch_norm, "batch_norm_inference has no gradient"
     ir = popxl.Ir()
     shape = (config.batch_size, config.num_channels, config.image_size, config.image_size)
@@ -98,25 +72,17 @@ def training_step(config: ResNetConfig, adam: Adam | None) -> ResNetTrainingStep
         grad_facts, bwd_graph = addons.transforms.autodiff_with_accumulation(
             fwd_graph, tensors_to_accumulate_grads=list(to_train.values())
         )
-        loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
-
-        fwd_info = fwd_graph.bind(variables).call_with_info(pixels)
-        loss_info = loss_graph.call_with_info(fwd_info.parent_output(0), labels)
-        (dlogits,) = loss_bwd.call(
+        fwd_info, loss_info, accumulators = forward_loss_backward(
+            fwd_graph, variables, [pixels], loss_graph, labels, grad_facts, bwd_graph,
             popxl.constant(1.0, config.dtype, name="loss_scaling"),
-            args=loss_bwd.grad_graph_info.inputs_dict(loss_info),
-        )
-        accumulators = grad_facts.init()
-        bwd_graph.bind(accumulators).call(
-            dlogits, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info)
-        )
-        if adam is not None:
-            adam_steps(trainable(variables), accumulators.accum, loaded["lr"], adam)
-            for accumulator in accumulators.tensors:
-                ops.var_updates.accumulator_scale_(accumulator, 0.0)
+        )  # fmt: skip
         outputs = {
             "loss": addons.host_store(loss_info.parent_output(0)),
             "logits": addons.host_store(fwd_info.parent_output(0)),
         }
+        if adam is not None:
+            trained = NamedTensors.from_dict(trainable(variables))
+            norm = clipped_optimizer_step(trained, accumulators, loaded["lr"], adam, 1.0)
+            outputs["grad_norm"] = addons.host_store(norm)
     apply_pre_alias_patterns(ir, level="default")
     return ResNetTrainingStep(ir, inputs, outputs, variables, accumulators.accum)

@@ -17,7 +17,7 @@ import copy
 
 import numpy as np
 import pytest
-from reference_packages import reference
+from reference_packages import reference, with_gradients
 
 import popxl
 
@@ -27,6 +27,7 @@ transformers = reference("transformers")
 import popxl_addons as addons  # noqa: E402
 import resnet_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import resnet_training  # noqa: E402
+import t5_training  # noqa: E402
 from popxl_addons.patterns import apply_pre_alias_patterns  # noqa: E402
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -176,18 +177,6 @@ def test_to_hf_round_trip() -> None:
         np.testing.assert_array_equal(state[key].numpy(), value.numpy(), key)
 
 
-def with_gradients(module):
-    """A copy of ``module`` holding its parameters' gradients as data (zeros where none;
-    its buffers, the running statistics, as they are): the same ``hf_mapping`` lays them
-    out as the model's variables."""
-    copied = copy.deepcopy(module)
-    grads = {n: p.grad for n, p in module.named_parameters()}
-    for name, parameter in copied.named_parameters():
-        grad = grads[name]
-        parameter.data = torch.zeros_like(parameter) if grad is None else grad.clone()
-    return copied
-
-
 def torch_loss(model, x: np.ndarray, labels: np.ndarray):
     logits = model(torch.tensor(x)).logits
     return torch.nn.functional.cross_entropy(logits, torch.tensor(labels, dtype=torch.long))
@@ -224,16 +213,22 @@ def test_gradients_of_every_weight() -> None:
 
 
 def test_adam_steps_match_torch() -> None:
-    """Two fine-tuning steps with popxl-addons' Adam (state carried over): each step's
-    loss, and every weight after the second, against torch's ``optim.Adam`` on the Hugging
-    Face model in eval mode; the running statistics unchanged."""
+    """Two fine-tuning steps with popxl-addons' Adam (AdamW's decoupled decay, the
+    gradients clipped to their global norm; state carried over): each step's loss and
+    gradient norm, and every weight after the second, against torch's
+    ``clip_grad_norm_`` and ``optim.AdamW`` on the Hugging Face model in eval mode; the
+    running statistics unchanged."""
     cfg = config(trainable_batch_norm=True)
     hf_model = random_hf_model(cfg)
-    adam = resnet_training.Adam(eps=1e-6)
+    adam = t5_training.Adam(eps=1e-6, weight_decay=0.01, max_norm=1.0)
     lr = 1e-2
     model = copy.deepcopy(hf_model)
-    torch_adam = torch.optim.Adam(
-        model.parameters(), lr=lr, betas=(adam.beta1, adam.beta2), eps=adam.eps
+    torch_adam = torch.optim.AdamW(
+        model.parameters(),
+        lr=lr,
+        betas=(adam.beta1, adam.beta2),
+        eps=adam.eps,
+        weight_decay=adam.weight_decay,
     )
     step = resnet_training.training_step(cfg, adam)
     mapping = resnet_popxl.ResNetForImageClassification.hf_mapping
@@ -245,6 +240,8 @@ def test_adam_steps_match_torch() -> None:
             torch_adam.zero_grad()
             loss = torch_loss(model, x, labels)
             loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
+            assert norm.item() > adam.max_norm  # the clipping matters
             torch_adam.step()
             outputs = session.run(
                 {
@@ -253,7 +250,8 @@ def test_adam_steps_match_torch() -> None:
                     step.inputs["lr"]: np.float32(lr),
                 }
             )
-            np.testing.assert_allclose(outputs[step.outputs["loss"]], loss.item(), **TOL)
+            for name, want in (("loss", loss.item()), ("grad_norm", norm.item())):
+                np.testing.assert_allclose(outputs[step.outputs[name]], want, rtol=1e-5)
         weights = session.get_tensors_data(list(step.variables.tensors))
     expected = mapping(cfg, step.variables, model)
     before = mapping(cfg, step.variables, hf_model)
