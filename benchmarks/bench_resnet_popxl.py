@@ -92,14 +92,10 @@ def main() -> None:
     mapping = resnet_popxl.ResNetForImageClassification.hf_mapping
 
     # ---- forward ----
-    ir = popxl.Ir()
+    model = resnet_popxl.program(cfg, resnet_popxl.ResNetForImageClassification(cfg))
+    ir, h2d, variables = model.ir, model.pixels, model.variables
     with ir.main_graph:
-        h2d = popxl.h2d_stream(x.shape, popxl.float32, name="pixels")
-        px = popxl.ops.host_load(h2d)
-        facts, graph = resnet_popxl.ResNetForImageClassification(cfg).create_graph(px)
-        variables = facts.init()
-        (logits,) = graph.bind(variables).call(px)
-        addons.host_store(logits)
+        addons.host_store(model.outputs[0])
     apply_pre_alias_patterns(ir, level="default")
     start = time.perf_counter()
     with popxl.Session(ir, "ipu_model") as session:

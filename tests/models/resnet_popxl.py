@@ -52,6 +52,32 @@ class ResNetConfig:
     dtype: popxl.dtype = field(default=popxl.float32)
 
 
+@dataclass
+class Program:
+    """A main graph calling a module on streamed images (:func:`program`); more ops may be
+    added in ``with program.ir.main_graph``."""
+
+    ir: popxl.Ir
+    pixels: popxl.HostToDeviceStream
+    pixel_values: popxl.Tensor
+    variables: NamedTensors
+    outputs: tuple[popxl.Tensor, ...]
+
+
+def program(config: ResNetConfig, module: addons.Module) -> Program:
+    """``module`` (its graph made by ``create_graph``) called in a new Ir's main graph with
+    fresh variables on images ``[batch, channels, size, size]`` loaded from a stream."""
+    shape = (config.batch_size, config.num_channels, config.image_size, config.image_size)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h2d = popxl.h2d_stream(shape, config.dtype, name="pixels")
+        pixel_values = ops.host_load(h2d)
+        facts, graph = module.create_graph(pixel_values)
+        variables = facts.init()
+        outputs = graph.bind(variables).call(pixel_values)
+    return Program(ir, h2d, pixel_values, variables, tuple(outputs))
+
+
 def torch_tensor(x: np.ndarray):
     import torch  # the models extra: only the Hugging Face conversions need it
 

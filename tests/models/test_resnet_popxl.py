@@ -117,14 +117,10 @@ def test_layer_outputs_and_pooled(dtype: str, groups: int, device: str) -> None:
     x = pixels(cfg, 1)
     np_dtype = cfg.dtype.as_numpy()
 
-    ir = popxl.Ir()
+    model = resnet_popxl.program(cfg, resnet_popxl.ResNetModel(cfg))
+    ir, h2d, px, variables = model.ir, model.pixels, model.pixel_values, model.variables
     with ir.main_graph:
-        h2d = popxl.h2d_stream(x.shape, cfg.dtype, name="pixels")
-        px = popxl.ops.host_load(h2d)
-        facts, graph = resnet_popxl.ResNetModel(cfg).create_graph(px)
-        variables = facts.init()
-        hidden, pooled = graph.bind(variables).call(px)
-        model_d2h = [addons.host_store(hidden), addons.host_store(pooled)]
+        model_d2h = [addons.host_store(t) for t in model.outputs]
 
         _, stem = resnet_popxl.Embeddings(cfg).create_graph(px)
         (h,) = stem.bind(variables.embedder).call(px)
@@ -318,13 +314,10 @@ def test_attention_pool_on_resnet_features() -> None:
             lin.bias.normal_(0, 0.1)
     x = pixels(cfg, 6)
 
-    ir = popxl.Ir()
+    model = resnet_popxl.program(cfg, resnet_popxl.ResNetModel(cfg))
+    ir, h2d, variables = model.ir, model.pixels, model.variables
+    hidden = model.outputs[0]
     with ir.main_graph:
-        h2d = popxl.h2d_stream(x.shape, cfg.dtype, name="pixels")
-        px = popxl.ops.host_load(h2d)
-        facts, graph = resnet_popxl.ResNetModel(cfg).create_graph(px)
-        variables = facts.init()
-        hidden, _ = graph.bind(variables).call(px)
         pool_facts, pool_graph = resnet_popxl.AttentionPool2D(embed, heads, out_dim).create_graph(
             hidden
         )
