@@ -156,9 +156,16 @@ class ConvLayer(addons.Module):
     @staticmethod
     def hf_mapping(config: ResNetConfig, variables: NamedTensors, hf_model) -> dict:
         """From ``ResNetConvLayer`` or ``ResNetShortCut`` (``convolution``, ``normalization``)."""
+        return ConvLayer.torch_mapping(
+            config, variables, hf_model.convolution, hf_model.normalization
+        )
+
+    @staticmethod
+    def torch_mapping(config: ResNetConfig, variables: NamedTensors, conv, norm) -> dict:
+        """From an ``nn.Conv2d`` and the ``nn.BatchNorm2d`` after it."""
         return {
-            **Conv2D.torch_mapping(variables.conv, hf_model.convolution, config.dtype),
-            **BatchNorm2D.hf_mapping(config, variables.norm, hf_model.normalization),
+            **Conv2D.torch_mapping(variables.conv, conv, config.dtype),
+            **BatchNorm2D.hf_mapping(config, variables.norm, norm),
         }
 
     @staticmethod
@@ -343,50 +350,3 @@ class ResNetForImageClassification(addons.Module):
             "classifier.1.weight": torch_tensor(classifier.weight.T),
             "classifier.1.bias": torch_tensor(classifier.bias),
         }
-
-
-class AttentionPool2D(addons.Module):
-    """CLIP's ``AttentionPool2d`` (the pool of its modified ResNet, MAGMA's image encoder):
-    the ``H W`` positions of ``x`` ``[N, C, H, W]`` as a sequence, their mean prepended as a
-    class token, a learnt positional embedding ``[H W + 1, C]`` added, then multi-head
-    attention of the class token (the only query) over all ``H W + 1`` tokens with
-    separate q / k / v projections, and the output projection ``c_proj``: ``[N, output]``."""
-
-    def __init__(self, embed_dim: int, heads: int, output_dim: int | None = None):
-        super().__init__()
-        assert embed_dim % heads == 0, f"{embed_dim} channels in {heads} heads"
-        self.heads = heads
-        self.q_proj, self.k_proj, self.v_proj = (Linear(embed_dim) for _ in range(3))
-        self.c_proj = Linear(output_dim or embed_dim)
-
-    def build(self, x: popxl.Tensor) -> popxl.Tensor:
-        n, c, h, w = x.shape
-        tokens = x.reshape((n, c, h * w)).transpose((0, 2, 1))  # [N, HW, C]
-        cls = ops.mean(tokens, axis=1, keepdims=True)
-        tokens = ops.concat([cls, tokens], axis=1)
-        self.positional_embedding = self.add_variable_input(
-            "positional_embedding",
-            lambda: np.random.normal(0, c**-0.5, (h * w + 1, c)),
-            x.dtype,
-        )
-        tokens = tokens + self.positional_embedding
-
-        head_size = c // self.heads
-        # [N, heads, 1, hs] @ [N, heads, hs, L] -> [N, heads, 1, L]
-        q = self.q_proj(tokens[:, :1]).reshape((n, 1, self.heads, head_size))
-        k = self.k_proj(tokens).reshape((n, h * w + 1, self.heads, head_size))
-        v = self.v_proj(tokens).reshape((n, h * w + 1, self.heads, head_size))
-        scores = q.transpose((0, 2, 1, 3)) @ k.transpose((0, 2, 3, 1))
-        probs = ops.softmax(scores * (head_size**-0.5), axis=-1)
-        attended = probs @ v.transpose((0, 2, 1, 3))  # [N, heads, 1, hs]
-        return self.c_proj(attended.reshape((n, c)))
-
-    @staticmethod
-    def torch_mapping(config: ResNetConfig, variables: NamedTensors, pool) -> dict:
-        """From a module with CLIP's ``AttentionPool2d`` parameters."""
-        weights = {
-            variables.positional_embedding: to_numpy(pool.positional_embedding.data, config.dtype)
-        }
-        for name in ("q_proj", "k_proj", "v_proj", "c_proj"):
-            weights.update(Linear.torch_mapping(variables[name], getattr(pool, name), config.dtype))
-        return weights

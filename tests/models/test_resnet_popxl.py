@@ -7,9 +7,11 @@ each bottleneck's output, the last features and their pooled mean, in float32 an
 float16, and with the bottleneck's 3x3 convolution grouped (ResNeXt's, the Hugging Face
 model given the same grouped convolution); a fine-tuning step's loss, the gradient of
 every trainable weight and the weights after two Adam steps, against torch autograd and
-``optim.Adam``; CLIP's attention pool against a torch module written from its
-definition. On ``ipu_model`` (and ``cpu``). torch and transformers missing skip this
-module, except under CI (``CI=true``)."""
+``optim.AdamW`` (gradients clipped to their global norm); CLIP's attention pool on the
+ResNet's features and CLIP's whole modified ResNet (``clip_resnet_popxl.py``, MAGMA's
+image encoder) against torch models written from their definitions
+(``clip_resnet_reference.py``). On ``ipu_model`` (and ``cpu``). torch and transformers
+missing skip this module, except under CI (``CI=true``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import popxl
 torch = reference("torch")
 transformers = reference("transformers")
 
+import clip_resnet_popxl  # noqa: E402
+import clip_resnet_reference  # noqa: E402
 import popxl_addons as addons  # noqa: E402
 import resnet_popxl  # noqa: E402  (beside this file: tests/models/conftest.py puts it on the path)
 import resnet_training  # noqa: E402
@@ -35,6 +39,18 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 def config(**kwargs) -> resnet_popxl.ResNetConfig:
     return resnet_popxl.ResNetConfig(**kwargs)
+
+
+def randomise_batch_norms(model) -> None:
+    """Batch norms' parameters and statistics away from their defaults."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                c = module.num_features
+                module.weight.copy_(1 + 0.3 * torch.randn(c))
+                module.bias.copy_(0.3 * torch.randn(c))
+                module.running_mean.copy_(0.3 * torch.randn(c))
+                module.running_var.copy_(0.5 + torch.rand(c))
 
 
 def random_hf_model(cfg: resnet_popxl.ResNetConfig) -> transformers.ResNetForImageClassification:
@@ -53,22 +69,14 @@ def random_hf_model(cfg: resnet_popxl.ResNetConfig) -> transformers.ResNetForIma
     )
     torch.manual_seed(3)
     model = transformers.ResNetForImageClassification(hf_config).eval()
-    for _, hf_name in resnet_popxl.Encoder.names(cfg):
-        conv = model.resnet.encoder.get_submodule(hf_name).layer[1].convolution
-        if cfg.groups > 1:
-            conv = torch.nn.Conv2d(conv.in_channels, conv.out_channels, 3, conv.stride, 1,
-                                   groups=cfg.groups, bias=False)  # fmt: skip
-            model.resnet.encoder.get_submodule(hf_name).layer[1].convolution = conv
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                c = module.num_features
-                module.weight.copy_(1 + 0.3 * torch.randn(c))
-                module.bias.copy_(0.3 * torch.randn(c))
-                module.running_mean.copy_(0.3 * torch.randn(c))
-                module.running_var.copy_(0.5 + torch.rand(c))
-            elif isinstance(module, torch.nn.Conv2d) and cfg.groups > 1:
-                torch.nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+    for _, hf_name in resnet_popxl.Encoder.names(cfg) if cfg.groups > 1 else ():
+        layer = model.resnet.encoder.get_submodule(hf_name).layer[1]
+        c_in, c_out, stride = (layer.convolution.in_channels, layer.convolution.out_channels,
+                               layer.convolution.stride)  # fmt: skip
+        layer.convolution = torch.nn.Conv2d(c_in, c_out, 3, stride, 1, groups=cfg.groups,
+                                            bias=False)  # fmt: skip
+        torch.nn.init.kaiming_normal_(layer.convolution.weight, mode="fan_out")  # HF's init
+    randomise_batch_norms(model)
     return model
 
 
@@ -257,49 +265,6 @@ def test_adam_steps_match_torch() -> None:
         assert moved == (not np.array_equal(weights[t], before[t])), t.name
 
 
-class CLIPAttentionPool(torch.nn.Module if torch else object):  # type: ignore[misc]
-    """CLIP's ``AttentionPool2d`` from its definition: the class token (the positions'
-    mean) attends over itself and the positions, with torch's multi-head attention."""
-
-    def __init__(self, spatial: int, embed_dim: int, heads: int, output_dim: int):
-        super().__init__()
-        self.positional_embedding = torch.nn.Parameter(
-            torch.randn(spatial**2 + 1, embed_dim) / embed_dim**0.5
-        )
-        self.k_proj = torch.nn.Linear(embed_dim, embed_dim)
-        self.q_proj = torch.nn.Linear(embed_dim, embed_dim)
-        self.v_proj = torch.nn.Linear(embed_dim, embed_dim)
-        self.c_proj = torch.nn.Linear(embed_dim, output_dim)
-        self.heads = heads
-
-    def forward(self, x):
-        x = x.flatten(start_dim=2).permute(2, 0, 1)  # NCHW -> (HW)NC
-        x = torch.cat([x.mean(dim=0, keepdim=True), x], dim=0)
-        x = x + self.positional_embedding[:, None, :]
-        out, _ = torch.nn.functional.multi_head_attention_forward(
-            query=x[:1],
-            key=x,
-            value=x,
-            embed_dim_to_check=x.shape[-1],
-            num_heads=self.heads,
-            q_proj_weight=self.q_proj.weight,
-            k_proj_weight=self.k_proj.weight,
-            v_proj_weight=self.v_proj.weight,
-            in_proj_weight=None,
-            in_proj_bias=torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]),
-            bias_k=None,
-            bias_v=None,
-            add_zero_attn=False,
-            dropout_p=0.0,
-            out_proj_weight=self.c_proj.weight,
-            out_proj_bias=self.c_proj.bias,
-            use_separate_proj_weight=True,
-            training=False,
-            need_weights=False,
-        )
-        return out.squeeze(0)
-
-
 def test_attention_pool_on_resnet_features() -> None:
     """CLIP's attention pool (4 heads, output 24) on the ResNet's last features (4 x 4
     positions of 32 channels), the ResNet and the pool in one program, against Hugging
@@ -308,7 +273,7 @@ def test_attention_pool_on_resnet_features() -> None:
     hf_model = random_hf_model(cfg)
     torch.manual_seed(5)
     side, embed, heads, out_dim = 4, cfg.hidden_sizes[-1], 4, 24
-    pool_t = CLIPAttentionPool(side, embed, heads, out_dim).eval()
+    pool_t = clip_resnet_reference.AttentionPool2d(side, embed, heads, out_dim).eval()
     with torch.no_grad():
         for lin in (pool_t.q_proj, pool_t.k_proj, pool_t.v_proj, pool_t.c_proj):
             lin.bias.normal_(0, 0.1)
@@ -318,9 +283,9 @@ def test_attention_pool_on_resnet_features() -> None:
     ir, h2d, variables = model.ir, model.pixels, model.variables
     hidden = model.outputs[0]
     with ir.main_graph:
-        pool_facts, pool_graph = resnet_popxl.AttentionPool2D(embed, heads, out_dim).create_graph(
-            hidden
-        )
+        pool_facts, pool_graph = clip_resnet_popxl.AttentionPool2D(
+            embed, heads, out_dim
+        ).create_graph(hidden)
         pool_vars = pool_facts.init("attnpool")
         (embedding,) = pool_graph.bind(pool_vars).call(hidden)
         d2h = addons.host_store(embedding)
@@ -330,7 +295,7 @@ def test_attention_pool_on_resnet_features() -> None:
         session.write_variables_data(
             {
                 **resnet_popxl.ResNetModel.hf_mapping(cfg, variables, hf_model.resnet),
-                **resnet_popxl.AttentionPool2D.torch_mapping(cfg, pool_vars, pool_t),
+                **clip_resnet_popxl.AttentionPool2D.torch_mapping(cfg, pool_vars, pool_t),
             }
         )
         outputs = session.run({h2d: x})
@@ -340,3 +305,33 @@ def test_attention_pool_on_resnet_features() -> None:
         want = pool_t(features).numpy()
     assert outputs[d2h].shape == (cfg.batch_size, out_dim)
     np.testing.assert_allclose(outputs[d2h], want, **TOL)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_clip_modified_resnet(dtype: str) -> None:
+    """CLIP's modified ResNet (MAGMA's image encoder; width 8, two stages of one
+    bottleneck, the second strided by an average pool, a projection shortcut in each; 4
+    heads over 4 x 4 positions of 64 channels, output 24) against the torch model written
+    from its definition; float16 within 1% of the output's largest magnitude."""
+    cfg = clip_resnet_popxl.CLIPResNetConfig(dtype=popxl.dtypes.dtype.as_dtype(dtype))
+    torch.manual_seed(7)
+    reference = clip_resnet_reference.ModifiedResNet(
+        cfg.depths, cfg.output_dim, cfg.heads, cfg.image_size, cfg.width
+    ).eval()
+    randomise_batch_norms(reference)
+    x = pixels(cfg, 8)
+
+    model = resnet_popxl.program(cfg, clip_resnet_popxl.ModifiedResNet(cfg))
+    with model.ir.main_graph:
+        d2h = addons.host_store(model.outputs[0])
+    apply_pre_alias_patterns(model.ir, level="default")
+    weights = clip_resnet_popxl.ModifiedResNet.torch_mapping(cfg, model.variables, reference)
+    assert set(weights) == set(model.variables.tensors)
+    with popxl.Session(model.ir, "ipu_model") as session:
+        session.write_variables_data(weights)
+        got = session.run({model.pixels: x.astype(cfg.dtype.as_numpy())})[d2h]
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    assert got.shape == (cfg.batch_size, cfg.output_dim)
+    tol = TOL if dtype == "float32" else {"rtol": 1e-2, "atol": 1e-2 * np.abs(want).max()}
+    np.testing.assert_allclose(got, want, **tol)
