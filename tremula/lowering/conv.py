@@ -2,7 +2,8 @@
 there is padding) is viewed once per kernel position with the stride and dilation, the
 views are copied into one ``[N, C, K, *out]`` patch tensor, and then
 
-* ``Conv``: one grouped poplin matmul ``[G, N * out, C/G * K] @ [G, C/G * K, C_out/G]``;
+* ``Conv``: one grouped poplin matmul ``[G, N * out, C/G * K] @ [G, C/G * K, C_out/G]``
+  (its ``partialsType`` the op's ``partials_type`` where set);
 * ``ConvTranspose``: the input spread out with ``stride - 1`` zeros between elements and
   ``dilation (kernel - 1)`` zeros around (cropped by the padding), convolved with the
   weights flipped and their channel axes swapped;
