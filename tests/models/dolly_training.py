@@ -19,7 +19,7 @@ from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_lo
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.optimizers.adam import AdamOptimizerStep
 from popxl_addons.patterns import apply_pre_alias_patterns
-from t5_training import Adam
+from t5_training import Adam, forward_loss_backward
 
 import popxl
 from popxl import ops
@@ -110,18 +110,10 @@ def training_step(config: DollyConfig, adam: Adam) -> DollyTrainingStep:
             tensors_to_accumulate_grads=fwd_graph.args.tensors,
             replica_groupings=facts.replica_groupings,
         )
-        loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
-
-        fwd_info = fwd_graph.bind(variables).call_with_info(words)
-        loss_info = loss_graph.call_with_info(fwd_info.parent_output(0), labels)
-        (dlogits,) = loss_bwd.call(
+        _, loss_info, accumulators = forward_loss_backward(
+            fwd_graph, variables, [words], loss_graph, labels, grad_facts, bwd_graph,
             popxl.constant(1.0, config.dtype, name="loss_scaling"),
-            args=loss_bwd.grad_graph_info.inputs_dict(loss_info),
-        )
-        accumulators = grad_facts.init()
-        bwd_graph.bind(accumulators).call(
-            dlogits, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info)
-        )
+        )  # fmt: skip
 
         groups = facts.replica_groupings.to_dict()
         sharded = {n for n, g in groups.items() if g is not None and g.num_groups > 1}

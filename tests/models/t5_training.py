@@ -102,6 +102,30 @@ def clipped_optimizer_step(
     return global_norm
 
 
+def forward_loss_backward(
+    fwd_graph: GraphWithNamedArgs,
+    variables: NamedTensors,
+    inputs: list[popxl.Tensor],
+    loss_graph: GraphWithNamedArgs,
+    labels: popxl.Tensor,
+    grad_facts,
+    bwd_graph: GraphWithNamedArgs,
+    loss_scaling: popxl.Tensor,
+) -> tuple:
+    """GPT-J's fine-tuning phases in one graph: the forward called with ``variables``, the
+    loss of its first output, the loss's gradient (seeded with ``loss_scaling``) and the
+    forward's gradient graph accumulating into fresh accumulators (``grad_facts``, from
+    ``autodiff_with_accumulation``). Returns the forward's and the loss's call infos and
+    the accumulators."""
+    loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
+    fwd_info = fwd_graph.bind(variables).call_with_info(*inputs)
+    loss_info = loss_graph.call_with_info(fwd_info.parent_output(0), labels)
+    (dlogits,) = loss_bwd.call(loss_scaling, args=loss_bwd.grad_graph_info.inputs_dict(loss_info))
+    accumulators = grad_facts.init()
+    bwd_graph.bind(accumulators).call(dlogits, args=bwd_graph.grad_graph_info.inputs_dict(fwd_info))
+    return fwd_info, loss_info, accumulators
+
+
 def input_streams(config: T5Config, lr: bool) -> dict[str, popxl.HostToDeviceStream]:
     """The batch's streams (and the learning rate's)."""
     batch, enc, dec = config.micro_batch_size, config.encoder_length, config.decoder_length
@@ -152,20 +176,12 @@ def build_training_step(
         popxl.transforms.decompose_sum(bwd_graph.graph)
         if recompute:
             bwd_graph = addons.transforms.recompute_graph(bwd_graph)
-        loss_bwd = addons.autodiff(loss_graph, grads_required=(loss_graph.graph.inputs[0],))
-
-        fwd_info = fwd_graph.bind(variables).call_with_info(*tensors.values())
+        fwd_info, loss_info, accumulators = forward_loss_backward(
+            fwd_graph, variables, list(tensors.values()), loss_graph, labels, grad_facts,
+            bwd_graph, popxl.constant(loss_scaling, config.dtype, name="loss_scaling"),
+        )  # fmt: skip
         logits = fwd_info.parent_output(0)
-        loss_info = loss_graph.call_with_info(logits, labels)
         loss_value = loss_info.parent_output(0)
-
-        (dlogits,) = loss_bwd.call(
-            popxl.constant(loss_scaling, config.dtype, name="loss_scaling"),
-            args=loss_bwd.grad_graph_info.inputs_dict(loss_info),
-        )
-        accumulators = grad_facts.init()
-        bwd_args = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
-        bwd_graph.bind(accumulators).call(dlogits, args=bwd_args)
 
         outputs = {"logits": addons.host_store(logits), "loss": addons.host_store(loss_value)}
         if adam is not None:

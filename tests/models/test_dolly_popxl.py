@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from reference_packages import reference
+from reference_packages import reference, with_gradients
 
 import popxl
 
@@ -82,17 +82,6 @@ def per_replica(data: np.ndarray, tp: int) -> np.ndarray:
 
 def replicas(data, tp: int) -> list[np.ndarray]:
     return [data] if tp == 1 else list(data)
-
-
-def with_gradients(module):
-    """A copy of ``module`` holding its parameters' gradients (zeros where none) as data:
-    the same ``hf_mapping`` lays them out as the model's variables."""
-    copied = copy.deepcopy(module)
-    grads = {n: p.grad for n, p in module.named_parameters()}
-    for name, parameter in copied.named_parameters():
-        grad = grads[name]
-        parameter.data = torch.zeros_like(parameter) if grad is None else grad.clone()
-    return copied
 
 
 @dataclass

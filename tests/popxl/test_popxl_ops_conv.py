@@ -87,6 +87,69 @@ def naive_conv_transpose(x, w, stride, pads, out_pad, groups):
     return full[:, :, pads[0] : full.shape[2] - pads[2], pads[1] : full.shape[3] - pads[3]]
 
 
+def _partials_vertices(partials_types=None, option=None, grads: bool = False) -> set[str]:
+    """The partials types of the block-product vertices (``poplin::AmpPartial`` /
+    ``MacPartial<IN,P,...>``) a float16
+    convolution lowers to (with its gradients: the weights' and the input's), and checks
+    its values against the naive loops."""
+    import popxl
+
+    x = RNG.normal(size=(2, 8, 5, 5)).astype(np.float16)
+    w = RNG.normal(size=(4, 8, 3, 3)).astype(np.float16)
+    ir = popxl.Ir()
+    if option:
+        from tremula.popxl._ir.ir import session_options
+
+        session_options(ir).convolutionOptions = {"partialsType": option}
+    with ir.main_graph:
+        xt, wt = popxl.variable(x, name="x"), popxl.variable(w, name="w")
+        g = ir.create_graph(lambda a, b: ops.conv(a, b, partials_types=partials_types), xt, wt)
+        info = ops.call_with_info(g, xt, wt)
+        y = info.outputs[0]
+        if grads:
+            grad = popxl.transforms.autodiff(g)
+            seed = popxl.constant(np.ones(y.shape, np.float16))
+            ops.call(grad.graph, seed, inputs_dict=grad.inputs_dict(info))
+        stream = popxl.d2h_stream(y.shape, y.dtype)
+        ops.host_store(stream, y)
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run()[stream]
+        names = session.engine.get_graph_profile()["vertexTypes"]["names"]
+    want = naive_conv(x, w, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=3e-2)
+    products = [n for n in names if n.startswith(("poplin::AmpPartial", "poplin::MacPartial"))]
+    assert products
+    return {n.split("<")[1].split(",")[1] for n in products}  # <IN,P,GxMxKxN>
+
+
+@pytest.mark.parametrize(
+    "partials_types, option, want",
+    [(None, None, "float"), (["half"], None, "half"), (["float"], "half", "float"),
+     ([], "half", "half")],
+)  # fmt: skip
+def test_conv_partials_type_reaches_poplin(partials_types, option, want):
+    """``partials_types`` (PopXL's per-convolution list) or else the session option
+    ``convolutionOptions["partialsType"]`` sets the partials of a float16 convolution's
+    PopLin vertices (it used to be ignored: always float); PopLin's default is float."""
+    assert _partials_vertices(partials_types, option) == {want}
+
+
+def test_conv_gradients_take_the_forward_partials_type():
+    """The gradient convolutions (weights and input) keep the forward's partials type."""
+    assert _partials_vertices(["half"], grads=True) == {"half"}
+
+
+@pytest.mark.parametrize("partials_types", [["half", "half"], ["double"], "half"])
+def test_conv_partials_types_errors(partials_types):
+    import popxl
+
+    with popxl.Ir().main_graph:
+        x = popxl.variable(np.ones((1, 2, 3, 3), np.float16))
+        w = popxl.variable(np.ones((2, 2, 1, 1), np.float16))
+        with pytest.raises(ValueError, match="partials_type"):
+            ops.conv(x, w, partials_types=partials_types)
+
+
 @pytest.mark.parametrize(
     "stride,pads,out_pad,groups",
     [((1, 1), (0, 0, 0, 0), (0, 0), 1), ((2, 3), (1, 0, 0, 1), (1, 0), 2)],

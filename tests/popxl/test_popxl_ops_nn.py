@@ -184,3 +184,32 @@ def test_batch_norm_inference():
         s
     )
     check(lambda *t: ops.batch_norm_inference(*t), want, x, scale, bias, mean, var, rtol=1e-5)
+
+
+def test_batch_norm_inference_refuses_autodiff():
+    """PopART's BatchNormGradOp needs a training-mode batch norm's saved statistics, so
+    autodiff through the inference form fails (it used to pass no gradient: everything
+    upstream silently got zeros); the Ir is left as it was. A graph whose gradients do not
+    pass through it is still differentiated."""
+    from tremula.errors import PopartException
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        specs = [popxl.TensorSpec((2, 3, 4, 4), popxl.float32)]
+        specs += [popxl.TensorSpec((3,), popxl.float32)] * 4
+
+        def frozen(x, *stats):
+            return ops.batch_norm_inference(ops.relu(x), *stats)
+
+        fwd = ir.create_graph(frozen, *specs)
+        graphs = len(ir.graphs)
+        with pytest.raises(PopartException, match=r"BatchNormOp .* in inference mode"):
+            popxl.transforms.autodiff(fwd)
+        assert len(ir.graphs) == graphs
+
+        def beside(x, *stats):
+            return ops.relu(x), ops.batch_norm_inference(x, *stats)
+
+        both = ir.create_graph(beside, *specs)
+        info = popxl.transforms.autodiff(both, grads_provided=[both.outputs[0]])
+        assert len(info.graph.outputs) == 5

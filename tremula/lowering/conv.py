@@ -2,7 +2,8 @@
 there is padding) is viewed once per kernel position with the stride and dilation, the
 views are copied into one ``[N, C, K, *out]`` patch tensor, and then
 
-* ``Conv``: one grouped poplin matmul ``[G, N * out, C/G * K] @ [G, C/G * K, C_out/G]``;
+* ``Conv``: one grouped poplin matmul ``[G, N * out, C/G * K] @ [G, C/G * K, C_out/G]``
+  (its ``partialsType`` the op's ``partials_type`` where set);
 * ``ConvTranspose``: the input spread out with ``stride - 1`` zeros between elements and
   ``dilation (kernel - 1)`` zeros around (cropped by the padding), convolved with the
   weights flipped and their channel axes swapped;
@@ -21,6 +22,7 @@ from tremula import poplar
 from tremula.libs import poplin, popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.lowering.tensor_ops import matmul_options
 from tremula.popxl.ops.base import OpNode
 from tremula.popxl.ops.conv import patches_np
 
@@ -58,8 +60,9 @@ def _patches(lw: Lowerer, x: poplar.Tensor, a: dict, fill: float, prog: poplar.S
     return out
 
 
-def _conv(lw: Lowerer, x, w, a: dict, groups: int, prog: poplar.Sequence, name: str):
-    """``[N, C_out, *out]`` from ``x`` ``[N, C, *spatial]`` and ``w`` ``[C_out, C/G, *k]``."""
+def _conv(lw: Lowerer, x, w, a: dict, groups: int, prog: poplar.Sequence, name: str, options):
+    """``[N, C_out, *out]`` from ``x`` ``[N, C, *spatial]`` and ``w`` ``[C_out, C/G, *k]``;
+    ``options``: the matmul's PopLin options (its ``partialsType``)."""
     n, c = x.shape[:2]
     oc, g, out = w.shape[0], groups, a["out"]
     cols = _patches(lw, x, a, 0.0, prog, name)  # [N, C, K, *out]
@@ -69,7 +72,7 @@ def _conv(lw: Lowerer, x, w, a: dict, groups: int, prog: poplar.Sequence, name: 
     lhs = cols.reshape((n, g, c // g, k, *out))
     lhs = lhs.dim_shuffle([1, 0, *range(4, 4 + r), 2, 3]).reshape((g, m, c // g * k))
     rhs = w.reshape((g, oc // g, c // g * k)).dim_shuffle([0, 2, 1])
-    y = poplin.matmul_grouped(lw.graph, lhs, rhs, prog, name=name)  # [G, M, OC/G]
+    y = poplin.matmul_grouped(lw.graph, lhs, rhs, prog, name=name, options=options)
     y = y.reshape((g, n, *out, oc // g)).dim_shuffle([1, 0, r + 2, *range(2, r + 2)])
     return y.reshape((n, oc, *out))
 
@@ -77,7 +80,8 @@ def _conv(lw: Lowerer, x, w, a: dict, groups: int, prog: poplar.Sequence, name: 
 @rule("Conv")
 def conv(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
     x, w = env[op.inputs[0]], env[op.inputs[1]]
-    env[op.outputs[0]] = _conv(lw, x, w, op.attrs, op.attrs["groups"], prog, op.outputs[0].id)
+    a, name = op.attrs, op.outputs[0].id
+    env[op.outputs[0]] = _conv(lw, x, w, a, a["groups"], prog, name, matmul_options(op))
 
 
 @rule("ConvTranspose")
@@ -107,7 +111,7 @@ def conv_transpose(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> 
     prog.add(poplar.Copy(wf, wc))
     geometry = {"kernel": kernel, "stride": (1,) * len(kernel), "dilation": a["dilation"],
                 "pads_begin": (0,) * len(kernel), "out": a["out"]}  # fmt: skip
-    env[op.outputs[0]] = _conv(lw, zc, wc, geometry, g, prog, name)
+    env[op.outputs[0]] = _conv(lw, zc, wc, geometry, g, prog, name, matmul_options(op))
 
 
 @rule("MaxPool", "AveragePool")

@@ -21,6 +21,7 @@ from tremula._compat import StrEnum
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
+from tremula.popxl.ops.tensor_ops import partials_of
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 
@@ -201,17 +202,46 @@ def conv(
     enable_conv_dithering: Any = None,
 ) -> Tensor:
     """N-d cross-correlation: ``t`` ``[N, C, *spatial]`` with ``weight``
-    ``[C_out, C / groups, *kernel]`` (ONNX Conv).
+    ``[C_out, C / groups, *kernel]`` (ONNX Conv). ``partials_types``: the one convolution's
+    partials type, ``["float"]`` or ``["half"]`` (used for float16 operands); by default
+    the Ir's session option ``convolutionOptions["partialsType"]``, else float.
+    ``available_memory_proportions`` and ``enable_conv_dithering`` are planning hints,
+    accepted and not used.
 
     Raises:
-        ValueError: shapes that do not fit, groups not dividing the channels, bad padding.
+        ValueError: shapes that do not fit, groups not dividing the channels, bad padding,
+            a partials type other than float / half or more than one.
         TypeError: mixed dtypes; non-float ones
             when the session lowers it (PopART makes the op with any dtype).
     """
     _check_conv("conv", t, weight, groups)
     attrs = conv_attrs("conv", t, weight, stride, padding, dilation, groups, pad_type)
-    (out,) = create_op("Conv", [t, weight], attrs)
+    (out,) = create_op(
+        "Conv", [t, weight], {**attrs, **conv_partials("conv", partials_types, t, weight)}
+    )
     return out
+
+
+def conv_partials(what: str, partials_types: Any, t: Tensor, weight: Tensor) -> dict[str, Any]:
+    """``{"partials_type": dtype}`` of a convolution (PopART's ``MultiConvOptions``: the
+    op's one ``partials_types`` entry, else the session's ``convolutionOptions``), or
+    ``{}`` where neither sets it (PopLin's default, float)."""
+    if partials_types is None or (not isinstance(partials_types, str) and not len(partials_types)):
+        from tremula.popxl._ir.ir import session_options
+        from tremula.popxl.context import get_current_graph
+
+        options = session_options(get_current_graph().ir).convolutionOptions or {}
+        value = options.get("partialsType")
+        if not value:
+            return {}
+    elif isinstance(partials_types, str) or len(partials_types) != 1:
+        raise ValueError(
+            f"{what}: partials_types {partials_types!r} must list one partials type, for "
+            f"the one convolution of {t.id!r} and {weight.id!r}"
+        )
+    else:
+        value = partials_types[0]
+    return {"partials_type": partials_of(value, what, t, weight)}
 
 
 def conv_attrs(what: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups,
@@ -277,6 +307,7 @@ def conv_transpose(
     ``"same_lower"`` (output ``in * stride``): the total padding is split evenly, the odd
     element at the end for ``same_upper`` and at the start otherwise; ``"valid"`` pads
     nothing.
+    ``partials_types`` as :func:`conv`'s.
 
     Raises:
         ValueError: as :func:`conv`, an unknown ``pad_type``, an ``output_shape`` of the
@@ -288,6 +319,7 @@ def conv_transpose(
     _check_conv("conv_transpose", t, weight, groups)
     attrs = conv_transpose_attrs("conv_transpose", t, weight, stride, padding, dilation, groups,
                                  pad_type, output_padding, output_shape)  # fmt: skip
+    attrs.update(conv_partials("conv_transpose", partials_types, t, weight))
     (res,) = create_op("ConvTranspose", [t, weight], attrs)
     return res
 

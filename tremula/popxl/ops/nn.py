@@ -264,7 +264,7 @@ def _bn_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x[0].dtype)]
 
 
-defop("BatchNormInference", _same, _bn_ref, differentiable=False, float_inputs=(0, 1, 2, 3, 4))
+defop("BatchNormInference", _same, _bn_ref, float_inputs=(0, 1, 2, 3, 4))
 
 
 def batch_norm_inference(
@@ -278,6 +278,7 @@ def batch_norm_inference(
 ) -> Tensor:
     """Batch normalisation with given statistics: per channel (axis 1) of ``t``,
     ``(x - mean) / sqrt(var + epsilon) * scale + bias``; ``momentum`` is unused here.
+    It has no gradient: autodiff through it raises (see ``transforms/grads/nn.py``).
 
     Raises:
         ValueError: a rank below 2 or parameters not ``[channels]``.

@@ -33,6 +33,12 @@ def _swap01(t: Tensor) -> Tensor:
     return ops.transpose(t, (1, 0, *range(2, t.rank)))
 
 
+def _partials(a: dict) -> dict:
+    """The forward convolution's partials type, which its gradient convolutions take (as
+    PopART's grad ops take the forward op's convolution options)."""
+    return {k: a[k] for k in ("partials_type",) if k in a}
+
+
 def _correlate(inp: Tensor, out_grad: Tensor, a: dict, kernel: Sequence[int]) -> Tensor:
     """``[C_inp, C_grad, *kernel]``: the sum over the batch and the output positions ``o``
     of ``inp_padded[n, ci, o * stride + k * dilation] * out_grad[n, co, o]``."""
@@ -49,6 +55,7 @@ def _correlate(inp: Tensor, out_grad: Tensor, a: dict, kernel: Sequence[int]) ->
         "pads_end": tuple(max(q - s - b, 0) for q, s, b in zip(need, spatial, a["pads_begin"])),
         "out": tuple(kernel),
         "groups": 1,
+        **_partials(a),
     }
     return create_op("Conv", [_swap01(inp), _swap01(out_grad)], attrs)[0]
 
@@ -91,6 +98,7 @@ def _conv(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> G
             "out": x.shape[2:],
             "groups": a["groups"],
             "out_channels": x.shape[1],
+            **_partials(a),
         }
         return create_op("ConvTranspose", [g[0], c.fwd(w)], attrs)[0]
 
@@ -110,6 +118,7 @@ def _conv_transpose(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[b
             **{k: a[k] for k in ("kernel", "stride", "dilation", "pads_begin", "pads_end")},
             "out": x.shape[2:],
             "groups": a["groups"],
+            **_partials(a),
         }
         return create_op("Conv", [g[0], c.fwd(w)], attrs)[0]
 

@@ -1,6 +1,6 @@
 """Gradient rules of ``popxl/ops/nn.py``: softmax, the NLL loss and group / layer norm
-(``batch_norm_inference`` and ``nll_loss_with_softmax_grad`` are defined
-non-differentiable)."""
+(``nll_loss_with_softmax_grad`` is defined non-differentiable; ``batch_norm_inference``
+refuses autodiff, as PopART does)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tremula.errors import PopartException
 from tremula.popxl import ops
 from tremula.popxl.ops.base import OpNode
 from tremula.popxl.tensor import Tensor, constant
@@ -19,6 +20,22 @@ from tremula.popxl.transforms.grads.base import (
     grad,
     pick,
 )
+
+
+@grad("BatchNormInference")
+def _batch_norm_inference(
+    c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]
+) -> Grads:
+    """PopART's ``BatchNormOp::getGradOps`` makes a ``BatchNormGradOp``, which reads the
+    forward's saved mean and variance: outputs that only the training form of the op has.
+    So autodiff through the inference form fails there; here it says so (passing no
+    gradient would silently stop every gradient upstream at the frozen batch norm)."""
+    raise PopartException(
+        f"Cannot create grad op for BatchNormOp {op.describe()} in inference mode: its "
+        f"BatchNormGradOp needs the saved mean and variance of a training-mode batch norm. "
+        f"To train through frozen statistics, write the batch norm with element-wise ops "
+        f"(x * scale + shift, scale = weight / sqrt(var + eps), shift = bias - mean * scale)"
+    )
 
 
 @grad("Softmax")
