@@ -27,7 +27,7 @@ _SPAN = np.int64(1) << 41  # addresses are < 2^41: one span per (tile, space) ke
 _FIELDS = ("src", "dst", "start", "length", "space", "itemsize")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Transfers:
     """Runs of element moves: ``length`` consecutive elements from address ``start`` of
     space ``space`` (elements of ``itemsize`` bytes) go from tile ``src`` to tile ``dst``."""
@@ -69,7 +69,7 @@ class Transfers:
         return _Extent.of(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Extent:
     """Ranges of a non-empty set of runs: one past the largest space id (and the space of
     every run, if one), one past the largest end (``span``), the longest run, each space's
@@ -95,7 +95,7 @@ class _Extent:
         return _Extent(spaces, only, span, longest, sizes, mergeable)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ExchangePlan:
     """One exchange step: per-tile bytes and estimated cycles (all arrays ``[tile]``)."""
 
@@ -111,7 +111,7 @@ class ExchangePlan:
         return np.flatnonzero(self.cycles_by_tile > 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Union:
     """The union of the runs of each (tile, space): the merged intervals ``[start, end)`` of
     addresses, in (tile, space, address) order."""
@@ -139,7 +139,7 @@ def _sort_keyed(key: np.ndarray, value: np.ndarray, span: int) -> tuple[np.ndarr
     return order, combined[order]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Merged:
     """Merged intervals of runs keyed by an integer, in (key, address) order: each one's
     key and its bounds as ``key * span + address``."""
@@ -289,7 +289,7 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
 LOOKUP_TABLE_MAX = 1 << 22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TileLayout:
     """Where elements sit in tile memory: a tile stores the elements of a space that it holds
     in address order, one after another (Poplar lays each tile's share out contiguously).
