@@ -72,14 +72,16 @@ class Transfers:
 @dataclass(frozen=True, eq=False)
 class _Extent:
     """Ranges of a non-empty set of runs: one past the largest space id (and the space of
-    every run, if one), one past the largest end (``span``), the longest run, each space's
-    element size (None where runs of one space differ in it), and whether every tile and
-    start is non-negative and every run non-empty (what :func:`_merge` requires)."""
+    every run, if one), one past the largest end (``span``), the longest run (and whether
+    every run is that long), each space's element size (None where runs of one space differ
+    in it), and whether every tile and start is non-negative and every run non-empty (what
+    :func:`_merge` requires)."""
 
     spaces: int
     only_space: int | None  # the space of every run, if they share one
     span: int
     longest: int
+    uniform: bool  # every run as long as the longest
     sizes: np.ndarray | None
     mergeable: bool
 
@@ -92,7 +94,7 @@ class _Extent:
         mergeable = min(lows[:3]) >= 0 and lows[3] >= 1
         sizes = _itemsize_by_space(t, spaces, low_space)
         only = low_space if low_space == spaces - 1 else None
-        return _Extent(spaces, only, span, longest, sizes, mergeable)
+        return _Extent(spaces, only, span, longest, lows[3] == longest, sizes, mergeable)
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,7 +157,9 @@ class _Merged:
         return self.first - base, self.end - base
 
 
-def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, span: int) -> _Merged:
+def _merge(
+    key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, span: int, uniform: bool
+) -> _Merged:
     """The merged intervals of runs keyed by ``key`` (touching runs merge), for keys in
     ``[0, keys)``, starts at least 0 and runs of at least one element ending before
     ``span``, with ``keys * span < 2^62``: found from the starts and the ends sorted each
@@ -167,14 +171,19 @@ def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, sp
     ``i``-th smallest end and no run needs to travel with its length: two sorts of integers
     replace an ``argsort`` and its gathers. Keys are ``span`` apart, so that no run of one
     key touches the next key's; in 32-bit integers where they fit (sorts twice as fast,
-    half the memory)."""
+    half the memory). Runs all of one length (``uniform``) have their ends in the order of
+    their starts: one sort."""
     dtype = np.int32 if keys * span < 1 << 31 else np.int64
     lo = np.multiply(key, span, dtype=dtype, casting="unsafe")
     np.add(lo, start, out=lo, casting="unsafe")
-    hi = np.add(lo, length, dtype=dtype, casting="unsafe")
     kind = sort_kind(lo)  # (the ends are in order where the starts are)
-    lo.sort(kind=kind)  # (both made here: sorted in place)
-    hi.sort(kind=kind)
+    if uniform:
+        lo.sort(kind=kind)  # (made here: sorted in place)
+        hi = lo + int(length[0])
+    else:
+        hi = np.add(lo, length, dtype=dtype, casting="unsafe")
+        lo.sort(kind=kind)  # (both made here: sorted in place)
+        hi.sort(kind=kind)
     head = np.empty(lo.size, dtype=bool)
     head[0] = True
     np.greater(lo[1:], hi[:-1], out=head[1:])
@@ -209,7 +218,7 @@ def _union(tile: np.ndarray, t: Transfers, tiles: int) -> _Union:
     spaces = 1 if one is not None else ext.spaces  # keys: (tile, space) pairs
     key = tile if one is not None else tile * spaces + t.space
     if ext.mergeable and sizes is not None and tiles * spaces * ext.span < 1 << 62:
-        merged = _merge(key, t.start, t.length, tiles * spaces, ext.span)
+        merged = _merge(key, t.start, t.length, tiles * spaces, ext.span, ext.uniform)
         start, end = merged.bounds()
         if one is not None:
             size = np.broadcast_to(sizes[one], merged.key.shape)
@@ -368,7 +377,7 @@ def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndar
         key = key * spaces + t.space
     span = ext.span if layout is None else int(start.max()) + ext.longest + 1
     if ext.mergeable and keys * span < 1 << 62:
-        merged = _merge(key, start, t.length, keys, span)
+        merged = _merge(key, start, t.length, keys, span, ext.uniform)
         return np.bincount(merged.key // (num_tiles * spaces), minlength=num_tiles).astype(np.int64)
     order, s = _sort_keyed(key, start, span)
     reach = np.maximum.accumulate(s + t.length[order])
