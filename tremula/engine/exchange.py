@@ -267,9 +267,12 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
         event[0::2] += 1
         event.sort(kind=sort_kind(event))
         starts = event & 1
-        pos = event >> 1
-        delta = starts * 2 - 1
-        keys = (pos - 1 + starts) >> bits  # an end lies past its interval's first element
+        pos = np.right_shift(event, 1, out=event)  # (the events, taken apart in place)
+        keys = pos + starts  # an end lies past its interval's first element
+        keys -= 1
+        keys >>= bits
+        delta = np.left_shift(starts, 1, out=starts)
+        delta -= 1
         if one is not None:
             item = sizes[one]
         else:
@@ -282,8 +285,9 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
         item = np.r_[recv.itemsize, recv.itemsize]
         order = np.argsort(pos * 2 + (delta > 0), kind="stable")
         pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
-    cover = np.cumsum(delta, dtype=delta.dtype)
-    twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
+    cover = np.cumsum(delta, out=delta)
+    twice = cover[:-1] >= pair
+    twice &= keys[1:] == keys[:-1]
     lengths = np.diff(pos) * (item if np.ndim(item) == 0 else item[:-1])
     shared = np.bincount(keys[:-1][twice], weights=lengths[twice])
     per_group = np.bincount(
