@@ -15,14 +15,18 @@ from tremula.engine import exchange as X
 from tremula.poplar.intervals import distinct
 
 
-def _runs(rng: np.random.Generator, n: int, tiles: int, spaces: int) -> X.Transfers:
-    """Short runs, many of them overlapping or touching (a small address range)."""
+def _runs(
+    rng: np.random.Generator, n: int, tiles: int, spaces: int, longest: int = 4
+) -> X.Transfers:
+    """Short runs (``longest`` elements at most: all that long if 1 or 2), many of them
+    overlapping or touching (a small address range)."""
     space = rng.integers(0, spaces, n)
+    low = longest if longest <= 2 else 1
     return X.Transfers(
         rng.integers(0, tiles, n),
         rng.integers(0, tiles, n),
         rng.integers(0, 60, n),
-        rng.integers(1, 5, n),
+        rng.integers(low, longest + 1, n),
         space,
         np.array([4, 2, 1, 8])[space],
     )
@@ -52,10 +56,14 @@ def _as_rows(u: X._Union) -> list[tuple[int, int, int, int, int]]:
     return [tuple(int(v) for v in row) for row in zip(*columns)]  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("longest", [4, 1, 2])  # (runs of one length: one sort)
 @pytest.mark.parametrize("seed", range(4))
-def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(seed: int) -> None:
+def test_union_merges_overlapping_and_touching_runs_per_tile_and_space(
+    seed: int, longest: int
+) -> None:
     rng = np.random.default_rng(seed)
-    t = _runs(rng, 400, 5, 3)
+    t = _runs(rng, 400, 5, 3, longest)
+    assert t.extent.uniform == (longest <= 2)
     u = X._union(t.dst, t, 5)
     assert _as_rows(u) == _reference(t.dst, t)
     expected = np.zeros(5, np.int64)
@@ -96,9 +104,10 @@ def test_union_paths_agree_bit_for_bit(seed: int) -> None:
         assert np.array_equal(getattr(fast, field), getattr(slow, field)), field
 
 
-def test_regions_count_runs_contiguous_in_the_sending_tile() -> None:
+@pytest.mark.parametrize("longest", [4, 2])
+def test_regions_count_runs_contiguous_in_the_sending_tile(longest: int) -> None:
     rng = np.random.default_rng(7)
-    t = _runs(rng, 600, 6, 2)
+    t = _runs(rng, 600, 6, 2, longest)
     got = X._regions(t, None, 6)
     expected = np.zeros(6, np.int64)
     for i in range(6):  # per destination: merged runs of each (source, space)

@@ -32,7 +32,7 @@ from tremula.poplar.tensor import Tensor
 from tremula.profile.schema import MEMORY_BY_INSTRUCTION_PARTS, StepRecord
 
 
-@dataclass
+@dataclass(eq=False)
 class HostExchange:
     """One host exchange (a StreamCopy program), for the profile's ``hostExchanges``."""
 

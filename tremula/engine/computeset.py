@@ -24,7 +24,7 @@ from tremula.poplar.vertices import VertexGroup, concat_groups
 from tremula.target import Target
 
 
-@dataclass
+@dataclass(eq=False)
 class CompiledComputeSet:
     """A compute set ready to run, with its static costs."""
 

@@ -27,7 +27,7 @@ _SPAN = np.int64(1) << 41  # addresses are < 2^41: one span per (tile, space) ke
 _FIELDS = ("src", "dst", "start", "length", "space", "itemsize")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Transfers:
     """Runs of element moves: ``length`` consecutive elements from address ``start`` of
     space ``space`` (elements of ``itemsize`` bytes) go from tile ``src`` to tile ``dst``."""
@@ -69,17 +69,19 @@ class Transfers:
         return _Extent.of(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Extent:
     """Ranges of a non-empty set of runs: one past the largest space id (and the space of
-    every run, if one), one past the largest end (``span``), the longest run, each space's
-    element size (None where runs of one space differ in it), and whether every tile and
-    start is non-negative and every run non-empty (what :func:`_merge` requires)."""
+    every run, if one), one past the largest end (``span``), the longest run (and whether
+    every run is that long), each space's element size (None where runs of one space differ
+    in it), and whether every tile and start is non-negative and every run non-empty (what
+    :func:`_merge` requires)."""
 
     spaces: int
     only_space: int | None  # the space of every run, if they share one
     span: int
     longest: int
+    uniform: bool  # every run as long as the longest
     sizes: np.ndarray | None
     mergeable: bool
 
@@ -92,10 +94,10 @@ class _Extent:
         mergeable = min(lows[:3]) >= 0 and lows[3] >= 1
         sizes = _itemsize_by_space(t, spaces, low_space)
         only = low_space if low_space == spaces - 1 else None
-        return _Extent(spaces, only, span, longest, sizes, mergeable)
+        return _Extent(spaces, only, span, longest, lows[3] == longest, sizes, mergeable)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ExchangePlan:
     """One exchange step: per-tile bytes and estimated cycles (all arrays ``[tile]``)."""
 
@@ -111,7 +113,7 @@ class ExchangePlan:
         return np.flatnonzero(self.cycles_by_tile > 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Union:
     """The union of the runs of each (tile, space): the merged intervals ``[start, end)`` of
     addresses, in (tile, space, address) order."""
@@ -139,7 +141,7 @@ def _sort_keyed(key: np.ndarray, value: np.ndarray, span: int) -> tuple[np.ndarr
     return order, combined[order]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Merged:
     """Merged intervals of runs keyed by an integer, in (key, address) order: each one's
     key and its bounds as ``key * span + address``."""
@@ -155,7 +157,9 @@ class _Merged:
         return self.first - base, self.end - base
 
 
-def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, span: int) -> _Merged:
+def _merge(
+    key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, span: int, uniform: bool
+) -> _Merged:
     """The merged intervals of runs keyed by ``key`` (touching runs merge), for keys in
     ``[0, keys)``, starts at least 0 and runs of at least one element ending before
     ``span``, with ``keys * span < 2^62``: found from the starts and the ends sorted each
@@ -167,14 +171,19 @@ def _merge(key: np.ndarray, start: np.ndarray, length: np.ndarray, keys: int, sp
     ``i``-th smallest end and no run needs to travel with its length: two sorts of integers
     replace an ``argsort`` and its gathers. Keys are ``span`` apart, so that no run of one
     key touches the next key's; in 32-bit integers where they fit (sorts twice as fast,
-    half the memory)."""
+    half the memory). Runs all of one length (``uniform``) have their ends in the order of
+    their starts: one sort."""
     dtype = np.int32 if keys * span < 1 << 31 else np.int64
     lo = np.multiply(key, span, dtype=dtype, casting="unsafe")
     np.add(lo, start, out=lo, casting="unsafe")
-    hi = np.add(lo, length, dtype=dtype, casting="unsafe")
     kind = sort_kind(lo)  # (the ends are in order where the starts are)
-    lo.sort(kind=kind)  # (both made here: sorted in place)
-    hi.sort(kind=kind)
+    if uniform:
+        lo.sort(kind=kind)  # (made here: sorted in place)
+        hi = lo + int(length[0])
+    else:
+        hi = np.add(lo, length, dtype=dtype, casting="unsafe")
+        lo.sort(kind=kind)  # (both made here: sorted in place)
+        hi.sort(kind=kind)
     head = np.empty(lo.size, dtype=bool)
     head[0] = True
     np.greater(lo[1:], hi[:-1], out=head[1:])
@@ -209,7 +218,7 @@ def _union(tile: np.ndarray, t: Transfers, tiles: int) -> _Union:
     spaces = 1 if one is not None else ext.spaces  # keys: (tile, space) pairs
     key = tile if one is not None else tile * spaces + t.space
     if ext.mergeable and sizes is not None and tiles * spaces * ext.span < 1 << 62:
-        merged = _merge(key, t.start, t.length, tiles * spaces, ext.span)
+        merged = _merge(key, t.start, t.length, tiles * spaces, ext.span, ext.uniform)
         start, end = merged.bounds()
         if one is not None:
             size = np.broadcast_to(sizes[one], merged.key.shape)
@@ -258,9 +267,12 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
         event[0::2] += 1
         event.sort(kind=sort_kind(event))
         starts = event & 1
-        pos = event >> 1
-        delta = starts * 2 - 1
-        keys = (pos - 1 + starts) >> bits  # an end lies past its interval's first element
+        pos = np.right_shift(event, 1, out=event)  # (the events, taken apart in place)
+        keys = pos + starts  # an end lies past its interval's first element
+        keys -= 1
+        keys >>= bits
+        delta = np.left_shift(starts, 1, out=starts)
+        delta -= 1
         if one is not None:
             item = sizes[one]
         else:
@@ -273,8 +285,9 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
         item = np.r_[recv.itemsize, recv.itemsize]
         order = np.argsort(pos * 2 + (delta > 0), kind="stable")
         pos, delta, keys, item = pos[order], delta[order], keys[order], item[order]
-    cover = np.cumsum(delta, dtype=delta.dtype)
-    twice = (cover[:-1] >= pair) & (keys[1:] == keys[:-1])
+    cover = np.cumsum(delta, out=delta)
+    twice = cover[:-1] >= pair
+    twice &= keys[1:] == keys[:-1]
     lengths = np.diff(pos) * (item if np.ndim(item) == 0 else item[:-1])
     shared = np.bincount(keys[:-1][twice], weights=lengths[twice])
     per_group = np.bincount(
@@ -289,7 +302,7 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
 LOOKUP_TABLE_MAX = 1 << 22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TileLayout:
     """Where elements sit in tile memory: a tile stores the elements of a space that it holds
     in address order, one after another (Poplar lays each tile's share out contiguously).
@@ -368,7 +381,7 @@ def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndar
         key = key * spaces + t.space
     span = ext.span if layout is None else int(start.max()) + ext.longest + 1
     if ext.mergeable and keys * span < 1 << 62:
-        merged = _merge(key, start, t.length, keys, span)
+        merged = _merge(key, start, t.length, keys, span, ext.uniform)
         return np.bincount(merged.key // (num_tiles * spaces), minlength=num_tiles).astype(np.int64)
     order, s = _sort_keyed(key, start, span)
     reach = np.maximum.accumulate(s + t.length[order])

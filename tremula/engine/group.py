@@ -25,7 +25,7 @@ from tremula.poplar.tensor import affine_layout
 from tremula.poplar.vertices import VertexGroup
 
 
-@dataclass
+@dataclass(eq=False)
 class CompiledGroup:
     """All vertices of one type in one compute set."""
 

@@ -23,7 +23,7 @@ from tremula.poplar.graph import GraphState
 from tremula.poplar.intervals import distinct
 
 
-@dataclass
+@dataclass(eq=False)
 class Walk:
     """The result of linearising the programs."""
 
@@ -183,7 +183,7 @@ class Linearizer:
         return self.w
 
 
-@dataclass
+@dataclass(eq=False)
 class Intervals:
     always_live: np.ndarray  # [num_vars] bool
     start: np.ndarray  # [num_vars] first live step (valid where not always live)

@@ -43,7 +43,7 @@ CODE = (
 REGIONS = ("nonInterleaved", "interleaved", "overflowed")
 
 
-@dataclass
+@dataclass(eq=False)
 class Entries:
     """Not-always-live allocations: bytes on a tile over steps ``[start, end]``."""
 
@@ -76,7 +76,7 @@ class Entries:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class MemoryReport:
     by_category: dict[
         str, dict[str, dict[str, np.ndarray]]

@@ -69,7 +69,7 @@ def tile_balances(d: np.ndarray, n: int) -> tuple[float, float]:
     return float(d.sum() / (n * peak)), float(d.sum() / (active * peak))
 
 
-@dataclass
+@dataclass(eq=False)
 class StepInfo:
     """What is known about a step before the run: its profile record (type, program, name
     and the fields of its type, :class:`tremula.profile.schema.StepRecord`) and the cycles

@@ -50,7 +50,10 @@ class AddressList:
         if self._runs is None:
             self._runs = self._affine_runs() if self._flat is None and self.layout else None
             if self._runs is None:
-                starts, ends = runs_of(self.flat())
+                flat = self.flat()
+                starts, ends = runs_of(flat)
+                if starts.size == flat.size:  # runs of one element (a strided view): the
+                    starts = flat  # addresses themselves, kept once
                 self._runs = (starts, ends - starts)
         return self._runs
 
