@@ -32,6 +32,19 @@ class Adam:
     weight_decay: float = 0.01
     max_norm: float = 1.0
 
+    def torch_reference(self, params, lr: float):
+        """torch's ``optim.AdamW`` with these settings over ``params`` (parameters or
+        parameter groups), the reference the training tests compare with."""
+        import torch
+
+        return torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=(self.beta1, self.beta2),
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+        )
+
 
 @dataclass
 class TrainingStep:

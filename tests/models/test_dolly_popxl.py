@@ -464,13 +464,8 @@ def test_adam_steps_match_torch_adamw(hf_model, tp: int) -> None:
     model = copy.deepcopy(hf_model).train()
     decay = [p for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n]
     no_decay = [p for n, p in model.named_parameters() if not any(p is q for q in decay)]
-    torch_adam = torch.optim.AdamW(
-        [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(adam.beta1, adam.beta2),
-        eps=adam.eps,
-        weight_decay=adam.weight_decay,
-    )
+    groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+    torch_adam = adam.torch_reference(groups, lr)
     step = dolly_training.training_step(cfg, adam)
     shard_size = cfg.vocab_size // tp
     with popxl.Session(step.ir, "ipu_model") as session:

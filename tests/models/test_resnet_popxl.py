@@ -227,13 +227,7 @@ def test_adam_steps_match_torch() -> None:
     adam = t5_training.Adam(eps=1e-6, weight_decay=0.01, max_norm=1.0)
     lr = 1e-2
     model = copy.deepcopy(hf_model)
-    torch_adam = torch.optim.AdamW(
-        model.parameters(),
-        lr=lr,
-        betas=(adam.beta1, adam.beta2),
-        eps=adam.eps,
-        weight_decay=adam.weight_decay,
-    )
+    torch_adam = adam.torch_reference(model.parameters(), lr)
     step = resnet_training.training_step(cfg, adam)
     mapping = resnet_popxl.ResNetForImageClassification.hf_mapping
     with popxl.Session(step.ir, "ipu_model") as session:

@@ -216,13 +216,7 @@ def test_t5_adam_steps_match_torch_adamw(device_iterations: int) -> None:
     mapping = t5_popxl.T5ForConditionalGeneration.hf_mapping
     weights = mapping(config, step.variables, model)
 
-    torch_adam = torch.optim.AdamW(
-        model.parameters(),
-        lr=lrs[0],
-        betas=(adam.beta1, adam.beta2),
-        eps=adam.eps,
-        weight_decay=adam.weight_decay,
-    )
+    torch_adam = adam.torch_reference(model.parameters(), lrs[0])
     expected = []  # (loss, norm, weights) after each step
     for lr in lrs:
         torch_adam.zero_grad()
@@ -369,13 +363,7 @@ def test_t5_checkpoint_from_training_to_inference(tmp_path) -> None:
         training.run(stream_inputs(config, step.inputs, {**data, "lr": lr}))
     training.save_checkpoint(str(tmp_path / "checkpoint"))
 
-    torch_adam = torch.optim.AdamW(
-        model.parameters(),
-        lr=lr,
-        betas=(adam.beta1, adam.beta2),
-        eps=adam.eps,
-        weight_decay=adam.weight_decay,
-    )
+    torch_adam = adam.torch_reference(model.parameters(), lr)
     model(**data).loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), adam.max_norm)
     torch_adam.step()
