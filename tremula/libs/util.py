@@ -119,6 +119,45 @@ def map_like(
     poplar.map_tensor_linearly(graph, out, grain_size=grain)
 
 
+def _address_range(t: poplar.Tensor) -> tuple[int, int]:
+    a = t.addresses
+    return (int(a.min()), int(a.max())) if a.size else (0, -1)
+
+
+def overlaps(a: poplar.Tensor, b: poplar.Tensor) -> bool:
+    """Whether ``a`` and ``b`` share an element (address ranges first: cheap)."""
+    if a.dtype is not b.dtype or a.graph is not b.graph:
+        return False
+    a_lo, a_hi = _address_range(a)
+    b_lo, b_hi = _address_range(b)
+    if a_hi < b_lo or b_hi < a_lo:
+        return False
+    if a.is_contiguous() and b.is_contiguous():
+        return True
+    return a.intersects_with(b)
+
+
+def unaliased(
+    graph: poplar.Graph,
+    t: poplar.Tensor,
+    written: poplar.Tensor,
+    prog: poplar.Sequence,
+    name: str,
+    like: poplar.Tensor | None = None,
+) -> poplar.Tensor:
+    """``t``, or, when it shares an element with ``written`` (the tensor an in-place
+    operation writes), a copy of it made first in ``prog`` and mapped like ``like`` (else
+    like ``t``): a compute set may not read what it writes, and the operation reads ``t``'s
+    values from before the write.
+    """
+    if not overlaps(t, written):
+        return t
+    copy = graph.add_variable(t.dtype, t.shape, name)
+    map_like(graph, copy, t if like is None else like)
+    prog.add(poplar.Copy(t, copy))
+    return copy
+
+
 def create_output(
     graph: poplar.Graph,
     dtype: poplar.Type,

@@ -102,6 +102,20 @@ def test_deltas_overlapping_the_data_are_read_before_the_write():
     np.testing.assert_array_equal(got, want)
 
 
+def test_scale_tensors_that_are_elements_of_the_data_are_read_before_the_write():
+    """Was: a scale tensor viewing an element of ``a`` was read by the compute set that
+    writes ``a``, and the graph failed verification."""
+    rig = H.Rig()
+    a = np.arange(1, 11, dtype=F32)
+    b = np.full(10, 2.0, F32)
+    ta, tb, tc = rig.input(a), rig.input(b), rig.input(a)
+    scaled_add_to(rig.graph, ta, tb, ta[3], rig.prog)  # a += a[3] * b
+    a_x_plus_b_y(rig.graph, tc, tc[0], tb, tc[9], rig.prog)  # c = c[0] * c + c[9] * b
+    (ga, gc), _ = rig.run([ta, tc])
+    np.testing.assert_array_equal(ga, a + a[3] * b)
+    np.testing.assert_array_equal(gc, a[0] * a + a[9] * b)
+
+
 def test_scaled_add_errors_leave_the_graph_unchanged():
     g = poplar.Graph(poplar.IPUModel(tiles_per_ipu=4).create_device().target)
     a = g.add_variable(poplar.FLOAT, (4,), "a", mapping="linear")

@@ -86,6 +86,30 @@ def test_dynamic_update_of_two_dimensions() -> None:
     np.testing.assert_array_equal(rig.read(0), want)
 
 
+def test_updates_read_operands_that_share_elements_with_the_target_before_writing() -> None:
+    """Was: an update, index or scale that views the tensor being updated was read by the
+    compute set writing it, and the graph failed verification (PopXL's ``dynamic_update_``
+    and ``sparse_accumulate_`` with views of the updated tensor)."""
+    rig = Rig(tiles=4)
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    t, u = rig.input(x), rig.input(x)
+    off = rig.input(np.array([3], np.uint32))
+    dynamic_update(rig.graph, t, t[1:3], off, [0], [2], rig.prog)  # t[3:5] = t[1:3]
+    idx = rig.input(np.array([5, 0], np.int32))
+    multi_update_add(rig.graph, u, idx, u[1:3], u[2, 1], rig.prog)  # u[5], u[0] += u[2,1] u[1:3]
+    k = np.arange(6, dtype=np.int32).reshape(3, 2)
+    ti = rig.input(k)
+    multi_update(rig.graph, ti, ti[0], ti[1:], rig.prog)  # ti[0], ti[1] = ti[1], ti[2]
+    rig.run()
+    want = x.copy()
+    want[3:5] = x[1:3]
+    np.testing.assert_array_equal(rig.read(0), want)
+    want = x.copy()
+    want[[5, 0]] += x[2, 1] * x[1:3]
+    np.testing.assert_array_equal(rig.read(1), want)
+    np.testing.assert_array_equal(rig.read(4), np.array([[2, 3], [4, 5], [4, 5]], np.int32))
+
+
 @pytest.mark.parametrize("tiles", [1, 4, 16])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.bool_])
 def test_multi_slice_gathers_rows_and_zeros_out_of_range(tiles: int, dtype) -> None:

@@ -147,24 +147,6 @@ def prepare(graph: poplar.Graph, expr: Any, inputs: Any, in_place: bool, what: s
     return Operands(e, inputs, shape, typed, in_place)
 
 
-def _range(t: poplar.Tensor) -> tuple[int, int]:
-    a = t.addresses
-    return (int(a.min()), int(a.max())) if a.size else (0, -1)
-
-
-def overlaps(a: poplar.Tensor, b: poplar.Tensor) -> bool:
-    """Whether ``a`` and ``b`` share an element (address ranges first: cheap)."""
-    if a.dtype is not b.dtype or a.graph is not b.graph:
-        return False
-    a_lo, a_hi = _range(a)
-    b_lo, b_hi = _range(b)
-    if a_hi < b_lo or b_hi < a_lo:
-        return False
-    if a.is_contiguous() and b.is_contiguous():
-        return True
-    return a.intersects_with(b)
-
-
 def _unalias(graph: poplar.Graph, ops_: Operands, prog: poplar.Sequence) -> Operands:
     """An in-place call whose other inputs overlap the operand it writes: inputs that are
     the operand itself read it through the in-place field; other overlaps are copied first
@@ -174,7 +156,7 @@ def _unalias(graph: poplar.Graph, ops_: Operands, prog: poplar.Sequence) -> Oper
     inputs = [target]
     changed = False
     for k, t in enumerate(ops_.inputs[1:], start=2):
-        if not overlaps(t, target):
+        if not util.overlaps(t, target):
             mapping[k] = len(inputs) + 1
             inputs.append(t)
         elif t.shape == target.shape and t.same_as(target):

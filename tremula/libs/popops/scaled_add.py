@@ -33,7 +33,6 @@ from tremula.libs.popops.codelets.scaled_add import (
     ScaledAdd1D,
     ScaledAdd1DTensor,
 )
-from tremula.libs.popops.elementwise_build import overlaps
 from tremula.libs.popops.expr_eval import scalar_value
 from tremula.poplar.types import FLOAT, HALF, Type
 
@@ -117,11 +116,13 @@ def _run(
     if a.num_elements == 0:
         return a
     part = util.partition(graph, a, graph.target.vector_width(a.dtype.size))
-    if overlaps(a, b):  # a compute set may not read what it writes: copy b first
-        copy = graph.add_variable(b.dtype, b.shape, f"{name or 'scaledAdd'}/deltas")
-        util.map_like(graph, copy, a)
-        prog.add(poplar.Copy(b, copy))
-        b = copy
+    b = util.unaliased(graph, b, a, prog, f"{name or 'scaledAdd'}/deltas", like=a)
+    scale_a, scale_b = (  # a scale tensor that is an element of a: read before a is written
+        util.unaliased(graph, x, a, prog, f"{name or 'scaledAdd'}/scale")
+        if isinstance(x, poplar.Tensor)
+        else x
+        for x in (scale_a, scale_b)
+    )
     nv = part.num_vertices
     fields: dict[str, Any] = {"data": part.segments(a), "deltas": part.segments(b)}
     each = np.zeros(nv, dtype=np.int64)
@@ -160,7 +161,8 @@ def scaled_add_to(
         graph: The graph to add to.
         a: The tensor updated; mapped to tiles, without aliased elements.
         b: A tensor of ``a``'s shape and type (copied first if it overlaps ``a``).
-        scale: A number, or a one-element tensor of ``a``'s type (or float for half).
+        scale: A number, or a one-element tensor of ``a``'s type (or float for half),
+            copied first if it is an element of ``a``.
         prog: The sequence the compute set is appended to.
         name: Debug prefix of the compute set.
         options: ``{"optimizeForSpeed": ...}`` (accepted; no effect on the model).

@@ -24,6 +24,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError
+from tremula.libs import util
 from tremula.libs.popops.codelets.slicing import CODELETS, UPDATE_OPS
 from tremula.libs.popops.reduce import check_mapped, check_tensor, reduce_with_output, type_arg
 from tremula.libs.popops.slicing_dynamic import dynamic_slice, dynamic_update
@@ -325,6 +326,11 @@ def _updates(
     if n == 0 or base.num_elements == 0:
         return
     ensure_codelets(graph, CODELETS)
+    # read as they were before the update: copies of what shares elements with the table
+    rows = util.unaliased(graph, rows, table, prog, f"{name}/rows")
+    idx = util.unaliased(graph, idx, table, prog, f"{name}/indices")
+    if isinstance(scale, poplar.Tensor):
+        scale = util.unaliased(graph, scale, table, prog, f"{name}/scale")
     plan = _plan(graph, table, n, "update")
     P, S = plan.partitions, plan.groups
     part_rows = np.diff(plan.row_starts)

@@ -19,6 +19,7 @@ import numpy as np
 
 from tremula import poplar
 from tremula.errors import GraphError
+from tremula.libs import util
 from tremula.libs.popops.codelets.slicing import CODELETS
 from tremula.libs.popops.reduce import check_mapped, check_tensor, type_arg
 from tremula.libs.util import ensure_codelets
@@ -113,7 +114,8 @@ def dynamic_update(
     name: str = "",
 ) -> None:
     """Write ``s`` into ``t`` at a runtime ``offset`` (PopLibs' ``popops::dynamicUpdate``);
-    offsets wrap around as in :func:`dynamic_slice`.
+    offsets wrap around as in :func:`dynamic_slice`. ``s`` and ``offset`` are read as they
+    were before the write: when they share elements with ``t`` they are copied first.
 
     Raises:
         GraphError: bad dims, sizes or offset; ``s`` not shaped like the slice or of
@@ -135,7 +137,10 @@ def dynamic_update(
     check_mapped(graph, t, "t", where)
     check_mapped(graph, s, "s", where)
     ensure_codelets(graph, CODELETS)
-    _update(graph, t, s, offset, dims, sizes, prog, name or "dynamicUpdate")
+    name = name or "dynamicUpdate"
+    s = util.unaliased(graph, s, t, prog, f"{name}/update")
+    offset = util.unaliased(graph, offset, t, prog, f"{name}/offset")
+    _update(graph, t, s, offset, dims, sizes, prog, name)
 
 
 def _update(
