@@ -147,3 +147,95 @@ def test_dynamic_update_with_its_offset_read_from_the_tensor_it_updates() -> Non
 
     (got,) = run(build, t0)
     np.testing.assert_array_equal(got, [[1, 9, 0], [5, 9, 7]])  # column t[0, 0] == 1
+
+
+# ---- binary ops: each operand broadcast in turn, gradients reduced back to it ----
+
+
+def grads(
+    fn: Callable[..., popxl.Tensor], arrays: Sequence[np.ndarray], seed: np.ndarray
+) -> list[np.ndarray]:
+    """The gradients of ``sum(seed * fn(*arrays))`` with respect to every input: ``fn`` in a
+    subgraph, ``autodiff``, the grad graph called with ``seed``."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        inputs = [popxl.variable(a) for a in arrays]
+        graph = ir.create_graph(fn, *(t.spec for t in inputs))
+        info = popxl.transforms.autodiff(graph)
+        site = ops.call_with_info(graph, *inputs)
+        outs = ops.call(info.graph, popxl.constant(seed), inputs_dict=info.inputs_dict(site))
+        streams = []
+        for t in outs:
+            streams.append(popxl.d2h_stream(t.shape, t.dtype))
+            ops.host_store(streams[-1], t)
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run()
+    return [got[s] for s in streams]
+
+
+def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``g`` summed over the axes broadcasting added or stretched to reach it from
+    ``shape``."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape))))
+    return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+
+#: op -> (popxl op, its partial derivatives d/da, d/db from float64 a and b)
+BINARY: dict[str, tuple[Callable[..., popxl.Tensor], Callable[..., tuple[np.ndarray, ...]]]] = {
+    "add": (ops.add, lambda a, b: (np.ones_like(a * b), np.ones_like(a * b))),
+    "sub": (ops.sub, lambda a, b: (np.ones_like(a * b), -np.ones_like(a * b))),
+    "mul": (ops.mul, lambda a, b: (b + 0 * a, a + 0 * b)),
+    "div": (ops.div, lambda a, b: (1 / b + 0 * a, -a / (b * b))),
+    "pow": (ops.pow, lambda a, b: (b * a ** (b - 1), np.log(a) * a**b)),
+    "atan2": (ops.atan2, lambda a, b: (b / (a * a + b * b), -a / (a * a + b * b))),
+}
+SHAPES = [((2, 3), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((), (2, 3)), ((2, 3), ()), ((1,), ())]
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=[f"{a}-{b}" for a, b in SHAPES])
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_op_gradients_are_summed_back_to_each_broadcast_operand(
+    name: str, shapes: tuple[tuple[int, ...], tuple[int, ...]]
+) -> None:
+    op, partials = BINARY[name]
+    a = RNG.uniform(0.5, 2.0, shapes[0]).astype(F32)
+    b = RNG.uniform(0.5, 2.0, shapes[1]).astype(F32)
+    seed = RNG.uniform(-1, 1, np.broadcast_shapes(a.shape, b.shape)).astype(F32)
+    da, db = partials(a.astype(np.float64), b.astype(np.float64))
+    got_a, got_b = grads(op, [a, b], seed)
+    np.testing.assert_allclose(got_a, sum_to(seed * da, a.shape).reshape(a.shape), rtol=1e-5)
+    np.testing.assert_allclose(got_b, sum_to(seed * db, b.shape).reshape(b.shape), rtol=1e-5)
+
+
+# ---- in-place unary ops on a view that is not contiguous ----
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "abs": np.abs,
+    "exp": np.exp,
+    "negate": np.negative,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "sin": np.sin,
+    "sqrt": lambda x: np.sqrt(np.abs(x)),
+    "tanh": np.tanh,
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", list(UNARY))
+def test_in_place_unary_op_on_columns_of_a_transposed_view(name: str, dtype: type) -> None:
+    """``op_(slice_(transpose_(x)))`` changes columns 1..2 of ``x`` and nothing else."""
+    x = RNG.uniform(-2, 2, (3, 4)).astype(dtype)
+    if name == "sqrt":
+        x = np.abs(x)
+
+    def build(t: popxl.Tensor) -> list[popxl.Tensor]:
+        view = ops.slice_(ops.transpose_(t), start=1, stop=3, axis=0)
+        return [getattr(ops, name + "_")(view), t]
+
+    got_view, got = run(build, x)
+    want = x.astype(np.float64)
+    want[:, 1:3] = UNARY[name](want[:, 1:3])
+    tol = 1e-6 if dtype == np.float32 else 2e-3
+    np.testing.assert_allclose(got, want.astype(dtype), rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_view, want[:, 1:3].T.astype(dtype), rtol=tol, atol=tol)
