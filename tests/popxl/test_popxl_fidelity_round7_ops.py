@@ -28,19 +28,29 @@ F32 = np.float32
 X = RNG.uniform(0.5, 1.5, (4, 4)).astype(F32)  # positive: a valid pow base and factor
 
 
+def stored(outs: Sequence[popxl.Tensor]) -> list[popxl.DeviceToHostStream]:
+    """A stream each of ``outs`` (main-graph tensors) is stored to."""
+    streams = []
+    for t in outs:
+        streams.append(popxl.d2h_stream(t.shape, t.dtype))
+        ops.host_store(streams[-1], t)
+    return streams
+
+
+def session_values(ir: popxl.Ir, streams: Sequence[popxl.DeviceToHostStream]) -> list[np.ndarray]:
+    """The values ``streams`` receive in one run of ``ir``."""
+    with popxl.Session(ir, "ipu_model") as session:
+        got = session.run()
+    return [got[s] for s in streams]
+
+
 def run(build: Callable[..., Sequence[popxl.Tensor]], *arrays: np.ndarray) -> list[np.ndarray]:
     """Variables holding ``arrays``, ``build``'s tensors stored to the host, in sequence
     (an in-place op and the store of the tensor it writes are ordered)."""
     ir = popxl.Ir()
     with ir.main_graph, popxl.in_sequence(True):
-        outs = build(*(popxl.variable(a) for a in arrays))
-        streams = []
-        for t in outs:
-            streams.append(popxl.d2h_stream(t.shape, t.dtype))
-            ops.host_store(streams[-1], t)
-    with popxl.Session(ir, "ipu_model") as session:
-        got = session.run()
-    return [got[s] for s in streams]
+        streams = stored(build(*(popxl.variable(a) for a in arrays)))
+    return session_values(ir, streams)
 
 
 def rows(t: popxl.Tensor, start: int, stop: int) -> popxl.Tensor:
@@ -164,13 +174,8 @@ def grads(
         info = popxl.transforms.autodiff(graph)
         site = ops.call_with_info(graph, *inputs)
         outs = ops.call(info.graph, popxl.constant(seed), inputs_dict=info.inputs_dict(site))
-        streams = []
-        for t in outs:
-            streams.append(popxl.d2h_stream(t.shape, t.dtype))
-            ops.host_store(streams[-1], t)
-    with popxl.Session(ir, "ipu_model") as session:
-        got = session.run()
-    return [got[s] for s in streams]
+        streams = stored(outs)
+    return session_values(ir, streams)
 
 
 def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
