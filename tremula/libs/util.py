@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
-from tremula.errors import GraphError
+from tremula.errors import GraphError, TensorError
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,19 @@ def overlaps(a: poplar.Tensor, b: poplar.Tensor) -> bool:
     if a.is_contiguous() and b.is_contiguous():
         return True
     return a.intersects_with(b)
+
+
+def refuse_aliased(
+    t: poplar.Tensor, what: str, error: type[Exception] = TensorError, role: str = ""
+) -> None:
+    """Raise ``error`` when ``t``, a tensor about to be written, has aliased elements (a
+    broadcast view, a concatenation of one tensor with itself): one element would be
+    written twice."""
+    if not t.is_contiguous() and t.contains_aliases():
+        raise error(
+            f"{what}: {role + ' ' if role else ''}{t!r} has aliased elements (a broadcast view?): "
+            f"one element would be written twice"
+        )
 
 
 def unaliased(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tremula import poplar
-from tremula.errors import GraphError
+from tremula.errors import GraphError, TensorError
 from tremula.libs.popops.codelets.slicing import scatter_add, stable_argsort
 from tremula.libs.popops.slicing import (
     create_sliceable_tensor,
@@ -296,6 +296,14 @@ def test_bad_input_names_the_problem_and_leaves_the_graph() -> None:
         with pytest.raises(GraphError) as err:
             call()
         assert message in str(err.value)
+    twice = poplar.concat([x, x])  # an element would be written twice
+    for call in (
+        lambda: dynamic_update(g, twice, rows[:2], off, [0], [2], rig.prog),
+        lambda: multi_update(g, twice, idx, rows, rig.prog),
+        lambda: multi_update_add(g, twice, idx, rows, 1.0, rig.prog),
+    ):
+        with pytest.raises(TensorError, match="has aliased elements"):
+            call()
     assert graph_size(g) == before
 
 

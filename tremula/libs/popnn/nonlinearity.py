@@ -66,8 +66,7 @@ def non_linearity_in_place(
     where = _where("non_linearity_in_place", nl_type, name)
     nl = as_nl_type(nl_type, where)
     t = check_float(graph, t, "t", where)
-    if not t.is_contiguous() and t.contains_aliases():
-        raise PopnnError(f"{where}: t {t!r} has aliased elements (a broadcast view?)")
+    util.refuse_aliased(t, where, PopnnError, role="t")
     if nl in ROW_WISE:
         if nl is NL.LOG_SOFTMAX:
             return log_softmax_in_place(graph, t, prog, name)

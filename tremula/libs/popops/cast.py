@@ -63,8 +63,7 @@ def cast(
                 f"{what}: destination shape {list(out.shape)} differs from the source "
                 f"shape {list(t.shape)}"
             )
-        if not out.is_contiguous() and out.contains_aliases():
-            raise TensorError(f"{what}: the destination {out!r} has aliased elements")
+        util.refuse_aliased(out, what, role="the destination")
     else:
         dst = as_type(dtype)
         out = graph.add_variable(dst, t.shape, f"{name or 'cast'}/out")

@@ -139,11 +139,7 @@ def prepare(graph: poplar.Graph, expr: Any, inputs: Any, in_place: bool, what: s
                 f"{what}: expression {e.canonical} gives {typed.dtype} but the in-place "
                 f"operand _1 is {target.dtype}"
             )
-        if not target.is_contiguous() and target.contains_aliases():
-            raise TensorError(
-                f"{what}: the in-place operand _1 {target!r} has aliased elements (a "
-                f"broadcast view?): one element would be written twice"
-            )
+        util.refuse_aliased(target, what, role="the in-place operand _1")
     return Operands(e, inputs, shape, typed, in_place)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tremula import poplar
-from tremula.errors import GraphError, TensorError
+from tremula.errors import GraphError
 from tremula.libs import util
 from tremula.libs.popops.codelets.elementwise import type_arg
 from tremula.libs.popops.codelets.fill import Fill
@@ -46,8 +46,7 @@ def fill(
     if not isinstance(value, (bool, int, float, np.generic)) or np.ndim(value) != 0:
         raise GraphError(f"{what}: the value must be a number, got {value!r}")
     scalar = scalar_value(value, t.dtype, f"{what}: value")
-    if not t.is_contiguous() and t.contains_aliases():
-        raise TensorError(f"{what}: {t!r} has aliased elements: one would be written twice")
+    util.refuse_aliased(t, what)
     if t.num_elements == 0:
         return t
     part = util.partition(graph, t, graph.target.vector_width(t.dtype.size))

@@ -51,8 +51,7 @@ def _check_data(graph: poplar.Graph, a: Any, b: Any, what: str) -> None:
         raise GraphError(f"{what}: a is {a.dtype} and b is {b.dtype}; they must match")
     if a.dtype.numpy.kind not in "fiu":
         raise GraphError(f"{what}: type {a.dtype} not supported (float, half or integers)")
-    if not a.is_contiguous() and a.contains_aliases():
-        raise TensorError(f"{what}: a {a!r} has aliased elements: one would be written twice")
+    util.refuse_aliased(a, what, role="a")
 
 
 def _scale_type(data: Type, scales: list[tuple[str, Any]], what: str) -> Type:

@@ -189,6 +189,7 @@ def _check_rows(
             f"(one row of table {table.shape} per index)"
         )
     check_mapped(graph, rows, "rows", where)
+    util.refuse_aliased(table, where, role="table")  # the updates write it
     return rows
 
 
@@ -238,6 +239,7 @@ def multi_update(
     Raises:
         GraphError: bad ``indices`` (type, shape), ``rows`` not ``[n, *row shape]`` of the
             table's type, unmapped operands.
+        TensorError: ``table`` has aliased elements.
     """
     where = f"multi_update{f' {name!r}' if name else ''}"
     table, idx = _check_table_indices(graph, table, indices, where)
@@ -269,7 +271,8 @@ def multi_update_add(
         ``table``.
 
     Raises:
-        GraphError: as for :func:`multi_update`, and a bad ``scale``.
+        GraphError, TensorError: as for :func:`multi_update`; GraphError for a bad
+            ``scale``.
     """
     where = f"multi_update_add{f' {name!r}' if name else ''}"
     table, idx = _check_table_indices(graph, table, indices, where)
@@ -296,7 +299,8 @@ def multi_update_op(
     combine in turn and an index outside ``[0, num_rows)`` is ignored.
 
     Raises:
-        GraphError: as for :func:`multi_update`, an unknown ``op``, or a bool table.
+        GraphError, TensorError: as for :func:`multi_update`; GraphError for an unknown
+            ``op`` or a bool table.
     """
     where = f"multi_update_op{f' {name!r}' if name else ''}"
     op = str(op).upper()

@@ -120,6 +120,7 @@ def dynamic_update(
     Raises:
         GraphError: bad dims, sizes or offset; ``s`` not shaped like the slice or of
             another type; unmapped operands.
+        TensorError: ``t`` has aliased elements.
     """
     where = f"dynamic_update{f' {name!r}' if name else ''}"
     t = check_tensor(graph, t, "t", where)
@@ -136,6 +137,7 @@ def dynamic_update(
         )
     check_mapped(graph, t, "t", where)
     check_mapped(graph, s, "s", where)
+    util.refuse_aliased(t, where, role="t")
     ensure_codelets(graph, CODELETS)
     name = name or "dynamicUpdate"
     s = util.unaliased(graph, s, t, prog, f"{name}/update")
