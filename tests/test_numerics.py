@@ -129,13 +129,15 @@ def test_popxl_reference_of_integer_div_and_fmod_is_the_devices(op: str, fn) -> 
     assert device.tolist() == want
 
 
-def test_popxl_reference_of_sign_of_nan_is_the_devices() -> None:
-    """Was: PopXL's reference of ``sign`` mapped NaN to 0; popops' SIGNUM gives NaN."""
-    x = np.array([np.nan, -2.0, 0.0, 3.0], np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_sign_of_nan_is_zero_on_device_and_in_popxl_reference(dtype: type) -> None:
+    """popops' SIGNUM is ``(0 < x) - (x < 0)``: 0 for NaN, as PopXL's ``ops.sign`` and
+    ``torch.sign`` give (``np.sign`` gives NaN). Was NaN."""
+    x = np.array([np.nan, -np.nan, -2.0, -0.0, 0.0, 3.0, -np.inf, np.inf], dtype)
     device = _device(ops.sign, x)
     (host,) = OPS["Sign"].reference([x], {})
     np.testing.assert_array_equal(host, device)
-    assert np.isnan(device[0])
+    assert device.tolist() == [0, 0, -1, 0, 0, 1, -1, 1]
 
 
 def test_popxl_reference_of_half_ops_rounds_once_as_the_device() -> None:

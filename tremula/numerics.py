@@ -198,8 +198,15 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
 #: ``NEARBY_INT`` and ONNX ``Round`` (a ufunc: it takes ``out=``)
 round_half_even: np.ufunc = np.rint
 
-#: -1, 0 or 1 by the sign of ``x``; NaN gives NaN: popops' ``SIGNUM`` (a ufunc)
-sign: np.ufunc = np.sign
+
+def sign(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """-1, 0 or 1 by the sign of ``x``, and 0 for NaN: popops' ``SIGNUM`` is
+    ``(0 < x) - (x < 0)``, both false for NaN (PopXL's ``ops.sign`` and ``torch.sign``
+    agree; ``np.sign`` gives NaN). Takes ``out=``, which may be ``x``."""
+    r = np.sign(x, out=out)
+    if r.dtype.kind == "f":
+        np.copyto(r, 0, where=np.isnan(r))
+    return r
 
 
 def int_sqrt(a: np.ndarray) -> np.ndarray:

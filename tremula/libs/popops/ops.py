@@ -205,7 +205,12 @@ ELEMENTWISE_OPS: tuple[ElementwiseOp, ...] = (
     ElementwiseOp(U.SQUARE, "square", np.square, _fh(N(1), N(1), int=E(7))),  # [proposal]
     ElementwiseOp(U.INVERSE, "inv", np.reciprocal, _fh(N(8), N(8))),  # [proposal]
     ElementwiseOp(
-        U.SIGNUM, "signum", nx.sign, _fh(N(2), N(2), int=E(3)), aliases=("sign",)
+        U.SIGNUM,
+        "signum",
+        nx.sign,
+        _fh(N(2), N(2), int=E(3)),
+        aliases=("sign",),
+        writes_out=True,
     ),  # [proposal]
     # ---- roots, exponentials, logarithms (PopLibs' perf tables where listed) ----
     ElementwiseOp(U.SQRT, "sqrt", _sqrt, _fh(N(10), N(23), int=E(110))),

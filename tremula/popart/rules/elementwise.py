@@ -215,7 +215,7 @@ ELEMENTWISE: dict[str, Callable[[Any], list]] = {
             "Round": (round_half_even, numerics.round_half_even),
             "Floor": (ops.floor, np.floor),
             "Ceil": (ops.ceil, np.ceil),
-            "Sign": (ops.sign, np.sign),
+            "Sign": (ops.sign, numerics.sign),
             "Not": (ops.logical_not, np.logical_not),
             "Reciprocal": (lambda x: ops.div(1.0, x), np.reciprocal),  # type: ignore[arg-type]
             "Softsign": (lambda x: ops.div(x, ops.add(ops.abs(x), 1.0)), None),
