@@ -11,6 +11,7 @@ context says "Trying to access a graph, but no graph has been selected. Hint - .
 
 from __future__ import annotations
 
+import json
 import operator
 
 import numpy as np
@@ -318,3 +319,28 @@ def test_replica_grouping_transpose_swaps_groups_and_members(
     for position, replicas in enumerate(members.T):
         want[replicas] = position
     assert t.assignment == want.tolist()
+
+
+def test_ir_serialise_gives_popart_ir_json() -> None:
+    """``ir._pb_ir.serialise(_ir.Ir.SerialiseFormat.JSON)``: PopART's IR JSON, the main
+    graph under ``"maingraph"`` and each subgraph under its id, ops in schedule order with
+    their type and their inputs' and outputs' ids, shapes and data types."""
+
+    def body(t: popxl.Tensor) -> popxl.Tensor:
+        return ops.relu(t) * 2
+
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        a = popxl.variable(np.ones((2, 3), np.float32), name="a")
+        g = ir.create_graph(body, a)
+        (out,) = ops.call(g, a)
+        ops.cast(out, popxl.float16)
+    got = json.loads(ir._pb_ir.serialise(_ir.Ir.SerialiseFormat.JSON))
+    assert set(got) == {"maingraph", g.id}
+    assert [op["type"] for op in got["maingraph"]] == ["Call", "Cast"]
+    assert [op["type"] for op in got[g.id]] == ["Relu", "Mul"]
+    call = got["maingraph"][0]
+    assert call["inputs"] == [{"name": "a", "shape": "[2 3]", "type": "FLOAT"}]
+    assert [t["name"] for t in call["outputs"]] == [out.id]
+    assert got["maingraph"][1]["outputs"][0]["type"] == "FLOAT16"
+    assert json.loads(ir._pb_ir.serialise()) == got  # JSON is the default

@@ -37,7 +37,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "applyTransform": "PopART's C++ transforms do not exist in Tremula",
         "updateVertices": "Tremula keeps no PopART vertex state",
         "setIsPrepared": "a Tremula Ir is prepared by creating a Session",
-        "serialise": "Tremula serialises no PopART IR",
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",
         **_each(
             {
