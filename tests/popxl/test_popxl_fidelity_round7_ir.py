@@ -17,6 +17,7 @@ import operator
 import numpy as np
 import pytest
 
+import popart
 import popart._internal.ir as _ir
 import popxl
 import popxl.ops as ops
@@ -344,3 +345,18 @@ def test_ir_serialise_gives_popart_ir_json() -> None:
     assert [t["name"] for t in call["outputs"]] == [out.id]
     assert got["maingraph"][1]["outputs"][0]["type"] == "FLOAT16"
     assert json.loads(ir._pb_ir.serialise()) == got  # JSON is the default
+
+
+def test_ir_data_flow_holds_num_host_transfers() -> None:
+    """PopXL keeps ``num_host_transfers`` as the batches per step of the Ir's PopART
+    ``DataFlow``; a PopXL Ir anchors no tensor (its host transfers are streams)."""
+    ir = popxl.Ir()
+    flow = ir._pb_ir.getDataFlow()
+    assert flow.batchesPerStep() == 1 and flow.nAnchors() == 0 and flow.anchors() == []
+    ir.num_host_transfers = 5
+    assert flow.batchesPerStep() == 5
+    flow.setBatchesPerStep(3)
+    assert ir.num_host_transfers == 3 and ir._pb_ir.getDataFlow().batchesPerStep() == 3
+    with pytest.raises(popart.popart_exception, match="Batches per step"):
+        flow.setBatchesPerStep(0)
+    assert ir.num_host_transfers == 3

@@ -66,6 +66,41 @@ class SerialiseFormat(PopartEnum):
 _Format = SerialiseFormat  # (inside Ir the name is the class attribute)
 
 
+class DataFlowView:
+    """The Ir's ``DataFlow`` as ``Ir.getDataFlow`` gives it (PopXL keeps
+    ``num_host_transfers`` in it as the batches per step): a live view of the Ir's
+    ``num_host_transfers``. A PopXL program's host transfers are its streams, so no tensor
+    is anchored."""
+
+    def __init__(self, ir: XlIr) -> None:
+        self._ir = ir
+
+    def batchesPerStep(self) -> int:
+        return self._ir.num_host_transfers
+
+    def setBatchesPerStep(self, batchesPerStep: int) -> None:
+        """Set the Ir's ``num_host_transfers``.
+
+        Raises:
+            popart_exception: a value below 1 (PopART's words), leaving it unchanged.
+        """
+        if int(batchesPerStep) <= 0:
+            raise PopartException("'Batches per step' must be greater than zero")
+        self._ir.num_host_transfers = int(batchesPerStep)
+
+    def anchors(self) -> list[str]:
+        return []
+
+    def nAnchors(self) -> int:
+        return 0
+
+    def isAnchored(self, anchorId: str) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"DataFlow(batchesPerStep={self.batchesPerStep()}, anchors=[])"
+
+
 class Ir:
     """A Tremula Ir as PopART's ``Ir`` bindings show it (``ir._pb_ir``)."""
 
@@ -222,6 +257,10 @@ class Ir:
         }
 
     # ---- options and patterns ----
+    def getDataFlow(self) -> DataFlowView:
+        """The batches per step (``num_host_transfers``) and anchors (none)."""
+        return DataFlowView(self._ir)
+
     def getSessionOptions(self) -> SessionOptions:
         return session_options(self._ir)
 

@@ -41,7 +41,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         **_each(
             {
                 "data flow and anchors are popxl streams": (
-                    "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
+                    "setDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
                 "Tremula's Ir takes its options from popxl.Ir": "setUserOptions setDeviceInfo",
                 _INTERNAL: (
