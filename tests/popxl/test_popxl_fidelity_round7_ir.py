@@ -360,3 +360,20 @@ def test_ir_data_flow_holds_num_host_transfers() -> None:
     with pytest.raises(popart.popart_exception, match="Batches per step"):
         flow.setBatchesPerStep(0)
     assert ir.num_host_transfers == 3
+
+
+@pytest.mark.parametrize("desc", ["gpu", "IPU_MODEL", "ipu"])
+def test_session_refuses_an_unknown_device_as_popxl_to_device_info_does(desc) -> None:
+    """``Session`` makes its device with ``popxl.utils._to_device_info``, so an unknown
+    ``device_desc`` raises its error; the Ir is not marked prepared."""
+    ir = popxl.Ir()
+    with pytest.raises(ValueError, match="Incorrect device type provided") as info:
+        popxl.Session(ir, desc)
+    assert str(info.value) == str(_raised(lambda: popxl.utils._to_device_info(desc)))
+    assert not ir._pb_ir.isPrepared()
+
+
+def _raised(fn) -> BaseException:
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
