@@ -377,3 +377,30 @@ def _raised(fn) -> BaseException:
     with pytest.raises(Exception) as info:
         fn()
     return info.value
+
+
+@pytest.mark.parametrize(
+    "stride, group_size, mode",
+    [(1, 4, "one_per_group"), (1, 2, "all_replicas"), (2, 2, "one_per_group"), (1, 1, None)],
+)
+def test_variable_settings_of_a_grouped_variable(stride, group_size, mode) -> None:
+    """``v._pb_tensor.getVariableSettings()`` is what ``popxl.variable`` gives PopART:
+    ``replica_grouping._to_variable_settings(retrieval_mode)``; its counts follow the
+    grouping (one host row per group, the replicas that return the variable)."""
+    ir = popxl.Ir(replication=4)
+    rg = ir.replica_grouping(stride=stride, group_size=group_size)
+    data = np.zeros((rg.num_groups, 3) if rg.num_groups > 1 else (3,), np.float32)
+    with ir.main_graph:
+        v = popxl.variable(data, replica_grouping=rg, retrieval_mode=mode, name="v")
+        c = popxl.constant(1.0)
+    vs = v._pb_tensor.getVariableSettings()
+    want_mode = popart.VariableRetrievalMode.AllReplicas
+    if mode in (None, "one_per_group"):
+        want_mode = popart.VariableRetrievalMode.OnePerGroup
+    assert vs.getRetrievalMode() == want_mode
+    assert (vs.getStride(), vs.getGroupCount(4)) == (rg.stride, rg.num_groups)
+    assert list(vs.shapeOnReplica(list(v.shape_on_host), 4, v.id)) == [3]
+    returning = 4 if want_mode == popart.VariableRetrievalMode.AllReplicas else rg.num_groups
+    assert vs.numReplicasReturningVariable(4) == returning
+    with pytest.raises(popart.popart_exception, match="only variables"):
+        c._pb_tensor.getVariableSettings()

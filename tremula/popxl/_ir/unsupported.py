@@ -77,7 +77,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
-                    "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
+                    "getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
                     "setCopyFromTensor"
                 ),
