@@ -404,3 +404,21 @@ def test_variable_settings_of_a_grouped_variable(stride, group_size, mode) -> No
     assert vs.numReplicasReturningVariable(4) == returning
     with pytest.raises(popart.popart_exception, match="only variables"):
         c._pb_tensor.getVariableSettings()
+
+
+def test_ops_report_the_ids_of_the_graphs_they_call() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(2, np.float32), name="a")
+        g = ir.create_graph(lambda t: t + 1, a)
+        ops.call(g, a)
+        ops.repeat(g, 2, a)
+        a + 1
+    call, loop, add = ir.main_graph._pb_graph.getOps()
+    assert call.getCalledGraphIds() == [_ir.GraphId(g.id)]
+    (wrapper,) = loop.getCalledGraphIds()
+    assert wrapper == loop.getCalledGraphs()[0].id and wrapper.str().startswith(g.id)
+    assert add.getCalledGraphIds() == []
+    assert call.getCalledGraphIndex(_ir.GraphId(g.id)) == 0 == loop.getCalledGraphIndex(wrapper)
+    with pytest.raises(popart.popart_exception, match="does not call graph"):
+        add.getCalledGraphIndex(_ir.GraphId(g.id))

@@ -125,7 +125,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "loopShard"
                 ),
                 "only ops that call graphs map their indices (CallOp, LoopOp ...)": (
-                    "getCalledGraphIds getCalledGraphIndex getSubgraphInputs getSubgraphOutputs"
+                    "getSubgraphInputs getSubgraphOutputs"
                 ),
                 _OUTLINING: (
                     "isOutlineable getSubgraphValue getHighSubgraphValue getLowSubgraphValue"
