@@ -422,3 +422,24 @@ def test_ops_report_the_ids_of_the_graphs_they_call() -> None:
     assert call.getCalledGraphIndex(_ir.GraphId(g.id)) == 0 == loop.getCalledGraphIndex(wrapper)
     with pytest.raises(popart.popart_exception, match="does not call graph"):
         add.getCalledGraphIndex(_ir.GraphId(g.id))
+
+
+def test_session_uses_the_irs_engine_options(tmp_path) -> None:
+    """PopXL's session makes its Poplar engine with the Ir's PopART
+    ``SessionOptions.engineOptions`` (what programs set to get profiles); an option Tremula
+    does not know is refused when the session is made, naming it."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(4, np.float32), name="x")
+        d = popxl.d2h_stream(x.shape, x.dtype, "d")
+        ops.host_store(d, x * 2)
+    opts = ir._pb_ir.getSessionOptions()
+    opts.engineOptions["autoReport.all"] = "true"
+    opts.engineOptions["autoReport.directory"] = str(tmp_path)
+    session = popxl.Session(ir, "ipu_model")
+    assert json.loads((tmp_path / "graph.json").read_text())
+    with session:
+        np.testing.assert_array_equal(session.run()[d], [2.0] * 4)
+    opts.engineOptions["not.an.option"] = "1"
+    with pytest.raises(Exception, match=r"not\.an\.option"):
+        popxl.Session(ir, "ipu_model")
