@@ -182,5 +182,5 @@ def test_session_errors():
         with pytest.raises(TypeError):
             session.get_tensor_data(t)
     np.testing.assert_array_equal(session.get_tensor_data(v), [5, 5])
-    with pytest.raises(ValueError, match="device_desc"):
+    with pytest.raises(ValueError, match="Incorrect device type provided: gpu"):
         popxl.Session(ir, "gpu")

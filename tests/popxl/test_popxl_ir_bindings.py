@@ -319,7 +319,7 @@ POPART_ONLY = [
     ("LoopOp", "removeLoopInput"),
     ("IfOp", "opInToSubgraphInIndex"),
     ("Tensor", "isWeightTensor"),
-    ("Tensor", "getVariableSettings"),
+    ("Tensor", "getReplicatedStreamMode"),
     ("Graph", "copyFrom"),
     ("Graph", "getLiveSets"),
     ("Ir", "setDataFlow"),

@@ -48,9 +48,10 @@ class Context:
     @property
     def graph(self) -> Graph:
         if not self.graphs:
-            raise RuntimeError(
-                "Trying to access a graph, but no graph has been selected: use `with "
-                "ir.main_graph:` or `with graph:` before creating tensors or ops"
+            raise RuntimeError(  # PopXL's words (its tests match the first sentence)
+                "Trying to access a graph, but no graph has been selected. Hint - try "
+                "performing the operations in a context manager (e.g. `with graph_instance:`) "
+                "or inside of a function that's called by `popxl.Ir().create_graph()`"
             )
         return self.graphs[-1]
 

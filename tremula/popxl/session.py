@@ -63,9 +63,11 @@ class Session(SessionWeights):
             iteration of the program's on-device loops (``ops.repeat``): None (the
             default, see ``tremula.progress``) on a terminal when ``tqdm`` is installed,
             or True / False.
-        engine_options: Poplar engine options (Tremula extension, keyword only; what
-            PopART's ``SessionOptions.engineOptions`` passes): ``autoReport.all``,
-            ``autoReport.directory``, ``debug.allowOutOfMemory``, ...
+        engine_options: Poplar engine options (Tremula extension, keyword only):
+            ``autoReport.all``, ``autoReport.directory``, ``debug.allowOutOfMemory``, ...,
+            over those of the Ir's PopART ``SessionOptions.engineOptions``
+            (``ir._pb_ir.getSessionOptions().engineOptions``), which PopXL's session
+            makes its engine with.
     """
 
     def __init__(
@@ -85,8 +87,11 @@ class Session(SessionWeights):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
         verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
         check_execution_contexts(ir)
-        if session_options(ir).enableInplaceAmbiguityChecking:  # PopXL's Ir enables it
+        pb_options = session_options(ir)
+        if pb_options.enableInplaceAmbiguityChecking:  # PopXL's Ir enables it
             check_inplacing_ambiguity(ir)
+        # PopART makes the engine with the Ir's SessionOptions.engineOptions
+        user_options = {**dict(pb_options.engineOptions), **dict(engine_options or {})}
         self._ir = ir
         self._device = device_for(device_desc, ir)
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
@@ -104,7 +109,7 @@ class Session(SessionWeights):
                 "target.numberRuntimeReplica": self._L,
             }
         graph = poplar.Graph(self._device.target, replication_factor=self._R)
-        allow_oom = parse_options(dict(engine_options or {})).allow_out_of_memory
+        allow_oom = parse_options(user_options).allow_out_of_memory
         check_sizes(ir, graph.target, allow_oom)
         total = sum(len(g.ops) for g in ir.graphs) + len(COMPILE_STAGES)
         with progress_bar(total, "compiling: lowering ops", "step", progress) as bar:
@@ -113,7 +118,7 @@ class Session(SessionWeights):
             #: whether the weights-from/to-host fragments (engine programs 1, 2) have ops
             self._fragments = [bool(p.programs) for p in programs[1:]]
             self._check_remote_variables()
-            options = {**(engine_options or {}), **options}
+            options = {**user_options, **options}
             self._engine = poplar.Engine(
                 graph,
                 programs if any(self._fragments) else programs[0],

@@ -10,7 +10,6 @@ from tremula import poplar
 from tremula.popxl.ir import Ir
 from tremula.popxl.tensorlocation import ExecutionContext
 
-_DEVICES = ("ipu_model", "cpu", "ipu_hw")
 _HW_WARNED = [False]  # the ipu_hw note is printed once a process
 
 
@@ -48,19 +47,18 @@ def ipu_count(ir: Ir) -> int:
 
 
 def device_for(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
-    """The device a Session of ``ir`` compiles for, from ``device_desc``: a
-    ``popart.DeviceInfo`` for a string (type ``Cpu``, ``IpuModel``, or ``Ipu`` for
-    ``"ipu_hw"``, an IPU Model too), as PopXL makes one through PopART's device manager."""
-    from tremula.popxl._ir.core.devices import DeviceInfo
-    from tremula.popxl._ir.core.enums import DeviceType
+    """The device a Session of ``ir`` compiles for, from ``device_desc``: for a string, the
+    ``popart.DeviceInfo`` PopXL's ``_to_device_info`` makes (type ``Cpu``, ``IpuModel``, or
+    ``Ipu`` for ``"ipu_hw"``, an IPU Model too) with :func:`ipu_count` IPUs.
+
+    Raises:
+        ValueError: an unknown device type (PopXL's "Incorrect device type provided"), or
+            ``"cpu"`` for an Ir that needs more than one IPU.
+    """
+    from tremula.popxl.utils import _to_device_info
 
     if isinstance(desc, poplar.Device):
         return _given(desc, ir)
-    if not isinstance(desc, str) or desc not in _DEVICES:
-        raise ValueError(
-            f"Session: device_desc must be one of {_DEVICES} or a device "
-            f"(popart.DeviceInfo), got {desc!r}"
-        )
     if desc == "cpu":  # one IPU per process (an instance of a PopRun job may have one)
         ipus, R = ipus_per_replica(ir), ir.instance_replication_factor
         if ipus * R > 1:
@@ -69,12 +67,12 @@ def device_for(desc: str | poplar.Device, ir: Ir) -> poplar.Device:
                 f"({ipus} per replica (popxl.ipu / ipu_copy) x replication_factor {R}); "
                 f"use 'ipu_model'"
             )
-        return DeviceInfo(poplar.Device.create_cpu_device().target, DeviceType.Cpu, 0)
+        return _to_device_info(desc)
+    device = _to_device_info(desc, ipu_count(ir))  # (refuses another device type)
     if desc == "ipu_hw" and not _HW_WARNED[0]:
         print("Tremula: 'ipu_hw' runs on the IPU Model (there is no hardware)", file=sys.stderr)
         _HW_WARNED[0] = True
-    target = poplar.IPUModel(num_ipus=ipu_count(ir)).create_target()
-    return DeviceInfo(target, DeviceType.Ipu if desc == "ipu_hw" else DeviceType.IpuModel, 0)
+    return device
 
 
 #: where ops may be made: the main graph's three programs (lowering's FRAGMENTS), subgraphs

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import weakref
 from typing import Any
 
 from tremula.errors import PopartException
-from tremula.popxl._ir.core.enums import VirtualGraphMode
+from tremula.popxl._ir.core.enums import PopartEnum, VirtualGraphMode
 from tremula.popxl._ir.core.options import SessionOptions
 from tremula.popxl._ir.graph import Graph, GraphId, graph_handle, graph_id
 from tremula.popxl._ir.handles import register, view_of
@@ -56,8 +57,54 @@ _OPTIONS: weakref.WeakKeyDictionary[XlIr, SessionOptions] = weakref.WeakKeyDicti
 _PATTERNS: weakref.WeakKeyDictionary[XlIr, Patterns] = weakref.WeakKeyDictionary()
 
 
+class SerialiseFormat(PopartEnum):
+    """PopART's ``Ir.SerialiseFormat``: the formats ``Ir.serialise`` writes (JSON only)."""
+
+    JSON = 0
+
+
+_Format = SerialiseFormat  # (inside Ir the name is the class attribute)
+
+
+class DataFlowView:
+    """The Ir's ``DataFlow`` as ``Ir.getDataFlow`` gives it (PopXL keeps
+    ``num_host_transfers`` in it as the batches per step): a live view of the Ir's
+    ``num_host_transfers``. A PopXL program's host transfers are its streams, so no tensor
+    is anchored."""
+
+    def __init__(self, ir: XlIr) -> None:
+        self._ir = ir
+
+    def batchesPerStep(self) -> int:
+        return self._ir.num_host_transfers
+
+    def setBatchesPerStep(self, batchesPerStep: int) -> None:
+        """Set the Ir's ``num_host_transfers``.
+
+        Raises:
+            popart_exception: a value below 1 (PopART's words), leaving it unchanged.
+        """
+        if int(batchesPerStep) <= 0:
+            raise PopartException("'Batches per step' must be greater than zero")
+        self._ir.num_host_transfers = int(batchesPerStep)
+
+    def anchors(self) -> list[str]:
+        return []
+
+    def nAnchors(self) -> int:
+        return 0
+
+    def isAnchored(self, anchorId: str) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"DataFlow(batchesPerStep={self.batchesPerStep()}, anchors=[])"
+
+
 class Ir:
     """A Tremula Ir as PopART's ``Ir`` bindings show it (``ir._pb_ir``)."""
+
+    SerialiseFormat = SerialiseFormat
 
     def __init__(self, ir: XlIr | None = None) -> None:
         """``Ir()`` makes a new, empty IR (a ``popxl.Ir`` of one replica, which
@@ -159,6 +206,21 @@ class Ir:
 
         log_ir(self._ir)
 
+    def serialise(self, format: _Format = _Format.JSON) -> str:
+        """The IR as PopART serialises it (``Ir::serialise``): a JSON object with one entry
+        per graph (``"maingraph"``, then each subgraph by id), the list of its ops in
+        schedule order (type, name, inputs, outputs, attributes), the text ``logIr``
+        logs.
+
+        Raises:
+            popart_exception: a format other than ``SerialiseFormat.JSON``.
+        """
+        from tremula.popxl._ir.ir_log import ir_json
+
+        if format != _Format.JSON:
+            raise PopartException(f"Ir::serialise: unsupported format {format!r} (JSON only)")
+        return json.dumps(ir_json(self._ir))
+
     # ---- remote buffers ----
     def _remote_buffer(self, remoteBufferId: int, what: str) -> Any:
         for buf in self._ir._remote_buffers:
@@ -195,6 +257,10 @@ class Ir:
         }
 
     # ---- options and patterns ----
+    def getDataFlow(self) -> DataFlowView:
+        """The batches per step (``num_host_transfers``) and anchors (none)."""
+        return DataFlowView(self._ir)
+
     def getSessionOptions(self) -> SessionOptions:
         return session_options(self._ir)
 

@@ -9,7 +9,6 @@ id, remote buffers by their id, dtypes by PopART's type names).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -75,7 +74,10 @@ def ir_json(ir: Ir) -> dict[str, list[dict[str, Any]]]:
 
 
 def log_ir(ir: Ir) -> None:
-    """Log the IR's JSON at INFO on PopART's ``ir`` logger (``popart.getLogger("ir")``)."""
+    """Log the IR's JSON (what ``Ir.serialise`` gives) at INFO on PopART's ``ir`` logger
+    (``popart.getLogger("ir")``)."""
+    from tremula.popxl._ir.ir import ir_handle
+
     log = LOG.getChild("ir")
     if log.isEnabledFor(logging.INFO):
-        log.info("%s", json.dumps(ir_json(ir)))
+        log.info("%s", ir_handle(ir).serialise())

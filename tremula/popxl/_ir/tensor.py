@@ -281,6 +281,22 @@ class Tensor:
         self.info = info
         return self
 
+    def getVariableSettings(self) -> Any:
+        """A variable's PopART ``VariableSettings``: its replica grouping (a non-constant
+        grouping's ``const_rg``, the grouping its values are kept under) with its retrieval
+        mode, the settings ``popxl.variable`` gives PopART.
+
+        Raises:
+            popart_exception: the tensor is not a variable.
+        """
+        t = self._t
+        if not isinstance(t, Variable):
+            raise PopartException(
+                f"getVariableSettings: tensor {t.id!r} is a {self.tensor_type()} tensor; only "
+                f"variables have VariableSettings"
+            )
+        return t.replica_grouping.const_rg._to_variable_settings(t.retrieval_mode)
+
     def hasTensorData(self) -> bool:
         """Whether the tensor holds host data: variables and constants do."""
         return isinstance(self._t, (Variable, Constant))

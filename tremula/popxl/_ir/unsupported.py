@@ -37,12 +37,11 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "applyTransform": "PopART's C++ transforms do not exist in Tremula",
         "updateVertices": "Tremula keeps no PopART vertex state",
         "setIsPrepared": "a Tremula Ir is prepared by creating a Session",
-        "serialise": "Tremula serialises no PopART IR",
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",
         **_each(
             {
                 "data flow and anchors are popxl streams": (
-                    "setDataFlow getDataFlow getRootAnchors addAnchor remapAnchor"
+                    "setDataFlow getRootAnchors addAnchor remapAnchor"
                 ),
                 "Tremula's Ir takes its options from popxl.Ir": "setUserOptions setDeviceInfo",
                 _INTERNAL: (
@@ -78,7 +77,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                 "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "isModified associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
-                    "getVariableSettings getReplicatedStreamMode setReplicatedStreamMode "
+                    "getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
                     "setCopyFromTensor"
                 ),
@@ -126,7 +125,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "loopShard"
                 ),
                 "only ops that call graphs map their indices (CallOp, LoopOp ...)": (
-                    "getCalledGraphIds getCalledGraphIndex getSubgraphInputs getSubgraphOutputs"
+                    "getSubgraphInputs getSubgraphOutputs"
                 ),
                 _OUTLINING: (
                     "isOutlineable getSubgraphValue getHighSubgraphValue getLowSubgraphValue"

@@ -24,7 +24,7 @@ from tremula.popxl.ops.base import OpNode as _Record
 from tremula.popxl.tensorlocation import ExecutionContext, TileSet
 
 if TYPE_CHECKING:
-    from tremula.popxl._ir.graph import Graph
+    from tremula.popxl._ir.graph import Graph, GraphId
     from tremula.popxl._ir.ir import Ir
     from tremula.popxl._ir.tensor import Tensor, TensorInfo
     from tremula.popxl.tensor import Tensor as XlTensor
@@ -132,6 +132,24 @@ class Op(_Record, Editing):
         from tremula.popxl._ir.graph import graph_handle
 
         return [graph_handle(g) for g in self.called_graphs]
+
+    def getCalledGraphIds(self) -> list[GraphId]:
+        """The ids of the graphs this op calls, in ``getCalledGraphs`` order."""
+        from tremula.popxl._ir.graph import graph_id
+
+        return [graph_id(g) for g in self.called_graphs]
+
+    def getCalledGraphIndex(self, id: GraphId | builtins.str) -> int:
+        """The position of the graph ``id`` among the graphs this op calls.
+
+        Raises:
+            popart_exception: the op does not call that graph.
+        """
+        ids = [g.str() for g in self.getCalledGraphIds()]
+        key = builtins.str(id)  # (a GraphId prints as its string)
+        if key not in ids:
+            raise PopartException(f"Op {self.str()} does not call graph {key!r} (it calls {ids})")
+        return ids.index(key)
 
     # ---- inputs and outputs (PopART indices) ----
     def _slot_map(self) -> dict[int, int] | None:
