@@ -137,3 +137,34 @@ def test_session_uses_the_irs_engine_options(tmp_path) -> None:
     opts.engineOptions["not.an.option"] = "1"
     with pytest.raises(Exception, match=r"not\.an\.option"):
         popxl.Session(ir, "ipu_model")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"target.syncReplicasIndependently": "true"},  # what GPT-J's and BERT's scripts set
+        {"opt.internalExchangeOptimisationTarget": "balanced", "opt.maxCompilationThreads": 2},
+        {"target.deterministicWorkers": "true", "exchange.streamBufferOverlap": "none"},
+    ],
+)
+def test_session_accepts_poplar_engine_options_the_model_does_not_charge(options) -> None:
+    """Poplar options for compiler effort, host threads or exchange tuning are accepted, as
+    Poplar accepts them, and change nothing: the same result and cycles as without them."""
+
+    def run(engine_options: dict) -> tuple[np.ndarray, int]:
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = popxl.variable(np.arange(6, dtype=np.float32), name="x")
+            d = popxl.d2h_stream(x.shape, x.dtype, "d")
+            ops.host_store(d, ops.exp(x) + x)
+        ir._pb_ir.getSessionOptions().engineOptions.update(engine_options)
+        session = popxl.Session(ir, "ipu_model")
+        with session:
+            out = session.run()[d]
+            return out, session._engine.run_cycles(0)
+
+    out, cycles = run(options)
+    want_out, want_cycles = run({})
+    np.testing.assert_allclose(out, np.exp(np.arange(6.0)) + np.arange(6.0), rtol=1e-6)
+    np.testing.assert_array_equal(out, want_out)
+    assert cycles == want_cycles

@@ -21,7 +21,9 @@ MODES = {
     "none": "NONE",
 }
 
-#: options accepted for compatibility that change nothing in the model
+#: Poplar's engine options that change nothing in the model (compiler effort, host threads,
+#: instrumentation, archives, stack sizes, exchange tuning that the cycle model does not
+#: charge): accepted, as Poplar accepts them, so programs that set them run unchanged
 IGNORED = {
     "debug.instrument",
     "debug.instrumentCompute",
@@ -37,7 +39,30 @@ IGNORED = {
     "opt.enableSwSyncs",
     "debug.retainDebugInformation",
     "debug.verify",
+    "debug.runtimeVerify",
+    "debug.outputAllSymbols",
+    "debug.floatPointOpException",
+    "debug.nanOverflowException",
+    "autoReport.outputLoweredVars",
+    "autoReport.outputSerializedGraph",
+    "autoReport.streamAtEachRun",
+    "profiler.replicaToProfile",
+    "profiler.perExecutionStreamCopyCycles",
+    "opt.internalExchangeOptimisationTarget",
+    "opt.maxCompilationThreads",
+    "opt.maxLinkerThreads",
+    "opt.useAutoloader",
+    "opt.limitVertexStateToLower256K",
+    "opt.enableMultiAccessCopies",
+    "exchange.streamBufferOverlap",
+    "exchange.enablePrefetch",
+    "streamCallbacks.multiThreadMode",
+    "streamCallbacks.numWorkerThreads",
     "target.syncReplicasIndependently",
+    "target.deterministicWorkers",
+    "target.hostSyncTimeout",
+    "target.workerStackSizeInBytes",
+    "target.supervisorStackSizeInBytes",
 }
 KNOWN = {
     "autoReport.all",
