@@ -127,6 +127,7 @@ def test_call_site_info_maps_parent_and_graph_tensors() -> None:
         g = ir.create_graph(fn, a, b)
         info = ops.call_with_info(g, b, a)  # swapped on purpose
     assert isinstance(info, ops.CallSiteInfo) and info.called_graph == g
+    assert info.parent_graph == ir.main_graph
     assert info.inputs == (b, a) and len(info.outputs) == 2
     assert info.parent_input(0) is b and info.parent_input(1) is a
     assert info.graph_to_parent(g.inputs[0]) is b and info.parent_to_graph(a) is g.inputs[1]

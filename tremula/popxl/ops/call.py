@@ -36,6 +36,11 @@ class CallSiteInfo:
         return self._op.attrs["graphs"][0]
 
     @property
+    def parent_graph(self) -> Graph:
+        """The graph the call op is in."""
+        return self._op.graph
+
+    @property
     def inputs(self) -> tuple[Tensor, ...]:
         return self._op.inputs
 
