@@ -10,8 +10,9 @@ any failure with ``--strict``), 2 when the clients are absent, else 0. Listed te
 now pass are reported, to be removed from the list.
 
 A model whose configuration module this Python refuses (the models' config dataclasses use
-dataclass instances as field defaults, which Python 3.11 refuses) is detected by importing
-it, and reported as not run on this Python rather than as failures.
+dataclass instances as field defaults, which Python 3.11 and later refuse: 3.12 and 3.13 as
+3.11) is detected by importing it, and reported as not run on this Python rather than as
+failures.
 
     python tools/run_client_suites.py                      # both models, this Python
     python tools/run_client_suites.py --models bert -k attention

@@ -3,7 +3,7 @@ ResNet encoder, ``multimodal/magma/popxl``): popxl-addons ``Module`` s whose wei
 ``add_variable_input`` s, ``popxl_addons.layers.Conv2D`` for the convolutions, batch
 normalisation with frozen statistics, ReLU, max and average pooling, bottleneck blocks with
 a projection shortcut. Each module's static ``hf_mapping`` maps Hugging Face's
-``ResNetModel`` / ``ResNetForImageClassification`` (transformers 4.25) weights to the data of
+``ResNetModel`` / ``ResNetForImageClassification`` (transformers 4.25, 4.57) weights to the data of
 its variables, ``to_hf`` maps them back.
 
 Batch normalisation is ``ops.batch_norm_inference`` (PopART's ``BatchNormOp`` in inference

@@ -1,10 +1,10 @@
 """Dolly 2.0 (GPT-NeoX) written as Graphcore's PopXL LLMs are (``dolly_layers.py``,
 ``dolly_popxl.py``, ``dolly_inference.py``) against Hugging Face Transformers'
-``GPTNeoXForCausalLM`` (4.25) of a tiny random config (Dolly's rotary_pct 0.25, parallel
-residual, exact GELU, untied ``embed_out``; vocabulary 120, padded to the embedding's
-shards): a decoder layer's output and the gradients of its input and of every weight
-(torch autograd, mapped through the same ``hf_mapping``); each layer's output and the
-logits of the whole model; the inference program's greedy next tokens; the LM head's
+``GPTNeoXForCausalLM`` (4.25; 4.57 from Python 3.12 on) of a tiny random config (Dolly's
+rotary_pct 0.25, parallel residual, exact GELU, untied ``embed_out``; vocabulary 120, padded
+to the embedding's shards): a decoder layer's output and the gradients of its input and of
+every weight (torch autograd, mapped through the same ``hf_mapping``); each layer's output
+and the logits of the whole model; the inference program's greedy next tokens; the LM head's
 loss and gradients. Float32, on one replica and tensor parallel over two, on ``ipu_model``
 (and ``cpu``). torch and transformers missing skip this module, except under CI
 (``CI=true``), where they must be installed."""
@@ -112,6 +112,17 @@ def test_rotary_permutation_pairs_rotate_half_dimensions() -> None:
     assert perm.tolist() == [0, 4, 1, 5, 2, 6, 3, 7, *range(8, 16)]
 
 
+def layer_rotary(hf_model, x_t) -> dict:
+    """The rotary cos / sin a ``GPTNeoXLayer`` called alone takes, for positions 0, 1, ...:
+    the model computes them once for all its layers (``gpt_neox.rotary_emb``) in the
+    Transformers that Python 3.12 and later install (4.57); 4.25's layers compute their own."""
+    rotary = getattr(hf_model.gpt_neox, "rotary_emb", None)
+    if rotary is None:
+        return {}
+    positions = torch.arange(x_t.shape[1]).unsqueeze(0)
+    return {"position_embeddings": rotary(x_t, positions)}
+
+
 @pytest.mark.parametrize("tp, chunks", [(1, 1), (2, 1), (2, 4)])
 def test_decoder_block_and_gradients(hf_model, tp: int, chunks: int) -> None:
     """One ``GPTNeoXLayer``: output, input gradient and every weight's gradient; with the
@@ -121,7 +132,7 @@ def test_decoder_block_and_gradients(hf_model, tp: int, chunks: int) -> None:
     torch.manual_seed(1)
     x_t = torch.randn((BATCH, cfg.sequence_length, cfg.hidden_size), requires_grad=True)
     layer.zero_grad()
-    (out_t,) = layer(x_t)[:1]
+    (out_t,) = layer(x_t, **layer_rotary(hf_model, x_t))[:1]
     grad_wrt = torch.randn(out_t.shape)
     out_t.backward(gradient=grad_wrt)
     grad_layer = with_gradients(layer)

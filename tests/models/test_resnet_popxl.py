@@ -1,9 +1,9 @@
 """A ResNet image encoder written as Graphcore's PopXL vision models are (``resnet_popxl.py``,
 ``resnet_training.py``; MAGMA's CLIP ResNet encoder) against Hugging Face Transformers'
-``ResNetModel`` / ``ResNetForImageClassification`` (4.25) of a tiny random config
-(embedding 8, hidden sizes 16 and 32, one bottleneck per stage, batches of two 32 x 32
-images, the batch norms' parameters and running statistics randomised): the stem's and
-each bottleneck's output, the last features and their pooled mean, in float32 and in
+``ResNetModel`` / ``ResNetForImageClassification`` (4.25; 4.57 from Python 3.12 on) of a
+tiny random config (embedding 8, hidden sizes 16 and 32, one bottleneck per stage, batches
+of two 32 x 32 images, the batch norms' parameters and running statistics randomised): the
+stem's and each bottleneck's output, the last features and their pooled mean, in float32 and in
 float16, and with the bottleneck's 3x3 convolution grouped (ResNeXt's, the Hugging Face
 model given the same grouped convolution); a fine-tuning step's loss, the gradient of
 every trainable weight and the weights after two Adam steps, against torch autograd and

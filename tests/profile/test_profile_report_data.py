@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -195,7 +196,9 @@ def test_other_format_version_is_a_warning(report_dir: Path, graph: dict) -> Non
 
 
 def test_poplar_2_profile_is_recognised(tmp_path: Path) -> None:
-    sqlite3.connect(tmp_path / "profile.pop").execute("create table t (x)").connection.commit()
+    with closing(sqlite3.connect(tmp_path / "profile.pop")) as db:  # a `with` alone keeps it open
+        db.execute("create table t (x)")
+        db.commit()
     with pytest.raises(ProfileError) as info:
         load_report(tmp_path)
     assert "profile.pop: a Poplar SDK 2.x profile" in str(info.value)
