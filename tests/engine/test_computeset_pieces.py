@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tremula.engine import computeset
+from tremula.engine import computeset, tilelayout
+from tremula.engine.tilelayout import TileLayout
 
 
 def _field(rng, single: bool):
@@ -57,14 +58,17 @@ def _pieces(starts, lengths, offsets, vertex_tiles, tile_of):
     state = SimpleNamespace(space=lambda dtype: space)
     g = SimpleNamespace(batch=SimpleNamespace(offsets=lambda name: offsets), tiles=vertex_tiles)
     gather = SimpleNamespace(runs=lambda: (starts, lengths), dtype="float")
-    return computeset._remote_pieces(state, g, "x", gather, {})
+    layout = TileLayout.build([tile_of])
+    return computeset._remote_pieces(state, g, "x", gather, layout.cuts(0))
 
 
 @pytest.mark.parametrize("seed", range(30))
-@pytest.mark.parametrize("by", ["element", "runs"])
+@pytest.mark.parametrize("by", ["element", "runs", "runs, no table"])
 def test_remote_pieces_are_those_of_an_element_walk(monkeypatch, seed, by):
-    if by == "runs":
+    if by != "element":
         monkeypatch.setattr(computeset, "PER_ELEMENT_MAX", 0)
+    if by == "runs, no table":  # the tile changes searched, not looked up
+        monkeypatch.setattr(tilelayout, "LOOKUP_TABLE_MAX", 0)
     rng = np.random.default_rng(seed)
     for single in (False, True):
         field = _field(rng, single)

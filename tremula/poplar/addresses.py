@@ -48,7 +48,8 @@ class AddressList:
     def runs(self) -> tuple[np.ndarray, np.ndarray]:
         """``(starts, lengths)`` of the maximal runs of consecutive addresses, in order."""
         if self._runs is None:
-            self._runs = self._affine_runs() if self._flat is None and self.layout else None
+            # (from the layout even where the flat array is made: no pass over the elements)
+            self._runs = self._affine_runs() if self.layout else None
             if self._runs is None:
                 flat = self.flat()
                 starts, ends = runs_of(flat)
