@@ -59,11 +59,13 @@ class Space:
     def allocate(self, n: int, var_id: int) -> int:
         start = self.size
         if start + n > self.tile_of.size:
-            # the capacity past the size is never read: left unwritten (a large array's
-            # untouched pages cost nothing), each variable's part set as it is allocated
-            grown = np.empty(max(2 * self.tile_of.size, start + n), dtype=np.int32)
-            grown[:start] = self.tile_of[:start]
-            self.tile_of = grown
+            capacity = max(self.tile_of.size * 3 // 2, start + n)
+            try:  # in place where nothing views the table (a realloc: no copy)
+                self.tile_of.resize(capacity, refcheck=True)
+            except ValueError:
+                grown = np.empty(capacity, dtype=np.int32)
+                grown[:start] = self.tile_of[:start]
+                self.tile_of = grown
         self.tile_of[start : start + n] = -1
         self.size += n
         self.var_starts.append(start)
@@ -127,6 +129,16 @@ class GraphState:
             return np.zeros(0, dtype=np.int64)
         starts, lengths = AddressList(t.addresses, self.address_roots).runs()
         return self.space(t.dtype).variables_in(starts, lengths)
+
+    def index_of(self, t: Tensor) -> slice | np.ndarray:
+        """``t``'s addresses as an index of its space's arrays: a slice where they are
+        consecutive and their layout says so (no pass over them), else the addresses,
+        flat."""
+        addrs = AddressList(t.addresses, self.address_roots)
+        if addrs.layout is not None and t.num_elements and addrs.is_consecutive():
+            first = addrs.first()
+            return slice(first, first + t.num_elements)
+        return t.addresses.reshape(-1)
 
     def variable_names_of(self, t: Tensor) -> list[str]:
         return [self.variables[int(i)].name for i in self.variable_ids_of(t)]
