@@ -184,7 +184,7 @@ def _pieces_by_element(
     inner = offsets[1:-1]
     head[inner[inner < total]] = True  # (vertices without elements at the end)
     first = np.flatnonzero(head)
-    vtile = np.repeat(vertex_tiles, np.diff(offsets))[first]
+    vtile = vertex_tiles[np.searchsorted(offsets, first, side="right") - 1]  # (sorted)
     length = np.empty_like(first)
     np.subtract(first[1:], first[:-1], out=length[:-1])
     length[-1] = total - first[-1]

@@ -34,7 +34,9 @@ class TileLayout:
             seg = np.r_[0, cut].astype(np.int64) if tiles.size else np.zeros(0, np.int64)
             length = np.diff(np.r_[seg, tiles.size])
             owner = tiles[seg] if tiles.size else seg
-            order = np.argsort(owner, kind="stable")
+            # (tiles in 16 bits where they fit: a stable sort of them is a radix sort)
+            small_ids = owner.astype(np.uint16) if tiles.size and owner.max() < 1 << 16 else owner
+            order = np.argsort(small_ids, kind="stable")
             before = np.cumsum(length[order]) - length[order]  # elements earlier in order
             head = np.r_[True, owner[order][1:] != owner[order][:-1]] if seg.size else seg
             base = np.maximum.accumulate(np.where(head, before, 0)) if seg.size else seg

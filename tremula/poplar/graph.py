@@ -246,7 +246,10 @@ class Graph(VertexMethods, HandleMethods):
 
     def tiles_of(self, t: Tensor) -> np.ndarray:
         """The tile of every element of ``t`` (this graph's numbering; -1 if unmapped)."""
-        tiles = self._state.space(t.dtype).tiles()[t.addresses].astype(np.int64)
+        index = self._state.index_of(t)  # (a slice where t is one run: no gather)
+        tiles = self._state.space(t.dtype).tiles()[index].astype(np.int64).reshape(t.shape)
+        if self._lo == 0:  # (the table holds -1 or a tile)
+            return tiles
         return np.where(tiles >= 0, tiles - self._lo, -1)
 
     # ---- checking ----
