@@ -20,7 +20,7 @@ from tremula.errors import VerifyError
 from tremula.poplar.codelet import Codelet
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
-from tremula.poplar.intervals import cut_rank, split_runs
+from tremula.poplar.intervals import cut_rank, distinct, runs, split_runs
 from tremula.poplar.vertices import VertexGroup, concat_groups
 from tremula.target import Target
 
@@ -126,14 +126,81 @@ def _remote_pieces(
     tile) whose tile is not their vertex's: ``(start, length, element tile, vertex tile)``,
     or None when every vertex's elements are on its own tile. ``cuts``: the addresses of the
     field's space where the tile changes, with their rank table or None
-    (:meth:`TileLayout.cuts`)."""
-    starts, lengths = gather.runs()
-    if starts.size == 0:
+    (:meth:`TileLayout.cuts`). A field whose vertices take whole rows of its layout
+    (:func:`_row_pieces`) gives its pieces row by row, in address order within a row and
+    each address of a row once: the same moves, which is all the exchange planner asks."""
+    if gather.size == 0:
         return None
     offsets = g.batch.offsets(name)
-    total = int(offsets[-1])
     tile_of = state.space(gather.dtype).tile_of
     vertex_tiles = g.tiles.astype(tile_of.dtype)  # (32-bit, as the elements' tiles)
+    found = _row_pieces(gather, offsets, tile_of, vertex_tiles, cuts)
+    if found is not None:
+        addr, length, elem, vtile = found
+    else:
+        addr, length, elem, vtile = _field_pieces(gather, offsets, tile_of, vertex_tiles, cuts)
+    remote = elem != vtile
+    if not remote.any():
+        return None
+    return addr[remote], length[remote], elem[remote], vtile[remote]
+
+
+def _row_pieces(
+    gather: Gather,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+    cuts: tuple[np.ndarray, np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pieces of a field with an affine layout whose vertex boundaries all fall on the
+    rows of a trailing block of its axes: every row's addresses are the row's base plus
+    one set of offsets (the block's, each once: a broadcast block reads its elements
+    once), so the block's runs of consecutive offsets are found once and laid on every
+    row, then split where the tile changes. None where the layout has no such block or
+    its runs are not fewer than half the field's elements (a weight matrix read in
+    strides by each of many vertices: a few long runs a row, not one-element ones)."""
+    layout = gather.addrs.layout
+    if layout is None:
+        return None
+    first, strides = layout
+    shape = gather.addrs.source.shape
+    bounds = offsets[1:-1]
+    axis, block = len(shape), 1  # the block: the axes from ``axis`` on
+    while axis > 0 and not np.any(bounds % (block * shape[axis - 1])):
+        axis -= 1
+        block *= shape[axis]
+    if block == 1:
+        return None
+    grid = np.zeros(1, dtype=np.int64)
+    for n, stride in zip(shape[axis:], strides[axis:]):
+        if n > 1 and stride != 0:
+            grid = (grid[:, None] + np.arange(n, dtype=np.int64) * stride).ravel()
+    run_start, run_end = runs(distinct(grid))
+    rows = gather.size // block
+    if 2 * rows * run_start.size > gather.size:
+        return None
+    base = np.full(1, first, dtype=np.int64)
+    for n, stride in zip(shape[:axis], strides[:axis]):
+        base = (base[:, None] + np.arange(n, dtype=np.int64) * stride).ravel()
+    row_vertex = np.searchsorted(offsets, np.arange(rows) * block, side="right") - 1
+    start = (base[:, None] + run_start).ravel()
+    length = np.tile(run_end - run_start, rows)
+    addr, length, run = split_runs(start, length, *cuts)
+    vtile = np.repeat(vertex_tiles[row_vertex], run_start.size)[run]
+    return addr, length, tile_of[addr], vtile
+
+
+def _field_pieces(
+    gather: Gather,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+    cuts: tuple[np.ndarray, np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every piece of a field, in field order: ``(start, length, element tile, vertex
+    tile)``."""
+    starts, lengths = gather.runs()
+    total = int(offsets[-1])
     if starts.size == total:  # runs of one element (a strided view): nothing to split
         addr, length = starts, lengths
         vtile = np.repeat(vertex_tiles, np.diff(offsets))
@@ -153,10 +220,7 @@ def _remote_pieces(
         vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
         vtile = vertex_tiles[vertex_of[qflat]]
         elem = tile_of[addr]
-    remote = elem != vtile
-    if not remote.any():
-        return None
-    return addr[remote], length[remote], elem[remote], vtile[remote]
+    return addr, length, elem, vtile
 
 
 def _pieces_by_element(

@@ -65,14 +65,14 @@ class Linearizer:
         cached = self._var_cache.get(key)
         if cached is not None:
             return cached[1]
-        run_starts, lengths = g.runs()
-        if run_starts.size:  # within one variable (the usual case): its bounds say so
-            bounds = np.array([run_starts.min(), (run_starts + lengths).max() - 1])
-            first, last = self._var_position(g.dtype, bounds).tolist()
+        if g.size:  # within one variable (the usual case): its bounds say so
+            lo, end = g.addrs.bounds()  # (from its layout where it has one: no runs)
+            first, last = self._var_position(g.dtype, np.array([lo, end - 1])).tolist()
             if first == last and first >= 0:
                 ids = self._var_arrays(g.dtype)[1][first : first + 1]
                 self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
                 return ids
+        run_starts, lengths = g.runs()
         p0, p1 = (
             self._var_position(g.dtype, run_starts),
             self._var_position(g.dtype, run_starts + lengths - 1),

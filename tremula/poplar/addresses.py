@@ -114,6 +114,21 @@ class AddressList:
         lengths[join - 1 - np.arange(join.size)] = 2
         return np.delete(flat, join), lengths
 
+    def bounds(self) -> tuple[int, int]:
+        """The lowest address and one past the highest (of a non-empty list): from the
+        layout where there is one, without a pass over the addresses."""
+        if self.layout is not None:
+            lo, strides = self.layout
+            hi = lo
+            for n, stride in zip(self.source.shape, strides):
+                if stride < 0:
+                    lo += stride * (n - 1)
+                else:
+                    hi += stride * (n - 1)
+            return lo, hi + 1
+        flat = self.flat()
+        return int(flat.min()), int(flat.max()) + 1
+
     def is_consecutive(self) -> bool:
         """One run (or empty): the list is ``range(first, first + size)``."""
         return self.size == 0 or self.runs()[0].size == 1
