@@ -344,35 +344,6 @@ def _in_tile_memory(
     return local, length, key, split
 
 
-def _compacted(t: Transfers, num_tiles: int) -> Transfers:
-    """The moves of ``t`` as the fewest runs: the maximal runs of consecutive addresses of
-    each (destination, source, space), in that order (``t`` itself where its runs do not
-    fit :func:`_merge`). Every figure :func:`plan_exchange` gives depends on the set of
-    (source, destination, address) moves alone, not on how they are cut into runs: a
-    field read in strides (a transposed operand: one-element runs) costs the planner's
-    sorts once, not three times."""
-    ext = t.extent
-    one = ext.only_space
-    spaces = 1 if one is not None else ext.spaces
-    keys = num_tiles * num_tiles * spaces
-    if not ext.mergeable or ext.sizes is None or keys * ext.span >= 1 << 62:
-        return t
-    key = np.multiply(t.dst, num_tiles * spaces, dtype=np.int64)
-    key += t.src * spaces if spaces > 1 else t.src
-    if spaces > 1:
-        key += t.space
-    merged = _merge(key, t.start, t.length, keys, ext.span, ext.uniform)
-    start, end = merged.bounds()
-    pair, space = np.divmod(merged.key, spaces)
-    dst, src = np.divmod(pair, num_tiles)
-    if one is not None:
-        space = np.broadcast_to(np.int64(one), start.shape)
-        size = np.broadcast_to(ext.sizes[one], start.shape)
-    else:
-        size = ext.sizes[space]
-    return Transfers(src, dst, start, end - start, space, size)
-
-
 def plan_exchange(
     target: Target,
     t: Transfers,
@@ -395,8 +366,7 @@ def plan_exchange(
     n = target.num_tiles
     zero = np.zeros(n, dtype=np.int64)
     if len(t):
-        t = _compacted(t, n)
-        read = t if by_source is None else _compacted(by_source, n)
+        read = t if by_source is None else by_source
         sent = _union(read.src, read, n).bytes_by_tile(n)
         recv_u = _union(t.dst, t, n)
         recv = recv_u.bytes_by_tile(n)

@@ -1,9 +1,10 @@
-"""The exchange planner works on the set of moves, not on how they are cut into runs: its
-figures for runs merged per (destination, source, space) (``exchange._compacted``) are
-those of the same moves cut into one-element runs in any order; tile memory positions of
-runs (``TileLayout.local_runs``, split where a run's tile changes) against an element
-walk; and the variables owning runs of addresses (``Space.variables_in``) against the
-variable of each address."""
+"""The exchange planner works on the set of moves, not on how they are cut into runs (what
+lets a field's remote pieces come row by row, ``computeset._row_pieces``): its figures
+for runs are those of the same moves cut into one-element runs in any order, its code
+regions those of an element walk over tile memory; tile memory positions of runs
+(``TileLayout.local_runs``, split where a run's tile changes) against an element walk;
+and the variables owning runs of addresses (``Space.variables_in``) against the variable
+of each address."""
 
 from __future__ import annotations
 
@@ -108,8 +109,6 @@ def test_plan_is_that_of_the_moves_cut_into_elements_in_any_order(
     layout = TileLayout.build(tiles_by_space)
     assert (layout.table[0] is not None) == tables
     t = _moves(rng, tiles_by_space, 300)
-    compact = X._compacted(t, TILES)
-    assert len(compact) < len(t)  # runs of one (destination, source, space) merged
     elements = _elements(t, rng.permutation(int(t.length.sum())))
     target = SimpleNamespace(
         num_tiles=TILES,
