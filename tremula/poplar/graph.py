@@ -199,7 +199,9 @@ class Graph(VertexMethods, HandleMethods):
                     f"set_tile_mapping({t!r}): tile {bad} is out of range: this "
                     f"graph has {self.num_tiles} tiles"
                 )
-            space.tile_of[self._state.index_of(t)] = (tiles + self._lo).reshape(-1)
+            index = self._state.index_of(t)
+            tiles = tiles + self._lo
+            space.tile_of[index] = tiles.reshape(-1) if isinstance(index, slice) else tiles
         else:
             self._set_interval_mapping(t, space, mapping)
         self._changed()

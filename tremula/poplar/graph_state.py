@@ -131,14 +131,14 @@ class GraphState:
         return self.space(t.dtype).variables_in(starts, lengths)
 
     def index_of(self, t: Tensor) -> slice | np.ndarray:
-        """``t``'s addresses as an index of its space's arrays: a slice where they are
-        consecutive and their layout says so (no pass over them), else the addresses,
-        flat."""
+        """``t``'s addresses as an index of its space's arrays: a slice (of the flat
+        elements) where they are consecutive and their layout says so (no pass over them),
+        else the addresses (shaped as ``t``)."""
         addrs = AddressList(t.addresses, self.address_roots)
         if addrs.layout is not None and t.num_elements and addrs.is_consecutive():
             first = addrs.first()
             return slice(first, first + t.num_elements)
-        return t.addresses.reshape(-1)
+        return t.addresses
 
     def variable_names_of(self, t: Tensor) -> list[str]:
         return [self.variables[int(i)].name for i in self.variable_ids_of(t)]
