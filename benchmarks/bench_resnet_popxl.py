@@ -14,8 +14,16 @@ labels; float32), host time per call, both sides interleaved in one process on o
 It also prints the Session creation time of each program (lowering and compile) and the
 simulated cycles of one run, a fact of the cost model (the same on every host).
 
+``--resnet50 N`` measures only the session creation of a ResNet-50 forward (batch 1, 3 x
+64 x 64 images, float32, 1000 labels; 53 convolutions, 25.6 M weights): N sessions created
+from one Ir, each round followed by the same model's forward in PyTorch eager (the best of
+5 calls), the reference for how fast the host is right now; it prints the best session
+creation, the best PyTorch forward and their ratio (comparable between runs and commits on
+one host), and the simulated cycles of one run.
+
 Needs torch, transformers and popxl-addons (``$TREMULA_CLIENTS``, as the tests find it).
-Run: ``python benchmarks/bench_resnet_popxl.py [--rounds 5] [--clock wall|cpu]``
+Run: ``python benchmarks/bench_resnet_popxl.py [--rounds 5] [--clock wall|cpu]
+[--resnet50 N]``
 """
 
 from __future__ import annotations
@@ -65,15 +73,81 @@ def simulated_cycles(session, feeds: dict) -> int:
     return engine.run_cycles()
 
 
+def resnet50_sessions(rounds: int) -> None:
+    """Session creation of a ResNet-50 forward, ``rounds`` times, against PyTorch eager's
+    forward of the same model measured between them (``bench_vs_torch.CLOCK``)."""
+    import popxl_addons as addons
+    import resnet_popxl
+    import torch
+    from popxl_addons.patterns import apply_pre_alias_patterns
+    from test_resnet_popxl import pixels, random_hf_model
+
+    import popxl
+
+    torch.set_num_threads(1)
+    clock = bench_vs_torch.CLOCK
+    cfg = resnet_popxl.ResNetConfig(
+        embedding_size=64,
+        hidden_sizes=(256, 512, 1024, 2048),
+        depths=(3, 4, 6, 3),
+        image_size=64,
+        batch_size=1,
+        num_labels=1000,
+    )
+    start = clock()
+    model = resnet_popxl.program(cfg, resnet_popxl.ResNetForImageClassification(cfg))
+    with model.ir.main_graph:
+        addons.host_store(model.outputs[0])
+    apply_pre_alias_patterns(model.ir, level="default")
+    print(f"ResNet-50 Ir built in {clock() - start:.1f} s (popxl-addons' initialisers)")
+    hf_model = random_hf_model(cfg).eval()
+    x = pixels(cfg, 0)
+    x_t = torch.tensor(x)
+    ours, theirs = [], []
+    session = None
+    for _ in range(rounds):
+        session = None  # (the last round's, freed before the next is made)
+        start = clock()
+        session = popxl.Session(model.ir, "ipu_model")
+        ours.append(clock() - start)
+        forwards = []
+        with torch.no_grad():
+            for _ in range(5):
+                start = clock()
+                hf_model(x_t)
+                forwards.append(clock() - start)
+        theirs.append(min(forwards))
+        print(f"  round: session creation {ours[-1]:.2f} s, PyTorch forward "
+              f"{theirs[-1] * 1e3:.1f} ms", flush=True)  # fmt: skip
+    assert session is not None
+    with session:
+        cycles = simulated_cycles(session, {model.pixels: x})
+    print(
+        f"ResNet-50 forward (batch 1, 64 x 64, float32, ipu_model): session creation "
+        f"{min(ours):.2f} s (best of {rounds}), PyTorch eager forward {min(theirs) * 1e3:.1f} "
+        f"ms, ratio {min(ours) / min(theirs):.0f}x; {cycles} simulated cycles",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=5, help="calls per round")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument(
+        "--resnet50",
+        type=int,
+        metavar="N",
+        help="only the session creation of a ResNet-50 forward, N rounds",
+    )
     args = parser.parse_args()
     bench_vs_torch.CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     print(f"clock: {args.clock}", flush=True)
     _client_paths()
+    if args.resnet50:
+        resnet50_sessions(args.resnet50)
+        return
     import popxl_addons as addons
     import resnet_popxl
     import resnet_training

@@ -18,7 +18,7 @@ from tremula.engine.plan import Gather
 @pytest.mark.parametrize("table", [True, False])
 def test_variables_are_those_holding_any_address(monkeypatch, seed, table):
     if not table:
-        monkeypatch.setattr(liveness, "LOOKUP_TABLE_MAX", 0)
+        monkeypatch.setattr(liveness, "VAR_TABLE_MAX", 0)
     rng = np.random.default_rng(seed)
     graph = poplar.Graph(poplar.IPUModel(tiles_per_ipu=4).create_device().target)
     sizes = rng.integers(1, 30, 12)

@@ -161,6 +161,23 @@ def test_tile_array_needs_one_entry_per_element():
     np.testing.assert_array_equal(g.tiles_of(t), [[3, 2], [1, 0]])
 
 
+@pytest.mark.parametrize("view", ["whole", "transposed", "slice"])
+def test_first_unmapped_is_the_first_negative_tile(view):
+    """``first_unmapped``: the first flat element ``tiles_of`` gives a negative tile (not
+    mapped, or below a virtual graph's tiles), read from the table in place."""
+    g = new_graph(8)
+    v = g.create_virtual_graph(2, 5)
+    x = g.add_variable(poplar.FLOAT, (3, 4), "x")
+    t = {"whole": x, "transposed": x.transpose(), "slice": x[1:]}[view]
+    for graph in (g, v):
+        assert graph.first_unmapped(t) == int(np.flatnonzero(graph.tiles_of(t) < 0)[0])
+    g.set_tile_mapping(x, np.array([3] * 6 + [1] + [4] * 5))  # tile 1: below v's tiles
+    for graph in (g, v):
+        below = np.flatnonzero(graph.tiles_of(t).reshape(-1) < 0)
+        assert graph.first_unmapped(t) == (int(below[0]) if below.size else None)
+    assert g.first_unmapped(t) is None and v.first_unmapped(t) is not None
+
+
 # ---- virtual graphs ----
 def test_virtual_graph_numbers_tiles_from_its_lower_tile():
     g = new_graph(8)

@@ -339,3 +339,30 @@ def test_affine_connections_stay_compact():
     )
     assert starts.size == 5 * 2 * 3  # one run per row of 8 (rows 0,2,4 / 1,3,5 not adjacent)
     np.testing.assert_array_equal(addrs.flat(), flat)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    perm_seed=st.integers(0, 1000),
+    broadcast=st.integers(1, 3),
+)
+def test_strided_layout_runs_are_those_of_the_addresses(shape, perm_seed, broadcast):
+    """A view whose last axis does not step by one (a transpose, a broadcast) has
+    one-element runs but for pairs joined across an axis's end: found from the layout,
+    they are the runs of its addresses; its bounds come from the layout too."""
+    from tremula.poplar.addresses import AddressList
+    from tremula.poplar.intervals import runs
+
+    g = poplar.Graph(poplar.IPUModel(tiles_per_ipu=4).create_device().target)
+    a = g.add_variable(poplar.FLOAT, tuple(shape), "a")
+    order = np.random.default_rng(perm_seed).permutation(len(shape)).tolist()
+    view = a.dim_shuffle(order).expand([0]).broadcast(broadcast, 0)
+    if perm_seed % 3 == 0:  # a negative stride
+        view = view.reverse(len(shape))
+    addrs = AddressList(view.addresses, g.state.address_roots)
+    assert addrs.bounds() == (int(view.addresses.min()), int(view.addresses.max()) + 1)
+    starts, lengths = addrs.runs()
+    want_starts, want_ends = runs(view.addresses.reshape(-1))
+    np.testing.assert_array_equal(starts, want_starts)
+    np.testing.assert_array_equal(lengths, want_ends - want_starts)

@@ -21,8 +21,9 @@ import numpy as np
 from tremula.engine import copies, programs
 from tremula.engine import nodes as N
 from tremula.engine.computeset import CompiledComputeSet, compile_compute_set
-from tremula.engine.exchange import ExchangePlan, TileLayout, Transfers, plan_exchange, split_by_ipu
+from tremula.engine.exchange import ExchangePlan, Transfers, plan_exchange, split_by_ipu
 from tremula.engine.plan import Gather
+from tremula.engine.tilelayout import TileLayout
 from tremula.engine.timeline import StepInfo, tile_balances
 from tremula.errors import ProgramError
 from tremula.poplar import program as P
@@ -56,13 +57,12 @@ class StepPlan:
         self.state = state
         self.target = state.target
         self.space_ids = {t: i for i, t in enumerate(state.spaces)}
-        tile_cuts: dict = {}  # tables for this loop only (freed after it)
         self.layout = TileLayout.build([sp.tiles() for sp in state.spaces.values()])
         self.nodes: list[N.Node] = []
         self._cs_exchanges: dict[int, tuple] = {}
         self.compute_sets: list[CompiledComputeSet] = []
         for cs in state.compute_sets:
-            ccs = compile_compute_set(state, cs, self.space_ids, tile_cuts)
+            ccs = compile_compute_set(state, cs, self.space_ids, self.layout)
             self.cs_plans(ccs)  # planned while its moves are fresh, which are then let go
             ccs.pre = ccs.post = Transfers.empty()
             self.compute_sets.append(ccs)

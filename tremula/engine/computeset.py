@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
-from tremula.engine.exchange import LOOKUP_TABLE_MAX, Transfers
+from tremula.engine.exchange import Transfers
 from tremula.engine.group import CompiledGroup, compile_group
 from tremula.engine.plan import Gather
+from tremula.engine.tilelayout import TileLayout
 from tremula.errors import VerifyError
 from tremula.poplar.codelet import Codelet
 from tremula.poplar.graph import GraphState
 from tremula.poplar.handles import ComputeSet
+from tremula.poplar.intervals import cut_rank, distinct, runs, split_runs
 from tremula.poplar.vertices import VertexGroup, concat_groups
 from tremula.target import Target
 
@@ -108,51 +109,6 @@ def schedule(
     return cycles.astype(np.int64), active.astype(np.int64), balance
 
 
-def split_runs(
-    pos: np.ndarray, length: np.ndarray, cuts: np.ndarray, rank: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split intervals ``[pos, pos + length)`` (``length >= 1``) at the sorted ``cuts``: the
-    pieces' starts, lengths, and the interval each comes from. ``rank`` (:func:`cut_rank`),
-    when given, looks each interval's cuts up instead of searching for them."""
-    if cuts.size == 0 or pos.size == 0:
-        return pos, length, np.arange(pos.size)
-    end = pos + length
-    if rank is None:
-        lo = np.searchsorted(cuts, pos, side="right")
-        hi = np.searchsorted(cuts, end, side="left")
-    else:
-        lo, hi = rank[pos], rank[end - 1]
-    if np.array_equal(lo, hi):  # no interval crosses a cut
-        return pos, length, np.arange(pos.size)
-    pieces = np.maximum(hi - lo, 0) + 1
-    run = np.repeat(np.arange(pos.size), pieces)
-    j = np.arange(run.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    last = cuts.size - 1
-    begin = np.where(j == 0, pos[run], cuts[np.minimum(lo[run] + j - 1, last)])
-    stop = np.where(j == pieces[run] - 1, end[run], cuts[np.minimum(lo[run] + j, last)])
-    return begin, stop - begin, run
-
-
-def cut_rank(cuts: np.ndarray, size: int) -> np.ndarray:
-    """``rank[p]``, the number of the sorted, distinct ``cuts`` at or below ``p`` for ``0 <=
-    p < size``: a run's cuts by lookup (one table per axis, built in one pass)."""
-    mark = np.zeros(size, dtype=np.int32 if size < 2**31 else np.int64)
-    mark[cuts[cuts < size]] = 1
-    return np.cumsum(mark, dtype=mark.dtype)
-
-
-def tile_cuts(state: GraphState, dtype: Any, cache: dict) -> tuple[np.ndarray, np.ndarray | None]:
-    """Addresses of a space where the tile changes, with their :func:`cut_rank` table when
-    the space has at most ``LOOKUP_TABLE_MAX`` elements (computed once per compile)."""
-    found = cache.get(dtype)
-    if found is None:
-        tiles = state.space(dtype).tiles()
-        cuts = np.flatnonzero(tiles[1:] != tiles[:-1]).astype(np.int64) + 1
-        rank = cut_rank(cuts, tiles.size) if tiles.size <= LOOKUP_TABLE_MAX else None
-        found = cache[dtype] = (cuts, rank)
-    return found
-
-
 #: Fields of at most this many elements find their remote pieces element by element
 #: (:func:`_pieces_by_element`): a few passes over arrays of the field's size, faster than
 #: splitting its runs when they are short (operands read in strides).
@@ -160,18 +116,91 @@ PER_ELEMENT_MAX = 1 << 20
 
 
 def _remote_pieces(
-    state: GraphState, g: CompiledGroup, name: str, gather: Gather, cache: dict
+    state: GraphState,
+    g: CompiledGroup,
+    name: str,
+    gather: Gather,
+    cuts: tuple[np.ndarray, np.ndarray | None],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Pieces of field ``name`` (runs of consecutive addresses within one vertex and one
     tile) whose tile is not their vertex's: ``(start, length, element tile, vertex tile)``,
-    or None when every vertex's elements are on its own tile."""
-    starts, lengths = gather.runs()
-    if starts.size == 0:
+    or None when every vertex's elements are on its own tile. ``cuts``: the addresses of the
+    field's space where the tile changes, with their rank table or None
+    (:meth:`TileLayout.cuts`). A field whose vertices take whole rows of its layout
+    (:func:`_row_pieces`) gives its pieces row by row, in address order within a row and
+    each address of a row once: the same moves, which is all the exchange planner asks."""
+    if gather.size == 0:
         return None
     offsets = g.batch.offsets(name)
-    total = int(offsets[-1])
     tile_of = state.space(gather.dtype).tile_of
     vertex_tiles = g.tiles.astype(tile_of.dtype)  # (32-bit, as the elements' tiles)
+    found = _row_pieces(gather, offsets, tile_of, vertex_tiles, cuts)
+    if found is not None:
+        addr, length, elem, vtile = found
+    else:
+        addr, length, elem, vtile = _field_pieces(gather, offsets, tile_of, vertex_tiles, cuts)
+    remote = elem != vtile
+    if not remote.any():
+        return None
+    return addr[remote], length[remote], elem[remote], vtile[remote]
+
+
+def _row_pieces(
+    gather: Gather,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+    cuts: tuple[np.ndarray, np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pieces of a field with an affine layout whose vertex boundaries all fall on the
+    rows of a trailing block of its axes: every row's addresses are the row's base plus
+    one set of offsets (the block's, each once: a broadcast block reads its elements
+    once), so the block's runs of consecutive offsets are found once and laid on every
+    row, then split where the tile changes. None where the layout has no such block or
+    its runs are not fewer than half the field's elements (a weight matrix read in
+    strides by each of many vertices: a few long runs a row, not one-element ones)."""
+    layout = gather.addrs.layout
+    if layout is None:
+        return None
+    first, strides = layout
+    shape = gather.addrs.source.shape
+    bounds = offsets[1:-1]
+    axis, block = len(shape), 1  # the block: the axes from ``axis`` on
+    while axis > 0 and not np.any(bounds % (block * shape[axis - 1])):
+        axis -= 1
+        block *= shape[axis]
+    if block == 1:
+        return None
+    grid = np.zeros(1, dtype=np.int64)
+    for n, stride in zip(shape[axis:], strides[axis:]):
+        if n > 1 and stride != 0:
+            grid = (grid[:, None] + np.arange(n, dtype=np.int64) * stride).ravel()
+    run_start, run_end = runs(distinct(grid))
+    rows = gather.size // block
+    if 2 * rows * run_start.size > gather.size:
+        return None
+    base = np.full(1, first, dtype=np.int64)
+    for n, stride in zip(shape[:axis], strides[:axis]):
+        base = (base[:, None] + np.arange(n, dtype=np.int64) * stride).ravel()
+    row_vertex = np.searchsorted(offsets, np.arange(rows) * block, side="right") - 1
+    start = (base[:, None] + run_start).ravel()
+    length = np.tile(run_end - run_start, rows)
+    addr, length, run = split_runs(start, length, *cuts)
+    vtile = np.repeat(vertex_tiles[row_vertex], run_start.size)[run]
+    return addr, length, tile_of[addr], vtile
+
+
+def _field_pieces(
+    gather: Gather,
+    offsets: np.ndarray,
+    tile_of: np.ndarray,
+    vertex_tiles: np.ndarray,
+    cuts: tuple[np.ndarray, np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every piece of a field, in field order: ``(start, length, element tile, vertex
+    tile)``."""
+    starts, lengths = gather.runs()
+    total = int(offsets[-1])
     if starts.size == total:  # runs of one element (a strided view): nothing to split
         addr, length = starts, lengths
         vtile = np.repeat(vertex_tiles, np.diff(offsets))
@@ -186,15 +215,12 @@ def _remote_pieces(
         inner = inner[np.r_[True, inner[1:] != inner[:-1]]] if inner.size else inner
         pflat, plen, run = split_runs(flat, lengths, inner, cut_rank(inner, total))
         paddr = starts[run] + (pflat - flat[run])
-        addr, length, piece = split_runs(paddr, plen, *tile_cuts(state, gather.dtype, cache))
+        addr, length, piece = split_runs(paddr, plen, *cuts)
         qflat = pflat[piece] + (addr - paddr[piece])
         vertex_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))  # of each element
         vtile = vertex_tiles[vertex_of[qflat]]
         elem = tile_of[addr]
-    remote = elem != vtile
-    if not remote.any():
-        return None
-    return addr[remote], length[remote], elem[remote], vtile[remote]
+    return addr, length, elem, vtile
 
 
 def _pieces_by_element(
@@ -222,7 +248,7 @@ def _pieces_by_element(
     inner = offsets[1:-1]
     head[inner[inner < total]] = True  # (vertices without elements at the end)
     first = np.flatnonzero(head)
-    vtile = np.repeat(vertex_tiles, np.diff(offsets))[first]
+    vtile = vertex_tiles[np.searchsorted(offsets, first, side="right") - 1]  # (sorted)
     length = np.empty_like(first)
     np.subtract(first[1:], first[:-1], out=length[:-1])
     length[-1] = total - first[-1]
@@ -230,17 +256,18 @@ def _pieces_by_element(
 
 
 def _transfers(
-    state: GraphState, groups: list[CompiledGroup], space_ids: dict, cache: dict
+    state: GraphState, groups: list[CompiledGroup], space_ids: dict, layout: TileLayout
 ) -> tuple[Transfers, Transfers]:
     pre: list[tuple] = []
     post: list[tuple] = []
     for g in groups:
         for name, gather in g.gathers.items():
             f = g.vertex_type.codelet.fields[name]
-            found = _remote_pieces(state, g, name, gather, cache)
+            sid = space_ids[gather.dtype]
+            found = _remote_pieces(state, g, name, gather, layout.cuts(sid))
             if found is None:
                 continue
-            part = (found, space_ids[gather.dtype], gather.dtype.size)
+            part = (found, sid, gather.dtype.size)
             if f.reads:
                 pre.append(part)
             if f.writes:
@@ -267,9 +294,10 @@ def _joined(parts: list[tuple], inward: bool) -> Transfers:
 
 
 def compile_compute_set(
-    state: GraphState, cs: ComputeSet, space_ids: dict, cache: dict | None = None
+    state: GraphState, cs: ComputeSet, space_ids: dict, layout: TileLayout
 ) -> CompiledComputeSet:
-    """Merge the compute set's vertex groups by type (first-appearance order) and compile."""
+    """Merge the compute set's vertex groups by type (first-appearance order) and compile;
+    ``space_ids`` numbers the spaces as ``layout`` (the graph's tile layout) does."""
     by_type: dict[str, list[VertexGroup]] = {}
     for g in state.vertex_groups[cs.id]:
         by_type.setdefault(g.vertex_type.name, []).append(g)
@@ -285,7 +313,7 @@ def compile_compute_set(
         groups.append(compile_group(state, merged, ids))
     cycles, active, balance = schedule(state.target, groups)
     by_type_active = {g.vertex_type.name: int(g.cycles.sum()) for g in groups}
-    pre, post = _transfers(state, groups, space_ids, {} if cache is None else cache)
+    pre, post = _transfers(state, groups, space_ids, layout)
     return CompiledComputeSet(
         cs.id, cs.name, groups, cycles, active, by_type_active, balance, pre, post
     )

@@ -146,6 +146,7 @@ class Engine(HostData):
         if o.checks:
             _ask_checks(sp, o.checks)
         self.roots = [sp.compile_control(p) for p in progs]
+        sp.layout = sp.layout.without_tables()  # (compiled: the exchanges are planned)
         stage(COMPILE_STAGES[2])
         lin = Linearizer(self.state, sp.function_roots, sp.function_index)
         walk = lin.run(self.roots)

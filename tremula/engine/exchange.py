@@ -20,6 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
+from tremula.engine.tilelayout import TileLayout
 from tremula.poplar.intervals import sort_kind
 from tremula.target import Target
 
@@ -297,96 +298,50 @@ def _super_tile_shared(target: Target, recv: _Union, ext: _Extent) -> np.ndarray
     return out.astype(np.int64)
 
 
-#: Spaces up to this many elements get lookup tables while compiling (4 bytes an element,
-#: as the space's own tile table) instead of binary searches over their runs of tiles.
-LOOKUP_TABLE_MAX = 1 << 22
-
-
-@dataclass(frozen=True, eq=False)
-class TileLayout:
-    """Where elements sit in tile memory: a tile stores the elements of a space that it holds
-    in address order, one after another (Poplar lays each tile's share out contiguously).
-    Per space id: the starts of the runs of equal tile, and each run's offset on its tile;
-    for spaces of at most :data:`LOOKUP_TABLE_MAX` elements, every address's offset."""
-
-    seg_start: tuple[np.ndarray, ...]
-    seg_local: tuple[np.ndarray, ...]
-    table: tuple[np.ndarray | None, ...]
-
-    @staticmethod
-    def build(tiles_by_space: list[np.ndarray]) -> TileLayout:
-        starts, locals_, tables = [], [], []
-        for tiles in tiles_by_space:
-            cut = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1
-            seg = np.r_[0, cut].astype(np.int64) if tiles.size else np.zeros(0, np.int64)
-            length = np.diff(np.r_[seg, tiles.size])
-            owner = tiles[seg] if tiles.size else seg
-            order = np.argsort(owner, kind="stable")
-            before = np.cumsum(length[order]) - length[order]  # elements earlier in order
-            head = np.r_[True, owner[order][1:] != owner[order][:-1]] if seg.size else seg
-            base = np.maximum.accumulate(np.where(head, before, 0)) if seg.size else seg
-            local = np.empty_like(seg)
-            local[order] = before - base  # offset within the tile's own share
-            starts.append(seg)
-            locals_.append(local)
-            small = tiles.size <= LOOKUP_TABLE_MAX
-            tables.append(_local_table(seg, local, length) if small else None)
-        return TileLayout(tuple(starts), tuple(locals_), tuple(tables))
-
-    def local(self, space: np.ndarray | int, addr: np.ndarray) -> np.ndarray:
-        """The position of each address in its tile's memory (runs never cross tiles), of
-        space ``space`` (one id for all, or one per address); 32-bit integers where the
-        space's lookup table is."""
-        if isinstance(space, int):
-            spaces = [space]
-        else:
-            spaces = np.flatnonzero(np.bincount(space)).tolist() if space.size else []
-        out = np.empty_like(addr)
-        for sid in spaces:
-            at = addr if len(spaces) == 1 else addr[space == sid]
-            table = self.table[sid]
-            if table is not None:
-                found = table[at]
-            else:
-                seg_start, seg_local = self.seg_start[sid], self.seg_local[sid]
-                seg = np.searchsorted(seg_start, at, side="right") - 1
-                found = seg_local[seg] + at - seg_start[seg]
-            if len(spaces) == 1:
-                return found
-            out[space == sid] = found
-        return out
-
-
-def _local_table(seg: np.ndarray, local: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Every address's offset in its tile's memory, from the runs of equal tile."""
-    total = int(length.sum())
-    dtype = np.int32 if total < 2**31 else np.int64
-    shift = np.repeat((local - seg).astype(dtype), length)
-    return np.arange(total, dtype=dtype) + shift
-
-
 def _regions(t: Transfers, layout: TileLayout | None, num_tiles: int) -> np.ndarray:
     """Exchange regions each tile receives: maximal runs contiguous in the sending tile's
     memory (in logical address order when no layout is given)."""
     ext = t.extent
-    if layout is None:
-        start = t.start
-    else:
-        start = layout.local(t.space if ext.only_space is None else ext.only_space, t.start)
     spaces = 1 if ext.only_space is not None else ext.spaces  # keys: (dst, src, space)
     keys = num_tiles * num_tiles * spaces
     key = np.multiply(t.dst, num_tiles, dtype=np.int32 if keys < 1 << 31 else np.int64)
     key += t.src
     if spaces > 1:
         key = key * spaces + t.space
-    span = ext.span if layout is None else int(start.max()) + ext.longest + 1
+    start, length, uniform = t.start, t.length, ext.uniform
+    if layout is not None:
+        start, length, key, split = _in_tile_memory(layout, t, key)
+        uniform = uniform and not split
+    span = ext.span if layout is None else int(start.max()) + int(length.max()) + 1
     if ext.mergeable and keys * span < 1 << 62:
-        merged = _merge(key, start, t.length, keys, span, ext.uniform)
+        merged = _merge(key, start, length, keys, span, uniform)
         return np.bincount(merged.key // (num_tiles * spaces), minlength=num_tiles).astype(np.int64)
     order, s = _sort_keyed(key, start, span)
-    reach = np.maximum.accumulate(s + t.length[order])
+    reach = np.maximum.accumulate(s + length[order])
     heads = s > np.r_[np.int64(-1), reach[:-1]]
-    return np.bincount(t.dst[order][heads], minlength=num_tiles).astype(np.int64)
+    return np.bincount((key[order] // spaces)[heads] // num_tiles, minlength=num_tiles).astype(
+        np.int64
+    )
+
+
+def _in_tile_memory(
+    layout: TileLayout, t: Transfers, key: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The runs of ``t`` as runs of tile memory (:meth:`TileLayout.local_runs`: split where
+    a run's tile changes), each piece's ``key`` (that of its run), and whether any run was
+    split."""
+    one = t.extent.only_space
+    if one is not None:
+        local, length, run = layout.local_runs(one, t.start, t.length)
+        return local, length, key if run is None else key[run], run is not None
+    parts, split = [], False
+    for sid in np.flatnonzero(np.bincount(t.space)).tolist():
+        sel = np.flatnonzero(t.space == sid)
+        local, length, run = layout.local_runs(sid, t.start[sel], t.length[sel])
+        parts.append((local, length, key[sel] if run is None else key[sel][run]))
+        split = split or run is not None
+    local, length, key = (np.concatenate(c) for c in zip(*parts))
+    return local, length, key, split
 
 
 def plan_exchange(
@@ -421,6 +376,7 @@ def plan_exchange(
             shared_u = recv_u if by_source is None else _union(read.dst, read, n)
             effective = recv - _super_tile_shared(target, shared_u, read.extent) // 2
     else:
+        read = t
         sent = recv = regions = effective = zero
     busy = np.maximum(sent, effective)
     cycles = np.where(
@@ -431,7 +387,6 @@ def plan_exchange(
             local_bytes > 0, -(-local_bytes // target.memcpy_bytes_per_cycle), 0
         )
     if kind == "global" and len(t):
-        read = t if by_source is None else by_source
         cycles = np.maximum(cycles, _link_cycles(target, read, cycles > 0))
     code = regions * target.exchange_code_bytes_per_region
     code = code + np.where(sent > 0, target.exchange_code_bytes_per_region, 0)

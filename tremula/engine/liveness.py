@@ -17,10 +17,14 @@ from typing import Any
 import numpy as np
 
 from tremula.engine import nodes as N
-from tremula.engine.exchange import LOOKUP_TABLE_MAX
 from tremula.engine.plan import Gather
 from tremula.poplar.graph import GraphState
 from tremula.poplar.intervals import distinct
+
+#: Spaces up to this many elements get a table of every address's variable while walking
+#: (4 bytes an element); larger ones binary-search their variables' starts: the walk asks
+#: about each field's runs once, too few questions to pay for a table of a large space.
+VAR_TABLE_MAX = 1 << 22
 
 
 @dataclass(eq=False)
@@ -61,14 +65,14 @@ class Linearizer:
         cached = self._var_cache.get(key)
         if cached is not None:
             return cached[1]
-        run_starts, lengths = g.runs()
-        if run_starts.size:  # within one variable (the usual case): its bounds say so
-            bounds = np.array([run_starts.min(), (run_starts + lengths).max() - 1])
-            first, last = self._var_position(g.dtype, bounds).tolist()
+        if g.size:  # within one variable (the usual case): its bounds say so
+            lo, end = g.addrs.bounds()  # (from its layout where it has one: no runs)
+            first, last = self._var_position(g.dtype, np.array([lo, end - 1])).tolist()
             if first == last and first >= 0:
                 ids = self._var_arrays(g.dtype)[1][first : first + 1]
                 self._var_cache[key] = (g, ids)  # keep g alive so id() stays unique
                 return ids
+        run_starts, lengths = g.runs()
         p0, p1 = (
             self._var_position(g.dtype, run_starts),
             self._var_position(g.dtype, run_starts + lengths - 1),
@@ -109,11 +113,11 @@ class Linearizer:
 
     def _var_position(self, dtype: Any, addr: np.ndarray) -> np.ndarray:
         """The position in the space's variable list of the variable holding each address:
-        looked up in a table of every address (spaces up to ``LOOKUP_TABLE_MAX`` elements,
+        looked up in a table of every address (spaces up to ``VAR_TABLE_MAX`` elements,
         built on first use) or searched."""
         space = self.state.space(dtype)
         var_starts = self._var_arrays(dtype)[0]
-        if space.size > LOOKUP_TABLE_MAX or not var_starts.size or var_starts[0] != 0:
+        if space.size > VAR_TABLE_MAX or not var_starts.size or var_starts[0] != 0:
             return np.searchsorted(var_starts, addr, side="right") - 1
         table = self._var_tables.get(dtype)
         if table is None:
@@ -200,9 +204,9 @@ def intervals(state: GraphState, w: Walk) -> Intervals:
             always[v.id] = True
     for handles in (state.host_writes, state.host_reads):
         for t in handles.values():
-            always[distinct(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+            always[state.variable_ids_of(t)] = True
     for t, _ in state.initial_values:
-        always[distinct(state.space(t.dtype).variable_at(t.addresses.reshape(-1)))] = True
+        always[state.variable_ids_of(t)] = True
     if not w.acc_step:
         always[:] = True
         return Intervals(always, start, end)

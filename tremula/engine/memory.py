@@ -132,10 +132,12 @@ class MemoryModel:
     def variables(self) -> None:
         st, T, a = self.state, self.T, self.target.alignment_bytes
         constant = np.array([v.is_constant for v in st.variables], dtype=bool)  # by id
+        layout, ids = self.step_plan.layout, self.step_plan.space_ids
         for dtype, space in st.spaces.items():
             if space.size == 0:
                 continue
-            var, tile, counts = self.tile_counts[dtype] = var_tile_counts(space, T)
+            segments = layout.seg_start[ids[dtype]]
+            var, tile, counts = self.tile_counts[dtype] = var_tile_counts(space, T, segments)
             raw = counts * dtype.size
             aligned = _align(raw, a)
             const = constant[var] if var.size else np.zeros(0, dtype=bool)

@@ -7,18 +7,24 @@ from __future__ import annotations
 import numpy as np
 
 from tremula.engine.liveness import Intervals
-from tremula.poplar.intervals import distinct
 from tremula.profile.schema import VARIABLE_TABLE_KEYS
 
 
-def var_tile_counts(space, T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def var_tile_counts(
+    space, T: int, segments: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(variable, tile, element count) for every variable's part on every tile, computed on
-    runs of equal tile inside each variable."""
+    runs of equal tile inside each variable. ``segments``: the sorted addresses where the
+    space's runs of equal tile start (0 first), when known (``TileLayout.seg_start``)."""
     tiles = space.tiles()
+    if segments is None:
+        segments = np.r_[0, np.flatnonzero(tiles[1:] != tiles[:-1]) + 1]
     starts = np.asarray(space.var_starts, dtype=np.int64)
     inner = starts[(starts > 0) & (starts < tiles.size)]  # empty variables start at the end
-    cuts = distinct(np.concatenate((np.flatnonzero(np.diff(tiles)) + 1, np.ravel(inner))))
-    run_start = np.r_[0, cuts].astype(np.int64)
+    # two sorted lists: a merge sort merges them in one pass
+    run_start = np.sort(np.concatenate((segments, inner)).astype(np.int64), kind="stable")
+    if run_start.size > 1:
+        run_start = run_start[np.r_[True, run_start[1:] != run_start[:-1]]]
     run_len = np.diff(np.r_[run_start, tiles.size])
     owner = np.asarray(space.var_ids, dtype=np.int64)[
         np.searchsorted(starts, run_start, side="right") - 1

@@ -48,7 +48,8 @@ class AddressList:
     def runs(self) -> tuple[np.ndarray, np.ndarray]:
         """``(starts, lengths)`` of the maximal runs of consecutive addresses, in order."""
         if self._runs is None:
-            self._runs = self._affine_runs() if self._flat is None and self.layout else None
+            # (from the layout even where the flat array is made: no pass over the elements)
+            self._runs = self._affine_runs() if self.layout else None
             if self._runs is None:
                 flat = self.flat()
                 starts, ends = runs_of(flat)
@@ -69,7 +70,7 @@ class AddressList:
             inner *= shape[k - 1]
             k -= 1
         if inner == 1:
-            return None  # no contiguous axis: runs of one element, as cheap from the array
+            return self._strided_runs(shape, strides)
         outer = np.full((1,) * k, first, dtype=np.int64)
         for d in range(k):
             axis = np.arange(shape[d], dtype=np.int64) * strides[d]
@@ -83,6 +84,50 @@ class AddressList:
         lengths[-1] = starts.size - heads[-1]
         lengths *= inner
         return starts[join], lengths
+
+    def _strided_runs(
+        self, shape: tuple[int, ...], strides: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of a layout whose last axis (of more than one element) does not step
+        by 1: one-element runs, but for those joined across the end of an axis whose step
+        there is 1 (found from the layout: where the index of axis ``d`` goes up by one
+        and the axes after it start again, the address moves by ``strides[d]`` less the
+        span of the axes after it)."""
+        flat = self.flat()
+        size = flat.size
+        joined = []  # positions that continue the run before them
+        after = 1  # elements of the axes after d
+        span = 0  # addresses the axes after d cover
+        for d in range(len(shape) - 1, -1, -1):
+            n = shape[d]
+            if n > 1 and strides[d] - span == 1:
+                # the first element after each step of axis d
+                joined.append(np.arange(after, size + 1, after).reshape(-1, n)[:, :-1].ravel())
+            span += (n - 1) * strides[d]
+            after *= n
+        if not joined:  # every run one element: the addresses themselves, kept once
+            return flat, np.ones(size, dtype=np.int64)
+        join = np.sort(np.concatenate(joined)) if len(joined) > 1 else joined[0]
+        # each joined element makes the run of the element before it two long (the step
+        # after it, along the last axis, is not 1: no run is longer)
+        lengths = np.ones(size - join.size, dtype=np.int64)
+        lengths[join - 1 - np.arange(join.size)] = 2
+        return np.delete(flat, join), lengths
+
+    def bounds(self) -> tuple[int, int]:
+        """The lowest address and one past the highest (of a non-empty list): from the
+        layout where there is one, without a pass over the addresses."""
+        if self.layout is not None:
+            lo, strides = self.layout
+            hi = lo
+            for n, stride in zip(self.source.shape, strides):
+                if stride < 0:
+                    lo += stride * (n - 1)
+                else:
+                    hi += stride * (n - 1)
+            return lo, hi + 1
+        flat = self.flat()
+        return int(flat.min()), int(flat.max()) + 1
 
     def is_consecutive(self) -> bool:
         """One run (or empty): the list is ``range(first, first + size)``."""

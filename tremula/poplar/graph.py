@@ -192,14 +192,16 @@ class Graph(VertexMethods, HandleMethods):
                     f"entry per element ({t.num_elements}), got shape "
                     f"{mapping.shape}"
                 )
-            tiles = mapping.reshape(t.shape).astype(np.int64)
+            tiles = mapping.reshape(t.shape).astype(np.int64, copy=False)
             if tiles.size and (tiles.min() < 0 or tiles.max() >= self.num_tiles):
                 bad = int(tiles.max() if tiles.max() >= self.num_tiles else tiles.min())
                 raise GraphError(
                     f"set_tile_mapping({t!r}): tile {bad} is out of range: this "
                     f"graph has {self.num_tiles} tiles"
                 )
-            space.tile_of[t.addresses] = tiles + self._lo
+            index = self._state.index_of(t)
+            tiles = tiles + self._lo if self._lo else tiles
+            space.tile_of[index] = tiles.reshape(-1) if isinstance(index, slice) else tiles
         else:
             self._set_interval_mapping(t, space, mapping)
         self._changed()
@@ -246,8 +248,19 @@ class Graph(VertexMethods, HandleMethods):
 
     def tiles_of(self, t: Tensor) -> np.ndarray:
         """The tile of every element of ``t`` (this graph's numbering; -1 if unmapped)."""
-        tiles = self._state.space(t.dtype).tiles()[t.addresses].astype(np.int64)
+        index = self._state.index_of(t)  # (a slice where t is one run: no gather)
+        tiles = self._state.space(t.dtype).tiles()[index].astype(np.int64).reshape(t.shape)
+        if self._lo == 0:  # (the table holds -1 or a tile)
+            return tiles
         return np.where(tiles >= 0, tiles - self._lo, -1)
+
+    def first_unmapped(self, t: Tensor) -> int | None:
+        """The first flat element of ``t`` that :meth:`tiles_of` gives a negative tile
+        (unmapped, or on a tile below this graph's), or None: read from the tile table
+        in place (through a slice where ``t`` is one run)."""
+        raw = self._state.space(t.dtype).tiles()[self._state.index_of(t)].reshape(-1)
+        below = raw < self._lo
+        return int(np.argmax(below)) if below.any() else None
 
     # ---- checking ----
     def verify(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tremula.errors import GraphError
+from tremula.poplar.addresses import AddressList
 from tremula.poplar.codelet import CodeletRegistry
 from tremula.poplar.handles import (
     ComputeSet,
@@ -58,9 +59,14 @@ class Space:
     def allocate(self, n: int, var_id: int) -> int:
         start = self.size
         if start + n > self.tile_of.size:
-            grown = np.full(max(2 * self.tile_of.size, start + n), -1, dtype=np.int32)
-            grown[:start] = self.tile_of[:start]
-            self.tile_of = grown
+            capacity = max(self.tile_of.size * 3 // 2, start + n)
+            try:  # in place where nothing views the table (a realloc: no copy)
+                self.tile_of.resize(capacity, refcheck=True)
+            except ValueError:
+                grown = np.empty(capacity, dtype=np.int32)
+                grown[:start] = self.tile_of[:start]
+                self.tile_of = grown
+        self.tile_of[start : start + n] = -1
         self.size += n
         self.var_starts.append(start)
         self.var_ids.append(var_id)
@@ -73,6 +79,18 @@ class Space:
         """The variable id owning each address."""
         pos = np.searchsorted(np.asarray(self.var_starts), addresses, side="right") - 1
         return np.asarray(self.var_ids, dtype=np.int64)[pos]
+
+    def variables_in(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The sorted distinct ids of the variables owning the addresses of the runs
+        ``[start, start + length)`` (``length >= 1``): the variables from each run's first
+        address's to its last's, empty ones passed over."""
+        var_starts = np.asarray(self.var_starts, dtype=np.int64)
+        sizes = np.diff(np.r_[var_starts, self.size])
+        lo = np.searchsorted(var_starts, starts, side="right") - 1
+        hi = np.searchsorted(var_starts, starts + lengths - 1, side="right") - 1
+        count = hi - lo + 1
+        pos = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        return distinct(np.asarray(self.var_ids, dtype=np.int64)[pos[sizes[pos] > 0]])
 
 
 class GraphState:
@@ -104,11 +122,26 @@ class GraphState:
             sp = self.spaces[dtype] = Space(dtype)
         return sp
 
-    def variable_names_of(self, t: Tensor) -> list[str]:
+    def variable_ids_of(self, t: Tensor) -> np.ndarray:
+        """The sorted distinct ids of the variables holding ``t``'s elements (found from its
+        runs of consecutive addresses)."""
         if t.num_elements == 0:
-            return []
-        ids = distinct(self.space(t.dtype).variable_at(t.addresses.reshape(-1)))
-        return [self.variables[int(i)].name for i in ids]
+            return np.zeros(0, dtype=np.int64)
+        starts, lengths = AddressList(t.addresses, self.address_roots).runs()
+        return self.space(t.dtype).variables_in(starts, lengths)
+
+    def index_of(self, t: Tensor) -> slice | np.ndarray:
+        """``t``'s addresses as an index of its space's arrays: a slice (of the flat
+        elements) where they are consecutive and their layout says so (no pass over them),
+        else the addresses (shaped as ``t``)."""
+        addrs = AddressList(t.addresses, self.address_roots)
+        if addrs.layout is not None and t.num_elements and addrs.is_consecutive():
+            first = addrs.first()
+            return slice(first, first + t.num_elements)
+        return t.addresses
+
+    def variable_names_of(self, t: Tensor) -> list[str]:
+        return [self.variables[int(i)].name for i in self.variable_ids_of(t)]
 
     def check_name(self, name: str, what: str) -> None:
         taken = (

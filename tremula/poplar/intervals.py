@@ -83,3 +83,36 @@ def first_overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndar
     hits = np.flatnonzero(hit)
     i = int(hits[np.argmin(s[hits])])
     return int(max(s[i], bs[j[i]]))
+
+
+def split_runs(
+    pos: np.ndarray, length: np.ndarray, cuts: np.ndarray, rank: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split intervals ``[pos, pos + length)`` (``length >= 1``) at the sorted ``cuts``: the
+    pieces' starts, lengths, and the interval each comes from. ``rank`` (:func:`cut_rank`),
+    when given, looks each interval's cuts up instead of searching for them."""
+    if cuts.size == 0 or pos.size == 0:
+        return pos, length, np.arange(pos.size)
+    end = pos + length
+    if rank is None:
+        lo = np.searchsorted(cuts, pos, side="right")
+        hi = np.searchsorted(cuts, end, side="left")
+    else:
+        lo, hi = rank[pos], rank[end - 1]
+    if np.array_equal(lo, hi):  # no interval crosses a cut
+        return pos, length, np.arange(pos.size)
+    pieces = np.maximum(hi - lo, 0) + 1
+    run = np.repeat(np.arange(pos.size), pieces)
+    j = np.arange(run.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    last = cuts.size - 1
+    begin = np.where(j == 0, pos[run], cuts[np.minimum(lo[run] + j - 1, last)])
+    stop = np.where(j == pieces[run] - 1, end[run], cuts[np.minimum(lo[run] + j, last)])
+    return begin, stop - begin, run
+
+
+def cut_rank(cuts: np.ndarray, size: int) -> np.ndarray:
+    """``rank[p]``, the number of the sorted, distinct ``cuts`` at or below ``p`` for ``0 <=
+    p < size``: a run's cuts by lookup (one table per axis, built in one pass)."""
+    mark = np.zeros(size, dtype=np.int32 if size < 2**31 else np.int64)
+    mark[cuts[cuts < size]] = 1
+    return np.cumsum(mark, dtype=mark.dtype)

@@ -25,7 +25,10 @@ def linear_tiles(
         )
     grains = -(-num_elements // grain_size)
     per_tile = max(-(-grains // num_tiles), -(-min_elements_per_tile // grain_size), 1)
-    return (np.arange(num_elements, dtype=np.int64) // grain_size) // per_tile
+    # element i on tile (i // grain_size) // per_tile = i // (grain_size * per_tile)
+    block = grain_size * per_tile
+    used = -(-num_elements // block)
+    return np.repeat(np.arange(used, dtype=np.int64), block)[:num_elements]
 
 
 def calc_linear_tile_mapping(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tremula.errors import VerifyError
+from tremula.poplar.addresses import AddressList
 from tremula.poplar.graph import GraphState
 from tremula.poplar.intervals import first_overlap, union_runs
 from tremula.poplar.vertices import VertexGroup
@@ -58,11 +59,11 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
         for fname, conn in g.edges.items():
             f = g.vertex_type.codelet.fields[fname]
             entry = by_type.setdefault(conn.dtype, {"w": [], "r": []})
-            starts, lengths = conn.addrs.runs()
             if f.writes:
+                starts, lengths = conn.addrs.runs()
                 entry["w"].append((starts, starts + lengths))
-            elif f.reads:
-                entry["r"].append((starts, lengths))
+            elif f.reads and conn.addrs.size:
+                entry["r"].append(conn.addrs)
     for dtype, rw in by_type.items():
         if not rw["w"]:
             continue
@@ -88,20 +89,18 @@ def _conflicts(state: GraphState, cs_name: str, groups: list[VertexGroup]) -> li
     return problems
 
 
-def _near(
-    reads: list[tuple[np.ndarray, np.ndarray]], lo: int, hi: int
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The read runs (``(starts, lengths)`` of each field) that reach into ``[lo, hi)``, the
-    span of the written runs, in their order, as ``(starts, ends)``; None if none does.
+def _near(reads: list[AddressList], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The read runs (of each field's addresses) that reach into ``[lo, hi)``, the span of
+    the written runs, in their order, as ``(starts, ends)``; None if none does.
     (Operands mostly lie in other variables than the outputs: most fields are passed over
-    on their bounds alone.)"""
+    on their bounds alone, found from their layouts.)"""
     kept = []
-    for starts, lengths in reads:
-        if not starts.size or int(starts.min()) >= hi:
+    for addrs in reads:
+        first, end = addrs.bounds()
+        if first >= hi or end <= lo:
             continue
+        starts, lengths = addrs.runs()
         ends = starts + lengths
-        if int(ends.max()) <= lo:
-            continue
         near = (ends > lo) & (starts < hi)
         kept.append((starts, ends) if near.all() else (starts[near], ends[near]))
     if not kept:

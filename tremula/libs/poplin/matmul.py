@@ -258,9 +258,8 @@ def _validate(
 
 
 def _check_mapped(graph: poplar.Graph, t: poplar.Tensor, what: str, where: str) -> None:
-    tiles = graph.tiles_of(t).reshape(-1)
-    if tiles.size and tiles.min() < 0:
-        first = int(np.flatnonzero(tiles < 0)[0])
+    first = graph.first_unmapped(t)
+    if first is not None:
         raise MatMulError(
             f"{where}: {what} {t!r} has unmapped elements (first: flat index {first}); map it "
             f"(e.g. create it with create_matmul_input_*)"
