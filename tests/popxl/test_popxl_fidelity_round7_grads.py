@@ -9,6 +9,11 @@ computes the same thing.
   MaxArgGradOp / MinArgGradOp: every operand tied with the result gets the whole gradient
   (was: only the first; torch splits a binary tie in halves), and a NaN among the operands
   passes the gradient to all of them (``sign(NaN)`` is 0).
+- ``clip`` passes the gradient where its output equals neither bound, as PopART's ClipGradOp
+  reads the clipped output: not at a bound (was: at the bounds too, as torch's clamp).
+- ``cumsum``'s gradient is the running sum from the end, as PopART's CumSumGradOp (its
+  scan reversed) and torch take it (was: ``total - cumsum(g) + g``, where a large early
+  gradient cancels the later ones).
 """
 
 from __future__ import annotations
@@ -182,3 +187,43 @@ def test_binary_max_and_min_without_ties_agree_with_torch(name: str) -> None:
     for mine, theirs in zip(got, (ta.grad, tb.grad)):
         assert theirs is not None
         np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-5)
+
+
+# ---- clip: nothing passes at a bound ----
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_clip_passes_the_gradient_strictly_inside_its_bounds(dtype: type) -> None:
+    x = np.array([-2, -0.5, 0, 0.5, 0.75, 1, np.nan, np.inf], dtype)
+    seed = np.arange(1, 9).astype(dtype)
+    (both,) = gradients(lambda t: ops.clip(t, -0.5, 0.75), [x], seed)
+    np.testing.assert_array_equal(both, [0, 0, 3, 4, 0, 0, 7, 0])  # NaN is on neither bound
+    (upper,) = gradients(lambda t: ops.clip(t, max=0.75), [x], seed)
+    np.testing.assert_array_equal(upper, [1, 2, 3, 4, 0, 0, 7, 0])
+
+
+# ---- cumsum: the running sum from the end ----
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cumsum_gradient_is_the_running_sum_from_the_end(dim: int) -> None:
+    x = np.zeros((2, 3), F32)
+    seed = np.array([[1e8, 1, 1], [1, 2, 3]], F32)
+    (got,) = gradients(lambda t: ops.cumsum(t, dim), [x], seed)
+    # summed from the end in float32: 1 + 1 = 2 survives, 2 + 1e8 rounds to 1e8
+    want = {0: [[1e8, 3, 4], [1, 2, 3]], 1: [[1e8, 2, 1], [6, 5, 3]]}[dim]
+    np.testing.assert_array_equal(got, np.array(want, F32))
+
+
+def test_cumsum_gradient_agrees_with_torch() -> None:
+    torch = pytest.importorskip("torch")
+    x = np.zeros((3, 5), F32)
+    seed = RNG.uniform(-1, 1, (3, 5)).astype(F32)
+    seed[:, 0] = 3e7  # large at the start of each row: cancels in total - cumsum + g
+    (got,) = gradients(lambda t: ops.cumsum(t, 1), [x], seed)
+    t = torch.tensor(x, requires_grad=True)
+    torch.cumsum(t, 1).backward(torch.tensor(seed))
+    assert t.grad is not None
+    # the orders of the additions differ (a log-step scan here); a cancelled sum is off by
+    # the spacing of float32 at 3e7 (2), far beyond this
+    np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-6, atol=1e-5)
