@@ -200,7 +200,8 @@ def test_class_hierarchy_follows_popart_for_tied_gather_detach_and_scaled_add() 
 
 def test_maximum_of_n_tensors_is_one_variadic_max_op_with_its_gradient() -> None:
     """PopXL's ``maximum(*ts)`` makes one ONNX ``Max`` op of all its tensors: 3 variables
-    give 4 graph tensors. The gradient goes to the first operand equal to the result."""
+    give 4 graph tensors. The gradient goes to every operand equal to the result (PopART's
+    MaxArgGradOp)."""
     a0 = np.array([[1.0, 5.0, 3.0]], np.float32)
     b0 = np.array([[2.0], [4.0]], np.float32)
     c0 = np.array([3.0, 3.0, 3.0], np.float32)
@@ -221,10 +222,10 @@ def test_maximum_of_n_tensors_is_one_variadic_max_op_with_its_gradient() -> None
     got = fetch(ir, m, alone, ga, gb, gc)
     np.testing.assert_array_equal(got[0], np.maximum(np.maximum(a0, b0), c0))
     np.testing.assert_array_equal(got[1], a0)
-    # by hand: row 0 takes c, a, a (a ties c at 3: the first wins); row 1 takes b, a, b
+    # by hand: row 0 takes c, a, a and c (a ties c at 3: both get it); row 1 takes b, a, b
     np.testing.assert_array_equal(got[2], [[0.0, 2.0 + 5.0, 3.0]])
     np.testing.assert_array_equal(got[3], [[0.0], [4.0 + 6.0]])
-    np.testing.assert_array_equal(got[4], [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(got[4], [1.0, 0.0, 3.0])
 
 
 def test_call_outputs_are_named_like_the_callee_outputs() -> None:

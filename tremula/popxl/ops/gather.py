@@ -397,7 +397,7 @@ def _onehot_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [np.where(hot, values[1], values[0]).astype(values.dtype)]
 
 
-defop("OneHot", _onehot_spec, _onehot_ref, differentiable=False, out="onehot_out")
+defop("OneHot", _onehot_spec, _onehot_ref, out="onehot_out")
 
 
 def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:

@@ -92,35 +92,30 @@ def _atan2(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> 
     return pick(need, lambda: sum_to(scaled * xv, y.shape), lambda: sum_to(-(scaled * yv), x.shape))
 
 
-def _select(a_wins: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
-    """Max / Min of two: the gradient goes to the operand selected (ties: the first); of
-    one or 3+ (``ops.maximum(*ts)``'s ONNX ``Max``): to the first operand equal to the
-    result."""
+def _arg_grads(excess: Callable[[Tensor, Tensor], Tensor]) -> GradRule:
+    """Max / Min of any number of operands (``ops.maximum(*ts)``'s ONNX ``Max``, the binary
+    ``maximum2`` / ``minimum2``), as PopART's MaxArgGradOp / MinArgGradOp compute it: each
+    operand ``x`` gets the output gradient times ``sign(excess(x, y)) + 1`` (``y`` the
+    result; ``x - y`` for max, ``y - x`` for min), summed down to ``x``'s shape. That is 1
+    where ``x`` equals the result and 0 elsewhere, so every tied operand gets the whole
+    gradient; where ``x - y`` is NaN (a NaN operand or result, infinities of one sign) the
+    sign is 0 and the gradient passes."""
 
     def rule(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-        if len(op.inputs) != 2:
-            return _first_equal(c, op, g, need)
-        a, b = op.inputs
-        ga = g[0] * as_float(a_wins(c.fwd(a), c.fwd(b)), g[0])
-        return pick(need, lambda: sum_to(ga, a.shape), lambda: sum_to(g[0] - ga, b.shape))
+        def operand(x: Tensor) -> Callable[[], Tensor]:
+            def make() -> Tensor:
+                mask = ops.sign(excess(c.fwd(x), c.fwd(op.outputs[0]))) + 1.0
+                return sum_to(mask * g[0], x.shape)
+
+            return make
+
+        return pick(need, *(operand(x) for x in op.inputs))
 
     return rule
 
 
-def _first_equal(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    out = c.fwd(op.outputs[0])
-    grads: list[Tensor | None] = []
-    taken: Tensor | None = None  # where an earlier operand was selected
-    for x, wanted in zip(op.inputs, need):
-        hit = ops.equal(c.fwd(x), out)
-        mine = hit if taken is None else ops.logical_and(hit, ops.logical_not(taken))
-        taken = hit if taken is None else ops.logical_or(taken, hit)
-        grads.append(sum_to(g[0] * as_float(mine, g[0]), x.shape) if wanted else None)
-    return grads
-
-
-grad("Max")(_select(lambda a, b: ops.logical_not(ops.less(a, b))))
-grad("Min")(_select(lambda a, b: ops.logical_not(ops.greater(a, b))))
+grad("Max")(_arg_grads(lambda x, y: x - y))
+grad("Min")(_arg_grads(lambda x, y: y - x))
 
 
 # ---- unary: the derivative from the input ("x") or the output ("y") ----

@@ -1,7 +1,7 @@
 """Gradient rules of ``popxl/ops/gather.py``: a gather's gradient adds the output gradient
 into the rows it read (a one-hot matmul, so repeated indices add up); a grouped gather's is
 its transpose op, a grouped scatter-add; a dynamic slice's is a dynamic update of zeros, and
-the other way round; ``onehot`` is defined non-differentiable."""
+the other way round; ``onehot``'s goes to its two values."""
 
 from __future__ import annotations
 
@@ -46,6 +46,21 @@ def _gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) ->
     if before > 1:
         gt = ops.transpose(gt, (1, 0, 2))
     return [ops.reshape(gt, t.shape), None]
+
+
+@grad("OneHot")
+def _onehot(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """PopART's OnehotGradOp: ``values``' gradient is ``[off, on]``, the sums of the output
+    gradient where the output took ``values[0]`` and where it took ``values[1]`` (the
+    forward's one-hot of the indices as the mask); the indices get none."""
+    if not need[1]:
+        return [None, None]
+    indices, values = op.inputs
+    a = op.attrs
+    zero_one = constant(np.array([0, 1], g[0].dtype.as_numpy()), name="off_on")
+    on = ops.onehot(c.fwd(indices), a["num_classes"], zero_one, a["axis"])
+    sums = [ops.reshape(ops.sum(g[0] * mask), (1,)) for mask in (1.0 - on, on)]
+    return [None, ops.reshape(ops.concat(sums, 0), values.shape)]
 
 
 @grad("GroupedGather")

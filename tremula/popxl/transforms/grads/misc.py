@@ -33,12 +33,13 @@ def _where(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> 
 
 @grad("Clip")
 def _clip(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """The gradient passes where ``x`` lies within ``[min, max]``."""
-    x = c.fwd(op.inputs[0])
+    """As PopART's ClipGradOp, from the clipped output ``y``: the gradient passes where ``y``
+    equals neither bound, so not at a bound itself (torch's clamp passes it there)."""
+    y = c.fwd(op.outputs[0])
     inside = None
-    for bound, outside in ((op.attrs["min"], ops.less), (op.attrs["max"], ops.greater)):
+    for bound in (op.attrs["min"], op.attrs["max"]):
         if bound is not None:
-            ok = ops.logical_not(outside(x, bound))
+            ok = ops.logical_not(ops.equal(y, bound))
             inside = ok if inside is None else ops.logical_and(inside, ok)
     return [g[0] if inside is None else g[0] * as_float(inside, g[0])]
 

@@ -67,9 +67,13 @@ for _type, _fn in REDUCTIONS.items():
 
 @grad("CumSum")
 def _cumsum(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """The reversed running sum: ``total - cumsum(g) + g``."""
+    """The running sum from the end, as PopART's CumSumGradOp takes it (its forward's scan
+    with ``reverse`` flipped): the gradient reversed along the axis, summed, reversed back.
+    (Not ``total - cumsum(g) + g``: the same value in exact arithmetic, but a large early
+    gradient cancels the later ones out of it.)"""
     dim = op.attrs["dim"]
-    return [ops.sum(g[0], dim, keepdims=True) - ops.cumsum(g[0], dim) + g[0], None]
+    flipped = ops.cumsum(ops.slice(g[0], step=-1, axis=dim), dim)
+    return [ops.slice(flipped, step=-1, axis=dim), None]
 
 
 @grad("TopK")
