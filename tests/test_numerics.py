@@ -138,6 +138,9 @@ def test_sign_of_nan_is_zero_on_device_and_in_popxl_reference(dtype: type) -> No
     (host,) = OPS["Sign"].reference([x], {})
     np.testing.assert_array_equal(host, device)
     assert device.tolist() == [0, 0, -1, 0, 0, 1, -1, 1]
+    for value, want in ((np.nan, 0), (-2.0, -1)):  # 0-d operands: NumPy gives scalars
+        got = nx.sign(np.array(value, dtype))
+        assert got == want and got.dtype == dtype
 
 
 def test_popxl_reference_of_half_ops_rounds_once_as_the_device() -> None:

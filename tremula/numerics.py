@@ -204,8 +204,11 @@ def sign(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     ``(0 < x) - (x < 0)``, both false for NaN (PopXL's ``ops.sign`` and ``torch.sign``
     agree; ``np.sign`` gives NaN). Takes ``out=``, which may be ``x``."""
     r = np.sign(x, out=out)
-    if r.dtype.kind == "f":
-        np.copyto(r, 0, where=np.isnan(r))
+    if r.dtype.kind != "f":
+        return r
+    if not isinstance(r, np.ndarray):  # a 0-d operand without ``out``: a NumPy scalar
+        return r.dtype.type(0) if np.isnan(r) else r
+    np.copyto(r, 0, where=np.isnan(r))
     return r
 
 
