@@ -14,6 +14,7 @@ import popart
 import popart._internal.ir as _ir
 import popxl
 import popxl.ops as ops
+from tremula.errors import EngineError
 
 
 def test_ir_serialise_gives_popart_ir_json() -> None:
@@ -135,7 +136,7 @@ def test_session_uses_the_irs_engine_options(tmp_path) -> None:
     with session:
         np.testing.assert_array_equal(session.run()[d], [2.0] * 4)
     opts.engineOptions["not.an.option"] = "1"
-    with pytest.raises(Exception, match=r"not\.an\.option"):
+    with pytest.raises(EngineError, match=r"unknown engine option.*not\.an\.option"):
         popxl.Session(ir, "ipu_model")
 
 
