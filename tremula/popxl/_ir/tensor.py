@@ -374,6 +374,16 @@ class Tensor:
             aliases_of(op, i) for op in t.graph._ops for i, v in enumerate(op.inputs) if v is t
         )
 
+    def isModified(self, considerLoopInput: bool = True) -> bool:
+        """Whether an op that reads the tensor writes it in place (an in-place op, a var
+        update, a call or loop passing it by reference), as PopART's ``Tensor::isModified``
+        asks its consumers. (``considerLoopInput``: a loop's inputs are its op's inputs in
+        Tremula, so a loop that writes one is such a consumer either way.)"""
+        t = self._t
+        return any(
+            v is t and i in op.modified for op in t.graph._ops for i, v in enumerate(op.inputs)
+        )
+
     def modifiedRegionsByOps(self, ops: Any, aliasModel: Any = None) -> list[Region]:
         """The regions of this tensor that ``ops`` write in place: the whole tensor where one
         of them modifies it or a view of it (Tremula records modification per input), else

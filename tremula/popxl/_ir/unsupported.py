@@ -75,7 +75,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
             {
                 "read popxl Tensor.ipu and Tensor.tile_set": "getPipelineStages",
                 "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
-                _ALIASES: "isModified associatedOps",
+                _ALIASES: "associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
                     "getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
+from tremula.popxl._ir.basics import Scope
 from tremula.popxl._ir.names import INPUT_SLOTS, OPTIMIZER_OPS, op_name
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
@@ -53,9 +54,18 @@ class OpSettingsView:
         return self._op.name()
 
     @property
-    def scope(self) -> builtins.str:
-        debug = self._op.debug_name
-        return debug.rpartition("/")[0]
+    def scope(self) -> Scope:
+        """PopART's ``Scope`` of the op: empty, as PopXL puts its name scopes in the op's
+        name (``Settings(graph, "/".join((*name_scopes, name)))``), not in the scope."""
+        return Scope()
+
+    @property
+    def schedulePriority(self) -> float:
+        """0.0: PopXL sets no schedule priority (ops are ordered by ``in_sequence``)."""
+        return 0.0
+
+    def getIr(self) -> Ir:
+        return self._op.getIr()
 
     @property
     def tileSet(self) -> TileSet:
@@ -102,7 +112,16 @@ class Op(_Record, Editing):
         return f"Op({self.opType()}, inputs=[{ins}], outputs=[{outs}])"
 
     def name(self) -> builtins.str:
-        return str(self.attrs.get("name", ""))
+        """The name the op's settings give it: the one given to ``Settings`` for an op made
+        by ``Graph.createOp_<X>``; for an op made by a ``popxl.ops`` function, PopXL's
+        ``"/".join((*name_scopes, <op function's name>))``, the function's name being the
+        stem of its default output name (``softmax`` for ``softmax_out``)."""
+        given = self.attrs.get("name")
+        if given is not None:
+            return builtins.str(given)
+        scope = self.debug_name.rpartition("/")[0]
+        stem = self.definition.out.removesuffix("_out") or self.type.lower()
+        return f"{scope}/{stem}" if scope else stem
 
     getName = name
 
@@ -261,7 +280,8 @@ class Op(_Record, Editing):
     @property
     def settings(self) -> OpSettingsView:
         """The settings the op was made with (PopART's ``Op.settings``, read-only here:
-        ``name``, ``tileSet``, ``executionContext``, ``vgraphId``, ``scope``)."""
+        ``name``, ``tileSet``, ``executionContext``, ``vgraphId``, ``scope``,
+        ``schedulePriority``, ``graph``, ``getIr()``)."""
         return OpSettingsView(self)
 
     def inTensorCount(self) -> int:

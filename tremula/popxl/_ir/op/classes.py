@@ -1,7 +1,8 @@
 """The binding classes of Tremula's ops, generated from the op registry
 (``tremula.popxl.ops.base.OPS``): one class per PopART op, named as PopXL's bindings name
 it (``names.py``), made once on first use, with PopART's class hierarchy (family bases,
-in-place classes derived from out-of-place ones: ``names.DERIVED``). ``create_op`` makes
+in-place classes derived from out-of-place ones: ``names.DERIVED``) and PopART's attribute
+getters (``getters.py``). ``create_op`` makes
 every op record as an instance of its type's class; an op type added to the registry
 later (``defop``) gets its class the same way."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from tremula.popxl._ir.names import DERIVED, NAMESPACE_BASES, VAR_UPDATES, op_name
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.collective_base import CollectivesBaseOp
+from tremula.popxl._ir.op.getters import getters
 from tremula.popxl._ir.op.multi_exchange import ExchangeBaseOp, MultiExchangeOp
 from tremula.popxl._ir.op.subgraph import CallOp, IfOp, IpuCopyOp, LoopOp, MatMulOp, SubgraphOp
 from tremula.popxl._ir.op.var_update import AccumulateBaseOp, VarUpdateOp
@@ -57,7 +59,8 @@ def op_class(op_type: str) -> type[Op]:
         if op_type in DERIVED:
             base = op_class(DERIVED[op_type])
         doc = f"PopART's ``{name.cls}``: Tremula's ``{op_type}`` op (op type ``{name.op_type}``)."
-        cls = type(name.cls, (base,), {"__doc__": doc, "__module__": _MODULES[name.namespace]})
+        body = {"__doc__": doc, "__module__": _MODULES[name.namespace], **getters(op_type)}
+        cls = type(name.cls, (base,), body)
     assert not OPS[op_type].runs_graphs or issubclass(cls, SubgraphOp)
     _CLASSES[name.cls] = cls
     return cls
