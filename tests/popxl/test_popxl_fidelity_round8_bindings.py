@@ -254,3 +254,97 @@ def test_tensor_is_modified_by_a_consumer_that_writes_it() -> None:
         ops.call(h, e)
     assert e._pb_tensor.isModified()  # its call writes it through the by-ref input
     assert h.inputs[0]._pb_tensor.isModified()  # add_ writes the input inside the graph
+
+
+def test_all_graphs_come_in_popart_s_graph_id_order() -> None:
+    """``Ir.getAllGraphs()`` / ``getAllOps()`` iterate PopART's ``std::map<GraphId, ...>``:
+    graphs by id, the main graph (``""``) first, whatever order they were made in; ops by id
+    within each (high confidence)."""
+    ir = _ir.Ir()
+    for gid in ("b", "c", "a"):
+        ir.createGraph(_ir.GraphId(gid))
+    assert [g.id.str() for g in ir.getAllGraphs()] == ["", "a", "b", "c"]
+    xl = popxl.Ir()
+    with xl.main_graph:
+        x = popxl.variable(np.ones(2, F32))
+        late = xl.create_graph(_zz, x)  # made first, sorts last
+        early = xl.create_graph(_aa, x)
+        ops.call(late, ops.call(early, x)[0])
+    ids = [g.id.str() for g in xl._pb_ir.getAllGraphs()]
+    assert ids == ["", early.id, late.id] and early.id < late.id
+    got = [op.getGraph().id.str() for op in xl._pb_ir.getAllOps()]
+    assert got == ["", "", early.id, late.id]  # two calls, then each graph's op
+
+
+def _zz(t: popxl.Tensor) -> popxl.Tensor:
+    return t * 2.0
+
+
+def _aa(t: popxl.Tensor) -> popxl.Tensor:
+    return t + 1.0
+
+
+def _gradient_graph(ir: popxl.Ir, x: popxl.Tensor) -> tuple[popxl.Graph, Any]:
+    fwd = ir.create_graph(lambda a: a * a * a + a * 2.0 + ops.sin(a), x)
+    return fwd, popxl.transforms.autodiff(fwd)
+
+
+def _sums(graph: popxl.Graph) -> list[int]:
+    return [len(op.getInputTensors()) for op in graph._pb_graph.getOps() if op.opType() == "Sum"]
+
+
+@pytest.mark.parametrize("how", ["apply", "applyTransform"])
+def test_decompose_sum_through_the_bindings(how) -> None:
+    """PopXL's ``decompose_sum`` is ``_ir.transforms.DecomposeSum().apply(g._pb_graph)``;
+    ``Ir.applyTransform(DecomposeSum.id(), g)`` the same. The gradient sums of more than two
+    terms become an ``Init`` and in-place additions; the gradient is unchanged (NumPy)."""
+    x_np, g_np = np.array([0.5, -1.0, 2.0], F32), np.ones(3, F32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x_np)
+        fwd, info = _gradient_graph(ir, x)
+        assert max(_sums(info.graph)) > 2
+        pb = info.graph._pb_graph
+        if how == "apply":
+            assert _ir.transforms.DecomposeSum().apply(pb) is True
+        else:
+            ir._pb_ir.applyTransform(_ir.transforms.DecomposeSum.id(), pb)
+        assert all(n <= 2 for n in _sums(info.graph))
+        assert any(isinstance(op, _ir.op.AddLhsInplaceOp) for op in pb.getOps())
+        site = ops.call_with_info(fwd, x)
+        (gx,) = ops.call(info.graph, g_np, inputs_dict=info.inputs_dict(site))
+        out = popxl.d2h_stream(gx.shape, gx.dtype, name="gx")
+        ops.host_store(out, gx)
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()[out]
+    np.testing.assert_allclose(got, 3 * x_np**2 + 2 + np.cos(x_np), rtol=1e-5)
+
+
+def test_merge_exchange_through_the_bindings() -> None:
+    """``MergeExchange().applyToOps(g, op ids)`` merges those host loads into one
+    ``MultiExchangeOp`` (what ``popxl.transforms.merge_exchange`` does at the end of its
+    block); the loaded values are unchanged. Unknown ids and a transform id no bound
+    transform has are refused by name, leaving the graph as it was."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        streams = [popxl.h2d_stream((2,), popxl.float32, name=f"s{k}") for k in range(2)]
+        loaded = [ops.host_load(s) for s in streams]
+        outs = [popxl.d2h_stream((2,), popxl.float32, name=f"o{k}") for k in range(2)]
+    pb = ir.main_graph._pb_graph
+    loads = [op.id for op in pb.getOps() if op.opType() == "HostLoad"]
+    with pytest.raises(PopartException, match="no op of id"):
+        _ir.transforms.MergeExchange().applyToOps(pb, {*loads, 999})
+    with pytest.raises(PopartException, match="no transform of id 7"):
+        ir._pb_ir.applyTransform(7, pb)
+    assert sorted(op.opType() for op in pb.getOps()) == ["HostLoad", "HostLoad", "Init", "Init"]
+    multi = _ir.transforms.MergeExchange().applyToOps(pb, set(loads))
+    assert isinstance(multi, _ir.op.exchange.MultiExchangeOp) and multi.getNumExchanges() == 2
+    assert [t._pb_tensor.getProducer() for t in loaded] == [multi, multi]
+    with ir.main_graph:
+        for out, t in zip(outs, loaded):
+            ops.host_store(out, t * 2.0)
+    data = {s: np.array([k, k + 0.5], F32) for k, s in enumerate(streams)}
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run(data)
+    for k in range(2):
+        np.testing.assert_array_equal(got[outs[k]], 2 * data[streams[k]])

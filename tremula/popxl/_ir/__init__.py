@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tremula.popxl._ir import op, patterns, view
+    from tremula.popxl._ir import op, patterns, transforms, view
     from tremula.popxl._ir.autodiff import BwdGraphInfo, ExpectedConnection, ExpectedConnectionType
     from tremula.popxl._ir.basics import (
         DebugContext,
@@ -114,6 +114,7 @@ __all__ = [
     "removeScope",
     "session_handle",
     "tensor_handle",
+    "transforms",
     "verify_ir",
     "view",
 ]

@@ -121,9 +121,14 @@ class Ir:
     def getMainGraph(self) -> Graph:
         return graph_handle(self._ir.main_graph)
 
+    def _by_id(self) -> list[Any]:
+        """The Ir's graphs in PopART's order: by id (PopART keeps them in a ``std::map``
+        keyed by ``GraphId``), so the main graph (id ``""``) comes first."""
+        return sorted(self._ir.graphs, key=lambda g: graph_id(g).str())
+
     def getAllGraphs(self) -> list[Graph]:
-        """Every graph of the Ir, the main graph first."""
-        return [graph_handle(g) for g in self._ir.graphs]
+        """Every graph of the Ir, by id (the main graph first)."""
+        return [graph_handle(g) for g in self._by_id()]
 
     def getGraph(self, graphId: GraphId | str) -> Graph:
         gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
@@ -138,8 +143,9 @@ class Ir:
 
     # ---- tensors and ops of every graph ----
     def getAllOps(self) -> list[Any]:
-        """The ops of every graph (the main graph's first), each graph's in its order."""
-        return [op for g in self._ir.graphs for op in g._ops]
+        """The ops of every graph (graphs by id, the main graph's first), each graph's by op
+        id, as PopART's ``Ir::getAllOps``."""
+        return [op for g in self._by_id() for op in sorted(g._ops, key=lambda op: op.id)]
 
     def getTensorIds(self) -> list[str]:
         """The ids of the tensors of every graph (subgraph ids carry the graph's scope)."""
@@ -279,6 +285,14 @@ class Ir:
         g = getattr(graph, "_g", None)
         if g is None or g.ir is not self._ir:
             raise PopartException(f"{what}: {graph!r} is not a graph of this Ir")
+
+    def applyTransform(self, transformId: int, graph: Graph) -> None:
+        """Apply the transform of id ``transformId`` (``_ir.transforms.DecomposeSum.id()``,
+        ``MergeExchange.id()``) to ``graph``, a graph of this Ir."""
+        from tremula.popxl._ir.transforms import apply_transform
+
+        self._own(graph, "applyTransform")
+        apply_transform(transformId, graph)
 
     def applyPreAliasPatterns(self, graph: Graph) -> None:
         """Apply the enabled pre-alias patterns to ``graph``: Tremula's graphs hold no

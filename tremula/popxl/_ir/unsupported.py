@@ -34,7 +34,6 @@ _INTERNAL = "Tremula keeps no PopART internal state for it"
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "Ir": {
         "dotCheckpoint": "Tremula writes no dot checkpoints",
-        "applyTransform": "PopART's C++ transforms do not exist in Tremula",
         "updateVertices": "Tremula keeps no PopART vertex state",
         "setIsPrepared": "a Tremula Ir is prepared by creating a Session",
         "removeIsolatedGraphs": "Tremula keeps every graph of an Ir",

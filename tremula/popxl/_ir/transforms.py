@@ -1,0 +1,131 @@
+"""``popart._internal.ir.transforms``: the PopART transforms PopXL applies through its
+bindings, over Tremula's own (``tremula.popxl.transforms``):
+
+- ``DecomposeSum().apply(graph)``: what ``popxl.transforms.decompose_sum`` does (PopXL's
+  ``decompose_sum`` is this call);
+- ``MergeExchange().applyToOps(graph, opIds)`` / ``apply(graph)``: what
+  ``popxl.transforms.merge_exchange`` does at the end of its block, for the given ops /
+  every exchange of the graph; the ``MultiExchangeOp`` made.
+
+``Ir.applyTransform(Transform.id(), graph)`` applies one by its id (PopART's
+``Ir::applyTransform``). PopART's other transforms (``Autodiff``, ``Prune``, ...) are not
+bound: ``popxl.transforms.autodiff`` is Tremula's autodiff, and Tremula's IR keeps every op
+a program made.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, ClassVar
+
+from tremula.errors import PopartException
+
+
+def _graph(graph: Any, what: str) -> Any:
+    g = getattr(graph, "_g", None)
+    if g is None:
+        raise TypeError(
+            f"{what}: expected a popart._internal.ir.Graph (graph._pb_graph), got "
+            f"{type(graph).__name__}"
+        )
+    return g
+
+
+class Transform:
+    """PopART's ``Transform``: ``id()`` (a number naming the transform class), ``getId()``,
+    ``getName()`` and ``apply(graph)``."""
+
+    NAME: ClassVar[str] = ""
+
+    @classmethod
+    def id(cls) -> int:
+        """A stable number for the transform (PopART's ``Transform::id``, what
+        ``Ir.applyTransform`` takes)."""
+        return zlib.crc32(cls.NAME.encode())
+
+    def getId(self) -> int:
+        return type(self).id()
+
+    def getName(self) -> str:
+        return self.NAME
+
+    def apply(self, graph: Any) -> bool:
+        raise NotImplementedError
+
+
+class DecomposeSum(Transform):
+    """Decompose each ``Sum`` of more than two inputs into an ``Init`` and in-place
+    additions (``popxl.transforms.decompose_sum``)."""
+
+    NAME = "DecomposeSum"
+
+    def apply(self, graph: Any) -> bool:
+        from tremula.popxl.transforms.decompose_sum import decompose_sum
+
+        decompose_sum(_graph(graph, "DecomposeSum.apply"))
+        return True
+
+
+class MergeExchange(Transform):
+    """Merge host and remote exchanges into ``MultiExchange`` ops
+    (``popxl.transforms.merge_exchange``)."""
+
+    NAME = "MergeExchange"
+
+    def apply(self, graph: Any) -> bool:
+        """Merge every exchange of the graph (consecutive ops where they cannot run as
+        one)."""
+        g = _graph(graph, "MergeExchange.apply")
+        _merged(g, list(g._ops))
+        return True
+
+    def applyToOps(self, graph: Any, include_ops: Any) -> Any:
+        """Merge the exchanges among the ops of ids ``include_ops``; the
+        ``MultiExchangeOp`` made (the last one, where they cannot run as one and are merged
+        into consecutive ops).
+
+        Raises:
+            popart_exception: an id no op of the graph has, or no exchange among the ops
+                (the graph is left as it was).
+        """
+        g = _graph(graph, "MergeExchange.applyToOps")
+        wanted = {int(i) for i in include_ops}
+        ops = [op for op in g._ops if op.id in wanted]
+        missing = wanted - {op.id for op in ops}
+        if missing:
+            raise PopartException(
+                f"MergeExchange.applyToOps: graph {g.name!r} has no op of id {sorted(missing)}"
+            )
+        merged = _merged(g, ops)
+        if not merged:
+            raise PopartException(
+                f"MergeExchange.applyToOps: no host or remote exchange among the ops "
+                f"{sorted(wanted)} of graph {g.name!r}"
+            )
+        return merged[-1]
+
+
+def _merged(graph: Any, ops: list[Any]) -> list[Any]:
+    from tremula.popxl.transforms.merge_exchange import _merge
+
+    return _merge(graph, ops)
+
+
+#: the bound transforms by id (``Ir.applyTransform``)
+TRANSFORMS: dict[int, type[Transform]] = {t.id(): t for t in (DecomposeSum, MergeExchange)}
+
+
+def apply_transform(transform_id: int, graph: Any) -> None:
+    """``Ir.applyTransform``: apply the transform of id ``transform_id`` to ``graph``.
+
+    Raises:
+        popart_exception: no bound transform has that id (naming those that are).
+    """
+    cls = TRANSFORMS.get(int(transform_id))
+    if cls is None:
+        known = {t.NAME: i for i, t in TRANSFORMS.items()}
+        raise PopartException(
+            f"Ir.applyTransform: no transform of id {transform_id} is bound by Tremula "
+            f"(bound: {known})"
+        )
+    cls().apply(graph)
