@@ -224,6 +224,16 @@ def test_op_names_are_popxl_s_settings_names() -> None:
     s = ops_[0].settings
     assert (s.name, s.scope, s.schedulePriority) == ("a/b/softmax", _ir.Scope(), 0.0)
     assert s.getIr() == ir._pb_ir
+    # an op made through the bindings with PopXL's _get_op_settings is named the same way
+    from popxl.context import get_current_context
+
+    pb = ir.main_graph._pb_graph
+    opid = _ir.OperatorIdentifier("ai.onnx", "Relu", 6, _ir.NumInputs(1, 1), 1)
+    with ir.main_graph, popxl.name_scope("c"):
+        by_popxl = ops.relu(x)._pb_tensor.getProducer()
+        settings = get_current_context()._get_op_settings("relu")
+        by_bindings = pb.createConnectedOp_ReluOp({0: x.id}, {0: "r"}, opid, settings)
+    assert by_popxl.name() == by_bindings.name() == "c/relu"
 
 
 def _increment_by_ref() -> None:

@@ -354,14 +354,17 @@ def _split_args(
 
 def _placement(settings: Any) -> tuple[str, int | None, str, Any]:
     """(name, ipu, tile set, execution context) of a ``Settings`` or of the ``OpSettings``
-    ``Context._get_op_settings`` gives."""
+    ``Context._get_op_settings`` gives (its name under its name scope, as PopXL's
+    ``"/".join((*name_scopes, name))``)."""
     from tremula.popxl.tensorlocation import TileSet
 
+    name = settings.name
     if isinstance(settings, Settings):
         ipu, tile_set, context = settings.vgraphId, settings.tileSet, settings.executionContext
-    else:
+    else:  # PopXL's _get_op_settings names the op under the name scopes
         ipu, tile_set, context = settings.ipu, settings.tile_set, settings.execution_context
-    return settings.name, ipu, "io" if tile_set == TileSet.IO else "compute", context
+        name = "/".join(filter(None, (settings.scope, name)))
+    return name, ipu, "io" if tile_set == TileSet.IO else "compute", context
 
 
 def _target(graph: Any, settings: Any, what: str) -> XlGraph:
