@@ -358,3 +358,31 @@ def test_merge_exchange_through_the_bindings() -> None:
         got = session.run(data)
     for k in range(2):
         np.testing.assert_array_equal(got[outs[k]], 2 * data[streams[k]])
+
+
+def test_tensor_kind_stream_mode_and_consumer_counts() -> None:
+    """``getTensorTypeInfo()`` (``type()``, ``type_s()``), ``getReplicatedStreamMode()``
+    (PopART's default ``Replicate``, which PopXL's streams keep: one array per replica),
+    ``consumers.n(op)`` (how many of the op's inputs are the tensor), and a ``TensorInfo``
+    whose shape is a NumPy array (pybind11 takes any sequence) (medium-high confidence)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, F32), name="v")
+        s = popxl.h2d_stream((2,), popxl.float32, name="s")
+        x = ops.host_load(s, "x")
+        y = v * v
+        z = v + x
+    pv = v._pb_tensor
+    assert (pv.getTensorTypeInfo().type(), pv.getTensorTypeInfo().type_s()) == (
+        _ir.TensorType.Variable,
+        "Variable",
+    )
+    stream = ir.main_graph._pb_graph.getTensor(s.tensor_id)
+    assert stream.getTensorTypeInfo().type_s() == "Stream"
+    assert stream.getReplicatedStreamMode() == popart.ReplicatedStreamMode.Replicate
+    assert x._pb_tensor.getReplicatedStreamMode() == popart.ReplicatedStreamMode.Replicate
+    mul, add = y._pb_tensor.getProducer(), z._pb_tensor.getProducer()
+    assert (pv.consumers.n(mul), pv.consumers.n(add), x._pb_tensor.consumers.n(mul)) == (2, 1, 0)
+    assert pv.consumers.getTotal() == 3
+    info = _ir.TensorInfo(_ir.DataType.FLOAT, np.array([4, 2]))
+    assert (info.shape(), info.nelms()) == ([4, 2], 8)

@@ -319,7 +319,7 @@ POPART_ONLY = [
     ("LoopOp", "removeLoopInput"),
     ("IfOp", "opInToSubgraphInIndex"),
     ("Tensor", "isWeightTensor"),
-    ("Tensor", "getReplicatedStreamMode"),
+    ("Tensor", "setReplicatedStreamMode"),
     ("Graph", "copyFrom"),
     ("Graph", "getLiveSets"),
     ("Ir", "setDataFlow"),

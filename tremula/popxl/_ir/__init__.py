@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         TensorInfo,
         TensorLocationInfo,
         TensorType,
+        TensorTypeInfo,
         tensor_handle,
     )
     from tremula.popxl._ir.topocons import TopoCons
@@ -101,6 +102,7 @@ __all__ = [
     "TensorLocationInfo",
     "TensorStorage",
     "TensorType",
+    "TensorTypeInfo",
     "Tensors",
     "TileSet",
     "TopoCons",

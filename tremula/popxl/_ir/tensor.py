@@ -31,6 +31,20 @@ class TensorType(PopartEnum):
     Variable = 4
 
 
+class TensorTypeInfo:
+    """PopART's ``TensorTypeInfo``: a ``TensorType`` and its name."""
+
+    def __init__(self, tensorType: TensorType, typeName: builtins.str | None = None) -> None:
+        self._type = tensorType
+        self._name = tensorType.name if typeName is None else builtins.str(typeName)
+
+    def type(self) -> TensorType:
+        return self._type
+
+    def type_s(self) -> builtins.str:
+        return self._name
+
+
 class TensorInfo:
     """A tensor's data type and shape (PopART's ``TensorInfo``): ``TensorInfo(dataType,
     shape, metaShape=())``, the type a ``DataType``, its name (``"FLOAT"``) or a popxl
@@ -49,7 +63,7 @@ class TensorInfo:
         undefined = dataType is None or dataType is DataType.UNDEFINED
         self._dtype = None if undefined else xl_dtype.as_dtype(dataType)
         if shape is not None or not hasattr(self, "_shape"):
-            self._shape = tuple(int(d) for d in (shape or ()))
+            self._shape = tuple(int(d) for d in (() if shape is None else shape))
         self._meta_shape = tuple(int(d) for d in metaShape)
 
     def shape(self) -> list[int]:
@@ -181,6 +195,10 @@ class Consumers:
     def getMap(self) -> dict[Op, int]:
         return {op: sum(u is self._t for u in op.inputs) for op in self.getOps()}
 
+    def n(self, op: Op) -> int:
+        """How many of ``op``'s inputs are the tensor (0 if it does not read it)."""
+        return sum(u is self._t for u in op.inputs)
+
 
 class Tensor:
     """A Tremula tensor as PopART's ``Tensor`` bindings show it (``tensor._pb_tensor``)."""
@@ -258,6 +276,18 @@ class Tensor:
         ):
             return TensorType.Stream
         return TensorType.ActGrad
+
+    def getTensorTypeInfo(self) -> TensorTypeInfo:
+        """PopART's ``TensorTypeInfo`` of :meth:`tensorType` (``type()``, ``type_s()``)."""
+        return TensorTypeInfo(self.tensorType())
+
+    def getReplicatedStreamMode(self) -> Any:
+        """``ReplicatedStreamMode.Replicate``: PopART's default, which PopXL keeps; each
+        replica streams its own data (a host-to-device stream takes one array per
+        replica), and Tremula has no broadcast mode."""
+        from tremula.popxl._ir.core.enums import ReplicatedStreamMode
+
+        return ReplicatedStreamMode.Replicate
 
     def tensor_type(self) -> builtins.str:
         """The name of :meth:`tensorType` (PopART's ``Tensor::tensor_type()``: ``"Variable"``,

@@ -70,13 +70,14 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setTensorData": "write variables through Session.write_variables_data",
         "tensorData": "read variables through Session.get_tensor_data",
         "anyAlias": "Tremula has no PopART alias model",
+        "setReplicatedStreamMode": "Tremula's streams replicate (one array per replica); "
+        "there is no broadcast mode",
         **_each(
             {
                 "read popxl Tensor.ipu and Tensor.tile_set": "getPipelineStages",
                 "read variables through Session.get_tensor_data": "getDataViaGraphTraversal",
                 _ALIASES: "associatedOps",
                 "read popxl Tensor.replica_grouping / retrieval_mode": (
-                    "getReplicatedStreamMode setReplicatedStreamMode "
                     "getVariableUpdateType setVariableUpdateType getCopyFromTensor "
                     "setCopyFromTensor"
                 ),
