@@ -386,3 +386,19 @@ def test_tensor_kind_stream_mode_and_consumer_counts() -> None:
     assert pv.consumers.getTotal() == 3
     info = _ir.TensorInfo(_ir.DataType.FLOAT, np.array([4, 2]))
     assert (info.shape(), info.nelms()) == ([4, 2], 8)
+
+
+def test_tensors_get_all_is_the_graphs_store_by_id_and_debug_name_uses_the_op_name() -> None:
+    """``getTensors().getAll()`` is the graph's own store sorted by id (what PopXL's
+    ``Graph.tensors`` lists: spec popxl-fidelity §10); ``Op.debugName()`` is PopART's
+    ``Op(<name>, inputs=[...], outputs=[...])`` (high confidence)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        b = popxl.variable(np.ones(2, F32), name="b")
+        a = popxl.variable(np.ones(2, F32), name="a")
+        with popxl.name_scope("s"):
+            c = a + b
+    got = [t.id for t in ir.main_graph._pb_graph.getTensors().getAll()]
+    assert got == sorted(got) == [t.id for t in ir.main_graph.tensors] == ["a", "b", "s/add_out"]
+    op = c._pb_tensor.getProducer()
+    assert op.debugName() == "Op(s/add, inputs=[a, b], outputs=[s/add_out])"

@@ -98,6 +98,13 @@ class Tensors:
     def getAllTensorIds(self) -> list[str]:
         return list(self._g._tensors)
 
+    def getAll(self) -> list[Tensor]:
+        """Every tensor of the graph, sorted by id (PopART's ``Tensors::getAll``, what
+        PopXL's ``Graph.tensors`` lists)."""
+        from tremula.popxl._ir.tensor import tensor_handle
+
+        return [tensor_handle(self._g._tensors[tid]) for tid in sorted(self._g._tensors)]
+
     def getIds(self, tensorType: TensorType) -> list[str]:
         return [t.id for t in self.getOfType(tensorType)]
 

@@ -107,9 +107,11 @@ class Op(_Record, Editing):
         return f"{self.id} ({self.opType()})"
 
     def debugName(self) -> builtins.str:
+        """``Op(<name>, inputs=[...], outputs=[...])``, as PopART's ``Op::debugName`` (the op
+        type where the op has no name)."""
         ins = ", ".join(t.id for t in self.inputs if t is not None)
         outs = ", ".join(t.id for t in self.outputs if t is not None)
-        return f"Op({self.opType()}, inputs=[{ins}], outputs=[{outs}])"
+        return f"Op({self.name() or self.opType()}, inputs=[{ins}], outputs=[{outs}])"
 
     def name(self) -> builtins.str:
         """The name the op's settings give it: the one given to ``Settings`` for an op made
