@@ -402,3 +402,26 @@ def test_tensors_get_all_is_the_graphs_store_by_id_and_debug_name_uses_the_op_na
     assert got == sorted(got) == [t.id for t in ir.main_graph.tensors] == ["a", "b", "s/add_out"]
     op = c._pb_tensor.getProducer()
     assert op.debugName() == "Op(s/add, inputs=[a, b], outputs=[s/add_out])"
+
+
+def test_call_sites_and_called_graphs() -> None:
+    """``Graph.getCallSiteOps()``: every op of the Ir that calls the graph (a repeat's
+    call sits in its wrapper graph); ``getCalledGraphs()``: the graphs the graph's own ops
+    call, each once; a called graph cannot be removed (medium-high confidence)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, F32), name="x")
+        g = ir.create_graph(lambda t: t * 2.0, x)
+        (y,) = ops.call(g, x)
+        (z,) = ops.call(g, y)
+        ops.repeat(g, 3, x)
+    pg, pm = g._pb_graph, ir.main_graph._pb_graph
+    calls = [y._pb_tensor.getProducer(), z._pb_tensor.getProducer()]
+    sites = pg.getCallSiteOps()
+    assert sites[:2] == calls and len(sites) == 3
+    wrapper = sites[2].getGraph()
+    assert isinstance(sites[2], _ir.op.CallOp) and wrapper != pm
+    assert pm.getCalledGraphs() == [pg, wrapper] and wrapper.getCalledGraphs() == [pg]
+    assert pg.getCalledGraphs() == [] and pg.getCallSiteOps(True) == sites
+    with pytest.raises(PopartException, match="is called by"):
+        ir._pb_ir.removeGraph(pg.id)

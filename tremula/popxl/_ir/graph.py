@@ -175,7 +175,13 @@ class Graph(GraphBuilding):
         self._g._ops.remove(op)
 
     def getCalledGraphs(self) -> list[Graph]:
+        """The graphs the graph's ops call (each once)."""
         return [graph_handle(g) for g in self._g.called_graphs]
+
+    def getCallSiteOps(self, anySchedule: bool = False) -> list[Op]:
+        """The ops of the Ir that call this graph (graphs by id, each graph's ops by id, as
+        ``Ir.getAllOps`` lists them)."""
+        return [op for op in self.getIr().getAllOps() if self._g in op.called_graphs]
 
     def topoCons(self) -> TopoCons:
         return TopoCons(self._g)

@@ -196,7 +196,7 @@ class Ir:
         g = self.getGraph(graphId)._g
         if g is self._ir.main_graph:
             raise PopartException("removeGraph: the main graph cannot be removed")
-        callers = [op for h in self._ir.graphs for op in h._ops if g in op.called_graphs]
+        callers = graph_handle(g).getCallSiteOps()
         if callers:
             raise PopartException(f"removeGraph: {g.name!r} is called by {callers}")
         self._ir._graphs.remove(g)
