@@ -425,3 +425,27 @@ def test_call_sites_and_called_graphs() -> None:
     assert pg.getCalledGraphs() == [] and pg.getCallSiteOps(True) == sites
     with pytest.raises(PopartException, match="is called by"):
         ir._pb_ir.removeGraph(pg.id)
+
+
+def test_an_op_on_no_ipu_has_no_virtual_graph_id() -> None:
+    """An op made under ``popxl.ipu(None)`` (or given ``setVirtualGraphId(None)``) has no
+    virtual graph: ``hasVirtualGraphId()`` False, ``getVirtualGraphId()`` raises PopART's
+    "has not had this attribute set"; other ops are on PopXL's default IPU 0 or their
+    ``popxl.ipu`` (high confidence)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(2, F32))
+        with popxl.ipu(None):
+            none = (a - 1.0)._pb_tensor.getProducer()
+        default = (a + 1.0)._pb_tensor.getProducer()
+        with popxl.ipu(2):
+            two = (a * 2.0)._pb_tensor.getProducer()
+    assert [op.hasVirtualGraphId() for op in (none, default, two)] == [False, True, True]
+    assert (default.getVirtualGraphId(), two.getVirtualGraphId()) == (0, 2)
+    with pytest.raises(PopartException, match="has not had this attribute set"):
+        none.getVirtualGraphId()
+    assert none.settings.vgraphId is None
+    two.setVirtualGraphId(None)
+    assert not two.hasVirtualGraphId() and two.settings.vgraphId is None
+    two.setVirtualGraphId(1)
+    assert (two.getVirtualGraphId(), two.settings.vgraphId) == (1, 1)

@@ -139,14 +139,29 @@ class Op(_Record, Editing):
         return ir_handle(self.graph.ir)
 
     def getVirtualGraphId(self) -> int:
-        """The virtual IPU (0 for ops made outside ``popxl.ipu``)."""
+        """The virtual IPU (0 for ops made outside ``popxl.ipu``, PopXL's default).
+
+        Raises:
+            popart_exception: an op made under ``popxl.ipu(None)``, which has none (PopART's
+                words).
+        """
+        if not self.hasVirtualGraphId():
+            raise PopartException(
+                f"Cannot return vGraphId for Op {self.debugName()}. It has not had this "
+                f"attribute set"
+            )
         return 0 if self.ipu is None else int(self.ipu)
 
     def hasVirtualGraphId(self) -> bool:
-        return True
+        """False only for an op made under ``popxl.ipu(None)``."""
+        return self.ipu is None or self.ipu >= 0
 
     def setVirtualGraphId(self, value: int | None) -> None:
-        self.ipu = None if value is None else int(value)
+        """Place the op on virtual IPU ``value``; None leaves it with none (as an op made
+        under ``popxl.ipu(None)``: ``hasVirtualGraphId()`` is then False)."""
+        from tremula.popxl.context import NO_IPU
+
+        self.ipu = NO_IPU if value is None else int(value)
 
     def getCalledGraphs(self) -> list[Graph]:
         """The graphs this op calls (none for ops that are not subgraph ops)."""
