@@ -266,3 +266,56 @@ def test_an_op_on_no_ipu_has_no_virtual_graph_id() -> None:
     assert not two.hasVirtualGraphId() and two.settings.vgraphId is None
     two.setVirtualGraphId(1)
     assert (two.getVirtualGraphId(), two.settings.vgraphId) == (1, 1)
+
+
+def test_autodiff_through_the_bindings() -> None:
+    """PopXL's ``autodiff`` is ``_ir.transforms.Autodiff().apply(ir, graph id, provided ids,
+    required ids, {GraphId: BwdGraphInfo}, AutodiffStitchStrategy.SafeAddFwdOutputs)``, giving
+    ``{GraphId: BwdGraphInfo}``; ``GradGraphInfo._from_pb`` turns it back into PopXL's
+    info, whose graph computes the gradient (NumPy). A recomputing strategy is refused by
+    name (Tremula adds the needed forward values as outputs)."""
+    x_np = np.array([0.5, -1.0, 2.0], F32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x_np, name="x")
+        fwd = ir.create_graph(lambda a: a * a + ops.sin(a), x)
+    strategy = _ir.AutodiffStitchStrategy
+    with pytest.raises(PopartException, match="RecomputeAllNonInputs"):
+        _ir.transforms.Autodiff().apply(
+            ir._pb_ir, fwd._pb_graph.id, None, None, {}, strategy.RecomputeAllNonInputs
+        )
+    result = _ir.transforms.Autodiff().apply(
+        ir._pb_ir, fwd._pb_graph.id, None, None, {}, strategy.SafeAddFwdOutputs
+    )
+    assert list(result) == [fwd._pb_graph.id]
+    bwd = result[fwd._pb_graph.id]
+    assert isinstance(bwd, _ir.BwdGraphInfo)
+    assert [c.type for c in bwd.expectedOutputs] == [_ir.ExpectedConnectionType.FwdGrad]
+    assert bwd.expectedOutputs[0].fwdId == fwd.inputs[0].id
+    info = popxl.transforms.GradGraphInfo._from_pb(ir._pb_ir, fwd._pb_graph, bwd)
+    with ir.main_graph:
+        site = ops.call_with_info(fwd, x)
+        (gx,) = ops.call(info.graph, np.ones(3, F32), inputs_dict=info.inputs_dict(site))
+        out = popxl.d2h_stream(gx.shape, gx.dtype, name="gx")
+        ops.host_store(out, gx)
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()[out]
+    np.testing.assert_allclose(got, 2 * x_np + np.cos(x_np), rtol=1e-5)
+
+
+def test_autodiff_through_the_bindings_uses_the_given_grad_info_of_called_graphs() -> None:
+    """``calledGraphsGradInfo`` names the gradient graph of a called graph: it is used, not
+    made again, so the result holds the outer graph only; without it both are made."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.array([1.0, 2.0], F32), name="x")
+        inner = ir.create_graph(lambda a: a * a, x)
+        outer = ir.create_graph(lambda a: ops.call(inner, a)[0] * 3.0, x)
+    apply = _ir.transforms.Autodiff().apply
+    pb_ir, safe = ir._pb_ir, _ir.AutodiffStitchStrategy.SafeAddFwdOutputs
+    both = apply(pb_ir, outer._pb_graph.id, None, None, {}, safe)
+    assert set(both) == {outer._pb_graph.id, inner._pb_graph.id}
+    given = {inner._pb_graph.id: both[inner._pb_graph.id]}
+    count = len(pb_ir.getAllGraphs())
+    again = apply(pb_ir, outer._pb_graph.id, None, None, given, safe)
+    assert list(again) == [outer._pb_graph.id] and len(pb_ir.getAllGraphs()) == count + 1

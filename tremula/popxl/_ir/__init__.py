@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tremula.popxl._ir.build import Tensors
     from tremula.popxl._ir.core.enums import (
         AccumulationType,
+        AutodiffStitchStrategy,
         CommGroupType,
         DataType,
         InitType,
@@ -72,6 +73,7 @@ else:
 
 __all__ = [
     "AccumulationType",
+    "AutodiffStitchStrategy",
     "BwdGraphInfo",
     "CollectiveOperator",
     "CommGroup",

@@ -7,10 +7,14 @@ bindings, over Tremula's own (``tremula.popxl.transforms``):
   ``popxl.transforms.merge_exchange`` does at the end of its block, for the given ops /
   every exchange of the graph; the ``MultiExchangeOp`` made.
 
-``Ir.applyTransform(Transform.id(), graph)`` applies one by its id (PopART's
-``Ir::applyTransform``). PopART's other transforms (``Autodiff``, ``Prune``, ...) are not
-bound: ``popxl.transforms.autodiff`` is Tremula's autodiff, and Tremula's IR keeps every op
-a program made.
+- ``Autodiff().apply(ir, fwdGraphId, gradsProvided, gradsRequired, calledGraphsGradInfo,
+  stitchStrategy)``: what ``popxl.transforms.autodiff`` does (PopXL's ``autodiff`` is this
+  call), by tensor ids, returning ``{GraphId: BwdGraphInfo}`` for the graph and each graph
+  differentiated on the way.
+
+``Ir.applyTransform(Transform.id(), graph)`` applies a graph transform by its id (PopART's
+``Ir::applyTransform``). PopART's other transforms (``Prune``, ...) are not bound:
+Tremula's IR keeps every op a program made.
 """
 
 from __future__ import annotations
@@ -103,6 +107,74 @@ class MergeExchange(Transform):
                 f"{sorted(wanted)} of graph {g.name!r}"
             )
         return merged[-1]
+
+
+class Autodiff:
+    """Differentiate a graph (``popxl.transforms.autodiff``), by ids as PopART's
+    ``Autodiff`` transform takes them."""
+
+    NAME: ClassVar[str] = "Autodiff"
+
+    @classmethod
+    def id(cls) -> int:
+        return zlib.crc32(cls.NAME.encode())
+
+    def getName(self) -> str:
+        return self.NAME
+
+    def apply(
+        self,
+        ir: Any,
+        fwdGraphId: Any,
+        gradsProvided: Any = None,
+        gradsRequired: Any = None,
+        calledGraphsGradInfo: Any = None,
+        stitchStrategy: Any = None,
+    ) -> dict[Any, Any]:
+        """The gradient graph of graph ``fwdGraphId`` of ``ir`` (a binding Ir), taking the
+        gradients of the tensors of ids ``gradsProvided`` (None: its outputs) and giving
+        those of ``gradsRequired`` (None: its inputs), using ``calledGraphsGradInfo``
+        (``{GraphId: BwdGraphInfo}``) for graphs it calls.
+
+        Tremula stitches as ``AddFwdOutputs`` / ``SafeAddFwdOutputs`` do: the forward
+        values the gradient needs become outputs of the forward graph.
+
+        Returns:
+            ``{GraphId: BwdGraphInfo}``: the forward graph's and those of the graphs it
+            calls that were differentiated on the way.
+
+        Raises:
+            popart_exception: a stitch strategy that recomputes (``RecomputeMinimal``,
+                ``RecomputeAllNonInputs``), no graph or tensor of the ids; and what
+                ``popxl.transforms.autodiff`` raises.
+        """
+        from tremula.popxl._ir.core.enums import AutodiffStitchStrategy as Strategy
+        from tremula.popxl.transforms.autodiff import autodiff
+        from tremula.popxl.transforms.grad_info import GradGraphInfo
+
+        if stitchStrategy not in (None, Strategy.AddFwdOutputs, Strategy.SafeAddFwdOutputs):
+            raise PopartException(
+                f"Autodiff.apply: stitch strategy {stitchStrategy!r} is not supported by "
+                f"Tremula (it adds the forward values the gradient needs as forward outputs: "
+                f"AddFwdOutputs / SafeAddFwdOutputs)"
+            )
+        fwd = ir.getGraph(fwdGraphId)
+        called = {
+            ir.getGraph(gid)._g: GradGraphInfo._from_pb(ir, ir.getGraph(gid), info)
+            for gid, info in dict(calledGraphsGradInfo or {}).items()
+        }
+
+        def tensors(ids: Any) -> Any:
+            return None if ids is None else [fwd.getTensor(i)._t for i in ids]
+
+        infos = autodiff(
+            fwd._g,
+            tensors(gradsProvided),
+            tensors(gradsRequired),
+            called,
+            return_all_grad_graphs=True,
+        )
+        return {g._pb_graph.id: info._pb_bwd_info for g, info in infos.items()}
 
 
 def _merged(graph: Any, ops: list[Any]) -> list[Any]:
