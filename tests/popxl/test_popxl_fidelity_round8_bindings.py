@@ -116,6 +116,19 @@ def _gradient_graph(ir: popxl.Ir, x: popxl.Tensor) -> tuple[popxl.Graph, Any]:
     return fwd, popxl.transforms.autodiff(fwd)
 
 
+def _gradient(ir: popxl.Ir, fwd: popxl.Graph, info: Any, x: popxl.Tensor) -> np.ndarray:
+    """Run ``fwd`` on ``x`` and its gradient graph ``info`` on a seed of ones; the gradient
+    of ``x``."""
+    with ir.main_graph:
+        site = ops.call_with_info(fwd, x)
+        seed = np.ones(x.shape, F32)
+        (grad,) = ops.call(info.graph, seed, inputs_dict=info.inputs_dict(site))
+        d2h = popxl.d2h_stream(grad.shape, grad.dtype, name="grad")
+        ops.host_store(d2h, grad)
+    with popxl.Session(ir, "cpu") as session:
+        return session.run()[d2h]
+
+
 def _sums(graph: popxl.Graph) -> list[int]:
     return [len(op.getInputTensors()) for op in graph._pb_graph.getOps() if op.opType() == "Sum"]
 
@@ -125,7 +138,7 @@ def test_decompose_sum_through_the_bindings(how) -> None:
     """PopXL's ``decompose_sum`` is ``_ir.transforms.DecomposeSum().apply(g._pb_graph)``;
     ``Ir.applyTransform(DecomposeSum.id(), g)`` the same. The gradient sums of more than two
     terms become an ``Init`` and in-place additions; the gradient is unchanged (NumPy)."""
-    x_np, g_np = np.array([0.5, -1.0, 2.0], F32), np.ones(3, F32)
+    x_np = np.array([0.5, -1.0, 2.0], F32)
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(x_np)
@@ -138,13 +151,8 @@ def test_decompose_sum_through_the_bindings(how) -> None:
             ir._pb_ir.applyTransform(_ir.transforms.DecomposeSum.id(), pb)
         assert all(n <= 2 for n in _sums(info.graph))
         assert any(isinstance(op, _ir.op.AddLhsInplaceOp) for op in pb.getOps())
-        site = ops.call_with_info(fwd, x)
-        (gx,) = ops.call(info.graph, g_np, inputs_dict=info.inputs_dict(site))
-        out = popxl.d2h_stream(gx.shape, gx.dtype, name="gx")
-        ops.host_store(out, gx)
-    with popxl.Session(ir, "cpu") as session:
-        got = session.run()[out]
-    np.testing.assert_allclose(got, 3 * x_np**2 + 2 + np.cos(x_np), rtol=1e-5)
+    expected = 3 * x_np**2 + 2 + np.cos(x_np)
+    np.testing.assert_allclose(_gradient(ir, fwd, info, x), expected, rtol=1e-5)
 
 
 def test_merge_exchange_through_the_bindings() -> None:
@@ -293,14 +301,7 @@ def test_autodiff_through_the_bindings() -> None:
     assert [c.type for c in bwd.expectedOutputs] == [_ir.ExpectedConnectionType.FwdGrad]
     assert bwd.expectedOutputs[0].fwdId == fwd.inputs[0].id
     info = popxl.transforms.GradGraphInfo._from_pb(ir._pb_ir, fwd._pb_graph, bwd)
-    with ir.main_graph:
-        site = ops.call_with_info(fwd, x)
-        (gx,) = ops.call(info.graph, np.ones(3, F32), inputs_dict=info.inputs_dict(site))
-        out = popxl.d2h_stream(gx.shape, gx.dtype, name="gx")
-        ops.host_store(out, gx)
-    with popxl.Session(ir, "cpu") as session:
-        got = session.run()[out]
-    np.testing.assert_allclose(got, 2 * x_np + np.cos(x_np), rtol=1e-5)
+    np.testing.assert_allclose(_gradient(ir, fwd, info, x), 2 * x_np + np.cos(x_np), rtol=1e-5)
 
 
 def test_autodiff_through_the_bindings_uses_the_given_grad_info_of_called_graphs() -> None:
