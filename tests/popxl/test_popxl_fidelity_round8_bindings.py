@@ -11,6 +11,7 @@ on how PopXL names its ops (``_get_op_settings``).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,10 @@ def test_op_names_are_popxl_s_settings_names() -> None:
         settings = get_current_context()._get_op_settings("relu")
         by_bindings = pb.createConnectedOp_ReluOp({0: x.id}, {0: "r"}, opid, settings)
     assert by_popxl.name() == by_bindings.name() == "c/relu"
+    # PopART's IR JSON names each op by its name()
+    logged = json.loads(ir._pb_ir.serialise())["maingraph"]
+    assert [op["name"] for op in logged] == [op.name() for op in pb.getOpSchedule()]
+    assert [op["name"] for op in logged][:3] == ["a/b/softmax", "matmul", "add"]
 
 
 def _increment_by_ref() -> None:

@@ -1,6 +1,7 @@
 """PopART's IR log (``Ir.logIr``): the IR serialised as PopART serialises it to JSON, one
 entry per graph (``"maingraph"``, then each subgraph by id) listing its ops in schedule
-order, each with its type, name, inputs and outputs (id, shape, data type) and attributes.
+order, each with its type, name (``Op.name()``), inputs and outputs (id, shape, data type)
+and attributes.
 
 Tremula's ops carry no ONNX domain or opset version, so an op's entry has none; attribute
 values are written as strings, as PopART writes them (graphs by id, tensors and streams by
@@ -14,6 +15,7 @@ from typing import Any
 
 from tremula.popxl._ir.core.log import LOG
 from tremula.popxl._ir.names import op_name
+from tremula.popxl._ir.op.base import Op
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
 from tremula.popxl.ops.base import OpNode
@@ -57,7 +59,7 @@ def op_entry(op: OpNode) -> dict[str, Any]:
         attrs["__tile_set"] = op.tile_set
     return {
         "type": op_name(op.type).op_type,
-        "name": op.debug_name,
+        "name": op.name() if isinstance(op, Op) else op.debug_name,  # PopART's op->name()
         "inputs": [_tensor(t) for t in op.inputs],
         "outputs": [_tensor(t) for t in op.outputs],
         "attributes": attrs,
