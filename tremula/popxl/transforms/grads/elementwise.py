@@ -73,14 +73,10 @@ def _pow(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Gr
 
 @grad("Fmod")
 def _fmod(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    a, b = op.inputs
-
-    def grad_b() -> Tensor:
-        q = c.fwd(a) / c.fwd(b)
-        trunc = ops.sign(q) * ops.floor(ops.abs(q))
-        return sum_to(-(g[0] * trunc), b.shape)
-
-    return pick(need, lambda: sum_to(g[0], a.shape), grad_b)
+    """The dividend gets the gradient; the divisor none: PopART's FmodOp has only its
+    FmodArg0GradOp (torch would give the divisor ``-trunc(a / b) * g``)."""
+    a = op.inputs[0]
+    return pick(need, lambda: sum_to(g[0], a.shape), lambda: None)
 
 
 @grad("Atan2")
