@@ -308,7 +308,7 @@ CASES.update(
             [_probs(4, 3).reshape(2, 2, 3), np.array([2, 0, 1, 1], np.int32)],
             {"ignore_index": None, "reduction": "mean", "log_prob": False},
         ),
-        # its rule reads nothing the op overwrites (the divisor has no gradient)
+        # the divisor a constant, as in "Fmod" (it has no gradient)
         "FmodInplace": _fmod_case(ops.fmod_),
     }
 )
@@ -316,7 +316,7 @@ CASES.update(
 #: in-place forms whose rule reads the value the op overwrites: autodiff refuses them
 READS_OVERWRITTEN = {
     "AbsInplace", "LogInplace", "Log2Inplace", "SinInplace", "CosInplace", "GeluInplace",
-    "GeluErfInplace", "SwishInplace", "MulInplace", "PowInplace", "MaxInplace",
+    "GeluErfInplace", "SwishInplace", "MulInplace", "PowInplace", "FmodInplace", "MaxInplace",
     "MinInplace",
 }  # fmt: skip
 
