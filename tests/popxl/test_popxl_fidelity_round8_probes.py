@@ -358,3 +358,22 @@ def test_histogram_counts_below_between_and_from_each_level() -> None:
     assert got.dtype == np.uint32
     # < 0: -1 -1; [0, 2): 1 0 0; [2, 3): 2; >= 3: 3 3 3 5
     np.testing.assert_array_equal(got, [2, 3, 1, 4])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s, x: ops.random_normal(s, 3),
+        lambda s, x: ops.random_uniform(s, (2, 1.5)),
+        lambda s, x: ops.shaped_dropout(x, s, 2, 0.5),
+    ],
+)
+def test_random_op_shape_that_is_not_ints_is_a_type_error_naming_the_shape(make) -> None:
+    """Was a bare "'int' object is not iterable" (or a float silently truncated)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        seed, x = popxl.variable(SEED), popxl.variable(np.ones((2, 2), F32))
+        n = len(ir.main_graph.tensors)
+        with pytest.raises(TypeError, match="shape must be a sequence of ints"):
+            make(seed, x)
+        assert len(ir.main_graph.tensors) == n
