@@ -51,7 +51,10 @@ class OpNode:
     ipu: int | None = None  # None: made outside popxl.ipu (virtual IPU 0)
     tile_set: str = "compute"
     execution_context: ExecutionContext = ExecutionContext.Normal
-    #: the op's debug name: its type under the name scope it was created in
+    #: the op's name (PopART's ``Op::Settings::name``, ``op.name()``): for an op made by a
+    #: ``popxl.ops`` function, the function's name as PopXL's ``_get_op_settings`` gets it
+    #: (:attr:`OpDefinition.settings_name`) under the name scope it was created in
+    #: (``"layer/matmul"``); for one made through the IR bindings, its ``Settings``' name
     debug_name: str = ""
     #: ``file:line`` of the user's code that created the op (the first frame outside
     #: Tremula and its PopXL / PopART packages)
@@ -159,6 +162,13 @@ class OpDefinition:
         """The name of output ``k`` of ``count`` where the program gives none, before
         ``Graph._create_tensor_id`` scopes it and makes it unique."""
         return self.out if count == 1 else f"{self.out}_{k}"
+
+    @property
+    def settings_name(self) -> str:
+        """The name PopXL's function that makes the op gives its settings
+        (``ctx._get_op_settings("add")``): its output's name without ``_out`` (``add``,
+        ``relu_inplace``, ``matmul``)."""
+        return self.out.removesuffix("_out")
 
     @property
     def runs_graphs(self) -> bool:
@@ -391,7 +401,7 @@ def create_op(
         ctx.ipu,
         "io" if ctx.io_tiles else "compute",
         ctx.execution_context,
-        f"{ctx.name_scope}/{op_type}" if ctx.name_scope else op_type,
+        f"{ctx.name_scope}/{d.settings_name}" if ctx.name_scope else d.settings_name,
         user_site(),
     )
     _next_op_id[0] += 1
