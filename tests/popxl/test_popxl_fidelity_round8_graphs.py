@@ -2,10 +2,15 @@
 (``test_context.py``, ``ops/test_call.py``, ``ops/test_repeat.py``,
 ``ops/test_conditional.py``, ``transforms/test_autodiff*.py``) check them.
 
-The mismatch found: ops made by ``popxl.ops`` functions had an empty ``op.name()``. PopXL's
-op functions make each op with ``ctx._get_op_settings("<function>")`` (``"add"`` for
-``ops.add`` and ``t + 1``, ``"conditional"`` for ``ops.conditional``), the name under the
-current name scopes, so PopART's ``Op::getName()`` reads it back.
+The mismatches found:
+
+- ops made by ``popxl.ops`` functions had an empty ``op.name()``. PopXL's op functions make
+  each op with ``ctx._get_op_settings("<function>")`` (``"add"`` for ``ops.add`` and
+  ``t + 1``, ``"conditional"`` for ``ops.conditional``), the name under the current name
+  scopes, so PopART's ``Op::getName()`` reads it back;
+- autodiff of a graph that ``ops.repeat`` loops was refused when the backward pass read a
+  forward intermediate. PopXL's repeat calls the graph through a ``CallOp`` in the loop's
+  wrapper, and PopART's autodiff adds outputs to every ``CallOp`` of the graph.
 
 The rest agreed with PopXL: ``GradGraphInfo``'s maps for a ``grads_required`` that names a
 forward intermediate, a graph called twice inside the differentiated graph (differentiated
@@ -241,3 +246,26 @@ def test_in_sequence_false_inside_true_acts_as_one_unit() -> None:
     pairs = {(id(a), id(b)) for a, b in ir.main_graph.topocons()}
     expected = {(first, left), (first, right), (left, last), (right, last)}
     assert pairs == {(id(a), id(b)) for a, b in expected}
+
+
+def test_autodiff_of_a_repeated_graph_exposes_what_the_backward_pass_reads() -> None:
+    """Was refused ("cannot gain outputs"). PopXL's repeat calls the graph through a
+    CallOp in the loop's wrapper, and PopART's autodiff (SafeAddFwdOutputs) adds the
+    forward values the backward pass reads as outputs of the graph and of every CallOp
+    calling it; the loop still carries only its own outputs."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.array([-1.0, 2.0], np.float32), name="x")
+        body = ir.create_graph(lambda a: ops.relu(a * 2) * 3, x)
+        (looped,) = ops.repeat(body, 2, x)
+        info = autodiff(body)
+        hidden = body.ops[1].outputs[0]  # relu's output, which relu's gradient reads
+        assert hidden in body.outputs and (hidden, Fwd) in [
+            (c.fwd_tensor, c.connection_type) for c in info.expected_inputs
+        ]
+        site = ops.call_with_info(body, x)
+        seed = popxl.constant(np.ones(2, np.float32))
+        (d_x,) = ops.call(info.graph, seed, inputs_dict=info.inputs_dict(site))
+    value, grad = _values(ir, looped, d_x)
+    np.testing.assert_array_equal(value, [0.0, 72.0])  # 2 -> 12 -> 72; -1 -> 0 -> 0
+    np.testing.assert_array_equal(grad, [0.0, 6.0])
