@@ -812,10 +812,10 @@ def test_an_error_while_lowering_names_the_op_its_debug_name_and_the_users_line(
         line = inspect.currentframe().f_lineno + 1
         y = ops.matmul(x, x)
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype), y)
-    assert y.producer.debug_name == "layer/matmul"
+    assert y.producer.debug_name == "layer/MatMul"
     assert y.producer.created_at == f"{__file__}:{line}"
     with pytest.raises(ValueError) as info:
         popxl.Session(ir, "ipu_model")
     message = str(info.value)
-    assert message.startswith(f"lowering op MatMul 'layer/matmul' (output '{y.id}'; created at ")
+    assert message.startswith(f"lowering op MatMul 'layer/MatMul' (output '{y.id}'; created at ")
     assert f"{__file__}:{line})" in message and "has type bool" in message

@@ -51,10 +51,8 @@ class OpNode:
     ipu: int | None = None  # None: made outside popxl.ipu (virtual IPU 0)
     tile_set: str = "compute"
     execution_context: ExecutionContext = ExecutionContext.Normal
-    #: the op's name (PopART's ``Op::Settings::name``, ``op.name()``): for an op made by a
-    #: ``popxl.ops`` function, the function's name as PopXL's ``_get_op_settings`` gets it
-    #: (:attr:`OpDefinition.settings_name`) under the name scope it was created in
-    #: (``"layer/matmul"``); for one made through the IR bindings, its ``Settings``' name
+    #: the op's debug name: its type under the name scope it was created in (the lowering
+    #: names the op's Poplar tensors and compute sets after it)
     debug_name: str = ""
     #: ``file:line`` of the user's code that created the op (the first frame outside
     #: Tremula and its PopXL / PopART packages)
@@ -64,6 +62,18 @@ class OpNode:
         """The op for a message: type, debug name, outputs and where the user made it."""
         outputs = ", ".join(repr(t.id) for t in self.outputs) or "none"
         return f"{self.type} {self.debug_name!r} (output {outputs}; created at {self.created_at})"
+
+    @property
+    def settings_name(self) -> str:
+        """The op's name (PopART's ``Op::Settings::name``, read by ``op.name()``): the name
+        of the ``Settings`` it was made with through the IR bindings; else the name PopXL's
+        function that makes the op gives its settings (:attr:`OpDefinition.settings_name`),
+        under the name scope it was created in (``"layer/matmul"``)."""
+        if "name" in self.attrs:
+            return str(self.attrs["name"])
+        scope = self.debug_name.rpartition("/")[0]
+        own = self.definition.settings_name
+        return f"{scope}/{own}" if scope else own
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
@@ -401,7 +411,7 @@ def create_op(
         ctx.ipu,
         "io" if ctx.io_tiles else "compute",
         ctx.execution_context,
-        f"{ctx.name_scope}/{d.settings_name}" if ctx.name_scope else d.settings_name,
+        f"{ctx.name_scope}/{op_type}" if ctx.name_scope else op_type,
         user_site(),
     )
     _next_op_id[0] += 1
