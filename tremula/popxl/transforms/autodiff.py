@@ -94,9 +94,9 @@ def autodiff(
         TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
         ValueError: the main graph, tensors of another graph, a graph that modifies its
             inputs (``IRError``, also ``popart.popart_exception``: "... contains a
-            modifying op ..."), or a graph whose
-            needed forward values cannot become outputs (one a loop op calls directly, as
-            popxl-addons' ``repeat_graph`` makes; ``ops.repeat``'s body is called by a Call).
+            modifying op ..."), or a graph whose needed forward values cannot become
+            outputs (one a loop op calls directly, as popxl-addons' ``repeat_graph``
+            makes; ``ops.repeat``'s graph is called by a Call and gains them).
         NotImplementedError: an op on the gradient path has no gradient rule.
     """
     if not isinstance(graph, Graph):
