@@ -102,7 +102,10 @@ class Op(_Record, Editing):
         return f"Op({self.opType()}, inputs=[{ins}], outputs=[{outs}])"
 
     def name(self) -> builtins.str:
-        return str(self.attrs.get("name", ""))
+        """The op's settings name (``OpNode.settings_name``): ``"add"`` for ``ops.add``,
+        ``"scope/add"`` under ``popxl.name_scope("scope")``; a ``Settings``' name for an op
+        made through the bindings (``""`` if it has none)."""
+        return self.settings_name
 
     getName = name
 
