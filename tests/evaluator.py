@@ -122,6 +122,27 @@ def fetch(ir: popxl.Ir, *ts: popxl.Tensor, device: str = "ipu_model") -> list[np
     return [out[s] for s in streams]
 
 
+def gradients(
+    fn: Callable[..., popxl.Tensor],
+    arrays: Sequence[np.ndarray],
+    seed: np.ndarray,
+    wrt: Sequence[int] | None = None,
+) -> list[np.ndarray]:
+    """The gradients of ``sum(seed * fn(*arrays))`` with respect to the inputs ``wrt`` (all
+    by default): ``fn`` in a subgraph, ``autodiff``, the grad graph called with ``seed`` in
+    an "ipu_model" session."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        inputs = [popxl.variable(a) for a in arrays]
+        graph = ir.create_graph(fn, *(t.spec for t in inputs))
+        chosen = range(len(arrays)) if wrt is None else wrt
+        required = [graph.inputs[i] for i in chosen]
+        info = popxl.transforms.autodiff(graph, grads_required=required)
+        site = ops.call_with_info(graph, *inputs)
+        outs = ops.call(info.graph, popxl.constant(seed), inputs_dict=info.inputs_dict(site))
+    return fetch(ir, *outs)
+
+
 def check(
     build: Callable[..., Any],
     expected: Any,

@@ -8,6 +8,7 @@ import pytest
 from tremula_tests_engine_codelets import increment, make_engine, new_graph, var
 
 from tremula import poplar
+from tremula.engine.options import parse_options
 from tremula.errors import CodeletError, EngineError, OutOfMemoryError, StreamError
 
 
@@ -310,3 +311,13 @@ def test_a_codelet_writing_a_field_of_the_wrong_shape_is_named():
     ):
         e.run()
     np.testing.assert_array_equal(e.read_tensor("y"), np.zeros((4, 8)))  # nothing written
+
+
+def test_engine_options_from_the_environment_that_clients_set_are_accepted():
+    """BERT's benchmark configs set ``target.extendedMemory`` through
+    ``POPLAR_ENGINE_OPTIONS``; Poplar takes it, so the model does too (it charges nothing)."""
+    text = '{"target.extendedMemory":"true","autoReport.all":"false"}'
+    options = parse_options({}, env={"POPLAR_ENGINE_OPTIONS": text})
+    assert options == parse_options({}, env={})
+    with pytest.raises(EngineError, match=r"unknown engine option\(s\) \['target.colour'\]"):
+        parse_options({}, env={"POPLAR_ENGINE_OPTIONS": '{"target.colour": "1"}'})

@@ -116,21 +116,28 @@ def test_weight_gradient_alone_still_reads_the_weight() -> None:
     np.testing.assert_allclose(out["db"], g_np.sum(0), rtol=1e-5, atol=1e-6)
 
 
-def test_a_graph_that_cannot_gain_outputs_keeps_only_what_it_can_read() -> None:
-    # a repeat's body cannot gain outputs: its constants are copied into the grad graph,
-    # and a value only an unwanted gradient would read (a + 1, for the gradient of b) is
-    # left out instead of refusing the autodiff
+def test_a_repeated_graph_gains_outputs_through_its_wrappers_call() -> None:
+    # a repeat's body is called by the Call in the loop's wrapper, which gains outputs as
+    # any call site does (PopART's stitcher adds outputs to every CallOp of the graph); the
+    # loop carries only the outputs the wrapper had, so the repeat computes what it did
     x_np, w_np, g_np = f32(3), f32(3), f32(3)
     ir = popxl.Ir()
     with ir.main_graph:
         x, w, g = popxl.variable(x_np), popxl.variable(w_np), popxl.variable(g_np)
         body = ir.create_graph(lambda a, b: (a + 1.0) * b * 3.0, x, w)
-        ops.repeat(body, 2, x, inputs_dict={body.inputs[1]: w})
-        n_outputs = len(body.outputs)
+        (looped,) = ops.repeat(body, 2, x, inputs_dict={body.inputs[1]: w})
         info = popxl.transforms.autodiff(body, grads_required=[body.inputs[0]])
-        assert len(body.outputs) == n_outputs
+        b = body.inputs[1]
+        plus_one, product = body.ops[0].outputs[0], body.ops[1].outputs[0]  # a + 1, (a + 1) b
+        three = body.outputs[1]  # the constant 3.0, read by the gradient of the product
         got = [(e.fwd_tensor, e.connection_type) for e in info.expected_inputs]
-        assert got == [(body.outputs[0], FwdGrad), (body.inputs[1], Fwd)]
-        (dx,) = ops.call(info.graph, g, w)
-    out = _run(ir, {"dx": dx})
+        assert got == [
+            (body.outputs[0], FwdGrad), (three, Fwd), (product, Fwd), (b, Fwd), (plus_one, Fwd)
+        ]  # fmt: skip
+        assert body.outputs[1:] == (three, product, plus_one)
+        site = ops.call_with_info(body, x, w)
+        (dx,) = ops.call(info.graph, g, inputs_dict=info.inputs_dict(site))
+    out = _run(ir, {"dx": dx, "looped": looped})
     np.testing.assert_allclose(out["dx"], g_np * 3.0 * w_np, rtol=1e-6)
+    once = (x_np + 1.0) * w_np * 3.0
+    np.testing.assert_allclose(out["looped"], (once + 1.0) * w_np * 3.0, rtol=1e-6)

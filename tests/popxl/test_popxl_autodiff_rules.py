@@ -73,10 +73,12 @@ class Case:
     rtol: float = 1e-3
 
 
-def _fmod_inputs() -> list[np.ndarray]:
+def _fmod_case(fmod: Callable[..., popxl.Tensor] = ops.fmod) -> Case:
+    """fmod of a variable dividend by a constant divisor: the divisor gets no gradient
+    (PopART's FmodOp has only its arg-0 grad op; see test_popxl_fidelity_round8_ops.py)."""
     b = away(2, 3, gap=0.5)
     q = RNG.integers(-3, 4, (2, 3)) + RNG.uniform(0.2, 0.8, (2, 3))
-    return [(q * b).astype(F32), b]
+    return Case([(q * b).astype(F32)], build=lambda a: fmod(ops.identity(a), popxl.constant(b)))
 
 
 def _probs(n: int, c: int, spread: float = 2.0) -> np.ndarray:
@@ -103,7 +105,7 @@ CASES: dict[str, Case] = {
     "Mul": Case([u(2, 3), u(1, 3)]),
     "Div": Case([u(2, 3), away(3)]),
     "Pow": Case([pos(2, 3), u(2, 3, lo=-1.5, hi=1.5)]),
-    "Fmod": Case(_fmod_inputs()),
+    "Fmod": _fmod_case(),
     "Max": Case([(a := u(2, 3)), a + away(2, 3, gap=0.1)]),
     # each input gets the seed, summed down to its shape (fixed inputs: the RNG's draws
     # are the other cases')
@@ -306,6 +308,8 @@ CASES.update(
             [_probs(4, 3).reshape(2, 2, 3), np.array([2, 0, 1, 1], np.int32)],
             {"ignore_index": None, "reduction": "mean", "log_prob": False},
         ),
+        # the divisor a constant, as in "Fmod" (it has no gradient)
+        "FmodInplace": _fmod_case(ops.fmod_),
     }
 )
 

@@ -146,6 +146,8 @@ def test_session_uses_the_irs_engine_options(tmp_path) -> None:
         {"target.syncReplicasIndependently": "true"},  # what GPT-J's and BERT's scripts set
         {"opt.internalExchangeOptimisationTarget": "balanced", "opt.maxCompilationThreads": 2},
         {"target.deterministicWorkers": "true", "exchange.streamBufferOverlap": "none"},
+        {"target.extendedMemory": "true"},  # BERT's benchmarks.yml, POPLAR_ENGINE_OPTIONS
+        {"streamCallbacks.maxLookahead": "unlimited", "streamCallbacks.numaAware": "true"},
     ],
 )
 def test_session_accepts_poplar_engine_options_the_model_does_not_charge(options) -> None:

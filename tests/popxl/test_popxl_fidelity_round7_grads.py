@@ -18,38 +18,17 @@ computes the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from tremula_tests_evaluator import fetch
+from tremula_tests_evaluator import gradients
 
 import popxl
 import popxl.ops as ops
 
 RNG = np.random.default_rng(77)
 F32 = np.float32
-
-
-def gradients(
-    fn: Callable[..., popxl.Tensor],
-    arrays: Sequence[np.ndarray],
-    seed: np.ndarray,
-    wrt: Sequence[int] | None = None,
-) -> list[np.ndarray]:
-    """The gradients of ``sum(seed * fn(*arrays))`` with respect to the inputs ``wrt`` (all
-    by default): ``fn`` in a subgraph, ``autodiff``, the grad graph called with ``seed`` in
-    an "ipu_model" session."""
-    ir = popxl.Ir()
-    with ir.main_graph:
-        inputs = [popxl.variable(a) for a in arrays]
-        graph = ir.create_graph(fn, *(t.spec for t in inputs))
-        chosen = range(len(arrays)) if wrt is None else wrt
-        required = [graph.inputs[i] for i in chosen]
-        info = popxl.transforms.autodiff(graph, grads_required=required)
-        site = ops.call_with_info(graph, *inputs)
-        outs = ops.call(info.graph, popxl.constant(seed), inputs_dict=info.inputs_dict(site))
-    return fetch(ir, *outs)
 
 
 # ---- onehot: the gradient of its two values ----

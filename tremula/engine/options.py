@@ -63,6 +63,16 @@ IGNORED = {
     "target.hostSyncTimeout",
     "target.workerStackSizeInBytes",
     "target.supervisorStackSizeInBytes",
+    "target.extendedMemory",  # set by BERT's benchmarks.yml through POPLAR_ENGINE_OPTIONS
+    "target.gatewayWriteCombining",
+    "target.maxStreamCallbackThreadsPerNumaNode",
+    "streamCallbacks.maxLookahead",
+    "streamCallbacks.numaAware",
+    "debug.branchRecordTile",
+    "debug.cpuMultiThreadExecution",
+    "debug.profilingTile",
+    "debug.loweredVarDumpFile",
+    "profiler.includeFlopEstimates",
 }
 KNOWN = {
     "autoReport.all",

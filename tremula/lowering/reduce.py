@@ -13,6 +13,7 @@ from tremula import poplar
 from tremula.libs import popops
 from tremula.libs.popops import expr as pe
 from tremula.lowering.driver import Env, Lowerer, rule
+from tremula.lowering.gather import const
 from tremula.popxl.ops.base import OpNode
 
 Operation = popops.Operation
@@ -71,12 +72,21 @@ def mean(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
 
 @rule("ReduceMedian")
 def median(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
-    t, out = env[op.inputs[0]], op.outputs[0]
+    """The middle of each row sorted; its index: the middle of the row's positions sorted
+    by its values (``popops.sort_key_value``, stable)."""
+    t, out, index = env[op.inputs[0]], op.outputs[0], op.outputs[1]
     rows = _moved(t, op.attrs["axes"])
+    mid = (rows.shape[1] - 1) // 2
     s = popops.sort(lw.graph, rows, 1, prog, name=out.id)
     r = lw.new_tensor(out)
-    prog.add(poplar.Copy(s[:, (rows.shape[1] - 1) // 2].reshape(out.shape), r))
+    prog.add(poplar.Copy(s[:, mid].reshape(out.shape), r))
     env[out] = r
+    positions = np.broadcast_to(np.arange(rows.shape[1], dtype=np.int32), rows.shape)
+    iota = const(lw, poplar.INT, np.ascontiguousarray(positions), f"{index.id}/positions")
+    order = popops.sort_key_value(lw.graph, rows, iota, 1, prog, name=index.id)
+    i = lw.new_tensor(index)
+    prog.add(poplar.Copy(order[:, mid].reshape(index.shape), i))
+    env[index] = i
 
 
 @rule("ArgMax", "ArgMin")

@@ -58,8 +58,14 @@ class RemoteBuffer:
         self._entries = int(value)
 
     def set_remote_buffer_info(
-        self, tensor_dtype: dtypes.dtype, tensor_shape: tuple[int, ...], entries: int
+        self, tensor_dtype: dtypes.dtype, tensor_shape: tuple[int, ...], entries: int = 1
     ) -> None:
+        """Describe the buffer again: ``entries`` slots of ``tensor_shape`` x
+        ``tensor_dtype`` (PopXL's default: one entry).
+
+        Raises:
+            ValueError: ``entries`` is not a positive integer (nothing is changed).
+        """
         _check_entries(entries, repr(self))  # before changing anything
         dtype = dtypes.dtype.as_dtype(tensor_dtype)
         self._shape = tuple(int(s) for s in tensor_shape)

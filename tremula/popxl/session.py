@@ -6,7 +6,8 @@ the weight methods are ``session_weights.py``'s (its base class).
 Semantics are PopXL's: compiled at construction, not attached;
 ``with session:`` attaches and writes weights from the host; leaving the outermost context
 writes them back (unless ``weights_to_host_on_exit=False``) and detaches; ``run`` needs an
-attached session; ``get_tensor_data`` reads device weights lazily.
+attached session; ``get_tensor_data`` reads device weights lazily. The device is attached
+while the session is (``session.device.detach()`` detaches the session too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tremula.engine.options import parse_options
 from tremula.popxl.ambiguity import check_inplacing_ambiguity
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
-from tremula.popxl.session_device import check_execution_contexts, device_for
+from tremula.popxl.session_device import check_execution_contexts, device_for, online_device
 from tremula.popxl.session_io import HostStreams
 from tremula.popxl.session_weights import SessionWeights
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -94,6 +95,8 @@ class Session(SessionWeights):
         user_options = {**dict(pb_options.engineOptions), **dict(engine_options or {})}
         self._ir = ir
         self._device = device_for(device_desc, ir)
+        if isinstance(device_desc, str):
+            self._device.detach()  # made for the session, which attaches it when entered
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
         # block of L replicas (rows 0..L-1 of the engine's data) and reaches the others
         # over MPI
@@ -147,10 +150,6 @@ class Session(SessionWeights):
         """The Ir (PopXL's attribute name for it, which its tests read)."""
         return self._ir
 
-    @property
-    def is_attached(self) -> bool:
-        return self._attached
-
     def _get_ipu_count(self) -> int:
         """The number of IPUs the Ir needs on the device a device string makes (PopXL's
         helper): 2 ** ceil(log2(IPUs per replica x replicas))."""
@@ -187,11 +186,28 @@ class Session(SessionWeights):
     # ---- attach / detach ----
     @locked
     def __enter__(self) -> Session:
-        was_attached = self._attached
-        if not was_attached:
+        """Attach (and write the weights from the host) unless attached. A session compiled
+        for an offline device (``popart.DeviceManager().createOfflineIPUDevice``, which
+        cannot attach) runs on an IPU of that target until the outermost context ends,
+        then has the offline device back (PopXL's stack of ``_was_attached_stack`` holds
+        it meanwhile)."""
+        if self.is_attached:
+            self._was_attached_stack.append(True)
+            return self
+        offline = self._device
+        online = online_device(offline)
+        if online is not None:
+            self._set_device(online)
+        try:
             self._attach()
             self.weights_from_host()
-        self._was_attached_stack.append(was_attached)
+        except BaseException:
+            if self._attached:
+                self._detach()
+            if online is not None:
+                self._set_device(offline)
+            raise
+        self._was_attached_stack.append(False if online is None else offline)
         return self
 
     @locked
@@ -199,16 +215,19 @@ class Session(SessionWeights):
         was_attached_or_device = self._was_attached_stack.pop()
         if was_attached_or_device is True:
             return  # an inner context
-        if self._attached:  # (not when detached inside the context: _unload)
-            if exc_type is None and self._weights_to_host_on_exit:
-                self.weights_to_host()
+        # (not when detached inside the context: _unload, or the device detached)
+        if self.is_attached and exc_type is None and self._weights_to_host_on_exit:
+            self.weights_to_host()
+        if self._attached:
             self._detach()
         if isinstance(was_attached_or_device, poplar.Device):
             self._set_device(was_attached_or_device)
 
     def _detach(self) -> None:
-        """Leave the device (the program stays loaded unless ``_unload`` is called)."""
+        """Leave the device, detaching it (the program stays loaded unless ``_unload`` is
+        called)."""
         self._attached = False
+        self._device.detach()
         self._engine.flush_report()  # autoReport's execution.json, once per attach
 
     def _unload(self) -> None:
@@ -249,6 +268,9 @@ class Session(SessionWeights):
             self._loaded = False  # loaded onto the new device at the next attach
 
     def _attach(self) -> None:
+        """Attach the device (an offline one raises ``popart_exception``) and load the
+        program on it unless loaded."""
+        self._device.attach()
         if not self._loaded:
             self._engine.load(self._device)
             self._engine.runtime.out = _STDERR  # PopXL prints tensors to stderr
@@ -310,8 +332,8 @@ class Session(SessionWeights):
     @locked
     def run_with_outputs(
         self,
-        inputs: Mapping[Any, Any] | None,
-        outputs: Mapping[DeviceToHostStream, np.ndarray],
+        inputs: Mapping[Any, Any] | None = None,
+        outputs: Mapping[DeviceToHostStream, np.ndarray] | None = None,
         downcast_inputs: bool = True,
     ) -> None:
         """Run the program once, filling ``outputs``.
@@ -327,6 +349,7 @@ class Session(SessionWeights):
         """
         self._require_attached("run_with_outputs")
         arrays = self._io.check_inputs(inputs or {}, downcast_inputs)
+        outputs = outputs or {}  # (None: a program that writes no stream)
         self._io.check_outputs(outputs)
         self._run(arrays, outputs)
 

@@ -37,6 +37,19 @@ def _given(device: poplar.Device, ir: Ir) -> poplar.Device:
     return device
 
 
+def online_device(device: poplar.Device) -> poplar.Device | None:
+    """The device a session compiled for ``device`` runs on when entered: for an offline
+    device (a ``popart.DeviceInfo`` of connection type ``Never``, which compiles but cannot
+    attach), an IPU device of the same target, attached on demand (PopXL acquires hardware
+    then); None for any other device (it runs on itself)."""
+    from tremula.popxl._ir.core.devices import DeviceInfo
+    from tremula.popxl._ir.core.enums import DeviceConnectionType, DeviceType
+
+    if not isinstance(device, DeviceInfo) or device.connectionType != DeviceConnectionType.Never:
+        return None
+    return DeviceInfo(device.target, DeviceType.Ipu, device.id, DeviceConnectionType.OnDemand)
+
+
 def ipu_count(ir: Ir) -> int:
     """The IPUs of the device a Session makes for ``ir``: PopXL's 2 ** ceil(log2(IPUs per
     replica x replicas)); a count the replicas do not divide (3 replicas in 4 IPUs) becomes

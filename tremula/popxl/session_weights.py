@@ -45,8 +45,17 @@ class SessionWeights:
     _host_stale: bool
     _d2h_noted: set[Variable]
 
+    _device: poplar.Device
+
+    @property
+    def is_attached(self) -> bool:
+        """Whether the session is attached: it attached its device (``with session:``) and
+        the device is still attached (PopXL reads the device's ``isAttached``, so
+        ``session.device.detach()`` detaches the session too)."""
+        return self._attached and self._device.attached
+
     def _require_attached(self, what: str) -> None:
-        if not self._attached:
+        if not self.is_attached:
             raise ValueError(
                 f"Session.{what}: the session is not attached to a device; use `with session:`"
             )
@@ -207,7 +216,8 @@ class SessionWeights:
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """The values of variables and constants: ``shape_on_host`` for ``"one_per_group"``
         variables (the first replica of each group), ``(R, *shape)`` for ``"all_replicas"``
-        ones of groups of several replicas. Syncs from the device once if it ran since.
+        ones of groups of several replicas. Syncs from the device once if it ran since and a
+        variable is asked for.
 
         Raises:
             TypeError: a tensor is not a Variable or Constant.
@@ -215,7 +225,8 @@ class SessionWeights:
         tensors = list(tensors)
         for t in tensors:
             self._check_variable(t, "get_tensor_data", (Variable, Constant))
-        if self._attached and self._host_stale:
+        variables = any(isinstance(t, Variable) for t in tensors)  # (constants never change)
+        if variables and self.is_attached and self._host_stale:
             self.weights_to_host()
         return {t: self._host_value(t) for t in tensors}
 
@@ -257,11 +268,11 @@ class SessionWeights:
                 replicas.
         """
         checked = {var: self._checked_value(var, data) for var, data in values.items()}
-        if self._attached and self._host_stale:
+        if self.is_attached and self._host_stale:
             self.weights_to_host()  # keep the device values of the other weights
         for var, arr in checked.items():
             var.store_host(arr)
-        if self._attached:
+        if self.is_attached:
             self.weights_from_host()
 
     def _checked_value(self, var: Any, data: Any) -> np.ndarray:

@@ -391,7 +391,7 @@ def _create(graph: Any, op_type: str, what: str, args: tuple, kwargs: dict) -> A
     opid, settings, bound = _split_args(op_type, what, args, kwargs)
     g = _target(graph, settings, what)
     name, ipu, tiles, context = _placement(settings)
-    attrs = {"name": name} if name else {}
+    attrs = {"name": name}  # op.name(), "" where the Settings have none
     d = _base.OPS[op_type]
     op = op_class(op_type)(
         _base._next_op_id[0],

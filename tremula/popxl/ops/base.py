@@ -51,7 +51,8 @@ class OpNode:
     ipu: int | None = None  # None: made outside popxl.ipu (virtual IPU 0)
     tile_set: str = "compute"
     execution_context: ExecutionContext = ExecutionContext.Normal
-    #: the op's debug name: its type under the name scope it was created in
+    #: the op's debug name: its type under the name scope it was created in (the lowering
+    #: names the op's Poplar tensors and compute sets after it)
     debug_name: str = ""
     #: ``file:line`` of the user's code that created the op (the first frame outside
     #: Tremula and its PopXL / PopART packages)
@@ -61,6 +62,18 @@ class OpNode:
         """The op for a message: type, debug name, outputs and where the user made it."""
         outputs = ", ".join(repr(t.id) for t in self.outputs) or "none"
         return f"{self.type} {self.debug_name!r} (output {outputs}; created at {self.created_at})"
+
+    @property
+    def settings_name(self) -> str:
+        """The op's name (PopART's ``Op::Settings::name``, read by ``op.name()``): the name
+        of the ``Settings`` it was made with through the IR bindings; else the name PopXL's
+        function that makes the op gives its settings (:attr:`OpDefinition.settings_name`),
+        under the name scope it was created in (``"layer/matmul"``)."""
+        if "name" in self.attrs:
+            return str(self.attrs["name"])
+        scope = self.debug_name.rpartition("/")[0]
+        own = self.definition.settings_name
+        return f"{scope}/{own}" if scope else own
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
@@ -159,6 +172,13 @@ class OpDefinition:
         """The name of output ``k`` of ``count`` where the program gives none, before
         ``Graph._create_tensor_id`` scopes it and makes it unique."""
         return self.out if count == 1 else f"{self.out}_{k}"
+
+    @property
+    def settings_name(self) -> str:
+        """The name PopXL's function that makes the op gives its settings
+        (``ctx._get_op_settings("add")``): its output's name without ``_out`` (``add``,
+        ``relu_inplace``, ``matmul``)."""
+        return self.out.removesuffix("_out")
 
     @property
     def runs_graphs(self) -> bool:

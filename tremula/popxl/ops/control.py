@@ -24,7 +24,7 @@ def _if_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]
     return [t.spec for t in a["graphs"][0].outputs]
 
 
-defop("If", _if_spec, graphs="branch")
+defop("If", _if_spec, graphs="branch", out="conditional_out")  # ops.conditional makes it
 
 
 class ConditionalSiteInfo(CallSiteInfo):

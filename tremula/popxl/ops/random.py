@@ -12,6 +12,7 @@ have no NumPy oracle; the tests check the distributions and determinism.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,13 +62,26 @@ defop("RandomUniform", _generated, differentiable=False)
 defop("RandomNormal", _generated, differentiable=False)
 
 
+def _shape(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints.
+
+    Raises:
+        TypeError: not a sequence of integers (PopXL's ``TensorInfo`` refuses it too).
+        ValueError: a negative dimension.
+    """
+    try:
+        dims = tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in dims):
+        raise ValueError(f"{what}: shape {dims} has a negative dimension")
+    return dims
+
+
 def _random(op: str, what: str, seed: Tensor, shape: Sequence[int], dtype: Any, **p: float):
     _check_seed(seed, what)
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"{what}: shape {shape} has a negative dimension")
     attrs = {
-        "shape": shape,
+        "shape": _shape(shape, what),
         "dtype": _float_dtype(dtype, what),
         **{k: float(v) for k, v in p.items()},
     }
@@ -85,8 +99,8 @@ def random_uniform(
     """Uniform random numbers in ``[low, high]``.
 
     Raises:
-        ValueError: a seed that is not uint32 ``(2,)``; ``low > high``.
-        TypeError: a dtype other than float32 / float16.
+        ValueError: a seed that is not uint32 ``(2,)``; ``low > high``; a negative dim.
+        TypeError: a dtype other than float32 / float16; a shape that is not ints.
     """
     if low > high:
         raise ValueError(f"random_uniform: low {low!r} must not exceed high {high!r}")
@@ -103,8 +117,8 @@ def random_normal(
     """Normally distributed random numbers.
 
     Raises:
-        ValueError: a seed that is not uint32 ``(2,)``; a negative ``std``.
-        TypeError: a dtype other than float32 / float16.
+        ValueError: a seed that is not uint32 ``(2,)``; a negative ``std`` or dim.
+        TypeError: a dtype other than float32 / float16; a shape that is not ints.
     """
     if std < 0:
         raise ValueError(f"random_normal: std must be >= 0, got {std!r}")
@@ -143,10 +157,11 @@ def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Sequence[int], ratio: 
 
     Raises:
         ValueError: a mask shape that does not broadcast to ``t``; a bad ratio or seed.
+        TypeError: a mask shape that is not ints.
     """
     check_tensor(t, "shaped_dropout")
     _check_seed(seed_tensor, "shaped_dropout")
-    shape = tuple(int(s) for s in shape)
+    shape = _shape(shape, "shaped_dropout")
     try:
         ok = np.broadcast_shapes(shape, t.shape) == t.shape
     except ValueError:

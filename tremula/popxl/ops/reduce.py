@@ -28,11 +28,25 @@ from tremula.popxl.ops.shape import (
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 
-def _lower_median(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def median_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``x`` with its kept axes first and its ``axes`` flattened last, in order: one row per
+    median, its elements numbered as the median's index output numbers them."""
     rest = [d for d in range(x.ndim) if d not in axes]
-    moved = np.transpose(x, [*rest, *axes]).reshape(*[x.shape[d] for d in rest], -1)
-    n = moved.shape[-1]
-    return np.sort(moved, axis=-1)[..., (n - 1) // 2]
+    return np.transpose(x, [*rest, *axes]).reshape(*[x.shape[d] for d in rest], -1)
+
+
+def _median_index(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Per row of :func:`median_rows`, the index of the element a stable sort puts at
+    position ``(n - 1) // 2``: the lower median, and among equal values the one that
+    position holds (``[1, 2, 2, 1]`` gives 3, ``[5, 5, 5]`` gives 1)."""
+    rows = median_rows(x, axes)
+    order = np.argsort(rows, axis=-1, kind="stable")
+    return order[..., (rows.shape[-1] - 1) // 2]
+
+
+def _lower_median(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    rows = median_rows(x, axes)
+    return np.take_along_axis(rows, _median_index(x, axes)[..., None], axis=-1)[..., 0]
 
 
 def _red(fn: Callable[..., np.ndarray]) -> Callable[[np.ndarray, tuple[int, ...]], np.ndarray]:
@@ -58,12 +72,16 @@ def _logsumexp(x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
 @dataclass(frozen=True)
 class Reduction:
     """One reduction: the PopXL function, the IR op type, its NumPy reference (float64
-    input, axes) and whether it only takes floating-point input."""
+    input, axes), whether it only takes floating-point input, and ``index``: the reference
+    of a second output, the int32 index of the element each result was taken from, in the
+    flattened reduced axes (PopART's ``ReduceMedianOp`` has one; its gradient goes to that
+    element alone), or None."""
 
     name: str
     op: str
     reference: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
     float_only: bool = False
+    index: Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None = None
 
 
 TABLE: tuple[Reduction, ...] = (
@@ -72,7 +90,7 @@ TABLE: tuple[Reduction, ...] = (
     Reduction("max", "ReduceMax", _red(np.max)),
     Reduction("min", "ReduceMin", _red(np.min)),
     Reduction("prod", "ReduceProd", _red(np.prod)),
-    Reduction("median", "ReduceMedian", _lower_median),
+    Reduction("median", "ReduceMedian", _lower_median, index=_median_index),
     Reduction("l1", "ReduceL1", _red(lambda x, axis: np.sum(np.abs(x), axis=axis))),
     Reduction("l2", "ReduceL2", _red(lambda x, axis: np.sqrt(np.sum(x * x, axis=axis))), True),
     Reduction("logsum", "ReduceLogSum", _red(lambda x, axis: np.log(np.sum(x, axis=axis))), True),
@@ -91,19 +109,22 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) ->
     return tuple(1 if d in axes else s for d, s in enumerate(shape) if keep or d not in axes)
 
 
-def _infer(specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
-    s = specs[0]
-    return [TensorSpec(_reduced_shape(s.shape, attrs["axes"], attrs["keepdims"]), s.dtype)]
-
-
 def _register(r: Reduction) -> None:
+    def infer(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
+        shape = _reduced_shape(specs[0].shape, a["axes"], a["keepdims"])
+        index = [TensorSpec(shape, dtypes.int32)] if r.index is not None else []
+        return [TensorSpec(shape, specs[0].dtype), *index]
+
     def reference(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
         out = np.asarray(r.reference(np.asarray(x[0]), a["axes"]))
         shape = _reduced_shape(x[0].shape, a["axes"], a["keepdims"])
-        return [out.reshape(shape).astype(x[0].dtype)]
+        outs = [out.reshape(shape).astype(x[0].dtype)]
+        if r.index is not None:
+            outs.append(r.index(np.asarray(x[0]), a["axes"]).reshape(shape).astype(np.int32))
+        return outs
 
     float_inputs = (0,) if r.float_only else ()
-    defop(r.op, _infer, reference, float_inputs=float_inputs, out=f"{r.name}_out")
+    defop(r.op, infer, reference, float_inputs=float_inputs, out=f"{r.name}_out")
 
 
 for _r in TABLE:
@@ -118,8 +139,9 @@ def _reduce(op_type: str, t: Tensor, axis: int | Sequence[int] | None, keepdims:
     axes = norm_axes(axis, t.rank, r.name, repr(t.id))
     if r.op == "ReduceMedian" and any(t.shape[a] == 0 for a in axes):
         raise ValueError(f"median: {t.id!r} of shape {t.shape} has an empty reduced axis")
-    (out,) = create_op(r.op, [t], {"axes": axes, "keepdims": builtins.bool(keepdims)})
-    return out
+    names = (f"{r.name}_out", f"{r.name}_indices") if r.index is not None else None
+    outs = create_op(r.op, [t], {"axes": axes, "keepdims": builtins.bool(keepdims)}, names)
+    return outs[0]
 
 
 # The reductions (one signature): ``axis`` None reduces every axis; an int or a list of axes
@@ -200,6 +222,11 @@ def prod(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = Fa
 
 def median(t: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
     """The median of ``t``'s elements (the lower one of an even count) over ``axis``.
+
+    As PopART's ReduceMedianOp, the op has a second output, ``median_indices`` (int32): the
+    index, in the flattened reduced axes, of the element each median is, which gets all
+    of its gradient. Among equal values that is the one a stable sort puts in the middle
+    (``[5, 5, 5]``: index 1; ``[1, 2, 2, 1]``: index 3).
 
     Args:
         t: The input tensor.

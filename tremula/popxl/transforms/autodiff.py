@@ -94,8 +94,9 @@ def autodiff(
         TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
         ValueError: the main graph, tensors of another graph, a graph that modifies its
             inputs (``IRError``, also ``popart.popart_exception``: "... contains a
-            modifying op ..."), or a graph whose
-            needed forward values cannot become outputs (the body of a repeat).
+            modifying op ..."), or a graph whose needed forward values cannot become
+            outputs (one a loop op calls directly, as popxl-addons' ``repeat_graph``
+            makes; ``ops.repeat``'s graph is called by a Call and gains them).
         NotImplementedError: an op on the gradient path has no gradient rule.
     """
     if not isinstance(graph, Graph):
@@ -390,11 +391,11 @@ def _call_sites(graph: Graph) -> list[OpNode]:
 
 
 def _cannot_gain_outputs(op: OpNode) -> bool:
-    """A call site that cannot gain outputs: a loop's, or a loop's wrapper call (the loop
-    carries its outputs)."""
-    return op.definition.graphs not in ("call", "branch", "code_load") or bool(
-        op.graph._loop_wrapper
-    )
+    """A call site that cannot gain outputs: a loop's (it carries its outputs). The call in
+    a repeat's wrapper can, as PopART's stitcher adds outputs to every ``CallOp`` calling
+    the forward graph: the new output stays in the wrapper, which carries only the outputs
+    it had (``loop_plan``), so a repeated graph is differentiated like any other."""
+    return op.definition.graphs not in ("call", "branch", "code_load")
 
 
 def _expose(graph: Graph, t: Tensor, paired: set[int] | None = None) -> None:

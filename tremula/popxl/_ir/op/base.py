@@ -114,16 +114,10 @@ class Op(_Record, Editing):
         return f"Op({self.name() or self.opType()}, inputs=[{ins}], outputs=[{outs}])"
 
     def name(self) -> builtins.str:
-        """The name the op's settings give it: the one given to ``Settings`` for an op made
-        by ``Graph.createOp_<X>``; for an op made by a ``popxl.ops`` function, PopXL's
-        ``"/".join((*name_scopes, <op function's name>))``, the function's name being the
-        stem of its default output name (``softmax`` for ``softmax_out``)."""
-        given = self.attrs.get("name")
-        if given is not None:
-            return builtins.str(given)
-        scope = self.debug_name.rpartition("/")[0]
-        stem = self.definition.out.removesuffix("_out") or self.type.lower()
-        return f"{scope}/{stem}" if scope else stem
+        """The op's settings name (``OpNode.settings_name``): ``"add"`` for ``ops.add``,
+        ``"scope/add"`` under ``popxl.name_scope("scope")``; a ``Settings``' name for an op
+        made through the bindings (``""`` if it has none)."""
+        return self.settings_name
 
     getName = name
 

@@ -73,14 +73,18 @@ def _pow(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Gr
 
 @grad("Fmod")
 def _fmod(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """The dividend gets the gradient; the divisor none: PopART's FmodOp has only its
+    FmodArg0GradOp (torch would give the divisor ``-trunc(a / b) * g``). That op, an
+    ElementWiseBinaryArg0GradOp, reads both operands and the output, though its value
+    needs none of them: so the grad graph expects them, and ``fmod_`` is refused."""
     a, b = op.inputs
 
-    def grad_b() -> Tensor:
-        q = c.fwd(a) / c.fwd(b)
-        trunc = ops.sign(q) * ops.floor(ops.abs(q))
-        return sum_to(-(g[0] * trunc), b.shape)
+    def grad_a() -> Tensor:
+        for t in (a, b, op.outputs[0]):
+            c.fwd(t)
+        return sum_to(g[0], a.shape)
 
-    return pick(need, lambda: sum_to(g[0], a.shape), grad_b)
+    return pick(need, grad_a, lambda: None)
 
 
 @grad("Atan2")

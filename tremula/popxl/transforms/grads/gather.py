@@ -128,9 +128,9 @@ def _gather_targets(g: Tensor, idx: Tensor, data_shape: tuple[int, ...], a: dict
     pos[ax] = 0
     base = np.tensordot(np.array(strides), pos, axes=1).astype(idx.dtype.as_numpy())
     total = math.prod(out_shape)
-    inside = ops.logical_and(
-        ops.greater(idx, constant(-1, idx.dtype)), ops.less(idx, constant(n, idx.dtype))
-    )
+    inside = ops.less(idx, constant(n, idx.dtype))
+    if idx.dtype.is_signed:  # below -n (uint32 indices have no lower bound to check)
+        inside = ops.logical_and(inside, ops.greater(idx, constant(-1, idx.dtype)))
     flat = ops.where(inside, constant(base, name="base") + idx * strides[ax], total)
     return ops.gather(ops.reshape(g, (total,)), flat, zero_OOR=True)
 

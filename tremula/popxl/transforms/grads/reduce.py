@@ -27,7 +27,7 @@ Value = Callable[[], Tensor]
 
 
 def _max_like(x: Value, y: Value, g: Tensor, n: int) -> Tensor:
-    """Max, min, median: to the elements equal to the result (every one of ties)."""
+    """Max, min: to the elements equal to the result (every one of ties)."""
     return g * as_float(ops.equal(x(), y()), g)
 
 
@@ -38,8 +38,6 @@ REDUCTIONS: dict[str, Callable[[Value, Value, Tensor, int], Tensor]] = {
     "ReduceMean": lambda x, y, g, n: g * (1.0 / n),
     "ReduceMax": _max_like,
     "ReduceMin": _max_like,
-    "ReduceMedian": _max_like,
-    "ReduceProd": lambda x, y, g, n: g * y() / x(),
     "ReduceL1": lambda x, y, g, n: g * ops.sign(x()),
     "ReduceL2": lambda x, y, g, n: g * x() / y(),
     "ReduceLogSum": lambda x, y, g, n: g * ops.exp(-y()),
@@ -63,6 +61,44 @@ def _reduction(fn: Callable[[Value, Value, Tensor, int], Tensor]) -> GradRule:
 
 for _type, _fn in REDUCTIONS.items():
     grad(_type)(_reduction(_fn))
+
+
+@grad("ReduceProd")
+def _prod(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """Each element gets the gradient times the product of the others in its reduction,
+    found without dividing by zero (``y / x`` is NaN at a zero): with ``P`` the product of
+    the group's non-zero elements and ``Z`` its count of zeros, ``P / x`` where ``Z`` is
+    0, ``P`` at the zero where ``Z`` is 1, and 0 where ``Z`` is more. Where PopART's
+    programs pass a test with zeros in a product, their gradient is this one (torch's)."""
+    x = op.inputs[0]
+    axes = op.attrs["axes"]
+    kept = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+    gk = ops.reshape(g[0], kept)
+    xv = c.fwd(x)
+    is_zero = ops.equal(xv, constant(0, xv.dtype))
+    safe = ops.where(is_zero, constant(1, xv.dtype), xv)
+    P = ops.prod(safe, axes, keepdims=True)
+    Z = ops.sum(as_float(is_zero, xv), axes, keepdims=True)
+    no_zero = gk * P / safe * as_float(ops.equal(Z, constant(0, xv.dtype)), xv)
+    one_zero = gk * P * as_float(ops.equal(Z, constant(1, xv.dtype)), xv)
+    return [ops.where(is_zero, one_zero, no_zero)]
+
+
+@grad("ReduceMedian")
+def _median(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
+    """Each median's gradient to the one element its index output names, as PopART's
+    ReduceMedianGradOp scatters it (not to every element equal to the median)."""
+    x = op.inputs[0]
+    axes = op.attrs["axes"]
+    rest = [d for d in range(x.rank) if d not in axes]
+    kept = tuple(x.shape[d] for d in rest)
+    n = int(np.prod([x.shape[d] for d in axes]))
+    idx = ops.reshape(c.fwd(op.outputs[1]), (*kept, 1))
+    iota = constant(np.arange(n, dtype=np.int32), name="positions")
+    rows = as_float(ops.equal(idx, iota), g[0]) * ops.reshape(g[0], (*kept, 1))  # [*kept, n]
+    moved = ops.reshape(rows, (*kept, *(x.shape[d] for d in axes)))
+    back = np.argsort([*rest, *axes])
+    return [ops.transpose(moved, tuple(int(i) for i in back))]
 
 
 @grad("CumSum")
