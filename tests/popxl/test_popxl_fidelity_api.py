@@ -340,12 +340,11 @@ def test_op_binding_reads_infos_and_settings():
     assert op.inInfo(0) == a._pb_tensor.info and op.outInfo(0).dataType() == popart.DataType.FLOAT16
     assert (op.inShape(0), op.outShape(0), op.inRank(1), op.outRank(0)) == ([2, 3], [2, 3], 0, 2)
     s = op.settings
-    # PopXL puts name scopes in the op's name, not its Scope
-    assert (s.vgraphId, s.tileSet, s.name, s.scope) == (1, _ir.TileSet.IO, "foo/add", _ir.Scope())
+    assert (s.vgraphId, s.tileSet, s.scope) == (1, _ir.TileSet.IO, "foo")
     assert s.executionContext == _ir.ExecutionContext.Normal
     assert s.graph == ir.main_graph._pb_graph
     s = c._pb_tensor.getProducer().settings
-    assert (s.vgraphId, s.tileSet, s.name, s.scope) == (0, _ir.TileSet.Compute, "mul", _ir.Scope())
+    assert (s.vgraphId, s.tileSet, s.scope) == (0, _ir.TileSet.Compute, "")
     assert d._pb_tensor.getProducer().settings.vgraphId is None
     with pytest.raises(popart.popart_exception):
         op.inInfo(2)

@@ -28,8 +28,8 @@ F32 = np.float32
 
 
 def test_op_names_are_popxl_s_settings_names() -> None:
-    """PopXL names an op ``"/".join((*name_scopes, <fn>))`` (``_get_op_settings``) and
-    keeps ``Settings.scope`` empty (medium confidence)."""
+    """PopXL names an op ``"/".join((*name_scopes, <fn>))`` (``_get_op_settings``), also
+    through the bindings with PopXL's settings (medium confidence)."""
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(np.ones((2, 2), F32))
@@ -40,7 +40,7 @@ def test_op_names_are_popxl_s_settings_names() -> None:
     ops_ = [t._pb_tensor.getProducer() for t in (y, z, w)]
     assert [op.name() for op in ops_] == ["a/b/softmax", "matmul", "add"]
     s = ops_[0].settings
-    assert (s.name, s.scope, s.schedulePriority) == ("a/b/softmax", _ir.Scope(), 0.0)
+    assert (s.name, s.scope, s.schedulePriority) == ("a/b/softmax", "a/b", 0.0)
     assert s.getIr() == ir._pb_ir
     # an op made through the bindings with PopXL's _get_op_settings is named the same way
     from popxl.context import get_current_context

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
-from tremula.popxl._ir.basics import Scope
 from tremula.popxl._ir.names import INPUT_SLOTS, OPTIMIZER_OPS, op_name
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
@@ -54,10 +53,10 @@ class OpSettingsView:
         return self._op.name()
 
     @property
-    def scope(self) -> Scope:
-        """PopART's ``Scope`` of the op: empty, as PopXL puts its name scopes in the op's
-        name (``Settings(graph, "/".join((*name_scopes, name)))``), not in the scope."""
-        return Scope()
+    def scope(self) -> builtins.str:
+        """The name scope the op was made in (also the start of its name)."""
+        debug = self._op.debug_name
+        return debug.rpartition("/")[0]
 
     @property
     def schedulePriority(self) -> float:
