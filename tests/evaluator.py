@@ -107,10 +107,13 @@ def run(
     return [got[s] for s in outs], [env[s] for s in outs]
 
 
-def fetch(ir: popxl.Ir, *ts: popxl.Tensor, device: str = "ipu_model") -> list[np.ndarray]:
-    """The values of the main-graph tensors ``ts`` after one run of ``ir``: each is stored
-    through a d2h stream, after whatever the graph wrote (``in_sequence``, chained to the
-    test's own), and the Session runs without feeds."""
+def fetch(
+    ir: popxl.Ir, *ts: popxl.Tensor, device: str = "ipu_model", variables: Sequence = ()
+) -> list[np.ndarray]:
+    """The values of the main-graph tensors ``ts`` after one run of ``ir``, then those of
+    ``variables`` after it: each of ``ts`` is stored through a d2h stream, after whatever
+    the graph wrote (``in_sequence``, chained to the test's own), and the Session runs
+    without feeds."""
     streams = []
     with ir.main_graph, popxl.in_sequence():
         for t in ts:
@@ -119,7 +122,7 @@ def fetch(ir: popxl.Ir, *ts: popxl.Tensor, device: str = "ipu_model") -> list[np
             streams.append(s)
     with popxl.Session(ir, device) as session:
         out = session.run()
-    return [out[s] for s in streams]
+        return [out[s] for s in streams] + [session.get_tensor_data(v) for v in variables]
 
 
 def gradients(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tremula_tests_evaluator import fetch
 
 import popxl
 import popxl.ops as ops
@@ -39,22 +40,11 @@ def test_float8_stream_inputs_are_encoded_or_refused_whatever_the_downcast(downc
             session.run({h2d: np.arange(4, dtype=np.int32)}, downcast_inputs=downcast)
 
 
-def _values(ir: popxl.Ir, tensors) -> list[np.ndarray]:
-    """The values of main-graph ``tensors`` after one run of ``ir`` on the CPU."""
-    with ir.main_graph:
-        streams = [popxl.d2h_stream(t.shape, t.dtype) for t in tensors]
-        for stream, t in zip(streams, tensors):
-            ops.host_store(stream, t)
-    with popxl.Session(ir, "cpu") as session:
-        out = session.run()
-    return [out[stream] for stream in streams]
-
-
 def _printed(capfd, build) -> list[str]:
     ir = popxl.Ir()
     with ir.main_graph:
         tensors = build()
-    _values(ir, tensors)
+    fetch(ir, *tensors, device="cpu")
     captured = capfd.readouterr()
     return (captured.out + captured.err).splitlines()
 
@@ -123,7 +113,7 @@ def test_random_ops_given_one_seed_draw_the_same_numbers() -> None:
             ops.random_normal(s0, (16,)),
             ops.random_normal(s1, (16,)),
         )
-    n0, n1, d0, d1, m0, m1 = _values(ir, drawn)
+    n0, n1, d0, d1, m0, m1 = fetch(ir, *drawn, device="cpu")
     np.testing.assert_array_equal(n0, n1)
     np.testing.assert_array_equal(d0 == 0, d1 == 0)  # one mask
     assert 0 < (d0 == 0).sum() < 64

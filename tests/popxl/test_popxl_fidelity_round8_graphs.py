@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tremula_tests_evaluator import fetch
 
 import popart
 import popxl
@@ -30,18 +31,6 @@ import popxl.ops as ops
 from popxl.transforms import ExpectedConnectionType, autodiff
 
 Fwd, FwdGrad = ExpectedConnectionType.Fwd, ExpectedConnectionType.FwdGrad
-
-
-def _values(ir: popxl.Ir, *tensors: popxl.Tensor, variables=()) -> list[np.ndarray]:
-    """The values of main-graph ``tensors``, then of ``variables``, after one run on the IPU
-    Model."""
-    with ir.main_graph:
-        streams = [popxl.d2h_stream(t.shape, t.dtype) for t in tensors]
-        for s, t in zip(streams, tensors):
-            ops.host_store(s, t)
-    with popxl.Session(ir, "ipu_model") as session:
-        out = session.run()
-        return [out[s] for s in streams] + [session.get_tensor_data(v) for v in variables]
 
 
 # ---- op names (the mismatch) ----
@@ -107,7 +96,7 @@ def test_grads_required_naming_an_intermediate_maps_only_forward_inputs() -> Non
         by_parent = info.fwd_parent_ins_to_grad_parent_outs(fwd, grad)
     assert list(by_graph) == [a] and list(by_parent) == [w]
     assert by_graph[a] is by_parent[w] is grad.outputs[1]
-    d_hidden, d_w = _values(ir, grad.outputs[0], by_parent[w])
+    d_hidden, d_w = fetch(ir, grad.outputs[0], by_parent[w])
     np.testing.assert_array_equal(d_hidden, [3.0, 3.0])
     np.testing.assert_array_equal(d_w, [0.0, 3.0])  # relu' is 0 at -1
 
@@ -131,7 +120,7 @@ def test_a_graph_called_twice_is_differentiated_once_and_both_calls_contribute()
         fwd = ops.call_with_info(g, w)
         seed = popxl.constant(np.ones(2, np.float32))
         (d_w,) = ops.call(infos[g].graph, seed, inputs_dict=infos[g].inputs_dict(fwd))
-    (value,) = _values(ir, d_w)
+    (value,) = fetch(ir, d_w)
     np.testing.assert_array_equal(value, 4 * np.array([1.0, 2.0]) ** 3)  # d(w^4)/dw
 
 
@@ -156,7 +145,7 @@ def test_a_forward_output_the_backward_pass_reads_is_both_fwdgrad_and_fwd() -> N
         fwd = ops.call_with_info(g, w)
         one = popxl.constant(np.ones(2, np.float32))
         (d_w,) = ops.call(info.graph, one, one, inputs_dict=info.inputs_dict(fwd))
-    (value,) = _values(ir, d_w)
+    (value,) = fetch(ir, d_w)
     np.testing.assert_array_equal(value, 3 + 18 * np.array([1.0, 2.0]))
 
 
@@ -172,7 +161,7 @@ def test_dropout_gradient_reads_the_seed_and_reuses_the_forward_mask() -> None:
         fwd = ops.call_with_info(g, w, seed)
         dy = popxl.constant(np.full((8, 8), 3.0, np.float32))
         (d_w,) = ops.call(info.graph, dy, inputs_dict=info.inputs_dict(fwd))
-    y, grad = _values(ir, fwd.outputs[0], d_w)
+    y, grad = fetch(ir, fwd.outputs[0], d_w)
     kept = y != 0
     assert 0 < kept.sum() < kept.size
     np.testing.assert_array_equal(y[kept], 2.0)  # 1 / (1 - 0.5)
@@ -211,7 +200,7 @@ def test_repeat_carries_the_first_inputs_and_updates_a_by_ref_accumulator() -> N
         g = ir.create_graph(body, x, acc)
         info = ops.repeat_with_info(g, 3, x, acc)
         (out,) = info.outputs
-    value, total = _values(ir, out, variables=[acc])
+    value, total = fetch(ir, out, variables=[acc])
     np.testing.assert_array_equal(value, [8.0, 8.0])
     np.testing.assert_array_equal(total, [7.0, 7.0])  # 1 + 2 + 4
 
@@ -230,7 +219,7 @@ def test_conditional_branches_with_different_graphs_and_inputs() -> None:
         assert list(info._op.inputs) == [flag, w, v, w]
         assert info.graph_to_parent_input_index(0, then_branch=False) == 2
         assert info.parent_input(2) is v and not info.is_parent_index_in_then_branch(2)
-    (value,) = _values(ir, out)
+    (value,) = fetch(ir, out)
     np.testing.assert_array_equal(value, [7.0, 8.0])  # the else branch: w + 6
 
 
@@ -266,6 +255,6 @@ def test_autodiff_of_a_repeated_graph_exposes_what_the_backward_pass_reads() -> 
         site = ops.call_with_info(body, x)
         seed = popxl.constant(np.ones(2, np.float32))
         (d_x,) = ops.call(info.graph, seed, inputs_dict=info.inputs_dict(site))
-    value, grad = _values(ir, looped, d_x)
+    value, grad = fetch(ir, looped, d_x)
     np.testing.assert_array_equal(value, [0.0, 72.0])  # 2 -> 12 -> 72; -1 -> 0 -> 0
     np.testing.assert_array_equal(grad, [0.0, 6.0])
