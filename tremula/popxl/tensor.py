@@ -466,7 +466,7 @@ class Constant(Tensor):
         self._data = data
         return self
 
-    copy_to_ipu = Variable.copy_to_ipu  # src required, as for a variable
+    copy_to_ipu = Variable.copy_to_ipu  # type: ignore[assignment]  # src required
 
     @property
     def host_data(self) -> np.ndarray:
