@@ -1,13 +1,16 @@
 """Probe round 8 of ``popxl.Tensor`` and PopXL's helper modules, written as PopXL's
 test_tensor.py / test_utils.py / test_random_seed.py would.
 
-Two mismatches were fixed (confidence that PopXL behaves so in brackets):
+Three mismatches were fixed (confidence that PopXL behaves so in brackets):
 - ``Tensor._ensure_tensor(value, dtype=None, raise_on_empty=True)``: the flag lets a
   caller make an empty constant without the "0 elements" ValueError (75%).
 - ``Variable.copy_to_ipu(dst, src)`` and ``Constant.copy_to_ipu(dst, src)``: PopXL
   overrides the method for the tensors without a producer, with ``src`` required ("Must
   provide a src value."); an activation's ``copy_to_ipu(destination, source=None)`` takes
   the source from its producer (75%).
+- A tensor read only by an ``IpuCopy`` is on the copy's source IPU (``Tensor.ipu``), as
+  PopART's ``IpuCopyOp::getIntrospectionInVirtualGraphId`` places it; it was the
+  destination (80%).
 The other cases agreed with PopXL (operators with host values on either side, indexing,
 shape methods, ``to_numpy``, ``create_seeds``); they stay as tests so Tremula keeps
 agreeing."""
@@ -68,6 +71,7 @@ def test_variable_and_constant_copy_to_ipu_need_src(make: Callable[..., popxl.Te
             t.copy_to_ipu(1)  # type: ignore[call-arg]
         c = t.copy_to_ipu(dst=1, src=0)
         assert c.ipu == 1 and c.shape == (2,)
+        assert t.ipu == 0  # its only consumer, the copy, reads it on the source IPU
     assert list(inspect.signature(type(t).copy_to_ipu).parameters) == ["self", "dst", "src"]
 
 
