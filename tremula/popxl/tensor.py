@@ -229,18 +229,20 @@ class Tensor:
 
         return ops
 
-    def _ensure_tensor(self, value: Any, dtype: dtypes.dtype | None = None) -> Tensor:
+    def _ensure_tensor(
+        self, value: Any, dtype: dtypes.dtype | None = None, raise_on_empty: bool = True
+    ) -> Tensor:
         """``value`` as an operand of this tensor's operators (PopXL's helper, which custom
         ops call too): a Tensor as it is, anything else a constant of ``dtype`` (default:
         this tensor's dtype) in the current graph.
 
         Raises:
-            ValueError: ``value`` has no elements.
+            ValueError: ``value`` has no elements (unless ``raise_on_empty`` is False).
         """
         if isinstance(value, Tensor):
             return value
         data = np.asarray(value)
-        if data.size == 0:
+        if raise_on_empty and data.size == 0:
             raise ValueError(
                 f"The value has 0 elements: cannot combine tensor {self._id!r} with {value!r}"
             )
@@ -366,6 +368,9 @@ class Tensor:
         return self.flatten()[0 : n * self.shape[1] : self.shape[1] + 1]
 
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+        """``ops.ipu_copy(self, destination, source)``; ``source`` defaults to the IPU of
+        the tensor's producer (a variable or constant has none: its ``copy_to_ipu`` asks
+        for ``src``)."""
         return self._ops().ipu_copy(self, destination, source)
 
 
@@ -397,6 +402,11 @@ class Variable(Tensor):
         self._remote = None
         self._shard_over = None
         return self
+
+    def copy_to_ipu(self, dst: int, src: int) -> Tensor:  # type: ignore[override]
+        """``ops.ipu_copy(self, dst, src)`` with ``src`` required, as in PopXL: a variable
+        or constant (which shares this method) has no producer to take the source IPU from."""
+        return self._ops().ipu_copy(self, dst, src)
 
     @property
     def replica_grouping(self) -> ReplicaGrouping:
@@ -455,6 +465,8 @@ class Constant(Tensor):
         self._setup(graph, tensor_id, spec)
         self._data = data
         return self
+
+    copy_to_ipu = Variable.copy_to_ipu  # type: ignore[assignment]  # src required
 
     @property
     def host_data(self) -> np.ndarray:

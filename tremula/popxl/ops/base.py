@@ -87,7 +87,10 @@ class OpNode:
     def ipu_of(self, t: Tensor) -> int | None:
         """The virtual IPU of input or output ``t``: the op's, except for an op spanning
         IPUs (``attrs["ipus"]``: input ``i`` and output ``i`` on ``ipus[i]``, as PopART's
-        introspection ids of the cross-IPU all-reduce)."""
+        introspection ids of the cross-IPU all-reduce), and an ``IpuCopy``, whose input is
+        on its ``source`` IPU (the op sits on the destination's)."""
+        if self.type == "IpuCopy" and any(x is t for x in self.inputs):
+            return int(self.attrs["source"])
         ipus = self.attrs.get("ipus")
         if ipus is not None:
             for group in (self.outputs, self.inputs):
