@@ -1,0 +1,319 @@
+"""popxl-addons programs beyond GPT-J and BERT, written as its own test suite would write
+them: its C++ custom ops (rotary embedding, grad reduce-square-add, 4-bit group
+quantisation, static sparse matmul, distributed layer norm, sharded cross-entropy) forward
+and through ``addons.autodiff``; ``InputStreams`` / ``OutputStreams``; a data-parallel
+Linear trained with its Adam step in a ``TaskSession`` that is checkpointed and resumed;
+memory-mapped variables. Checked against torch and NumPy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import popxl_addons as addons
+import pytest
+import torch
+from popxl_addons.layers import Linear
+from popxl_addons.layers.linear_gq import LinearGQ
+from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
+from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
+from popxl_addons.ops.group_quantize_decompress import (
+    group_quantize_compress_numpy,
+    group_quantize_decompress,
+    group_quantize_decompress_numpy,
+)
+from popxl_addons.ops.layer_norm_distributed import layer_norm_distributed
+from popxl_addons.ops.rotary_pos_embed import rotary_pos_embed, trig_table_constants
+from popxl_addons.ops.static_sparse_ops.dense_sparse_matmul import (
+    dense_const_sparse_matmul,
+    random_sparse,
+)
+from popxl_addons.optimizers.adam import AdamOptimizerStep
+from popxl_addons.streams import InputStreams, OutputStreams
+from popxl_addons.task_session import TaskSession
+from scipy.sparse import csr_matrix
+
+import popxl
+from popxl import ops
+
+RNG = np.random.default_rng(8)
+R = 2  # replicas of the tensor- and data-parallel programs
+
+
+def _store(t: popxl.Tensor) -> popxl.DeviceToHostStream:
+    d2h = popxl.d2h_stream(t.shape, t.dtype)
+    ops.host_store(d2h, t)
+    return d2h
+
+
+def _run(ir: popxl.Ir, *streams: popxl.DeviceToHostStream) -> list[np.ndarray]:
+    with popxl.Session(ir, "ipu_model") as s:
+        out = s.run()
+    return [out[d] for d in streams]
+
+
+def _loss_and_grad(
+    ir: popxl.Ir, fn: Callable[..., popxl.Tensor], x: popxl.Tensor, *rest: popxl.Tensor
+) -> tuple[popxl.DeviceToHostStream, popxl.DeviceToHostStream]:
+    """Streams of ``fn(x, *rest)`` and of its gradient in ``x`` (seed ones), the graph
+    differentiated by ``addons.autodiff`` as its users do."""
+    fwd = ir.create_graph(fn, x.spec, *[t.spec for t in rest])
+    bwd = addons.autodiff(fwd, grads_required=[fwd.inputs[0]])
+    info = ops.call_with_info(fwd, x, *rest)
+    y = info.outputs[0]  # autodiff added the activations the gradient needs as outputs
+    seed = popxl.constant(np.ones(y.shape, y.dtype.as_numpy()), y.dtype)
+    (dx,) = bwd.call(seed, args=bwd.grad_graph_info.inputs_dict(info))
+    return _store(y), _store(dx)
+
+
+def _per_replica(a: np.ndarray, ir: popxl.Ir, name: str) -> popxl.Tensor:
+    """A variable holding ``a[r]`` on replica ``r``."""
+    return popxl.variable(a, name=name, replica_grouping=ir.replica_grouping(group_size=1))
+
+
+def _shards(a: np.ndarray) -> np.ndarray:
+    return np.stack(np.split(a, R, axis=-1))
+
+
+def test_rotary_pos_embed_forward_and_gradient_match_torch() -> None:
+    """Layout [batch, seq, heads, head_dim]; only the first ``rotary_dim`` features rotate."""
+    x0 = RNG.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    w0 = RNG.standard_normal(x0.shape).astype(np.float32)
+    ir = popxl.Ir()
+
+    def fn(x: popxl.Tensor, w: popxl.Tensor) -> popxl.Tensor:
+        sin, cos = trig_table_constants(4, 6)
+        return ops.sum(rotary_pos_embed(x, sin, cos, rotary_dim=6) * w)
+
+    with ir.main_graph:
+        y, dx = _loss_and_grad(ir, fn, popxl.variable(x0), popxl.variable(w0))
+    got_y, got_dx = _run(ir, y, dx)
+    xt = torch.tensor(x0, requires_grad=True)
+    phi = torch.tensor(np.outer(np.arange(4), 10000.0 ** (-np.arange(0, 6, 2) / 6)))
+    sin, cos = torch.sin(phi)[None, :, None].float(), torch.cos(phi)[None, :, None].float()
+    re, im = xt[..., 0:6:2], xt[..., 1:6:2]
+    rot = torch.stack([re * cos - im * sin, re * sin + im * cos], -1).flatten(-2)
+    ref = (torch.cat([rot, xt[..., 6:]], -1) * torch.tensor(w0)).sum()
+    ref.backward()
+    np.testing.assert_allclose(got_y, ref.item(), rtol=1e-5)
+    assert xt.grad is not None
+    np.testing.assert_allclose(got_dx, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_grad_reduce_square_add_undoes_loss_scaling() -> None:
+    g0 = RNG.standard_normal((3, 7)).astype(np.float16)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        out = _store(grad_reduce_square_add(popxl.variable(g0), loss_scaling=4))
+    (got,) = _run(ir, out)
+    assert got.dtype == np.float32 and got.shape == ()
+    np.testing.assert_allclose(got, (g0.astype(np.float64) ** 2).sum() / 16, rtol=1e-6)
+
+
+def test_group_quantised_linear_matches_torch() -> None:
+    """``LinearGQ`` with weights mapped from a torch ``nn.Linear`` (compressed to 4 bits in
+    groups of 8), and the decompression op alone: the op unpacks exactly as popxl-addons'
+    NumPy decompression does, and the layer is torch's Linear with those weights."""
+    lin = torch.nn.Linear(16, 32)
+    x0 = RNG.standard_normal((3, 16)).astype(np.float16)
+    w = lin.weight.detach().numpy().T  # what torch_mapping compresses
+    packed, scale, bias = group_quantize_compress_numpy(w, 8, dim=-1)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x0, popxl.float16)
+        facts, graph = LinearGQ(32, group_size=8).create_graph(x)
+        state = facts.init()
+        (y,) = graph.bind(state).call(x)
+        tensors = [
+            popxl.variable(packed, popxl.uint16),
+            popxl.variable(scale),
+            popxl.variable(bias),
+        ]
+        w_out = _store(group_quantize_decompress(*tensors))
+        y_out = _store(y)
+    with popxl.Session(ir, "ipu_model") as s:
+        s.write_variables_data(LinearGQ.torch_mapping(state, lin, popxl.float16, group_size=8))
+        out = s.run()
+    w_ref = group_quantize_decompress_numpy(packed, scale, bias, dim=-1)
+    np.testing.assert_array_equal(out[w_out], w_ref)
+    assert np.abs(w_ref - w).max() <= scale.max()  # within a 4-bit step of the weights
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor(w_ref.T.astype(np.float32)))
+        ref = lin(torch.tensor(x0.astype(np.float32))).numpy()
+    np.testing.assert_allclose(out[y_out].astype(np.float32), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_dense_const_sparse_matmul() -> None:
+    lhs = RNG.standard_normal((4, 8)).astype(np.float32)
+    rhs = random_sparse(RNG.standard_normal((8, 6)).astype(np.float32), density=0.4)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        out = _store(dense_const_sparse_matmul(popxl.variable(lhs), csr_matrix(rhs), 6))
+    (got,) = _run(ir, out)
+    np.testing.assert_allclose(got, lhs @ rhs, rtol=1e-5, atol=1e-6)
+
+
+def test_layer_norm_distributed_forward_and_gradient() -> None:
+    """The hidden axis split over two replicas; the scale is 1 (as the layer starts), where
+    the C++ gradient, which leaves the scale out, is the layer norm's."""
+    x0 = RNG.standard_normal((3, 8)).astype(np.float32)
+    w0 = RNG.standard_normal((3, 8)).astype(np.float32)
+    b0 = RNG.standard_normal(8).astype(np.float32)
+    ir = popxl.Ir(replication=R)
+    group = ir.replica_grouping(group_size=R)
+    with ir.main_graph:
+        x, w = _per_replica(_shards(x0), ir, "x"), _per_replica(_shards(w0), ir, "w")
+        gamma = _per_replica(np.ones((R, 4), np.float32), ir, "gamma")
+        beta = _per_replica(_shards(b0), ir, "beta")
+
+        def fn(x: popxl.Tensor, w: popxl.Tensor, g: popxl.Tensor, b: popxl.Tensor):
+            return ops.sum(layer_norm_distributed(x, g, b, group=group) * w)
+
+        y, dx = _loss_and_grad(ir, fn, x, w, gamma, beta)
+    got_y, got_dx = _run(ir, y, dx)
+    xt = torch.tensor(x0, requires_grad=True)
+    ln = torch.nn.functional.layer_norm(xt, (8,), None, torch.tensor(b0), 1e-5)
+    prod = ln * torch.tensor(w0)
+    prod.sum().backward()
+    parts = [prod[:, r * 4 : (r + 1) * 4].sum().item() for r in range(R)]
+    np.testing.assert_allclose(got_y, parts, rtol=1e-5, atol=1e-5)
+    assert xt.grad is not None
+    np.testing.assert_allclose(np.concatenate(list(got_dx), -1), xt.grad.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_sharded_loss_and_gradient_match_torch(reduction: str) -> None:
+    """Logits split over the classes on two replicas, labels offset to each shard."""
+    logits = RNG.standard_normal((4, 10)).astype(np.float32)
+    labels = np.array([1, 7, 4, 9])
+    ir = popxl.Ir(replication=R)
+    group = ir.replica_grouping(group_size=R)
+    with ir.main_graph:
+        x = _per_replica(_shards(logits), ir, "logits")
+        local = np.stack([labels - 5 * r for r in range(R)]).astype(np.int32)
+        idx = popxl.variable(
+            local, popxl.int32, name="idx", replica_grouping=ir.replica_grouping(group_size=1)
+        )
+        y, dx = _loss_and_grad(
+            ir,
+            lambda a, b: cross_entropy_sharded_loss(
+                a, b, replica_grouping=group, reduction=reduction
+            ),
+            x,
+            idx,
+        )
+    got_y, got_dx = _run(ir, y, dx)
+    xt = torch.tensor(logits, requires_grad=True)
+    loss = torch.nn.functional.cross_entropy(xt, torch.tensor(labels), reduction=reduction)
+    loss.backward()
+    np.testing.assert_allclose(got_y, [loss.item()] * R, rtol=1e-5)
+    assert xt.grad is not None
+    np.testing.assert_allclose(np.concatenate(list(got_dx), -1), xt.grad.numpy(), atol=1e-6)
+
+
+def test_input_and_output_streams() -> None:
+    a, b = RNG.standard_normal((2, 2, 3)).astype(np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        ins = InputStreams(x=((2, 3), popxl.float32), y=((2, 3), popxl.float32))
+        outs = OutputStreams(z=((2, 3), popxl.float32))
+        ops.host_store(outs.z, ops.host_load(ins.x) * ops.host_load(ins[1]))
+    assert [s.tensor_id for s in ins] == ["x", "y"]
+    with pytest.raises(AttributeError, match="Available Keys"):
+        ins.w  # noqa: B018
+    with popxl.Session(ir, "ipu_model") as s:
+        got = s.run({ins.x: a, ins.y: b})[outs.z]
+    np.testing.assert_allclose(got, a * b, rtol=1e-6)
+
+
+B = 3  # rows per replica in the data-parallel program
+
+
+def _data_parallel_program(memmap_dir: Path | None = None, loss_scaling: float = 1.0):
+    """A Linear(4 -> 2) trained on the mean squared error, its gradients averaged over the
+    replicas and applied by popxl-addons' Adam step (with ``loss_scaling``, the gradient
+    scaled by it first)."""
+    ir = popxl.Ir(replication=R)
+    with ir.main_graph:
+        ins = InputStreams(x=((B, 4), popxl.float32), t=((B, 2), popxl.float32))
+        outs = OutputStreams(loss=((), popxl.float32))
+        facts, fwd = Linear(2).create_graph(ins.x.spec)
+        bwd = addons.autodiff(fwd)
+        state = facts.init("lin", memmap_dir=None if memmap_dir is None else str(memmap_dir))
+        info = fwd.bind(state).call_with_info(ops.host_load(ins.x))
+        diff = info.outputs[0] - ops.host_load(ins.t)
+        ops.host_store(outs.loss, ops.mean(diff * diff))
+        dy = diff * (2.0 * loss_scaling / diff.nelms)
+        grads = bwd.call(dy, args=bwd.grad_graph_info.inputs_dict(info))
+        fwd_inputs = [a.fwd_tensor for a in bwd.grad_graph_info.expected_outputs]
+        grad_of = {info.graph_to_parent(t): g for t, g in zip(fwd_inputs, grads)}
+        for name, var in list(state.to_dict().items()):
+            grad = ops.collectives.replicated_all_reduce(grad_of[var], op="mean")
+            opt_facts, opt = AdamOptimizerStep().create_graph(
+                var, grad.spec, lr=0.1, first_order_dtype=popxl.float32, loss_scaling=loss_scaling
+            )
+            opt_state = opt_facts.init(f"opt.{name}")
+            opt.bind(opt_state).call(var, grad)
+            state.insert(f"adam_{name}", opt_state)
+    return ir, ins, outs, state
+
+
+def _torch_adamw(xs: np.ndarray, ts: np.ndarray, w0: np.ndarray, b0: np.ndarray):
+    """Each step's loss on each replica's rows, and the final weight and bias."""
+    lin = torch.nn.Linear(4, 2)
+    lin.weight.data, lin.bias.data = torch.tensor(w0.T.copy()), torch.tensor(b0.copy())
+    opt = torch.optim.AdamW(lin.parameters(), lr=0.1, eps=1e-5, weight_decay=1e-2)
+    losses = []
+    for x, t in zip(xs, ts):
+        opt.zero_grad()
+        per_replica = [
+            ((lin(torch.tensor(x[r])) - torch.tensor(t[r])) ** 2).mean() for r in range(R)
+        ]
+        (sum(per_replica) / R).backward()
+        opt.step()
+        losses.append([v.item() for v in per_replica])
+    return np.array(losses), lin.weight.detach().numpy().T, lin.bias.detach().numpy()
+
+
+# TaskSession.load_checkpoint reads session_info.json with json.load(open(...)) and leaves
+# the file to the garbage collector
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_data_parallel_adam_training_resumes_from_a_checkpoint(tmp_path: Path) -> None:
+    """Two steps, ``save_checkpoint``; a fresh session ``load_checkpoint``s and takes two more:
+    the four steps are torch's AdamW (popxl-addons' Adam with decoupled weight decay)."""
+    xs = RNG.standard_normal((4, R, B, 4)).astype(np.float32)
+    ts = RNG.standard_normal((4, R, B, 2)).astype(np.float32)
+    ir, ins, outs, state = _data_parallel_program()
+    with TaskSession(ins, outs, state, ir=ir, device_desc="ipu_model") as s:
+        start = {k: v.copy() for k, v in s.get_named_tensors_data().to_dict().items()}
+        losses = [s.run({ins.x: xs[i], ins.t: ts[i]})[outs.loss] for i in range(2)]
+        s.save_checkpoint(str(tmp_path))
+    assert (tmp_path / "model" / "adam_weight.first_order.npz").exists()
+    ir, ins, outs, state = _data_parallel_program()
+    with TaskSession(ins, outs, state, ir=ir, device_desc="ipu_model") as s:
+        s.load_checkpoint(str(tmp_path))
+        assert s.session_state["steps"] == 2
+        losses += [s.run({ins.x: xs[i], ins.t: ts[i]})[outs.loss] for i in range(2, 4)]
+        end = s.get_named_tensors_data().to_dict()
+    ref_losses, w, b = _torch_adamw(xs, ts, start["weight"], start["bias"])
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(end["weight"], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(end["bias"], b, rtol=1e-5, atol=1e-6)
+
+
+def test_memory_mapped_variables_train_in_place(tmp_path: Path) -> None:
+    """``facts.init(memmap_dir=...)`` backs the variables with raw memmap files that the
+    session reads and writes back; with a loss scale the Adam step unscales the gradient."""
+    xs = RNG.standard_normal((2, R, B, 4)).astype(np.float32)
+    ts = RNG.standard_normal((2, R, B, 2)).astype(np.float32)
+    ir, ins, outs, state = _data_parallel_program(tmp_path, loss_scaling=8.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lin.bias.npy", "lin.weight.npy"]
+    with TaskSession(ins, outs, state, ir=ir, device_desc="ipu_model") as s:
+        start = {k: v.copy() for k, v in s.get_named_tensors_data().to_dict().items()}
+        losses = [s.run({ins.x: xs[i], ins.t: ts[i]})[outs.loss] for i in range(2)]
+        s.get_named_tensors_data()  # weights to host: written to the files
+    ref_losses, w, _ = _torch_adamw(xs, ts, start["weight"], start["bias"])
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    on_disk = np.memmap(tmp_path / "lin.weight.npy", np.float32, "r", shape=(4, 2))
+    np.testing.assert_allclose(on_disk, w, rtol=1e-5, atol=1e-6)
