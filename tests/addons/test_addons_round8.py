@@ -15,6 +15,7 @@ import popxl_addons as addons
 import pytest
 import torch
 from popxl_addons.layers import Linear
+from popxl_addons.layers.linear_fp8 import LinearFP8
 from popxl_addons.layers.linear_gq import LinearGQ
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
@@ -210,6 +211,118 @@ def test_cross_entropy_sharded_loss_and_gradient_match_torch(reduction: str) -> 
     np.testing.assert_allclose(got_y, [loss.item()] * R, rtol=1e-5)
     assert xt.grad is not None
     np.testing.assert_allclose(np.concatenate(list(got_dx), -1), xt.grad.numpy(), atol=1e-6)
+
+
+class DoubledGradScale(addons.Module):
+    """``y = x * w`` with a hand-written gradient graph (``build_grad``) that doubles the
+    gradient of ``x``: it is seen to be used in place of autodiff's."""
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        w = self.add_variable_input("w", lambda: np.full(x.shape[-1:], 3.0, np.float32), x.dtype)
+        self.aux["x"], self.aux["w"] = x, w
+        return x * w
+
+    def build_grad(self, dy: popxl.Tensor) -> popxl.Tensor:
+        self.var_grad["w"] = ops.sum(dy * self.aux["x"], 0)
+        return dy * self.aux["w"] * 2.0
+
+
+class CallsDoubledGradScale(addons.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = DoubledGradScale()
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        (y,) = self.call_module(self.inner)(x)
+        return y * 5.0
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_build_grad_gradient_graph_is_used_by_autodiff(nested: bool) -> None:
+    """``GraphWithNamedArgs.autodiff`` takes the module's ``build_grad``; nested in a graph
+    called through ``call_module``, ``addons.autodiff`` of the outer graph takes it too."""
+    x0 = RNG.standard_normal((2, 3)).astype(np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x0, name="x")
+        module = CallsDoubledGradScale() if nested else DoubledGradScale()
+        facts, fwd = module.create_graph(x.spec)
+        bwd = addons.autodiff(fwd) if nested else fwd.autodiff()
+        info = fwd.bind(facts.init()).call_with_info(x)
+        ones = popxl.constant(np.ones((2, 3), np.float32))
+        dx, dw = bwd.call(ones, args=bwd.grad_graph_info.inputs_dict(info))
+        outs = _store(dx), _store(dw)
+    got_dx, got_dw = _run(ir, *outs)
+    outer = 5.0 if nested else 1.0
+    np.testing.assert_array_equal(got_dx, np.full((2, 3), 2 * 3.0 * outer, np.float32))
+    np.testing.assert_allclose(got_dw, outer * x0.sum(0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("metric", ["amax", "mse", "manual_scale"])
+def test_linear_fp8_forward_and_build_grad(metric: str) -> None:
+    """The float8 Linear (weights and activations cast to float8 143 with a power-of-two
+    scale, gradients to float8 152) against the float16 Linear, within float8 precision."""
+    x0 = RNG.standard_normal((4, 16)).astype(np.float16)
+    dy0 = RNG.standard_normal((4, 8)).astype(np.float16)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x0, popxl.float16, name="x")
+        facts, fwd = LinearFP8(8, scale_metric=metric).create_graph(x.spec)
+        bwd = fwd.autodiff()
+        state = facts.init()
+        info = fwd.bind(state).call_with_info(x)
+        grads = bwd.call(popxl.constant(dy0), args=bwd.grad_graph_info.inputs_dict(info))
+        outs = [_store(t) for t in (info.outputs[0], *grads)]
+    with popxl.Session(ir, "ipu_model") as s:
+        got = s.run()
+        w = s.get_tensor_data(state.weight).astype(np.float32)
+    y, dx, dw, db = (got[d].astype(np.float32) for d in outs)
+    x32, dy32 = x0.astype(np.float32), dy0.astype(np.float32)
+    # x, w in float8 143 (3 mantissa bits), dy in 152 (2): each factor is within half a
+    # unit in the last place, so a product within the sum of the two, of |a| @ |b|
+    for a, (lhs, m_l), (rhs, m_r) in [
+        (y, (x32, 3), (w, 3)),
+        (dx, (dy32, 2), (w.T, 3)),
+        (dw, (x32.T, 3), (dy32, 2)),
+    ]:
+        bound = (2.0 ** -(m_l + 1) + 2.0 ** -(m_r + 1)) * (np.abs(lhs) @ np.abs(rhs))
+        assert np.all(np.abs(a - lhs @ rhs) <= 1.1 * bound + 2e-3)
+    np.testing.assert_allclose(db, dy32.sum(0), rtol=1e-2, atol=1e-2)
+
+
+def test_adam_with_tensor_lr_and_global_norm_clipping_matches_torch() -> None:
+    """As GPT-J's fine-tuning builds it: ``lr`` and ``global_norm`` are graph inputs
+    (TensorSpecs), the gradient carries a loss scale of 8 and is clipped to norm 1."""
+    w0 = RNG.standard_normal((3, 4)).astype(np.float32)
+    g0 = 3 * RNG.standard_normal((3, 4)).astype(np.float32)
+    scalar = popxl.TensorSpec((), popxl.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        var, grad = popxl.variable(w0, name="w"), popxl.variable(g0 * 8, name="g")
+        lr = popxl.variable(np.float32(0.01), name="lr")
+        norm = popxl.variable(np.float32(np.sqrt((g0.astype(np.float64) ** 2).sum())), name="n")
+        facts, graph = AdamOptimizerStep().create_graph(
+            var,
+            grad.spec,
+            lr=scalar,
+            weight_decay=0.0,
+            first_order_dtype=popxl.float32,
+            loss_scaling=8,
+            global_norm=scalar,
+            global_norm_max=1.0,
+        )
+        graph.bind(facts.init()).call(var, grad, lr, norm)
+    with popxl.Session(ir, "ipu_model") as s:
+        for _ in range(2):
+            s.run()
+        got = s.get_tensor_data(var)
+    p = torch.nn.Parameter(torch.tensor(w0))
+    opt = torch.optim.Adam([p], lr=0.01, eps=1e-5)
+    for _ in range(2):
+        p.grad = torch.tensor(g0)
+        torch.nn.utils.clip_grad_norm_([p], 1.0)
+        opt.step()
+    np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_input_and_output_streams() -> None:
