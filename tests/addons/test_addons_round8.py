@@ -13,6 +13,7 @@ import numpy as np
 import popxl_addons as addons
 import pytest
 import torch
+from popxl_addons.layers import Linear
 from popxl_addons.layers.linear_fp8 import LinearFP8
 from popxl_addons.layers.linear_gq import LinearGQ
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
@@ -28,6 +29,7 @@ from popxl_addons.ops.static_sparse_ops.dense_sparse_matmul import (
     dense_const_sparse_matmul,
     random_sparse,
 )
+from popxl_addons.transforms.batch_serialisation import batch_serialise
 from scipy.sparse import csr_matrix
 
 import popxl
@@ -283,3 +285,58 @@ def test_linear_fp8_forward_and_build_grad(metric: str) -> None:
         bound = (2.0 ** -(m_l + 1) + 2.0 ** -(m_r + 1)) * (np.abs(lhs) @ np.abs(rhs))
         assert np.all(np.abs(a - lhs @ rhs) <= 1.1 * bound + 2e-3)
     np.testing.assert_allclose(db, dy32.sum(0), rtol=1e-2, atol=1e-2)
+
+
+class DropoutLinear(addons.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = Linear(3)
+
+    def build(self, x: popxl.Tensor, seed: popxl.Tensor) -> popxl.Tensor:
+        return ops.dropout(self.fc(x), seed, p=0.5)
+
+
+@pytest.mark.parametrize("io_mode", ["compute", "io", "io_overlapped"])
+def test_batch_serialised_dropout_draws_a_seed_per_step(io_mode: str) -> None:
+    """``batch_serialise`` with ``seed_input``: step ``i`` runs with the seed that
+    ``split_random_seed`` gives the ``i``-th time from the loop's seed, as the same graph
+    called once per step with those seeds does (a second program, same weights); the
+    steps' masks differ."""
+    steps, rows = 3, 2
+    xs = RNG.standard_normal((steps, rows, 4)).astype(np.float32)
+    seed0 = np.array([7, 11], np.uint32)
+    seed_spec = popxl.TensorSpec((2,), popxl.uint32)
+    ir = popxl.Ir()
+    ir._pb_ir.getSessionOptions().numIOTiles = 32
+    ir.num_host_transfers = steps
+    with ir.main_graph:
+        x_in = popxl.h2d_stream((rows, 4), popxl.float32, "x")
+        y_out = popxl.d2h_stream((rows, 3), popxl.float32, "y")
+        facts, graph = DropoutLinear().create_graph(x_in.spec, seed_spec)
+        state = facts.init()
+        x_t, seed_t = graph.graph.inputs[:2]
+        serial = batch_serialise(
+            graph, steps, {x_t: x_in}, {graph.graph.outputs[0]: y_out}, {}, seed_t, io_mode=io_mode
+        )
+        serial.graph.bind(state).call(0, popxl.variable(seed0, popxl.uint32, "seed"))
+    with popxl.Session(ir, "ipu_model") as s:
+        got = s.run({x_in: xs})[y_out]
+        weights = {k: s.get_tensor_data(t) for k, t in state.to_dict().items()}
+    ref_ir = popxl.Ir()
+    with ref_ir.main_graph:
+        facts, graph = DropoutLinear().create_graph(
+            popxl.TensorSpec((rows, 4), popxl.float32), seed_spec
+        )
+        ref_state = facts.init()
+        seed, ys = popxl.constant(seed0, popxl.uint32), []
+        for i in range(steps):
+            step_seed, seed = ops.split_random_seed(seed)
+            (y,) = graph.bind(ref_state).call(popxl.constant(xs[i]), step_seed)
+            ys.append(y.reshape((1, rows, 3)))
+        ref_out = _store(ops.concat(ys, 0))
+    with popxl.Session(ref_ir, "ipu_model") as s:
+        s.write_variables_data({t: weights[k] for k, t in ref_state.to_dict().items()})
+        ref = s.run()[ref_out]
+    np.testing.assert_array_equal(got, ref)
+    kept = got != 0
+    assert not (np.array_equal(kept[0], kept[1]) and np.array_equal(kept[1], kept[2]))
