@@ -17,6 +17,7 @@ from popxl_addons.layers import Linear
 from popxl_addons.layers.linear_fp8 import LinearFP8
 from popxl_addons.layers.linear_gq import LinearGQ
 from popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
+from popxl_addons.ops.cross_entropy_sharded_wr_loss import cross_entropy_sharded_wr_loss
 from popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
 from popxl_addons.ops.group_quantize_decompress import (
     group_quantize_compress_numpy,
@@ -109,18 +110,20 @@ def test_grad_reduce_square_add_undoes_loss_scaling() -> None:
     np.testing.assert_allclose(got, (g0.astype(np.float64) ** 2).sum() / 16, rtol=1e-6)
 
 
-def test_group_quantised_linear_matches_torch() -> None:
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_group_quantised_linear_matches_torch(dim: int) -> None:
     """``LinearGQ`` with weights mapped from a torch ``nn.Linear`` (compressed to 4 bits in
-    groups of 8), and the decompression op alone: the op unpacks exactly as popxl-addons'
-    NumPy decompression does, and the layer is torch's Linear with those weights."""
+    groups of 8 along the output or the input axis), and the decompression op alone: the op
+    unpacks exactly as popxl-addons' NumPy decompression does, and the layer is torch's
+    Linear with those weights."""
     lin = torch.nn.Linear(16, 32)
     x0 = RNG.standard_normal((3, 16)).astype(np.float16)
     w = lin.weight.detach().numpy().T  # what torch_mapping compresses
-    packed, scale, bias = group_quantize_compress_numpy(w, 8, dim=-1)
+    packed, scale, bias = group_quantize_compress_numpy(w, 8, dim=dim)
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(x0, popxl.float16)
-        facts, graph = LinearGQ(32, group_size=8).create_graph(x)
+        facts, graph = LinearGQ(32, group_size=8, dim=dim).create_graph(x)
         state = facts.init()
         (y,) = graph.bind(state).call(x)
         tensors = [
@@ -128,12 +131,14 @@ def test_group_quantised_linear_matches_torch() -> None:
             popxl.variable(scale),
             popxl.variable(bias),
         ]
-        w_out = _store(group_quantize_decompress(*tensors))
+        w_out = _store(group_quantize_decompress(*tensors, dim=dim))
         y_out = _store(y)
     with popxl.Session(ir, "ipu_model") as s:
-        s.write_variables_data(LinearGQ.torch_mapping(state, lin, popxl.float16, group_size=8))
+        s.write_variables_data(
+            LinearGQ.torch_mapping(state, lin, popxl.float16, group_size=8, dim=dim)
+        )
         out = s.run()
-    w_ref = group_quantize_decompress_numpy(packed, scale, bias, dim=-1)
+    w_ref = group_quantize_decompress_numpy(packed, scale, bias, dim=dim)
     np.testing.assert_array_equal(out[w_out], w_ref)
     assert np.abs(w_ref - w).max() <= scale.max()  # within a 4-bit step of the weights
     with torch.no_grad():
@@ -208,6 +213,38 @@ def test_cross_entropy_sharded_loss_and_gradient_match_torch(reduction: str) -> 
     np.testing.assert_allclose(got_y, [loss.item()] * R, rtol=1e-5)
     assert xt.grad is not None
     np.testing.assert_allclose(np.concatenate(list(got_dx), -1), xt.grad.numpy(), atol=1e-6)
+
+
+def test_cross_entropy_sharded_within_replica_and_gradient_match_torch() -> None:
+    """The within-replica variant: the class shards on IPUs 0 and 1 of one replica, the
+    unreduced loss on IPU 0; labels are the global ones."""
+    logits = RNG.standard_normal((4, 10)).astype(np.float32)
+    labels = np.array([1, 7, 4, 9], np.int32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        shards, idx = [], []
+        for ipu in range(2):
+            with popxl.ipu(ipu):
+                part = logits[:, 5 * ipu : 5 * ipu + 5]
+                shards.append(popxl.variable(part, name=f"logits{ipu}"))
+                idx.append(popxl.variable(labels, popxl.int32, name=f"labels{ipu}"))
+        fwd = ir.create_graph(
+            lambda a, b, c, d: cross_entropy_sharded_wr_loss([a, b], [c, d], ipus=[0, 1]),
+            *[t.spec for t in shards + idx],
+        )
+        bwd = addons.autodiff(fwd, grads_required=fwd.inputs[:2])
+        info = ops.call_with_info(fwd, *shards, *idx)
+        with popxl.ipu(0):
+            ones = popxl.constant(np.ones(4, np.float32))
+            grads = bwd.call(ones, args=bwd.grad_graph_info.inputs_dict(info))
+        outs = [_store(t) for t in (info.outputs[0], *grads)]
+    loss, d0, d1 = _run(ir, *outs)
+    xt = torch.tensor(logits, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(xt, torch.tensor(labels).long(), reduction="none")
+    ref.sum().backward()
+    np.testing.assert_allclose(loss, ref.detach().numpy(), rtol=1e-6)
+    assert xt.grad is not None
+    np.testing.assert_allclose(np.concatenate([d0, d1], -1), xt.grad.numpy(), atol=1e-7)
 
 
 class DoubledGradScale(addons.Module):
