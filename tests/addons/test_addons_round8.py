@@ -30,6 +30,7 @@ from popxl_addons.ops.static_sparse_ops.dense_sparse_matmul import (
     dense_const_sparse_matmul,
     random_sparse,
 )
+from popxl_addons.transforms.autodiff import autodiff_with_accumulation
 from popxl_addons.transforms.batch_serialisation import batch_serialise
 from scipy.sparse import csr_matrix
 
@@ -290,6 +291,51 @@ def test_build_grad_gradient_graph_is_used_by_autodiff(nested: bool) -> None:
     outer = 5.0 if nested else 1.0
     np.testing.assert_array_equal(got_dx, np.full((2, 3), 2 * 3.0 * outer, np.float32))
     np.testing.assert_allclose(got_dw, outer * x0.sum(0), rtol=1e-6)
+
+
+class ScaledLinear(addons.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = DoubledGradScale()
+        self.fc = Linear(2)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        (h,) = self.call_module(self.scale)(x)
+        return self.fc(h)
+
+
+def test_accumulated_gradients_through_a_build_grad_module() -> None:
+    """``autodiff_with_accumulation`` over a module calling one with ``build_grad``: three
+    backward calls leave the running means of the weight gradients (the hand-written one
+    for ``w``, which sees the unmodified ``dh``) and the count."""
+    xs = RNG.standard_normal((3, 2, 3)).astype(np.float32)
+    dys = RNG.standard_normal((3, 2, 2)).astype(np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        facts, fwd = ScaledLinear().create_graph(popxl.TensorSpec((2, 3), popxl.float32))
+        state = facts.init()
+        acc_facts, bwd = autodiff_with_accumulation(fwd, fwd.args.tensors)
+        acc = acc_facts.init()
+        for x, dy in zip(xs, dys):
+            info = fwd.bind(state).call_with_info(popxl.constant(x))
+            bwd.bind(acc).call(popxl.constant(dy), args=bwd.grad_graph_info.inputs_dict(info))
+    with popxl.Session(ir, "ipu_model") as s:
+        s.run()
+        w = {k: s.get_tensor_data(t) for k, t in state.to_dict().items()}
+        got = {k: s.get_tensor_data(t) for k, t in acc.to_dict().items()}
+    assert sorted(got) == [
+        "accum.DoubledGradScale.w",
+        "accum.fc.bias",
+        "accum.fc.weight",
+        "mean_accum_counter",
+    ]
+    scale, weight = w["DoubledGradScale.w"], w["fc.weight"]
+    d_weight = np.mean([(x * scale).T @ dy for x, dy in zip(xs, dys)], 0)
+    d_scale = np.mean([((dy @ weight.T) * x).sum(0) for x, dy in zip(xs, dys)], 0)
+    np.testing.assert_allclose(got["accum.fc.weight"], d_weight, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["accum.fc.bias"], dys.sum(1).mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["accum.DoubledGradScale.w"], d_scale, rtol=1e-5, atol=1e-6)
+    assert got["mean_accum_counter"] == 3
 
 
 @pytest.mark.parametrize("metric", ["amax", "mse", "manual_scale"])
