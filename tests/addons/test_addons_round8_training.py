@@ -217,3 +217,92 @@ def test_phased_training_with_replica_sharded_state_in_remote_buffers(io_tiles: 
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(end["weight"], w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(end["bias"], b, rtol=1e-5, atol=1e-6)
+
+
+class ReluLinear(addons.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = Linear(4)
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        return ops.relu(self.fc(x))
+
+
+class LinearMSE(addons.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = Linear(2)
+
+    def build(self, h: popxl.Tensor, t: popxl.Tensor) -> popxl.Tensor:
+        d = self.fc(h) - t
+        return ops.mean(d * d)
+
+
+def test_replicated_pipeline_trains_like_torch_sgd() -> None:
+    """Two pipeline stages of popxl-addons Linear layers on IPUs 0 and 1, on two replicas:
+    the gradients accumulated over the micro-batches are averaged over the replicas, then an
+    SGD step; two runs are torch's SGD on the mean loss of all micro-batches and replicas."""
+    steps, lr = 6, 0.05  # at least twice the stages
+    ir = popxl.Ir(replication=R)
+    ir.num_host_transfers = steps
+    with ir.main_graph:
+        ins = InputStreams(x=((2, 3), popxl.float32), t=((2, 2), popxl.float32))
+        outs = OutputStreams(loss=((), popxl.float32))
+        with popxl.ipu(0):
+            facts0, fwd0 = ReluLinear().create_graph(ins.x.spec)
+            acc_facts0, bwd0 = addons.autodiff_with_accumulation(
+                fwd0, fwd0.args.tensors, grads_required=[]
+            )
+            v0, acc0 = facts0.init("s0"), acc_facts0.init("s0")
+        with popxl.ipu(1):
+            facts1, fwd1 = LinearMSE().create_graph(
+                popxl.TensorSpec((2, 4), popxl.float32), ins.t.spec
+            )
+            acc_facts1, bwd1 = addons.autodiff_with_accumulation(
+                fwd1, fwd1.args.tensors, grads_required=fwd1.graph.inputs[:1]
+            )
+            v1, acc1 = facts1.init("s1"), acc_facts1.init("s1")
+        with popxl.in_sequence(True), addons.pipelined_execution(steps) as p:
+            with p.stage(0), popxl.ipu(0):
+                call0 = fwd0.bind(v0).call_with_info(ops.host_load(ins.x))
+                h = call0.parent_output(0).copy_to_ipu(1)
+            with p.stage(1), popxl.ipu(1):
+                call1 = fwd1.bind(v1).call_with_info(h, ops.host_load(ins.t))
+                ops.host_store(outs.loss, call1.parent_output(0))
+                args = bwd1.grad_graph_info.inputs_dict(call1)
+                (dh,) = bwd1.bind(acc1).call(popxl.constant(1.0), args=args)
+                dh = dh.copy_to_ipu(0)
+            with p.stage(2), popxl.ipu(0):
+                acts = p.stash_and_restore_activations(call0, bwd0.grad_graph_info)
+                bwd0.bind(acc0).call(dh, args=acts)
+        with popxl.in_sequence(True):
+            for ipu, (v, acc) in enumerate(((v0, acc0), (v1, acc1))):
+                with popxl.ipu(ipu):
+                    for name, var in v.to_dict().items():
+                        mean = ops.collectives.replicated_all_reduce(acc.accum.get(name), "mean")
+                        ops.scaled_add_(var, mean, b=-lr)
+                    for a in acc.tensors:
+                        ops.var_updates.accumulator_scale_(a, 0.0)
+    xs = RNG.standard_normal((2, steps, R, 2, 3)).astype(np.float32)
+    ts = RNG.standard_normal((2, steps, R, 2, 2)).astype(np.float32)
+    with popxl.Session(ir, "ipu_model") as s:
+        start = [s.get_tensors_data(v.tensors) for v in (v0, v1)]
+        losses = [s.run({ins.x: x, ins.t: t})[outs.loss] for x, t in zip(xs, ts)]
+        end = s.get_tensors_data([v0.fc.weight, v1.fc.weight, v1.fc.bias])
+    fc0, fc1 = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        for fc, v, data in zip((fc0, fc1), (v0, v1), start):
+            fc.weight.copy_(torch.tensor(data[v.fc.weight].T))
+            fc.bias.copy_(torch.tensor(data[v.fc.bias]))
+    opt = torch.optim.SGD([*fc0.parameters(), *fc1.parameters()], lr=lr)
+    ref_losses = []
+    for x, t in zip(xs, ts):
+        opt.zero_grad()
+        per = ((fc1(torch.relu(fc0(torch.tensor(x)))) - torch.tensor(t)) ** 2).mean((-2, -1))
+        per.mean().backward()
+        opt.step()
+        ref_losses.append(per.detach().numpy())
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(end[v0.fc.weight], fc0.weight.detach().numpy().T, atol=1e-6)
+    np.testing.assert_allclose(end[v1.fc.weight], fc1.weight.detach().numpy().T, atol=1e-6)
+    np.testing.assert_allclose(end[v1.fc.bias], fc1.bias.detach().numpy(), atol=1e-6)
