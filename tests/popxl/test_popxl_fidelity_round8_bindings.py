@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 import popart
+import popart._internal.ir as _ir
 import popxl
 import popxl.ops as ops
 from tremula.errors import PopartException
-
-_ir = pytest.importorskip("popart._internal.ir")
 
 F32 = np.float32
 

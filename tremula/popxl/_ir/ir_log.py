@@ -15,7 +15,6 @@ from typing import Any
 
 from tremula.popxl._ir.core.log import LOG
 from tremula.popxl._ir.names import op_name
-from tremula.popxl._ir.op.base import Op
 from tremula.popxl.graph import Graph
 from tremula.popxl.ir import Ir
 from tremula.popxl.ops.base import OpNode
@@ -59,7 +58,7 @@ def op_entry(op: OpNode) -> dict[str, Any]:
         attrs["__tile_set"] = op.tile_set
     return {
         "type": op_name(op.type).op_type,
-        "name": op.name() if isinstance(op, Op) else op.debug_name,  # PopART's op->name()
+        "name": op.settings_name,  # PopART's op->name()
         "inputs": [_tensor(t) for t in op.inputs],
         "outputs": [_tensor(t) for t in op.outputs],
         "attributes": attrs,

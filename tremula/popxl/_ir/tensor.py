@@ -193,7 +193,7 @@ class Consumers:
         return sum(u is self._t for op in self._t.graph._ops for u in op.inputs)
 
     def getMap(self) -> dict[Op, int]:
-        return {op: sum(u is self._t for u in op.inputs) for op in self.getOps()}
+        return {op: self.n(op) for op in self.getOps()}
 
     def n(self, op: Op) -> int:
         """How many of ``op``'s inputs are the tensor (0 if it does not read it)."""

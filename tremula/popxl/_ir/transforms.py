@@ -35,9 +35,9 @@ def _graph(graph: Any, what: str) -> Any:
     return g
 
 
-class Transform:
-    """PopART's ``Transform``: ``id()`` (a number naming the transform class), ``getId()``,
-    ``getName()`` and ``apply(graph)``."""
+class _Named:
+    """What every PopART transform has: ``id()`` (a number naming the transform class),
+    ``getId()`` and ``getName()``."""
 
     NAME: ClassVar[str] = ""
 
@@ -52,6 +52,10 @@ class Transform:
 
     def getName(self) -> str:
         return self.NAME
+
+
+class Transform(_Named):
+    """PopART's ``Transform`` of a graph: ``apply(graph)``."""
 
     def apply(self, graph: Any) -> bool:
         raise NotImplementedError
@@ -109,18 +113,11 @@ class MergeExchange(Transform):
         return merged[-1]
 
 
-class Autodiff:
+class Autodiff(_Named):
     """Differentiate a graph (``popxl.transforms.autodiff``), by ids as PopART's
-    ``Autodiff`` transform takes them."""
+    ``Autodiff`` transform takes them (of the Ir, not of one graph)."""
 
-    NAME: ClassVar[str] = "Autodiff"
-
-    @classmethod
-    def id(cls) -> int:
-        return zlib.crc32(cls.NAME.encode())
-
-    def getName(self) -> str:
-        return self.NAME
+    NAME = "Autodiff"
 
     def apply(
         self,

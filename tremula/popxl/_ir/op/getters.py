@@ -86,30 +86,23 @@ def _act_grad() -> Any:
     return TensorType.ActGrad
 
 
-def _scale(key: str) -> Callable[[str], Getter]:
+def _set(key: str, convert: Callable[[Any], Any], unset: str) -> Callable[[str], Getter]:
+    """A getter of attribute ``key`` through ``convert`` that raises where the op holds None
+    (``unset`` says why, after the op and the getter)."""
+
     def make(name: str) -> Getter:
-        def get(op: Any) -> float:
+        def get(op: Any) -> Any:
             value = attr(op, key, name)
             if value is None:
-                raise PopartException(
-                    f"{op.debugName()}.{name}(): the scale is the op's input tensor, not a "
-                    f"constant (read it with inTensor)"
-                )
-            return float(value)
+                raise PopartException(f"{op.debugName()}.{name}(): {unset}")
+            return convert(value)
 
         return get
 
     return make
 
 
-def _ignore_index(name: str) -> Getter:
-    def get(op: Any) -> int:
-        value = attr(op, "ignore_index", name)
-        if value is None:
-            raise PopartException(f"{op.debugName()}.getIgnoreIndex(): no ignore index is set")
-        return int(value)
-
-    return get
+_SCALE = "the scale is the op's input tensor, not a constant (read it with inTensor)"
 
 
 _AXIS = {"getAxis": _get("axis", int)}
@@ -146,7 +139,7 @@ _MAKERS: dict[str, dict[str, Callable[[str], Getter]]] = {
     "GroupNorm": {"getNumGroups": _get("num_groups", int), "getEpsilon": _get("eps", float)},
     "RandomUniform": {"getLow": _get("low", float), "getHigh": _get("high", float)},
     "RandomNormal": {"getMean": _get("mean", float), "getScale": _get("std", float)},
-    "ScaledAdd": {"getScale0": _scale("a"), "getScale1": _scale("b")},
+    "ScaledAdd": {"getScale0": _set("a", float, _SCALE), "getScale1": _set("b", float, _SCALE)},
     "Clip": {"getClipMin": _get("min", float), "getClipMax": _get("max", float)},
     "ArgMax": _ARG_EXTREMA,
     "ArgMin": _ARG_EXTREMA,
@@ -161,7 +154,7 @@ _MAKERS: dict[str, dict[str, Callable[[str], Getter]]] = {
     "Nll": {
         "getReductionType": _get("reduction", _reduction),
         "hasIgnoreIndex": _get("ignore_index", lambda v: v is not None),
-        "getIgnoreIndex": _ignore_index,
+        "getIgnoreIndex": _set("ignore_index", int, "no ignore index is set"),
         "inputIsLogProbability": _get("log_prob", bool),
     },
     "Init": {
