@@ -102,12 +102,15 @@ class CallSiteInfo:
     def set_parent_input_modified(
         self, parent_tensor: Tensor, infer_modified_regions: bool = False
     ) -> None:
-        """The subgraph's changes to this input reach the parent tensor."""
+        """The subgraph's changes to this input reach the parent tensor (every input of the
+        call site it feeds).
+
+        Raises:
+            ValueError: ``parent_tensor`` is not an input of the call site (PopXL looks it
+                up with :meth:`parent_to_graph`, whose error this is).
+        """
+        self.parent_to_graph(parent_tensor)
         indices = [i for i, t in enumerate(self._op.inputs) if t is parent_tensor]
-        if not indices:
-            raise ValueError(
-                f"set_parent_input_modified: {parent_tensor!r} is not an input of this call site"
-            )
         self._op.modified = tuple(sorted(set(self._op.modified) | set(indices)))
 
 

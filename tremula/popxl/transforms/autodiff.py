@@ -92,11 +92,12 @@ def autodiff(
 
     Raises:
         TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
-        ValueError: the main graph, tensors of another graph, a graph that modifies its
-            inputs (``IRError``, also ``popart.popart_exception``: "... contains a
-            modifying op ..."), or a graph whose needed forward values cannot become
-            outputs (one a loop op calls directly, as popxl-addons' ``repeat_graph``
-            makes; ``ops.repeat``'s graph is called by a Call and gains them).
+        ValueError: the main graph; tensors of another graph (``IRError``, also
+            ``popart.popart_exception``, as PopART's lookup of their ids); a graph that
+            modifies its inputs (``IRError``: "... contains a modifying op ..."); or a
+            graph whose needed forward values cannot become outputs (one a loop op calls
+            directly, as popxl-addons' ``repeat_graph`` makes; ``ops.repeat``'s graph is
+            called by a Call and gains them).
         NotImplementedError: an op on the gradient path has no gradient rule.
     """
     if not isinstance(graph, Graph):
@@ -120,10 +121,11 @@ def _tensors(
     for t in ts:
         if not isinstance(t, Tensor):
             raise TypeError(f"autodiff: {what} must hold Tensors, got {type(t).__name__}")
-        if t.graph is not graph:
-            raise ValueError(
-                f"autodiff: {what} tensor {t.id!r} belongs to graph {t.graph.name!r}, "
-                f"not to {graph.name!r}"
+        if t.graph is not graph:  # PopART's autodiff looks the id up in the graph
+            raise IRError(
+                f"No Ir::Tensor with TensorId '{t.id}' in Tensors::get(..): autodiff: "
+                f"{what} tensor {t.id!r} belongs to graph {t.graph.name!r}, not to "
+                f"{graph.name!r}"
             )
     if len(set(map(id, ts))) != len(ts):
         raise ValueError(f"autodiff: {what} names a tensor more than once: {list(ts)}")
