@@ -130,6 +130,40 @@ def test_a_graph_with_no_outputs_is_called_for_nothing() -> None:
     assert len(ir.main_graph.tensors) == 1
 
 
+def test_call_with_check_inputs_false_leaves_inputs_unconnected() -> None:
+    """``call_with_info(..., check_inputs=False)`` makes the call with the missing inputs
+    unconnected (PopXL connects only what it is given); connected later through the op, the
+    call runs; left unconnected, the Session refuses the Ir naming the op."""
+
+    def build(connect: bool) -> tuple[popxl.Ir, popxl.DeviceToHostStream]:
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence():
+            a = popxl.variable(np.array([1.0, 2.0], np.float32), name="a")
+            b = popxl.variable(np.array([3.0, 5.0], np.float32), name="b")
+            g = ir.create_graph(lambda x, y: x * y, a, b)
+            site = ops.call_with_info(g, inputs_dict={g.inputs[1]: b}, check_inputs=False)
+            assert site.inputs == (b,)
+            assert not site._op.hasInput(0) and site._op.hasInput(1)
+            if connect:
+                site._op.connectInTensor(0, a.id)
+                site._op.setup()
+                assert site.inputs == (a, b)
+            out = popxl.d2h_stream((2,), popxl.float32, name="out")
+            ops.host_store(out, site.outputs[0] + 1.0)
+        return ir, out
+
+    ir, out = build(connect=True)
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.run()[out], [4.0, 11.0])
+    ir, _ = build(connect=False)
+    with pytest.raises(popart.popart_exception, match="input 0 is not connected"):
+        popxl.Session(ir, "ipu_model")
+    with ir.main_graph:  # with the check, the same call is refused
+        g = ir.main_graph.called_graphs[0]
+        with pytest.raises(ValueError, match="Not enough inputs have been provided"):
+            ops.call_with_info(g, inputs_dict={g.inputs[1]: ir.main_graph.get_tensor("b")})
+
+
 # ---- by reference, in place ----
 def test_by_ref_modification_reaches_the_parent_only_through_by_ref_callers() -> None:
     ir = popxl.Ir()

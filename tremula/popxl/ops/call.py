@@ -42,7 +42,9 @@ class CallSiteInfo:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        return self._op.inputs
+        """The parent tensors connected to the call (PopXL's ``getInputTensors()``: an input
+        left unconnected by ``check_inputs=False`` is not listed)."""
+        return tuple(t for t in self._op.inputs if t is not None)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
@@ -136,9 +138,10 @@ def _connect(
     inputs_dict: Mapping[Tensor, Any] | None,
     what: str,
     check_inputs: bool = True,
-) -> list[Tensor]:
+) -> list[Tensor | None]:
     """Parent tensors for each input of ``graph``, in its input order; the checks and
-    messages are PopXL's.
+    messages are PopXL's. With ``check_inputs=False`` an input not given is ``None``: the
+    op leaves it unconnected (connect it through the bindings before a Session compiles).
 
     Raises:
         ValueError: too many or too few inputs, an input given twice, a dict key that is
@@ -183,8 +186,11 @@ def _connect(
             f"Not enough inputs have been provided for the called graph {graph.name!r} "
             f"({what}): inputs {missing} are not given"
         )
-    out = []
+    out: list[Tensor | None] = []
     for i, g_t in enumerate(g_inputs):
+        if i not in chosen:  # check_inputs=False: left unconnected, as PopXL leaves it
+            out.append(None)
+            continue
         v = chosen[i]
         if not isinstance(v, Tensor):
             try:
