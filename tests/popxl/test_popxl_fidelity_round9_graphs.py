@@ -164,6 +164,38 @@ def test_call_with_check_inputs_false_leaves_inputs_unconnected() -> None:
             ops.call_with_info(g, inputs_dict={g.inputs[1]: ir.main_graph.get_tensor("b")})
 
 
+def test_calls_that_cannot_run_are_refused_when_made() -> None:
+    """Calling a graph of another Ir ran it (Tremula lowered what it was given), calling the
+    main graph or a graph that calls the caller recursed without end when compiled; both
+    are refused at the call now, naming the graphs, and add nothing (PopXL has no check of
+    its own that we know of: PopART fails later)."""
+    other = popxl.Ir()
+    with other.main_graph:
+        foreign = other.create_graph(lambda a: a + 1.0, popxl.TensorSpec((2,), popxl.float32))
+    ir = popxl.Ir()
+    main = ir.main_graph
+    with main:
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        g1 = ir.create_graph(lambda a: a * 2.0, x)
+        with pytest.raises(ValueError, match="a graph can only be called in its Ir"):
+            ops.call(foreign, x)
+        with pytest.raises(ValueError, match="the main graph cannot be called"):
+            ops.call(main)
+        with pytest.raises(ValueError, match="the main graph cannot be called"):
+            ops.repeat(main, 2)
+    g2 = ir.create_empty_graph("g2")
+    with g2:
+        t = popxl.graph_input((2,), popxl.float32, "t")
+        popxl.graph_output(ops.call(g1, t)[0])
+    with g1:
+        cycle = r"cycle \('.*lambda.*' -> 'g2_subgraph\(1\)' -> '.*lambda"
+        with pytest.raises(ValueError, match=cycle):
+            ops.call(g2, g1.inputs[0])
+        with pytest.raises(ValueError, match="a graph cannot run inside itself"):
+            ops.call(g1, g1.inputs[0])
+    assert len(main.tensors) == 1 and not main.ops and len(g1.ops) == 1
+
+
 # ---- by reference, in place ----
 def test_by_ref_modification_reaches_the_parent_only_through_by_ref_callers() -> None:
     ir = popxl.Ir()

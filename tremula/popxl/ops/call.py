@@ -132,6 +132,47 @@ def _flatten(values: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _check_callable(graph: Graph, parent: Graph, what: str) -> None:
+    """``graph`` may be called from ``parent``: a subgraph of the same Ir that does not call
+    ``parent`` (itself or through the graphs it calls), since a graph cannot run inside
+    itself.
+
+    Raises:
+        ValueError: naming the graphs.
+    """
+    if graph.ir is not parent.ir:
+        raise ValueError(
+            f"{what}: graph {graph.name!r} belongs to {graph.ir!r}, but the current graph "
+            f"{parent.name!r} belongs to {parent.ir!r}: a graph can only be called in its Ir"
+        )
+    if graph is graph.ir.main_graph:
+        raise ValueError(f"{what}: the main graph cannot be called (from {parent.name!r})")
+    path = _call_path(graph, parent)
+    if path is not None:
+        chain = " -> ".join(repr(g.name) for g in [parent, *path])
+        raise ValueError(
+            f"{what}: graph {graph.name!r} cannot be called from {parent.name!r}: the calls "
+            f"would make a cycle ({chain}); a graph cannot run inside itself"
+        )
+
+
+def _call_path(start: Graph, target: Graph) -> list[Graph] | None:
+    """The graphs from ``start`` to ``target`` along the calls (``start`` first), if
+    ``start`` is ``target`` or calls it, directly or not; else None."""
+    todo: list[list[Graph]] = [[start]]
+    seen: set[int] = set()
+    while todo:
+        path = todo.pop()
+        g = path[-1]
+        if g is target:
+            return path
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        todo.extend([*path, c] for c in g.called_graphs)
+    return None
+
+
 def _connect(
     graph: Graph,
     inputs: Sequence[Any],
@@ -153,6 +194,7 @@ def _connect(
     if not isinstance(graph, Graph):
         raise TypeError(f"{what}: expected a Graph, got {type(graph).__name__}")
     parent = get_current_graph()
+    _check_callable(graph, parent, what)
     g_inputs = graph.inputs
     values = _flatten(inputs)
     if len(values) > len(g_inputs):
