@@ -380,6 +380,29 @@ def test_autodiff_with_the_gradient_of_an_intermediate_provided() -> None:
     np.testing.assert_allclose(got, np.cos(x_data) * dh, rtol=1e-6)
 
 
+def test_grad_graph_tensors_are_named_gradient_of_their_forward_tensors() -> None:
+    """Every gradient in the grad graph is ``Gradient___<forward name>`` under the grad
+    graph's scope (PopART's ``getGradId``), whether one grad op makes it or a ``Sum`` of
+    several does (~70 %: PopART sums into that id, and ``PreUniRepl`` keeps it when it takes
+    out a sum of one); the gradients provided are inputs of those names, an input no
+    gradient reaches gets zeros of its name."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones((2, 2), np.float32), name="x")
+        w = popxl.variable(np.ones((2, 2), np.float32), name="w")
+        u = popxl.variable(np.ones((2, 2), np.float32), name="u")
+        g = ir.create_graph(lambda a, b, c: ops.relu(a @ b) + a, x, w, u)
+        info = autodiff(g)
+    grad = info.graph
+    scope = f"{grad.name}/Gradient___"
+    assert grad._pb_graph.getInputIds()[0] == f"{scope}add_out"
+    assert grad._pb_graph.getOutputIds() == [f"{scope}a", f"{scope}b", f"{scope}c"]
+    assert [t.name for t in grad.outputs] == ["Gradient___a", "Gradient___b", "Gradient___c"]
+    assert grad.get_tensor(f"{scope}matmul_out").producer.type == "Mul"  # relu's gradient
+    assert grad.outputs[0].producer.type == "Sum"  # a: through the matmul and the add
+    assert grad.outputs[2].producer.type == "Init"  # c: unused
+
+
 def test_autodiff_refuses_tensors_of_another_graph_as_popart_does() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
