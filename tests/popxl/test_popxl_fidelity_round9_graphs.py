@@ -14,7 +14,17 @@ The mismatches found (and fixed):
   ``ValueError`` ("... is not a parent graph input of the call site") it is (~65 %);
 - ``autodiff`` given ``grads_provided`` / ``grads_required`` of another graph raised a
   plain ``ValueError``; PopART's autodiff looks the ids up in the forward graph and raises
-  ``popart_exception`` (now both: ``IRError``) (~65 %).
+  ``popart_exception`` (now both: ``IRError``) (~65 %);
+- ``call_with_info`` / ``repeat_with_info`` / ``conditional_with_info`` with
+  ``check_inputs=False`` and an input not given raised a bare ``KeyError``; PopXL makes the
+  op with that input unconnected (connected later through the op, as popxl-addons does), and
+  ``CallSiteInfo.inputs`` lists the connected ones (~80 %);
+- a call of a graph of another Ir ran it, a call of the main graph or of a graph that calls
+  the caller recursed without end when compiled: now refused at the call (bad input; PopXL
+  has no clear error of its own here that we know of);
+- a gradient made by one grad op kept that op's output name (``matmul_out__t1``); PopART
+  names every gradient ``Gradient___<forward name>`` (``getGradId``; its ``Sum`` of one is
+  taken out by ``PreUniRepl``, which keeps that id) (~70 %).
 
 The rest agreed with PopXL: a Module with an internal ``graph_input`` called at two call
 sites through ``inputs_dict`` (tensor counts, op classes, values); by-reference inputs
