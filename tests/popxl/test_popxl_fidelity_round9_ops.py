@@ -12,6 +12,11 @@ comment): ``l2`` in float16 reduces to a float16 sum of squares before the squar
 (~80 %), the max-pool gradient goes to every element equal to the maximum (popnn's
 ``MaxPoolingGrad`` compares the input with the output, ~75 %), and out-of-range
 ``gather`` indices give zeros (~65 %).
+
+One mismatch, fixed: labels of a non-integer type for ``nll_loss`` /
+``nll_loss_with_softmax_grad`` raised a plain ``TypeError``; PopART's ``NllOp::setup``
+refuses them ("Expected the label tensor NllOp to be fixed point"), a
+``popart.popart_exception`` (~65 %): now both.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 import torch.nn.functional as tf
 from tremula_tests_evaluator import fetch, gradients
 
+import popart
 import popxl
 import popxl.ops as ops
 
@@ -387,6 +393,21 @@ def test_nll_loss_of_log_probabilities_and_its_gradient_agree_with_torch(reducti
         [logp],
         tol=1e-5,
     )
+
+
+def test_nll_loss_labels_that_are_not_integers_are_refused_as_popart_s_op_setup_does() -> None:
+    # PopART's NllOp::setup: "Expected the label tensor NllOp to be fixed point" (~65 %),
+    # a popart_exception; still a TypeError, as Tremula raised before
+    ir = popxl.Ir()
+    with ir.main_graph:
+        probs = popxl.variable(np.full((3, 4), 0.25, F32))
+        labels = popxl.variable(np.zeros(3, F32))
+        before = len(ir.main_graph.tensors)
+        for loss in (ops.nll_loss, ops.nll_loss_with_softmax_grad):
+            with pytest.raises(popart.popart_exception, match="to be fixed point") as info:
+                loss(probs, labels)
+            assert isinstance(info.value, TypeError)
+        assert len(ir.main_graph.tensors) == before
 
 
 # ---- onehot, histogram, topk, argmax ----
