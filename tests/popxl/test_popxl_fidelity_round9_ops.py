@@ -470,6 +470,33 @@ def test_interpolate_gradients_agree_with_torch() -> None:
     np.testing.assert_allclose(got, seed.reshape(1, 1, 3, 2, 4, 2).sum((3, 5)), rtol=1e-6)
 
 
+def test_cubic_interpolate_gradient_agrees_with_torch_bicubic() -> None:
+    x = RNG.standard_normal((1, 1, 4, 5)).astype(F32)
+    agree(lambda t: ops.interpolate(t, (1, 1, 2, 2), mode="cubic"),
+          lambda t: tf.interpolate(t, scale_factor=2, mode="bicubic"), [x], tol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda t: ops.max_pool(t, (2, 2), (2, 2)), lambda t: ops.average_pool(t, (2, 2), (2, 2)),
+     lambda t: ops.interpolate(t, (1, 1, 2, 2), mode="linear"),
+     lambda t: ops.softmax(t, 1), lambda t: ops.logsumexp(t, 2), lambda t: ops.cumsum(t, 3),
+     lambda t: ops.l2(t, 1), ops.gelu, ops.swish],
+    ids=["max_pool", "average_pool", "interpolate", "softmax", "logsumexp", "cumsum", "l2",
+         "gelu", "swish"],
+)  # fmt: skip
+def test_float16_gradients_stay_float16_and_near_the_float32_ones(fn) -> None:
+    x = (RNG.standard_normal((2, 4, 4, 4)) * 0.5).astype(np.float16)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        shape = fn(popxl.variable(x)).shape
+    seed = RNG.standard_normal(shape).astype(np.float16)
+    (half,) = gradients(fn, [x], seed)
+    (full,) = gradients(fn, [x.astype(F32)], seed.astype(F32))
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half.astype(F32), full, rtol=0, atol=4e-3 * np.abs(full).max())
+
+
 # ---- in-place views ----
 
 
