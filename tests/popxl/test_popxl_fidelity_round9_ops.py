@@ -157,6 +157,45 @@ def test_depthwise_conv_with_a_channel_multiplier_and_its_gradients() -> None:
     )
 
 
+def _random_window_case(seed: int) -> tuple[Callable, Callable, list[np.ndarray]]:
+    """A convolution, transposed convolution, max or average pool of a random geometry
+    (groups, kernel, strides, dilations, symmetric pads, output padding, ceil mode) that
+    torch can express: (ours, torch's, operands)."""
+    r = np.random.default_rng(seed)
+    kind = ("conv", "conv_transpose", "max", "average")[seed % 4]
+    g = int(r.integers(1, 3))
+    x = r.standard_normal((2, 2 * g, *r.integers(3, 9, 2))).astype(F32)
+    k, s = tuple(int(v) for v in r.integers(1, 4, 2)), tuple(int(v) for v in r.integers(1, 4, 2))
+    d = tuple(int(v) for v in r.integers(1, 3, 2)) if kind in ("conv", "max") else (1, 1)
+    p = tuple(int(r.integers(0, v // 2 + 1)) for v in k)
+    w = r.standard_normal((2 * g, 2, *k)).astype(F32)  # [out, in / g] or [in, out / g]
+    ceil = bool(r.integers(0, 2))
+    if kind == "conv":
+        return (lambda t, u: ops.conv(t, u, s, p + p, d, g),
+                lambda t, u: tf.conv2d(t, u, None, s, p, d, g), [x, w])  # fmt: skip
+    if kind == "conv_transpose":
+        o = tuple(int(r.integers(0, v)) for v in s)
+        return (lambda t, u: ops.conv_transpose(t, u, s, p + p, groups=g, output_padding=o),
+                lambda t, u: tf.conv_transpose2d(t, u, None, s, p, o, g), [x, w])  # fmt: skip
+    if kind == "max":
+        return (lambda t: ops.max_pool(t, k, s, p + p, dilation=d, ceil_mode=ceil),
+                lambda t: tf.max_pool2d(t, k, s, p, d, ceil), [x])  # fmt: skip
+    return (lambda t: ops.average_pool(t, k, s, p + p, ceil_mode=ceil),
+            lambda t: tf.avg_pool2d(t, k, s, p, ceil, count_include_pad=False), [x])  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_window_geometries_and_their_gradients_agree_with_torch(seed: int) -> None:
+    ours, theirs, arrays = _random_window_case(seed)
+    try:
+        theirs(*(torch.tensor(a) for a in arrays))
+    except RuntimeError:  # a window that does not fit: torch refuses it too
+        with pytest.raises(ValueError, match="does not fit"):
+            values(ours, *arrays)
+        return
+    agree(ours, theirs, arrays)
+
+
 # ---- pooling ----
 
 
