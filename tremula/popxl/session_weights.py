@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -238,10 +238,11 @@ class SessionWeights:
         if not isinstance(t, kinds):  # PopXL's words: "Tensor <id> is not of type ..."
             tid = getattr(t, "id", None) or getattr(t, "tensor_id", None) or repr(t)
             raise TypeError(f"Tensor {tid} is not of type {names}. ({what}: got {t!r})")
-        if t.ir is not self._ir:
+        tensor = cast(Tensor, t)
+        if tensor.ir is not self._ir:
             raise ValueError(
-                f"{what}: tensor {t.id!r} belongs to {t.ir!r}, not to this session's "
-                f"{self._ir!r}: pass the session of the Ir that made it"
+                f"{what}: tensor {tensor.id!r} belongs to {tensor.ir!r}, not to this "
+                f"session's {self._ir!r}: pass the session of the Ir that made it"
             )
 
     def _host_value(self, t: Tensor) -> np.ndarray:
