@@ -601,3 +601,27 @@ def test_gru_and_its_gradients_agree_with_torch_autograd_of_popnn_s_cell() -> No
     shapes = [(3, 2, 4), (2, 5), (3, 4, 5), (3, 5, 5), (3, 5)]
     arrays = [(RNG.standard_normal(s) * 0.5).astype(F32) for s in shapes]
     agree(ops.rnn.gru, cell, arrays, tol=1e-4)
+
+
+# ---- cast's parameter is PopXL's ``data_type`` (~75 %); ``dtype=`` stays accepted ----
+
+
+@pytest.mark.parametrize("kw", ["data_type", "dtype"])
+def test_cast_takes_the_target_type_by_keyword(kw: str) -> None:
+    ir = popxl.Ir()
+    x = np.array([1.7, -2.2, 3.5], F32)
+    with ir.main_graph:
+        y = ops.cast(popxl.constant(x), **{kw: popxl.int32})
+    assert y.dtype == popxl.int32
+    np.testing.assert_array_equal(fetch(ir, y)[0], x.astype(np.int32))
+
+
+def test_cast_refuses_no_type_or_two_types() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        c = popxl.constant(np.ones(2, F32))
+        with pytest.raises(TypeError, match="data_type"):
+            ops.cast(c)
+        with pytest.raises(TypeError, match="data_type"):
+            ops.cast(c, popxl.int32, dtype=popxl.int32)
+    assert len(ir.main_graph._pb_graph.getOps()) == 0
