@@ -126,6 +126,16 @@ class Scope:
     def pop(self) -> None:
         self._names = self._names[:-1]
 
+    def getCommonParent(self, other: Scope) -> Scope:
+        """The longest scope both lie in (their common leading names; PopART's
+        ``Scope::getCommonParent``)."""
+        common = []
+        for mine, theirs in zip(self._names, other._names):
+            if mine != theirs:
+                break
+            common.append(mine)
+        return Scope(common)
+
     def isSubscope(self, other: Scope) -> bool:
         """Whether this scope lies strictly inside ``other``."""
         n = len(other._names)
@@ -194,7 +204,7 @@ class Settings:
         self.vgraphId: int | None = None
         self.tileSet = TileSet.Compute
         self.executionContext = ExecutionContext.Normal
-        self.scope = Scope()
+        self.scope = next((a for a in args if isinstance(a, Scope)), Scope())
 
     def getIr(self) -> Any:
         return self.graph.getIr()

@@ -62,9 +62,15 @@ class TensorInfo:
             dataType = DataType[dataType]
         undefined = dataType is None or dataType is DataType.UNDEFINED
         self._dtype = None if undefined else xl_dtype.as_dtype(dataType)
+        if isinstance(shape, builtins.str):
+            shape = _shape_from_string(shape)
         if shape is not None or not hasattr(self, "_shape"):
             self._shape = tuple(int(d) for d in (() if shape is None else shape))
         self._meta_shape = tuple(int(d) for d in metaShape)
+
+    def isSet(self) -> bool:
+        """Whether the info has a data type (``TensorInfo()`` has not: ``UNDEFINED``)."""
+        return self._dtype is not None
 
     def shape(self) -> list[int]:
         return list(self._shape)
@@ -115,6 +121,22 @@ class TensorInfo:
     def __str__(self) -> builtins.str:
         """PopART's ``TensorInfo`` text: ``FLOAT   [2 3]``."""
         return f"{self.data_type():<8}[{' '.join(map(builtins.str, self._shape))}]"
+
+
+def _shape_from_string(text: builtins.str) -> tuple[int, ...]:
+    """A shape written as PopART's ``TensorInfo(dataType, shape)`` takes it in text:
+    ``"(2,3)"``, ``"()"`` for a scalar (``TensorInfo::shapeFromString``).
+
+    Raises:
+        popart_exception: text that is not a parenthesised list of integers.
+    """
+    inner = text.strip()
+    if len(inner) < 2 or inner[0] != "(" or inner[-1] != ")":
+        raise PopartException(f"TensorInfo: invalid string for shape {text!r} (write \"(2,3)\")")
+    try:
+        return tuple(int(d) for d in inner[1:-1].split(",") if d.strip())
+    except ValueError:
+        raise PopartException(f"TensorInfo: invalid string for shape {text!r}") from None
 
 
 class TensorLocationInfo:
@@ -305,7 +327,8 @@ class Tensor:
     def clone(self, graph: Graph) -> Tensor:
         """A new tensor ``clone_<id>`` of ``graph`` (not held by it) with this tensor's
         type and info, as PopART's ``Tensor::clone``."""
-        return Tensor(f"clone_{self._t.id}", self.tensorType(), graph)._with_info(self.info)
+        clone = Tensor(f"clone_{self._t.id}", self.tensorType(), graph)
+        return clone if not self.info.isSet() else clone._with_info(self.info)
 
     def _with_info(self, info: TensorInfo) -> Tensor:
         self.info = info
