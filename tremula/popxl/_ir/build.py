@@ -339,12 +339,12 @@ def _split_args(
     opid = rest_kw.pop("opid", None)
     settings = rest_kw.pop("settings", None)
     rest = list(args)
-    if opid is None:
+    if opid is None:  # (a None argument is an argument: an unset optional)
         opid = next((a for a in rest if isinstance(a, OperatorIdentifier)), None)
-        rest = [a for a in rest if a is not opid]
+        rest = [a for a in rest if a is not opid or opid is None]
     if settings is None:
         settings = next((a for a in rest if isinstance(a, (Settings, OpSettings))), None)
-        rest = [a for a in rest if a is not settings]
+        rest = [a for a in rest if a is not settings or settings is None]
     if settings is None or not isinstance(opid, (OperatorIdentifier, type(None))):
         raise TypeError(f"{what}: expected a Settings (and an OperatorIdentifier)")
     cls = op_name(op_type).cls

@@ -335,15 +335,58 @@ def _dynamic(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict
         raise OpSetupError(f"{name}: axes {axes} and sizes {sizes} must pair up")
     for ax, s in zip(axes, sizes):
         if not 1 <= s <= specs[0].shape[ax]:
-            raise OpSetupError(f"{name}: size {s} for axis {ax} must lie in 1..{specs[0].shape[ax]}")
+            raise OpSetupError(
+                f"{name}: size {s} for axis {ax} must lie in 1..{specs[0].shape[ax]}"
+            )
     return {"axes": tuple(axes), "sizes": tuple(sizes), "no_overlap": bool(args["noOverlap"])}
+
+
+def _update_operands(roles: tuple[str, ...], factor: Any) -> dict[str, Any]:
+    """The operands of a var update made through the bindings: ``roles`` connected in
+    order, then the factor ``f``, an input when PopART's ``OptimizerValue`` is not constant
+    (``AccumulateOp``'s input 2, ``AccumulatorScaleOp``'s too), a number otherwise."""
+    slots = {role: i for i, role in enumerate(roles)}
+    values: dict[str, float] = {}
+    if factor is not None:
+        if not hasattr(factor, "isConst"):
+            raise TypeError(f"expected an OptimizerValue for the factor, got {factor!r}")
+        if factor.isConst():
+            values["f"] = float(factor.val())
+        else:
+            slots["f"] = len(roles)
+    return {"slots": slots, "values": values}
+
+
+def _accumulate(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """``AccumulateOp(type, factor, settings)``: the types ``popxl.ops.var_updates`` makes
+    (``Add`` takes no factor)."""
+    from tremula.popxl._ir.core.enums import AccumulationType
+    from tremula.popxl.ops.var_updates.accumulate import ACCUMULATIONS
+
+    kind = AccumulationType(args["type"]).name
+    if kind not in ACCUMULATIONS:
+        raise PopartException(
+            f"AccumulateOp: AccumulationType.{kind} is not served (Tremula serves "
+            f"{sorted(ACCUMULATIONS)}, the types popxl.ops.var_updates makes)"
+        )
+    factor = None if kind == "Add" else args["factor"]
+    return {**_update_operands(("t", "X"), factor), "type": kind}
+
+
+def _accumulator_scale(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
+    return _update_operands(("t",), args["factor"])
+
+
+def _copy_var_update(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
+    return _update_operands(("t", "X"), None)
 
 
 def made(op: Any, args: dict[str, Any]) -> None:
     """Give an op made with constructor arguments the attributes it can have now (the rest
     at ``setup()``: :func:`at_setup`); a call op modifies its callee's by-reference inputs
     and those PopART's ``modifiedInputsViaAttrs`` names."""
-    ctor = CONSTRUCTORS[type(op).__name__]
+    ctor = constructor(type(op).__name__)
+    assert ctor is not None  # bind_arguments bound the arguments to it
     op.__dict__["_ctor_args"] = args
     if not ctor.reads_inputs:
         op.attrs.update(ctor.rule(op, args, ()))
@@ -361,12 +404,10 @@ def at_setup(op: Any, specs: Sequence[TensorSpec]) -> None:
     specs (PopART's ``setup()``: a negative axis, a 0 or -1 in a shape)."""
     args = op.__dict__.get("_ctor_args")
     if args is not None:
-        ctor = CONSTRUCTORS[type(op).__name__]
-        if ctor.reads_inputs:
+        ctor = constructor(type(op).__name__)
+        if ctor is not None and ctor.reads_inputs:
             op.attrs.update(ctor.rule(op, args, specs))
 
-
-_REDUCTIONS = "Sum Mean Max Min Prod Median L1 L2 LogSum LogSumExp SumSquare".split()
 
 #: PopART class -> its constructor's attribute parameters (op/softmax.hpp, op/concat.hpp,
 #: op/transpose.hpp, op/reshape.hpp, op/cast.hpp, op/init.hpp, op/call.hpp, op/ipucopy.hpp,
@@ -392,11 +433,10 @@ CONSTRUCTORS: dict[str, Constructor] = {
     # HostLoadOp(opid, settings, streamTensorId), HostStoreOp likewise (op/exchange/)
     "HostLoadOp": Constructor(("streamTensorId",), 1, _host_load, False),
     "HostStoreOp": Constructor(("streamTensorId",), 1, _host_store, False),
-    # op/reduce.hpp ... op/argextrema.hpp, op/topk.hpp, op/clip.hpp, op/scaledadd.hpp,
+    # op/argextrema.hpp, op/topk.hpp, op/clip.hpp, op/scaledadd.hpp,
     # op/dropout.hpp, op/randomuniform.hpp / randomnormal.hpp, op/incrementmod.hpp,
     # op/histogram.hpp, op/groupnorm.hpp, op/nll.hpp, op/slice.hpp, op/subsample.hpp,
     # op/split.hpp, op/dynamic/dynamicslice.hpp / dynamicupdate.hpp
-    **{f"Reduce{k}Op": Constructor(("axes", "keepdims"), 2, _reduce) for k in _REDUCTIONS},
     "ArgMaxOp": Constructor(("axis", "keepdims"), 2, _arg_extrema),
     "ArgMinOp": Constructor(("axis", "keepdims"), 2, _arg_extrema),
     "TopKOp": Constructor(
@@ -420,7 +460,22 @@ CONSTRUCTORS: dict[str, Constructor] = {
     "DynamicSliceOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
     "DynamicUpdateOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
     "DynamicUpdateInplaceOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
+    # op/accumulate.hpp, op/accumulatorscale.hpp, op/copyvarupdate.hpp: no opid
+    "AccumulateOp": Constructor(("type", "factor"), 2, _accumulate, False),
+    "AccumulatorScaleOp": Constructor(("factor",), 1, _accumulator_scale, False),
+    "CopyVarUpdateOp": Constructor((), 0, _copy_var_update, False),
 }
+
+
+#: every ``Reduce<X>Op`` is a PopART ``ReduceOp(opid, axes, keepdims, settings)``
+_REDUCE = Constructor(("axes", "keepdims"), 2, _reduce)
+
+
+def constructor(class_name: str) -> Constructor | None:
+    """The constructor entry of a binding class (None: its attributes are not mapped)."""
+    if class_name.startswith("Reduce") and class_name.endswith("Op"):
+        return _REDUCE
+    return CONSTRUCTORS.get(class_name)
 
 
 def bind_arguments(
@@ -431,7 +486,7 @@ def bind_arguments(
     Raises:
         TypeError: too many or too few arguments, or an unknown keyword.
     """
-    ctor = CONSTRUCTORS.get(class_name)
+    ctor = constructor(class_name)
     if ctor is None:
         return None
     if len(positional) > len(ctor.params):

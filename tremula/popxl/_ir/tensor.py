@@ -132,7 +132,7 @@ def _shape_from_string(text: builtins.str) -> tuple[int, ...]:
     """
     inner = text.strip()
     if len(inner) < 2 or inner[0] != "(" or inner[-1] != ")":
-        raise PopartException(f"TensorInfo: invalid string for shape {text!r} (write \"(2,3)\")")
+        raise PopartException(f'TensorInfo: invalid string for shape {text!r} (write "(2,3)")')
     try:
         return tuple(int(d) for d in inner[1:-1].split(",") if d.strip())
     except ValueError:

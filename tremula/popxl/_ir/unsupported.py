@@ -131,8 +131,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isOutlineable getSubgraphValue getHighSubgraphValue getLowSubgraphValue"
                 ),
                 _ALIASES: (
-                    "modifies uses aliases overwritesTensor hasAliasedModifiers "
-                    "inputUnmodifiable"
+                    "modifies uses aliases overwritesTensor hasAliasedModifiers inputUnmodifiable"
                 ),
                 _KINDS: (
                     "isElementWiseUnary isLossOp isIpuCopyOp isNorm "
