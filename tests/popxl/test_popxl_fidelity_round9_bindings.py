@@ -317,3 +317,31 @@ def test_enums_of_the_bindings() -> None:
     assert [m.name for m in _ir.op.ScatterReduction] == ["Sum", "Max", "Min", "Mul", "NoReduction"]
     assert str(_ir.TileSet.IO) == "TileSet.IO" and int(popxl.TileSet.IO) == 1
     assert f"{_ir.ExecutionContext.Subgraph}" == "ExecutionContext.Subgraph"
+
+
+def test_scatter_print_tensor_and_cumsum_constructors() -> None:
+    """``ScatterOp(opid, axis, settings)``, ``PrintTensorOp(opid, printSelf,
+    printGradient, title, settings)`` and ``CumSumOp(opid, exclusive, reverse, settings)``
+    with its axis a constant input 1 (as PopXL's functions make them; high confidence).
+    Tremula sums forwards and inclusively only: the other sums are refused, naming them.
+    A scalar added with ``addConstInit`` / ``addVarInit`` stays a scalar (high)."""
+    ir, g = _ir_with_x()
+    idx = np.array([[[2, 0, 1, 1]]], np.int32)
+    g.addConstInit("idx", _ir.TensorInfo(_ir.DataType.INT32, [1, 1, 4]), idx)
+    g.addConstInit("upd", _ir.TensorInfo(_ir.DataType.FLOAT, [1, 1, 4]), np.full((1, 1, 4), 7, F32))
+    g.addConstInit("axis", _ir.TensorInfo(_ir.DataType.INT32, []), np.array(-1, np.int32))
+    sc = _connected(g, "ScatterOp", {0: "x", 1: "idx", 2: "upd"}, {0: "sc"}, axis_=1)
+    pt = _connected(g, "PrintTensorOp", {0: "x"}, {0: "pt"}, _opid("PrintTensor"), True, False, "t")
+    cs = _connected(g, "CumSumOp", {0: "x", 1: "axis"}, {0: "cs"}, exclusive=0, reverse=0)
+    assert (sc.getAxis(), pt.getTitle(), cs.outShape(0)) == (1, "t", [2, 3, 4])
+    with pytest.raises(PopartException, match="exclusive and reverse sums are not served"):
+        _connected(g, "CumSumOp", {0: "x", 1: "axis"}, {0: "cr"}, exclusive=0, reverse=1)
+    assert not g.hasTensor("cr")
+    g.addVarInit("sv", _ir.TensorInfo(_ir.DataType.FLOAT, []), np.array(2.5, F32))
+    got = _run(ir, ["sc", "pt", "cs", "sv"])
+    assert got["sv"].shape == () and got["sv"] == 2.5
+    want = X.copy()
+    np.put_along_axis(want[:1], idx, 7, axis=1)
+    np.testing.assert_allclose(got["sc"], want)
+    np.testing.assert_allclose(got["pt"], X)
+    np.testing.assert_allclose(got["cs"], np.cumsum(X, -1))

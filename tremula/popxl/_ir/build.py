@@ -56,7 +56,8 @@ def _host_array(info: TensorInfo, data: Any, tensor_id: str) -> np.ndarray:
             f"Tensor {tensor_id!r}: {arr.size} elements of data for a TensorInfo of shape "
             f"{list(spec.shape)}"
         )
-    return np.ascontiguousarray(arr.astype(spec.dtype.as_numpy()).reshape(spec.shape))
+    # (np.ascontiguousarray would give a scalar a dimension)
+    return np.array(arr.astype(spec.dtype.as_numpy()).reshape(spec.shape), order="C")
 
 
 def set_tensor_type(t: XlTensor, tensor_type: TensorType) -> None:

@@ -13,13 +13,35 @@ take attributes and have no entry here are refused by the factories, naming the 
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tremula.errors import OpSetupError, PopartException
 from tremula.popxl import dtypes
+from tremula.popxl._ir.attr_rules import (
+    accumulate_attrs,
+    accumulator_scale_attrs,
+    arg_extrema_attrs,
+    clip_attrs,
+    copy_var_update_attrs,
+    cumsum_attrs,
+    dropout_attrs,
+    dynamic_attrs,
+    group_norm_attrs,
+    histogram_attrs,
+    increment_mod_attrs,
+    nll_attrs,
+    print_tensor_attrs,
+    random_attrs,
+    reduce_attrs,
+    scaled_add_attrs,
+    scatter_attrs,
+    slice_attrs,
+    split_attrs,
+    subsample_attrs,
+    topk_attrs,
+)
 from tremula.popxl.tensor import TensorSpec
 
 #: (the op, its constructor arguments by name, its input specs) -> its Tremula attributes
@@ -146,241 +168,6 @@ def _host_store(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> d
     return {"stream": _stream(op, args, "DeviceToHostStream")}
 
 
-def _optional(v: Any) -> Any:
-    """The value of an optional argument: PopART's ``nonstd::optional`` (an object with a
-    ``value``) or the value itself (an enum member is a value)."""
-    return v if isinstance(v, enum.Enum) else getattr(v, "value", v)
-
-
-def _resolved_axis(axis: Any, specs: Sequence[TensorSpec], what: str) -> int:
-    from tremula.popxl.ops.shape import norm_axis
-
-    return norm_axis(int(axis), len(specs[0].shape), what, "input 0")
-
-
-def _reduce(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``ReduceOp(opid, axes, keepdims, settings)``: no axes (None) reduce every axis."""
-    from tremula.popxl.ops.shape import norm_axes
-
-    name = type(op).__name__
-    axes = norm_axes(args["axes"], len(specs[0].shape), name, "input 0")
-    return {"axes": axes, "keepdims": bool(args["keepdims"])}
-
-
-def _arg_extrema(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    dim = _resolved_axis(args["axis"], specs, type(op).__name__)
-    return {"dim": dim, "keepdim": bool(args["keepdims"])}
-
-
-def _topk(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``TopKOp(opid, k, axis, largest, sorted, settings, available_memory_proportion)``;
-    ``setup()`` refuses a k the axis cannot give."""
-    axis = _resolved_axis(args["axis"], specs, "TopKOp")
-    k, dim = int(args["k"]), specs[0].shape[axis]
-    if not 1 <= k <= dim:
-        raise OpSetupError(f"TopKOp: k={k} must lie in [1, {dim}] (axis {axis} of input 0)")
-    return {"k": k, "axis": axis, "largest": bool(args["largest"]), "sorted": bool(args["sorted"])}
-
-
-def _clip(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``ClipOp(opid, min, max, settings)``: an infinite bound clips nothing; integer data
-    clips at the bound rounded inwards (as ``popxl.ops.clip``)."""
-    from tremula.popxl.ops.misc import _bound
-
-    spec = specs[0]
-    lo = _bound(spec, float(args["min"]), float("-inf"))  # type: ignore[arg-type]
-    hi = _bound(spec, float(args["max"]), float("inf"))  # type: ignore[arg-type]
-    return {"min": lo, "max": hi}
-
-
-def _scaled_add(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``ScaledAddOp(opid, scale_0, scale_1, settings)`` (the in-place class without the
-    opid): constant scales."""
-    inplace = type(op).__name__ != "ScaledAddOp"
-    return {"a": float(args["scale_0"]), "b": float(args["scale_1"]), "inplace": inplace}
-
-
-def _dropout(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``DropoutOp(opid, ratio, settings)``: a ratio outside ``[0, 1)`` is refused when the
-    op is made (PopART's ``validateRatio``)."""
-    from tremula.popxl.ops.random import _ratio
-
-    return {"p": _ratio(args["ratio"], "DropoutOp"), "seed_modifier": 0}
-
-
-def _random(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``RandomUniformOp(opid, shape, dataType, high, low, settings)`` and
-    ``RandomNormalOp(opid, shape, dataType, mean, scale, settings)``: no data type (an
-    empty ``OptionalDataType``, ``UNDEFINED`` or None) is FLOAT."""
-    from tremula.popxl.ops.random import _float_dtype, _shape
-
-    name = type(op).__name__
-    dt = _optional(args["dataType"])
-    undefined = dt is None or getattr(dt, "name", None) == "UNDEFINED"
-    attrs = {
-        "shape": _shape(args["shape"], name),
-        "dtype": _float_dtype(dtypes.float32 if undefined else dt, name),
-        "seed_modifier": 0,
-    }
-    if name == "RandomUniformOp":
-        return {**attrs, "high": float(args["high"]), "low": float(args["low"])}
-    return {**attrs, "mean": float(args["mean"]), "std": float(args["scale"])}
-
-
-def _increment_mod(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    inc, mod = args["increment"], args["modulus"]
-    if mod == 0:
-        raise OpSetupError(f"{type(op).__name__}: modulus must not be 0")
-    cast = int if specs[0].dtype.is_int else float
-    return {"increment": cast(inc), "modulus": cast(mod)}
-
-
-def _histogram(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``HistogramOp(opid, levels, absoluteOfInput, settings)`` (the levels sorted)."""
-    levels = tuple(sorted(float(v) for v in args["levels"]))
-    if not levels:
-        raise OpSetupError("HistogramOp: levels must be a non-empty list")
-    return {"levels": levels, "absolute_of_input": bool(args["absoluteOfInput"])}
-
-
-def _group_norm(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    return {"num_groups": int(args["num_groups"]), "eps": float(args["epsilon"])}
-
-
-def _nll(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``NllOp(opid, ignoreIndex, reduction, inputIsLogProbability, settings)``: the
-    reduction a ``ReductionType``."""
-    from tremula.popxl._ir.core.enums import ReductionType
-
-    reduction = ReductionType(args["reduction"])
-    names = {ReductionType.Mean: "mean", ReductionType.Sum: "sum"}
-    ignore = _optional(args["ignoreIndex"])
-    return {
-        "ignore_index": None if ignore is None else int(ignore),
-        "reduction": names.get(reduction, "none"),
-        "log_prob": bool(args["inputIsLogProbability"]),
-    }
-
-
-def _onnx_slice(start: int, end: int, step: int, dim: int) -> slice:
-    """ONNX's (PopART's) ``Slice`` of one axis of size ``dim``: negative bounds count from
-    the end, then are clamped (to ``[0, dim]``, or ``[-1, dim - 1]`` stepping backwards)."""
-    if step == 0:
-        raise OpSetupError("SliceOp: a step of 0 is not allowed")
-    s, e = (start + dim if start < 0 else start), (end + dim if end < 0 else end)
-    if step > 0:
-        return slice(min(max(s, 0), dim), min(max(e, 0), dim), step)
-    s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
-    return slice(s, None if e < 0 else e, step)
-
-
-def _slice(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``SliceOp(opid, starts, ends, axes, steps, settings)``: no axes are the first
-    ``len(starts)`` axes, no steps are 1s."""
-    shape = specs[0].shape
-    starts, ends = [int(v) for v in args["starts"]], [int(v) for v in args["ends"]]
-    axes = [int(v) for v in args.get("axes") or ()] or list(range(len(starts)))
-    steps = [int(v) for v in args.get("steps") or ()] or [1] * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise OpSetupError(
-            f"SliceOp: starts {starts}, ends {ends}, axes {axes} and steps {steps} must have "
-            f"one entry each per sliced axis"
-        )
-    key = [slice(None)] * len(shape)
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        ax = _resolved_axis(a, specs, "SliceOp")
-        key[ax] = _onnx_slice(s, e, st, shape[ax])
-    return {"key": tuple(key)}
-
-
-def _subsample(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    strides = [int(s) for s in args["strides"]]
-    rank = len(specs[0].shape)
-    if len(strides) != rank or any(s < 1 for s in strides):
-        raise OpSetupError(
-            f"SubsampleOp: strides {strides} must be one integer >= 1 per axis of input 0 "
-            f"(rank {rank})"
-        )
-    return {"key": tuple(slice(None, None, s) for s in strides)}
-
-
-def _split(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``SplitOp(opid, axis, split, settings)``: no sizes split the axis equally between
-    the op's outputs."""
-    shape = specs[0].shape
-    axis = _resolved_axis(args["axis"], specs, "SplitOp")
-    dim, n = shape[axis], len(op.outputs)
-    sizes = [int(s) for s in args["split"]]
-    if not sizes:
-        if n == 0 or dim % n:
-            raise OpSetupError(f"SplitOp: {n} outputs do not split axis {axis} of size {dim}")
-        sizes = [dim // n] * n
-    if any(s < 0 for s in sizes) or sum(sizes) != dim:
-        raise OpSetupError(f"splits {sizes} invalid for dimension of size {dim}")
-    keys, begin = [], 0
-    for s in sizes:
-        key = [slice(None)] * len(shape)
-        key[axis] = slice(begin, begin + s)
-        keys.append(tuple(key))
-        begin += s
-    return {"keys": tuple(keys)}
-
-
-def _dynamic(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``DynamicSliceOp`` / ``DynamicUpdateOp(opid, axes, sizes, noOverlap, settings)``."""
-    name = type(op).__name__
-    axes = [_resolved_axis(a, specs, name) for a in args["axes"]]
-    sizes = [int(s) for s in args["sizes"]]
-    if len(axes) != len(sizes) or len(set(axes)) != len(axes):
-        raise OpSetupError(f"{name}: axes {axes} and sizes {sizes} must pair up")
-    for ax, s in zip(axes, sizes):
-        if not 1 <= s <= specs[0].shape[ax]:
-            raise OpSetupError(
-                f"{name}: size {s} for axis {ax} must lie in 1..{specs[0].shape[ax]}"
-            )
-    return {"axes": tuple(axes), "sizes": tuple(sizes), "no_overlap": bool(args["noOverlap"])}
-
-
-def _update_operands(roles: tuple[str, ...], factor: Any) -> dict[str, Any]:
-    """The operands of a var update made through the bindings: ``roles`` connected in
-    order, then the factor ``f``, an input when PopART's ``OptimizerValue`` is not constant
-    (``AccumulateOp``'s input 2, ``AccumulatorScaleOp``'s too), a number otherwise."""
-    slots = {role: i for i, role in enumerate(roles)}
-    values: dict[str, float] = {}
-    if factor is not None:
-        if not hasattr(factor, "isConst"):
-            raise TypeError(f"expected an OptimizerValue for the factor, got {factor!r}")
-        if factor.isConst():
-            values["f"] = float(factor.val())
-        else:
-            slots["f"] = len(roles)
-    return {"slots": slots, "values": values}
-
-
-def _accumulate(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
-    """``AccumulateOp(type, factor, settings)``: the types ``popxl.ops.var_updates`` makes
-    (``Add`` takes no factor)."""
-    from tremula.popxl._ir.core.enums import AccumulationType
-    from tremula.popxl.ops.var_updates.accumulate import ACCUMULATIONS
-
-    kind = AccumulationType(args["type"]).name
-    if kind not in ACCUMULATIONS:
-        raise PopartException(
-            f"AccumulateOp: AccumulationType.{kind} is not served (Tremula serves "
-            f"{sorted(ACCUMULATIONS)}, the types popxl.ops.var_updates makes)"
-        )
-    factor = None if kind == "Add" else args["factor"]
-    return {**_update_operands(("t", "X"), factor), "type": kind}
-
-
-def _accumulator_scale(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
-    return _update_operands(("t",), args["factor"])
-
-
-def _copy_var_update(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
-    return _update_operands(("t", "X"), None)
-
-
 def made(op: Any, args: dict[str, Any]) -> None:
     """Give an op made with constructor arguments the attributes it can have now (the rest
     at ``setup()``: :func:`at_setup`); a call op modifies its callee's by-reference inputs
@@ -433,42 +220,50 @@ CONSTRUCTORS: dict[str, Constructor] = {
     # HostLoadOp(opid, settings, streamTensorId), HostStoreOp likewise (op/exchange/)
     "HostLoadOp": Constructor(("streamTensorId",), 1, _host_load, False),
     "HostStoreOp": Constructor(("streamTensorId",), 1, _host_store, False),
-    # op/argextrema.hpp, op/topk.hpp, op/clip.hpp, op/scaledadd.hpp,
-    # op/dropout.hpp, op/randomuniform.hpp / randomnormal.hpp, op/incrementmod.hpp,
-    # op/histogram.hpp, op/groupnorm.hpp, op/nll.hpp, op/slice.hpp, op/subsample.hpp,
-    # op/split.hpp, op/dynamic/dynamicslice.hpp / dynamicupdate.hpp
-    "ArgMaxOp": Constructor(("axis", "keepdims"), 2, _arg_extrema),
-    "ArgMinOp": Constructor(("axis", "keepdims"), 2, _arg_extrema),
+    # op/argextrema.hpp, op/topk.hpp, op/clip.hpp, op/scaledadd.hpp, op/dropout.hpp,
+    # op/randomuniform.hpp / randomnormal.hpp, op/incrementmod.hpp, op/histogram.hpp,
+    # op/groupnorm.hpp, op/nll.hpp, op/slice.hpp, op/subsample.hpp, op/split.hpp,
+    # op/dynamic/dynamicslice.hpp / dynamicupdate.hpp, op/scatter.hpp, op/printtensor.hpp,
+    # op/cumsum.hpp
+    "ArgMaxOp": Constructor(("axis", "keepdims"), 2, arg_extrema_attrs),
+    "ArgMinOp": Constructor(("axis", "keepdims"), 2, arg_extrema_attrs),
     "TopKOp": Constructor(
-        ("k", "axis", "largest", "sorted", "available_memory_proportion"), 4, _topk
+        ("k", "axis", "largest", "sorted", "available_memory_proportion"), 4, topk_attrs
     ),
-    "ClipOp": Constructor(("min", "max"), 2, _clip),
-    "ScaledAddOp": Constructor(("scale_0", "scale_1"), 2, _scaled_add, False),
-    "ScaledAddLhsInplaceOp": Constructor(("scale_0", "scale_1"), 2, _scaled_add, False),
-    "DropoutOp": Constructor(("ratio",), 1, _dropout, False),
-    "RandomUniformOp": Constructor(("shape", "dataType", "high", "low"), 4, _random, False),
-    "RandomNormalOp": Constructor(("shape", "dataType", "mean", "scale"), 4, _random, False),
-    "IncrementModOp": Constructor(("increment", "modulus"), 2, _increment_mod),
-    "IncrementModInplaceOp": Constructor(("increment", "modulus"), 2, _increment_mod),
-    "HistogramOp": Constructor(("levels", "absoluteOfInput"), 2, _histogram, False),
-    "GroupNormOp": Constructor(("num_groups", "epsilon"), 2, _group_norm, False),
-    "NllOp": Constructor(("ignoreIndex", "reduction", "inputIsLogProbability"), 3, _nll, False),
-    "SliceOp": Constructor(("starts", "ends", "axes", "steps"), 2, _slice),
-    "SliceInplaceOp": Constructor(("starts", "ends", "axes", "steps"), 2, _slice),
-    "SubsampleOp": Constructor(("strides",), 1, _subsample),
-    "SplitOp": Constructor(("axis", "split"), 2, _split),
-    "DynamicSliceOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
-    "DynamicUpdateOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
-    "DynamicUpdateInplaceOp": Constructor(("axes", "sizes", "noOverlap"), 3, _dynamic),
+    "ClipOp": Constructor(("min", "max"), 2, clip_attrs),
+    "ScaledAddOp": Constructor(("scale_0", "scale_1"), 2, scaled_add_attrs, False),
+    "ScaledAddLhsInplaceOp": Constructor(("scale_0", "scale_1"), 2, scaled_add_attrs, False),
+    "DropoutOp": Constructor(("ratio",), 1, dropout_attrs, False),
+    "RandomUniformOp": Constructor(("shape", "dataType", "high", "low"), 4, random_attrs, False),
+    "RandomNormalOp": Constructor(("shape", "dataType", "mean", "scale"), 4, random_attrs, False),
+    "IncrementModOp": Constructor(("increment", "modulus"), 2, increment_mod_attrs),
+    "IncrementModInplaceOp": Constructor(("increment", "modulus"), 2, increment_mod_attrs),
+    "HistogramOp": Constructor(("levels", "absoluteOfInput"), 2, histogram_attrs, False),
+    "GroupNormOp": Constructor(("num_groups", "epsilon"), 2, group_norm_attrs, False),
+    "NllOp": Constructor(
+        ("ignoreIndex", "reduction", "inputIsLogProbability"), 3, nll_attrs, False
+    ),
+    "SliceOp": Constructor(("starts", "ends", "axes", "steps"), 2, slice_attrs),
+    "SliceInplaceOp": Constructor(("starts", "ends", "axes", "steps"), 2, slice_attrs),
+    "SubsampleOp": Constructor(("strides",), 1, subsample_attrs),
+    "SplitOp": Constructor(("axis", "split"), 2, split_attrs),
+    "DynamicSliceOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "DynamicUpdateOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "DynamicUpdateInplaceOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "ScatterOp": Constructor(("axis", "available_memory_proportion"), 1, scatter_attrs),
+    "PrintTensorOp": Constructor(
+        ("printSelf", "printGradient", "title"), 3, print_tensor_attrs, False
+    ),
+    "CumSumOp": Constructor(("exclusive", "reverse"), 2, cumsum_attrs),
     # op/accumulate.hpp, op/accumulatorscale.hpp, op/copyvarupdate.hpp: no opid
-    "AccumulateOp": Constructor(("type", "factor"), 2, _accumulate, False),
-    "AccumulatorScaleOp": Constructor(("factor",), 1, _accumulator_scale, False),
-    "CopyVarUpdateOp": Constructor((), 0, _copy_var_update, False),
+    "AccumulateOp": Constructor(("type", "factor"), 2, accumulate_attrs, False),
+    "AccumulatorScaleOp": Constructor(("factor",), 1, accumulator_scale_attrs, False),
+    "CopyVarUpdateOp": Constructor((), 0, copy_var_update_attrs, False),
 }
 
 
 #: every ``Reduce<X>Op`` is a PopART ``ReduceOp(opid, axes, keepdims, settings)``
-_REDUCE = Constructor(("axes", "keepdims"), 2, _reduce)
+_REDUCE = Constructor(("axes", "keepdims"), 2, reduce_attrs)
 
 
 def constructor(class_name: str) -> Constructor | None:
