@@ -345,3 +345,32 @@ def test_scatter_print_tensor_and_cumsum_constructors() -> None:
     np.testing.assert_allclose(got["sc"], want)
     np.testing.assert_allclose(got["pt"], X)
     np.testing.assert_allclose(got["cs"], np.cumsum(X, -1))
+
+
+def test_remote_store_and_load_by_remote_buffer_id() -> None:
+    """``RemoteStoreOp`` / ``RemoteLoadInplaceOp(opid, settings, remoteBufferId)`` (PopXL's
+    remote_store / remote_load_ pass the buffer's id), the offset at input 1; no id (PopART's
+    default -1) is refused (high confidence)."""
+    ir = popxl.Ir()
+    g = ir._pb_ir.getMainGraph()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((3,), popxl.float32, 2)
+    v = np.array([1, 2, 3], F32)
+    g.addVarInit("v", _ir.TensorInfo(_ir.DataType.FLOAT, [3]), v)
+    g.addVarInit("w", _ir.TensorInfo(_ir.DataType.FLOAT, [3]), np.zeros(3, F32))
+    g.addConstInit("off", _ir.TensorInfo(_ir.DataType.UINT32, []), np.array(1, np.uint32))
+    opid = _ir.OperatorIdentifier("ai.graphcore", "RemoteStore", 1, _ir.NumInputs(1, 2), 0)
+    rbid = buf.remote_buffer_id
+    st = g.createConnectedOp_RemoteStoreOp(
+        {0: "v", 1: "off"}, {}, opid, _ir.Settings(g, "st"), rbid
+    )
+    ld = _connected(g, "RemoteLoadInplaceOp", {0: "w", 1: "off"}, {0: "w2"}, remoteBufferId=rbid)
+    assert isinstance(ld, _ir.op.exchange.RemoteLoadOp) and ld.modifiesIndex(0)
+    assert st.getRemoteBufferId() == ld.getRemoteBufferId() == rbid
+    with pytest.raises(PopartException, match="no remote buffer id"):
+        _connected(g, "RemoteLoadOp", {0: "w", 1: "off"}, {0: "w3"})
+    with pytest.raises(PopartException, match="no remote buffer with id 9"):
+        _connected(g, "RemoteLoadOp", {0: "w", 1: "off"}, {0: "w3"}, 9)
+    assert not g.hasTensor("w3")
+    got = _run(ir, ["w2"])
+    np.testing.assert_allclose(got["w2"], v)

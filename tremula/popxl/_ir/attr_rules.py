@@ -286,3 +286,16 @@ def accumulator_scale_attrs(op: Any, args: dict[str, Any], specs: Sequence[Tenso
 
 def copy_var_update_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
     return _update_operands(("t", "X"), None)
+
+
+def remote_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """``RemoteLoadOp`` / ``RemoteLoadInplaceOp`` / ``RemoteStoreOp(opid, settings,
+    remoteBufferId)``: the Ir's remote buffer of that id (a popxl ``RemoteBuffer``); the
+    offset is input 1, read when the program runs."""
+    from tremula.popxl._ir.ir import ir_handle
+
+    rbid = int(args.get("remoteBufferId", -1))
+    name = type(op).__name__
+    if rbid < 0:
+        raise PopartException(f"{name}: no remote buffer id (-1); give the buffer's id")
+    return {"buffer": ir_handle(op.graph.ir)._remote_buffer(rbid, name), "offset": None}

@@ -35,6 +35,7 @@ from tremula.popxl._ir.attr_rules import (
     print_tensor_attrs,
     random_attrs,
     reduce_attrs,
+    remote_attrs,
     scaled_add_attrs,
     scatter_attrs,
     slice_attrs,
@@ -255,6 +256,11 @@ CONSTRUCTORS: dict[str, Constructor] = {
         ("printSelf", "printGradient", "title"), 3, print_tensor_attrs, False
     ),
     "CumSumOp": Constructor(("exclusive", "reverse"), 2, cumsum_attrs),
+    # op/exchange/remoteload.hpp, remotestore.hpp: RemoteLoadOp(opid, settings, rbid)
+    **{
+        cls: Constructor(("remoteBufferId",), 0, remote_attrs, False)
+        for cls in ("RemoteLoadOp", "RemoteLoadInplaceOp", "RemoteStoreOp")
+    },
     # op/accumulate.hpp, op/accumulatorscale.hpp, op/copyvarupdate.hpp: no opid
     "AccumulateOp": Constructor(("type", "factor"), 2, accumulate_attrs, False),
     "AccumulatorScaleOp": Constructor(("factor",), 1, accumulator_scale_attrs, False),
