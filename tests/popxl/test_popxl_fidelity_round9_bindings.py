@@ -374,3 +374,30 @@ def test_remote_store_and_load_by_remote_buffer_id() -> None:
     assert not g.hasTensor("w3")
     got = _run(ir, ["w2"])
     np.testing.assert_allclose(got["w2"], v)
+
+
+def test_tensor_location_info_setters() -> None:
+    """``TensorLocationInfo`` has PopART's setters (``setRemote``, ``setSharded``,
+    ``setRemoteBufferInfo``) on a value of its own (high confidence); a tensor's location
+    is what the popxl factories made it, and setting it through the tensor is refused,
+    naming them (Tremula's choice)."""
+    info = _ir.TensorLocationInfo()
+    assert (info.isRemote(), info.isSharded(), info.getRemoteBufferInfo()) == (
+        False,
+        False,
+        (-1, -1),
+    )
+    info.setRemote(True)
+    info.setSharded(True)
+    info.setRemoteBufferInfo(3, 1)
+    assert (info.isRemote(), info.isSharded(), info.getRemoteBufferInfo()) == (True, True, (3, 1))
+    assert info == _ir.TensorLocationInfo(True, True, (3, 1))
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buf = popxl.remote_buffer((2,), popxl.float32, 2)
+        v = popxl.remote_variable(np.ones(2, F32), buf, 1)
+    view = v._pb_tensor.tensorLocationInfo
+    assert (view.isRemote(), view.getRemoteBufferInfo()) == (True, (buf.remote_buffer_id, 1))
+    with pytest.raises(NotImplementedError, match=r"popxl\.remote_variable"):
+        view.setRemote(False)
+    assert v._pb_tensor.tensorLocationInfo.isRemote()

@@ -7,7 +7,7 @@ import builtins
 import math
 from typing import TYPE_CHECKING, Any, cast
 
-from tremula.errors import PopartException
+from tremula.errors import PopartException, UnsupportedBindingError
 from tremula.popxl._ir.core.enums import DataType, PopartEnum
 from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -151,15 +151,42 @@ class TensorLocationInfo:
         self._remote = bool(remote)
         self._sharded = bool(sharded)
         self._buffer = (int(buffer[0]), int(buffer[1]))
+        self._tensor: XlTensor | None = None  # the tensor viewed (then read-only)
 
     @classmethod
     def _of(cls, t: XlTensor) -> TensorLocationInfo:
         where = getattr(t, "remote", None)  # variables: (RemoteBuffer, entry) or None
         sharded = getattr(t, "shard_over", None) is not None
         if where is None:
-            return cls(False, sharded)
-        buffer, entry = where
-        return cls(True, sharded, (buffer.remote_buffer_id, entry))
+            view = cls(False, sharded)
+        else:
+            buffer, entry = where
+            view = cls(True, sharded, (buffer.remote_buffer_id, entry))
+        view._tensor = t
+        return view
+
+    def _settable(self, method: builtins.str) -> None:
+        """Refuse to set the location of a tensor through its view (Tremula places
+        variables by the popxl factories, which its lowering reads)."""
+        if self._tensor is not None:
+            raise UnsupportedBindingError(
+                f"popart._internal.ir.TensorLocationInfo.{method} is not supported by Tremula "
+                f"on a tensor's location ({self._tensor.id!r}): make remote or sharded "
+                f"variables with popxl.remote_variable / replica_sharded_variable"
+            )
+
+    def setRemote(self, remote: bool) -> None:
+        self._settable("setRemote")
+        self._remote = bool(remote)
+
+    def setSharded(self, sharded: bool) -> None:
+        self._settable("setSharded")
+        self._sharded = bool(sharded)
+
+    def setRemoteBufferInfo(self, remoteBufferId: int, index: int) -> None:
+        """The remote buffer and its entry the tensor lives in."""
+        self._settable("setRemoteBufferInfo")
+        self._buffer = (int(remoteBufferId), int(index))
 
     def isRemote(self) -> bool:
         return self._remote
