@@ -401,3 +401,41 @@ def test_tensor_location_info_setters() -> None:
     with pytest.raises(NotImplementedError, match=r"popxl\.remote_variable"):
         view.setRemote(False)
     assert v._pb_tensor.tensorLocationInfo.isRemote()
+
+
+def test_matmul_with_popxl_s_optional_arguments() -> None:
+    """``MatMulOp(opid, settings, availableMemoryProportion, serialization, outputType,
+    partialsType)`` with PopART's ``OptionalFloat`` / ``OptionalDataType`` and
+    ``op.SerialiseSettings``, as PopXL's matmul passes them (medium-high confidence, ~75 %);
+    a serialised matmul is refused, naming the mode (Tremula does not serialise)."""
+    ir = popxl.Ir()
+    g = ir._pb_ir.getMainGraph()
+    a = np.arange(6, dtype=F32).reshape(2, 3)
+    b = np.arange(12, dtype=F32).reshape(3, 4)
+    g.addVarInit("a", _ir.TensorInfo(_ir.DataType.FLOAT, [2, 3]), a)
+    g.addVarInit("b", _ir.TensorInfo(_ir.DataType.FLOAT, [3, 4]), b)
+    ser = _ir.op.SerialiseSettings()
+    ser.mode, ser.factor, ser.keep_precision = _ir.op.SerialiseSettingsMode.NoSerialisation, 1, True
+    opid = _opid("MatMul", 9, 2)
+    half, flt = _ir.op.MatMulPartialsType.HALF, _ir.op.MatMulPartialsType.FLOAT
+    f16 = _ir.OptionalDataType(_ir.DataType.FLOAT16)
+    mm = g.createConnectedOp_MatMulOp(
+        {0: "a", 1: "b"}, {0: "c"}, opid, _ir.Settings(g, "mm"), _ir.OptionalFloat(0.4), ser,
+        f16, half,
+    )  # fmt: skip
+    mm2 = g.createConnectedOp_MatMulOp(
+        {0: "a", 1: "b"}, {0: "d"}, opid, _ir.Settings(g, "mm2"), _ir.OptionalFloat(), ser,
+        _ir.OptionalDataType(), flt,
+    )  # fmt: skip
+    assert (str(mm.outInfo(0)), mm.getAvailableMemoryProportion()) == ("FLOAT16 [2 4]", 0.4)
+    assert (mm.getPartialsType(), mm2.getPartialsType()) == (half, flt)
+    assert mm2.getAvailableMemoryProportion() is None and mm2.outInfo(0).data_type() == "FLOAT"
+    assert _ir.OptionalFloat() == _ir.OptionalFloat() and not _ir.OptionalFloat().has_value()
+    ser.mode = _ir.op.SerialiseSettingsMode.ReducingDim
+    with pytest.raises(PopartException, match="serialisation ReducingDim is not served"):
+        _connected(g, "MatMulOp", {0: "a", 1: "b"}, {0: "e"}, opid, _ir.OptionalFloat(), ser)
+    assert not g.hasTensor("e")
+    got = _run(ir, ["c", "d"])
+    assert got["c"].dtype == np.float16
+    np.testing.assert_allclose(got["c"], a @ b)
+    np.testing.assert_allclose(got["d"], a @ b)

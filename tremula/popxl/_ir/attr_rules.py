@@ -299,3 +299,30 @@ def remote_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> 
     if rbid < 0:
         raise PopartException(f"{name}: no remote buffer id (-1); give the buffer's id")
     return {"buffer": ir_handle(op.graph.ir)._remote_buffer(rbid, name), "offset": None}
+
+
+def matmul_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """``MatMulOp(opid, settings, availableMemoryProportion, serialization, outputType,
+    partialsType, enableFullyConnectedPass)`` (optional values unset, or PopART's
+    ``Optional*``); Tremula does not serialise matmuls."""
+    from tremula.popxl._ir.op.subgraph import MatMulPartialsType, SerialiseSettingsMode
+
+    serialise = args.get("serialization")
+    mode = getattr(serialise, "mode", SerialiseSettingsMode.NoSerialisation)
+    if mode != SerialiseSettingsMode.NoSerialisation:
+        raise PopartException(
+            f"MatMulOp: serialisation {SerialiseSettingsMode(mode).name} is not served by "
+            f"Tremula (PopXL's matmul makes NoSerialisation)"
+        )
+    amp = _optional(args.get("availableMemoryProportion"))
+    if amp is not None and not 0 < float(amp) <= 1:
+        raise PopartException(f"MatMulOp: availableMemoryProportion {amp} is not in (0, 1]")
+    out = _optional(args.get("outputType"))
+    given = args.get("partialsType")
+    partials = MatMulPartialsType.FLOAT if given is None else MatMulPartialsType(int(given))
+    return {
+        "available_memory_proportion": None if amp is None else float(amp),
+        "output_type": None if out is None else dtypes.dtype.as_dtype(out),
+        "partials_type": dtypes.float16 if partials == MatMulPartialsType.HALF else dtypes.float32,
+        "fully_connected_pass": bool(args.get("enableFullyConnectedPass", True)),
+    }

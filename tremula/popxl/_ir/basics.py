@@ -211,3 +211,50 @@ class Settings:
 
     def __repr__(self) -> builtins.str:
         return f"Settings({self.graph!r}, {self.name!r})"
+
+
+class _Optional:
+    """PopART's ``nonstd::optional`` of a value (``OptionalFloat()``: unset,
+    ``OptionalFloat(0.5)``), as PopXL passes optional op arguments; ``value`` is None when
+    unset."""
+
+    _convert: Any = staticmethod(lambda v: v)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = None if value is None else type(self)._convert(value)
+
+    def has_value(self) -> bool:
+        return self.value is not None
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.value))
+
+    def __repr__(self) -> builtins.str:
+        return f"{type(self).__name__}({'' if self.value is None else repr(self.value)})"
+
+
+class OptionalFloat(_Optional):
+    """``OptionalFloat()`` / ``OptionalFloat(0.5)``."""
+
+    _convert = staticmethod(float)
+
+
+class OptionalInt(_Optional):
+    """``OptionalInt()`` / ``OptionalInt(3)``."""
+
+    _convert = staticmethod(int)
+
+
+class OptionalDataType(_Optional):
+    """``OptionalDataType()`` / ``OptionalDataType(DataType.FLOAT16)``."""
+
+    @staticmethod
+    def _convert(value: Any) -> Any:
+        from tremula.popxl._ir.core.enums import DataType
+
+        if not isinstance(value, DataType):
+            raise TypeError(f"OptionalDataType: expected a DataType, got {value!r}")
+        return value

@@ -31,6 +31,7 @@ from tremula.popxl._ir.attr_rules import (
     group_norm_attrs,
     histogram_attrs,
     increment_mod_attrs,
+    matmul_attrs,
     nll_attrs,
     print_tensor_attrs,
     random_attrs,
@@ -261,6 +262,18 @@ CONSTRUCTORS: dict[str, Constructor] = {
         cls: Constructor(("remoteBufferId",), 0, remote_attrs, False)
         for cls in ("RemoteLoadOp", "RemoteLoadInplaceOp", "RemoteStoreOp")
     },
+    "MatMulOp": Constructor(
+        (
+            "availableMemoryProportion",
+            "serialization",
+            "outputType",
+            "partialsType",
+            "enableFullyConnectedPass",
+        ),
+        0,
+        matmul_attrs,
+        False,
+    ),
     # op/accumulate.hpp, op/accumulatorscale.hpp, op/copyvarupdate.hpp: no opid
     "AccumulateOp": Constructor(("type", "factor"), 2, accumulate_attrs, False),
     "AccumulatorScaleOp": Constructor(("factor",), 1, accumulator_scale_attrs, False),

@@ -11,12 +11,18 @@ from tremula.popxl._ir.core.enums import ScatterReduction
 from tremula.popxl._ir.op import collectives, exchange
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import class_named, classes_in, op_class
-from tremula.popxl._ir.op.subgraph import MatMulPartialsType
+from tremula.popxl._ir.op.subgraph import (
+    MatMulPartialsType,
+    SerialiseSettings,
+    SerialiseSettingsMode,
+)
 
 __all__ = [
     "MatMulPartialsType",
     "Op",
     "ScatterReduction",
+    "SerialiseSettings",
+    "SerialiseSettingsMode",
     "collectives",
     "exchange",
     "op_class",
