@@ -439,3 +439,36 @@ def test_matmul_with_popxl_s_optional_arguments() -> None:
     assert got["c"].dtype == np.float16
     np.testing.assert_allclose(got["c"], a @ b)
     np.testing.assert_allclose(got["d"], a @ b)
+
+
+def test_sparse_accumulate_takes_type_factor_and_axis() -> None:
+    """``SparseAccumulateOp(type, factor, axis, settings)``: the indices at input 3 (the
+    factor tensor, when not constant, at input 2); Add adds the rows at their indices,
+    DampenedAdd scales them (high confidence); other types are refused."""
+    ir = popxl.Ir()
+    g = ir._pb_ir.getMainGraph()
+    x = np.arange(6, dtype=F32).reshape(3, 2)
+    idx = np.array([0, 2, 0], np.int32)
+    for name in ("t1", "t2"):
+        g.addVarInit(name, _ir.TensorInfo(_ir.DataType.FLOAT, [4, 2]), np.zeros((4, 2), F32))
+    g.addVarInit("x", _ir.TensorInfo(_ir.DataType.FLOAT, [3, 2]), x)
+    g.addVarInit("i", _ir.TensorInfo(_ir.DataType.INT32, [3]), idx)
+    g.addVarInit("f", _ir.TensorInfo(_ir.DataType.FLOAT, []), np.array(0.5, F32))
+    add, damp = _ir.AccumulationType.Add, _ir.AccumulationType.DampenedAdd
+    op1 = _connected(g, "SparseAccumulateOp", {0: "t1", 1: "x", 3: "i"}, {0: "o1"}, add,
+                     _ir.OptimizerValue(), 0)  # fmt: skip
+    op2 = _connected(g, "SparseAccumulateOp", {0: "t2", 1: "x", 2: "f", 3: "i"}, {0: "o2"}, damp,
+                     _ir.OptimizerValue(), 0)  # fmt: skip
+    assert op1.opType() == "PopartSparseAccumulate" and sorted(op1.getInputIndexMap()) == [0, 1, 3]
+    assert op2.inId(2) == "f" and op2.inId(3) == "i"
+    square = _ir.AccumulationType.DampenedAddSquare
+    with pytest.raises(PopartException, match="Add or DampenedAdd"):
+        _connected(g, "SparseAccumulateOp", {0: "t1", 1: "x", 3: "i"}, {0: "o3"}, square,
+                   _ir.OptimizerValue(1.0, True), 0)  # fmt: skip
+    with popxl.Session(ir, "ipu_model") as session:
+        session.run()
+        got = [session.get_tensor_data(ir.main_graph.get_tensor(n)) for n in ("t1", "t2")]
+    want = np.zeros((4, 2))
+    np.add.at(want, idx, x)
+    np.testing.assert_allclose(got[0], want)
+    np.testing.assert_allclose(got[1], 0.5 * want)

@@ -248,10 +248,13 @@ def cumsum_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> 
     return {"dim": _resolved_axis(int(np.reshape(data, ())), specs, "CumSumOp")}
 
 
-def _update_operands(roles: tuple[str, ...], factor: Any) -> dict[str, Any]:
+def _update_operands(
+    roles: tuple[str, ...], factor: Any, after: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The operands of a var update made through the bindings: ``roles`` connected in
     order, then the factor ``f``, an input when PopART's ``OptimizerValue`` is not constant
-    (``AccumulateOp``'s input 2, ``AccumulatorScaleOp``'s too), a number otherwise."""
+    (``AccumulateOp``'s input 2, ``AccumulatorScaleOp``'s too), a number otherwise, then
+    the roles ``after``."""
     slots = {role: i for i, role in enumerate(roles)}
     values: dict[str, float] = {}
     if factor is not None:
@@ -260,7 +263,9 @@ def _update_operands(roles: tuple[str, ...], factor: Any) -> dict[str, Any]:
         if factor.isConst():
             values["f"] = float(factor.val())
         else:
-            slots["f"] = len(roles)
+            slots["f"] = len(slots)
+    for role in after:
+        slots[role] = len(slots)
     return {"slots": slots, "values": values}
 
 
@@ -326,3 +331,22 @@ def matmul_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> 
         "partials_type": dtypes.float16 if partials == MatMulPartialsType.HALF else dtypes.float32,
         "fully_connected_pass": bool(args.get("enableFullyConnectedPass", True)),
     }
+
+
+def sparse_accumulate_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]):
+    """``SparseAccumulateOp(type, factor, axis, settings)``: ``Add`` (a factor of 1) or
+    ``DampenedAdd``, as PopART's constructor accepts; the indices are input 3, the
+    optional layout tensor ``W`` input 4."""
+    from tremula.popxl._ir.core.enums import AccumulationType
+
+    kind = AccumulationType(args["type"]).name
+    if kind not in ("Add", "DampenedAdd"):
+        raise PopartException(
+            f"SparseAccumulateOp: AccumulationType.{kind} is not supported (Add or DampenedAdd)"
+        )
+    axis = args["axis"]
+    if isinstance(axis, bool) or int(axis) != axis or axis < 0:
+        raise TypeError(f"SparseAccumulateOp: axis must be a non-negative integer, got {axis!r}")
+    factor = None if kind == "Add" else args["factor"]  # Add: a factor of 1
+    operands = _update_operands(("t", "X"), factor, ("indices", "W"))
+    return {**operands, "type": kind, "axis": int(axis)}

@@ -40,6 +40,7 @@ from tremula.popxl._ir.attr_rules import (
     scaled_add_attrs,
     scatter_attrs,
     slice_attrs,
+    sparse_accumulate_attrs,
     split_attrs,
     subsample_attrs,
     topk_attrs,
@@ -278,6 +279,9 @@ CONSTRUCTORS: dict[str, Constructor] = {
     "AccumulateOp": Constructor(("type", "factor"), 2, accumulate_attrs, False),
     "AccumulatorScaleOp": Constructor(("factor",), 1, accumulator_scale_attrs, False),
     "CopyVarUpdateOp": Constructor((), 0, copy_var_update_attrs, False),
+    "SparseAccumulateOp": Constructor(
+        ("type", "factor", "axis"), 3, sparse_accumulate_attrs, False
+    ),
 }
 
 
