@@ -353,6 +353,24 @@ def ipu(ipu: int | None) -> Iterator[None]:
 
 
 @contextmanager
+def _placed(ipu: int | None = None, tile_set: str | None = None) -> Iterator[None]:
+    """Create ops (and their outputs) on virtual IPU ``ipu`` (``NO_IPU`` for none) and on
+    ``tile_set`` (``"compute"`` or ``"io"``) while inside; None leaves that setting as the
+    enclosing context has it."""
+    if ipu is not None:
+        _CONTEXT.ipus.append(int(ipu))
+    if tile_set is not None:
+        _CONTEXT.tile_sets.append(tile_set)
+    try:
+        yield
+    finally:
+        if ipu is not None:
+            _CONTEXT.ipus.pop()
+        if tile_set is not None:
+            _CONTEXT.tile_sets.pop()
+
+
+@contextmanager
 def io_tiles() -> Iterator[None]:
     """Place ops created inside on the IO tiles."""
     _CONTEXT.tile_sets.append("io")

@@ -3,15 +3,13 @@ a copy of its input (numerically an identity)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from tremula.errors import ProgramError
 from tremula.poplar.program import PrintTensorFmt
-from tremula.popxl.context import get_current_context
+from tremula.popxl.context import _placed
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.tensor import Tensor
@@ -102,23 +100,6 @@ def print_tensor(
     }
     (out,) = create_op("PrintTensor", [t], attrs)
     return out
-
-
-@contextmanager
-def _placed(ipu: int | None = None, tile_set: str | None = None) -> Iterator[None]:
-    """Create ops (and their outputs) on ``ipu`` / ``tile_set``."""
-    ctx = get_current_context()
-    if ipu is not None:
-        ctx.ipus.append(int(ipu))
-    if tile_set is not None:
-        ctx.tile_sets.append(tile_set)
-    try:
-        yield
-    finally:
-        if ipu is not None:
-            ctx.ipus.pop()
-        if tile_set is not None:
-            ctx.tile_sets.pop()
 
 
 def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:

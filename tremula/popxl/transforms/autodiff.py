@@ -28,6 +28,7 @@ from typing import Literal, overload
 
 from tremula.errors import IRError, PopartException
 from tremula.popxl import ops
+from tremula.popxl.context import _placed
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import OPS, OpNode, create_op
 from tremula.popxl.tensor import Constant, Tensor, constant, graph_input, graph_output
@@ -211,10 +212,12 @@ class _Autodiff:
             return
         totals = [self._total(t) for t in op.outputs]
         every = [t.dtype.is_floating_point for t in op.inputs]
-        if every != need and not op.called_graphs:
-            for t in self._reads(rule, op, totals, every):
-                self.fwd(t)
-        results = rule(self, op, OutputGrads(totals, op.outputs, self.zeros), need)
+        # PopART's grad ops copy the forward op's settings: its virtual IPU and tile set
+        with _placed(ipu=op.ipu, tile_set=op.tile_set):
+            if every != need and not op.called_graphs:
+                for t in self._reads(rule, op, totals, every):
+                    self.fwd(t)
+            results = rule(self, op, OutputGrads(totals, op.outputs, self.zeros), need)
         for t, g, wanted in zip(op.inputs, results, need):
             if not wanted or g is None:
                 continue

@@ -5,9 +5,8 @@ copies the gradient back."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 
-from tremula.popxl.context import io_tiles, ipu
+from tremula.popxl.context import _placed, ipu
 from tremula.popxl.ops.base import OpNode, create_op
 from tremula.popxl.transforms.grads.base import GradContext, Grads, OutputGrads, grad
 
@@ -36,5 +35,5 @@ def _ipu_copy(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) 
 @grad("IoTileCopy")
 def _io_tile_copy(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     back = op.inputs[0]._tile_set
-    with io_tiles() if back == "io" else nullcontext():
+    with _placed(tile_set=back):  # as io_tile_copy places a copy: on its destination
         return [create_op("IoTileCopy", [g[0]], {"tile_set": back})[0]]
