@@ -25,7 +25,12 @@ from tremula.engine.options import parse_options
 from tremula.popxl.ambiguity import check_inplacing_ambiguity
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
-from tremula.popxl.session_device import check_execution_contexts, device_for, online_device
+from tremula.popxl.session_device import (
+    check_execution_contexts,
+    check_replica_groupings,
+    device_for,
+    online_device,
+)
 from tremula.popxl.session_io import HostStreams
 from tremula.popxl.session_weights import SessionWeights
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -88,6 +93,7 @@ class Session(SessionWeights):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
         verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
         check_execution_contexts(ir)
+        check_replica_groupings(ir)
         pb_options = session_options(ir)
         if pb_options.enableInplaceAmbiguityChecking:  # PopXL's Ir enables it
             check_inplacing_ambiguity(ir)
