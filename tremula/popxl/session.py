@@ -93,7 +93,6 @@ class Session(SessionWeights):
             raise TypeError(f"Session: expected a popxl.Ir, got {type(ir).__name__}")
         verify_ir(ir)  # an Ir edited through the bindings may be left inconsistent
         check_execution_contexts(ir)
-        check_replica_groupings(ir)
         pb_options = session_options(ir)
         if pb_options.enableInplaceAmbiguityChecking:  # PopXL's Ir enables it
             check_inplacing_ambiguity(ir)
@@ -101,6 +100,7 @@ class Session(SessionWeights):
         user_options = {**dict(pb_options.engineOptions), **dict(engine_options or {})}
         self._ir = ir
         self._device = device_for(device_desc, ir)
+        check_replica_groupings(ir)  # after the device's own checks of the replicas
         if isinstance(device_desc, str):
             self._device.detach()  # made for the session, which attaches it when entered
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
