@@ -366,3 +366,19 @@ def test_grouped_replica_sharded_variables_read_back_in_each_mode(stride, size, 
             np.testing.assert_array_equal(got[v], grouped[rg.assignment] + step)
         else:
             np.testing.assert_array_equal(got[v], data + step)
+
+
+def test_popxl_modules_of_the_replicated_collectives_import():
+    """PopXL defines each replicated collective in a module of its name; as for ``popxl.ops``'
+    op modules the package attribute is the function (~75 % on the module names)."""
+    from popxl.ops.collectives.replicated_all_gather import replicated_all_gather
+    from popxl.ops.collectives.replicated_all_reduce import (
+        replicated_all_reduce,
+        replicated_all_reduce_,
+    )
+    from popxl.ops.collectives.replicated_reduce_scatter import replicated_reduce_scatter
+
+    assert replicated_all_gather is C.replicated_all_gather
+    assert replicated_all_reduce is C.replicated_all_reduce
+    assert replicated_all_reduce_ is C.replicated_all_reduce_
+    assert replicated_reduce_scatter is C.replicated_reduce_scatter
