@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -231,10 +231,19 @@ class SessionWeights:
         return {t: self._host_value(t) for t in tensors}
 
     def _check_variable(self, t: Any, what: str, kinds: tuple[type, ...]) -> None:
+        """``t`` is one of ``kinds`` (TypeError, in PopXL's words) and a tensor of this
+        session's Ir (ValueError: another Ir's tensor has its own host copy, which this
+        session neither reads nor writes)."""
         names = " or ".join(k.__name__ for k in reversed(kinds))
         if not isinstance(t, kinds):  # PopXL's words: "Tensor <id> is not of type ..."
             tid = getattr(t, "id", None) or getattr(t, "tensor_id", None) or repr(t)
             raise TypeError(f"Tensor {tid} is not of type {names}. ({what}: got {t!r})")
+        tensor = cast(Tensor, t)
+        if tensor.ir is not self._ir:
+            raise ValueError(
+                f"{what}: tensor {tensor.id!r} belongs to {tensor.ir!r}, not to this "
+                f"session's {self._ir!r}: pass the session of the Ir that made it"
+            )
 
     def _host_value(self, t: Tensor) -> np.ndarray:
         """A copy of the host value; for a variable made from a ``np.memmap`` whose host
