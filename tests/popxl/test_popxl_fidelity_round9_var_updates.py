@@ -408,3 +408,18 @@ def test_the_returned_alias_reads_the_updated_value() -> None:
     got, final = fetch(ir, after, device="cpu", variables=[t])
     np.testing.assert_array_equal(got, np.arange(4) * 0.25 + 2.0)
     np.testing.assert_array_equal(final, got)
+
+
+def test_a_sharded_variable_of_another_meta_shape_names_the_buffer_and_shape() -> None:
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        buffer = popxl.remote_buffer((4,), popxl.float32, 2)
+        popxl.remote_replica_sharded_variable(np.arange(8, dtype=np.float32), buffer, 0)
+        assert buffer.meta_shape == (8,)
+        with pytest.raises(
+            ValueError,
+            match=r"Cannot use RemoteBuffer\[id=1 .*\] for replica sharded variable of shape "
+            r"\(2, 4\).*meta_shape \(8,\)",
+        ):
+            popxl.remote_replica_sharded_variable(np.zeros((2, 4), np.float32), buffer, 1)
+        assert len(ir.main_graph.variables) == 1
