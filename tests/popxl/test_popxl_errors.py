@@ -325,7 +325,7 @@ BUILD_CASES: list[tuple[str, type, str, Callable[[Program], Any]]] = [
     (
         "graph_output",
         ValueError,
-        r"Variable\[w .*current graph 'other_subgraph\(2\)'",
+        r"The input tensor `t` is not in the current Graph other_subgraph\(2\): 'w' belongs",
         _graph_output_elsewhere,
     ),
     ("grouped data", VariableDataError, r"'gv'.*possibly appended outer dimension", _grouped_data),

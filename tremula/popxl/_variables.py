@@ -209,14 +209,15 @@ def graph_input(
 
 
 def graph_output(t: Tensor) -> None:
-    """Mark ``t`` as an output of the current graph (``ValueError`` if it is not in it)."""
+    """Mark ``t`` as an output of the current graph.
+
+    Raises:
+        TypeError: ``t`` is not a Tensor (PopXL's ``check_in_graph``).
+        ValueError: ``t`` is not in the current graph (PopXL's ``check_in_graph``).
+    """
     from tremula.popxl.context import get_current_graph
+    from tremula.popxl.ops.utils import check_in_graph
 
     graph = get_current_graph()
-    if not isinstance(t, Tensor) or t.graph is not graph:
-        where = t.graph.name if isinstance(t, Tensor) else type(t).__name__
-        raise ValueError(
-            f"graph_output: {t!r} is not a tensor of the current graph "
-            f"{graph.name!r} (it belongs to {where!r})"
-        )
+    check_in_graph(graph, t=t)
     graph._add_output(t)

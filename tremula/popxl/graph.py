@@ -208,6 +208,15 @@ class Graph:
     def _add_tensor(self, t: Tensor) -> None:
         self._tensors[t.id] = t
 
+    def _rename_tensor(self, t: Tensor, tensor_id: str) -> None:
+        """Give ``t``, a tensor of this graph, the free id ``tensor_id`` (autodiff names a
+        gradient so once it knows the tensor is one)."""
+        if self._tensors.get(t.id) is not t or tensor_id in self._tensors:
+            raise ValueError(f"cannot rename {t.id!r} of {self._name!r} to {tensor_id!r}")
+        del self._tensors[t.id]
+        t._id, t._name = tensor_id, self._tensor_name(tensor_id)
+        self._tensors[tensor_id] = t
+
     def _add_input(self, t: Tensor, by_ref: bool) -> None:
         self._inputs.append(t)
         if by_ref:

@@ -21,7 +21,15 @@ class ReplicatedTensorSharding(enum.Enum):
     On = 1
 
 
-class TileSet(enum.IntEnum):
+class _BoundEnum(enum.IntEnum):
+    """An enum of PopART's bindings, which PopXL re-exports: an int printed as
+    ``TileSet.IO`` (pybind11's ``str``; Python 3.11's ``IntEnum`` would print ``1``)."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class TileSet(_BoundEnum):
     """The tiles an op runs on: the compute tiles or the IO tiles."""
 
     Compute = 0
@@ -30,7 +38,7 @@ class TileSet(enum.IntEnum):
     N = 3
 
 
-class ExecutionContext(enum.IntEnum):
+class ExecutionContext(_BoundEnum):
     """The part of the program an op runs in (``popxl.context._execution_context``)."""
 
     Normal = 0

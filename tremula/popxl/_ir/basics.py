@@ -126,6 +126,16 @@ class Scope:
     def pop(self) -> None:
         self._names = self._names[:-1]
 
+    def getCommonParent(self, other: Scope) -> Scope:
+        """The longest scope both lie in (their common leading names; PopART's
+        ``Scope::getCommonParent``)."""
+        common = []
+        for mine, theirs in zip(self._names, other._names):
+            if mine != theirs:
+                break
+            common.append(mine)
+        return Scope(common)
+
     def isSubscope(self, other: Scope) -> bool:
         """Whether this scope lies strictly inside ``other``."""
         n = len(other._names)
@@ -194,10 +204,57 @@ class Settings:
         self.vgraphId: int | None = None
         self.tileSet = TileSet.Compute
         self.executionContext = ExecutionContext.Normal
-        self.scope = Scope()
+        self.scope = next((a for a in args if isinstance(a, Scope)), Scope())
 
     def getIr(self) -> Any:
         return self.graph.getIr()
 
     def __repr__(self) -> builtins.str:
         return f"Settings({self.graph!r}, {self.name!r})"
+
+
+class _Optional:
+    """PopART's ``nonstd::optional`` of a value (``OptionalFloat()``: unset,
+    ``OptionalFloat(0.5)``), as PopXL passes optional op arguments; ``value`` is None when
+    unset."""
+
+    _convert: Any = staticmethod(lambda v: v)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = None if value is None else type(self)._convert(value)
+
+    def has_value(self) -> bool:
+        return self.value is not None
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.value == self.value  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.value))
+
+    def __repr__(self) -> builtins.str:
+        return f"{type(self).__name__}({'' if self.value is None else repr(self.value)})"
+
+
+class OptionalFloat(_Optional):
+    """``OptionalFloat()`` / ``OptionalFloat(0.5)``."""
+
+    _convert = staticmethod(float)
+
+
+class OptionalInt(_Optional):
+    """``OptionalInt()`` / ``OptionalInt(3)``."""
+
+    _convert = staticmethod(int)
+
+
+class OptionalDataType(_Optional):
+    """``OptionalDataType()`` / ``OptionalDataType(DataType.FLOAT16)``."""
+
+    @staticmethod
+    def _convert(value: Any) -> Any:
+        from tremula.popxl._ir.core.enums import DataType
+
+        if not isinstance(value, DataType):
+            raise TypeError(f"OptionalDataType: expected a DataType, got {value!r}")
+        return value

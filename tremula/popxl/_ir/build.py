@@ -56,7 +56,8 @@ def _host_array(info: TensorInfo, data: Any, tensor_id: str) -> np.ndarray:
             f"Tensor {tensor_id!r}: {arr.size} elements of data for a TensorInfo of shape "
             f"{list(spec.shape)}"
         )
-    return np.ascontiguousarray(arr.astype(spec.dtype.as_numpy()).reshape(spec.shape))
+    # (np.ascontiguousarray would give a scalar a dimension)
+    return np.array(arr.astype(spec.dtype.as_numpy()).reshape(spec.shape), order="C")
 
 
 def set_tensor_type(t: XlTensor, tensor_type: TensorType) -> None:
@@ -339,12 +340,12 @@ def _split_args(
     opid = rest_kw.pop("opid", None)
     settings = rest_kw.pop("settings", None)
     rest = list(args)
-    if opid is None:
+    if opid is None:  # (a None argument is an argument: an unset optional)
         opid = next((a for a in rest if isinstance(a, OperatorIdentifier)), None)
-        rest = [a for a in rest if a is not opid]
+        rest = [a for a in rest if a is not opid or opid is None]
     if settings is None:
         settings = next((a for a in rest if isinstance(a, (Settings, OpSettings))), None)
-        rest = [a for a in rest if a is not settings]
+        rest = [a for a in rest if a is not settings or settings is None]
     if settings is None or not isinstance(opid, (OperatorIdentifier, type(None))):
         raise TypeError(f"{what}: expected a Settings (and an OperatorIdentifier)")
     cls = op_name(op_type).cls

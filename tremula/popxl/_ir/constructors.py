@@ -19,6 +19,32 @@ from typing import Any, NamedTuple
 
 from tremula.errors import OpSetupError, PopartException
 from tremula.popxl import dtypes
+from tremula.popxl._ir.attr_rules import (
+    accumulate_attrs,
+    accumulator_scale_attrs,
+    arg_extrema_attrs,
+    clip_attrs,
+    copy_var_update_attrs,
+    cumsum_attrs,
+    dropout_attrs,
+    dynamic_attrs,
+    group_norm_attrs,
+    histogram_attrs,
+    increment_mod_attrs,
+    matmul_attrs,
+    nll_attrs,
+    print_tensor_attrs,
+    random_attrs,
+    reduce_attrs,
+    remote_attrs,
+    scaled_add_attrs,
+    scatter_attrs,
+    slice_attrs,
+    sparse_accumulate_attrs,
+    split_attrs,
+    subsample_attrs,
+    topk_attrs,
+)
 from tremula.popxl.tensor import TensorSpec
 
 #: (the op, its constructor arguments by name, its input specs) -> its Tremula attributes
@@ -149,7 +175,8 @@ def made(op: Any, args: dict[str, Any]) -> None:
     """Give an op made with constructor arguments the attributes it can have now (the rest
     at ``setup()``: :func:`at_setup`); a call op modifies its callee's by-reference inputs
     and those PopART's ``modifiedInputsViaAttrs`` names."""
-    ctor = CONSTRUCTORS[type(op).__name__]
+    ctor = constructor(type(op).__name__)
+    assert ctor is not None  # bind_arguments bound the arguments to it
     op.__dict__["_ctor_args"] = args
     if not ctor.reads_inputs:
         op.attrs.update(ctor.rule(op, args, ()))
@@ -167,8 +194,8 @@ def at_setup(op: Any, specs: Sequence[TensorSpec]) -> None:
     specs (PopART's ``setup()``: a negative axis, a 0 or -1 in a shape)."""
     args = op.__dict__.get("_ctor_args")
     if args is not None:
-        ctor = CONSTRUCTORS[type(op).__name__]
-        if ctor.reads_inputs:
+        ctor = constructor(type(op).__name__)
+        if ctor is not None and ctor.reads_inputs:
             op.attrs.update(ctor.rule(op, args, specs))
 
 
@@ -196,7 +223,77 @@ CONSTRUCTORS: dict[str, Constructor] = {
     # HostLoadOp(opid, settings, streamTensorId), HostStoreOp likewise (op/exchange/)
     "HostLoadOp": Constructor(("streamTensorId",), 1, _host_load, False),
     "HostStoreOp": Constructor(("streamTensorId",), 1, _host_store, False),
+    # op/argextrema.hpp, op/topk.hpp, op/clip.hpp, op/scaledadd.hpp, op/dropout.hpp,
+    # op/randomuniform.hpp / randomnormal.hpp, op/incrementmod.hpp, op/histogram.hpp,
+    # op/groupnorm.hpp, op/nll.hpp, op/slice.hpp, op/subsample.hpp, op/split.hpp,
+    # op/dynamic/dynamicslice.hpp / dynamicupdate.hpp, op/scatter.hpp, op/printtensor.hpp,
+    # op/cumsum.hpp
+    "ArgMaxOp": Constructor(("axis", "keepdims"), 2, arg_extrema_attrs),
+    "ArgMinOp": Constructor(("axis", "keepdims"), 2, arg_extrema_attrs),
+    "TopKOp": Constructor(
+        ("k", "axis", "largest", "sorted", "available_memory_proportion"), 4, topk_attrs
+    ),
+    "ClipOp": Constructor(("min", "max"), 2, clip_attrs),
+    "ScaledAddOp": Constructor(("scale_0", "scale_1"), 2, scaled_add_attrs, False),
+    "ScaledAddLhsInplaceOp": Constructor(("scale_0", "scale_1"), 2, scaled_add_attrs, False),
+    "DropoutOp": Constructor(("ratio",), 1, dropout_attrs, False),
+    "RandomUniformOp": Constructor(("shape", "dataType", "high", "low"), 4, random_attrs, False),
+    "RandomNormalOp": Constructor(("shape", "dataType", "mean", "scale"), 4, random_attrs, False),
+    "IncrementModOp": Constructor(("increment", "modulus"), 2, increment_mod_attrs),
+    "IncrementModInplaceOp": Constructor(("increment", "modulus"), 2, increment_mod_attrs),
+    "HistogramOp": Constructor(("levels", "absoluteOfInput"), 2, histogram_attrs, False),
+    "GroupNormOp": Constructor(("num_groups", "epsilon"), 2, group_norm_attrs, False),
+    "NllOp": Constructor(
+        ("ignoreIndex", "reduction", "inputIsLogProbability"), 3, nll_attrs, False
+    ),
+    "SliceOp": Constructor(("starts", "ends", "axes", "steps"), 2, slice_attrs),
+    "SliceInplaceOp": Constructor(("starts", "ends", "axes", "steps"), 2, slice_attrs),
+    "SubsampleOp": Constructor(("strides",), 1, subsample_attrs),
+    "SplitOp": Constructor(("axis", "split"), 2, split_attrs),
+    "DynamicSliceOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "DynamicUpdateOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "DynamicUpdateInplaceOp": Constructor(("axes", "sizes", "noOverlap"), 3, dynamic_attrs),
+    "ScatterOp": Constructor(("axis", "available_memory_proportion"), 1, scatter_attrs),
+    "PrintTensorOp": Constructor(
+        ("printSelf", "printGradient", "title"), 3, print_tensor_attrs, False
+    ),
+    "CumSumOp": Constructor(("exclusive", "reverse"), 2, cumsum_attrs),
+    # op/exchange/remoteload.hpp, remotestore.hpp: RemoteLoadOp(opid, settings, rbid)
+    **{
+        cls: Constructor(("remoteBufferId",), 0, remote_attrs, False)
+        for cls in ("RemoteLoadOp", "RemoteLoadInplaceOp", "RemoteStoreOp")
+    },
+    "MatMulOp": Constructor(
+        (
+            "availableMemoryProportion",
+            "serialization",
+            "outputType",
+            "partialsType",
+            "enableFullyConnectedPass",
+        ),
+        0,
+        matmul_attrs,
+        False,
+    ),
+    # op/accumulate.hpp, op/accumulatorscale.hpp, op/copyvarupdate.hpp: no opid
+    "AccumulateOp": Constructor(("type", "factor"), 2, accumulate_attrs, False),
+    "AccumulatorScaleOp": Constructor(("factor",), 1, accumulator_scale_attrs, False),
+    "CopyVarUpdateOp": Constructor((), 0, copy_var_update_attrs, False),
+    "SparseAccumulateOp": Constructor(
+        ("type", "factor", "axis"), 3, sparse_accumulate_attrs, False
+    ),
 }
+
+
+#: every ``Reduce<X>Op`` is a PopART ``ReduceOp(opid, axes, keepdims, settings)``
+_REDUCE = Constructor(("axes", "keepdims"), 2, reduce_attrs)
+
+
+def constructor(class_name: str) -> Constructor | None:
+    """The constructor entry of a binding class (None: its attributes are not mapped)."""
+    if class_name.startswith("Reduce") and class_name.endswith("Op"):
+        return _REDUCE
+    return CONSTRUCTORS.get(class_name)
 
 
 def bind_arguments(
@@ -207,7 +304,7 @@ def bind_arguments(
     Raises:
         TypeError: too many or too few arguments, or an unknown keyword.
     """
-    ctor = CONSTRUCTORS.get(class_name)
+    ctor = constructor(class_name)
     if ctor is None:
         return None
     if len(positional) > len(ctor.params):

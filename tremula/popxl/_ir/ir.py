@@ -130,6 +130,33 @@ class Ir:
         """Every graph of the Ir, by id (the main graph first)."""
         return [graph_handle(g) for g in self._by_id()]
 
+    def getGraphSchedule(self, root: GraphId | str | None = None) -> list[Graph]:
+        """The graphs reachable from ``root`` (default: the main graph), each once, a graph
+        before the graphs its ops call, in the order of its op schedule (PopART's
+        ``Ir::getGraphSchedule``: a depth-first walk).
+
+        Raises:
+            popart_exception: without a root, some graph of the Ir is called from nowhere
+                the main graph reaches (PopART schedules all of them or none).
+        """
+        start = self.getMainGraph() if root is None else self.getGraph(root)
+        order: list[Graph] = []
+
+        def visit(graph: Graph) -> None:
+            if graph in order:
+                return
+            order.append(graph)
+            for op in graph.getOpSchedule():
+                for called in op.getCalledGraphs():
+                    visit(called)
+
+        visit(start)
+        if root is None and len(order) != len(self._ir.graphs):
+            raise PopartException(
+                f"Unable to schedule all graphs. {len(order)} != {len(self._ir.graphs)}"
+            )
+        return order
+
     def getGraph(self, graphId: GraphId | str) -> Graph:
         gid = graphId if isinstance(graphId, GraphId) else GraphId(graphId)
         for g in self._ir.graphs:

@@ -103,6 +103,12 @@ DERIVED = {
 #: optimizer steps they are made from
 OPTIMIZER_OPS = VAR_UPDATES | {"AdamUpdater", "LambSquare"}
 
+#: view-changing ops, whose output is their input seen through another shape, order or
+#: region: PopART's ``isOutplaceViewChange()`` (a copy) and ``isInplaceViewChange()`` (an
+#: alias), op/reshape.hpp, op/transpose.hpp, op/slice.hpp
+OUTPLACE_VIEW_CHANGES = frozenset({"Reshape", "Transpose", "Slice"})
+INPLACE_VIEW_CHANGES = frozenset({"ReshapeInplace", "TransposeInplace", "SliceInplace"})
+
 
 #: PopART's input index of each operand, by op type (Tremula's role names: ``attrs["slots"]``
 #: maps a role to its position in ``op.inputs``); PopART leaves the indices of absent

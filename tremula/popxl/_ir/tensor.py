@@ -7,7 +7,7 @@ import builtins
 import math
 from typing import TYPE_CHECKING, Any, cast
 
-from tremula.errors import PopartException
+from tremula.errors import PopartException, UnsupportedBindingError
 from tremula.popxl._ir.core.enums import DataType, PopartEnum
 from tremula.popxl._ir.handles import register, view_of
 from tremula.popxl._ir.unsupported import unsupported_attr
@@ -62,9 +62,15 @@ class TensorInfo:
             dataType = DataType[dataType]
         undefined = dataType is None or dataType is DataType.UNDEFINED
         self._dtype = None if undefined else xl_dtype.as_dtype(dataType)
+        if isinstance(shape, builtins.str):
+            shape = _shape_from_string(shape)
         if shape is not None or not hasattr(self, "_shape"):
             self._shape = tuple(int(d) for d in (() if shape is None else shape))
         self._meta_shape = tuple(int(d) for d in metaShape)
+
+    def isSet(self) -> bool:
+        """Whether the info has a data type (``TensorInfo()`` has not: ``UNDEFINED``)."""
+        return self._dtype is not None
 
     def shape(self) -> list[int]:
         return list(self._shape)
@@ -117,6 +123,22 @@ class TensorInfo:
         return f"{self.data_type():<8}[{' '.join(map(builtins.str, self._shape))}]"
 
 
+def _shape_from_string(text: builtins.str) -> tuple[int, ...]:
+    """A shape written as PopART's ``TensorInfo(dataType, shape)`` takes it in text:
+    ``"(2,3)"``, ``"()"`` for a scalar (``TensorInfo::shapeFromString``).
+
+    Raises:
+        popart_exception: text that is not a parenthesised list of integers.
+    """
+    inner = text.strip()
+    if len(inner) < 2 or inner[0] != "(" or inner[-1] != ")":
+        raise PopartException(f'TensorInfo: invalid string for shape {text!r} (write "(2,3)")')
+    try:
+        return tuple(int(d) for d in inner[1:-1].split(",") if d.strip())
+    except ValueError:
+        raise PopartException(f"TensorInfo: invalid string for shape {text!r}") from None
+
+
 class TensorLocationInfo:
     """Where a tensor lives (PopART's ``TensorLocationInfo``, what
     ``popxl.Tensor.location_info`` gives): in a remote buffer (``isRemote``, with
@@ -129,15 +151,42 @@ class TensorLocationInfo:
         self._remote = bool(remote)
         self._sharded = bool(sharded)
         self._buffer = (int(buffer[0]), int(buffer[1]))
+        self._tensor: XlTensor | None = None  # the tensor viewed (then read-only)
 
     @classmethod
     def _of(cls, t: XlTensor) -> TensorLocationInfo:
         where = getattr(t, "remote", None)  # variables: (RemoteBuffer, entry) or None
         sharded = getattr(t, "shard_over", None) is not None
         if where is None:
-            return cls(False, sharded)
-        buffer, entry = where
-        return cls(True, sharded, (buffer.remote_buffer_id, entry))
+            view = cls(False, sharded)
+        else:
+            buffer, entry = where
+            view = cls(True, sharded, (buffer.remote_buffer_id, entry))
+        view._tensor = t
+        return view
+
+    def _settable(self, method: builtins.str) -> None:
+        """Refuse to set the location of a tensor through its view (Tremula places
+        variables by the popxl factories, which its lowering reads)."""
+        if self._tensor is not None:
+            raise UnsupportedBindingError(
+                f"popart._internal.ir.TensorLocationInfo.{method} is not supported by Tremula "
+                f"on a tensor's location ({self._tensor.id!r}): make remote or sharded "
+                f"variables with popxl.remote_variable / replica_sharded_variable"
+            )
+
+    def setRemote(self, remote: bool) -> None:
+        self._settable("setRemote")
+        self._remote = bool(remote)
+
+    def setSharded(self, sharded: bool) -> None:
+        self._settable("setSharded")
+        self._sharded = bool(sharded)
+
+    def setRemoteBufferInfo(self, remoteBufferId: int, index: int) -> None:
+        """The remote buffer and its entry the tensor lives in."""
+        self._settable("setRemoteBufferInfo")
+        self._buffer = (int(remoteBufferId), int(index))
 
     def isRemote(self) -> bool:
         return self._remote
@@ -305,7 +354,8 @@ class Tensor:
     def clone(self, graph: Graph) -> Tensor:
         """A new tensor ``clone_<id>`` of ``graph`` (not held by it) with this tensor's
         type and info, as PopART's ``Tensor::clone``."""
-        return Tensor(f"clone_{self._t.id}", self.tensorType(), graph)._with_info(self.info)
+        clone = Tensor(f"clone_{self._t.id}", self.tensorType(), graph)
+        return clone if not self.info.isSet() else clone._with_info(self.info)
 
     def _with_info(self, info: TensorInfo) -> Tensor:
         self.info = info

@@ -49,7 +49,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "setRequiresRandomSeed getOpSetVersionFromModel getDefaultOpsetVersion "
                     "addAdditionalModelProtoTensors getAdditionalModelProtoTensors "
                     "timePartitionLogger "
-                    "finalizeOpDebugInfo getGraphSchedule setMainGraphPathFromLoss "
+                    "finalizeOpDebugInfo setMainGraphPathFromLoss "
                     "removeIsolatedTensors getVirtualGraphIdFromTensorProducers"
                 ),
             }
@@ -131,8 +131,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "isOutlineable getSubgraphValue getHighSubgraphValue getLowSubgraphValue"
                 ),
                 _ALIASES: (
-                    "modifies uses aliases overwritesTensor isInplaceViewChange "
-                    "isOutplaceViewChange hasAliasedModifiers inputUnmodifiable"
+                    "modifies uses aliases overwritesTensor hasAliasedModifiers inputUnmodifiable"
                 ),
                 _KINDS: (
                     "isElementWiseUnary isLossOp isIpuCopyOp isNorm "

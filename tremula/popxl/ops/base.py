@@ -369,7 +369,7 @@ def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
 
 def create_op(
     op_type: str,
-    inputs: Sequence[Tensor],
+    inputs: Sequence[Tensor | None],
     attrs: dict[str, Any] | None = None,
     names: Sequence[str | None] | None = None,
     graph: Graph | None = None,
@@ -378,13 +378,20 @@ def create_op(
     belong to that graph, and still be in it (not undone by a refused call): ``ValueError``
     naming the tensor otherwise. Output ``k`` is named ``names[k]`` where given, else as
     the op's definition says (:meth:`OpDefinition.output_name`), through
-    ``Graph._create_tensor_id``."""
+    ``Graph._create_tensor_id``.
+
+    An op that calls or loops a graph (whose outputs the graph gives) may have unconnected
+    inputs (``None``), as PopXL's ``call_with_info(..., check_inputs=False)`` leaves them;
+    they are connected later through the bindings, and a ``Session`` refuses the Ir while
+    one is left unconnected."""
     d = OPS.get(op_type)
     if d is None:
         raise ValueError(f"unknown op type {op_type!r}")
     graph = get_current_graph() if graph is None else graph
     attrs = dict(attrs or {})
     for i, t in enumerate(inputs):
+        if t is None and d.graphs in ("call", "loop", "branch"):
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"{op_type}: input {i} must be a Tensor, got {type(t).__name__}")
         if t.graph is not graph:
@@ -395,9 +402,11 @@ def create_op(
                 f"call that made it was refused and undone"
             )
     try:
-        specs = d.infer([t.spec for t in inputs], attrs)
+        # (an unconnected input's spec is None: the rules of such ops read the graph)
+        in_specs: list[Any] = [t.spec if t is not None else None for t in inputs]
+        specs = d.infer(in_specs, attrs)
     except (TypeError, ValueError) as err:  # shape rules see specs: name the tensors here
-        names = ", ".join(repr(t.id) for t in inputs)
+        names = ", ".join(repr(t.id if t is not None else None) for t in inputs)
         where = f"op {op_type} in graph {graph.name!r}, inputs {names}"
         raise reworded(err, f"{err} ({where})") from None
     from tremula.popxl._ir.op.classes import op_class  # the binding class of the type
@@ -407,7 +416,7 @@ def create_op(
         _next_op_id[0],
         op_type,
         graph,
-        tuple(inputs),
+        tuple(inputs),  # type: ignore[arg-type]  # unconnected slots are None, as edits make
         (),
         attrs,
         d.modifies,

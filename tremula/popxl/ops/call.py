@@ -42,7 +42,9 @@ class CallSiteInfo:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        return self._op.inputs
+        """The parent tensors connected to the call (PopXL's ``getInputTensors()``: an input
+        left unconnected by ``check_inputs=False`` is not listed)."""
+        return tuple(t for t in self._op.inputs if t is not None)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
@@ -102,12 +104,15 @@ class CallSiteInfo:
     def set_parent_input_modified(
         self, parent_tensor: Tensor, infer_modified_regions: bool = False
     ) -> None:
-        """The subgraph's changes to this input reach the parent tensor."""
+        """The subgraph's changes to this input reach the parent tensor (every input of the
+        call site it feeds).
+
+        Raises:
+            ValueError: ``parent_tensor`` is not an input of the call site (PopXL looks it
+                up with :meth:`parent_to_graph`, whose error this is).
+        """
+        self.parent_to_graph(parent_tensor)
         indices = [i for i, t in enumerate(self._op.inputs) if t is parent_tensor]
-        if not indices:
-            raise ValueError(
-                f"set_parent_input_modified: {parent_tensor!r} is not an input of this call site"
-            )
         self._op.modified = tuple(sorted(set(self._op.modified) | set(indices)))
 
 
@@ -127,15 +132,57 @@ def _flatten(values: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _check_callable(graph: Graph, parent: Graph, what: str) -> None:
+    """``graph`` may be called from ``parent``: a subgraph of the same Ir that does not call
+    ``parent`` (itself or through the graphs it calls), since a graph cannot run inside
+    itself.
+
+    Raises:
+        ValueError: naming the graphs.
+    """
+    if graph.ir is not parent.ir:
+        raise ValueError(
+            f"{what}: graph {graph.name!r} belongs to {graph.ir!r}, but the current graph "
+            f"{parent.name!r} belongs to {parent.ir!r}: a graph can only be called in its Ir"
+        )
+    if graph is graph.ir.main_graph:
+        raise ValueError(f"{what}: the main graph cannot be called (from {parent.name!r})")
+    path = _call_path(graph, parent)
+    if path is not None:
+        chain = " -> ".join(repr(g.name) for g in [parent, *path])
+        raise ValueError(
+            f"{what}: graph {graph.name!r} cannot be called from {parent.name!r}: the calls "
+            f"would make a cycle ({chain}); a graph cannot run inside itself"
+        )
+
+
+def _call_path(start: Graph, target: Graph) -> list[Graph] | None:
+    """The graphs from ``start`` to ``target`` along the calls (``start`` first), if
+    ``start`` is ``target`` or calls it, directly or not; else None."""
+    todo: list[list[Graph]] = [[start]]
+    seen: set[int] = set()
+    while todo:
+        path = todo.pop()
+        g = path[-1]
+        if g is target:
+            return path
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        todo.extend([*path, c] for c in g.called_graphs)
+    return None
+
+
 def _connect(
     graph: Graph,
     inputs: Sequence[Any],
     inputs_dict: Mapping[Tensor, Any] | None,
     what: str,
     check_inputs: bool = True,
-) -> list[Tensor]:
+) -> list[Tensor | None]:
     """Parent tensors for each input of ``graph``, in its input order; the checks and
-    messages are PopXL's.
+    messages are PopXL's. With ``check_inputs=False`` an input not given is ``None``: the
+    op leaves it unconnected (connect it through the bindings before a Session compiles).
 
     Raises:
         ValueError: too many or too few inputs, an input given twice, a dict key that is
@@ -147,6 +194,7 @@ def _connect(
     if not isinstance(graph, Graph):
         raise TypeError(f"{what}: expected a Graph, got {type(graph).__name__}")
     parent = get_current_graph()
+    _check_callable(graph, parent, what)
     g_inputs = graph.inputs
     values = _flatten(inputs)
     if len(values) > len(g_inputs):
@@ -180,8 +228,11 @@ def _connect(
             f"Not enough inputs have been provided for the called graph {graph.name!r} "
             f"({what}): inputs {missing} are not given"
         )
-    out = []
+    out: list[Tensor | None] = []
     for i, g_t in enumerate(g_inputs):
+        if i not in chosen:  # check_inputs=False: left unconnected, as PopXL leaves it
+            out.append(None)
+            continue
         v = chosen[i]
         if not isinstance(v, Tensor):
             try:

@@ -30,6 +30,30 @@ defop("IpuCopy", _identity, _copy)
 defop("IoTileCopy", _identity, _copy)
 
 
+def print_format(
+    summarise_threshold: int = 1000,
+    edge_items: int = 3,
+    max_line_width: int = 75,
+    digits: int = 8,
+    float_format: str = "auto",
+    separator: str = " ",
+    open_bracket: str = "[",
+    close_bracket: str = "]",
+) -> dict[str, Any]:
+    """A ``PrintTensor`` op's ``format`` attribute (Poplar's ``PrintTensorFmt`` fields;
+    the defaults are PopXL's ``print_tensor``'s)."""
+    return {
+        "summarise_threshold": int(summarise_threshold),
+        "edge_items": int(edge_items),
+        "max_line_width": int(max_line_width),
+        "digits": int(digits),
+        "float_format": float_format,
+        "separator": str(separator),
+        "open_bracket": str(open_bracket),
+        "close_bracket": str(close_bracket),
+    }
+
+
 def print_tensor(
     t: Tensor,
     title: str | None = None,
@@ -56,16 +80,16 @@ def print_tensor(
         ValueError: an unknown ``float_format``, or a bracket that is not one character.
     """
     check_tensor(t, "print_tensor")
-    fmt: dict[str, Any] = {
-        "summarise_threshold": int(summarise_threshold),
-        "edge_items": int(edge_items),
-        "max_line_width": int(max_line_width),
-        "digits": int(digits),
-        "float_format": float_format,
-        "separator": str(separator),
-        "open_bracket": str(open_bracket),
-        "close_bracket": str(close_bracket),
-    }
+    fmt = print_format(
+        summarise_threshold,
+        edge_items,
+        max_line_width,
+        digits,
+        float_format,
+        separator,
+        open_bracket,
+        close_bracket,
+    )
     try:
         PrintTensorFmt(**fmt)
     except ProgramError as err:

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from tremula.errors import OpSetupTypeError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
@@ -59,10 +60,10 @@ def _check_loss_args(
 ) -> None:
     check_tensor(probs, what, "probs")
     check_tensor(labels, what, "labels")
-    if not labels.dtype.is_int:  # PopART's NllOp: any fixed-point type
-        raise TypeError(
-            f"{what}: labels {labels.id!r} must be of an integer type (PopART: fixed "
-            f"point), got {labels.dtype}"
+    if not labels.dtype.is_int:  # PopART's NllOp::setup: any fixed-point type
+        raise OpSetupTypeError(
+            f"Expected the label tensor NllOp to be fixed point, not the case for "
+            f"{labels.id!r} ({labels.dtype}): {what}: labels must be of an integer type"
         )
     if probs.rank < 1 or labels.nelms != int(np.prod(probs.shape[:-1], dtype=np.int64)):
         raise ValueError(
@@ -129,8 +130,9 @@ def nll_loss(
     ``log_prob``): ``-log(probs[..., label])`` per sample, reduced by ``reduction``.
 
     Raises:
-        TypeError: labels that are not integers; probabilities that are not float16 /
-            float32 when the session lowers it (PopART makes the op with any dtype).
+        TypeError: labels that are not integers (``popart.popart_exception`` too, from
+            PopART's op setup); probabilities that are not float16 / float32 when the
+            session lowers it (PopART makes the op with any dtype).
         ValueError: mismatched shapes, an unknown reduction.
     """
     _check_loss_args(probs, labels, ignore_index, reduction, "nll_loss")

@@ -350,14 +350,22 @@ def detach_(t: Tensor) -> Tensor:
     return out
 
 
-def cast(t: Tensor, dtype: dtypes.dtype) -> Tensor:
-    """``t`` converted to ``dtype`` (NumPy's conversion; float8 needs the scaled casts).
+def cast(
+    t: Tensor, data_type: dtypes.dtype | None = None, *, dtype: dtypes.dtype | None = None
+) -> Tensor:
+    """``t`` converted to ``data_type`` (NumPy's conversion; float8 needs the scaled casts).
+
+    ``data_type`` is PopXL's parameter name; ``dtype=`` is accepted as well (Tremula's
+    earlier name), exactly one of the two.
 
     Raises:
         TypeError: a float8 type at either end (use ``ops.pow2scale_cast_to_fp8`` /
-            ``ops.pow2scale_cast_from_fp8``).
+            ``ops.pow2scale_cast_from_fp8``), or neither / both of ``data_type`` and
+            ``dtype``.
     """
-    dtype = dtypes.dtype.as_dtype(dtype)
+    if (data_type is None) == (dtype is None):
+        raise TypeError("cast: give the target type once, as data_type (or dtype=)")
+    dtype = dtypes.dtype.as_dtype(data_type if dtype is None else dtype)
     ends = (dtype, getattr(t, "dtype", dtype))
     if any(d.name.startswith("float8") for d in ends):  # as PopXL: scaled casts only
         raise TypeError(

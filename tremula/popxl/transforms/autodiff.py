@@ -43,6 +43,8 @@ __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "aut
 
 Fwd = ExpectedConnectionType.Fwd
 FwdGrad = ExpectedConnectionType.FwdGrad
+#: PopART's gradient tensor ids: ``Gradient___<forward tensor>`` (``getGradId``)
+GRAD_PREFIX = "Gradient___"
 
 
 @overload
@@ -92,11 +94,12 @@ def autodiff(
 
     Raises:
         TypeError: ``graph`` is not a Graph, or a tensor argument is not a Tensor.
-        ValueError: the main graph, tensors of another graph, a graph that modifies its
-            inputs (``IRError``, also ``popart.popart_exception``: "... contains a
-            modifying op ..."), or a graph whose needed forward values cannot become
-            outputs (one a loop op calls directly, as popxl-addons' ``repeat_graph``
-            makes; ``ops.repeat``'s graph is called by a Call and gains them).
+        ValueError: the main graph; tensors of another graph (``IRError``, also
+            ``popart.popart_exception``, as PopART's lookup of their ids); a graph that
+            modifies its inputs (``IRError``: "... contains a modifying op ..."); or a
+            graph whose needed forward values cannot become outputs (one a loop op calls
+            directly, as popxl-addons' ``repeat_graph`` makes; ``ops.repeat``'s graph is
+            called by a Call and gains them).
         NotImplementedError: an op on the gradient path has no gradient rule.
     """
     if not isinstance(graph, Graph):
@@ -120,10 +123,11 @@ def _tensors(
     for t in ts:
         if not isinstance(t, Tensor):
             raise TypeError(f"autodiff: {what} must hold Tensors, got {type(t).__name__}")
-        if t.graph is not graph:
-            raise ValueError(
-                f"autodiff: {what} tensor {t.id!r} belongs to graph {t.graph.name!r}, "
-                f"not to {graph.name!r}"
+        if t.graph is not graph:  # PopART's autodiff looks the id up in the graph
+            raise IRError(
+                f"No Ir::Tensor with TensorId '{t.id}' in Tensors::get(..): autodiff: "
+                f"{what} tensor {t.id!r} belongs to graph {t.graph.name!r}, not to "
+                f"{graph.name!r}"
             )
     if len(set(map(id, ts))) != len(ts):
         raise ValueError(f"autodiff: {what} names a tensor more than once: {list(ts)}")
@@ -162,7 +166,7 @@ class _Autodiff:
         self._check_inputs_unmodified()
         with self.grad_graph:
             for t in self.provided:
-                self.grads[t] = [graph_input(t.shape, t.dtype, f"Gradient___{t.name}")]
+                self.grads[t] = [graph_input(t.shape, t.dtype, f"{GRAD_PREFIX}{t.name}")]
                 self.expected_inputs.append(ExpectedConnection(t, FwdGrad))
             relevant = self._depends_on_required()
             for op in reversed(self.fwd_graph.ops):
@@ -257,16 +261,37 @@ class _Autodiff:
 
     def _total(self, t: Tensor) -> Tensor | None:
         """The gradient of ``t``: its one contribution, or the sum of its contributions
-        (all made by now) as one ``Sum`` op, in the order they were made, whose output is
-        the gradient tensor ``Gradient___<t>`` (PopART's ``GradGrowerSumOp``)."""
+        (all made by now) as one ``Sum`` op, in the order they were made. Either is the
+        gradient tensor ``Gradient___<t>``: PopART's ``GradGrowerSumOp`` sums the
+        contributions into that tensor, and its ``PreUniRepl`` pattern takes out a sum of
+        one, its producer then making ``Gradient___<t>``; a contribution that is a tensor of
+        the grad graph already named (a graph input, another tensor's gradient) keeps its
+        name, as the pattern keeps such a sum."""
         parts = self.grads.get(t)
         if not parts:
             return None
         if len(parts) > 1:
             with self.grad_graph:
-                (total,) = create_op("Sum", parts, names=[f"Gradient___{t.name}"])
+                (total,) = create_op("Sum", parts, names=[f"{GRAD_PREFIX}{t.name}"])
             self.grads[t] = [total]
+        else:
+            self._name_gradient(t, parts[0])
         return self.grads[t][0]
+
+    def _name_gradient(self, t: Tensor, grad: Tensor) -> None:
+        """Rename ``grad``, the one contribution to ``t``'s gradient, ``Gradient___<t>``
+        where it is an op output of the grad graph not named so yet (see :meth:`_total`)."""
+        g = self.grad_graph
+        tensor_id = f"{g.name}/{GRAD_PREFIX}{t.name}"
+        if (
+            grad.producer is None
+            or grad.graph is not g
+            or grad.name.startswith(GRAD_PREFIX)
+            or grad in g.inputs
+            or tensor_id in g._tensors
+        ):
+            return
+        g._rename_tensor(grad, tensor_id)
 
     @functools.cached_property
     def _fixed_outputs(self) -> bool:
@@ -309,7 +334,7 @@ class _Autodiff:
     def zeros(self, t: Tensor) -> Tensor:
         """A zero gradient for forward tensor ``t``."""
         with self.grad_graph:
-            return ops.init(t.shape, t.dtype, f"Gradient___{t.name}")
+            return ops.init(t.shape, t.dtype, f"{GRAD_PREFIX}{t.name}")
 
     def grad_info(self, graph: Graph) -> GradGraphInfo:
         """The grad info of a called graph: given by the caller, or made once here."""

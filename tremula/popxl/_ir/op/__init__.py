@@ -7,12 +7,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from tremula.popxl._ir.core.enums import ScatterReduction
 from tremula.popxl._ir.op import collectives, exchange
 from tremula.popxl._ir.op.base import Op
 from tremula.popxl._ir.op.classes import class_named, classes_in, op_class
-from tremula.popxl._ir.op.subgraph import MatMulPartialsType
+from tremula.popxl._ir.op.subgraph import (
+    MatMulPartialsType,
+    SerialiseSettings,
+    SerialiseSettingsMode,
+)
 
-__all__ = ["MatMulPartialsType", "Op", "collectives", "exchange", "op_class"]
+__all__ = [
+    "MatMulPartialsType",
+    "Op",
+    "ScatterReduction",
+    "SerialiseSettings",
+    "SerialiseSettingsMode",
+    "collectives",
+    "exchange",
+    "op_class",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from tremula.errors import PopartException
 from tremula.popxl._ir import unsupported
-from tremula.popxl._ir.names import INPUT_SLOTS, OPTIMIZER_OPS, op_name
+from tremula.popxl._ir.names import (
+    INPLACE_VIEW_CHANGES,
+    INPUT_SLOTS,
+    OPTIMIZER_OPS,
+    OUTPLACE_VIEW_CHANGES,
+    op_name,
+)
 from tremula.popxl._ir.op.edit import Editing
 from tremula.popxl.ops.base import OpNode as _Record
 from tremula.popxl.tensorlocation import ExecutionContext, TileSet
@@ -305,6 +311,16 @@ class Op(_Record, Editing):
         (``ops.var_updates``) and the optimizer ops they are made from (``AdamUpdater``,
         ``LambSquare``)."""
         return self.type in OPTIMIZER_OPS
+
+    def isInplaceViewChange(self) -> bool:
+        """Whether the op's output is an alias of its input in another shape, order or
+        region (``reshape_``, ``transpose_``, in-place slicing)."""
+        return self.type in INPLACE_VIEW_CHANGES
+
+    def isOutplaceViewChange(self) -> bool:
+        """Whether the op copies its input into another shape, order or region
+        (``reshape``, ``transpose``, slicing)."""
+        return self.type in OUTPLACE_VIEW_CHANGES
 
     def modifiesIndex(self, index: int) -> bool:
         """Whether the op writes its input ``index`` in place."""

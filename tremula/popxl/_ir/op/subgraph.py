@@ -226,6 +226,25 @@ class MatMulPartialsType(PopartEnum):
     FLOAT = 1
 
 
+class SerialiseSettingsMode(PopartEnum):
+    """PopART's ``MatMulBaseOp::SerialiseSettings::Mode``."""
+
+    NoSerialisation = 0
+    InputChannels = 1
+    ReducingDim = 2
+    OutputChannels = 3
+
+
+class SerialiseSettings:
+    """PopART's ``MatMulBaseOp::SerialiseSettings`` (``mode``, ``factor``,
+    ``keep_precision``), what PopXL's matmul passes: no serialisation."""
+
+    def __init__(self) -> None:
+        self.mode = SerialiseSettingsMode.NoSerialisation
+        self.factor = 0
+        self.keep_precision = False
+
+
 class MatMulOp(Op):
     """``ops.matmul``: with the planner's memory proportion, fully-connected pass and
     partials type."""
