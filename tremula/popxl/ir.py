@@ -221,7 +221,7 @@ class Ir:
         return self._layout.replica_offset
 
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
-        return ReplicaGrouping._build(self, stride, group_size)
+        return ReplicaGrouping._from_params(self, stride, group_size)
 
     def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
         return ReplicaGrouping._from_assignments(self, assignment)
