@@ -27,15 +27,29 @@ true) (~70 %: PopXL's Ir hands its own options to ``configureSessionOptions``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 
 import numpy as np
 import pytest
-from tremula_tests_popdist_launch import poprun, program
+from tremula_tests_popdist_launch import PROGRAMS, poprun, program
 
 import popxl
 from tremula.popdist import env
 
+
+def _load_program(name: str):
+    spec = importlib.util.spec_from_file_location(
+        f"tremula_tests_popdist_{name[:-3]}", PROGRAMS / name
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+round9 = _load_program("round9.py")
 R, L, N = 8, 2, 4
 V = np.arange(R * 3, dtype=np.float32).reshape(R, 3)
 X = np.arange(2 * R * 3, dtype=np.float32).reshape(2, R, 3) * 10
@@ -113,6 +127,31 @@ def test_variables_read_back_whole_on_every_instance(reports) -> None:
     for i, rep in enumerate(reports):
         for name, arr in want.items():
             np.testing.assert_array_equal(rep["run1"][name], arr, err_msg=f"{i} {name}")
+
+
+def test_variables_of_every_kind_round_trip(reports) -> None:
+    """``get_tensor_data`` after a run that leaves them alone: the host data on every
+    instance; ``all_replicas`` with groups of several replicas gives a row per replica
+    (its group's: ``(R, 4, 2)``)."""
+    # groups fill in order, each ``size`` replicas ``stride`` apart (PopXL's rule)
+    assignments = {
+        (stride, size): [r // (stride * size) * stride + r % stride for r in range(R)]
+        for stride, size in round9.GROUPINGS
+    }
+    names = list(reports[0]["roundtrip"])
+    assert len(names) == len(round9.GROUPINGS) * len(round9.KINDS) * len(round9.MODES)
+    for name in names:
+        k, stride, size = (int(n) for n in name.split()[:3])
+        mode = name.split()[-1]
+        groups = R // size
+        vh = round9.host_data(k, groups)
+        want = vh
+        if mode == "all_replicas" and size > 1:
+            want = (vh if groups > 1 else vh[None])[assignments[stride, size]]
+        for i, rep in enumerate(reports):
+            got = np.array(rep["roundtrip"][name], np.float32)
+            assert got.shape == want.shape, (i, name)
+            np.testing.assert_array_equal(got, want, err_msg=f"{i} {name}")
 
 
 def test_weights_written_per_instance(reports) -> None:

@@ -12,6 +12,7 @@ non-constant grouping from ``replica_grouping_from_assignments``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -102,7 +103,54 @@ def main(folder: Path) -> None:
         out["written"] = session.get_tensor_data(per).tolist()
         session.run({x_in: local})
     out["run2_per"] = session.get_tensor_data(per).tolist()
+    out["roundtrip"] = roundtrip()
     (folder / f"instance{popdist.getInstanceIndex()}.json").write_text(json.dumps(out))
+
+
+#: (stride, group_size) of the round-trip variables, over the 8 replicas
+GROUPINGS = [(1, R), (1, 2), (2, 2), (4, 2), (1, 1), (2, 4)]
+KINDS = ["onchip", "remote", "rts", "rts_buffer"]
+MODES = ["one_per_group", "all_replicas"]
+
+
+def host_data(k: int, groups: int) -> np.ndarray:
+    """Case ``k``'s host data: ``(groups, 4, 2)``, the group axis only when several."""
+    shape = (groups, 4, 2) if groups > 1 else (4, 2)
+    return np.random.default_rng(k).random(shape).astype(np.float32)
+
+
+def roundtrip() -> dict[str, list]:
+    """As PopXL's test_multi_instance_vs_rts.py: variables of every kind (on chip,
+    remote, replica-sharded, sharded in a ``replica_sharded_buffer``), grouping and
+    retrieval mode, made on every instance from the same host data, run once on "ipu_hw",
+    read back with get_tensor_data."""
+    ir = popxl.Ir("popdist")
+    made = {}
+    with ir.main_graph:
+        for k, ((stride, size), kind, mode) in enumerate(
+            itertools.product(GROUPINGS, KINDS, MODES)
+        ):
+            rg = ir.replica_grouping(stride=stride, group_size=size)
+            vh = host_data(k, rg.num_groups)
+            if kind == "onchip":
+                v = popxl.variable(vh, replica_grouping=rg, retrieval_mode=mode)
+            elif kind == "remote":
+                buf = popxl.remote_buffer((4, 2), popxl.float32, 1)
+                v = popxl.remote_variable(vh, buf, 0, replica_grouping=rg, retrieval_mode=mode)
+            elif kind == "rts":
+                v, _ = popxl.replica_sharded_variable(
+                    vh, popxl.float32, replica_grouping=rg, retrieval_mode=mode
+                )
+            else:
+                buf = popxl.replica_sharded_buffer(vh.shape, popxl.float32, replica_grouping=rg)
+                v = popxl.remote_replica_sharded_variable(
+                    vh, buf, 0, replica_grouping=rg, retrieval_mode=mode
+                )
+                ops.remote_load(buf, 0)
+            made[f"{k} {stride} {size} {kind} {mode}"] = v
+    with popxl.Session(ir, "ipu_hw") as session:
+        session.run()
+    return {name: session.get_tensor_data(v).tolist() for name, v in made.items()}
 
 
 if __name__ == "__main__":
