@@ -15,6 +15,9 @@ here against NumPy. What PopXL does, with our confidence:
 - ``get_tensor_data`` returns the full global tensor on every instance for grouped, sharded
   and non-constant-grouping variables (~85 %, DIST);
 - collectives over groupings that span instances reduce over the global groups (~90 %);
+- on-chip, remote, replica-sharded and sharded-buffer variables of 6 groupings and both
+  retrieval modes read back unchanged (48 cases, as ``test_multi_instance_vs_rts.py``;
+  ~85 %);
 - ``write_variable_data`` on each instance: its host copy is what it wrote until the device
   runs; each replica is loaded from the instance that owns it (~75 %: PopART uploads
   only the local replicas' slices).
