@@ -99,7 +99,7 @@ class OpNode:
                 (g for x, g in zip(self.outputs, self.called_graphs[0].outputs) if x is t), None
             )
             maker = None if inner is None else inner._producer
-            ipu = None if maker is None else maker.ipu_of(inner)
+            ipu = None if inner is None or maker is None else maker.ipu_of(inner)
             if ipu is not None and ipu >= 0:
                 return ipu
         ipus = self.attrs.get("ipus")
