@@ -24,6 +24,7 @@ from popxl_addons.graph_cache import GraphCache
 from popxl_addons.layers import Embedding, LayerNorm, Linear
 from popxl_addons.ops.fp8_amax_scale import fp8_amax_scale
 from popxl_addons.ops.linear_layout import linear_layout
+from popxl_addons.optimizers.adam import AdamOptimizerStep
 from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph
 from popxl_addons.rts import (
     all_gather_replica_sharded_graph,
@@ -497,3 +498,109 @@ def test_repeat_graph_and_graph_cache_keys() -> None:
         assert cache.create_graph(f, a, k=2) is not g1
         assert cache.create_graph(f, popxl.variable(np.ones(3, np.float32))) is not g1
         assert cache.create_graph(f, popxl.variable(np.ones((2, 2), np.float16))) is not g1
+
+
+@pytest.mark.parametrize("io_mode", ["compute", "io", "io_overlapped"])
+def test_batch_serialise_with_callable_and_fixed_row_offsets(io_mode: str) -> None:
+    """Two calls (rows 0 and 1) of a graph that loads row ``n + 1`` (a callable row offset:
+    the index split by integer division and modulo) and stores to row ``n``."""
+    steps, rows = 3, 3
+    data = RNG.standard_normal((rows * steps, 2, 4)).astype(np.float32)
+    ir = popxl.Ir()
+    if io_mode != "compute":
+        ir._pb_ir.getSessionOptions().numIOTiles = 32
+    with ir.main_graph, popxl.in_sequence(True):
+        facts, g = _Affine().create_graph(popxl.TensorSpec((2, 4), popxl.float32))
+        x_in, y_out = g.graph.inputs[0], g.graph.outputs[0]
+        in_buf = batch_serial_buffer(x_in, steps=steps, rows=rows)
+        out_buf = batch_serial_buffer(y_out, steps=steps, rows=rows)
+        result = batch_serialise(
+            g,
+            steps,
+            load_handles={x_in: RemoteHandle(in_buf, lambda n: n + 1)},
+            store_streams={},
+            store_buffers={y_out: RemoteHandle(out_buf, 0)},
+            rows=rows,
+            io_mode=io_mode,  # type: ignore[arg-type]
+        )
+        h2ds = [popxl.h2d_stream((2, 4), popxl.float32) for _ in range(rows * steps)]
+        for e, h2d in enumerate(h2ds):
+            ops.remote_store(in_buf, e, ops.host_load(h2d))
+        variables = facts.init()
+        result.graph.bind(variables).call(0)
+        result.graph.bind(variables).call(1)
+        ds = [_store(ops.remote_load(out_buf, e)) for e in range(rows * steps)]
+    with popxl.Session(ir, "ipu_model") as s:
+        out = s.run(dict(zip(h2ds, data)))
+    got = np.stack([out[d] for d in ds])
+    np.testing.assert_allclose(got[: 2 * steps], data[steps:] * 3 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(got[2 * steps :], 0)
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_adam_step_on_a_float16_variable(bias_correction: bool) -> None:
+    """The optimizer's defaults: a float16 first moment, float32 second moment and step."""
+    w0 = RNG.standard_normal(4).astype(np.float16)
+    grads = RNG.standard_normal((3, 4)).astype(np.float16)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((4,), popxl.float16)
+        var = popxl.variable(w0, popxl.float16, name="w")
+        grad = ops.host_load(h2d)
+        facts, opt = AdamOptimizerStep().create_graph(
+            var, grad.spec, lr=0.1, bias_correction=bias_correction, weight_decay=0.0
+        )
+        kinds = {k: v.dtype for k, v in facts.to_dict().items()}
+        expected = {"first_order": popxl.float16, "second_order": popxl.float32}
+        if bias_correction:
+            expected["step"] = popxl.float32
+        assert kinds == expected
+        opt.bind(facts.init()).call(var, grad)
+    w, m, v = w0.astype(np.float32), np.zeros(4), np.zeros(4)
+    with popxl.Session(ir, "ipu_model") as s:
+        for t, g16 in enumerate(grads, 1):
+            s.run({h2d: g16})
+            g = g16.astype(np.float32)
+            m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+            if bias_correction:
+                w = w - 0.1 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-5)
+            else:
+                w = w - 0.1 * m / (np.sqrt(v) + 1e-5)
+        got = s.get_tensor_data(var)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), w, rtol=5e-3, atol=5e-3)
+
+
+class _Nested(addons.Module):
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        (y,) = self.call_module(_Scale(), name="inner", autodiff="autodiff")(x)
+        (z,) = self.call_module(_Scale(), name="inner2", autodiff="none")(y)
+        return ops.sin(z)
+
+
+def test_autodiff_through_called_modules() -> None:
+    """One called module differentiated where it is called (its grad graph handed to the
+    outer autodiff), one left to the outer autodiff: d sin(4 x) in x and both scales."""
+    x0 = np.array([0.1, 0.2, 0.3], np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x0)
+        facts, g = _Nested().create_graph(x)
+        assert len(g.called_graphs_grad_info) == 1
+        dg = addons.autodiff(g)
+        info = g.bind(facts.init()).call_with_info(x)
+        seed = popxl.constant(np.ones(3, np.float32))
+        grads = dg.call(seed, args=dg.grad_graph_info.inputs_dict(info))
+        fwd_inputs = [e.fwd_tensor for e in dg.grad_graph_info.expected_outputs]
+        # the variables' graph inputs are named after their factories ("w", then "w__t1")
+        by_arg = {g.args.to_dict()[k]: k for k in g.args.keys_flat()}
+        names = [by_arg.get(t, "x") for t in fwd_inputs]
+        ds = [_store(t) for t in grads]
+    with popxl.Session(ir, "ipu_model") as s:
+        out = s.run()
+    got = {n: out[d] for n, d in zip(names, ds)}
+    c = np.cos(4 * x0)
+    assert sorted(got) == ["inner.w", "inner2.w", "x"]
+    np.testing.assert_allclose(got["x"], 4 * c, rtol=1e-5)
+    np.testing.assert_allclose(got["inner.w"], 2 * x0 * c, rtol=1e-5)
+    np.testing.assert_allclose(got["inner2.w"], 2 * x0 * c, rtol=1e-5)
