@@ -661,3 +661,46 @@ def test_batch_serialised_gradient_with_replica_sharded_activations(io_mode: str
     gathered = np.concatenate([flat[:, 0, :4], flat[:, 1, 4:]], axis=1).reshape(steps, b, h)
     ref = (dys[:, 0] * np.cos(gathered * 0.5) * gathered).sum(1).mean(0)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", [popxl.float32, popxl.float16])
+def test_cross_entropy_with_ignore_index_and_loss_scaling(
+    reduction: str, dtype: popxl.dtype
+) -> None:
+    """``cross_entropy`` and ``cross_entropy_with_grad`` (gradient scaled by the loss
+    scaling, not the loss), label 2 ignored, against torch."""
+    from popxl_addons.ops.cross_entropy import cross_entropy
+
+    x0 = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+    labels = np.array([[0, 3, 2], [2, 4, 1]], np.int32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(x0, dtype)
+        lab = popxl.variable(labels, popxl.int32)
+        loss, dx = addons.cross_entropy_with_grad(
+            x,
+            lab,
+            loss_scaling=4.0,
+            ignore_index=2,
+            reduction=reduction,  # type: ignore[arg-type]
+        )
+        plain = cross_entropy(x, lab, ignore_index=2, reduction=reduction)  # type: ignore[arg-type]
+        ds = [_store(t) for t in (loss, dx, plain)]
+    with popxl.Session(ir, "ipu_model") as s:
+        out = s.run()
+    xt = torch.tensor(x0, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(
+        xt.reshape(-1, 5),
+        torch.tensor(labels.reshape(-1)).long(),
+        ignore_index=2,
+        reduction=reduction,
+    )
+    (ref.sum() * 4).backward()
+    assert out[ds[0]].dtype == dtype.as_numpy() and out[ds[1]].dtype == dtype.as_numpy()
+    assert out[ds[0]].shape == (() if reduction != "none" else (2, 3))
+    tol = 1e-5 if dtype == popxl.float32 else 1e-2
+    want = ref.detach().numpy().reshape(out[ds[0]].shape)
+    np.testing.assert_allclose(out[ds[0]].astype(np.float32), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out[ds[2]].astype(np.float32), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out[ds[1]].astype(np.float32), xt.grad.numpy(), rtol=tol, atol=tol)
