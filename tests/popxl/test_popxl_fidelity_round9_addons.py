@@ -1,8 +1,8 @@
 """Where PopXL places the outputs of a call or a repeat, as popxl-addons' transforms read it
 (its batch serialisation with overlapped IO stores a loop's outputs from IO tiles; its remote
-load graph on IO tiles returns IO-tile tensors): stands for PopXL's
-tests/integration/popxl/ops/test_io_tile_copy.py / test_call.py / test_repeat.py checks of
-``Tensor.tile_set`` and ``Tensor.ipu``.
+load graph on IO tiles returns IO-tile tensors). No PopXL test file is known to pin this
+directly; it stands for what popxl-addons' own tests (batch serialisation, remote) need of
+``Tensor.tile_set`` / ``Tensor.ipu`` after ``ops.call`` and ``ops.repeat``.
 
 PopART's ``SubgraphOp`` (``CallOp``, ``LoopOp``) finds the virtual graph and tile set of an
 output in the called graph: those of the op producing the graph output it carries
