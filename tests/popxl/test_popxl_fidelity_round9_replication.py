@@ -382,3 +382,37 @@ def test_popxl_modules_of_the_replicated_collectives_import():
     assert replicated_all_reduce is C.replicated_all_reduce
     assert replicated_all_reduce_ is C.replicated_all_reduce_
     assert replicated_reduce_scatter is C.replicated_reduce_scatter
+
+
+# ---- "all_replicas" reads each replica's own value (spec/popart.md 2.7, ~75 %) ----
+
+
+def test_all_replicas_reads_each_replicas_own_value_until_weights_are_written_again() -> None:
+    """PopART's weightsToHost fills an AllReplicas variable's slot r from replica r, so
+    members of a group that the program moved apart read back apart; the host copy (what
+    weights_from_host writes) stays one row per group, its first member's."""
+    R = 4
+    ir = popxl.Ir(replication=R)
+    with ir.main_graph:
+        rg = ir.replica_grouping(group_size=2)  # groups {0, 1}, {2, 3}
+        base = np.array([[1.0, 2.0], [10.0, 20.0]], np.float32)
+        v = popxl.variable(base, replica_grouping=rg, retrieval_mode="all_replicas")
+        w = popxl.variable(base, replica_grouping=rg)  # one_per_group
+        ids = popxl.variable(
+            np.arange(R, dtype=np.float32)[:, None] * np.ones(2, np.float32),
+            replica_grouping=ir.replica_grouping(group_size=1),
+        )
+        ops.var_updates.accumulate_(v, ids)
+        ops.var_updates.accumulate_(w, ids)
+    rows = base[[0, 0, 1, 1]]
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.get_tensor_data(v), rows)  # nothing ran
+        session.run()
+        own = rows + np.arange(R, dtype=np.float32)[:, None]
+        np.testing.assert_array_equal(session.get_tensor_data(v), own)
+        np.testing.assert_array_equal(
+            session.get_tensor_data(w), base + np.array([[0.0], [2.0]], np.float32)
+        )
+        # writing weights sends each group's host row (its first member's) to every member
+        session.write_variable_data(w, base)
+        np.testing.assert_array_equal(session.get_tensor_data(v), own[[0, 0, 2, 2]])

@@ -144,6 +144,10 @@ class Session(SessionWeights):
         self._was_attached_stack: list[bool | poplar.Device] = []
         self._host_stale = False  # device weights newer than the host copies
         self._d2h_noted: set[Variable] = set()  # variables read back once (a log line each)
+        #: the rows the last weights_to_host read of "all_replicas" variables of groups of
+        #: several replicas: each replica's own value (PopART's readWeights copies every
+        #: replica's slot); the host copy keeps each group's first replica's
+        self._replica_values: dict[Variable, np.ndarray] = {}
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
 
     # ---- properties ----
