@@ -87,21 +87,10 @@ class OpNode:
     def ipu_of(self, t: Tensor) -> int | None:
         """The virtual IPU of input or output ``t``: the op's, except for an op spanning
         IPUs (``attrs["ipus"]``: input ``i`` and output ``i`` on ``ipus[i]``, as PopART's
-        introspection ids of the cross-IPU all-reduce), an ``IpuCopy``, whose input is
-        on its ``source`` IPU (the op sits on the destination's), and an output of a
-        ``Call`` or ``Repeat``: the IPU of the op in the called graph that makes it, when
-        that op was placed by ``popxl.ipu(n)`` (PopART's ``SubgraphOp`` introspection
-        looks into the callee; an op placed nowhere follows its caller here)."""
+        introspection ids of the cross-IPU all-reduce), and an ``IpuCopy``, whose input is
+        on its ``source`` IPU (the op sits on the destination's)."""
         if self.type == "IpuCopy" and any(x is t for x in self.inputs):
             return int(self.attrs["source"])
-        if self.type in ("Call", "Repeat"):
-            inner = next(
-                (g for x, g in zip(self.outputs, self.called_graphs[0].outputs) if x is t), None
-            )
-            maker = None if inner is None else inner._producer
-            ipu = None if inner is None or maker is None else maker.ipu_of(inner)
-            if ipu is not None and ipu >= 0:
-                return ipu
         ipus = self.attrs.get("ipus")
         if ipus is not None:
             for group in (self.outputs, self.inputs):
