@@ -26,6 +26,11 @@ NaNs in it (:func:`_passes`), three draws; a call that differs, a shape the tile
 divide, operands sharing memory with the output, no llvmlite, or compiled kernels switched
 off (:func:`tremula.libs.jit.set_enabled`) leaves the caller on the NumPy path.
 
+Where a single product's check fails in that order, it is tried in the ``"split"`` order
+of OpenBLAS's Haswell kernel (:data:`VARIANTS`), in which some elements are two chains
+(over even and over odd ``k``) added at the end: the kernel's two-slice form over strided
+views gives those, and all of a run's calls go through one compiled ``batch`` call.
+
 NaN payloads are not the kernel's: where two NaNs meet in an operation (an operand's NaN
 and the default NaN of ``inf - inf`` or ``0 * inf``, two NaN operands), which one survives
 depends on the operand order of the instruction, which BLAS kernels, compilers and even
