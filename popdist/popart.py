@@ -16,12 +16,8 @@ def configureSessionOptions(opts: Any) -> None:
     layout: ``enableReplicatedGraphs`` / ``replicatedGraphCount`` (this instance's
     replicas), ``enableDistributedReplicatedGraphs`` (several instances),
     ``globalReplicaOffset`` and ``globalReplicationFactor``."""
-    lay = env.layout()
-    opts.enableReplicatedGraphs = lay.local_replicas > 1
-    opts.replicatedGraphCount = lay.local_replicas
-    opts.enableDistributedReplicatedGraphs = lay.num_instances > 1
-    opts.globalReplicaOffset = lay.replica_offset
-    opts.globalReplicationFactor = lay.total_replicas
+    for name, value in env.layout().session_options().items():
+        setattr(opts, name, value)
 
 
 def getDevice(ipusPerReplica: int = 0, connectionType: Any = None) -> Any:

@@ -61,7 +61,8 @@ def test_grouped_initialisation_follows_the_assignment_table():
 @pytest.mark.parametrize("R", [2, 4, 8])
 def test_retrieval_modes_after_replicas_diverge(R):
     """Each replica adds its index on the device: one_per_group returns the first (lowest)
-    replica of each group; all_replicas returns (R, *shape), replica r's row its group's."""
+    replica of each group; all_replicas returns (R, *shape), replica r's row its own value
+    (spec/popart.md 2.7: PopART's weightsToHost fills AllReplicas slot r from replica r)."""
     ir = popxl.Ir(replication=R)
     groupings = [(1, R), (1, R // 2), (2, R // 2), (1, 1)]
     made = []
@@ -83,7 +84,8 @@ def test_retrieval_modes_after_replicas_diverge(R):
         per_group = base + np.array(first, np.float32)[:, None]
         got = values[v]
         if mode == "all_replicas" and rg.group_size > 1:
-            np.testing.assert_array_equal(got, per_group[rg.assignment])
+            own = base[rg.assignment] + np.arange(R, dtype=np.float32)[:, None]
+            np.testing.assert_array_equal(got, own)
         else:
             assert got.shape == v.shape_on_host
             np.testing.assert_array_equal(got, per_group if rg.num_groups > 1 else per_group[0])

@@ -70,6 +70,20 @@ class Layout(NamedTuple):
         """The global indices of this instance's replicas."""
         return range(self.replica_offset, self.replica_offset + self.local_replicas)
 
+    def session_options(self) -> dict[str, int | bool]:
+        """The five replication fields of PopART's ``SessionOptions`` for this layout (what
+        ``popdist.popart.configureSessionOptions`` sets, and so what ``Ir("popdist")``
+        has): replicated graphs when this instance drives several replicas, distributed
+        ones when the job has several instances, this instance's count and offset, and the
+        job's count."""
+        return {
+            "enableReplicatedGraphs": self.local_replicas > 1,
+            "replicatedGraphCount": self.local_replicas,
+            "enableDistributedReplicatedGraphs": self.num_instances > 1,
+            "globalReplicaOffset": self.replica_offset,
+            "globalReplicationFactor": self.total_replicas,
+        }
+
     def environment(self) -> dict[str, str]:
         """The ``POPDIST_*`` variables that describe this layout (what poprun exports)."""
         return {

@@ -188,8 +188,9 @@ def _sharded(
         buffer = replica_sharded_buffer(grouped, dtypes.dtype.as_dtype(arr.dtype), rg, shard_over)
     _check_remote(buffer, graph, what)
     if buffer.meta_shape and tuple(buffer.meta_shape) != shape:
+        named = "" if name is None else f" {name!r}"
         raise ValueError(
-            f"Cannot use {buffer!r} for replica sharded variable {name!r} of shape {shape}: "
+            f"Cannot use {buffer!r} for replica sharded variable{named} of shape {shape}: "
             f"the buffer's meta_shape {tuple(buffer.meta_shape)} differs"
         )
     n = _SHARD_OVER.get(buffer) or _buffer_shard_over(rg, math.prod(shape), buffer, what)

@@ -72,9 +72,7 @@ def _grouping(graph: Graph, replica_grouping: ReplicaGrouping | None, what: str)
             f"{what}: replica_grouping must be a popxl.ReplicaGrouping, got "
             f"{type(replica_grouping).__name__}"
         )
-    if replica_grouping._ir is not graph.ir:
-        raise ValueError(f"{what}: {replica_grouping!r} belongs to another Ir")
-    return replica_grouping
+    return replica_grouping._for_ir(graph.ir, what)
 
 
 def _host_data(
@@ -88,12 +86,9 @@ def _host_data(
     nan_on_overflow: bool | None = None,
 ) -> tuple[np.ndarray, tuple[int, ...], str]:
     """Checked host data of a variable: (array of shape_on_host, shape on a replica, mode)."""
-    mode = retrieval_mode or "one_per_group"
-    if mode not in ("one_per_group", "all_replicas"):
-        raise ValueError(
-            f"{what}: retrieval_mode must be 'one_per_group' or 'all_replicas', got "
-            f"{retrieval_mode!r}"
-        )
+    from tremula.popxl.replica_grouping import retrieval_mode_of
+
+    mode = retrieval_mode_of(retrieval_mode, what)
     arr = to_numpy(data, dtype, downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     if isinstance(data, np.memmap) and dtype is None:
         arr = data  # kept by reference: weights_to_host writes into it and flushes
@@ -182,8 +177,8 @@ def variable(
             without the leading group axis of a grouping of several groups.
     """
     graph = _main_graph("variable")
-    rg = _grouping(graph, replica_grouping, "variable")
     what = _named("variable", name)
+    rg = _grouping(graph, replica_grouping, what)
     arr, shape, mode = _host_data(
         data, dtype, downcast, rg, retrieval_mode, what, log2_scale, nan_on_overflow
     )

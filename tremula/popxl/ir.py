@@ -36,7 +36,9 @@ class Ir:
         from tremula.popdist import env as popdist_env
 
         self._layout = popdist_env.Layout()
-        if replication == "popdist":
+        #: made with "popdist": the replication session options are PopDist's (the layout's)
+        self._popdist = replication == "popdist"
+        if self._popdist:
             self._layout = popdist_env.layout()
             replication = self._layout.total_replicas
         elif isinstance(replication, str) or int(replication) != replication or replication < 1:
@@ -201,6 +203,10 @@ class Ir:
                 f"over {self._layout.num_instances} instances) and cannot be changed"
             )
         self._replication = int(value)
+        if self._popdist:  # one instance: it drives them all
+            self._layout = self._layout._replace(
+                total_replicas=self._replication, local_replicas=self._replication
+            )
 
     @property
     def instance_replication_factor(self) -> int:
@@ -215,7 +221,7 @@ class Ir:
         return self._layout.replica_offset
 
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
-        return ReplicaGrouping._build(self, stride, group_size)
+        return ReplicaGrouping._from_params(self, stride, group_size)
 
     def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
         return ReplicaGrouping._from_assignments(self, assignment)

@@ -25,6 +25,26 @@ if TYPE_CHECKING:
 _TOKEN = object()
 
 
+def retrieval_mode_of(retrieval_mode: Any, what: str) -> str:
+    """``retrieval_mode`` of a grouped variable checked: ``"one_per_group"`` (also for None,
+    the default) or ``"all_replicas"``.
+
+    Raises:
+        ValueError: another value (PopXL's words: "Invalid retrieval_mode value").
+    """
+    if retrieval_mode is None:
+        return "one_per_group"
+    if not isinstance(retrieval_mode, str) or retrieval_mode not in _RETRIEVAL_MODES:
+        raise ValueError(
+            f"Invalid retrieval_mode value: {retrieval_mode!r} ({what}: "
+            f"'one_per_group' or 'all_replicas')"
+        )
+    return retrieval_mode
+
+
+_RETRIEVAL_MODES = ("one_per_group", "all_replicas")
+
+
 class ReplicaGrouping:
     """Which replicas form a group: ``group_size`` replicas ``stride`` apart, or an
     explicit assignment of each replica to a group."""
@@ -48,8 +68,8 @@ class ReplicaGrouping:
         return ReplicaGrouping(ir, grouping, _token=_TOKEN)
 
     @staticmethod
-    def _build(ir: Ir, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
-        """``ir.replica_grouping(stride, group_size)``.
+    def _from_params(ir: Ir, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
+        """``ir.replica_grouping(stride, group_size)`` (PopXL's name of this factory).
 
         Raises:
             ValueError: "Stride must be ..." / "Group size must be ..." (PopXL's words)
@@ -81,6 +101,25 @@ class ReplicaGrouping:
             )
         except GroupingError as err:
             raise ValueError(str(err)) from None
+
+    def _for_ir(self, ir: Ir, what: str) -> ReplicaGrouping:
+        """This grouping, checked for use in ``ir`` (by ``what``). PopXL hands the IR only
+        the grouping's numbers (replicas, stride, group size), so a grouping made by another
+        Ir of as many replicas serves as well as one of ``ir``'s own.
+
+        Raises:
+            ValueError: the grouping is of another number of replicas than ``ir`` has (for
+                instance made before ``ir.replication_factor`` was changed).
+        """
+        R = ir.replication_factor
+        if self.num_replicas != R:
+            raise ValueError(
+                f"{what}: {self!r} groups {self.num_replicas} replica(s), but the Ir has "
+                f"replication_factor {R}; set ir.replication_factor before making groupings "
+                f"and the variables and collectives that use them (their default grouping "
+                f"is all the replicas the Ir has at the time)"
+            )
+        return self
 
     @property
     def grouping(self) -> Grouping:
@@ -119,17 +158,12 @@ class ReplicaGrouping:
         from tremula.popxl._ir.core.enums import VariableRetrievalMode
         from tremula.popxl._ir.core.variable_settings import VariableSettings
 
+        mode = retrieval_mode_of(retrieval_mode, f"{self!r}._to_variable_settings")
         modes = {
-            None: VariableRetrievalMode.OnePerGroup,
             "one_per_group": VariableRetrievalMode.OnePerGroup,
             "all_replicas": VariableRetrievalMode.AllReplicas,
         }
-        if not isinstance(retrieval_mode, (str, type(None))) or retrieval_mode not in modes:
-            raise ValueError(
-                f"Invalid retrieval_mode value: {retrieval_mode!r} ({self!r}."
-                f"_to_variable_settings: 'one_per_group' or 'all_replicas')"
-            )
-        return VariableSettings(self.stride, self.group_size, modes[retrieval_mode])
+        return VariableSettings(self.stride, self.group_size, modes[mode])
 
     @property
     def num_replicas(self) -> int:

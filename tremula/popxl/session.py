@@ -25,7 +25,12 @@ from tremula.engine.options import parse_options
 from tremula.popxl.ambiguity import check_inplacing_ambiguity
 from tremula.popxl.fit import check_sizes
 from tremula.popxl.ir import Ir
-from tremula.popxl.session_device import check_execution_contexts, device_for, online_device
+from tremula.popxl.session_device import (
+    check_execution_contexts,
+    check_replica_groupings,
+    device_for,
+    online_device,
+)
 from tremula.popxl.session_io import HostStreams
 from tremula.popxl.session_weights import SessionWeights
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -95,6 +100,7 @@ class Session(SessionWeights):
         user_options = {**dict(pb_options.engineOptions), **dict(engine_options or {})}
         self._ir = ir
         self._device = device_for(device_desc, ir)
+        check_replica_groupings(ir)  # after the device's own checks of the replicas
         if isinstance(device_desc, str):
             self._device.detach()  # made for the session, which attaches it when entered
         # the graph is the global one (R replicas); an instance of a PopRun job runs its
@@ -138,6 +144,10 @@ class Session(SessionWeights):
         self._was_attached_stack: list[bool | poplar.Device] = []
         self._host_stale = False  # device weights newer than the host copies
         self._d2h_noted: set[Variable] = set()  # variables read back once (a log line each)
+        #: the rows the last weights_to_host read of "all_replicas" variables of groups of
+        #: several replicas: each replica's own value (PopART's readWeights copies every
+        #: replica's slot); the host copy keeps each group's first replica's
+        self._replica_values: dict[Variable, np.ndarray] = {}
         self._io = HostStreams(ir, self._L, self._lowerer.h2d, self._lowerer.d2h)
 
     # ---- properties ----

@@ -109,3 +109,22 @@ def check_execution_contexts(ir: Ir) -> None:
                     f"Session: {op!r} in {g.name!r} was created in {op.execution_context!r}; "
                     f"Tremula runs ops of {', '.join(c.name for c in allowed)} there"
                 )
+
+
+def check_replica_groupings(ir: Ir) -> None:
+    """Every replica grouping the Ir uses (of its variables, of its collectives) is of the
+    Ir's replicas: a grouping made before ``ir.replication_factor`` changed is refused,
+    naming the variable or op, instead of failing inside the lowering.
+
+    Raises:
+        ValueError: a grouping of another number of replicas.
+    """
+    from tremula.popxl.replica_grouping import ReplicaGrouping
+
+    for v in ir.main_graph.variables:
+        v.replica_grouping._for_ir(ir, f"Session: variable {v.id!r}")
+    for g in ir.graphs:
+        for op in g.ops:
+            for value in op.attrs.values():
+                if isinstance(value, ReplicaGrouping):
+                    value._for_ir(ir, f"Session: {op!r} in {g.name!r}")

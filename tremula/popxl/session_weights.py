@@ -44,6 +44,7 @@ class SessionWeights:
     _attached: bool
     _host_stale: bool
     _d2h_noted: set[Variable]
+    _replica_values: dict[Variable, np.ndarray]
 
     _device: poplar.Device
 
@@ -139,6 +140,7 @@ class SessionWeights:
         if self._fragments[0]:
             self._engine.run(1)  # the ops made in ExecutionContext.WeightsFromHostFragment
         self._host_stale = False
+        self._replica_values.clear()  # every replica has its group's host row again
         _DEVICEX.debug("done.")
 
     def _collective(self, what: str) -> None:
@@ -167,6 +169,7 @@ class SessionWeights:
         for v, h in self._device_variables():
             rows = self._gather(self._engine.read_tensor(h.read).reshape(L, *v.shape))
             self._note_d2h_buffer(v)
+            self._keep_replica_values(v, rows)
             v.store_host(group_rows(v.replica_grouping, rows, v.shape))
         for v in self._remote_variables():
             where = self._remote_entry(v)
@@ -177,9 +180,29 @@ class SessionWeights:
             )
             if v.shard_over is None:  # entries are flat: the variable may have any shape
                 rows = rows.reshape(L, *v.shape)
-            v.store_host(self._from_rows(v, self._gather(rows)))
+            rows = self._gather(rows)
+            self._keep_replica_values(v, rows)
+            v.store_host(self._from_rows(v, rows))
         self._host_stale = False
         _DEVICEX.debug("Writing weights to host complete.")
+
+    @staticmethod
+    def _per_replica(v: Variable) -> bool:
+        """Whether ``get_tensor_data`` returns ``v`` per replica though its groups have
+        several: ``"all_replicas"`` retrieval of an unsharded variable (a sharded one's
+        members hold parts of one value, which PopART gathers into the group's slot)."""
+        return (
+            v.retrieval_mode == "all_replicas"
+            and v.replica_grouping.group_size > 1
+            and v.shard_over is None
+        )
+
+    def _keep_replica_values(self, v: Variable, rows: np.ndarray) -> None:
+        """Keep the ``[R, ...]`` rows just read of a per-replica variable: members of a
+        group that the program updated differently each read back their own value (PopART's
+        weightsToHost fills one slot per replica, in replica order)."""
+        if self._per_replica(v):
+            self._replica_values[v] = np.array(rows)
 
     def _note_d2h_buffer(self, v: Variable) -> None:
         """Log, the first time a variable is read back, that its host copy is written in
@@ -216,8 +239,9 @@ class SessionWeights:
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """The values of variables and constants: ``shape_on_host`` for ``"one_per_group"``
         variables (the first replica of each group), ``(R, *shape)`` for ``"all_replicas"``
-        ones of groups of several replicas. Syncs from the device once if it ran since and a
-        variable is asked for.
+        ones of groups of several replicas (each replica's own value as last read from the
+        device; its group's host row before). Syncs from the device once if it ran since and
+        a variable is asked for.
 
         Raises:
             TypeError: a tensor is not a Variable or Constant.
@@ -255,7 +279,8 @@ class SessionWeights:
         v = t
         rg = v.replica_grouping
         if v.retrieval_mode == "all_replicas" and rg.group_size > 1:
-            return replica_rows(rg, np.array(v.host_data), v.shape)
+            read = self._replica_values.get(v)  # each replica's own, once read back
+            return replica_rows(rg, np.array(v.host_data), v.shape) if read is None else read.copy()
         if isinstance(v.host_data, np.memmap):
             return v.host_data
         return np.array(v.host_data)

@@ -120,14 +120,19 @@ class Tensor:
     def _get_ipu_and_tile_set(
         self, raise_on_undefined_tile_set: bool = True, raise_on_undefined_ipu: bool = True
     ) -> tuple[int, str]:
-        """The virtual IPU and tile set of the tensor, as PopART finds them: its producer's,
-        else those of the first op that consumes it; ``(-1, "undefined")`` for a tensor no
-        op touches (a variable, constant or graph input not used yet).
+        """The virtual IPU and tile set of the tensor, as PopART finds them: its producer's
+        (for an output of a ``Call`` or loop, those of the called graph's output it carries,
+        where an op makes that), else those of the first op that consumes it;
+        ``(-1, "undefined")`` for a tensor no op touches (a variable, constant or graph
+        input not used yet).
 
         Raises:
             UndefinedValue: the IPU (or tile set) is undefined and asked to raise.
         """
         op = self._producer
+        inner = op.callee_output(self) if op is not None else None
+        if inner is not None and inner._producer is not None:
+            return inner._get_ipu_and_tile_set(raise_on_undefined_tile_set, raise_on_undefined_ipu)
         if op is None:
             op = next((o for o in self._graph._ops if any(i is self for i in o.inputs)), None)
         ipu, tile_set = (-1, "undefined") if op is None else (op.ipu_of(self) or 0, op.tile_set)

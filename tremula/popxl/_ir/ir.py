@@ -31,13 +31,18 @@ def session_options(ir: XlIr) -> SessionOptions:
         opts = _OPTIONS[ir] = SessionOptions()
         for name, value in _POPXL_DEFAULTS.items():
             setattr(opts, name, value)
-    opts.enableReplicatedGraphs = ir.replication_factor > 1
-    opts.replicatedGraphCount = ir.instance_replication_factor
-    # an instance of a PopRun job (Ir("popdist")): popdist.popart.configureSessionOptions
-    distributed = ir.instance_replication_factor < ir.replication_factor
-    opts.enableDistributedReplicatedGraphs = distributed
-    opts.globalReplicationFactor = ir.replication_factor if distributed else 1
-    opts.globalReplicaOffset = ir._replica_offset if distributed else 0
+    if ir._popdist:  # Ir("popdist") calls popdist.popart.configureSessionOptions
+        fields = ir._layout.session_options()
+    else:  # the replication_factor setter: this process's replicas, nothing global
+        fields = {
+            "enableReplicatedGraphs": ir.replication_factor > 1,
+            "replicatedGraphCount": ir.replication_factor,
+            "enableDistributedReplicatedGraphs": False,
+            "globalReplicaOffset": 0,
+            "globalReplicationFactor": 1,
+        }
+    for name, value in fields.items():
+        setattr(opts, name, value)
     return opts
 
 

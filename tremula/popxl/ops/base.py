@@ -99,6 +99,20 @@ class OpNode:
                         return int(ipus[i])
         return self.ipu
 
+    def callee_output(self, t: Tensor) -> Tensor | None:
+        """The called graph's output that output ``t`` of a ``Call`` or loop carries (a
+        loop's graph has the condition as output 0), else None: PopART's ``SubgraphOp``
+        finds the IPU and tile set of its outputs there (its output introspection)."""
+        use = self.definition.graphs
+        if use not in ("call", "loop") or not self.called_graphs:
+            return None
+        shift = 1 if use == "loop" else 0
+        outs = self.called_graphs[0].outputs
+        for j, x in enumerate(self.outputs):
+            if x is t:
+                return outs[j + shift] if j + shift < len(outs) else None
+        return None
+
     def __repr__(self) -> str:
         return f"Op[{self.type} #{self.id} in {self.graph.name}]"
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tremula.popxl import dtypes
 from tremula.popxl.context import get_current_graph
 from tremula.popxl.graph import Graph
 from tremula.popxl.ops.base import create_op, definplace, defop
 from tremula.popxl.ops.shape import check_tensor
+from tremula.popxl.ops.utils import check_in_graph, check_tensor_ipu_and_tile_set
 from tremula.popxl.streams import DeviceToHostStream, HostToDeviceStream
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
@@ -74,21 +77,36 @@ def _check_stream_ir(stream: Any, what: str) -> None:
         )
 
 
-def _offset(offset: int | Tensor, buffer: Any, what: str) -> tuple[Tensor, int | None]:
+def _offset(
+    offset: int | Tensor, buffer: Any, what: str, **tensors: Tensor
+) -> tuple[Tensor, int | None]:
     """The offset as a tensor (an int becomes a uint32 constant named "offset", as in
-    PopXL) and its value when it is known while building (the lowering then uses it).
+    PopXL) and its value when it is known while building (the lowering then uses it),
+    after PopXL's input checks of the offset and the op's other ``tensors``.
 
     An int offset is checked against the buffer's entries when the program is lowered,
     not here: as in PopXL, entries may still grow (``buffer.entries = ...``) after the op
-    is made."""
-    if isinstance(offset, Tensor):
-        return offset, None
-    if int(offset) != offset or offset < 0:
-        raise ValueError(
-            f"{what}: offset {offset!r} into remote buffer {buffer.remote_buffer_id} must "
-            f"be a non-negative integer"
-        )
-    return constant(int(offset), dtypes.uint32, "offset"), int(offset)
+    is made.
+
+    Raises:
+        TypeError: an offset that is neither an int nor a Tensor (PopXL's
+            ``check_in_graph``: "The input `offset` is not a Tensor").
+        ValueError: a negative int offset; a tensor of another graph; tensors on
+            different IPUs or tile sets.
+    """
+    graph = get_current_graph()
+    if isinstance(offset, (int, np.integer)):
+        check_in_graph(graph, **tensors)
+        if offset < 0:
+            raise ValueError(
+                f"{what}: offset {offset!r} into remote buffer {buffer.remote_buffer_id} "
+                f"must be a non-negative integer"
+            )
+        check_tensor_ipu_and_tile_set(**tensors)
+        return constant(int(offset), dtypes.uint32, "offset"), int(offset)
+    check_in_graph(graph, offset=offset, **tensors)
+    check_tensor_ipu_and_tile_set(offset=offset, **tensors)
+    return offset, None
 
 
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
@@ -109,7 +127,7 @@ def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     """Load entry ``offset`` of a remote buffer into ``t`` in place."""
     check_tensor(t, "remote_load_")
     remote_buffer.validate_tensor_matches_buffer(t)
-    off, value = _offset(offset, remote_buffer, "remote_load_")
+    off, value = _offset(offset, remote_buffer, "remote_load_", t=t)
     attrs = {"buffer": remote_buffer, "offset": value}
     (out,) = create_op("RemoteLoadInplace", [t, off], attrs)
     return out
@@ -119,7 +137,7 @@ def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     """Store ``t`` into entry ``offset`` of a remote buffer."""
     check_tensor(t, "remote_store")
     remote_buffer.validate_tensor_matches_buffer(t)
-    off, value = _offset(offset, remote_buffer, "remote_store")
+    off, value = _offset(offset, remote_buffer, "remote_store", t=t)
     create_op("RemoteStore", [t, off], {"buffer": remote_buffer, "offset": value})
 
 

@@ -1,6 +1,10 @@
 """Collectives across replicas (``popxl.ops.collectives``); see ``collectives.py``.
 ``CommGroup`` and ``CommGroupType`` are the bindings' (``popart._internal.ir``), re-exported as
-in PopXL."""
+in PopXL. PopXL's modules of the replicated collectives (``replicated_all_reduce`` ...) are
+names of ``collectives.py`` here, as ``popxl.ops``' op modules are (the package attribute is
+the function, the module is reached by import)."""
+
+import sys
 
 from tremula.popxl._ir.core.enums import CommGroupType
 from tremula.popxl._ir.core.grouping import CommGroup
@@ -34,3 +38,7 @@ __all__ = [
 ]
 
 make_atomic(globals(), __all__)  # a refused call adds nothing (see popxl.ops)
+
+#: PopXL's module of each replicated collective -> the Tremula module defining it
+for _name in ("replicated_all_gather", "replicated_all_reduce", "replicated_reduce_scatter"):
+    sys.modules.setdefault(f"{__name__}.{_name}", sys.modules[f"{__name__}.collectives"])

@@ -83,8 +83,8 @@ _GATHER_MODES = ("auto", "new_axis", "concat", "meta_shape")
 
 # ---- argument checks ----
 def _group(t: Tensor, group: ReplicaGrouping | None, what: str) -> ReplicaGrouping:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{what}: expected a Tensor, got {type(t).__name__}")
+    if not isinstance(t, Tensor):  # PopXL's check_in_graph words
+        raise TypeError(f"The input `t` is not a Tensor. Type: {type(t)}. Value: {t}. ({what})")
     if group is None:
         return t.ir.replica_grouping()
     if not isinstance(group, ReplicaGrouping):
@@ -92,8 +92,7 @@ def _group(t: Tensor, group: ReplicaGrouping | None, what: str) -> ReplicaGroupi
             f"{what}: group must be a popxl.ReplicaGrouping (from ir.replica_grouping), got "
             f"{type(group).__name__}"
         )
-    if group._ir is not t.ir:
-        raise ValueError(f"{what}: {group!r} belongs to another Ir than {t.id!r}")
+    group._for_ir(t.ir, f"{what} of {t.id!r}")
     try:
         group._pb_replica_grouping  # noqa: B018  (NotImplementedError if not constant)
     except NotImplementedError as err:
@@ -319,7 +318,7 @@ def replicated_all_reduce(
         A new tensor shaped like ``t``.
 
     Raises:
-        ValueError: an unknown op or a grouping of another Ir.
+        ValueError: an unknown op or a grouping of another number of replicas.
         TypeError: an op that does not apply to ``t``'s dtype.
         NotImplementedError: a non-constant grouping.
     """
@@ -351,12 +350,15 @@ def replicated_all_gather(
             ``"auto"`` is ``"meta_shape"`` when ``t`` has a meta shape, else ``"concat"``.
 
     Raises:
-        ValueError: an unknown ``output_shape``, a bad axis, ``"meta_shape"`` for a tensor
-            without one (or one larger than what is gathered), or a grouping of another Ir.
+        ValueError: an unknown ``output_shape``, an axis that is not an int or out of range,
+            ``"meta_shape"`` for a tensor without one (or one larger than what is gathered),
+            or a grouping of another number of replicas.
         NotImplementedError: a non-constant grouping.
     """
     what = "replicated_all_gather"
     rg = _group(t, group, what)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ValueError(f"{what}: axis must be an int, got {type(axis).__name__} {axis!r}")
     if output_shape not in _GATHER_MODES:
         raise ValueError(f"{what}: output_shape {output_shape!r} unknown; expected {_GATHER_MODES}")
     mode = output_shape
@@ -477,7 +479,7 @@ def replicated_slice(t: Tensor, axis: int = 0, group: ReplicaGrouping | None = N
 
     Raises:
         ValueError: the group size does not divide ``t.shape[axis]``, a bad axis, or a
-            grouping of another Ir.
+            grouping of another number of replicas.
         NotImplementedError: a non-constant grouping.
     """
     what = "replicated_slice"
