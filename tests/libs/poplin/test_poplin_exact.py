@@ -5,8 +5,6 @@ slices; off (the NumPy path) without the fast extra."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
@@ -22,21 +20,10 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
-@functools.cache
-def _blas_sums_in_chains() -> bool:
-    """Whether this host's BLAS sums each element of a product in one chain over ``k``
-    (OpenBLAS's SkylakeX kernels), so that K-sliced calls can take the kernel's ``"chain"``
-    order; OpenBLAS's Haswell kernel (its pick on some AMD EPYC hosts) splits some elements
-    in two chains, and the check declines those calls (the NumPy path runs)."""
-    rng = np.random.default_rng(0)
-    a, b = _operands(rng, (2, 32, 16, 64), False, False, specials=False)
-    return exact.sliced_sum(a, b, np.empty((32, 64), np.float32)) is not None
-
-
 @pytest.fixture
 def chain_blas():
     """Skips where this host's BLAS does not sum in the kernel's ``"chain"`` order."""
-    if not _blas_sums_in_chains():
+    if not exact.sums_in_chains():
         pytest.skip("this host's BLAS sums some elements in two chains: the kernel declines")
 
 

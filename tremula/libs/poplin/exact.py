@@ -110,6 +110,21 @@ def sliced_sum(
     return None if orient is None else _run(a, b, out, orient, variant)
 
 
+@cache
+def sums_in_chains() -> bool:
+    """Whether this host's BLAS sums each element of a K-sliced product in one chain over
+    ``k``, the kernel's ``"chain"`` order (OpenBLAS's SkylakeX kernels do; its Haswell
+    kernel, its pick on some AMD EPYC hosts, splits some elements in two chains, and the
+    check then declines K-sliced calls): one probe call through :func:`sliced_sum`'s own
+    check. False where the kernel is not available."""
+    if not available():
+        return False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 32, 16)).astype(np.float32)
+    b = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    return sliced_sum(a, b, np.empty((32, 64), np.float32)) is not None
+
+
 def or_numpy(
     run: Callable[[], bool] | None, numpy_run: Callable[[], None]
 ) -> Callable[[], None] | None:
