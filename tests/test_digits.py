@@ -56,7 +56,10 @@ def test_training_steps_give_the_same_bits_with_and_without_compiled_kernels(mon
             ]
         weights = [session.get_tensor_data(v).copy() for v in trainer.variables]
         results.append((losses, weights))
-    assert bound and updates[0] is not None  # the kernels ran
+    # the kernels ran: the SGD update's always, the products' where this host's BLAS sums
+    # them in the kernel's order (K-sliced on the IPU Model: exact.sums_in_chains)
+    assert updates[0] is not None
+    assert bound or (device == "ipu_model" and not exact.sums_in_chains())
     (l1, w1), (l2, w2) = results
     for a, b in zip(l1 + w1, l2 + w2):
         assert np.array_equal(np.asarray(a).view(np.int32), np.asarray(b).view(np.int32))

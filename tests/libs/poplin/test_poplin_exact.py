@@ -20,6 +20,13 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def chain_blas():
+    """Skips where this host's BLAS does not sum in the kernel's ``"chain"`` order."""
+    if not exact.sums_in_chains():
+        pytest.skip("this host's BLAS sums some elements in two chains: the kernel declines")
+
+
 def _operands(rng, shape, a_t, b_t, specials=True):
     """``a [S, M, k]``, ``b [S, k, N]`` as K slices of ``A [M, S k]`` and ``B [S k, N]``,
     each stored row-major or (``*_t``) transposed."""
@@ -62,6 +69,7 @@ SHAPES = [(16, 32, 16, 256), (4, 64, 32, 64), (2, 32, 5, 32), (3, 64, 7, 96)]  #
 @needs_kernel
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.usefixtures("chain_blas")
 def test_the_kernel_gives_the_bits_of_the_stacked_product_and_sum(shape, a_t, b_t):
     rng = np.random.default_rng(3)
     a, b = _operands(rng, shape, a_t, b_t)
@@ -83,6 +91,7 @@ def test_the_kernel_gives_the_bits_of_the_stacked_product_and_sum(shape, a_t, b_
 
 
 @needs_kernel
+@pytest.mark.usefixtures("chain_blas")
 def test_a_transposed_output_is_written_element_by_element():
     rng = np.random.default_rng(5)
     a, b = _operands(rng, (4, 32, 16, 64), False, False, specials=False)
@@ -172,6 +181,7 @@ def _matmul_results(monkeypatch, compiled, shape, kind, tiles, payloads=False):
 
 @needs_kernel
 @pytest.mark.parametrize("kind", ["plain", "weight_t"])
+@pytest.mark.usefixtures("chain_blas")
 def test_replayed_matmuls_take_the_kernel_with_the_bits_of_the_two_compute_sets(monkeypatch, kind):
     """The digits MLP's K-sliced products (32 x 256 x 256 on a 1472-tile Mk2: 16 slices):
     fused by the compiled kernel (``MIN_PARTIALS_BYTES`` keeps the NumPy fused path off),
@@ -198,6 +208,7 @@ NANS = np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321, 0x7F800001, 0xF
         ((32, 257, 32), 1, "plain"),  # one product, no slices
     ],
 )
+@pytest.mark.usefixtures("chain_blas")
 def test_nan_payloads_are_those_of_the_numpy_path(monkeypatch, shape, tiles, kind):
     """Where NaNs of distinct payloads meet (in a product's chain or the slices' sum),
     which one NumPy and BLAS keep follows their loops: a run whose kernel stores a NaN is
@@ -212,6 +223,7 @@ def test_nan_payloads_are_those_of_the_numpy_path(monkeypatch, shape, tiles, kin
 
 @needs_kernel
 @pytest.mark.parametrize("slices", [1, 2, 3])
+@pytest.mark.usefixtures("chain_blas")
 def test_a_run_storing_a_nan_is_handed_to_the_numpy_path(slices):
     """Chains of 1..40, 64 and 257 steps with NaNs of distinct payloads meeting: the
     kernel's run, handed to the NumPy path where it stores a NaN (``or_numpy``), gives the
@@ -263,6 +275,7 @@ def test_fusion_off_leaves_the_compute_sets_apart(monkeypatch):
 
 @needs_kernel
 @pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False)])
+@pytest.mark.usefixtures("chain_blas")
 def test_a_single_long_product_takes_the_kernel_with_the_bits_of_its_numpy_path(a_t, b_t):
     """One product (no K slices) of at least ``MIN_CHAIN`` steps: checked against the run
     the caller passes (poplin's ``_product_2d``, ``(b^T a^T)^T`` for a weight read as
@@ -330,3 +343,71 @@ def test_a_deferred_run_makes_its_fast_form_on_the_second_call():
     for _ in range(3):
         run()
     assert log == ["first", "make", "first", "first"]
+
+
+def _split_model(a, b):
+    """The ``"split"`` order from the kernel's own chains (``S == 1`` calls, the operands
+    re-viewed): one chain over ``k``, or for the rows past the last whole group of 12 and
+    the first and last 8 columns of each group's first 6 rows, the chain over even ``k``
+    plus the chain over odd ``k``."""
+    M, N = a.shape[0], b.shape[1]
+    whole, even, odd = (np.empty((M, N), np.float32) for _ in range(3))
+    for x, y, out in ((a, b, whole), (a[:, 0::2], b[0::2], even), (a[:, 1::2], b[1::2], odd)):
+        run = exact._bound(x[None], y[None], out, exact._orientation(*_key(x, y, out)))
+        run()
+    two = np.zeros((M, N), bool)
+    full = M - M % exact.SPLIT_GROUP
+    two[full:] = True
+    for g in range(0, full, exact.SPLIT_GROUP):
+        two[g : g + 6, :8] = two[g : g + 6, N - 8 :] = True
+    return np.where(two, even + odd, whole)
+
+
+def _key(x, y, out):
+    steps = [tuple(s // 4 if n > 1 else 0 for n, s in zip(v.shape, v.strides)) for v in (x, y)]
+    return (1, *x.shape, y.shape[1], (0, *steps[0]), (0, *steps[1]), (out.shape[1], 1))
+
+
+SPLIT_SHAPES = [(32, 64, 256), (32, 256, 256), (256, 32, 256), (64, 32, 256), (24, 32, 128)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SPLIT_SHAPES)  # M, k, N: the digits MLP's and others
+@pytest.mark.parametrize("a_t", [False, True])
+def test_the_split_order_sums_the_elements_it_names_in_two_chains(shape, a_t):
+    """The ``"split"`` run (the whole chain, then blocks in two chains copied over the
+    elements they name) against the same chains computed whole and picked by a mask."""
+    M, k, N = shape
+    rng = np.random.default_rng(M + k)
+    a, b = _operands(rng, (1, M, k, N), a_t, False, specials=False)
+    key = exact.candidate(a, b, np.empty((M, N), np.float32), lambda *args: None)
+    assert key is not None and exact._split_worth(key)
+    out = np.full((M, N), 7.0, np.float32)
+    exact._run(a, b, out, exact._orientation(*key), "split")()
+    want = _split_model(np.ascontiguousarray(a[0]), np.ascontiguousarray(b[0]))
+    assert np.array_equal(out.view(np.int32), want.view(np.int32))
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SPLIT_SHAPES)
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (True, False), (True, True)])
+def test_a_single_product_that_takes_the_kernel_gives_the_bits_of_its_numpy_path(shape, a_t, b_t):
+    """Whichever order this host's BLAS passes the check in (``"chain"``, ``"split"``), a
+    taken single product gives ``_product_2d``'s bits on fresh operands, specials
+    included; shapes no order reproduces stay on the NumPy path."""
+    from tremula.libs.poplin.codelets import _product_2d
+
+    M, k, N = shape
+    rng = np.random.default_rng(k)
+    a, b = _operands(rng, (1, M, k, N), a_t, b_t, specials=False)
+    out, want = np.zeros((M, N), np.float32), np.zeros((M, N), np.float32)
+    run = exact.sliced_sum(a, b, out, _product_2d)
+    if run is None:
+        pytest.skip("this host's BLAS sums this product in an order the kernel lacks")
+    for draw in range(3):
+        fresh, fresh_b = _operands(rng, (1, M, k, N), a_t, b_t, specials=draw == 2)
+        a[...], b[...] = fresh, fresh_b
+        with np.errstate(all="ignore"):
+            _product_2d(a[0], b[0], want)()
+            exact.or_numpy(run, _product_2d(a[0], b[0], out))()
+        assert want.view(np.int32).tobytes() == out.view(np.int32).tobytes(), draw

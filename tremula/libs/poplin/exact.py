@@ -26,6 +26,11 @@ NaNs in it (:func:`_passes`), three draws; a call that differs, a shape the tile
 divide, operands sharing memory with the output, no llvmlite, or compiled kernels switched
 off (:func:`tremula.libs.jit.set_enabled`) leaves the caller on the NumPy path.
 
+Where a single product's check fails in that order, it is tried in the ``"split"`` order
+of OpenBLAS's Haswell kernel (:data:`VARIANTS`), in which some elements are two chains
+(over even and over odd ``k``) added at the end: the kernel's two-slice form over strided
+views gives those, and all of a run's calls go through one compiled ``batch`` call.
+
 NaN payloads are not the kernel's: where two NaNs meet in an operation (an operand's NaN
 and the default NaN of ``inf - inf`` or ``0 * inf``, two NaN operands), which one survives
 depends on the operand order of the instruction, which BLAS kernels, compilers and even
@@ -62,6 +67,16 @@ ENABLED = True
 #: 32 x 64 x 256 12.3-13.4 against 13.4-14.8, 64 x 32 x 256 11.2-11.7 against 9.1-10.7
 #: (the one loss), 32 x 256 x 256 28-33 against 34-37; shorter chains stay with OpenBLAS
 MIN_CHAIN = 32
+#: the orders the kernel sums in, tried in turn for each call (the first whose bits match
+#: on :func:`_passes`'s draws is taken): ``"chain"``, one chain over ``k`` per element and
+#: slice; ``"split"`` (a single product), that chain for most elements and, for the rest,
+#: two chains (over even and over odd ``k``) added at the end: the elements OpenBLAS's
+#: Haswell sgemm kernel sums so (its pick on an AVX-512 AMD EPYC host, where the kernel
+#: runs about 2x faster than it): the rows past the last whole group of
+#: :data:`SPLIT_GROUP` and, in each group's first half, the first and last
+#: :data:`SPLIT_EDGE` columns
+VARIANTS = ("chain", "split")
+SPLIT_GROUP, SPLIT_EDGE = 12, 8
 #: the NumPy path of a single product: ``reference(a, b, out)`` gives its run
 Reference = Callable[[np.ndarray, np.ndarray, np.ndarray], Callable[[], None]]
 _LLVMLITE = importlib.util.find_spec("llvmlite") is not None
@@ -88,10 +103,26 @@ def sliced_sum(
     key = candidate(a, b, out, reference)
     if key is None or _kernels() is None:
         return None
-    if not _passes(key, reference if key[0] == 1 else None):
+    variant = _variant(key, reference if key[0] == 1 else None)
+    if variant is None:
         return None
     orient = _orientation(*key)
-    return None if orient is None else _bound(a, b, out, orient)
+    return None if orient is None else _run(a, b, out, orient, variant)
+
+
+@cache
+def sums_in_chains() -> bool:
+    """Whether this host's BLAS sums each element of a K-sliced product in one chain over
+    ``k``, the kernel's ``"chain"`` order (OpenBLAS's SkylakeX kernels do; its Haswell
+    kernel, its pick on some AMD EPYC hosts, splits some elements in two chains, and the
+    check then declines K-sliced calls): one probe call through :func:`sliced_sum`'s own
+    check. False where the kernel is not available."""
+    if not available():
+        return False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 32, 16)).astype(np.float32)
+    b = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    return sliced_sum(a, b, np.empty((32, 64), np.float32)) is not None
 
 
 def or_numpy(
@@ -176,7 +207,23 @@ def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callab
     compiled: :func:`sliced_sum` checked): True where it stored no NaN."""
     kernels = _kernels()
     assert kernels is not None
-    vector, scatter = kernels
+    which, args, pack = _call(a, b, out, orient)
+    fn = kernels[which]
+    if pack is None:
+        return lambda: not fn(*args)
+    copyto, (packed, source) = np.copyto, pack
+
+    def run() -> bool:
+        copyto(packed, source)
+        return not fn(*args)
+
+    return run
+
+
+def _call(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> tuple[int, tuple, Any]:
+    """A kernel call for views ``a``, ``b``, ``out``: which kernel (0 vector stores, 1
+    scattered), its arguments, and the copy ``(packed, source)`` to make first (None where
+    the orientation reads ``a`` in place)."""
     (S, M, k), N = a.shape, b.shape[2]
     sa, sb, so = (_elements(x) or () for x in (a, b, out))
     if orient == "normal":  # x = a [m, s, k], y = b [s, k, n], z = out [m, n]
@@ -188,7 +235,6 @@ def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callab
     if orient == "packed":
         packed = np.empty((S, k, M), F32)
         y, ys = packed, (k * M, M)
-    fn = vector if zs[1] == 1 else scatter
     args = (
         x.ctypes.data,
         *xs,
@@ -201,29 +247,139 @@ def _bound(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callab
         S,
         k,
     )
-    if packed is None:
-        return lambda: not fn(*args)
-    source = a.transpose(0, 2, 1)
-    copyto = np.copyto
+    return int(zs[1] != 1), args, None if packed is None else (packed, a.transpose(0, 2, 1))
 
-    def run() -> bool:
-        copyto(packed, source)
-        return not fn(*args)
+
+def _split_plan(key: tuple) -> tuple[int, int, int, int] | None:
+    """How the ``"split"`` order (see :data:`VARIANTS`) runs call ``key``, in whole kernel
+    tiles: ``(base, tail, edge, width)``: the chain over rows ``[0, base)``, two chains over
+    rows ``[tail, M)`` (straight into the output where ``tail`` is the last whole group's
+    end, else into a buffer) and over rows ``[0, edge)`` of the first and last ``width``
+    columns (into a buffer; ``edge`` 0 where there are no whole groups). None where it does
+    not apply (K slices, an odd chain, tiles that do not fit)."""
+    S, M, k, N = key[:4]
+    orient = _orientation(*key)
+    if S != 1 or k < 2 or k % 2 or orient is None:
+        return None
+    rs, cs = (ROWS, LANES * VECTORS) if orient == "normal" else (LANES * VECTORS, ROWS)
+    full = M - M % SPLIT_GROUP
+    tail = M - -(-(M - full) // rs) * rs
+    if tail < 0:
+        return None
+    base = full if tail == full else M
+    edge, width = min(M, -(-full // rs) * rs), min(N, -(-SPLIT_EDGE // cs) * cs)
+    return base, tail, edge, N if 2 * width >= N else width
+
+
+def _split_worth(key: tuple) -> bool:
+    """Whether the ``"split"`` order applies to call ``key`` and computes again (in its
+    two chains) at most half of the output (else OpenBLAS is about as fast)."""
+    plan = _split_plan(key)
+    if plan is None:
+        return False
+    base, tail, edge, width = plan
+    M, N = key[1], key[3]
+    columns = width if width == N else 2 * width
+    again = (base - tail) * N + edge * columns  # beyond the M x N of one pass
+    return 2 * again <= M * N
+
+
+def _split(a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str) -> Callable[[], bool]:
+    """The ``"split"`` order's run (see :data:`VARIANTS`, :func:`_split_plan`): the kernel's
+    chain over the rows in whole groups, then its two slices (even and odd ``k``) over the
+    rest and over the groups' edge columns, copied from kept buffers into ``out`` where
+    they cover more. True where no kernel call stored a NaN (the caller's NumPy path then
+    writes every output again)."""
+    (_, M, k), N = a.shape, b.shape[2]
+    sa, sb, so = (_elements(x) or () for x in (a, b, out))
+    plan = _split_plan((1, M, k, N, sa, sb, so))
+    assert plan is not None  # (_variant checked it)
+    base, tail, edge, width = plan
+    full = M - M % SPLIT_GROUP
+    (sm, sk), (sk2, sn) = a[0].strides, b[0].strides
+
+    def chains(r0: int, r1: int, c0: int, c1: int, dst: np.ndarray) -> tuple[int, tuple, Any]:
+        x = as_strided(a[0, r0:], (2, r1 - r0, k // 2), (sk, sm, 2 * sk))
+        y = as_strided(b[0, :, c0:], (2, k // 2, c1 - c0), (sk2, 2 * sk2, sn))
+        keep.append((x, y, dst))
+        return _call(x, y, dst, orient)
+
+    calls: list[tuple[int, tuple, Any]] = []
+    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    keep: list[tuple[np.ndarray, ...]] = []
+    if base:
+        calls.append(_call(a[:, :base], b, out[:base], orient))
+    if tail < M:
+        kept = out[tail:] if tail == full else np.empty((M - tail, N), F32)
+        calls.append(chains(tail, M, 0, N, kept))
+        if tail < full:
+            copies.append((out[full:], kept[full - tail :]))
+    if full:
+        kept = np.empty((edge, width if width == N else 2 * width), F32)
+        calls.append(chains(0, edge, 0, width, kept[:, :width]))
+        if width < N:
+            calls.append(chains(0, edge, N - width, N, kept[:, width:]))
+        # each group's first half, its first and last SPLIT_EDGE columns: [group, row, side, col]
+        shape, (ro, co), (rk, ck) = (
+            (full // SPLIT_GROUP, SPLIT_GROUP // 2, 2, SPLIT_EDGE),
+            out.strides,
+            kept.strides,
+        )
+        copies.append(
+            (
+                as_strided(out, shape, (SPLIT_GROUP * ro, ro, (N - SPLIT_EDGE) * co, co)),
+                as_strided(
+                    kept, shape, (SPLIT_GROUP * rk, rk, (kept.shape[1] - SPLIT_EDGE) * ck, ck)
+                ),
+            )
+        )
+    kernels = _kernels()
+    assert kernels is not None
+    batch, copyto = kernels[2], np.copyto
+    packs = [pack for _, _, pack in calls if pack is not None]
+    table = np.array([(which, *args) for which, args, _ in calls], np.int64)
+    address, n = table.ctypes.data, len(calls)
+
+    def run(_kept: tuple = (table, keep)) -> bool:  # (what the table's addresses point into)
+        for packed, source in packs:
+            copyto(packed, source)
+        stored_nan = batch(address, n)
+        for dst, src in copies:
+            copyto(dst, src)
+        return not stored_nan
 
     return run
 
 
 @cache
-def _passes(key: tuple, reference: Reference | None) -> bool:
-    """Whether the kernel gives the stacked product's and reduction's bits (``reference``'s
-    for a single product) for call ``key`` (shape, element strides of ``a``, ``b`` and the
-    output), on three draws of random data with special values."""
+def _variant(key: tuple, reference: Reference | None) -> str | None:
+    """The first of :data:`VARIANTS` that :func:`_passes` for call ``key``; None if none."""
+    for variant in VARIANTS:
+        if (variant == "chain" or _split_worth(key)) and _passes(key, reference, variant):
+            return variant
+    return None
+
+
+def _passes(key: tuple, reference: Reference | None, variant: str = "chain") -> bool:
+    """Whether the kernel in ``variant``'s order gives the stacked product's and
+    reduction's bits (``reference``'s for a single product) for call ``key`` (shape,
+    element strides of ``a``, ``b`` and the output), on three draws of random data with
+    special values."""
     rng = np.random.default_rng(0)
     with np.errstate(all="ignore"):
-        return all(_draw_passes(key, reference, rng) for _ in range(3))
+        return all(_draw_passes(key, reference, rng, variant) for _ in range(3))
 
 
-def _draw_passes(key: tuple, reference: Reference | None, rng: np.random.Generator) -> bool:
+def _run(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, orient: str, variant: str
+) -> Callable[[], bool]:
+    """The kernel call of :func:`sliced_sum` in ``variant``'s order (see :data:`VARIANTS`)."""
+    return _bound(a, b, out, orient) if variant == "chain" else _split(a, b, out, orient)
+
+
+def _draw_passes(
+    key: tuple, reference: Reference | None, rng: np.random.Generator, variant: str = "chain"
+) -> bool:
     """One draw of :func:`_passes`: the NumPy path (partials of the output's strides,
     one slab per slice; ``reference``'s run) against the kernel on the same operands."""
     S, M, k, N, sa, sb, so = key
@@ -241,7 +397,7 @@ def _draw_passes(key: tuple, reference: Reference | None, rng: np.random.Generat
     else:
         np.matmul(a, b, out=parts)
         np.add.reduce(parts, axis=0, out=want)
-    stored_no_nan = _bound(a, b, out, orient)()
+    stored_no_nan = _run(a, b, out, orient, variant)()
     return _same(out, want) and stored_no_nan != bool(np.isnan(want).any())
 
 
@@ -272,8 +428,10 @@ def _random_view(rng: np.random.Generator, shape: tuple, steps: tuple) -> np.nda
 
 
 @cache
-def _kernels() -> tuple[Any, Any] | None:
-    """The compiled kernels (vector stores, scattered stores) as ctypes functions:
+def _kernels() -> tuple[Any, Any, Any] | None:
+    """The compiled kernels (vector stores, scattered stores, and ``batch(table, n)``
+    running ``n`` calls of them given as rows of 64-bit integers: see
+    :func:`tremula.libs.poplin.exact_ir._batch`) as ctypes functions:
     ``(x, sxp, sxs, sxk, y, sys, syk, z, szp, szq, P, Q, S, k)`` computing
     ``z[p, q] = sum over s of (chain over i < k of x[p, s, i] * y[s, i, q])`` for ``P``
     rows (a multiple of :data:`ROWS`) and ``Q`` columns (of ``LANES * VECTORS``); ``y`` has
@@ -286,7 +444,7 @@ def _kernels() -> tuple[Any, Any] | None:
         return None
 
 
-def _compile() -> tuple[Any, Any]:
+def _compile() -> tuple[Any, Any, Any]:
     import llvmlite.binding as llvm
 
     with contextlib.suppress(RuntimeError):  # newer llvmlite initialises itself and raises
@@ -315,8 +473,9 @@ def _compile() -> tuple[Any, Any]:
         ctypes.c_int32, ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, *[i64] * 4
     )
     vector, scatter = (signature(engine.get_function_address(n)) for n in ("vector", "scatter"))
+    batch = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, i64)(engine.get_function_address("batch"))
     _KEEP.append(engine)  # the code lives as long as its engine
-    return vector, scatter
+    return vector, scatter, batch
 
 
 _KEEP: list[Any] = []

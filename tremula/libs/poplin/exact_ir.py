@@ -36,12 +36,50 @@ def module(rows: int, vectors: int, lanes: int) -> Any:
     fma = ir.Function(mod, ir.FunctionType(vec, [vec] * 3), name=f"llvm.fma.v{lanes}f32")
     ptr = f32.as_pointer()
     types = [ptr, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, i64, i64, i64, i64]
+    kernels = []
     for name in ("vector", "scatter"):
         fn = ir.Function(mod, ir.FunctionType(ir.IntType(32), types), name=name)
         for i in (0, 4, 7):
             fn.args[i].add_attribute("noalias")
         _Kernel(ir, fn, fma, vec, rows, vectors, lanes, name == "vector").build()
+        kernels.append(fn)
+    _batch(ir, mod, kernels, types)
     return mod
+
+
+def _batch(ir: Any, mod: Any, kernels: list[Any], types: list[Any]) -> None:
+    """``batch(table, n)``: ``n`` kernel calls in turn, each a row of ``1 + len(ARGS)``
+    64-bit integers in ``table`` (0 for ``vector``, 1 for ``scatter``, then its arguments,
+    pointers as integers); returns whether any stored a NaN."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    fn = ir.Function(mod, ir.FunctionType(i32, [i64.as_pointer(), i64]), name="batch")
+    table, n = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    entry = b.block
+    head, body, done = (fn.append_basic_block(f"j.{part}") for part in ("head", "body", "end"))
+    b.branch(head)
+    b.position_at_end(head)
+    j, nan = b.phi(i64, "j"), b.phi(i32, "nan")
+    j.add_incoming(ir.Constant(i64, 0), entry)
+    nan.add_incoming(ir.Constant(i32, 0), entry)
+    b.cbranch(b.icmp_signed("<", j, n), body, done)
+    b.position_at_end(body)
+    row = b.mul(j, ir.Constant(i64, 1 + len(ARGS)))
+    words = [b.load(b.gep(table, [b.add(row, ir.Constant(i64, i))])) for i in range(1 + len(ARGS))]
+    args = [b.inttoptr(w, t) if t.is_pointer else w for w, t in zip(words[1:], types)]
+    with b.if_else(b.icmp_signed("==", words[0], ir.Constant(i64, 0))) as (then, otherwise):
+        with then:
+            vector, from_vector = b.call(kernels[0], args), b.block
+        with otherwise:
+            scatter, from_scatter = b.call(kernels[1], args), b.block
+    stored = b.phi(i32)
+    stored.add_incoming(vector, from_vector)
+    stored.add_incoming(scatter, from_scatter)
+    j.add_incoming(b.add(j, ir.Constant(i64, 1)), b.block)
+    nan.add_incoming(b.or_(nan, stored), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret(nan)
 
 
 class _Kernel:
