@@ -60,6 +60,11 @@ class Context:
         return "/".join(self.scopes)
 
     @property
+    def name_scopes(self) -> list[str]:
+        """The open ``name_scope`` names, outermost first (a copy)."""
+        return list(self.scopes)
+
+    @property
     def ipu(self) -> int | None:
         """The virtual IPU set by the innermost ``popxl.ipu``; None outside any."""
         return self.ipus[-1] if self.ipus else None
@@ -97,10 +102,20 @@ class Context:
             )
         self.graphs.append(graph)
 
-    def pop_graph(self, graph: Graph) -> None:
-        if not self.graphs or self.graphs[-1] is not graph:
-            raise RuntimeError(f"graph context exited out of order for {graph!r}")
-        self.graphs.pop()
+    def pop_graph(self, graph: Graph | None = None) -> Graph:
+        """Leave the innermost graph and return it (PopXL's ``pop_graph()`` takes no
+        argument; ``graph``, when given, must be that innermost graph).
+
+        Raises:
+            RuntimeError: no graph is entered, or ``graph`` is not the innermost one.
+        """
+        if not self.graphs or (graph is not None and self.graphs[-1] is not graph):
+            raise RuntimeError(
+                f"graph context exited out of order for {graph!r}"
+                if self.graphs
+                else "pop_graph: no graph has been entered (the graph stack is empty)"
+            )
+        return self.graphs.pop()
 
     def _get_op_settings(self, name: str) -> OpSettings:
         """The settings of an op named ``name`` created now in the current graph."""

@@ -67,6 +67,32 @@ class dtype:
     def is_signed(self) -> builtins.bool:
         return self._numpy.kind in "ifc" or self._name.startswith("float8")
 
+    # PopXL's private fields, which its tests read (views of the values above)
+    @property
+    def _np_type(self) -> np.dtype:
+        return self._numpy
+
+    @property
+    def _pt_type(self) -> str | None:
+        """The torch dtype's name (``torch.<name>``), None where torch has none."""
+        return self._torch or None
+
+    @property
+    def _is_complex(self) -> builtins.bool:
+        return self.is_complex
+
+    @property
+    def _is_int(self) -> builtins.bool:
+        return self.is_int
+
+    @property
+    def _is_floating_point(self) -> builtins.bool:
+        return self.is_floating_point
+
+    @property
+    def _is_signed(self) -> builtins.bool:
+        return self.is_signed
+
     @property
     def _pb_dtype(self) -> Any:
         """PopART's ``DataType`` member of this dtype (the private attribute PopXL's dtypes
@@ -206,12 +232,16 @@ del _D
 _NP_TO_POPXL: builtins.dict[np.dtype, dtype] = {d._numpy: d for d in dtype._by_name.values()}
 _PY_TO_POPXL: builtins.dict[type, dtype] = {builtins.bool: bool, builtins.float: float32}
 _POPART_TO_POPXL = {d._popart: d for d in dtype._by_name.values()}
+_STR_TO_POPXL: builtins.dict[str, dtype] = dtype._by_name  # name -> dtype (from_name's table)
 _PT_BY_NAME = {d._torch: d for d in dtype._by_name.values() if d._torch}
 
 
 def __getattr__(name: str) -> Any:
     """``_PT_TO_POPXL`` (torch dtype -> dtype) is built when first asked for, importing torch
-    then (empty without torch), so that ``import popxl`` never imports torch."""
+    then (empty without torch), so that ``import popxl`` never imports torch; likewise
+    ``_PB_TO_POPXL`` (``popart.DataType`` -> dtype)."""
+    if name == "_PB_TO_POPXL":  # popart.DataType -> dtype (the enum is imported lazily)
+        return {d._pb_dtype: d for d in dtype._by_name.values()}
     if name == "_PT_TO_POPXL":
         try:
             import torch
