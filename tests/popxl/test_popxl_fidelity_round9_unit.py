@@ -135,3 +135,24 @@ def test_to_numpy_copy_semantics() -> None:
     b = np.arange(4, dtype=np.float64)
     c = to_numpy(b, copy=False)  # a conversion must copy, whatever `copy` says
     assert c.dtype == np.float32 and not np.shares_memory(c, b)
+
+
+# ---- shapes: PopXL's TensorInfo binding refuses non-integer dimensions (~85 %) ----
+@pytest.mark.parametrize("shape", [(2.5,), ("a",), (2, None)])
+def test_non_integer_dimensions_are_refused_and_nothing_is_added(shape) -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        with pytest.raises(TypeError, match="must be a sequence of integers"):
+            popxl.graph_input(shape, popxl.float32)
+        with pytest.raises(TypeError, match="must be a sequence of integers"):
+            popxl.h2d_stream(shape, popxl.float32)
+        with pytest.raises(TypeError, match="must be a sequence of integers"):
+            popxl.TensorSpec(shape, popxl.float32)
+    assert ir.main_graph.tensors == ()
+    assert ir.get_all_h2d_streams() == set()
+
+
+def test_numpy_integer_dimensions_become_python_ints() -> None:
+    spec = popxl.TensorSpec((np.int64(2), np.int32(3)), popxl.float16, meta_shape=[np.uint8(4)])
+    assert spec.shape == (2, 3) and spec.meta_shape == (4,)
+    assert all(type(d) is int for d in spec.shape + spec.meta_shape)

@@ -3,10 +3,27 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tremula.popxl import dtypes
+
+
+def _dims(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of Python ints. Each dimension must be an integer (an ``int`` or
+    a NumPy integer): PopXL hands shapes to ``TensorInfo``, whose binding refuses a float or
+    a string with a ``TypeError`` rather than truncating it.
+
+    Raises:
+        TypeError: ``shape`` is not iterable, or a dimension is not an integer.
+    """
+    try:
+        return tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(
+            f"A tensor's {what} must be a sequence of integers, got {shape!r}"
+        ) from None
 
 
 class TensorSpec(Mapping):
@@ -18,9 +35,9 @@ class TensorSpec(Mapping):
         dtype: dtypes.dtype,
         meta_shape: tuple[int, ...] | None = (),
     ) -> None:
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _dims(shape, "shape")
         self.dtype = dtypes.dtype.as_dtype(dtype)
-        self.meta_shape = tuple(int(s) for s in meta_shape or ())  # None: no meta shape
+        self.meta_shape = _dims(meta_shape or (), "meta_shape")  # None: no meta shape
 
     def _dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
