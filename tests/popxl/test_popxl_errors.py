@@ -753,10 +753,10 @@ def test_a_tensor_of_another_ir_or_graph_is_named_as_such() -> None:
         a = popxl.variable(np.ones(2, np.float32), name="a")
     with second.main_graph, pytest.raises(ValueError) as other_ir:
         _ = a + 1
-    # PopXL's words first (check_in_graph), then which Ir or graph
+    # PopXL's words first (check_in_graph names ops.add's argument), then which Ir or graph
     assert str(other_ir.value).startswith(
-        "The input tensor `a` is not in the current Graph main_graph. Add: input 0 'a' belongs "
-        "to another Ir"
+        "The input tensor `lhs` is not in the current Graph main_graph. add: input lhs 'a' "
+        "belongs to another Ir"
     )
     assert "make it in this Ir" in str(other_ir.value)
     sub = first.create_empty_graph("sub")  # named 'sub_subgraph(0)', as PopXL names it

@@ -105,7 +105,7 @@ def test_a_tensor_of_another_graph_is_refused_in_popxls_words() -> None:
     with ir.main_graph:
         a = popxl.variable(1.0, name="a")
     sub = ir.create_empty_graph("sub")
-    with sub, pytest.raises(ValueError, match=r"The input tensor `a` is not in the current Graph"):
+    with sub, pytest.raises(ValueError, match=r"The input tensor `t` is not in the current Graph"):
         ops.exp(a)
     assert sub._pb_graph.getOps() == []
 

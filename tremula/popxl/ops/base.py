@@ -363,10 +363,13 @@ def user_site() -> str:
     return "?"
 
 
-def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
-    """Why input ``i`` of an op cannot be ``t``: it is in another Ir, or another graph. The
-    message starts with PopXL's (``check_in_graph``), which programs match on."""
-    popxl_words = f"The input tensor `{t.id}` is not in the current Graph {graph.name}. "
+def _foreign_input(op_type: str, i: int | str, t: Tensor, graph: Graph) -> str:
+    """Why input ``i`` (an index, or the op function's argument name) of an op cannot be
+    ``t``: it is in another Ir, or another graph. The message starts with PopXL's
+    (``check_in_graph``: the argument's name, or the tensor's id where only the index is
+    known), which programs match on."""
+    arg = i if isinstance(i, str) else t.id
+    popxl_words = f"The input tensor `{arg}` is not in the current Graph {graph.name}. "
     if t.graph.ir is not graph.ir:
         return popxl_words + (
             f"{op_type}: input {i} {t.id!r} belongs to another Ir (its graph "
@@ -379,6 +382,21 @@ def _foreign_input(op_type: str, i: int, t: Tensor, graph: Graph) -> str:
         f"current graph {graph.name!r}: pass it in as an input of the graph "
         f"(popxl.graph_input, or an argument of ir.create_graph)"
     )
+
+
+def check_in_current_graph(what: str, **tensors: Any) -> None:
+    """PopXL's ``check_in_graph`` for an op function's tensor arguments (by name), before
+    the function adds anything: each tensor given must be of the current graph. Non-tensors
+    are left to the caller.
+
+    Raises:
+        ValueError: ``The input tensor `<argument>` is not in the current Graph ...``, then
+            which graph or Ir the tensor belongs to.
+    """
+    graph = get_current_graph()
+    for arg, t in tensors.items():
+        if isinstance(t, Tensor) and t.graph is not graph:
+            raise ValueError(_foreign_input(what, arg, t, graph))
 
 
 def create_op(

@@ -23,7 +23,7 @@ from tremula import numerics as nx
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.libs.popops import ops as popops_ops
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, defop
+from tremula.popxl.ops.base import check_in_current_graph, create_op, defop
 from tremula.popxl.ops.utils import cast_if_needed, check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
@@ -276,9 +276,11 @@ def apply(op_type: str, *args: Any) -> Tensor:
     """Add the element-wise op ``op_type`` (a type of :data:`TABLE`, ``Inplace`` for the
     in-place form) on ``args`` (host values become constants) and return its output."""
     e = BY_OP[op_type]
+    n = len(args)  # PopXL's argument names: t (unary), lhs / rhs (binary), t0, t1, ...
+    names = ("t",) if n == 1 else ("lhs", "rhs") if n == 2 else [f"t{i}" for i in range(n)]
+    check_in_current_graph(e.name, **dict(zip(names, args)))  # before adding a constant
     inputs = coerce(args, e.name)
     if len(inputs) > 1:  # PopXL's binary ops check their operands' placement
-        names = ("lhs", "rhs") if len(inputs) == 2 else [f"t{i}" for i in range(len(inputs))]
         placed = {n: t for n, t, a in zip(names, inputs, args) if isinstance(a, Tensor)}
         if len(placed) > 1:  # (a constant made from a host value is placed nowhere yet)
             check_tensor_ipu_and_tile_set(**placed)

@@ -17,8 +17,9 @@ import numpy as np
 
 from tremula.errors import OpSetupError
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, definplace, defop
+from tremula.popxl.ops.base import check_in_current_graph, create_op, definplace, defop
 from tremula.popxl.ops.shape import check_tensor, norm_axis
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec, constant
 
 INDEX_TYPES = (dtypes.int32, dtypes.uint32)
@@ -31,6 +32,7 @@ def as_indices(indices: Any, what: str) -> Tensor:
         if arr.dtype.kind not in "iu":
             raise TypeError(f"{what}: indices must be integers, got {arr.dtype}")
         return constant(arr.astype(np.int32), name="indices")
+    check_in_current_graph(what, indices=indices)
     if indices.dtype not in INDEX_TYPES:
         raise TypeError(
             f"{what}: indices {indices.id!r} must be int32 or uint32, got {indices.dtype}"
@@ -64,9 +66,11 @@ def _gather(op_type: str, what: str, t: Tensor, indices: Any, axis: int, amp: An
     check_tensor(t, what)
     if t.rank == 0:
         raise ValueError(f"{what}: cannot gather from the scalar {t.id!r}")
-    idx = as_indices(indices, what)
+    ax = norm_axis(axis, t.rank, what, repr(t.id))
+    idx = as_indices(indices, what)  # (a constant made here is placed nowhere)
+    check_tensor_ipu_and_tile_set(t=t, indices=idx)
     attrs = {
-        "axis": norm_axis(axis, t.rank, what, repr(t.id)),
+        "axis": ax,
         "available_memory_proportion": amp,
         "zero_OOR": bool(oor),
     }
@@ -333,6 +337,7 @@ def dynamic_slice(
         TypeError: a non-integer index.
     """
     attrs = {**_dyn_args(t, index, axes, sizes, "dynamic_slice"), "no_overlap": bool(no_overlap)}
+    check_tensor_ipu_and_tile_set(t=t, index=index)
     (out,) = create_op("DynamicSlice", [t, index], attrs)
     return out
 
@@ -346,6 +351,7 @@ def _dyn_update(op_type: str, what: str, t, index, t_update, axes, sizes, no_ove
             f"{what}: t_update {t_update.id!r} ({t_update.dtype} {t_update.shape}) must be "
             f"{t.dtype} {want.shape}, the slice of {t.id!r}"
         )
+    check_tensor_ipu_and_tile_set(t=t, index=index, t_update=t_update)
     (out,) = create_op(op_type, [t, index, t_update], attrs)
     return out
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from tremula.errors import OpSetupTypeError
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, definplace, defop
+from tremula.popxl.ops.base import check_in_current_graph, create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
 from tremula.popxl.ops.shape import check_tensor, require_numeric
 from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
@@ -45,6 +45,9 @@ def where(condition: Tensor, lhs: Tensor | Any, rhs: Tensor | Any) -> Tensor:
     check_tensor(condition, "where", "condition")
     if not isinstance(lhs, Tensor) and not isinstance(rhs, Tensor):
         raise TypeError("where: lhs or rhs must be a popxl.Tensor")
+    given = {n: x for n, x in (("lhs", lhs), ("rhs", rhs)) if isinstance(x, Tensor)}
+    check_in_current_graph("where", **given)
+    check_tensor_ipu_and_tile_set(condition=condition, **given)  # before adding anything
     if not isinstance(lhs, Tensor):
         lhs = constant(lhs, rhs.dtype, name="lhs")
     if not isinstance(rhs, Tensor):

@@ -16,6 +16,7 @@ from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl.ops.base import create_op, defop
 from tremula.popxl.ops.gather import as_indices
 from tremula.popxl.ops.shape import check_tensor, norm_axis
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 # ---- scatter ----
@@ -53,12 +54,13 @@ def scatter(
     """
     check_tensor(t, "scatter")
     check_tensor(values, "scatter", "values")
-    idx = as_indices(indices, "scatter")
     if values.dtype != t.dtype:
         raise OpSetupTypeError(
             f"scatter: values {values.id!r} is {values.dtype}, t {t.id!r} is {t.dtype}"
         )
     ax = norm_axis(axis, t.rank, "scatter", repr(t.id))
+    idx = as_indices(indices, "scatter")  # (a constant made here is placed nowhere)
+    check_tensor_ipu_and_tile_set(t=t, indices=idx, values=values)
     if idx.shape != values.shape or idx.rank != t.rank:  # PopART's ScatterOp::setup
         raise OpSetupError(
             f"scatter: indices {idx.shape} and values {values.shape} must have one shape, of "

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from tremula.errors import OpSetupError
-from tremula.popxl.ops.base import create_op, definplace, defop
+from tremula.popxl.ops.base import check_in_current_graph, create_op, definplace, defop
+from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
 from tremula.popxl.tensor import Tensor, TensorSpec
 
 # ---- axis helpers (shared by the op families) ----
@@ -29,6 +30,7 @@ def check_tensor(t: Any, what: str, arg: str = "t") -> Tensor:
             f"The input `{arg}` is not a Tensor. Type: {type(t)}. Value: {t!r}. ({what}: {arg} "
             f"must be a popxl.Tensor, got {type(t).__name__})"
         )
+    check_in_current_graph(what, **{arg: t})
     return t
 
 
@@ -114,7 +116,8 @@ def _concat(ts: Iterable[Tensor], axis: int, op_type: str) -> Tensor:
     if not ts:
         raise ValueError(f"{what}: needs at least one tensor")
     for i, t in enumerate(ts):
-        check_tensor(t, what, f"ts[{i}]")
+        check_tensor(t, what, f"ts_{i}")
+    check_tensor_ipu_and_tile_set(**{f"ts_{i}": t for i, t in enumerate(ts)})
     if ts[0].rank == 0:
         raise ValueError(f"{what}: cannot concatenate scalars ({ts[0].id!r})")
     ax = norm_axis(axis, ts[0].rank, what, repr(ts[0].id))

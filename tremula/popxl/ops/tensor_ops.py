@@ -9,7 +9,7 @@ import numpy as np
 
 from tremula.errors import OpSetupError, OpSetupTypeError
 from tremula.popxl import dtypes
-from tremula.popxl.ops.base import create_op, definplace, defop
+from tremula.popxl.ops.base import check_in_current_graph, create_op, definplace, defop
 from tremula.popxl.ops.elementwise import broadcast_shape
 from tremula.popxl.ops.shape import check_tensor
 from tremula.popxl.ops.utils import check_tensor_ipu_and_tile_set
@@ -108,6 +108,7 @@ def matmul(
         TypeError: operands of different dtypes (a ``popart.popart_exception`` too, as
             PopART's op setup raises it).
     """
+    check_in_current_graph("matmul", lhs=lhs, rhs=rhs)
     partials_type = partials_of(partials_type, "matmul", lhs, rhs)
     if isinstance(lhs, Tensor) and isinstance(rhs, Tensor):
         check_tensor_ipu_and_tile_set(lhs=lhs, rhs=rhs)
@@ -366,6 +367,7 @@ def cast(
     if (data_type is None) == (dtype is None):
         raise TypeError("cast: give the target type once, as data_type (or dtype=)")
     dtype = dtypes.dtype.as_dtype(data_type if dtype is None else dtype)
+    check_in_current_graph("cast", t=t)
     ends = (dtype, getattr(t, "dtype", dtype))
     if any(d.name.startswith("float8") for d in ends):  # as PopXL: scaled casts only
         raise TypeError(
