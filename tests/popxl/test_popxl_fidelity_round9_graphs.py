@@ -497,3 +497,19 @@ def test_io_tiles_load_and_store_with_io_tile_copies() -> None:
     with popxl.Session(ir, "ipu_model") as session:
         out = session.run({x_in: data})
     np.testing.assert_array_equal(out[y_out], data + 1)
+
+
+# ---- the repeat count is an int (PopXL's LoopOp binding takes one; ~70 %) ----
+
+
+def test_repeat_count_must_be_an_int_and_a_numpy_integer_is_one() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        body = ir.create_graph(lambda a: a + 1.0, x)
+        n_ops = len(ir.main_graph._pb_graph.getOps())
+        with pytest.raises(TypeError, match=r"repeat count must be an int, got float 2\.0"):
+            ops.repeat(body, 2.0, x)  # type: ignore[arg-type]
+        assert len(ir.main_graph._pb_graph.getOps()) == n_ops  # nothing added
+        (y,) = ops.repeat(body, np.int64(3), x)
+    np.testing.assert_array_equal(fetch(ir, y)[0], np.full(2, 4.0, np.float32))

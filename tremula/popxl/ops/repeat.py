@@ -17,6 +17,7 @@ the body), so the wrapper costs nothing on the device.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,7 +183,12 @@ def repeat_with_info(
     """Run ``graph`` ``repeat_count`` times; output ``i`` feeds input ``i`` of the next
     iteration (loop-carried), the other inputs stay; returns the call site (its ``_op`` is
     the ``Loop`` op, which calls the wrapper graph that calls ``graph``)."""
-    if int(repeat_count) != repeat_count or repeat_count < 0:
+    if not isinstance(repeat_count, numbers.Integral):  # (PopXL's binding takes an int)
+        raise TypeError(
+            f"repeat of {graph.name!r}: the repeat count must be an int, got "
+            f"{type(repeat_count).__name__} {repeat_count!r}"
+        )
+    if repeat_count < 0:
         raise ValueError(
             f"Repeat count must be >= 0 (an integer), got {repeat_count!r} (repeat of "
             f"{graph.name!r})"
