@@ -26,19 +26,23 @@ def _swap_last(t: Tensor) -> Tensor:
 
 @grad("MatMul")
 def _matmul(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
-    """NumPy matmul: 1-D operands as a row / column, batch axes broadcast."""
+    """NumPy matmul: 1-D operands as a row / column, batch axes broadcast. The gradient
+    matmuls keep the forward's available memory proportion and partials type, as PopART's
+    MatMulLhsGradOp / MatMulRhsGradOp take them from the forward op (and its grad patterns
+    give them to the matmuls they become)."""
     a, b = op.inputs
+    keep = {k: op.attrs.get(k) for k in ("available_memory_proportion", "partials_type")}
     a2s = (1, *a.shape) if a.rank == 1 else a.shape
     b2s = (*b.shape, 1) if b.rank == 1 else b.shape
     out = (*np.broadcast_shapes(a2s[:-2], b2s[:-2]), a2s[-2], b2s[-1])
     g2 = reshape(g[0] if g[0].dtype == a.dtype else ops.cast(g[0], a.dtype), out)
 
     def grad_a() -> Tensor:
-        ga = g2 @ _swap_last(reshape(c.fwd(b), b2s))
+        ga = ops.matmul(g2, _swap_last(reshape(c.fwd(b), b2s)), **keep)
         return reshape(sum_to(ga, a2s), a.shape)
 
     def grad_b() -> Tensor:
-        gb = _swap_last(reshape(c.fwd(a), a2s)) @ g2
+        gb = ops.matmul(_swap_last(reshape(c.fwd(a), a2s)), g2, **keep)
         return reshape(sum_to(gb, b2s), b.shape)
 
     return pick(need, grad_a, grad_b)
