@@ -227,13 +227,14 @@ class SessionWeights:
         for r in range(self._L):
             self._engine.copy_to_remote_buffer(name, local[r], entry, r)
 
-    def get_tensor_data(self, t: Tensor) -> np.ndarray:
+    def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
         """A variable's or constant's value (syncing from the device if it ran since).
+        ``tensor`` is PopXL's parameter name (~70 %).
 
         Raises:
-            TypeError: ``t`` is not a Variable or Constant.
+            TypeError: ``tensor`` is not a Variable or Constant.
         """
-        return self.get_tensors_data([t])[t]
+        return self.get_tensors_data([tensor])[tensor]
 
     @locked
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
@@ -285,9 +286,10 @@ class SessionWeights:
             return v.host_data
         return np.array(v.host_data)
 
-    def write_variable_data(self, var: Variable, data: Any) -> None:
-        """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`."""
-        self.write_variables_data({var: data})
+    def write_variable_data(self, tensor: Variable, data: Any) -> None:
+        """Set a variable's value (``shape_on_host``); see :meth:`write_variables_data`.
+        ``tensor`` is PopXL's parameter name (~70 %)."""
+        self.write_variables_data({tensor: data})
 
     @locked
     def write_variables_data(self, values: Mapping[Variable, Any]) -> None:
