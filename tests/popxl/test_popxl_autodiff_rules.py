@@ -239,8 +239,9 @@ CASES: dict[str, Case] = {
         )[0],
     ),
     "DynamicSlice": Case([u(4, 5), np.array([1, 3], np.uint32)], _DYN2),
-    "OneHot": Case(  # the values' gradient; -1 is the last class, 7 out of range
-        [np.array([[2, 0, -1], [7, 1, 2]], np.int32), u(2)], {"num_classes": 4, "axis": 1}
+    "OneHot": Case(  # the values' gradient (input 2, after the depth); -1 is the last
+        [np.array([[2, 0, -1], [7, 1, 2]], np.int32), np.array(4, np.int32), u(2)],
+        {"num_classes": 4, "axis": 1},
     ),
     "DynamicUpdate": Case([u(4, 5), np.array([2], np.uint32), u(2, 5)], _DYN1),
     "Where": Case([np.array([[True, False, True], [False, False, True]]), u(3), u(2, 3)]),

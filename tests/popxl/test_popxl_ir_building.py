@@ -271,8 +271,10 @@ def test_op_factories_refuse_what_they_cannot_make() -> None:
         main.createConnectedOp_AddOp({0: "a", 1: "nope"}, {0: "c"}, _opid("Add", 2), settings)
     assert main.getOps() == [] and not main.hasTensor("c")
     # PopART constructor attributes are not mapped onto Tremula's ops
-    with pytest.raises(UnsupportedBindingError, match="OnehotOp are not mapped"):
-        main.createConnectedOp_OnehotOp({0: "a"}, {0: "s"}, _opid("OneHot"), -1, settings)
+    with pytest.raises(UnsupportedBindingError, match="BatchNormOp are not mapped"):
+        main.createConnectedOp_BatchNormOp(
+            {0: "a"}, {0: "s"}, _opid("BatchNormalization"), 1e-5, 0.9, 1, False, settings
+        )
     assert main.getOps() == []
     # settings of another graph, and classes of no op
     other = ir.createGraph(_ir.GraphId("g"))

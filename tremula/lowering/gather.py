@@ -122,7 +122,7 @@ def dynamic_update(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> 
 
 @rule("OneHot")
 def onehot(lw: Lowerer, op: OpNode, env: Env, prog: poplar.Sequence) -> None:
-    idx, values = env[op.inputs[0]], env[op.inputs[1]].flatten()
+    idx, values = env[op.inputs[0]], env[op.inputs[2]].flatten()  # 1: the depth
     n, ax, name = op.attrs["num_classes"], op.attrs["axis"], op.outputs[0].id
     classes = np.arange(n, dtype=np.int32).reshape(
         [n if d == ax else 1 for d in range(idx.rank + 1)]

@@ -356,8 +356,11 @@ def _topk(node: Any) -> list[Any]:
 
 
 def _onehot(node: Any) -> list[Any]:
-    depth = int(node.ints(1, "depth")[0])
-    return [ops.onehot(node.tensor(0), depth, node.tensor(2), int(node.attr("axis", -1)))]
+    """ONNX OneHot: the depth, a host value (refused if computed on the device), is the
+    op's input 1, as in PopART's OnehotOp."""
+    node.ints(1, "depth")
+    axis = int(node.attr("axis", -1))
+    return [ops.onehot(node.tensor(0), node.tensor(1), node.tensor(2), axis)]
 
 
 def _cumsum(node: Any) -> list[Any]:

@@ -248,6 +248,28 @@ def cumsum_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> 
     return {"dim": _resolved_axis(int(np.reshape(data, ())), specs, "CumSumOp")}
 
 
+def onehot_attrs(op: Any, args: dict[str, Any], specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """``OnehotOp(opid, axis, settings)``: the depth is input 1, a one-element constant
+    whose value sizes the new axis (as ``popxl.ops.onehot`` takes it); a negative axis
+    counts from the end of the output."""
+    from tremula.popxl.ops.shape import norm_axis
+
+    if len(specs) != 3:
+        raise OpSetupError(
+            f"{op.debugName()}: OnehotOp takes 3 inputs (indices, depth, values), got {len(specs)}"
+        )
+    data = getattr(op.inputs[1], "_data", None)
+    if data is None or np.size(data) != 1:
+        raise OpSetupError(f"{op.debugName()}: the depth (input 1) must be a one-element constant")
+    n = np.reshape(data, ()).item()
+    if int(n) != n or n < 1:
+        raise OpSetupError(f"{op.debugName()}: the depth (input 1) must be positive, got {n!r}")
+    if np.prod(specs[2].shape, dtype=np.int64) != 2:
+        raise OpSetupError(f"{op.debugName()}: the values (input 2) must hold [off, on]")
+    axis = norm_axis(int(args["axis"]), len(specs[0].shape), "OnehotOp", "input 0", extra=1)
+    return {"num_classes": int(n), "axis": axis}
+
+
 def _update_operands(
     roles: tuple[str, ...], factor: Any, after: tuple[str, ...] = ()
 ) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from tremula.popxl._ir.attr_rules import (
     increment_mod_attrs,
     matmul_attrs,
     nll_attrs,
+    onehot_attrs,
     print_tensor_attrs,
     random_attrs,
     reduce_attrs,
@@ -258,6 +259,8 @@ CONSTRUCTORS: dict[str, Constructor] = {
         ("printSelf", "printGradient", "title"), 3, print_tensor_attrs, False
     ),
     "CumSumOp": Constructor(("exclusive", "reverse"), 2, cumsum_attrs),
+    # op/onehot.hpp: OnehotOp(opid, axis, settings)
+    "OnehotOp": Constructor(("axis",), 1, onehot_attrs),
     # op/exchange/remoteload.hpp, remotestore.hpp: RemoteLoadOp(opid, settings, rbid)
     **{
         cls: Constructor(("remoteBufferId",), 0, remote_attrs, False)

@@ -390,11 +390,11 @@ def dynamic_update_(
 def _onehot_spec(specs: Sequence[TensorSpec], a: dict[str, Any]) -> list[TensorSpec]:
     shape = list(specs[0].shape)
     shape.insert(a["axis"], a["num_classes"])
-    return [TensorSpec(tuple(shape), specs[1].dtype)]
+    return [TensorSpec(tuple(shape), specs[2].dtype)]
 
 
 def _onehot_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
-    idx, values = x[0].astype(np.int64), x[1].reshape(-1)
+    idx, values = x[0].astype(np.int64), x[2].reshape(-1)
     n = a["num_classes"]
     idx = np.where(idx < 0, idx + n, idx)
     hot = np.expand_dims(idx, a["axis"]) == np.arange(n).reshape(
@@ -403,12 +403,16 @@ def _onehot_ref(x: Sequence[np.ndarray], a: dict[str, Any]) -> list[np.ndarray]:
     return [np.where(hot, values[1], values[0]).astype(values.dtype)]
 
 
+# PopART's OnehotOp: input 0 the indices, 1 the depth (a one-element constant, as the
+# output shape needs its value: ``attrs["num_classes"]``), 2 the values ``[off, on]``
 defop("OneHot", _onehot_spec, _onehot_ref, out="onehot_out")
 
 
 def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1) -> Tensor:
     """ONNX OneHot: ``values[1]`` where the new ``axis`` (of size ``num_classes``) equals
-    ``t``'s index (negative indices count from the end), ``values[0]`` elsewhere.
+    ``t``'s index (negative indices count from the end), ``values[0]`` elsewhere. The op
+    takes PopART's three inputs (indices, depth, values); an int ``num_classes`` becomes
+    the depth constant (PopXL takes a tensor).
 
     Raises:
         TypeError: ``t`` not of an integer dtype.
@@ -419,7 +423,10 @@ def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1)
     check_tensor(values, "onehot", "values")
     if t.dtype not in INDEX_TYPES:
         raise TypeError(f"onehot: {t.id!r} must be int32 or uint32, got {t.dtype}")
+    depth: Tensor | None = None
     if isinstance(num_classes, Tensor):
+        check_tensor(num_classes, "onehot", "num_classes")
+        depth = num_classes
         data = getattr(num_classes, "_data", None)
         if data is None or data.size != 1:
             raise ValueError(
@@ -434,7 +441,9 @@ def onehot(t: Tensor, num_classes: Tensor | int, values: Tensor, axis: int = -1)
         raise ValueError(f"onehot: values {values.id!r} must hold [off, on], got {values.shape}")
     ax = norm_axis(axis, t.rank, "onehot", repr(t.id), extra=1)
     attrs = {"num_classes": int(n), "axis": ax}
-    (out,) = create_op("OneHot", [t, values], attrs)
+    if depth is None:
+        depth = constant(np.array(int(n), np.int32), dtypes.int32, "num_classes")
+    (out,) = create_op("OneHot", [t, depth, values], attrs)
     return out
 
 

@@ -52,15 +52,15 @@ def _gather(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) ->
 def _onehot(c: GradContext, op: OpNode, g: OutputGrads, need: Sequence[bool]) -> Grads:
     """PopART's OnehotGradOp: ``values``' gradient is ``[off, on]``, the sums of the output
     gradient where the output took ``values[0]`` and where it took ``values[1]`` (the
-    forward's one-hot of the indices as the mask); the indices get none."""
-    if not need[1]:
-        return [None, None]
-    indices, values = op.inputs
+    forward's one-hot of the indices as the mask); the indices and the depth get none."""
+    if not need[2]:
+        return [None, None, None]
+    indices, _depth, values = op.inputs
     a = op.attrs
     zero_one = constant(np.array([0, 1], g[0].dtype.as_numpy()), name="off_on")
     on = ops.onehot(c.fwd(indices), a["num_classes"], zero_one, a["axis"])
     sums = [ops.reshape(ops.sum(g[0] * mask), (1,)) for mask in (1.0 - on, on)]
-    return [None, ops.reshape(ops.concat(sums, 0), values.shape)]
+    return [None, None, ops.reshape(ops.concat(sums, 0), values.shape)]
 
 
 @grad("GroupedGather")
