@@ -125,6 +125,45 @@ def fetch(
         return [out[s] for s in streams] + [session.get_tensor_data(v) for v in variables]
 
 
+def values(fn: Callable[..., Any], *arrays: np.ndarray) -> list[np.ndarray]:
+    """The values of ``fn``'s tensors (one or a sequence) over variables of ``arrays``."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        outs = fn(*(popxl.variable(a) for a in arrays))
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return fetch(ir, *outs)
+
+
+def torch_grads(
+    fn: Callable[..., Any], arrays: Sequence[np.ndarray], seed: np.ndarray
+) -> list[np.ndarray]:
+    """The gradients of ``sum(seed * fn(*arrays))`` by torch autograd, in float64 (the
+    reference for :func:`gradients`; torch is imported here, so that the evaluator itself
+    does not need it)."""
+    import torch
+
+    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
+    (fn(*ts) * torch.tensor(seed.astype(np.float64))).sum().backward()
+    return [t.grad.numpy() for t in ts]
+
+
+class Linear(popxl.Module):
+    """The user guide's and tutorial 1's Linear (``examples/popxl/listing_9_6``): the
+    weight and bias are graph inputs, bound at each call site."""
+
+    def __init__(self) -> None:
+        self.W: popxl.Tensor | None = None
+        self.b: popxl.Tensor | None = None
+
+    def build(self, x: popxl.Tensor, out_features: int, bias: bool = True) -> popxl.Tensor:
+        self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
+        y = x @ self.W
+        if bias:
+            self.b = popxl.graph_input((out_features,), popxl.float32, "b")
+            y = y + self.b
+        return y
+
+
 def gradients(
     fn: Callable[..., popxl.Tensor],
     arrays: Sequence[np.ndarray],

@@ -8,13 +8,13 @@ over label dtypes with ``ignore_index`` and each reduction, ``interpolate`` agai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as tf
-from tremula_tests_evaluator import fetch, gradients
+from tremula_tests_evaluator import fetch, gradients, torch_grads, values
 
 import popxl
 import popxl.ops as ops
@@ -22,23 +22,6 @@ import popxl.ops as ops
 F32 = np.float32
 RNG = np.random.default_rng(808)
 X = RNG.standard_normal((2, 4, 7, 6)).astype(F32)
-
-
-def values(fn: Callable[..., object], *arrays: np.ndarray) -> list[np.ndarray]:
-    """The values of ``fn``'s tensors (one or a sequence) over variables of ``arrays``."""
-    ir = popxl.Ir()
-    with ir.main_graph:
-        outs = fn(*(popxl.variable(a) for a in arrays))
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return fetch(ir, *outs)
-
-
-def torch_grads(
-    fn: Callable[..., torch.Tensor], arrays: Sequence[np.ndarray], seed: np.ndarray
-) -> list[np.ndarray]:
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    (fn(*ts) * torch.tensor(seed.astype(np.float64))).sum().backward()
-    return [t.grad.numpy() for t in ts]  # type: ignore[union-attr]
 
 
 def torch_pads(pads: Sequence[int]) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tremula_tests_evaluator import fetch
+from tremula_tests_evaluator import Linear, fetch
 
 import popart
 import popart._internal.ir as _ir
@@ -271,20 +271,6 @@ def test_in_place_slice_of_a_by_ref_input_and_marked_parent_inputs() -> None:
 
 
 # ---- repeat ----
-class _Linear(popxl.Module):
-    def __init__(self) -> None:
-        self.W: popxl.Tensor | None = None
-        self.b: popxl.Tensor | None = None
-
-    def build(self, x: popxl.Tensor, out_features: int, bias: bool = True) -> popxl.Tensor:
-        self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
-        y = x @ self.W
-        if bias:
-            self.b = popxl.graph_input((out_features,), popxl.float32, "b")
-            y = y + self.b
-        return y
-
-
 def test_repeat_of_a_linear_module_counts_and_values() -> None:
     """PopXL's ``test_repeat_subgraph``: the counts it reads, and the values."""
     rng = np.random.default_rng(9)
@@ -298,7 +284,7 @@ def test_repeat_of_a_linear_module_counts_and_values() -> None:
         x = ops.host_load(h2d, "x")
         W = popxl.variable(w_data, name="W")
         b = popxl.variable(b_data, name="b")
-        linear = _Linear()
+        linear = Linear()
         linear_graph = ir.create_graph(linear, x, out_features=4)
         (y,) = ops.repeat(linear_graph, 10, x, inputs_dict={linear.W: W, linear.b: b})
         (y0,) = ops.repeat(linear_graph, 0, x, inputs_dict={linear.W: W, linear.b: b})
@@ -313,7 +299,7 @@ def test_repeat_of_a_linear_module_counts_and_values() -> None:
     assert _contains_op_of_type("Add", _ir.op.AddOp, linear_graph)
     loop = next(op for op in main._pb_graph.getOps() if isinstance(op, _ir.op.LoopOp))
     assert loop.getTripCountValue() == 10
-    assert loop.getCalledGraph().id.str() == "_Linear_subgraph(0)__loop_wrapper_subgraph(1)"
+    assert loop.getCalledGraph().id.str() == "Linear_subgraph(0)__loop_wrapper_subgraph(1)"
     with popxl.Session(ir, "ipu_model") as session:
         out = session.run({h2d: x_data})
     expected = x_data.astype(np.float64)

@@ -19,12 +19,10 @@ and gradients; ``isnan`` / ``isinf`` / ``isfinite`` of the special values as boo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 import pytest
 import torch
-from tremula_tests_evaluator import fetch, gradients
+from tremula_tests_evaluator import gradients, torch_grads, values
 
 import popxl
 import popxl.ops as ops
@@ -32,22 +30,6 @@ from popxl.transforms import autodiff
 
 F32 = np.float32
 RNG = np.random.default_rng(9090)
-
-
-def values(fn: Callable[..., object], *arrays: np.ndarray) -> list[np.ndarray]:
-    ir = popxl.Ir()
-    with ir.main_graph:
-        outs = fn(*(popxl.variable(a) for a in arrays))
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return fetch(ir, *outs)
-
-
-def torch_grads(
-    fn: Callable[..., torch.Tensor], arrays: Sequence[np.ndarray], seed: np.ndarray
-) -> list[np.ndarray]:
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    (fn(*ts) * torch.tensor(seed.astype(np.float64))).sum().backward()
-    return [t.grad.numpy() for t in ts]  # type: ignore[union-attr]
 
 
 # ---- matmul: the gradient matmuls keep the forward's options ----

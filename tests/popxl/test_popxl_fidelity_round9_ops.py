@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as tf
-from tremula_tests_evaluator import fetch, gradients
+from tremula_tests_evaluator import fetch, gradients, torch_grads, values
 
 import popart
 import popxl
@@ -35,24 +35,6 @@ import popxl.ops as ops
 
 F32 = np.float32
 RNG = np.random.default_rng(909)
-
-
-def values(fn: Callable[..., object], *arrays: np.ndarray) -> list[np.ndarray]:
-    """The values of ``fn``'s tensors (one or a sequence) over variables of ``arrays``."""
-    ir = popxl.Ir()
-    with ir.main_graph:
-        outs = fn(*(popxl.variable(a) for a in arrays))
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return fetch(ir, *outs)
-
-
-def torch_grads(
-    fn: Callable[..., torch.Tensor], arrays: Sequence[np.ndarray], seed: np.ndarray
-) -> list[np.ndarray]:
-    """The gradients of ``sum(seed * fn(*arrays))`` by torch, in float64."""
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    (fn(*ts) * torch.tensor(seed.astype(np.float64))).sum().backward()
-    return [t.grad.numpy() for t in ts]  # type: ignore[union-attr]
 
 
 def agree(
